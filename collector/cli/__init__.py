@@ -1,0 +1,70 @@
+"""The ``budgetlens`` command: a thin dispatcher over one module per subcommand.
+
+Each module in ``COMMANDS`` exposes ``register(subparsers)``, which adds its parser and sets
+``func`` (called with the parsed arguments; returns the exit code). Modules import their heavy
+dependencies inside ``func`` so that ``budgetlens --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+
+#: Subcommand modules, in the order ``--help`` lists them.
+COMMANDS = (
+    "demo",
+    "collector_cmd",
+    "dashboard_cmd",
+    "import_cmd",
+    "sample",
+    "baselines",
+    "presets",
+    "runs",
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="budgetlens",
+        description=(
+            "Hard, evidence-based budgets for LLM agent runs. Collect per-run usage "
+            "(guard, OTLP collector, importers) into DuckDB, read P50/P95 baselines per task "
+            "type, adopt presets at P95 x 1.5, and watch the budget hit rate."
+        ),
+        epilog="The database path comes from --db, else BUDGETLENS_DB, else budgetlens.duckdb.",
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help="log debug details")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMANDS:
+        module = importlib.import_module(f"collector.cli.{name}")
+        module.register(subparsers)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(levelname)s %(name)s: %(message)s",
+    )
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args.func(args) or 0)
+    except KeyboardInterrupt:
+        return 130
+    except Exception as error:  # a clear one-line error instead of a traceback
+        from collector.store import StoreError
+
+        if isinstance(error, (StoreError, ValueError, FileNotFoundError)) and not args.verbose:
+            print(f"budgetlens {args.command}: error: {error}", file=sys.stderr)
+            return 1
+        raise
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,87 @@
+"""Attribute, span and event names of the telemetry contract (design §4), defined once.
+
+The guard emits these names; the collector, the in-process exporter and the importers read them.
+Standard names follow the OpenTelemetry GenAI semantic conventions; budgetlens's own attributes
+live in the ``budgetlens.`` namespace.
+"""
+
+from __future__ import annotations
+
+# --- OpenTelemetry GenAI semantic conventions (current names) --------------------------------
+GEN_AI_OPERATION_NAME = "gen_ai.operation.name"
+GEN_AI_PROVIDER_NAME = "gen_ai.provider.name"
+GEN_AI_REQUEST_MODEL = "gen_ai.request.model"
+GEN_AI_RESPONSE_MODEL = "gen_ai.response.model"
+GEN_AI_AGENT_NAME = "gen_ai.agent.name"
+GEN_AI_TOOL_NAME = "gen_ai.tool.name"
+GEN_AI_USAGE_INPUT_TOKENS = "gen_ai.usage.input_tokens"
+GEN_AI_USAGE_OUTPUT_TOKENS = "gen_ai.usage.output_tokens"
+GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS = "gen_ai.usage.cache_read.input_tokens"
+GEN_AI_USAGE_CACHE_CREATION_INPUT_TOKENS = "gen_ai.usage.cache_creation.input_tokens"
+GEN_AI_USAGE_REASONING_OUTPUT_TOKENS = "gen_ai.usage.reasoning.output_tokens"
+SERVICE_NAME = "service.name"
+ERROR_TYPE = "error.type"
+
+#: gen_ai.operation.name values used by budgetlens spans.
+OPERATION_INVOKE_AGENT = "invoke_agent"
+OPERATION_CHAT = "chat"
+OPERATION_EXECUTE_TOOL = "execute_tool"
+
+# --- budgetlens namespace ------------------------------------------------------------------
+BUDGET_RUN_ID = "budgetlens.run_id"
+BUDGET_TASK_TYPE = "budgetlens.task_type"
+BUDGET_TURN = "budgetlens.turn"
+BUDGET_TURNS = "budgetlens.turns"
+BUDGET_TOOL_CALLS = "budgetlens.tool_calls"
+BUDGET_RESERVED_TOKENS = "budgetlens.reserved_tokens"
+BUDGET_USED_TOKENS = "budgetlens.used_tokens"
+BUDGET_REMAINING_TOKENS = "budgetlens.remaining_tokens"
+BUDGET_STOP_REASON = "budgetlens.stop_reason"
+BUDGET_USAGE_STATUS = "budgetlens.usage_status"
+BUDGET_COST_USD = "budgetlens.cost_usd"
+BUDGET_RETRYABLE = "budgetlens.retryable"
+BUDGET_LIMIT_TOTAL_TOKENS = "budgetlens.limit.total_tokens"
+BUDGET_LIMIT_INPUT_TOKENS = "budgetlens.limit.input_tokens"
+BUDGET_LIMIT_OUTPUT_TOKENS = "budgetlens.limit.output_tokens"
+BUDGET_LIMIT_TURNS = "budgetlens.limit.turns"
+BUDGET_LIMIT_TOOL_CALLS = "budgetlens.limit.tool_calls"
+BUDGET_LIMIT_DURATION_S = "budgetlens.limit.duration_s"
+BUDGET_LIMIT_COST_USD = "budgetlens.limit.cost_usd"
+#: On events: model names for a downgrade, the threshold crossed (percent, 0-100).
+BUDGET_FROM_MODEL = "budgetlens.from_model"
+BUDGET_TO_MODEL = "budgetlens.to_model"
+BUDGET_PERCENT = "budgetlens.percent"
+BUDGET_REASON = "budgetlens.reason"
+
+#: Span event names (design §4: warnings, downgrades, summaries, tool calls and the stop).
+EVENT_WARNING = "budgetlens.warning"
+EVENT_DOWNGRADE = "budgetlens.downgrade"
+EVENT_SUMMARIZE = "budgetlens.summarize"
+EVENT_TOOL_CALL = "budgetlens.tool_call"
+EVENT_STOP = "budgetlens.stop"
+EVENT_NAMES = (EVENT_WARNING, EVENT_DOWNGRADE, EVENT_SUMMARIZE, EVENT_TOOL_CALL, EVENT_STOP)
+
+# --- closed vocabularies -------------------------------------------------------------------
+STOP_COMPLETED = "completed"
+STOP_BUDGET_TOKENS = "budget_tokens"
+STOP_BUDGET_TOOLS = "budget_tools"
+STOP_BUDGET_TURNS = "budget_turns"
+STOP_BUDGET_TIME = "budget_time"
+STOP_BUDGET_COST = "budget_cost"
+STOP_FAILED = "failed"
+STOP_REASONS = (
+    STOP_COMPLETED,
+    STOP_BUDGET_TOKENS,
+    STOP_BUDGET_TOOLS,
+    STOP_BUDGET_TURNS,
+    STOP_BUDGET_TIME,
+    STOP_BUDGET_COST,
+    STOP_FAILED,
+)
+BUDGET_STOP_REASONS = tuple(r for r in STOP_REASONS if r.startswith("budget_"))
+
+#: usage_status: ``reported`` = the provider reported usage; ``unknown`` = it did not (failed or
+#: cut call, stream without usage) and the reservation was kept as a conservative charge.
+USAGE_REPORTED = "reported"
+USAGE_UNKNOWN = "unknown"
+USAGE_STATUSES = (USAGE_REPORTED, USAGE_UNKNOWN)

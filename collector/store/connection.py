@@ -1,0 +1,145 @@
+"""The connection protocol of the DuckDB store (design §5).
+
+DuckDB lets one process write a file, and a read-write open conflicts with any other open of the
+same file. So:
+
+- the writer (the collector, an import, the sample loader) holds the file only for the length of
+  one batch: ``write_connection`` opens, migrates, yields, commits and closes;
+- readers (the dashboard, the CLI) open it read-only for the length of one query
+  (``read_connection``);
+- both retry with a short backoff while another process holds a conflicting lock, up to a
+  timeout, so no lock error reaches a user unless the file stays locked for that long.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+import duckdb
+
+from collector.store import sql
+from collector.store.schema import MIGRATIONS, SCHEMA_VERSION
+
+log = logging.getLogger(__name__)
+
+DEFAULT_WRITE_TIMEOUT_S = 60.0
+DEFAULT_READ_TIMEOUT_S = 20.0
+
+
+class StoreError(RuntimeError):
+    """The store cannot be used: missing file, newer schema, or a lock held past the timeout."""
+
+
+class StoreMissing(StoreError):
+    """The DuckDB file does not exist yet (nothing was ingested, imported or generated)."""
+
+
+def is_lock_conflict(error: BaseException) -> bool:
+    """True when ``error`` is DuckDB's "could not set lock on file" conflict between processes."""
+    text = str(error)
+    return isinstance(error, duckdb.Error) and (
+        "Could not set lock" in text or "Conflicting lock" in text
+    )
+
+
+def _connect_with_retry(path: Path, read_only: bool, timeout_s: float) -> duckdb.DuckDBPyConnection:
+    deadline = time.monotonic() + timeout_s
+    delay = 0.005
+    while True:
+        try:
+            return duckdb.connect(str(path), read_only=read_only)
+        except duckdb.Error as error:
+            if not is_lock_conflict(error):
+                raise
+            if time.monotonic() >= deadline:
+                raise StoreError(
+                    f"{path}: still locked by another process after {timeout_s:.0f} s "
+                    "(only one process may write a DuckDB file; is a second collector running?)"
+                ) from error
+            time.sleep(delay * (0.5 + random.random()))
+            delay = min(delay * 2, 0.2)
+
+
+def migrate(conn: duckdb.DuckDBPyConnection) -> int:
+    """Apply the migrations not yet recorded; return the schema version now in force.
+
+    Raises StoreError when the file has a newer schema than this code knows.
+    """
+    conn.execute(sql.CREATE_MIGRATIONS_TABLE)
+    applied = {row[0] for row in conn.execute(sql.SELECT_APPLIED_VERSIONS).fetchall()}
+    if applied and max(applied) > SCHEMA_VERSION:
+        raise StoreError(
+            f"store schema version {max(applied)} is newer than this budgetlens "
+            f"({SCHEMA_VERSION}); upgrade budgetlens"
+        )
+    for version, script in MIGRATIONS:
+        if version in applied:
+            continue
+        conn.execute("BEGIN TRANSACTION")
+        try:
+            for statement in script.split(";"):
+                if statement.strip():
+                    conn.execute(statement)
+            conn.execute(sql.RECORD_MIGRATION, [version])
+            conn.execute("COMMIT")
+        except Exception:
+            conn.execute("ROLLBACK")
+            raise
+        log.info("store migrated to schema version %d", version)
+    return SCHEMA_VERSION
+
+
+@contextmanager
+def write_connection(
+    path: str | os.PathLike, *, timeout_s: float = DEFAULT_WRITE_TIMEOUT_S
+) -> Iterator[duckdb.DuckDBPyConnection]:
+    """Open ``path`` for writing (creating and migrating it), yield the connection, close it.
+
+    The caller runs its statements inside one transaction (see ``collector.store.writer``).
+    Raises StoreError when another process holds the file for longer than ``timeout_s`` seconds.
+    """
+    path = Path(path)
+    if path.parent and not path.parent.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+    conn = _connect_with_retry(path, read_only=False, timeout_s=timeout_s)
+    try:
+        migrate(conn)
+        yield conn
+    finally:
+        conn.close()
+
+
+@contextmanager
+def read_connection(
+    path: str | os.PathLike, *, timeout_s: float = DEFAULT_READ_TIMEOUT_S
+) -> Iterator[duckdb.DuckDBPyConnection]:
+    """Open ``path`` read-only for one query or a few, retrying while a writer commits.
+
+    Raises StoreMissing when the file does not exist, StoreError when it stays locked for longer
+    than ``timeout_s`` seconds.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise StoreMissing(
+            f"{path}: no budgetlens store here yet; create one with `budgetlens sample`, "
+            "`budgetlens import` or `budgetlens collector`"
+        )
+    conn = _connect_with_retry(path, read_only=True, timeout_s=timeout_s)
+    try:
+        yield conn
+    finally:
+        conn.close()
+
+
+def schema_version(conn: duckdb.DuckDBPyConnection) -> int:
+    """Return the highest applied schema version, 0 for a file without budgetlens tables."""
+    if conn.execute(sql.HAS_MIGRATIONS_TABLE).fetchone()[0] == 0:
+        return 0
+    row = conn.execute("SELECT max(version) FROM schema_migrations").fetchone()
+    return int(row[0] or 0)

@@ -1,0 +1,43 @@
+"""Shared fixtures. Area-specific fixtures live in the test module that needs them."""
+
+from __future__ import annotations
+
+import socket
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+REALDATA = REPO_ROOT.parent / "shared" / "realdata"
+
+
+@pytest.fixture
+def db_path(tmp_path: Path) -> Path:
+    """A path for a fresh DuckDB store file (not created yet)."""
+    return tmp_path / "store.duckdb"
+
+
+def find_free_port() -> int:
+    """A TCP port on 127.0.0.1 that is free right now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture
+def free_port() -> int:
+    return find_free_port()
+
+
+@pytest.fixture
+def realdata() -> Path:
+    """The real agent logs in ../shared/realdata (see its SOURCES.md)."""
+    if not REALDATA.exists():
+        raise FileNotFoundError(f"{REALDATA} is missing: clone main next to shared/")
+    return REALDATA
+
+
+@pytest.fixture
+def python() -> str:
+    return sys.executable
