@@ -1,5 +1,86 @@
-"""PLACEHOLDER — to be written by the owner of this subcommand."""
+"""``budgetlens import FORMAT PATH... --db PATH [--task-type T]``: agent logs -> the store."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from collector.cli._common import add_db_argument
+
+#: Formats listed by ``--help`` (kept here so --help does not import the importers).
+FORMAT_HELP = (
+    ("otlp-json", "OTLP/JSON ExportTraceServiceRequest files, one per file or one per line"),
+    ("claude-code", "Claude Code session JSONL (~/.claude/projects/<project>/, with subagents)"),
+    ("codex", "Codex CLI rollout JSONL (~/.codex/sessions/**/rollout-*.jsonl)"),
+    ("swe-agent", "SWE-agent .traj and mini-swe-agent .traj.json trajectories"),
+    ("openhands", "OpenHands evaluation output JSONL and runtime trajectory JSON"),
+)
+MAX_BAD_LINES_SHOWN = 20
 
 
-def register(subparsers):
-    pass
+def register(subparsers) -> None:
+    formats = "\n".join(f"  {name:<12} {text}" for name, text in FORMAT_HELP)
+    parser = subparsers.add_parser(
+        "import",
+        help="import agent logs (Claude Code, Codex, SWE-agent, OpenHands, OTLP/JSON)",
+        description=(
+            "Read the agent logs you already have into the store, so baselines and presets come "
+            "from real history on day one. Files are streamed; a second import of the same files "
+            "adds nothing; a bad line is reported as file:line and skipped."
+        ),
+        epilog=f"formats:\n{formats}\n\nA directory is searched recursively for the format's "
+        "files. Task type: --task-type, else derived (project folder, cwd, benchmark or agent).",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("format", metavar="FORMAT", choices=[name for name, _ in FORMAT_HELP],
+                        help="log format: " + ", ".join(name for name, _ in FORMAT_HELP))
+    parser.add_argument("paths", metavar="PATH", nargs="+", help="files or directories to import")
+    add_db_argument(parser)
+    parser.add_argument("--task-type", default=None,
+                        help="task type for every imported run (default: derived per format)")
+    parser.add_argument("--chunk-size", type=int, default=5000,
+                        help="rows per write transaction (default 5000)")
+    parser.add_argument("--no-progress", action="store_true", help="do not show a progress bar")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from collector.config import resolve_db_path
+    from collector.importers import import_paths
+
+    db_path = resolve_db_path(args.db)
+    bars = []
+
+    def progress(total_bytes: int, n_files: int):
+        bar = tqdm(total=total_bytes, unit="B", unit_scale=True, unit_divisor=1024,
+                   desc=f"import {args.format} ({n_files} files)", file=sys.stderr,
+                   disable=args.no_progress or None, delay=0.5, leave=False)
+        bars.append(bar)
+        return bar.update
+
+    try:
+        report = import_paths(args.format, args.paths, db_path, task_type=args.task_type,
+                              chunk_size=args.chunk_size, progress=progress)
+    finally:
+        for bar in bars:
+            bar.close()
+    print(
+        f"imported {report.files} file(s) into {db_path}: "
+        f"{report.runs} runs ({report.new_runs} new), {report.calls} calls "
+        f"({report.new_calls} new), {report.events} events ({report.new_events} new)"
+    )
+    if report.skipped:
+        print(f"skipped {sum(report.skipped.values())} line(s)/item(s):")
+        for reason, count in report.skipped.most_common():
+            print(f"  {count:>8}  {reason}")
+    if report.files_without_runs:
+        print(f"{len(report.files_without_runs)} file(s) held no run of this format")
+    if report.bad_line_count:
+        print(f"{report.bad_line_count} bad line(s) skipped:", file=sys.stderr)
+        for line in report.bad_lines[:MAX_BAD_LINES_SHOWN]:
+            print(f"  {line}", file=sys.stderr)
+        if report.bad_line_count > MAX_BAD_LINES_SHOWN:
+            print(f"  ... and {report.bad_line_count - MAX_BAD_LINES_SHOWN} more", file=sys.stderr)
+    return 0

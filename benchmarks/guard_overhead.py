@@ -1,0 +1,134 @@
+"""Per-call cost of the guard: reserve + record, without and with the OpenTelemetry SDK.
+
+Targets (issue 3): bookkeeping alone <= 5 us per reserve+record (no SDK configured, the default
+no-op tracer); with the OTel SDK and a BatchSpanProcessor (no-op exporter) <= 2x the cost of
+starting and ending one bare OTel span carrying the same attributes, measured in the same run.
+
+Run: ``python benchmarks/guard_overhead.py [--calls N]``; prints the figures and rewrites the
+"guard_overhead" section of BENCHMARKS.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from opentelemetry import trace  # noqa: E402
+from opentelemetry.sdk.trace import TracerProvider  # noqa: E402
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult  # noqa: E402
+from opentelemetry.trace import SpanKind  # noqa: E402
+
+from benchmarks._report import machine, write_section  # noqa: E402
+from collector import RunBudget, Usage  # noqa: E402
+from collector import semconv as sc  # noqa: E402
+from collector.telemetry import usage_attributes  # noqa: E402
+
+USAGE = Usage(input_tokens=1_500, output_tokens=300, cache_read_tokens=1_000, reasoning_tokens=100)
+
+
+class NoopExporter(SpanExporter):
+    """Accepts every batch and drops it (measures the SDK, not an exporter)."""
+
+    def export(self, spans):
+        return SpanExportResult.SUCCESS
+
+    def shutdown(self):
+        return None
+
+
+def _per_call_us(fn, calls: int, repeats: int = 5) -> float:
+    """Median over ``repeats`` of the mean microseconds per call of ``fn(calls)``."""
+    samples = []
+    for _ in range(repeats):
+        gc.collect()
+        start = time.perf_counter()
+        fn(calls)
+        samples.append((time.perf_counter() - start) / calls * 1e6)
+    return statistics.median(samples)
+
+
+def _guard_loop(tracer, model):
+    def loop(n: int) -> None:
+        run = RunBudget(max_total_tokens=10**15, tracer=tracer, provider="openai")
+        reserve, record = run.reserve, run.record
+        for _ in range(n):
+            record(USAGE, model=model, reservation=reserve(2_000))
+        run.finish()
+    return loop
+
+
+def _bare_span_loop(tracer):
+    parent = tracer.start_span("invoke_agent bench")
+    ctx = trace.set_span_in_context(parent)
+
+    def loop(n: int) -> None:
+        for i in range(n):
+            attributes = {
+                sc.GEN_AI_OPERATION_NAME: sc.OPERATION_CHAT, sc.BUDGET_RUN_ID: "r" * 32,
+                sc.BUDGET_TASK_TYPE: "default", sc.BUDGET_TURN: i, sc.BUDGET_RESERVED_TOKENS: 2_000,
+                sc.BUDGET_USED_TOKENS: 1_800 * i, sc.BUDGET_USAGE_STATUS: sc.USAGE_REPORTED,
+                sc.BUDGET_REMAINING_TOKENS: 10**15, sc.GEN_AI_PROVIDER_NAME: "openai",
+                sc.GEN_AI_REQUEST_MODEL: "gpt-4o", sc.GEN_AI_RESPONSE_MODEL: "gpt-4o",
+                sc.BUDGET_COST_USD: 0.0055, **usage_attributes(USAGE),
+            }
+            span = tracer.start_span("chat gpt-4o", context=ctx, kind=SpanKind.CLIENT,
+                                     attributes=attributes, start_time=time.time_ns())
+            span.end()
+    return loop
+
+
+def measure(calls: int) -> dict[str, float]:
+    """Microseconds per call for each configuration (dict of floats)."""
+    noop = trace.NoOpTracer()
+    provider = TracerProvider()
+    provider.add_span_processor(BatchSpanProcessor(NoopExporter(), max_queue_size=1 << 16))
+    sdk = provider.get_tracer("budgetlens-bench")
+    figures = {
+        "bookkeeping_us": _per_call_us(_guard_loop(noop, None), calls),
+        "bookkeeping_priced_us": _per_call_us(_guard_loop(noop, "gpt-4o"), calls),
+        "bare_span_us": _per_call_us(_bare_span_loop(sdk), calls),
+        "with_sdk_us": _per_call_us(_guard_loop(sdk, "gpt-4o"), calls),
+    }
+    provider.shutdown()
+    figures["sdk_ratio"] = figures["with_sdk_us"] / figures["bare_span_us"]
+    return figures
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--calls", type=int, default=20_000, help="reserve+record calls per sample")
+    parser.add_argument("--no-write", action="store_true", help="print only; leave BENCHMARKS.md")
+    args = parser.parse_args(argv)
+    f = measure(args.calls)
+    ok_book = f["bookkeeping_priced_us"] <= 5.0
+    ok_sdk = f["sdk_ratio"] <= 2.0
+    lines = [
+        "## Guard overhead (`benchmarks/guard_overhead.py`)",
+        "",
+        f"Machine: {machine()}. {args.calls:,} reserve+record calls per sample, median of 5.",
+        "",
+        "| configuration | us per reserve+record | target |",
+        "|---|---|---|",
+        f"| bookkeeping, no SDK (no-op tracer), no pricing | {f['bookkeeping_us']:.2f} | <= 5 us |",
+        f"| bookkeeping, no SDK, priced with genai-prices (cached) | {f['bookkeeping_priced_us']:.2f} | "
+        f"<= 5 us: {'met' if ok_book else 'MISSED'} |",
+        f"| bare OTel span with the same attributes (SDK, BatchSpanProcessor) | {f['bare_span_us']:.2f} | "
+        "reference |",
+        f"| guard with OTel SDK + BatchSpanProcessor (no-op exporter) | {f['with_sdk_us']:.2f} | "
+        f"<= 2x bare span: {f['sdk_ratio']:.2f}x, {'met' if ok_sdk else 'MISSED'} |",
+    ]
+    text = "\n".join(lines)
+    print(text)
+    if not args.no_write:
+        write_section("guard_overhead", text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

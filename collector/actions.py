@@ -1,0 +1,162 @@
+"""The values a budget guard hands to an agent loop: actions, events, the stop, the result.
+
+Kept apart from :mod:`collector.guard` (the bookkeeping) so an agent can import and match on them
+without the rest. Stop reasons and usage statuses are the closed vocabularies of
+:mod:`collector.semconv`.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from collector.semconv import (
+    EVENT_DOWNGRADE,
+    EVENT_STOP,
+    EVENT_SUMMARIZE,
+    EVENT_TOOL_CALL,
+    EVENT_WARNING,
+)
+from collector.usage import Usage
+
+__all__ = ["Action", "BudgetEvent", "BudgetExceeded", "BudgetStats", "Reservation", "RunResult"]
+
+
+class Action(str, enum.Enum):
+    """What the guard advises after a check or a record, least to most severe.
+
+    ``WARN``: use crossed ``warn_at`` (once). ``DOWNGRADE``: switch to ``RunBudget.model``, the
+    next model of the chain (once, at ``downgrade_at``). ``SUMMARIZE``: compress the context (while
+    use is at or above ``summarize_at``). ``STOP``: the budget is spent; the next check raises.
+    """
+
+    CONTINUE = "continue"
+    WARN = "warn"
+    DOWNGRADE = "downgrade"
+    SUMMARIZE = "summarize"
+    STOP = "stop"
+
+    @property
+    def severity(self) -> int:
+        return _SEVERITY[self]
+
+
+_SEVERITY = {a: i for i, a in enumerate(Action)}
+
+#: Action -> span event name (CONTINUE has none; tool calls are events without an action).
+EVENT_FOR_ACTION = {
+    Action.WARN: EVENT_WARNING,
+    Action.DOWNGRADE: EVENT_DOWNGRADE,
+    Action.SUMMARIZE: EVENT_SUMMARIZE,
+    Action.STOP: EVENT_STOP,
+}
+EVENT_NAME_TOOL_CALL = EVENT_TOOL_CALL
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetEvent:
+    """One budget event, given to ``on_event`` callbacks and emitted as a span event.
+
+    ``name`` is a span event name from :mod:`collector.semconv` (``budgetlens.warning``, ...);
+    ``action`` the matching :class:`Action` (None for tool calls); token counts in tokens;
+    ``percent`` 0-100+ (one decimal) of the most-used token/cost limit.
+    """
+
+    name: str
+    action: Action | None
+    run_id: str
+    used_tokens: int
+    remaining_tokens: int | None
+    percent: float
+    reason: str | None = None
+    from_model: str | None = None
+    to_model: str | None = None
+    tool_name: str | None = None
+
+
+class BudgetExceeded(Exception):
+    """Raised BEFORE a call or tool use that the budget does not allow.
+
+    ``reason``: a ``budget_*`` stop reason; ``limit``: the limit that was hit (tokens, count,
+    seconds or USD); ``used``: the amount used so far (same unit, reservations included);
+    ``requested``: the amount this check asked for (0 when the limit is already spent).
+    The one deliberate raise into an agent loop.
+    """
+
+    def __init__(self, reason: str, limit: float, used: float, requested: float = 0, detail: str = ""):
+        self.reason = reason
+        self.limit = limit
+        self.used = used
+        self.requested = requested
+        message = f"{reason}: used {used:,} + requested {requested:,} > limit {limit:,}"
+        super().__init__(message + (f" ({detail})" if detail else ""))
+
+
+class Reservation(NamedTuple):
+    """A token reservation for one model call, returned by ``RunBudget.reserve``.
+
+    Settle it with ``record(usage, reservation=...)`` (usage replaces it) or ``release(...)``
+    (the call failed before spending). ``start_ns``: wall clock (ns since epoch) at reserve time,
+    used as the model-call span's start.
+    """
+
+    id: int
+    tokens: int
+    turn: int
+    model: str | None
+    start_ns: int
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetStats:
+    """A snapshot of a run's use against its total-token limit (tokens) and other counters.
+
+    ``percent`` has one decimal and is the share of the most-used token/cost limit; ``status``
+    is one line for CLI agents, e.g. ``"budget 52.3 % (33,472 / 64,000 tokens)"``.
+    """
+
+    used_tokens: int
+    reserved_tokens: int
+    max_tokens: int | None
+    remaining_tokens: int | None
+    percent: float
+    turns: int
+    tool_calls: int
+    cost_usd: float | None
+    elapsed_s: float
+    usage: Usage
+
+    @property
+    def status(self) -> str:
+        if self.max_tokens is None:
+            return f"budget {self.percent:.1f} % ({self.used_tokens:,} tokens, no token limit)"
+        return f"budget {self.percent:.1f} % ({self.used_tokens:,} / {self.max_tokens:,} tokens)"
+
+    def __str__(self) -> str:
+        return self.status
+
+
+@dataclass(frozen=True, slots=True)
+class RunResult:
+    """How a run ended, returned by ``RunBudget.finish``.
+
+    ``stop_reason``: one of :data:`collector.semconv.STOP_REASONS`; ``usage``: the run's summed
+    usage (unknown calls counted at their reservation in ``used_tokens``, not in ``usage``);
+    ``usage_status``: ``reported`` or ``unknown`` (some call had no usage); ``retryable``: True when
+    a retry could succeed (a failure, or a stop caused by unknown usage), False for a budget stop
+    or a completed run; ``cost_usd``: None when any call was unpriced.
+    """
+
+    run_id: str
+    task_type: str
+    stop_reason: str
+    usage: Usage
+    used_tokens: int
+    turns: int
+    tool_calls: int
+    duration_s: float
+    cost_usd: float | None
+    usage_status: str
+    retryable: bool
+    error_type: str | None = None

@@ -1,0 +1,393 @@
+"""RunBudget: the hard budget an agent loop calls (design §1).
+
+Check before spending, record after::
+
+    run = RunBudget(max_total_tokens=64_000, task_type="code_generation")
+    run.before_turn()                      # raises BudgetExceeded (turns, time, cost, spent)
+    res = run.reserve(4_000)               # raises BudgetExceeded if 4,000 tokens do not fit
+    response = client.create(model=run.model, ...)
+    action = run.record(response.usage, model=run.model, reservation=res)
+    result = run.finish()                  # RunResult(stop_reason="completed", ...)
+
+All state changes happen under one lock, so reservations are atomic across threads, and, as no
+method awaits, across asyncio tasks too. ``BudgetExceeded`` is the only exception raised into the
+loop on purpose; callbacks and telemetry failures are logged, never raised.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from collector import limits as lim
+from collector import semconv as sc
+from collector.actions import (
+    EVENT_FOR_ACTION,
+    EVENT_NAME_TOOL_CALL,
+    Action,
+    BudgetEvent,
+    BudgetExceeded,
+    BudgetStats,
+    Reservation,
+    RunResult,
+)
+from collector.events import EventDispatcher, OnEvent
+from collector.ledger import RunLedger
+from collector.limits import DEFAULT_MAX_TOTAL_TOKENS, UNKNOWN_USAGE_POLICIES
+from collector.pricing import cost_usd as _price
+from collector.telemetry import RunTelemetry
+from collector.usage import normalize_usage
+
+log = logging.getLogger(__name__)
+
+# DEFAULT_MAX_TOTAL_TOKENS and UNKNOWN_USAGE_POLICIES live in collector.limits; re-exported here.
+__all__ = ["RunBudget", "DEFAULT_MAX_TOTAL_TOKENS", "UNKNOWN_USAGE_POLICIES"]
+
+
+class RunBudget:
+    """A hard budget for one agent run.
+
+    Limits (any may be None; with none given ``max_total_tokens`` is 64,000): ``max_total_tokens``,
+    ``max_input_tokens``, ``max_output_tokens`` (tokens), ``max_turns`` (model calls: a limit of
+    n allows exactly n), ``max_tool_calls``, ``max_duration_s`` (seconds of wall time, from
+    construction), ``max_cost_usd`` (USD, priced with :func:`collector.cost_usd`).
+
+    Thresholds are fractions of the most-used token or cost limit: ``warn_at`` (0.8, one
+    ``WARN``), ``downgrade_at`` (0.6, one ``DOWNGRADE`` to the next model of ``model_chain``),
+    ``summarize_at`` (0.85, ``SUMMARIZE`` while above); at 1.0 ``STOP``. Each is also a span event
+    and an ``on_event`` callback (a callable or an iterable of callables taking a
+    :class:`BudgetEvent`).
+
+    ``unknown_usage``: policy after a call that ended without usage (see
+    :data:`UNKNOWN_USAGE_POLICIES`, default ``block``); ``unknown_usage_residual_tokens`` (default
+    10 % of ``max_total_tokens``) bounds the ``residual`` policy. ``clock``: a monotonic clock in
+    seconds (injectable for tests). ``tracer``: an OTel tracer (default
+    ``opentelemetry.trace.get_tracer("budgetlens")``). ``spend``: an optional
+    :class:`collector.spend.SpendTracker` shared by runs of this process. ``provider``: the
+    default ``gen_ai.provider.name``. Raises ``ValueError`` naming a bad argument.
+
+    Limit validation, stop and threshold decisions live in :mod:`collector.limits`, the counters
+    in :class:`collector.ledger.RunLedger`, event delivery in :mod:`collector.events`; this class
+    holds the lock, the model chain and the order of checks, records and events.
+    """
+
+    def __init__(
+        self,
+        max_total_tokens: int | None = None,
+        max_input_tokens: int | None = None,
+        max_output_tokens: int | None = None,
+        max_turns: int | None = None,
+        max_tool_calls: int | None = None,
+        max_duration_s: float | None = None,
+        max_cost_usd: float | None = None,
+        *,
+        task_type: str = "default",
+        run_id: str | None = None,
+        agent_name: str | None = None,
+        provider: str | None = None,
+        warn_at: float = 0.8,
+        model_chain: Iterable[str] = (),
+        downgrade_at: float = 0.6,
+        summarize_at: float = 0.85,
+        on_event: OnEvent = None,
+        unknown_usage: str = "block",
+        unknown_usage_residual_tokens: int | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        tracer: Any = None,
+        spend: Any = None,
+    ) -> None:
+        limits = lim.resolve_limits({
+            "max_total_tokens": max_total_tokens, "max_input_tokens": max_input_tokens,
+            "max_output_tokens": max_output_tokens, "max_turns": max_turns,
+            "max_tool_calls": max_tool_calls, "max_duration_s": max_duration_s,
+            "max_cost_usd": max_cost_usd,
+        })
+        for name, value in (("warn_at", warn_at), ("downgrade_at", downgrade_at),
+                            ("summarize_at", summarize_at)):
+            lim.check_fraction(name, value)
+        if unknown_usage not in UNKNOWN_USAGE_POLICIES:
+            raise ValueError(f"unknown_usage must be one of {UNKNOWN_USAGE_POLICIES}, got {unknown_usage!r}")
+        if not isinstance(task_type, str) or not task_type:
+            raise ValueError(f"task_type must be a non-empty string, got {task_type!r}")
+        lim.check_limit("unknown_usage_residual_tokens", unknown_usage_residual_tokens)
+        self._limits = limits
+        self.task_type = task_type
+        self.run_id = run_id or uuid.uuid4().hex
+        self.provider = provider
+        self.warn_at, self.downgrade_at, self.summarize_at = warn_at, downgrade_at, summarize_at
+        self.model_chain = tuple(model_chain)
+        self.unknown_usage = unknown_usage
+        self._residual = unknown_usage_residual_tokens
+        self._clock = clock
+        self._spend = spend
+        self._lock = threading.RLock()  # callbacks may read stats()
+        self._started = clock()
+        self._telemetry = RunTelemetry(tracer, self.run_id, task_type, agent_name, limits)
+        self._dispatch = EventDispatcher(self._telemetry, on_event, self.run_id)
+        self._next_id = 0
+        self._finished: RunResult | None = None
+        self._stop: BudgetExceeded | None = None
+        self._clear_use()
+
+    # --- state -----------------------------------------------------------------------------
+    def _clear_use(self) -> None:
+        self._use = RunLedger()
+        self._model_index = 0
+        self._fired: set[Action] = set()
+
+    @property
+    def limits(self) -> dict[str, float | None]:
+        """The current limits, keyed by constructor argument name."""
+        return dict(self._limits)
+
+    @property
+    def model(self) -> str | None:
+        """The model to call now: the chain's current entry (moves once on DOWNGRADE)."""
+        return self.model_chain[self._model_index] if self.model_chain else None
+
+    @property
+    def used_tokens(self) -> int:
+        """Tokens used: reported usage plus the charges of calls with unknown usage."""
+        return self._use.used_tokens
+
+    @property
+    def span(self):
+        """The run's OTel span (non-recording when no SDK is configured)."""
+        return self._telemetry.span
+
+    def _percent(self) -> float:
+        return self._use.share(self._limits)
+
+    def _remaining(self) -> int | None:
+        return self._use.remaining(self._limits["max_total_tokens"])
+
+    # --- checks (raise before spending) -----------------------------------------------------
+    def _stop_on(self, stop: lim.Stop | None) -> None:
+        """Raise ``stop`` (if any) as BudgetExceeded; the run's first stop is kept and emitted."""
+        if stop is None:
+            return
+        exc = stop.exception()
+        if self._stop is None:
+            self._stop = exc
+            self._emit(Action.STOP, reason=stop.reason)
+        raise exc
+
+    def _check_time(self) -> None:
+        limit = self._limits["max_duration_s"]
+        if limit is not None:  # the clock is read only when there is a time limit
+            self._stop_on(lim.time_stop(limit, self._clock() - self._started))
+
+    def _check_turns(self) -> None:
+        self._stop_on(lim.count_stop(sc.STOP_BUDGET_TURNS, self._limits["max_turns"], self._use.turns))
+
+    def _check_spent(self) -> None:
+        self._check_time()
+        use = self._use
+        self._stop_on(lim.cost_stop(self._limits["max_cost_usd"], use.cost_usd))
+        if self._spend is not None:
+            try:
+                self._spend.check()
+            except BudgetExceeded as exc:
+                self._stop_on(lim.Stop(exc.reason, exc.limit, exc.used, 0, "spend window"))
+        self._stop_on(lim.token_stop(self._limits, use.committed_tokens,
+                                     use.input_tokens + use.unknown_tokens, use.output_tokens))
+
+    def before_turn(self) -> Action:
+        """Check that one more model turn may start (the turn is counted by ``reserve``, or by
+        ``record`` for a call made without a reservation). Returns the advised :class:`Action`
+        (CONTINUE, DOWNGRADE once pending, SUMMARIZE while above ``summarize_at``).
+
+        Raises BudgetExceeded when the turn limit, wall time, cost or a token limit is spent.
+        """
+        with self._lock:
+            self._check_spent()
+            self._check_turns()
+            return lim.advice(self._percent(), self.summarize_at)
+
+    def reserve(self, estimated_tokens: int, model: str | None = None) -> Reservation:
+        """Reserve ``estimated_tokens`` (int >= 0, input + output) for one model call, atomically.
+
+        Counts one turn (a model call). Raises BudgetExceeded (before the
+        call is sent) when the tokens do not fit the total limit next to use and other open
+        reservations, when any limit is already spent, or when the unknown-usage policy refuses.
+        """
+        if isinstance(estimated_tokens, bool) or not isinstance(estimated_tokens, int) or estimated_tokens < 0:
+            raise ValueError(f"estimated_tokens must be an int >= 0, got {estimated_tokens!r}")
+        with self._lock:
+            self._check_spent()
+            use, max_total = self._use, self._limits["max_total_tokens"]
+            self._stop_on(lim.unknown_usage_stop(self.unknown_usage, self._residual, max_total,
+                                                 use.unknown_at, use.used_tokens,
+                                                 use.reserved_tokens, estimated_tokens))
+            self._stop_on(lim.reserve_stop(max_total, use.committed_tokens, estimated_tokens))
+            self._check_turns()
+            use.turns += 1
+            self._next_id += 1
+            res = Reservation(self._next_id, estimated_tokens, use.turns, model or self.model,
+                              time.time_ns())
+            use.reserve(res)
+            return res
+
+    def before_tool_call(self, name: str) -> None:
+        """Count one tool call named ``name`` (a tool call span event; arguments never recorded).
+
+        Raises BudgetExceeded when ``max_tool_calls`` calls were made or wall time is spent.
+        """
+        with self._lock:
+            self._check_time()
+            self._stop_on(lim.count_stop(sc.STOP_BUDGET_TOOLS, self._limits["max_tool_calls"],
+                                         self._use.tool_calls))
+            self._use.tool_calls += 1
+            self._emit(None, name=EVENT_NAME_TOOL_CALL, tool_name=str(name))
+
+    # --- recording (never raises for budget reasons) ----------------------------------------
+    def record(
+        self,
+        usage: Any,
+        model: str | None = None,
+        *,
+        reservation: Reservation | None = None,
+        provider: str | None = None,
+        response_model: str | None = None,
+        error_type: str | None = None,
+    ) -> Action:
+        """Record one model call's usage; returns the advised :class:`Action`.
+
+        ``usage``: a :class:`Usage`, a raw provider payload or response (normalized with
+        :func:`normalize_usage`), or None when the call ended without usage (error, cut stream):
+        then the reservation is kept as the charge and usage_status becomes ``unknown``.
+        ``reservation``: the one this call settles (default: the oldest open one); reported usage
+        replaces it. ``model``/``provider`` price the call (unpriced models leave cost unknown).
+        Raises ValueError for a malformed payload.
+        """
+        provider = provider or self.provider
+        normalized = normalize_usage(usage, provider) if usage is not None else None
+        with self._lock:
+            use = self._use
+            res = use.settle(reservation)
+            reserved = res.tokens if res else 0
+            cost = None
+            if normalized is None:
+                if use.add_unknown(reserved):
+                    log.warning("run %s: call without usage; %d reserved tokens kept as its charge",
+                                self.run_id, reserved)
+            else:
+                cost = _price(model or (res.model if res else None), normalized, provider)
+                use.add_usage(normalized, cost)
+                if cost is not None and self._spend is not None:
+                    self._spend.add(cost)
+            if res is None:
+                use.turns += 1  # a call made without a reservation is still a turn
+            action = self._thresholds()
+            used, remaining, turn = use.used_tokens, self._remaining(), res.turn if res else use.turns
+        if self._telemetry.recording:
+            self._telemetry.model_call(
+                model=model or (res.model if res else None), response_model=response_model,
+                provider=provider, turn=turn,
+                start_ns=res.start_ns if res else None, usage=normalized, reserved_tokens=reserved,
+                used_tokens=used, remaining_tokens=remaining, cost_usd=cost, error_type=error_type)
+        return action
+
+    def release(self, reservation: Reservation) -> None:
+        """Give back a reservation whose call failed before spending anything."""
+        with self._lock:
+            self._use.settle(reservation)
+
+    # --- thresholds and actions -------------------------------------------------------------
+    def _thresholds(self) -> Action:
+        can_downgrade = self._model_index + 1 < len(self.model_chain)
+        advised, crossed = lim.cross_thresholds(self._percent(), self._fired, self.warn_at,
+                                                self.downgrade_at, self.summarize_at, can_downgrade)
+        for action in crossed:
+            if action is Action.DOWNGRADE:
+                before = self.model
+                self._model_index += 1
+                self._emit(action, from_model=before, to_model=self.model)
+            else:
+                self._emit(action)
+        return advised
+
+    def _emit(self, action: Action | None, *, name: str | None = None, **fields: Any) -> None:
+        self._dispatch(BudgetEvent(
+            name=name or EVENT_FOR_ACTION[action], action=action, run_id=self.run_id,
+            used_tokens=self.used_tokens, remaining_tokens=self._remaining(),
+            percent=round(100 * self._percent(), 1), **fields,
+        ))
+
+    # --- limits and reset -------------------------------------------------------------------
+    def set_max(self, **limits: float | None) -> None:
+        """Change limits by constructor name (``set_max(max_total_tokens=10_000)``).
+
+        A limit below current use stops the next check. Raises ValueError naming an unknown
+        or invalid limit.
+        """
+        lim.check_limits(limits)
+        with self._lock:
+            self._limits.update(limits)
+        self._telemetry.set_limits(self._limits)
+
+    def reset(self) -> None:
+        """Clear use (tokens, cost, turns, tool calls, reservations) and the fired thresholds,
+        so the warning can fire again; limits, run id and clock start stay."""
+        with self._lock:
+            self._clear_use()
+            self._stop = None
+
+    # --- reading and finishing --------------------------------------------------------------
+    def stats(self) -> BudgetStats:
+        """A snapshot: used/max/remaining tokens, percent (one decimal), counters, status line."""
+        with self._lock:
+            return self._use.stats(self._limits, self._clock() - self._started)
+
+    @property
+    def result(self) -> RunResult | None:
+        """The RunResult once finished, else None."""
+        return self._finished
+
+    def finish(self, stop_reason: str | None = None, error: BaseException | None = None) -> RunResult:
+        """End the run once (later calls return the same result) and end its span.
+
+        ``stop_reason`` defaults to the budget stop raised so far, ``failed`` when ``error`` is
+        given, else ``completed``. Raises ValueError for a reason outside
+        :data:`collector.semconv.STOP_REASONS`.
+        """
+        lim.check_stop_reason(stop_reason)
+        with self._lock:
+            if self._finished is not None:
+                return self._finished
+            stop_reason = lim.final_stop_reason(stop_reason, error, self._stop)
+            result = self._use.result(self.run_id, self.task_type, stop_reason,
+                                      self._clock() - self._started, error)
+            self._finished = result
+        try:
+            self._telemetry.finish(result, self._limits)
+        except Exception:
+            log.exception("run %s: could not end the run span", self.run_id)
+        return result
+
+    def __enter__(self) -> RunBudget:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        self.finish(error=exc)
+
+    async def __aenter__(self) -> RunBudget:
+        return self
+
+    async def __aexit__(self, exc_type, exc, tb) -> None:
+        self.finish(error=exc)
+
+    @classmethod
+    def from_preset(cls, task_type: str, path: str, **overrides: Any) -> RunBudget:
+        """A guard with the limits of ``task_type`` in a preset file written by ``budgetlens
+        presets`` (YAML/TOML/JSON by extension). ``overrides`` are constructor keywords.
+
+        Raises ValueError naming unknown keys or units, KeyError naming a missing task type.
+        """
+        from collector.presets_loader import load_preset
+
+        return cls(**load_preset(task_type, path), task_type=task_type, **overrides)

@@ -1,0 +1,305 @@
+"""OpenHands evaluation output (``output.jsonl``: one run per line) and runtime trajectories
+(``*.json``: a JSON array of events, one run per file, loaded whole).
+
+Evaluation output lines are ``{instance_id, metadata, history, metrics, error, ...}`` (and the
+issue resolver's ``{issue, metrics, success, error, ...}``). Quirks handled (SOURCES.md §5):
+
+- ``metrics.token_usages`` is the per-call list (one call each; ``prompt_tokens`` includes cache
+  reads and writes). The ``llm_metrics`` snapshots inside ``history`` are cumulative and ignored.
+- ``response_latencies`` may hold more entries than ``token_usages``: a latency whose
+  ``response_id`` has no usage is a call that failed or had no usage -> a call with unknown usage.
+  Latencies are seconds and become the calls' ``duration_s``.
+- ``metrics.costs`` are per-call costs (floats, or ``{cost, ...}``); the run's cost is
+  ``accumulated_cost``. When ``accumulated_cost`` is 0 with no cost entries although tokens are
+  present, the model was unpriced by OpenHands: calls are priced with ``collector.pricing``
+  instead and the run cost is NULL when that fails too (never $0).
+- Resolver runs have costs but no tokens: their calls have unknown usage and the source's cost.
+- ``accumulated_token_usage.model`` is the placeholder ``default``: models come from the calls.
+
+Runtime trajectories repeat the same ``model_response`` (same id and usage) on an action, its
+observation and every action of a multi-tool response: calls are deduplicated by
+``model_response.id``.
+
+Stop reason: no error -> completed; "maximum iteration" -> budget_turns; "budget" ->
+budget_cost; any other error -> failed. Task type: ``--task-type``, else the benchmark from
+``metadata.dataset`` (its last ``__`` segment without ``.jsonl``), else ``openhands-resolver`` or
+``openhands``.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Iterator, Sequence
+
+from collector import semconv
+from collector.importers.base import (
+    ImporterFormat,
+    ImportOptions,
+    ImportReport,
+    from_unix,
+    iter_json_lines,
+    load_json_document,
+    parse_iso,
+    price,
+    provider_from_model,
+    seconds_between,
+    stable_id,
+    usage_columns,
+)
+from collector.usage import normalize_usage
+
+log = logging.getLogger(__name__)
+
+NAME = "openhands"
+SOURCE = semconv.SOURCE_IMPORT_PREFIX + NAME
+SERVICE = "openhands"
+SKIP_REPEATED_RESPONSE = "repeated model_response on an action or observation"
+SKIP_NOT_A_RUN = "line without OpenHands metrics (not an evaluation output run)"
+SKIP_NOT_TRAJECTORY = "JSON file that is not an event array (not a runtime trajectory)"
+
+
+def stop_reason(error: object, final_state: str | None = None) -> str:
+    """Map an OpenHands ``error`` (or the final agent state of a trajectory) to a stop reason."""
+    text = str(error or "").lower()
+    if not text:
+        return semconv.STOP_FAILED if final_state == "error" else semconv.STOP_COMPLETED
+    if "maximum iteration" in text:
+        return semconv.STOP_BUDGET_TURNS
+    if "budget" in text:
+        return semconv.STOP_BUDGET_COST
+    return semconv.STOP_FAILED
+
+
+def benchmark(metadata: object) -> str | None:
+    """The benchmark of an evaluation run from ``metadata.dataset`` (or None)."""
+    if not isinstance(metadata, dict):
+        return None
+    dataset = metadata.get("dataset")
+    if not isinstance(dataset, str) or not dataset:
+        return None
+    name = dataset.rsplit("__", 1)[-1]
+    for ext in (".jsonl", ".json"):
+        name = name.replace(ext, "")
+    return name or None
+
+
+def read(paths: Sequence[Path], options: ImportOptions, report: ImportReport) -> Iterator[tuple]:
+    """Yield calls and one run record per evaluation line or runtime trajectory file."""
+    for path in paths:
+        report.files += 1
+        if path.name.endswith((".jsonl", ".jsonl.gz")):
+            for lineno, obj in iter_json_lines(path, report):
+                if not isinstance(obj.get("metrics"), dict):
+                    report.skip(SKIP_NOT_A_RUN)
+                    continue
+                yield from _eval_run(path, lineno, obj, options, report)
+        else:
+            events = load_json_document(path, report)
+            if events is None:
+                continue
+            if not isinstance(events, list):  # e.g. metadata.json beside output.jsonl
+                report.skip(SKIP_NOT_TRAJECTORY)
+                report.files_without_runs.append(str(path))
+                continue
+            yield from _trajectory(path, events, options, report)
+
+
+def _number(value: object) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value)
+
+
+def _cost_of(entry: object) -> float | None:
+    return _number(entry.get("cost")) if isinstance(entry, dict) else _number(entry)
+
+
+def _history_span(history: object) -> tuple:
+    stamps = [parse_iso(e.get("timestamp")) for e in history if isinstance(e, dict)] \
+        if isinstance(history, list) else []
+    stamps = [s for s in stamps if s is not None]
+    return (min(stamps), max(stamps)) if stamps else (None, None)
+
+
+def _tool_calls(events: object) -> int:
+    ids = set()
+    for event in events if isinstance(events, list) else ():
+        if isinstance(event, dict) and "action" in event:
+            meta = event.get("tool_call_metadata")
+            if isinstance(meta, dict):
+                ids.add(meta.get("tool_call_id") or (id(meta)))
+    return len(ids)
+
+
+def _eval_run(path: Path, lineno: int, obj: dict, options: ImportOptions, report: ImportReport):
+    metrics, metadata = obj["metrics"], obj.get("metadata")
+    metadata = metadata if isinstance(metadata, dict) else {}
+    issue = obj.get("issue") if isinstance(obj.get("issue"), dict) else None
+    if obj.get("instance_id"):
+        instance = str(obj["instance_id"])
+    elif issue:
+        instance = f"{issue.get('owner')}/{issue.get('repo')}#{issue.get('number')}"
+    else:
+        instance = f"{path.name}:{lineno}"
+    llm = metadata.get("llm_config") if isinstance(metadata.get("llm_config"), dict) else {}
+    configured_model = llm.get("model")
+    run_key = stable_id(instance, metadata.get("eval_output_dir"), configured_model,
+                        metadata.get("start_time"))
+    run_id = f"{NAME}:{instance}:{run_key[:12]}"
+    task_type = options.task_type or benchmark(metadata) or (
+        "openhands-resolver" if issue else SERVICE)
+    base = {"run_id": run_id, "source": SOURCE, "service_name": SERVICE, "task_type": task_type,
+            "operation_name": semconv.OPERATION_CHAT}
+
+    usages = [u for u in metrics.get("token_usages") or [] if isinstance(u, dict)]
+    costs = [_cost_of(c) for c in metrics.get("costs") or []]
+    latencies = {l.get("response_id"): l for l in metrics.get("response_latencies") or []
+                 if isinstance(l, dict)}
+    accumulated = _number(metrics.get("accumulated_cost"))
+    source_priced = bool(costs) or bool(accumulated)
+    per_call_costs = costs if len(costs) == max(len(usages), len(costs)) else []
+
+    calls = 0
+    seen_ids = set()
+    for index, entry in enumerate(usages):
+        model = entry.get("model") or configured_model
+        provider = provider_from_model(model)
+        try:
+            usage = normalize_usage(entry)
+        except ValueError as error:
+            report.bad_line(path, lineno, f"metrics.token_usages[{index}]: {error}")
+            usage = None
+        response_id = entry.get("response_id") or None
+        seen_ids.add(response_id)
+        latency = _number((latencies.get(response_id) or {}).get("latency")) if response_id \
+            else None
+        if per_call_costs:
+            cost = per_call_costs[index]
+        else:
+            cost = None if source_priced else price(model, usage, provider)
+        calls += 1
+        yield "call", {
+            **base,
+            "span_id": stable_id(run_id, "token_usage", index, response_id),
+            "provider_name": provider,
+            "request_model": configured_model,
+            "response_model": model,
+            "duration_s": latency,
+            "turn": calls,
+            "cost_usd": cost,
+            **usage_columns(usage),
+        }
+    # Calls with a latency but no usage (failed mid-way), or with a cost but no tokens (resolver).
+    unmatched = [l for rid, l in latencies.items() if rid not in seen_ids]
+    extra = max(len(unmatched), len(costs) - len(usages))
+    for index in range(extra):
+        latency = unmatched[index] if index < len(unmatched) else {}
+        cost_index = len(usages) + index
+        calls += 1
+        yield "call", {
+            **base,
+            "span_id": stable_id(run_id, "no_usage", index, latency.get("response_id")),
+            "provider_name": provider_from_model(latency.get("model") or configured_model),
+            "request_model": configured_model,
+            "response_model": latency.get("model"),
+            "duration_s": _number(latency.get("latency")),
+            "turn": calls,
+            "cost_usd": costs[cost_index] if cost_index < len(costs) else None,
+            **usage_columns(None),
+        }
+    if not calls:
+        report.skip("OpenHands run without model calls")
+    start, end = _history_span(obj.get("history"))
+    start = start or parse_iso(metadata.get("start_time"))
+    yield "record", {
+        "run_id": run_id,
+        "source": SOURCE,
+        "service_name": SERVICE,
+        "task_type": task_type,
+        "agent_name": metadata.get("agent_class") or SERVICE,
+        "model": configured_model,
+        "start_utc": start,
+        "end_utc": end,
+        "duration_s": seconds_between(start, end),
+        "tool_calls": _tool_calls(obj.get("history")),
+        "cost_usd": accumulated if source_priced else None,
+        "stop_reason": stop_reason(obj.get("error")),
+        "usage_status": None if calls else semconv.USAGE_UNKNOWN,
+    }
+
+
+def _trajectory(path: Path, events: list, options: ImportOptions, report: ImportReport):
+    first_ts = next((e.get("timestamp") for e in events if isinstance(e, dict)), None)
+    run_id = f"{NAME}:{path.stem}:{stable_id(path.stem, first_ts)[:12]}"
+    task_type = options.task_type or SERVICE
+    seen: set = set()
+    calls = 0
+    final_state = None
+    models = []
+    for index, event in enumerate(events):
+        if not isinstance(event, dict):
+            report.bad_line(path, None, f"events[{index}] is not an object")
+            continue
+        if event.get("observation") == "agent_state_changed":
+            extras = event.get("extras") if isinstance(event.get("extras"), dict) else {}
+            final_state = extras.get("agent_state") or final_state
+        meta = event.get("tool_call_metadata")
+        response = meta.get("model_response") if isinstance(meta, dict) else None
+        if not isinstance(response, dict):
+            continue
+        response_id = response.get("id")
+        if response_id in seen:
+            report.skip(SKIP_REPEATED_RESPONSE)
+            continue
+        seen.add(response_id)
+        model = response.get("model")
+        models.append(model)
+        try:
+            usage = normalize_usage(response.get("usage"))
+        except ValueError as error:
+            report.bad_line(path, None, f"events[{index}].model_response.usage: {error}")
+            usage = None
+        when = parse_iso(event.get("timestamp")) or from_unix(response.get("created"))
+        provider = provider_from_model(model)
+        calls += 1
+        yield "call", {
+            "run_id": run_id,
+            "source": SOURCE,
+            "service_name": SERVICE,
+            "task_type": task_type,
+            "operation_name": semconv.OPERATION_CHAT,
+            "span_id": stable_id(run_id, response_id, index if response_id is None else ""),
+            "provider_name": provider,
+            "request_model": model,
+            "response_model": model,
+            "start_utc": when,
+            "end_utc": when,
+            "turn": calls,
+            "cost_usd": price(model, usage, provider),
+            **usage_columns(usage),
+        }
+    start, end = _history_span(events)
+    yield "record", {
+        "run_id": run_id,
+        "source": SOURCE,
+        "service_name": SERVICE,
+        "task_type": task_type,
+        "agent_name": SERVICE,
+        "model": models[0] if models else None,
+        "start_utc": start,
+        "end_utc": end,
+        "duration_s": seconds_between(start, end),
+        "tool_calls": _tool_calls(events),
+        "stop_reason": stop_reason(None, final_state),
+        "usage_status": None if calls else semconv.USAGE_UNKNOWN,
+    }
+
+
+FORMAT = ImporterFormat(
+    name=NAME,
+    description="OpenHands evaluation output JSONL (metrics: token_usages, accumulated_cost) "
+    "and runtime trajectory JSON",
+    patterns=("*.jsonl", "*.json"),
+    read=read,
+)

@@ -1,0 +1,140 @@
+"""RunLedger: what one guarded run has used so far (the bookkeeping behind ``RunBudget``).
+
+Plain counters with no limits and no lock: :class:`collector.guard.RunBudget` owns both, calls the
+ledger under its lock and replaces it on ``reset()``. Limits and stop decisions are in
+:mod:`collector.limits`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from collector import semconv as sc
+from collector.actions import BudgetStats, Reservation, RunResult
+from collector.limits import limit_share, retryable
+from collector.usage import Usage
+
+__all__ = ["RunLedger"]
+
+
+class RunLedger:
+    """One run's use: reported usage (tokens), charges of calls without usage (tokens), open
+    reservations (tokens), turns (model calls), tool calls and priced cost (USD).
+
+    ``unknown_at``: used tokens when the first call without usage was recorded (None: none was).
+    ``unpriced_calls``: calls whose model had no price; the run's cost is then unknown.
+    """
+
+    __slots__ = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens",
+                 "reasoning_tokens", "unknown_tokens", "reservations", "reserved_tokens", "turns",
+                 "tool_calls", "cost_usd", "unpriced_calls", "unknown_at")
+
+    def __init__(self) -> None:
+        self.input_tokens = self.output_tokens = 0
+        self.cache_read_tokens = self.cache_write_tokens = self.reasoning_tokens = 0
+        self.unknown_tokens = 0  # reservations kept as charges of calls without usage
+        self.reservations: dict[int, Reservation] = {}
+        self.reserved_tokens = 0
+        self.turns = 0
+        self.tool_calls = 0
+        self.cost_usd = 0.0
+        self.unpriced_calls = 0
+        self.unknown_at: int | None = None
+
+    # --- reading ---------------------------------------------------------------------------
+    @property
+    def used_tokens(self) -> int:
+        """Tokens used (int, ≥ 0): reported usage plus the charges of calls with unknown usage."""
+        return self.input_tokens + self.output_tokens + self.unknown_tokens
+
+    @property
+    def committed_tokens(self) -> int:
+        """Tokens used plus the tokens of open reservations (int, ≥ 0)."""
+        return self.used_tokens + self.reserved_tokens
+
+    @property
+    def usage(self) -> Usage:
+        """The summed reported usage (calls without usage are not in it)."""
+        return Usage(self.input_tokens, self.output_tokens, self.cache_read_tokens,
+                     self.cache_write_tokens, self.reasoning_tokens)
+
+    @property
+    def priced_cost_usd(self) -> float | None:
+        """The cost (USD), or None when any call was unpriced."""
+        return None if self.unpriced_calls else self.cost_usd
+
+    def remaining(self, max_total_tokens: float | None) -> int | None:
+        """Tokens left (int, ≥ 0) under ``max_total_tokens`` after use and open reservations;
+        None without a total limit."""
+        if max_total_tokens is None:
+            return None
+        return max(0, int(max_total_tokens) - self.committed_tokens)
+
+    def share(self, limits: Mapping[str, float | None]) -> float:
+        """The share of the most-used token or cost limit (see :func:`collector.limits.limit_share`)."""
+        return limit_share(limits, self.input_tokens, self.output_tokens, self.unknown_tokens,
+                           self.cost_usd)
+
+    def stats(self, limits: Mapping[str, float | None], elapsed_s: float) -> BudgetStats:
+        """A :class:`BudgetStats` snapshot against ``limits`` after ``elapsed_s`` seconds."""
+        max_total = limits["max_total_tokens"]
+        return BudgetStats(
+            used_tokens=self.used_tokens, reserved_tokens=self.reserved_tokens, max_tokens=max_total,
+            remaining_tokens=self.remaining(max_total), percent=round(100 * self.share(limits), 1),
+            turns=self.turns, tool_calls=self.tool_calls, cost_usd=self.priced_cost_usd,
+            elapsed_s=elapsed_s, usage=self.usage,
+        )
+
+    def result(self, run_id: str, task_type: str, stop_reason: str, duration_s: float,
+               error: BaseException | None) -> RunResult:
+        """The :class:`RunResult` of a run that ended with ``stop_reason`` after ``duration_s``
+        seconds; ``error_type`` names ``error``'s class when the run ``failed``."""
+        unknown = self.unknown_at is not None
+        cost = self.priced_cost_usd
+        return RunResult(
+            run_id=run_id, task_type=task_type, stop_reason=stop_reason, usage=self.usage,
+            used_tokens=self.used_tokens, turns=self.turns, tool_calls=self.tool_calls,
+            duration_s=duration_s, cost_usd=None if cost is None else round(cost, 9),
+            usage_status=sc.USAGE_UNKNOWN if unknown else sc.USAGE_REPORTED,
+            retryable=retryable(stop_reason, unknown),
+            error_type=type(error).__name__ if error is not None and stop_reason == sc.STOP_FAILED else None,
+        )
+
+    # --- recording -------------------------------------------------------------------------
+    def reserve(self, reservation: Reservation) -> None:
+        """Hold ``reservation`` open (its tokens count against the total until settled)."""
+        self.reservations[reservation.id] = reservation
+        self.reserved_tokens += reservation.tokens
+
+    def settle(self, reservation: Reservation | None) -> Reservation | None:
+        """Close ``reservation`` (default: the oldest open one). Returns it, or None when it was
+        not open (already settled, or none open)."""
+        if reservation is None:
+            if not self.reservations:
+                return None
+            reservation = next(iter(self.reservations.values()))
+        res = self.reservations.pop(reservation.id, None)
+        if res is not None:
+            self.reserved_tokens -= res.tokens
+        return res
+
+    def add_usage(self, usage: Usage, cost_usd: float | None) -> None:
+        """Add one call's reported usage and its cost (USD; None when the model is unpriced)."""
+        self.input_tokens += usage.input_tokens
+        self.output_tokens += usage.output_tokens
+        self.cache_read_tokens += usage.cache_read_tokens
+        self.cache_write_tokens += usage.cache_write_tokens
+        self.reasoning_tokens += usage.reasoning_tokens
+        if cost_usd is None:
+            self.unpriced_calls += 1
+        else:
+            self.cost_usd += cost_usd
+
+    def add_unknown(self, charged_tokens: int) -> bool:
+        """Charge a call that ended without usage ``charged_tokens`` (its reservation). Returns True
+        for the run's first such call."""
+        self.unknown_tokens += charged_tokens
+        if self.unknown_at is not None:
+            return False
+        self.unknown_at = self.used_tokens
+        return True

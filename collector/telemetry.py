@@ -1,0 +1,192 @@
+"""OpenTelemetry spans and span events of a guarded run (design §4), through the OTel API only.
+
+- Run span ``invoke_agent {task_type}`` (INTERNAL): run id, task type, agent name, the limits;
+  at the end turns, tool calls, used tokens, ``gen_ai.usage.*`` totals, cost (omitted when
+  unpriced), stop reason, usage status, retryable; status ERROR when the stop reason is ``failed``.
+- Model-call span ``chat {model}`` (CLIENT, child of the run span) per recorded call.
+- Span events on the run span: warning, downgrade, summarize, tool_call, stop.
+
+Attribute names come only from :mod:`collector.semconv`. Never prompts, completions, messages,
+tool arguments or results. With no SDK configured the tracer is a no-op: attributes are only
+built when the span is recording, so the cost is a few attribute lookups.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from opentelemetry import trace
+from opentelemetry.trace import SpanKind, Status, StatusCode
+
+from collector import semconv as sc
+from collector.actions import BudgetEvent, RunResult
+from collector.usage import Usage
+
+log = logging.getLogger(__name__)
+
+TRACER_NAME = "budgetlens"
+
+_LIMIT_ATTRIBUTES = (
+    ("max_total_tokens", sc.BUDGET_LIMIT_TOTAL_TOKENS),
+    ("max_input_tokens", sc.BUDGET_LIMIT_INPUT_TOKENS),
+    ("max_output_tokens", sc.BUDGET_LIMIT_OUTPUT_TOKENS),
+    ("max_turns", sc.BUDGET_LIMIT_TURNS),
+    ("max_tool_calls", sc.BUDGET_LIMIT_TOOL_CALLS),
+    ("max_duration_s", sc.BUDGET_LIMIT_DURATION_S),
+    ("max_cost_usd", sc.BUDGET_LIMIT_COST_USD),
+)
+
+
+def usage_attributes(usage: Usage) -> dict[str, int]:
+    """``gen_ai.usage.*`` attributes of a usage (tokens); parts under their own names."""
+    return {
+        sc.GEN_AI_USAGE_INPUT_TOKENS: usage.input_tokens,
+        sc.GEN_AI_USAGE_OUTPUT_TOKENS: usage.output_tokens,
+        sc.GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS: usage.cache_read_tokens,
+        sc.GEN_AI_USAGE_CACHE_CREATION_INPUT_TOKENS: usage.cache_write_tokens,
+        sc.GEN_AI_USAGE_REASONING_OUTPUT_TOKENS: usage.reasoning_tokens,
+    }
+
+
+class RunTelemetry:
+    """Emits one run's spans and events. Created by ``RunBudget``; never raises into the agent."""
+
+    __slots__ = ("_tracer", "_span", "_context", "_recording", "_run_id", "_task_type")
+
+    def __init__(
+        self,
+        tracer: trace.Tracer | None,
+        run_id: str,
+        task_type: str,
+        agent_name: str | None,
+        limits: dict[str, Any],
+    ) -> None:
+        self._tracer = tracer if tracer is not None else trace.get_tracer(TRACER_NAME)
+        self._run_id, self._task_type = run_id, task_type
+        attributes: dict[str, Any] = {
+            sc.GEN_AI_OPERATION_NAME: sc.OPERATION_INVOKE_AGENT,
+            sc.BUDGET_RUN_ID: run_id,
+            sc.BUDGET_TASK_TYPE: task_type,
+        }
+        if agent_name:
+            attributes[sc.GEN_AI_AGENT_NAME] = agent_name
+        for key, name in _LIMIT_ATTRIBUTES:
+            if limits.get(key) is not None:
+                attributes[name] = limits[key]
+        self._span = self._tracer.start_span(
+            f"{sc.OPERATION_INVOKE_AGENT} {task_type}", kind=SpanKind.INTERNAL, attributes=attributes
+        )
+        self._recording = self._span.is_recording()
+        self._context = trace.set_span_in_context(self._span)
+
+    @property
+    def recording(self) -> bool:
+        """True when spans are recorded (an SDK is configured and the run is sampled)."""
+        return self._recording
+
+    @property
+    def span(self) -> trace.Span:
+        """The run span (to parent the agent's own spans: ``trace.use_span(run.span)``)."""
+        return self._span
+
+    def set_limits(self, limits: dict[str, Any]) -> None:
+        if self._recording:
+            for key, name in _LIMIT_ATTRIBUTES:
+                if limits.get(key) is not None:
+                    self._span.set_attribute(name, limits[key])
+
+    def model_call(
+        self,
+        *,
+        model: str | None,
+        response_model: str | None,
+        provider: str | None,
+        turn: int,
+        start_ns: int | None,
+        usage: Usage | None,
+        reserved_tokens: int,
+        used_tokens: int,
+        remaining_tokens: int | None,
+        cost_usd: float | None,
+        error_type: str | None,
+    ) -> None:
+        """Emit one ``chat {model}`` span, child of the run span, ending now."""
+        if not self._recording:
+            return  # no SDK, or the run is not sampled: its children would not be either
+        attributes: dict[str, Any] = {
+            sc.GEN_AI_OPERATION_NAME: sc.OPERATION_CHAT,
+            sc.BUDGET_RUN_ID: self._run_id,
+            sc.BUDGET_TASK_TYPE: self._task_type,
+            sc.BUDGET_TURN: turn,
+            sc.BUDGET_RESERVED_TOKENS: reserved_tokens,
+            sc.BUDGET_USED_TOKENS: used_tokens,
+            sc.BUDGET_USAGE_STATUS: sc.USAGE_UNKNOWN if usage is None else sc.USAGE_REPORTED,
+        }
+        if remaining_tokens is not None:
+            attributes[sc.BUDGET_REMAINING_TOKENS] = remaining_tokens
+        if provider:
+            attributes[sc.GEN_AI_PROVIDER_NAME] = provider
+        if model:
+            attributes[sc.GEN_AI_REQUEST_MODEL] = model
+        if response_model or model:
+            attributes[sc.GEN_AI_RESPONSE_MODEL] = response_model or model
+        if usage is not None:
+            attributes.update(usage_attributes(usage))
+        if cost_usd is not None:
+            attributes[sc.BUDGET_COST_USD] = cost_usd
+        if error_type:
+            attributes[sc.ERROR_TYPE] = error_type
+        span = self._tracer.start_span(
+            f"{sc.OPERATION_CHAT} {model or 'unknown'}",
+            context=self._context,
+            kind=SpanKind.CLIENT,
+            attributes=attributes,
+            start_time=start_ns,
+        )
+        if error_type:
+            span.set_status(Status(StatusCode.ERROR, error_type))
+        span.end()
+
+    def event(self, event: BudgetEvent) -> None:
+        """Add a budget event to the run span."""
+        if not self._recording:
+            return
+        attributes: dict[str, Any] = {
+            sc.BUDGET_USED_TOKENS: event.used_tokens,
+            sc.BUDGET_PERCENT: event.percent,
+        }
+        if event.remaining_tokens is not None:
+            attributes[sc.BUDGET_REMAINING_TOKENS] = event.remaining_tokens
+        if event.reason:
+            attributes[sc.BUDGET_REASON] = event.reason
+        if event.from_model:
+            attributes[sc.BUDGET_FROM_MODEL] = event.from_model
+        if event.to_model:
+            attributes[sc.BUDGET_TO_MODEL] = event.to_model
+        if event.tool_name:
+            attributes[sc.GEN_AI_TOOL_NAME] = event.tool_name
+        self._span.add_event(event.name, attributes=attributes, timestamp=time.time_ns())
+
+    def finish(self, result: RunResult, limits: dict[str, Any]) -> None:
+        """Set the run's end attributes and end the run span (idempotence is the caller's)."""
+        if self._recording:
+            self.set_limits(limits)
+            attributes: dict[str, Any] = {
+                sc.BUDGET_TURNS: result.turns,
+                sc.BUDGET_TOOL_CALLS: result.tool_calls,
+                sc.BUDGET_USED_TOKENS: result.used_tokens,
+                sc.BUDGET_STOP_REASON: result.stop_reason,
+                sc.BUDGET_USAGE_STATUS: result.usage_status,
+                sc.BUDGET_RETRYABLE: result.retryable,
+            }
+            attributes.update(usage_attributes(result.usage))
+            if result.cost_usd is not None:
+                attributes[sc.BUDGET_COST_USD] = result.cost_usd
+            if result.error_type:
+                attributes[sc.ERROR_TYPE] = result.error_type
+            self._span.set_attributes(attributes)
+            if result.stop_reason == sc.STOP_FAILED:
+                self._span.set_status(Status(StatusCode.ERROR, result.error_type or "failed"))
+        self._span.end()

@@ -1,0 +1,327 @@
+"""Provider usage -> one normalized shape (design §2).
+
+The internal shape follows the OpenTelemetry GenAI convention:
+
+- ``input_tokens`` counts ALL input, including cache reads and cache writes;
+- ``output_tokens`` counts ALL output, including reasoning;
+- ``cache_read_tokens``, ``cache_write_tokens`` and ``reasoning_tokens`` are *parts* of those
+  totals and are never added again.
+
+Provider quirks handled by :func:`normalize_usage` (each a documented rule, never a guess):
+
+- OpenAI Chat Completions (``prompt_tokens`` / ``completion_tokens``; cached and reasoning counts
+  under ``*_details``) and Responses (``input_tokens`` / ``output_tokens`` with
+  ``input_tokens_details`` / ``output_tokens_details``): the totals already include the parts.
+- LiteLLM dicts are Chat Completions shaped, sometimes with Anthropic's
+  ``cache_creation_input_tokens`` / ``cache_read_input_tokens`` or DeepSeek's
+  ``prompt_cache_hit_tokens`` beside them; ``prompt_tokens`` includes them. If the parts are
+  larger than ``prompt_tokens`` the total cannot include them and they are added instead.
+- Anthropic Messages and Bedrock Converse report input WITHOUT the cache buckets:
+  input = input + cache read + cache write.
+- Gemini ``usageMetadata`` reports thinking outside candidates and tool-use prompt outside the
+  prompt: input = prompt + tool-use prompt, output = candidates + thoughts; the prompt includes
+  ``cachedContentTokenCount``.
+- Codex CLI ``token_count`` (``cached_input_tokens``, ``reasoning_output_tokens``): included.
+- Langfuse ``usageDetails`` (``input``, ``output``, ``total`` and detail keys): the reported
+  ``total`` tells whether details are exclusive (total = sum of all keys) or included.
+- Streams report cumulative usage: :class:`UsageAccumulator` keeps the latest value per field,
+  it never sums chunks.
+
+A provider's own total is never added on top of its parts.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, fields
+from typing import Any, Mapping
+
+log = logging.getLogger(__name__)
+
+__all__ = ["Usage", "UsageAccumulator", "normalize_usage"]
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """Token usage of one model call (or a sum of calls), in tokens (int, >= 0).
+
+    ``input_tokens`` includes ``cache_read_tokens`` and ``cache_write_tokens``; ``output_tokens``
+    includes ``reasoning_tokens``. Raises ``ValueError`` naming the field when a value is not a
+    non-negative int or a part exceeds its total.
+    """
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+    reasoning_tokens: int = 0
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"Usage.{f.name} must be an int >= 0, got {value!r}")
+        if self.cache_read_tokens + self.cache_write_tokens > self.input_tokens:
+            raise ValueError(
+                "Usage.cache_read_tokens + cache_write_tokens must not exceed input_tokens "
+                f"(input includes cache): {self.cache_read_tokens} + {self.cache_write_tokens}"
+                f" > {self.input_tokens}"
+            )
+        if self.reasoning_tokens > self.output_tokens:
+            raise ValueError(
+                "Usage.reasoning_tokens must not exceed output_tokens (output includes reasoning): "
+                f"{self.reasoning_tokens} > {self.output_tokens}"
+            )
+
+    @property
+    def total_tokens(self) -> int:
+        """input_tokens + output_tokens (tokens); parts are already inside these."""
+        return self.input_tokens + self.output_tokens
+
+    def __add__(self, other: Usage) -> Usage:
+        if not isinstance(other, Usage):
+            return NotImplemented
+        return Usage(
+            self.input_tokens + other.input_tokens,
+            self.output_tokens + other.output_tokens,
+            self.cache_read_tokens + other.cache_read_tokens,
+            self.cache_write_tokens + other.cache_write_tokens,
+            self.reasoning_tokens + other.reasoning_tokens,
+        )
+
+
+_CONTAINER_KEYS = ("usage", "usageMetadata", "usage_metadata", "usageDetails")
+
+
+def _as_mapping(obj: Any) -> Mapping[str, Any] | None:
+    """A dict view of a payload: dicts as is, SDK objects via model_dump / to_dict / __dict__."""
+    if obj is None:
+        return None
+    if isinstance(obj, Mapping):
+        return obj
+    for method in ("model_dump", "to_dict"):
+        fn = getattr(obj, method, None)
+        if callable(fn):
+            try:
+                result = fn()
+            except TypeError:
+                continue
+            if isinstance(result, Mapping):
+                return result
+    if hasattr(obj, "__dict__"):
+        return {k: v for k, v in vars(obj).items() if not k.startswith("_")}
+    return None
+
+
+def _int(value: Any, field: str) -> int:
+    """A token count from a payload value: None -> 0; rejects negatives and non-numbers."""
+    if value is None:
+        return 0
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise ValueError(f"usage field {field!r} must be a token count, got {value!r}")
+    try:
+        number = int(value)
+    except ValueError:
+        raise ValueError(f"usage field {field!r} must be a token count, got {value!r}") from None
+    if number < 0 or (isinstance(value, float) and value != number):
+        raise ValueError(f"usage field {field!r} must be a whole number >= 0, got {value!r}")
+    return number
+
+
+def _sub(mapping: Mapping[str, Any], key: str) -> Mapping[str, Any]:
+    return _as_mapping(mapping.get(key)) or {}
+
+
+def _clamped(inp: int, out: int, cr: int, cw: int, rs: int, source: str) -> Usage:
+    """Build a Usage; a part larger than its total is clamped (logged), never added on top."""
+    if cr + cw > inp:
+        log.warning("%s usage: cache parts %d+%d exceed input %d; clamping", source, cr, cw, inp)
+        cr = min(cr, inp)
+        cw = min(cw, inp - cr)
+    if rs > out:
+        log.warning("%s usage: reasoning %d exceeds output %d; clamping", source, rs, out)
+        rs = out
+    return Usage(inp, out, cr, cw, rs)
+
+
+def _gemini(u: Mapping[str, Any]) -> Usage:
+    def get(camel: str, snake: str) -> int:
+        return _int(u.get(camel, u.get(snake)), camel)
+
+    prompt = get("promptTokenCount", "prompt_token_count")
+    tool_prompt = get("toolUsePromptTokenCount", "tool_use_prompt_token_count")
+    candidates = get("candidatesTokenCount", "candidates_token_count")
+    thoughts = get("thoughtsTokenCount", "thoughts_token_count")
+    cached = get("cachedContentTokenCount", "cached_content_token_count")
+    return _clamped(prompt + tool_prompt, candidates + thoughts, cached, 0, thoughts, "gemini")
+
+
+def _bedrock(u: Mapping[str, Any]) -> Usage:
+    cr = _int(u.get("cacheReadInputTokens"), "cacheReadInputTokens")
+    cw = _int(u.get("cacheWriteInputTokens"), "cacheWriteInputTokens")
+    inp = _int(u.get("inputTokens"), "inputTokens") + cr + cw
+    return Usage(inp, _int(u.get("outputTokens"), "outputTokens"), cr, cw, 0)
+
+
+def _anthropic(u: Mapping[str, Any]) -> Usage:
+    cr = _int(u.get("cache_read_input_tokens"), "cache_read_input_tokens")
+    cw = _int(u.get("cache_creation_input_tokens"), "cache_creation_input_tokens")
+    inp = _int(u.get("input_tokens"), "input_tokens") + cr + cw
+    return Usage(inp, _int(u.get("output_tokens"), "output_tokens"), cr, cw, 0)
+
+
+def _chat(u: Mapping[str, Any]) -> Usage:
+    """OpenAI Chat Completions, LiteLLM, DeepSeek, OpenHands token_usages."""
+    prompt = _int(u.get("prompt_tokens"), "prompt_tokens")
+    completion = _int(u.get("completion_tokens"), "completion_tokens")
+    pdet, cdet = _sub(u, "prompt_tokens_details"), _sub(u, "completion_tokens_details")
+    cr = max(
+        _int(pdet.get("cached_tokens"), "prompt_tokens_details.cached_tokens"),
+        _int(u.get("cache_read_input_tokens"), "cache_read_input_tokens"),
+        _int(u.get("prompt_cache_hit_tokens"), "prompt_cache_hit_tokens"),
+        _int(u.get("cache_read_tokens"), "cache_read_tokens"),
+    )
+    cw = max(
+        _int(u.get("cache_creation_input_tokens"), "cache_creation_input_tokens"),
+        _int(pdet.get("cache_creation_tokens"), "prompt_tokens_details.cache_creation_tokens"),
+        _int(u.get("cache_write_tokens"), "cache_write_tokens"),
+    )
+    rs = _int(cdet.get("reasoning_tokens"), "completion_tokens_details.reasoning_tokens")
+    if cr + cw > prompt:
+        # The parts cannot be inside this total: the source reported input without cache.
+        prompt += cr + cw
+    return _clamped(prompt, completion, cr, cw, rs, "chat")
+
+
+def _responses(u: Mapping[str, Any]) -> Usage:
+    """OpenAI Responses API and Codex CLI token_count: totals include cached and reasoning."""
+    idet, odet = _sub(u, "input_tokens_details"), _sub(u, "output_tokens_details")
+    cr = max(
+        _int(idet.get("cached_tokens"), "input_tokens_details.cached_tokens"),
+        _int(u.get("cached_input_tokens"), "cached_input_tokens"),
+    )
+    rs = max(
+        _int(odet.get("reasoning_tokens"), "output_tokens_details.reasoning_tokens"),
+        _int(u.get("reasoning_output_tokens"), "reasoning_output_tokens"),
+    )
+    inp = _int(u.get("input_tokens"), "input_tokens")
+    out = _int(u.get("output_tokens"), "output_tokens")
+    return _clamped(inp, out, cr, 0, rs, "responses")
+
+
+_LANGFUSE_CACHE_READ = ("input_cache_read", "prompt_details.cache_read", "cache_read_input_tokens")
+_LANGFUSE_CACHE_WRITE = ("input_cache_creation", "input_cache_write", "cache_creation_input_tokens")
+_LANGFUSE_REASONING = ("output_reasoning", "completion_details.reasoning")
+
+
+def _langfuse(u: Mapping[str, Any]) -> Usage:
+    """Langfuse usageDetails: ``input``/``output`` plus detail keys; ``total`` disambiguates."""
+    inp, out = _int(u.get("input"), "input"), _int(u.get("output"), "output")
+    details = {k: _int(v, k) for k, v in u.items() if k not in ("input", "output", "total")}
+    cr = sum(details.get(k, 0) for k in _LANGFUSE_CACHE_READ)
+    cw = sum(details.get(k, 0) for k in _LANGFUSE_CACHE_WRITE)
+    rs = sum(details.get(k, 0) for k in _LANGFUSE_REASONING)
+    total = u.get("total")
+    exclusive = total is not None and _int(total, "total") == inp + out + sum(details.values())
+    if exclusive and sum(details.values()) > 0:
+        inp += sum(v for k, v in details.items() if k.startswith(("input", "prompt", "cache")))
+        out += sum(v for k, v in details.items() if k.startswith(("output", "completion")))
+    return _clamped(inp, out, cr, cw, rs, "langfuse")
+
+
+_ANTHROPIC_PROVIDERS = {"anthropic", "aws.bedrock", "bedrock", "gcp.vertex_ai.anthropic"}
+
+
+def _dispatch(u: Mapping[str, Any], provider: str | None) -> Usage | None:
+    keys = u.keys()
+    if "promptTokenCount" in keys or "prompt_token_count" in keys or "candidatesTokenCount" in keys:
+        return _gemini(u)
+    if "inputTokens" in keys or "outputTokens" in keys:
+        return _bedrock(u)
+    if "prompt_tokens" in keys or "completion_tokens" in keys:
+        return _chat(u)
+    if "input_tokens" in keys or "output_tokens" in keys:
+        anthropic_keys = "cache_read_input_tokens" in keys or "cache_creation_input_tokens" in keys
+        if anthropic_keys or (provider or "").lower() in _ANTHROPIC_PROVIDERS:
+            return _anthropic(u)
+        return _responses(u)
+    numeric = (int, float, type(None))
+    if ("input" in keys or "output" in keys) and all(
+        isinstance(u.get(k), numeric) for k in ("input", "output", "total")
+    ):
+        return _langfuse(u)
+    return None
+
+
+def normalize_usage(payload: Any, provider: str | None = None) -> Usage | None:
+    """Normalize a provider usage payload to :class:`Usage`.
+
+    ``payload`` may be a usage object or dict, a whole response (object or dict) holding
+    ``usage`` / ``usageMetadata`` / ``usage_metadata``, or an Anthropic stream event
+    (``message_start`` / ``message_delta``). ``provider`` (an OTel ``gen_ai.provider.name`` such
+    as ``"anthropic"``) only disambiguates payloads whose keys fit several providers.
+
+    Returns None when the payload carries no usage (None, no usage keys, or ``usage: null``):
+    the caller must treat that as *unknown*, never as 0. Raises ``ValueError`` naming the field
+    when a count is negative or not a number. An existing :class:`Usage` is returned as is.
+    """
+    if isinstance(payload, Usage):
+        return payload
+    mapping = _as_mapping(payload)
+    if not mapping:
+        return None
+    if mapping.get("type") == "message_start" and "message" in mapping:
+        mapping = _sub(mapping, "message")
+    for key in _CONTAINER_KEYS:
+        if key in mapping:
+            inner = _as_mapping(mapping.get(key))
+            return _dispatch(inner, provider) if inner else None
+    return _dispatch(mapping, provider)
+
+
+class UsageAccumulator:
+    """Usage of one streamed response, built from its chunks or events.
+
+    Streamed usage is cumulative, never per chunk: Anthropic's ``message_start`` carries the
+    input and cache counts and ``message_delta`` the running ``output_tokens`` (newer APIs repeat
+    input counts there too); OpenAI sends usage only in the last chunk (with
+    ``stream_options={"include_usage": True}``); Gemini repeats ``usageMetadata`` per chunk. So the
+    accumulator keeps the latest reported value of each raw field and never sums chunks.
+
+    Use ``add(chunk)`` for every chunk or event, then ``usage`` (None when no chunk had usage:
+    the call's usage is unknown, never 0).
+    """
+
+    __slots__ = ("_fields", "_provider")
+
+    def __init__(self, provider: str | None = None) -> None:
+        self._fields: dict[str, Any] = {}
+        self._provider = provider
+
+    def add(self, chunk: Any) -> None:
+        """Take the usage of one chunk or event (chunks without usage are ignored)."""
+        mapping = _as_mapping(chunk)
+        if not mapping:
+            return
+        if mapping.get("type") == "message_start":
+            raw = _sub(_sub(mapping, "message"), "usage")
+            self._provider = self._provider or "anthropic"
+        elif mapping.get("type") == "message_delta":
+            raw = _sub(mapping, "usage")
+            self._provider = self._provider or "anthropic"
+        else:
+            raw = next((_as_mapping(mapping.get(k)) for k in _CONTAINER_KEYS if mapping.get(k)), None)
+            if raw is None and _dispatch(mapping, self._provider) is not None:
+                raw = mapping
+            if raw:
+                self._fields = {}  # a whole usage object replaces the previous one
+        for key, value in (raw or {}).items():
+            if value is not None:
+                self._fields[key] = value
+
+    @property
+    def usage(self) -> Usage | None:
+        """The normalized usage so far, or None when no chunk reported any."""
+        if not self._fields:
+            return None
+        return _dispatch(self._fields, self._provider)

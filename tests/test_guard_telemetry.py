@@ -1,0 +1,135 @@
+"""The guard's spans and span events (design §4) through the real OpenTelemetry SDK."""
+
+from __future__ import annotations
+
+import pytest
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import SpanKind, StatusCode
+
+import collector
+from collector import semconv as sc
+from collector import BudgetExceeded, RunBudget, Usage
+
+SEMCONV_NAMES = {v for k, v in vars(sc).items() if k.isupper() and isinstance(v, str)}
+
+
+@pytest.fixture
+def spans():
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    yield provider.get_tracer("test"), exporter
+    provider.shutdown()
+
+
+def test_run_and_model_call_spans_follow_the_contract(spans):
+    tracer, exporter = spans
+    run = RunBudget(max_total_tokens=10_000, max_turns=5, task_type="qa", agent_name="helper",
+                    provider="openai", tracer=tracer)
+    res = run.reserve(2_000)
+    run.record({"prompt_tokens": 1_500, "completion_tokens": 300,
+                "prompt_tokens_details": {"cached_tokens": 1_000},
+                "completion_tokens_details": {"reasoning_tokens": 100}},
+               model="gpt-4o", reservation=res, response_model="gpt-4o-2024-08-06")
+    run.before_tool_call("search")
+    run.finish()
+    call_span, run_span = exporter.get_finished_spans()
+
+    assert run_span.name == "invoke_agent qa" and run_span.kind == SpanKind.INTERNAL
+    attrs = run_span.attributes
+    assert attrs[sc.GEN_AI_OPERATION_NAME] == sc.OPERATION_INVOKE_AGENT
+    assert attrs[sc.BUDGET_RUN_ID] == run.run_id and attrs[sc.GEN_AI_AGENT_NAME] == "helper"
+    assert attrs[sc.BUDGET_LIMIT_TOTAL_TOKENS] == 10_000 and attrs[sc.BUDGET_LIMIT_TURNS] == 5
+    assert (attrs[sc.BUDGET_TURNS], attrs[sc.BUDGET_TOOL_CALLS], attrs[sc.BUDGET_USED_TOKENS]) == (1, 1, 1_800)
+    assert attrs[sc.GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS] == 1_000
+    assert attrs[sc.BUDGET_STOP_REASON] == sc.STOP_COMPLETED
+    assert attrs[sc.BUDGET_USAGE_STATUS] == sc.USAGE_REPORTED and attrs[sc.BUDGET_RETRYABLE] is False
+    assert attrs[sc.BUDGET_COST_USD] > 0
+
+    assert call_span.name == "chat gpt-4o" and call_span.kind == SpanKind.CLIENT
+    assert call_span.parent.span_id == run_span.context.span_id
+    c = call_span.attributes
+    assert c[sc.GEN_AI_PROVIDER_NAME] == "openai" and c[sc.GEN_AI_RESPONSE_MODEL] == "gpt-4o-2024-08-06"
+    assert (c[sc.GEN_AI_USAGE_INPUT_TOKENS], c[sc.GEN_AI_USAGE_OUTPUT_TOKENS]) == (1_500, 300)
+    assert c[sc.GEN_AI_USAGE_REASONING_OUTPUT_TOKENS] == 100
+    assert (c[sc.BUDGET_TURN], c[sc.BUDGET_RESERVED_TOKENS], c[sc.BUDGET_USED_TOKENS]) == (1, 2_000, 1_800)
+    assert c[sc.BUDGET_REMAINING_TOKENS] == 8_200
+
+    assert [e.name for e in run_span.events] == [sc.EVENT_TOOL_CALL]
+    assert run_span.events[0].attributes[sc.GEN_AI_TOOL_NAME] == "search"
+    for span in (run_span, call_span):
+        assert set(span.attributes) <= SEMCONV_NAMES
+        for event in span.events:
+            assert set(event.attributes) <= SEMCONV_NAMES
+
+
+def test_unpriced_and_unknown_calls_omit_cost_and_mark_usage_unknown(spans):
+    tracer, exporter = spans
+    run = RunBudget(tracer=tracer)
+    run.record(Usage(10, 1), model="no-such-model", reservation=run.reserve(100))
+    run.record(None, model="gpt-4o", reservation=run.reserve(500), error_type="TimeoutError")
+    result = run.finish()
+    unpriced, unknown, run_span = exporter.get_finished_spans()
+    assert sc.BUDGET_COST_USD not in unpriced.attributes
+    assert unknown.attributes[sc.BUDGET_USAGE_STATUS] == sc.USAGE_UNKNOWN
+    assert unknown.attributes[sc.ERROR_TYPE] == "TimeoutError"
+    assert sc.GEN_AI_USAGE_INPUT_TOKENS not in unknown.attributes
+    assert sc.BUDGET_COST_USD not in run_span.attributes and result.cost_usd is None
+    assert run_span.attributes[sc.BUDGET_USAGE_STATUS] == sc.USAGE_UNKNOWN
+
+
+def test_failed_run_span_has_error_status(spans):
+    tracer, exporter = spans
+    with pytest.raises(ValueError):
+        with RunBudget(tracer=tracer):
+            raise ValueError("tool crashed")
+    (run_span,) = exporter.get_finished_spans()
+    assert run_span.status.status_code == StatusCode.ERROR
+    assert run_span.attributes[sc.BUDGET_STOP_REASON] == sc.STOP_FAILED
+
+
+def test_threshold_events_carry_used_remaining_percent_and_models(spans):
+    tracer, exporter = spans
+    run = RunBudget(max_total_tokens=1_000, model_chain=("big", "small"), tracer=tracer)
+    run.record(Usage(900, 0), reservation=run.reserve(0))
+    with pytest.raises(BudgetExceeded):
+        run.reserve(200)
+    run.finish()
+    run_span = exporter.get_finished_spans()[-1]
+    names = [e.name for e in run_span.events]
+    assert names == [sc.EVENT_WARNING, sc.EVENT_DOWNGRADE, sc.EVENT_SUMMARIZE, sc.EVENT_STOP]
+    downgrade = run_span.events[1].attributes
+    assert (downgrade[sc.BUDGET_FROM_MODEL], downgrade[sc.BUDGET_TO_MODEL]) == ("big", "small")
+    stop = run_span.events[3].attributes
+    assert (stop[sc.BUDGET_REASON], stop[sc.BUDGET_USED_TOKENS], stop[sc.BUDGET_PERCENT]) == (
+        sc.STOP_BUDGET_TOKENS, 900, 90.0)
+    assert stop[sc.BUDGET_REMAINING_TOKENS] == 100
+    assert run_span.attributes[sc.BUDGET_STOP_REASON] == sc.STOP_BUDGET_TOKENS
+
+
+def test_no_prompt_or_completion_content_reaches_spans(spans):
+    tracer, exporter = spans
+    run = RunBudget(tracer=tracer)
+    response = {"id": "chatcmpl-1", "choices": [{"message": {"content": "SECRET-COMPLETION"}}],
+                "usage": {"prompt_tokens": 5, "completion_tokens": 2}}
+    run.record(response, model="gpt-4o", reservation=run.reserve(10))
+    run.before_tool_call("bash")
+    run.finish()
+    for span in exporter.get_finished_spans():
+        values = list(span.attributes.values()) + [
+            v for e in span.events for v in e.attributes.values()]
+        assert not any("SECRET" in str(v) for v in values)
+
+
+def test_without_sdk_the_guard_emits_nothing_and_still_works():
+    run = RunBudget()
+    assert not run.span.is_recording()
+    run.record(Usage(5, 5), reservation=run.reserve(10))
+    assert run.finish().used_tokens == 10
+
+
+def test_every_public_name_imports_from_collector():
+    for name in collector.__all__:
+        assert getattr(collector, name) is not None

@@ -1,0 +1,162 @@
+"""openhands importer: evaluation output JSONL and runtime trajectories from ../shared/realdata."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from collector.importers import ImportReport, import_paths, read_rows
+from collector.importers.openhands import SKIP_REPEATED_RESPONSE, benchmark, stop_reason
+from collector.store import read_connection
+
+
+def _runs(db_path: Path) -> list[dict]:
+    with read_connection(db_path) as conn:
+        cursor = conn.execute("SELECT * FROM runs ORDER BY start_utc NULLS LAST, run_id")
+        names = [d[0] for d in cursor.description]
+        return [dict(zip(names, row)) for row in cursor.fetchall()]
+
+
+@pytest.fixture
+def eval_output(realdata: Path) -> Path:
+    return realdata / "openhands" / "multi_swe_bench_eval_output.jsonl"
+
+
+@pytest.fixture
+def resolver_output(realdata: Path) -> Path:
+    return realdata / "openhands" / "resolver_mock_output.jsonl"
+
+
+def _by_instance(db_path: Path) -> dict[str, dict]:
+    return {run["run_id"].split(":")[1]: run for run in _runs(db_path)}
+
+
+def test_eval_runs_equal_the_accumulated_token_usage(eval_output, db_path):
+    import_paths("openhands", [eval_output], db_path)
+    runs = _by_instance(db_path)
+    lines = [json.loads(line) for line in eval_output.read_text().splitlines()]
+    assert len(runs) == len(lines) == 3
+    for line in lines:
+        metrics = line["metrics"]
+        run = runs[line["instance_id"]]
+        accumulated = metrics["accumulated_token_usage"]
+        assert run["input_tokens"] == accumulated["prompt_tokens"]
+        assert run["output_tokens"] == accumulated["completion_tokens"]
+        usage_ids = {u["response_id"] for u in metrics["token_usages"]}
+        no_usage = [l for l in metrics["response_latencies"] if l["response_id"] not in usage_ids]
+        assert run["model_calls"] == len(metrics["token_usages"]) + len(no_usage)
+        assert run["unknown_usage_calls"] == len(no_usage)
+        assert run["usage_status"] == ("unknown" if no_usage else "reported")
+        assert run["task_type"] == "multi_swe_bench_c_changed_debug-train"
+
+
+def test_unpriced_runs_have_null_cost_not_zero(eval_output, db_path):
+    import_paths("openhands", [eval_output], db_path)
+    for line in eval_output.read_text().splitlines():
+        metrics = json.loads(line)["metrics"]
+        assert metrics["accumulated_cost"] == 0 and metrics["costs"] == []
+    runs = _runs(db_path)
+    assert [run["cost_usd"] for run in runs] == [None, None, None]
+    assert all(run["unpriced_calls"] > 0 for run in runs)
+
+
+def test_resolver_runs_keep_the_accumulated_cost_with_unknown_usage(resolver_output, db_path):
+    import_paths("openhands", [resolver_output], db_path)
+    runs = {run["run_id"]: run for run in _runs(db_path)}
+    lines = [json.loads(line) for line in resolver_output.read_text().splitlines()]
+    assert len(runs) == len(lines) == 2
+    for line in lines:
+        issue = line["issue"]
+        (run,) = [r for r in runs.values()
+                  if f"{issue['owner']}/{issue['repo']}#{issue['number']}" in r["run_id"]]
+        assert run["cost_usd"] == pytest.approx(line["metrics"]["accumulated_cost"])
+        assert run["model_calls"] == len(line["metrics"]["costs"])
+        assert run["usage_status"] == "unknown"
+        assert run["input_tokens"] is None
+        assert run["task_type"] == "openhands-resolver"
+
+
+def test_maximum_iterations_is_a_turn_budget_stop(eval_output, db_path):
+    import_paths("openhands", [eval_output], db_path)
+    runs = _by_instance(db_path)
+    for line in eval_output.read_text().splitlines():
+        obj = json.loads(line)
+        expected = "budget_turns" if obj["error"] else "completed"
+        assert runs[obj["instance_id"]]["stop_reason"] == expected
+
+
+def test_latencies_are_seconds_on_the_calls(eval_output):
+    obj = json.loads(eval_output.read_text().splitlines()[0])
+    latency = {l["response_id"]: l["latency"] for l in obj["metrics"]["response_latencies"]}
+    calls = [r for k, r in read_rows("openhands", [eval_output]) if k == "call"][:3]
+    for call, usage in zip(calls, obj["metrics"]["token_usages"]):
+        assert call["duration_s"] == pytest.approx(latency[usage["response_id"]])
+
+
+@pytest.mark.parametrize(
+    "name", ["basic", "basic_gui_mode", "basic_interactions", "wrong_initial_state"]
+)
+def test_runtime_trajectories_count_each_model_response_once(realdata, name):
+    path = realdata / "openhands" / f"runtime_traj__{name}.json"
+    events = json.loads(path.read_text())
+    responses = {}
+    copies = 0
+    for event in events:
+        response = (event.get("tool_call_metadata") or {}).get("model_response")
+        if response:
+            copies += 1
+            responses[response["id"]] = response["usage"]
+    report = ImportReport()
+    calls = [r for k, r in read_rows("openhands", [path], report=report) if k == "call"]
+    assert len(calls) == len(responses)
+    assert report.skipped[SKIP_REPEATED_RESPONSE] == copies - len(responses)
+    # LiteLLM usage for Claude: prompt_tokens already includes cache creation and reads.
+    assert sum(c["input_tokens"] for c in calls) == sum(u["prompt_tokens"] for u in responses.values())
+    assert sum(c["output_tokens"] for c in calls) == sum(
+        u["completion_tokens"] for u in responses.values())
+
+
+def test_basic_gui_mode_has_eight_copies_of_four_responses(realdata):
+    path = realdata / "openhands" / "runtime_traj__basic_gui_mode.json"
+    report = ImportReport()
+    calls = [r for k, r in read_rows("openhands", [path], report=report) if k == "call"]
+    assert len(calls) == 4
+    assert report.skipped[SKIP_REPEATED_RESPONSE] == 4
+
+
+def test_second_import_adds_nothing(realdata, db_path):
+    folder = realdata / "openhands"
+    first = import_paths("openhands", [folder], db_path)
+    second = import_paths("openhands", [folder], db_path)
+    assert first.new_runs == first.runs == 9
+    assert (second.new_calls, second.new_runs) == (0, 0)
+
+
+@pytest.mark.parametrize(
+    "error, final_state, expected",
+    [
+        (None, None, "completed"),
+        (None, "error", "failed"),
+        ("RuntimeError: Agent reached maximum iteration in headless mode. Current iteration: 50, "
+         "max iteration: 50", None, "budget_turns"),
+        ("RuntimeError: Agent reached maximum budget for conversation", None, "budget_cost"),
+        ("AgentStuckInLoopError: Agent got stuck in a loop", None, "failed"),
+    ],
+)
+def test_error_maps_to_a_stop_reason(error, final_state, expected):
+    assert stop_reason(error, final_state) == expected
+
+
+@pytest.mark.parametrize(
+    "dataset, expected",
+    [
+        ("__home__USER__MopenHands__data__multi_swe_bench_c_changed_debug.jsonl-train",
+         "multi_swe_bench_c_changed_debug-train"),
+        ("princeton-nlp__SWE-bench_Lite-test", "SWE-bench_Lite-test"),
+        (None, None),
+    ],
+)
+def test_benchmark_from_metadata_dataset(dataset, expected):
+    assert benchmark({"dataset": dataset}) == expected
