@@ -6,6 +6,8 @@ Batches are pyarrow tables registered on the connection under the names ``batch_
 
 from __future__ import annotations
 
+from collector.store.schema import RUN_RECORD_COLUMNS
+
 CREATE_MIGRATIONS_TABLE = """
 CREATE TABLE IF NOT EXISTS schema_migrations (
     version INTEGER PRIMARY KEY,
@@ -21,9 +23,20 @@ HAS_MIGRATIONS_TABLE = (
 )
 
 INSERT_CALLS = "INSERT INTO model_calls BY NAME SELECT * FROM batch_calls ON CONFLICT DO NOTHING"
-INSERT_RECORDS = (
-    "INSERT INTO run_records BY NAME SELECT * FROM batch_records ON CONFLICT DO NOTHING"
-)
+def _upsert_records() -> str:
+    # Column names come from the schema constants, never from request data.
+    columns = [c for c in RUN_RECORD_COLUMNS if c != "run_id"]
+    assignments = ", ".join(f"{c} = excluded.{c}" for c in columns)
+    changed = " OR ".join(f"run_records.{c} IS DISTINCT FROM excluded.{c}" for c in columns)
+    return (
+        "INSERT INTO run_records BY NAME SELECT * FROM batch_records "
+        f"ON CONFLICT (run_id) DO UPDATE SET {assignments} WHERE {changed}"
+    )
+
+
+#: A run record sent again with the same values changes nothing (and counts 0); a newer record of
+#: the same run (a session imported again after it grew) replaces the stored one.
+INSERT_RECORDS = _upsert_records()
 INSERT_EVENTS = (
     "INSERT INTO budget_events BY NAME SELECT * FROM batch_events ON CONFLICT DO NOTHING"
 )

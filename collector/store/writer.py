@@ -1,8 +1,9 @@
 """Write rows into the store: one batch, one transaction, idempotent.
 
 Rows are plain dicts keyed by the column names in ``collector.store.schema`` (missing keys are
-NULL). ``write_batch`` inserts them with ``ON CONFLICT DO NOTHING`` (a span, run record or event
-sent twice is stored once) and rebuilds the ``runs`` rollup for every run the batch touched, all in
+NULL). ``write_batch`` inserts calls and events with ``ON CONFLICT DO NOTHING`` (a span or event
+sent twice is stored once) and upserts run records (the same record twice changes nothing; a newer
+record of a run replaces the stored one), and rebuilds the ``runs`` rollup for every run the batch touched, all in
 one transaction: after it returns, the batch is durable (DuckDB fsyncs its WAL on commit).
 """
 
