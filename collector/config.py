@@ -13,6 +13,21 @@ ENV_DB = "BUDGETLENS_DB"
 
 DEFAULT_DB = "budgetlens.duckdb"
 
+#: Where ``python -m benchmarks.queries`` caches its generated stores (default /tmp/budgetlens_bench).
+ENV_BENCH_DIR = "BUDGETLENS_BENCH_DIR"
+
+#: Bearer token the collector requires on /v1/traces (``--token`` wins over it; unset = no auth).
+ENV_COLLECTOR_TOKEN = "BUDGETLENS_COLLECTOR_TOKEN"
+
+#: Port and bind address of the dashboard (``budgetlens dashboard`` / ``demo``; flags win).
+ENV_DASHBOARD_PORT = "BUDGETLENS_DASHBOARD_PORT"
+ENV_DASHBOARD_HOST = "BUDGETLENS_DASHBOARD_HOST"
+DEFAULT_DASHBOARD_PORT = 8501
+DEFAULT_DASHBOARD_HOST = "127.0.0.1"
+
+#: Optional user price file (YAML/JSON/TOML) that overrides or adds model prices (collector.pricing).
+ENV_PRICES_FILE = "BUDGETLENS_PRICES_FILE"
+
 
 def resolve(argument, env_name: str, default):
     """Return ``argument`` if given (not None), else the environment variable, else ``default``."""

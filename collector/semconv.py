@@ -85,3 +85,35 @@ BUDGET_STOP_REASONS = tuple(r for r in STOP_REASONS if r.startswith("budget_"))
 USAGE_REPORTED = "reported"
 USAGE_UNKNOWN = "unknown"
 USAGE_STATUSES = (USAGE_REPORTED, USAGE_UNKNOWN)
+
+# --- names other instrumentations send (read by the collector's mapping) ---------------------
+#: Deprecated GenAI names (semconv before 1.37).
+GEN_AI_SYSTEM = "gen_ai.system"
+GEN_AI_USAGE_PROMPT_TOKENS = "gen_ai.usage.prompt_tokens"
+GEN_AI_USAGE_COMPLETION_TOKENS = "gen_ai.usage.completion_tokens"
+#: OpenLLMetry (Traceloop) names.
+LLM_USAGE_TOTAL_TOKENS = "llm.usage.total_tokens"
+LLM_REQUEST_MODEL = "llm.request.model"
+LLM_RESPONSE_MODEL = "llm.response.model"
+GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS_OPENLLMETRY = "gen_ai.usage.cache_read_input_tokens"
+GEN_AI_USAGE_CACHE_CREATION_INPUT_TOKENS_OPENLLMETRY = "gen_ai.usage.cache_creation_input_tokens"
+#: OpenInference (Arize) names.
+OPENINFERENCE_SPAN_KIND = "openinference.span.kind"
+LLM_MODEL_NAME = "llm.model_name"
+LLM_PROVIDER = "llm.provider"
+LLM_SYSTEM = "llm.system"
+LLM_TOKEN_COUNT_PROMPT = "llm.token_count.prompt"
+LLM_TOKEN_COUNT_COMPLETION = "llm.token_count.completion"
+LLM_TOKEN_COUNT_TOTAL = "llm.token_count.total"
+LLM_TOKEN_COUNT_CACHE_READ = "llm.token_count.prompt_details.cache_read"
+LLM_TOKEN_COUNT_CACHE_WRITE = "llm.token_count.prompt_details.cache_write"
+LLM_TOKEN_COUNT_REASONING = "llm.token_count.completion_details.reasoning"
+TOOL_NAME = "tool.name"
+#: any-agent's non-standard per-call cost parts (USD).
+GEN_AI_USAGE_INPUT_COST = "gen_ai.usage.input_cost"
+GEN_AI_USAGE_OUTPUT_COST = "gen_ai.usage.output_cost"
+#: gen_ai.operation.name values that mean "a model call" (current, older and framework names).
+MODEL_CALL_OPERATIONS = ("chat", "text_completion", "generate_content", "call_llm", "completion")
+
+#: ``source`` column of imported rows: ``import:<format>`` (e.g. ``import:claude-code``).
+SOURCE_IMPORT_PREFIX = "import:"

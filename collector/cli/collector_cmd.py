@@ -1,5 +1,78 @@
-"""PLACEHOLDER — to be written by the owner of this subcommand."""
+"""``budgetlens collector``: the OTLP/HTTP collector (uvicorn serving ``collector.receiver``)."""
+
+from __future__ import annotations
+
+import argparse
+
+from collector.cli._common import add_db_argument
+
+DESCRIPTION = """\
+Receive OpenTelemetry traces over OTLP/HTTP and store budget telemetry in DuckDB.
+
+Endpoints: POST /v1/traces (application/x-protobuf or application/json, gzip allowed),
+GET /metrics (Prometheus), GET /healthz. A request is answered 200 only after its spans are
+committed. Point an agent at it with
+  OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:4318
+(and OTEL_EXPORTER_OTLP_HEADERS="Authorization=Bearer%20<token>" when a token is set).
+SIGTERM or Ctrl-C commits what is pending, then exits. Binds 127.0.0.1 unless --host says otherwise.
+"""
 
 
-def register(subparsers):
-    pass
+def register(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "collector", help="run the OTLP/HTTP collector (traces -> DuckDB, /metrics)",
+        description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_db_argument(parser)
+    parser.add_argument("--host", default="127.0.0.1",
+                        help="bind address (default 127.0.0.1; 0.0.0.0 exposes it to the network)")
+    parser.add_argument("--port", type=int, default=4318,
+                        help="TCP port (default 4318, the OTLP/HTTP port; 0 picks a free one)")
+    parser.add_argument("--token", default=None,
+                        help="require 'Authorization: Bearer TOKEN' on /v1/traces "
+                             "(default: $BUDGETLENS_COLLECTOR_TOKEN, else no authentication)")
+    parser.add_argument("--max-body-mib", type=float, default=16.0,
+                        help="request body limit in MiB, compressed and inflated (default 16)")
+    parser.add_argument("--max-queue-spans", type=int, default=200_000,
+                        help="spans waiting for the writer before answering 503 (default 200000)")
+    parser.set_defaults(func=run)
+
+
+def run(args) -> int:
+    import uvicorn
+
+    from collector.config import ENV_COLLECTOR_TOKEN, resolve, resolve_db_path
+    from collector.receiver import create_app
+
+    db_path = resolve_db_path(args.db)
+    token = resolve(args.token, ENV_COLLECTOR_TOKEN, None)
+    app = create_app(db_path, token=token, max_body_bytes=int(args.max_body_mib * 1024 * 1024),
+                     max_queue_spans=args.max_queue_spans)
+    config = uvicorn.Config(app, host=args.host, port=args.port, log_level="warning",
+                            access_log=False, lifespan="on")
+    server = _announcing_server(config, db_path=db_path, token_set=bool(token))
+    server.run()
+    return 0 if server.started else 1
+
+
+def _announcing_server(config, *, db_path, token_set):
+    """A uvicorn.Server that prints the endpoint once the socket is bound.
+
+    The first line is ``budgetlens collector listening on http://HOST:PORT`` (``demo`` parses it).
+    """
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        async def startup(self, sockets=None):
+            await super().startup(sockets=sockets)
+            if not self.started:
+                return
+            host, port = self.servers[0].sockets[0].getsockname()[:2]
+            endpoint = f"http://{host}:{port}"
+            print(f"budgetlens collector listening on {endpoint}", flush=True)
+            print(f"  OTLP/HTTP traces: {endpoint}/v1/traces   metrics: {endpoint}/metrics"
+                  f"   health: {endpoint}/healthz", flush=True)
+            print(f"  store: {db_path}   auth: {'bearer token' if token_set else 'none'}",
+                  flush=True)
+            print(f"  export OTEL_EXPORTER_OTLP_ENDPOINT={endpoint}", flush=True)
+
+    return Server(config)

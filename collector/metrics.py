@@ -1,0 +1,175 @@
+"""Prometheus metrics of the collector (prometheus-client), on an injected registry.
+
+Budget metrics move only after a batch is committed (``CollectorMetrics.observe_commit`` is called
+with the rows the commit actually inserted), so a retried span is never counted twice and a
+rejected or failed batch is never counted. Ingest-health metrics (spans received/rejected, commit
+latency, queue depth) describe the collector itself.
+
+Labels are bounded: ``task_type``, ``model``, ``stop_reason``, ``usage_status`` and fixed enums
+(``token_type``, ``kind``). Values from the wire pass through ``LabelCap``: after
+``max_label_values`` distinct values per label, the rest fold into ``other``. A run id is never a
+label. Counters are process-local: a restart starts them at 0 again (Prometheus ``rate`` and
+``increase`` treat that as a counter reset).
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Iterable, Mapping
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from collector import semconv as sc
+
+#: Run-token buckets: powers of 4 from 1 to 4**13 (≈ 67 M), as the GenAI semconv advises for
+#: ``gen_ai.client.token.usage``.
+TOKEN_BUCKETS = tuple(float(4**i) for i in range(14))
+#: Commit latency buckets in seconds.
+COMMIT_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+DEFAULT_MAX_LABEL_VALUES = 50
+OTHER = "other"
+UNKNOWN = "unknown"
+_TOKEN_TYPES = (
+    ("input", "input_tokens"),
+    ("output", "output_tokens"),
+    ("cache_read", "cache_read_tokens"),
+    ("cache_write", "cache_write_tokens"),
+    ("reasoning", "reasoning_tokens"),
+)
+_INTERVENTIONS = {
+    sc.EVENT_WARNING: "warning",
+    sc.EVENT_DOWNGRADE: "downgrade",
+    sc.EVENT_SUMMARIZE: "summarize",
+}
+
+
+class LabelCap:
+    """Folds label values from the wire into at most ``max_values`` distinct values per label.
+
+    Empty values become ``unknown``; values past the cap (or longer than 100 characters) become
+    ``other``. Thread-safe. Raises ValueError when ``max_values`` < 1.
+    """
+
+    def __init__(self, max_values: int = DEFAULT_MAX_LABEL_VALUES):
+        if max_values < 1:
+            raise ValueError(f"max_label_values must be >= 1 (got {max_values})")
+        self.max_values = max_values
+        self._seen: dict[str, set[str]] = {}
+        self._lock = threading.Lock()
+
+    def __call__(self, label: str, value) -> str:
+        if value is None or value == "":
+            return UNKNOWN
+        value = str(value)
+        seen = self._seen.setdefault(label, set())
+        if value in seen:
+            return value
+        if len(value) > 100:
+            return OTHER
+        with self._lock:
+            if len(seen) >= self.max_values:
+                return OTHER
+            seen.add(value)
+        return value
+
+
+class CollectorMetrics:
+    """The collector's metric families, registered on ``registry`` (a fresh one by default).
+
+    Names (all ``budgetlens_``, units and ``_total`` as Prometheus asks):
+    ``runs_total{task_type,stop_reason}``, ``budget_hits_total{task_type,stop_reason}``,
+    ``run_tokens{task_type}`` (histogram, tokens), ``model_calls_total{task_type,model,usage_status}``,
+    ``tokens_total{task_type,model,token_type}``, ``cost_usd_total{task_type,model}``,
+    ``unpriced_calls_total{task_type,model}``, ``unknown_usage_calls_total{task_type,model}``,
+    ``interventions_total{task_type,kind}``, ``spans_received_total``, ``spans_rejected_total``,
+    ``commit_duration_seconds`` (histogram), ``commit_failures_total``, ``ingest_queue_spans``.
+    """
+
+    def __init__(self, registry: CollectorRegistry | None = None,
+                 max_label_values: int = DEFAULT_MAX_LABEL_VALUES):
+        self.registry = registry if registry is not None else CollectorRegistry()
+        self.cap = LabelCap(max_label_values)
+        r = self.registry
+        self.runs = Counter("budgetlens_runs", "Finished runs (run records committed).",
+                            ["task_type", "stop_reason"], registry=r)
+        self.budget_hits = Counter(
+            "budgetlens_budget_hits", "Runs the budget stopped, by stop reason (budget_*).",
+            ["task_type", "stop_reason"], registry=r)
+        self.run_tokens = Histogram(
+            "budgetlens_run_tokens", "Total tokens per finished run.", ["task_type"],
+            buckets=TOKEN_BUCKETS, registry=r)
+        self.model_calls = Counter("budgetlens_model_calls", "Model calls committed.",
+                                   ["task_type", "model", "usage_status"], registry=r)
+        self.tokens = Counter("budgetlens_tokens", "Tokens of committed model calls by type "
+                              "(cache and reasoning are parts of input and output).",
+                              ["task_type", "model", "token_type"], registry=r)
+        self.cost = Counter("budgetlens_cost_usd", "Cost of committed priced model calls (USD).",
+                            ["task_type", "model"], registry=r)
+        self.unpriced = Counter("budgetlens_unpriced_calls",
+                                "Model calls with reported usage but no known price.",
+                                ["task_type", "model"], registry=r)
+        self.unknown_usage = Counter("budgetlens_unknown_usage_calls",
+                                     "Model calls whose usage was not reported.",
+                                     ["task_type", "model"], registry=r)
+        self.interventions = Counter("budgetlens_interventions",
+                                     "Budget warnings, downgrades and summaries.",
+                                     ["task_type", "kind"], registry=r)
+        self.spans_received = Counter("budgetlens_spans_received",
+                                      "Spans received on /v1/traces (before validation).",
+                                      registry=r)
+        self.spans_rejected = Counter("budgetlens_spans_rejected",
+                                      "Spans rejected as invalid (partial_success).", registry=r)
+        self.commit_duration = Histogram("budgetlens_commit_duration_seconds",
+                                         "Time to open the store, commit one group and close it.",
+                                         buckets=COMMIT_BUCKETS, registry=r)
+        self.commit_failures = Counter("budgetlens_commit_failures",
+                                       "Group commits that failed (clients were told to retry).",
+                                       registry=r)
+        self.queue_spans = Gauge("budgetlens_ingest_queue_spans",
+                                 "Spans waiting for the writer (the queue depth).", registry=r)
+
+    def observe_received(self, spans: int, rejected: int) -> None:
+        """Count ``spans`` received, of which ``rejected`` were invalid."""
+        self.spans_received.inc(spans)
+        if rejected:
+            self.spans_rejected.inc(rejected)
+
+    def observe_commit(self, calls: Iterable[Mapping], events: Iterable[Mapping],
+                       runs: Iterable[Mapping], task_by_run: Mapping[str, str] | None = None) -> None:
+        """Update the budget metrics from rows a commit inserted.
+
+        ``calls``/``events`` are store rows; ``runs`` are rows of the ``runs`` rollup (``task_type``,
+        ``stop_reason``, ``total_tokens``) for the runs whose record was inserted;
+        ``task_by_run`` maps run ids to task types for events (which carry none).
+        """
+        cap = self.cap
+        task_by_run = task_by_run or {}
+        for row in calls:
+            task = cap("task_type", row.get("task_type") or row.get("service_name"))
+            model = cap("model", row.get("response_model") or row.get("request_model"))
+            status = row.get("usage_status")
+            self.model_calls.labels(task, model, cap("usage_status", status)).inc()
+            for token_type, column in _TOKEN_TYPES:
+                value = row.get(column)
+                if value:
+                    self.tokens.labels(task, model, token_type).inc(value)
+            cost = row.get("cost_usd")
+            if cost is not None:
+                self.cost.labels(task, model).inc(cost)
+            elif status == sc.USAGE_REPORTED:
+                self.unpriced.labels(task, model).inc()
+            if status == sc.USAGE_UNKNOWN:
+                self.unknown_usage.labels(task, model).inc()
+        for row in events:
+            kind = _INTERVENTIONS.get(row.get("name"))
+            if kind:
+                task = cap("task_type", task_by_run.get(row.get("run_id")))
+                self.interventions.labels(task, kind).inc()
+        for row in runs:
+            task = cap("task_type", row.get("task_type"))
+            stop = cap("stop_reason", row.get("stop_reason"))
+            self.runs.labels(task, stop).inc()
+            if row.get("stop_reason") in sc.BUDGET_STOP_REASONS:
+                self.budget_hits.labels(task, stop).inc()
+            if row.get("total_tokens") is not None:
+                self.run_tokens.labels(task).observe(row["total_tokens"])

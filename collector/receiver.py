@@ -1,0 +1,131 @@
+"""The collector's HTTP app (Starlette, served by uvicorn): OTLP/HTTP traces, metrics, health.
+
+Routes:
+
+- ``POST /v1/traces``: OTLP/HTTP, ``application/x-protobuf`` or ``application/json``, optionally
+  ``Content-Encoding: gzip``. Answers 200 with an ``ExportTraceServiceResponse`` (in the request's
+  encoding; ``partial_success`` when some spans were invalid) only after the valid spans are
+  committed. 400 malformed body, 401 missing/wrong bearer token (when one is configured),
+  413 body over ``max_body_bytes`` (compressed or inflated), 415 wrong content type or encoding,
+  503 + ``Retry-After`` when the writer queue is full or the store cannot commit right now.
+- ``GET /metrics``: Prometheus text exposition of ``CollectorMetrics``.
+- ``GET /healthz``: ``{"status": "ok", "queue_spans": N}``; 503 when the writer has stopped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import logging
+import os
+
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, PlainTextResponse, Response
+from starlette.routing import Route
+
+from collector.ingest import DEFAULT_MAX_QUEUE_SPANS, IngestClosed, IngestQueue, QueueFull
+from collector.metrics import CollectorMetrics
+from collector.otlp import DEFAULT_MAX_BODY_BYTES, OtlpError, decode, encode_response, map_spans
+from collector.otlp_decode import media_type
+
+log = logging.getLogger(__name__)
+
+RETRY_AFTER_S = 1
+
+
+def create_app(db_path: str | os.PathLike, *, token: str | None = None,
+               max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+               max_queue_spans: int = DEFAULT_MAX_QUEUE_SPANS,
+               metrics: CollectorMetrics | None = None,
+               ingest: IngestQueue | None = None) -> Starlette:
+    """Build the ASGI app writing to the DuckDB file ``db_path``.
+
+    ``token``: when set, ``/v1/traces`` requires ``Authorization: Bearer <token>``.
+    ``max_body_bytes``: cap on the request body, compressed and inflated (bytes).
+    ``metrics``/``ingest`` may be injected (tests); the app starts the ingest writer on startup
+    and, on shutdown (SIGTERM under uvicorn), commits what is pending before it exits.
+    Raises ValueError for ``max_body_bytes`` < 1 or an empty token.
+    """
+    if max_body_bytes < 1:
+        raise ValueError(f"max_body_bytes must be >= 1 (got {max_body_bytes})")
+    if token is not None and not token.strip():
+        raise ValueError("token must not be empty (omit it to disable authentication)")
+    metrics = metrics or (ingest.metrics if ingest else CollectorMetrics())
+    ingest = ingest or IngestQueue(db_path, metrics=metrics, max_queue_spans=max_queue_spans)
+    expected = f"Bearer {token}".encode() if token else None
+
+    async def traces(request: Request) -> Response:
+        if expected is not None:
+            given = request.headers.get("authorization", "").encode()
+            if not hmac.compare_digest(given, expected):
+                return PlainTextResponse("missing or wrong bearer token", status_code=401,
+                                         headers={"WWW-Authenticate": "Bearer"})
+        try:
+            media_type(request.headers.get("content-type"))
+            body = await _read_body(request, max_body_bytes)
+            kind, decoded = decode(body, request.headers.get("content-type"),
+                                   request.headers.get("content-encoding"), max_body_bytes)
+        except OtlpError as error:
+            return PlainTextResponse(error.reason, status_code=error.status)
+        mapped = map_spans(decoded)
+        metrics.observe_received(mapped.spans, mapped.rejected)
+        if mapped.rejected:
+            log.info("rejected %d of %d spans: %s", mapped.rejected, mapped.spans,
+                     mapped.error_message(2))
+        if mapped.calls or mapped.records or mapped.events:
+            try:
+                await asyncio.wrap_future(ingest.submit(mapped))
+            except QueueFull as error:
+                return _retry_later(f"collector busy: {error}")
+            except IngestClosed as error:
+                return _retry_later(str(error))
+            except Exception as error:  # the store failed; the exporter retries, PK dedupes
+                return _retry_later(f"store unavailable: {type(error).__name__}")
+        return Response(encode_response(kind, mapped.rejected, mapped.error_message()),
+                        media_type=kind)
+
+    async def metrics_endpoint(request: Request) -> Response:
+        metrics.queue_spans.set(ingest.depth)
+        return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    async def healthz(request: Request) -> Response:
+        ok = ingest.alive
+        return JSONResponse({"status": "ok" if ok else "writer stopped",
+                             "queue_spans": ingest.depth}, status_code=200 if ok else 503)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app):
+        ingest.start()
+        try:
+            yield
+        finally:
+            await asyncio.get_running_loop().run_in_executor(None, ingest.close)
+
+    app = Starlette(routes=[
+        Route("/v1/traces", traces, methods=["POST"]),
+        Route("/metrics", metrics_endpoint, methods=["GET"]),
+        Route("/healthz", healthz, methods=["GET"]),
+    ], lifespan=lifespan)
+    app.state.ingest = ingest
+    app.state.metrics = metrics
+    return app
+
+
+async def _read_body(request: Request, max_bytes: int) -> bytes:
+    """The body, refusing (413) as soon as more than ``max_bytes`` arrive."""
+    declared = request.headers.get("content-length")
+    if declared and declared.isdigit() and int(declared) > max_bytes:
+        raise OtlpError(413, f"request body is {declared} bytes; the limit is {max_bytes}")
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > max_bytes:
+            raise OtlpError(413, f"request body exceeds the limit of {max_bytes} bytes")
+    return bytes(body)
+
+
+def _retry_later(reason: str) -> Response:
+    return PlainTextResponse(reason, status_code=503, headers={"Retry-After": str(RETRY_AFTER_S)})

@@ -1,0 +1,84 @@
+"""kill -9 of the collector while the SDK exporter sends: every acknowledged span is stored."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+from opentelemetry.sdk.trace.export import SpanExportResult
+
+from collector import semconv as sc
+from collector.store import read_connection
+from _collector_helpers import SpanRecorder, collector_process
+
+
+def _batches(count: int, size: int):
+    recorder = SpanRecorder()
+    for index in range(count * size):
+        with recorder.tracer.start_as_current_span("chat gpt-4o") as span:
+            span.set_attributes({sc.GEN_AI_OPERATION_NAME: sc.OPERATION_CHAT,
+                                 sc.GEN_AI_REQUEST_MODEL: "gpt-4o",
+                                 sc.GEN_AI_USAGE_INPUT_TOKENS: index,
+                                 sc.GEN_AI_USAGE_OUTPUT_TOKENS: 1})
+    spans = recorder.spans()
+    return [spans[i:i + size] for i in range(0, len(spans), size)]
+
+
+def _send_until_killed(url: str, batches, acknowledged: list, stop: threading.Event):
+    exporter = OTLPSpanExporter(endpoint=f"{url}/v1/traces", timeout=2)
+    for batch in batches:
+        if stop.is_set():
+            return
+        if exporter.export(batch) == SpanExportResult.SUCCESS:
+            acknowledged.extend(format(span.context.span_id, "016x") for span in batch)
+
+
+def test_kill_9_loses_no_acknowledged_span(tmp_path, python):
+    db_path = tmp_path / "store.duckdb"
+    acknowledged: list[str] = []
+    all_batches = _batches(count=80, size=100)
+    for round_batches in (all_batches[:40], all_batches[40:]):  # kill, restart on the file, kill
+        before = len(acknowledged)
+        stop = threading.Event()
+        with collector_process(python, db_path) as (process, url):
+            sender = threading.Thread(target=_send_until_killed,
+                                      args=(url, round_batches, acknowledged, stop))
+            sender.start()
+            deadline = time.monotonic() + 60
+            while len(acknowledged) < before + 500 and time.monotonic() < deadline:
+                time.sleep(0.01)
+            os.kill(process.pid, signal.SIGKILL)  # mid-stream: requests are in flight
+            process.wait(10)
+            stop.set()
+            sender.join(60)
+        assert len(acknowledged) >= before + 500
+    with read_connection(db_path) as conn:
+        stored = {row[0] for row in conn.execute("SELECT span_id FROM model_calls").fetchall()}
+    missing = set(acknowledged) - stored
+    assert not missing, f"{len(missing)} acknowledged spans are not in the store"
+    assert len(stored) < len(all_batches) * 100  # the kills did cut the stream
+
+
+def test_sigterm_finishes_in_flight_requests_commits_and_exits(tmp_path, python):
+    db_path = tmp_path / "store.duckdb"
+    acknowledged: list[str] = []
+    stop = threading.Event()
+    with collector_process(python, db_path) as (process, url):
+        sender = threading.Thread(target=_send_until_killed,
+                                  args=(url, _batches(count=30, size=100), acknowledged, stop))
+        sender.start()
+        while len(acknowledged) < 300 and sender.is_alive():
+            time.sleep(0.01)
+        process.send_signal(signal.SIGTERM)
+        # uvicorn re-raises the signal after its graceful shutdown: exit status is -SIGTERM
+        assert process.wait(30) in (0, -signal.SIGTERM)
+        stop.set()
+        sender.join(60)
+        errors = process.stderr.read()
+    assert "Traceback" not in errors and "uncommitted" not in errors
+    with read_connection(db_path) as conn:
+        stored = {row[0] for row in conn.execute("SELECT span_id FROM model_calls").fetchall()}
+    assert len(acknowledged) >= 300 and set(acknowledged) <= stored

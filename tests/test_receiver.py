@@ -1,0 +1,151 @@
+"""The OTLP/HTTP receiver served by real uvicorn, driven by the SDK's own OTLP/HTTP exporter."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import threading
+
+import pytest
+import requests
+from opentelemetry.exporter.otlp.proto.http import Compression
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
+from opentelemetry.sdk.trace.export import SpanExportResult
+
+from collector import semconv as sc
+from collector.ingest import IngestQueue
+from collector.metrics import CollectorMetrics
+from collector.otlp import JSON, PROTOBUF
+from collector.store import read_connection
+from _collector_helpers import SpanRecorder, live_collector, otlp_json, otlp_protobuf
+
+
+def _runs(db_path):
+    with read_connection(db_path) as conn:
+        return conn.execute("SELECT run_id, task_type, turns, tool_calls, total_tokens, stop_reason "
+                            "FROM runs ORDER BY run_id").fetchall()
+
+
+def _recorded_runs():
+    recorder = SpanRecorder()
+    recorder.guard_run("run-a", "triage", [("gpt-4o", 100, 20), ("gpt-4o", 200, 30)], tools=1)
+    recorder.guard_run("run-b", "triage", [("gpt-4o", 900, 100)], stop_reason=sc.STOP_BUDGET_TOKENS)
+    return recorder.spans()
+
+
+@pytest.mark.parametrize("compression", [Compression.NoCompression, Compression.Gzip])
+def test_sdk_exporter_spans_become_runs(db_path, free_port, compression):
+    with live_collector(db_path, free_port) as live:
+        exporter = OTLPSpanExporter(endpoint=f"{live.url}/v1/traces", compression=compression)
+        assert exporter.export(_recorded_runs()) == SpanExportResult.SUCCESS
+        exporter.shutdown()
+    assert _runs(db_path) == [("run-a", "triage", 2, 1, 350, sc.STOP_COMPLETED),
+                              ("run-b", "triage", 1, 0, 1000, sc.STOP_BUDGET_TOKENS)]
+
+
+def test_json_body_is_accepted_and_answered_in_json(db_path, free_port):
+    body = json.dumps(otlp_json(_recorded_runs())).encode()
+    with live_collector(db_path, free_port) as live:
+        response = requests.post(f"{live.url}/v1/traces", data=gzip.compress(body),
+                                 headers={"Content-Type": JSON, "Content-Encoding": "gzip"})
+    assert response.status_code == 200 and response.headers["content-type"].startswith(JSON)
+    assert response.json() == {}
+    assert [run[0] for run in _runs(db_path)] == ["run-a", "run-b"]
+
+
+def test_same_spans_sent_twice_are_stored_once(db_path, free_port):
+    spans = _recorded_runs()
+    with live_collector(db_path, free_port) as live:
+        exporter = OTLPSpanExporter(endpoint=f"{live.url}/v1/traces")
+        assert exporter.export(spans) == SpanExportResult.SUCCESS
+        assert exporter.export(spans) == SpanExportResult.SUCCESS
+        metrics = live.app.state.metrics
+    with read_connection(db_path) as conn:
+        assert conn.execute("SELECT count(*) FROM model_calls").fetchone()[0] == 3
+        assert conn.execute("SELECT count(*) FROM run_records").fetchone()[0] == 2
+    assert metrics.registry.get_sample_value("budgetlens_model_calls_total", {
+        "task_type": "triage", "model": "gpt-4o", "usage_status": "reported"}) == 3
+    assert metrics.registry.get_sample_value("budgetlens_spans_received_total") == 10
+
+
+@pytest.mark.parametrize("kind", [PROTOBUF, JSON])
+def test_invalid_spans_are_rejected_with_partial_success_and_valid_ones_stored(db_path, free_port, kind):
+    recorder = SpanRecorder()
+    recorder.guard_run("run-p", "triage", [("gpt-4o", 10, 2)])
+    with recorder.tracer.start_as_current_span("chat bad") as bad:
+        bad.set_attributes({"gen_ai.operation.name": "chat", "gen_ai.usage.input_tokens": -3})
+    spans = recorder.spans()
+    body = otlp_protobuf(spans) if kind == PROTOBUF else json.dumps(otlp_json(spans)).encode()
+    with live_collector(db_path, free_port) as live:
+        response = requests.post(f"{live.url}/v1/traces", data=body, headers={"Content-Type": kind})
+    assert response.status_code == 200 and response.headers["content-type"].startswith(kind)
+    if kind == PROTOBUF:
+        partial = ExportTraceServiceResponse.FromString(response.content).partial_success
+        rejected, message = partial.rejected_spans, partial.error_message
+    else:
+        partial = response.json()["partialSuccess"]
+        rejected, message = int(partial["rejectedSpans"]), partial["errorMessage"]
+    assert rejected == 1 and "gen_ai.usage.input_tokens must be a non-negative integer" in message
+    assert [run[0] for run in _runs(db_path)] == ["run-p"]
+
+
+@pytest.mark.parametrize("headers, body, status", [
+    ({"Content-Type": "text/plain"}, b"hello", 415),
+    ({"Content-Type": PROTOBUF}, b"\x0a\xff\xff\xff\xff", 400),
+    ({"Content-Type": JSON}, b'{"resourceSpans": [', 400),
+    ({"Content-Type": PROTOBUF}, b"\0" * 5000, 413),
+    ({"Content-Type": PROTOBUF, "Content-Encoding": "gzip"}, gzip.compress(b"\0" * 50_000_000), 413),
+    ({"Content-Type": PROTOBUF, "Content-Encoding": "gzip"}, b"\x1f\x8b broken", 400),
+])
+def test_bad_requests_get_a_clear_status_and_the_server_keeps_serving(db_path, free_port, headers,
+                                                                      body, status):
+    with live_collector(db_path, free_port, max_body_bytes=4096) as live:
+        response = requests.post(f"{live.url}/v1/traces", data=body, headers=headers)
+        assert response.status_code == status and response.text
+        assert requests.get(f"{live.url}/healthz").json()["status"] == "ok"
+        exporter = OTLPSpanExporter(endpoint=f"{live.url}/v1/traces")
+        assert exporter.export(_recorded_runs()) == SpanExportResult.SUCCESS
+
+
+def test_bearer_token_is_required_when_configured(db_path, free_port, monkeypatch):
+    with live_collector(db_path, free_port, token="s3cret") as live:
+        anonymous = OTLPSpanExporter(endpoint=f"{live.url}/v1/traces")
+        assert anonymous.export(_recorded_runs()) == SpanExportResult.FAILURE
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_HEADERS", "Authorization=Bearer%20s3cret")
+        authorized = OTLPSpanExporter(endpoint=f"{live.url}/v1/traces")
+        assert authorized.export(_recorded_runs()) == SpanExportResult.SUCCESS
+        assert requests.get(f"{live.url}/healthz").status_code == 200  # health needs no token
+    assert len(_runs(db_path)) == 2
+
+
+def test_full_queue_answers_503_with_retry_after(db_path, free_port):
+    release = threading.Event()
+    entered = threading.Event()
+
+    def slow_commit(calls, records, events):
+        entered.set()
+        release.wait(10)
+
+    ingest = IngestQueue(db_path, metrics=CollectorMetrics(), max_queue_spans=3, commit=slow_commit)
+    body = otlp_protobuf(_recorded_runs())
+    with live_collector(db_path, free_port, ingest=ingest) as live:
+        first = threading.Thread(target=requests.post, args=(f"{live.url}/v1/traces",),
+                                 kwargs={"data": body, "headers": {"Content-Type": PROTOBUF}})
+        first.start()
+        assert entered.wait(10)
+        busy = requests.post(f"{live.url}/v1/traces", data=body, headers={"Content-Type": PROTOBUF})
+        release.set()
+        first.join(10)
+    assert busy.status_code == 503 and busy.headers["Retry-After"] == "1"
+
+
+def test_store_failure_answers_503_so_the_exporter_retries(tmp_path, free_port):
+    blocked = tmp_path / "not-a-file"
+    blocked.mkdir()
+    with live_collector(blocked, free_port) as live:
+        response = requests.post(f"{live.url}/v1/traces", data=otlp_protobuf(_recorded_runs()),
+                                 headers={"Content-Type": PROTOBUF})
+        metrics_text = requests.get(f"{live.url}/metrics").text
+    assert response.status_code == 503 and "Retry-After" in response.headers
+    assert "budgetlens_commit_failures_total 1.0" in metrics_text
