@@ -1,5 +1,40 @@
-"""PLACEHOLDER — to be written by the owner of this subcommand."""
+"""``budgetlens baselines``: P50/P95/max per task type (optionally per model) over a window."""
+
+from __future__ import annotations
+
+from collector.cli._analysis import WINDOW_HELP, add_window_arguments, analysis_session, write_frame
+
+#: Columns of the table format (json and csv carry every column).
+TABLE_COLUMNS = (
+    "task_type", "model", "n", "low_sample", "p50_total_tokens", "p95_total_tokens",
+    "max_total_tokens", "p95_turns", "p95_tool_calls", "p95_duration_s", "p95_cost_usd",
+)
 
 
-def register(subparsers):
-    pass
+def register(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "baselines",
+        help="P50/P95 baselines per task type",
+        description=(
+            "Print the baseline of each task type: n, P50, P95 and max of total/input/output "
+            "tokens, turns, tool calls, duration (s) and cost (USD). Percentiles are "
+            "quantile_cont (linear); below 20 runs the row is marked low_sample. " + WINDOW_HELP
+        ),
+        epilog="Example: budgetlens baselines --db budgetlens.duckdb --format table --by-model",
+    )
+    add_window_arguments(parser)
+    parser.add_argument("--format", choices=("table", "json", "csv"), default="table")
+    parser.add_argument("--by-model", action="store_true",
+                        help="one row per task type and model combination")
+    parser.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from dashboard import analysis
+
+    with analysis_session(args) as (conn, filters):
+        frame = analysis.baselines(conn, filters, by_model=args.by_model)
+    if args.format == "table":
+        frame = frame[[c for c in TABLE_COLUMNS if c in frame.columns]]
+    write_frame(frame, args.format)
+    return 0

@@ -1,0 +1,227 @@
+"""Benchmark: the analysis queries of each dashboard page on 10k, 100k and 1M generated runs.
+
+Stores are generated in bulk SQL (about 10 model calls per run, the ``runs`` rollup inserted
+directly, a few budget events) and cached under ``$BUDGETLENS_BENCH_DIR`` (default
+``/tmp/budgetlens_bench``), so a rerun only times. Each page's time is what the dashboard does
+on a cold cache: for every analysis call of the page, open the store read-only
+(``read_connection``), run the call, close; the figure is the median of ``--repeat`` rounds.
+Filters: the whole extent of the data, time zone Europe/Berlin (day buckets converted).
+
+Usage: ``python -m benchmarks.queries [--sizes 10000 100000 1000000] [--repeat 5]``; writes the
+"queries" section of BENCHMARKS.md. Target: every page under 1 s at 1M runs, and the 1M/100k
+ratio no more than about 10 (cost growing no faster than linearly).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import logging
+import statistics
+import time
+from pathlib import Path
+
+from benchmarks._report import machine, write_section
+from collector.config import ENV_BENCH_DIR, resolve
+from collector.store import read_connection, write_connection
+from dashboard import analysis
+
+log = logging.getLogger(__name__)
+
+BENCH_DIR = Path(resolve(None, ENV_BENCH_DIR, "/tmp/budgetlens_bench"))
+SIZES = (10_000, 100_000, 1_000_000)
+TARGET_S = 1.0
+
+#: Bulk generation (parameters: $n runs). Sizes and mixes echo the sample generator.
+_GEN_RUNS = """
+INSERT INTO runs BY NAME
+WITH base AS (
+    SELECT i, random() AS u1, random() AS u2, random() AS u3, random() AS u4,
+           (i * 7919) % 100 AS pick
+    FROM range($n) t(i)
+), typed AS (
+    SELECT *, CASE WHEN pick < 34 THEN 0 WHEN pick < 59 THEN 1 WHEN pick < 74 THEN 2
+                   WHEN pick < 90 THEN 3 ELSE 4 END AS k
+    FROM base
+)
+SELECT
+    'bench-' || i AS run_id,
+    'bench' AS source,
+    ['support-bot', 'ops-agent', 'analyst', 'coder', 'research-assistant'][k + 1] AS service_name,
+    ['simple_qa', 'tool_use', 'complex_reasoning', 'code_generation', 'research'][k + 1]
+        AS task_type,
+    CASE WHEN u4 < 0.1
+         THEN ['claude-haiku-4-5,claude-sonnet-4-5', 'gpt-4.1,gpt-4.1-mini'][1 + (i % 2)]
+         ELSE ['gpt-4.1-mini', 'gemini-2.5-flash', 'o4-mini', 'claude-sonnet-4-5',
+               'gemini-2.5-flash', 'llama-3.1-8b-instruct', 'gpt-4.1'][1 + (i % 7)] END AS models,
+    TIMESTAMP '2026-11-28' - to_microseconds(CAST(u1 * 14 * 86400e6 AS BIGINT)) AS start_utc,
+    CAST(2 + floor(u2 * 17) AS INTEGER) AS model_calls,
+    CAST(2 + floor(u2 * 17) AS INTEGER) AS turns,
+    CAST(floor(u3 * 30) AS INTEGER) AS tool_calls,
+    CAST([3000, 7000, 25000, 35000, 80000][k + 1] * exp((u3 - 0.5) * 1.6)
+         * CASE WHEN u1 * 1000 % 1 < 0.02 THEN 20 ELSE 1 END AS BIGINT) AS total_tokens,
+    CAST(total_tokens * 0.8 AS BIGINT) AS input_tokens,
+    total_tokens - input_tokens AS output_tokens,
+    CAST(input_tokens * 0.4 AS BIGINT) AS cache_read_tokens,
+    0 AS cache_write_tokens,
+    CAST(output_tokens * 0.2 AS BIGINT) AS reasoning_tokens,
+    CASE WHEN i % 7 = 5 THEN NULL ELSE total_tokens * 2.5e-6 END AS cost_usd,
+    CASE WHEN i % 7 = 5 THEN model_calls ELSE 0 END AS unpriced_calls,
+    CASE WHEN u4 > 0.995 THEN 1 ELSE 0 END AS unknown_usage_calls,
+    CASE WHEN u4 > 0.995 THEN 'unknown' ELSE 'reported' END AS usage_status,
+    CASE WHEN u2 > 0.88 THEN 'budget_tokens' WHEN u2 > 0.86 THEN 'budget_turns'
+         WHEN u2 > 0.85 THEN 'failed' ELSE 'completed' END AS stop_reason,
+    u1 * 300 AS duration_s,
+    start_utc + to_microseconds(CAST(duration_s * 1e6 AS BIGINT)) AS end_utc,
+    [7000, 12000, 48000, 60000, 105000][k + 1] AS limit_total_tokens,
+    CAST(CASE WHEN u4 > 0.7 THEN 1 ELSE 0 END AS INTEGER) AS warnings,
+    CAST(CASE WHEN u4 < 0.1 THEN 1 ELSE 0 END AS INTEGER) AS downgrades,
+    CAST(CASE WHEN k = 4 AND u4 > 0.5 THEN 1 ELSE 0 END AS INTEGER) AS summaries,
+    false AS retryable
+FROM typed
+"""
+
+_GEN_CALLS = """
+INSERT INTO model_calls BY NAME
+SELECT
+    r.run_id || '.c' || t.turn AS span_id, r.run_id, r.source, r.service_name, r.task_type,
+    'chat' AS operation_name,
+    string_split(r.models, ',')[CASE WHEN t.turn * 2 > r.model_calls THEN -1 ELSE 1 END]
+        AS request_model,
+    request_model AS response_model,
+    r.start_utc + to_microseconds(CAST(t.turn * 5e6 AS BIGINT)) AS start_utc,
+    CAST(t.turn AS INTEGER) AS turn,
+    r.input_tokens // r.model_calls AS input_tokens,
+    r.output_tokens // r.model_calls AS output_tokens,
+    r.total_tokens // r.model_calls AS total_tokens,
+    (r.total_tokens // r.model_calls) * 2 AS reserved_tokens,
+    (r.total_tokens // r.model_calls) * t.turn AS used_tokens,
+    r.cost_usd / r.model_calls AS cost_usd,
+    'reported' AS usage_status
+FROM runs r, LATERAL (SELECT unnest(range(1, r.model_calls + 1)) AS turn) t
+"""
+
+_GEN_EVENTS = """
+INSERT INTO budget_events BY NAME
+SELECT run_id || '.e0' AS event_id, run_id, start_utc AS ts_utc,
+       'budgetlens.warning' AS name, CAST(total_tokens * 0.8 AS BIGINT) AS used_tokens,
+       80.0 AS percent
+FROM runs WHERE warnings > 0
+"""
+
+
+def build_store(n_runs: int, directory: Path = BENCH_DIR) -> Path:
+    """Return a store with ``n_runs`` generated runs, building it unless cached."""
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"runs_{n_runs}.duckdb"
+    if path.exists():
+        with read_connection(path) as conn:
+            if conn.execute("SELECT count(*) FROM runs").fetchone()[0] == n_runs:
+                return path
+        path.unlink()
+    started = time.perf_counter()
+    with write_connection(path) as conn:
+        conn.execute("SELECT setseed(0.42)")
+        for statement in (_GEN_RUNS, _GEN_CALLS, _GEN_EVENTS):
+            params = {"n": n_runs} if "$n" in statement else {}
+            conn.execute(statement, params)
+        conn.execute("CHECKPOINT")
+    log.info("built %s in %.1f s", path, time.perf_counter() - started)
+    return path
+
+
+def page_calls(f: analysis.Filters, run_id: str):
+    """Each page's analysis calls, as the dashboard pages make them: {page: [callable(conn)]}."""
+    return {
+        "Overview": [lambda c: analysis.overview(c, f), lambda c: analysis.hit_rate_daily(c, f),
+                     lambda c: analysis.cost_by_period(c, f, "day", "task_type")],
+        "Cost": [lambda c: analysis.overview(c, f),
+                 lambda c: analysis.cost_by_period(c, f, "day", "model"),
+                 lambda c: analysis.cost_by_period(c, f, "day", "task_type"),
+                 lambda c: analysis.cost_per_run(c, f), lambda c: analysis.top_runs(c, f, 20)],
+        "Hit rate": [lambda c: analysis.overview(c, f), lambda c: analysis.hit_rate_daily(c, f),
+                     lambda c: analysis.stop_reasons(c, f)],
+        "Baselines": [lambda c: analysis.baselines(c, f),
+                      lambda c: analysis.token_distribution(c, f),
+                      lambda c: analysis.current_limits(c, f)],
+        "Presets": [lambda c: analysis.presets(analysis.baselines(c, f)),
+                    lambda c: analysis.current_limits(c, f), analysis.data_extent],
+        "Runs": [lambda c: analysis.runs_table(c, f, limit=200),
+                 lambda c: analysis.run_detail(c, run_id)],
+    }
+
+
+def time_pages(path: Path, repeat: int) -> dict[str, float]:
+    """Median seconds per page (each call on its own read-only connection)."""
+    with read_connection(path) as conn:
+        first, last, _ = analysis.data_extent(conn)
+        run_id = analysis.top_runs(conn, analysis.Filters(), 1)["run_id"].iloc[0]
+    end = last + dt.timedelta(microseconds=1)          # the newest run included
+    f = analysis.Filters(start_utc=first, end_utc=end, tz="Europe/Berlin")
+    results = {}
+    for page, calls in page_calls(f, run_id).items():
+        rounds = []
+        for _ in range(repeat):
+            started = time.perf_counter()
+            for call in calls:
+                with read_connection(path) as conn:
+                    call(conn)
+            rounds.append(time.perf_counter() - started)
+        results[page] = statistics.median(rounds)
+    return results
+
+
+def report(figures: dict[int, dict[str, float]], repeat: int) -> str:
+    sizes = sorted(figures)
+    pages = list(next(iter(figures.values())))
+    head = "| page | " + " | ".join(f"{n:,} runs" for n in sizes) + " |"
+    lines = [
+        "## Analysis queries per dashboard page",
+        "",
+        f"`python -m benchmarks.queries` on {machine()}. Seconds per page on a cold cache "
+        f"(every analysis call the page makes, each on its own read-only connection), median of "
+        f"{repeat} rounds; generated stores with about 10 model calls per run; filters: the "
+        "whole extent, time zone Europe/Berlin.",
+        "",
+        head + (" 1M/100k |" if {100_000, 1_000_000} <= set(sizes) else ""),
+        "|---" * (len(sizes) + 1 + ({100_000, 1_000_000} <= set(sizes))) + "|",
+    ]
+    for page in pages:
+        cells = [f"{figures[n][page]:.3f}" for n in sizes]
+        row = f"| {page} | " + " | ".join(cells) + " |"
+        if {100_000, 1_000_000} <= set(sizes):
+            row += f" {figures[1_000_000][page] / figures[100_000][page]:.1f}x |"
+        lines.append(row)
+    largest = sizes[-1]
+    worst = max(figures[largest].values())
+    verdict = "met" if worst < TARGET_S else "NOT met"
+    lines += ["", f"Target: every page under {TARGET_S:.0f} s at {largest:,} runs: **{verdict}** "
+              f"(slowest page {worst:.3f} s)."]
+    if {100_000, 1_000_000} <= set(sizes):
+        ratio = max(figures[1_000_000][p] / figures[100_000][p] for p in pages)
+        lines.append(f"Growth 100k -> 1M: at most {ratio:.1f}x for 10x the runs "
+                     f"({'no faster than linear' if ratio <= 10.5 else 'FASTER than linear'}).")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--sizes", type=int, nargs="+", default=list(SIZES))
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--no-write", action="store_true", help="print, do not edit BENCHMARKS.md")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    figures = {}
+    for n in args.sizes:
+        path = build_store(n)
+        figures[n] = time_pages(path, args.repeat)
+        log.info("%s runs: %s", f"{n:,}", {k: round(v, 3) for k, v in figures[n].items()})
+    text = report(figures, args.repeat)
+    print(text)
+    if not args.no_write:
+        write_section("queries", text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

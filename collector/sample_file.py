@@ -1,0 +1,142 @@
+"""The portable sample file: gzip JSONL of store rows, written from the seeded generator
+(``collector.sample``) and loaded into a store; the committed ``SAMPLE_FILE`` is what
+``budgetlens demo`` loads into an empty store.
+
+Format (``SAMPLE_FORMAT`` 1): line 1 is a header ``{"budgetlens_sample": 1, "seed", "days",
+"end_utc", "runs_per_day"}``; then one line per run ``{"record": {...}, "calls": [...],
+"events": [...]}`` with store column names (``collector.store.schema``), ISO-8601 UTC
+timestamps, NULLs omitted, and the run's shared fields (run_id, trace_id, source, service_name,
+task_type) omitted from its calls and events.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import gzip
+import io
+import json
+import logging
+import os
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+SAMPLE_FILE = Path(__file__).resolve().parent.parent / "sample_data" / "budgetlens_sample.jsonl.gz"
+#: The committed sample ends here (exclusive), so the demo is the same on every machine.
+SAMPLE_END_UTC = dt.datetime(2026, 11, 28)
+SAMPLE_SEED = 7
+SAMPLE_FORMAT = 1
+#: Fields every call of a run shares with its run record (omitted per call in the file).
+_SHARED_CALL_FIELDS = ("run_id", "trace_id", "source", "service_name", "task_type")
+
+
+def _encode(row: dict, skip: tuple[str, ...] = ()) -> dict:
+    out = {}
+    for key, value in row.items():
+        if value is None or key in skip:
+            continue
+        out[key] = value.isoformat() if isinstance(value, dt.datetime) else value
+    return out
+
+
+def _decode(row: dict) -> dict:
+    return {k: dt.datetime.fromisoformat(v) if k.endswith("_utc") else v for k, v in row.items()}
+
+
+def export_sample_jsonl(path, days: int = 14, seed: int = SAMPLE_SEED, runs_per_day: int = 300,
+                        end_utc: dt.datetime | None = SAMPLE_END_UTC) -> int:
+    """Write a sample from ``collector.sample.generate_sample`` as gzip JSONL (format in the
+    module docstring) to ``path``; return the number of runs. The same arguments (and prices)
+    give the same bytes. ``end_utc`` None means today 00:00 UTC."""
+    from collector.sample import default_end_utc, generate_sample
+
+    end = end_utc or default_end_utc()
+    header = {"budgetlens_sample": SAMPLE_FORMAT, "seed": seed, "days": days,
+              "end_utc": end.isoformat(), "runs_per_day": runs_per_day}
+    runs = 0
+    # mtime=0 and no file name in the gzip header: the same arguments give the same bytes.
+    with open(path, "wb") as raw, gzip.GzipFile(
+        filename="", fileobj=raw, mode="wb", compresslevel=9, mtime=0
+    ) as packed, io.TextIOWrapper(packed, encoding="utf-8", newline="\n") as out:
+        out.write(json.dumps(header, separators=(",", ":")) + "\n")
+        for calls, records, events in generate_sample(days, seed, runs_per_day, end):
+            by_run: dict[str, dict] = {r["run_id"]: {"calls": [], "events": []} for r in records}
+            for call in calls:
+                by_run[call["run_id"]]["calls"].append(_encode(call, _SHARED_CALL_FIELDS))
+            for event in events:
+                by_run[event["run_id"]]["events"].append(_encode(event, ("run_id",)))
+            for record in records:
+                line = {"record": _encode(record), **by_run[record["run_id"]]}
+                out.write(json.dumps(line, separators=(",", ":")) + "\n")
+                runs += 1
+    return runs
+
+
+def read_sample_file(path=SAMPLE_FILE, batch_runs: int = 1000):
+    """Yield (calls, records, events) batches of store rows from a portable sample file.
+
+    Raises ValueError naming the line when the file is not a budgetlens sample.
+    """
+    with gzip.open(path, "rt", encoding="utf-8") as lines:
+        header = json.loads(next(lines, "{}"))
+        if header.get("budgetlens_sample") != SAMPLE_FORMAT:
+            raise ValueError(f"{path}: line 1 is not a budgetlens sample header "
+                             f"(budgetlens_sample: {SAMPLE_FORMAT})")
+        calls, records, events = [], [], []
+        for number, text in enumerate(lines, start=2):
+            try:
+                item = json.loads(text)
+                record = _decode(item["record"])
+            except (ValueError, KeyError) as error:
+                raise ValueError(f"{path}: line {number}: not a sample run ({error})") from None
+            shared = {k: record.get(k) for k in _SHARED_CALL_FIELDS}
+            records.append(record)
+            calls += [{**shared, **_decode(c)} for c in item.get("calls", ())]
+            events += [{"run_id": record["run_id"], **_decode(e)} for e in item.get("events", ())]
+            if len(records) >= batch_runs:
+                yield calls, records, events
+                calls, records, events = [], [], []
+        if records:
+            yield calls, records, events
+
+
+def load_sample_file(path=SAMPLE_FILE, db_path=None) -> int:
+    """Load a portable sample file into the store at ``db_path``; return the runs read."""
+    from collector.config import resolve_db_path
+    from collector.store import write_batch, write_connection
+
+    db = resolve_db_path(db_path)
+    runs = 0
+    for calls, records, events in read_sample_file(path):
+        with write_connection(db) as conn:
+            write_batch(conn, calls, records, events)
+        runs += len(records)
+    log.info("loaded %d sample runs from %s into %s", runs, path, db)
+    return runs
+
+
+def ensure_demo_store(db_path) -> bool:
+    """Load the committed sample into ``db_path`` when the store is missing or has no runs.
+
+    Returns True when it loaded the sample, False when the store already had runs. Where
+    ``SAMPLE_FILE`` is not on disk (a wheel install has no ``sample_data/``), the same sample is
+    generated from its seed instead.
+    """
+    from collector.store import StoreMissing, read_connection, schema_version
+
+    try:
+        with read_connection(db_path) as conn:
+            has_runs = schema_version(conn) > 0 and conn.execute(
+                "SELECT count(*) FROM runs").fetchone()[0] > 0
+    except StoreMissing:
+        has_runs = False
+    if has_runs:
+        return False
+    if not os.path.exists(SAMPLE_FILE):
+        from collector.sample import write_sample
+
+        log.warning("%s not found; generating the sample from seed %d", SAMPLE_FILE, SAMPLE_SEED)
+        write_sample(db_path, days=14, seed=SAMPLE_SEED, end_utc=SAMPLE_END_UTC)
+        return True
+    load_sample_file(SAMPLE_FILE, db_path)
+    return True

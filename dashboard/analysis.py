@@ -1,0 +1,357 @@
+"""The analysis layer (design §6): baselines, presets, hit rate, cost — one definition for the
+dashboard and the CLI.
+
+Every query function takes an open read-only DuckDB connection (``collector.store.read_connection``)
+and a ``Filters``; aggregation runs in DuckDB with the named statements of ``dashboard.queries``
+and comes back as a small pandas DataFrame (or a small dataclass). An empty result is a frame
+with the documented columns and zero rows. ``presets`` and ``preset_changes`` are pure.
+
+Definitions:
+
+- percentiles are ``quantile_cont`` (linear interpolation between closest ranks; numpy
+  ``method="linear"``), so P95 is never above the max;
+- baselines count every run in the window (completed, stopped and failed alike); a run with
+  unknown usage counts its conservative charge in ``total_tokens``;
+- hit rate = runs stopped by the budget (stop_reason ``budget_*``) / finished runs; the
+  intervention rate also counts runs that were downgraded or summarized;
+- cost is NULL (never $0) when nothing in the group is priced; unpriced calls are counted apart;
+- times are stored in UTC; day/hour buckets are local to ``Filters.tz``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import math
+import re
+import zoneinfo
+from dataclasses import dataclass, field
+
+import duckdb
+import pandas as pd
+
+from collector.preset_format import LIMIT_KEYS
+from dashboard import queries as q
+
+log = logging.getLogger(__name__)
+
+#: Below this many runs a task type's P95 is marked low-sample.
+LOW_SAMPLE_RUNS = 20
+DEFAULT_MULTIPLIER = 1.5
+DEFAULT_WINDOW_DAYS = 14
+#: The hit-rate alarm line: above it the budget is too tight or the agent has a bug.
+HIT_RATE_ALARM = 0.20
+
+#: Preset key -> (baseline metric, rounding step). Rounded up to a multiple of the step.
+PRESET_RULES = {
+    "max_total_tokens": ("total_tokens", 1000),
+    "max_input_tokens": ("input_tokens", 1000),
+    "max_output_tokens": ("output_tokens", 1000),
+    "max_turns": ("turns", 1),
+    "max_tool_calls": ("tool_calls", 1),
+    "max_duration_s": ("duration_s", 5),
+    "max_cost_usd": ("cost_usd", 0.01),
+}
+#: Preset key -> the ``runs`` column holding the limit the run ran under.
+LIMIT_COLUMNS = {key: "limit_" + key[len("max_"):] for key in LIMIT_KEYS}
+
+_PARAM = re.compile(r"\$([a-z_]+)")
+
+
+@dataclass(frozen=True)
+class Filters:
+    """The shared filters of every page and command.
+
+    ``start_utc`` inclusive and ``end_utc`` exclusive are naive UTC datetimes (an aware one is
+    converted), None = no bound. Empty tuples mean "all". ``tz`` is an IANA zone name for the
+    day/hour buckets. Raises ValueError naming the field for an unknown zone or a reversed window.
+    """
+
+    start_utc: dt.datetime | None = None
+    end_utc: dt.datetime | None = None
+    task_types: tuple[str, ...] = ()
+    models: tuple[str, ...] = ()
+    services: tuple[str, ...] = ()
+    tz: str = "UTC"
+
+    def __post_init__(self):
+        for name in ("start_utc", "end_utc"):
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, dt.datetime):
+                raise ValueError(f"Filters.{name} must be a datetime or None, got {value!r}")
+            if value is not None and value.tzinfo is not None:
+                naive = value.astimezone(dt.timezone.utc).replace(tzinfo=None)
+                object.__setattr__(self, name, naive)
+        for name in ("task_types", "models", "services"):
+            object.__setattr__(self, name, tuple(getattr(self, name) or ()))
+        try:
+            zoneinfo.ZoneInfo(self.tz)
+        except (zoneinfo.ZoneInfoNotFoundError, ValueError, TypeError):
+            raise ValueError(f"Filters.tz: unknown IANA time zone {self.tz!r}") from None
+        if self.start_utc and self.end_utc and self.start_utc >= self.end_utc:
+            raise ValueError("Filters: start_utc must be before end_utc")
+
+    def params(self) -> dict:
+        """The named parameters of ``dashboard.queries.FILTERED`` (and ``$tz``)."""
+        return {
+            "start_utc": self.start_utc,
+            "end_utc": self.end_utc,
+            "task_types": list(self.task_types),
+            "models": list(self.models),
+            "services": list(self.services),
+            "tz": self.tz,
+        }
+
+
+def window_filters(
+    days: float = DEFAULT_WINDOW_DAYS, now_utc: dt.datetime | None = None, **kw
+) -> Filters:
+    """Filters for the last ``days`` days ending at ``now_utc`` (inclusive; default: now).
+
+    Pass the newest run's start (``data_extent``) as ``now_utc`` to window old data such as the
+    committed sample. Other keyword arguments are ``Filters`` fields. Raises ValueError for
+    ``days`` <= 0.
+    """
+    if not days or days <= 0:
+        raise ValueError(f"days must be > 0, got {days!r}")
+    if now_utc is None:
+        now_utc = dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)
+    elif now_utc.tzinfo is not None:
+        now_utc = now_utc.astimezone(dt.timezone.utc).replace(tzinfo=None)
+    # The store keeps microseconds: +1 µs makes the exclusive end include now_utc itself.
+    end = now_utc + dt.timedelta(microseconds=1)
+    return Filters(start_utc=now_utc - dt.timedelta(days=days), end_utc=end, **kw)
+
+
+def _query(conn: duckdb.DuckDBPyConnection, statement: str, params: dict) -> pd.DataFrame:
+    used = set(_PARAM.findall(statement))
+    return conn.execute(statement, {k: v for k, v in params.items() if k in used}).df()
+
+
+def data_extent(conn) -> tuple[dt.datetime | None, dt.datetime | None, int]:
+    """Return (oldest run start, newest run start, number of runs); (None, None, 0) when empty."""
+    first, last, n = conn.execute(q.DATA_EXTENT).fetchone()
+    return first, last, int(n)
+
+
+def filter_options(conn) -> dict[str, list[str]]:
+    """Return the values the filters can take: ``task_types``, ``models``, ``services`` (sorted)."""
+    return {
+        "task_types": [r[0] for r in conn.execute(q.OPTION_TASK_TYPES).fetchall()],
+        "models": [r[0] for r in conn.execute(q.OPTION_MODELS).fetchall()],
+        "services": [r[0] for r in conn.execute(q.OPTION_SERVICES).fetchall()],
+    }
+
+
+@dataclass(frozen=True)
+class Overview:
+    """Headline figures of a window. Rates are 0..1 or None when no run finished; cost_usd is the
+    sum over priced runs (USD) or None when nothing is priced; tokens are counts."""
+
+    runs: int
+    finished_runs: int
+    cost_usd: float | None
+    priced_runs: int
+    unpriced_calls: int
+    unknown_usage_runs: int
+    hit_rate: float | None
+    intervention_rate: float | None
+    p95_total_tokens: float | None
+    per_task: pd.DataFrame = field(repr=False)
+
+    def alarms(self, threshold: float = HIT_RATE_ALARM) -> list[str]:
+        """Task types whose hit rate is above ``threshold`` (the banner of the Overview)."""
+        frame = self.per_task
+        return frame.loc[frame["hit_rate"].fillna(0) > threshold, "task_type"].tolist()
+
+
+def _none(value):
+    """A pandas/numpy scalar as a plain Python value; NaN, NA and NaT become None."""
+    if value is None or value is pd.NA or value is pd.NaT:
+        return None
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    return value.item() if hasattr(value, "item") and not isinstance(value, pd.Timestamp) else value
+
+
+def overview(conn, f: Filters) -> Overview:
+    """Headline figures and per task type [task_type, runs, hit_rate, intervention_rate,
+    cost_usd, p95_total_tokens] for the filtered runs."""
+    params = f.params()
+    totals = _query(conn, q.OVERVIEW_TOTALS, params).iloc[0]
+    per_task = _query(conn, q.OVERVIEW_PER_TASK, params)[
+        ["task_type", "runs", "hit_rate", "intervention_rate", "cost_usd", "p95_total_tokens"]
+    ]
+    return Overview(
+        runs=int(totals["runs"]),
+        finished_runs=int(totals["finished_runs"]),
+        cost_usd=_none(totals["cost_usd"]),
+        priced_runs=int(totals["priced_runs"]),
+        unpriced_calls=int(totals["unpriced_calls"]),
+        unknown_usage_runs=int(totals["unknown_usage_runs"]),
+        hit_rate=_none(totals["hit_rate"]),
+        intervention_rate=_none(totals["intervention_rate"]),
+        p95_total_tokens=_none(totals["p95_total_tokens"]),
+        per_task=per_task,
+    )
+
+
+def baselines(conn, f: Filters, by_model: bool = False) -> pd.DataFrame:
+    """Baselines per task type (and per ``models`` combination when ``by_model``).
+
+    Columns: task_type, (models,) n, low_sample (n < 20), then p50_/p95_/max_ of total_tokens,
+    input_tokens, output_tokens, turns, tool_calls, duration_s (s), cost_usd (USD; NULL when no
+    run of the group is priced). Percentiles: quantile_cont.
+    """
+    statement = q.BASELINES_BY_TASK_MODEL if by_model else q.BASELINES_BY_TASK
+    frame = _query(conn, statement, f.params())
+    if by_model:
+        frame = frame.rename(columns={"models": "model"})
+    return frame
+
+
+def round_up(value: float | None, step: float) -> float | int | None:
+    """Round ``value`` up to the next multiple of ``step`` (an exact multiple stays).
+
+    Integers steps give ints; the cent step gives a float with two decimals. None stays None.
+    A relative tolerance of 1e-9 keeps float noise (60000.0000001) from adding a step.
+    """
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return None
+    units = math.ceil(value / step - 1e-9)
+    if isinstance(step, int):
+        return int(units * step)
+    return round(units * step, 2)
+
+
+def presets(baselines_df: pd.DataFrame, multiplier: float = DEFAULT_MULTIPLIER) -> pd.DataFrame:
+    """Recommended presets from a ``baselines`` frame: P95 x ``multiplier``, rounded up per §6
+    (tokens to the next 1,000; counts to the next integer; seconds to the next 5; USD to the next
+    cent). Columns: task_type, n, low_sample, then the keys of
+    ``collector.preset_format.LIMIT_KEYS``
+    (None where the P95 is unknown). Raises ValueError when ``multiplier`` <= 0. Pure.
+    """
+    if not isinstance(multiplier, (int, float)) or not multiplier > 0:
+        raise ValueError(f"multiplier must be > 0, got {multiplier!r}")
+    rows = []
+    for _, row in baselines_df.iterrows():
+        out = {"task_type": row["task_type"], "n": int(row["n"]),
+               "low_sample": bool(row["low_sample"])}
+        for key, (metric, step) in PRESET_RULES.items():
+            p95 = _none(row.get(f"p95_{metric}"))
+            out[key] = round_up(float(p95) * multiplier, step) if p95 is not None else None
+        rows.append(out)
+    columns = ["task_type", "n", "low_sample", *PRESET_RULES]
+    return pd.DataFrame(rows, columns=columns).astype({k: object for k in PRESET_RULES})
+
+
+def current_limits(conn, f: Filters) -> pd.DataFrame:
+    """The limits the filtered runs ran under: per task type the most common non-null value of
+    each ``limit_*`` column (NULL when no run had that limit). Columns: task_type,
+    limit_total_tokens, limit_input_tokens, limit_output_tokens, limit_turns, limit_tool_calls,
+    limit_duration_s, limit_cost_usd."""
+    return _query(conn, q.CURRENT_LIMITS, f.params())
+
+
+def preset_changes(presets_df: pd.DataFrame, current_df: pd.DataFrame) -> pd.DataFrame:
+    """Compare recommended presets with the current limits, one row per task type and key.
+
+    Columns: task_type, key (a preset key such as ``max_total_tokens``), current (None when the
+    runs had no such limit), recommended, change_pct ((recommended - current) / current x 100;
+    None when either side is missing). Pure.
+    """
+    current = {row["task_type"]: row for _, row in current_df.iterrows()}
+    rows = []
+    for _, preset in presets_df.iterrows():
+        limits = current.get(preset["task_type"])
+        for key in LIMIT_KEYS:
+            recommended = _none(preset.get(key))
+            now = _none(limits.get(LIMIT_COLUMNS[key])) if limits is not None else None
+            change = None
+            if recommended is not None and now not in (None, 0):
+                change = (float(recommended) - float(now)) / float(now) * 100.0
+            rows.append({"task_type": preset["task_type"], "key": key, "current": now,
+                         "recommended": recommended, "change_pct": change})
+    columns = ["task_type", "key", "current", "recommended", "change_pct"]
+    return pd.DataFrame(rows, columns=columns)
+
+
+def hit_rate_daily(conn, f: Filters) -> pd.DataFrame:
+    """Per local day (``f.tz``) and task type: day (date), task_type, finished_runs,
+    budget_stops, interventions, hit_rate, intervention_rate (0..1)."""
+    frame = _query(conn, q.HIT_RATE_DAILY, f.params())
+    frame["day"] = pd.to_datetime(frame["day"]).dt.date   # DuckDB DATE -> datetime.date
+    return frame[["day", "task_type", "finished_runs", "budget_stops", "interventions",
+                  "hit_rate", "intervention_rate"]]
+
+
+def stop_reasons(conn, f: Filters) -> pd.DataFrame:
+    """Runs per task type and stop reason: task_type, stop_reason, runs."""
+    return _query(conn, q.STOP_REASONS, f.params())
+
+
+def cost_by_period(conn, f: Filters, period: str = "day", by: str = "model") -> pd.DataFrame:
+    """Cost per local ``period`` ('day' or 'hour' in ``f.tz``) and key (``by`` 'model' or
+    'task_type'). Columns: period_start (naive local timestamp), key, cost_usd (USD; NULL when
+    nothing in the bucket is priced), runs, unpriced_calls. Both views bucket by the run's start,
+    so a period's total is the same either way. Raises ValueError for another period or key."""
+    if period not in ("day", "hour"):
+        raise ValueError(f"period must be 'day' or 'hour', got {period!r}")
+    if by not in ("model", "task_type"):
+        raise ValueError(f"by must be 'model' or 'task_type', got {by!r}")
+    statement = q.COST_BY_PERIOD_MODEL if by == "model" else q.COST_BY_PERIOD_TASK
+    return _query(conn, statement, {**f.params(), "period": period})
+
+
+def cost_per_run(conn, f: Filters, per_decade: int = 4) -> pd.DataFrame:
+    """Histogram of run cost on log-spaced buckets (``per_decade`` per power of ten); unpriced
+    runs are left out. Columns: task_type, bucket_low_usd, bucket_high_usd, runs."""
+    return _query(conn, q.COST_PER_RUN, {**f.params(), "per_decade": float(per_decade)})
+
+
+def token_distribution(conn, f: Filters, per_decade: int = 10) -> pd.DataFrame:
+    """Histogram of run total tokens on log-spaced buckets. Columns: task_type,
+    bucket_low_tokens, bucket_high_tokens, runs."""
+    return _query(conn, q.TOKEN_DISTRIBUTION, {**f.params(), "per_decade": float(per_decade)})
+
+
+def top_runs(conn, f: Filters, limit: int = 20) -> pd.DataFrame:
+    """The ``limit`` most expensive priced runs, columns as ``runs_table``."""
+    return _query(conn, q.TOP_RUNS, {**f.params(), "limit": int(limit)})
+
+
+def runs_table(conn, f: Filters, search: str = "", limit: int = 500, offset: int = 0):
+    """One row per run, newest first: run_id, task_type, service_name, models, start_utc,
+    turns, tool_calls, input_tokens, output_tokens, total_tokens, cost_usd, stop_reason,
+    usage_status. ``search`` is a case-insensitive substring of the id, task type, service,
+    models or stop reason. Raises ValueError for a negative limit or offset."""
+    if limit < 0 or offset < 0:
+        raise ValueError("limit and offset must be >= 0")
+    params = {**f.params(), "search": search or "", "limit": int(limit), "offset": int(offset)}
+    return _query(conn, q.RUNS_TABLE, params)
+
+
+@dataclass(frozen=True)
+class RunDetail:
+    """One run: ``run`` (the ``runs`` row as a dict), ``calls`` [turn, start_utc, model,
+    input_tokens, output_tokens, reserved_tokens, cumulative_tokens, limit_total_tokens,
+    usage_status, cost_usd] and ``events`` [ts_utc, name, reason, from_model, to_model,
+    tool_name, used_tokens, percent]."""
+
+    run: dict
+    calls: pd.DataFrame = field(repr=False)
+    events: pd.DataFrame = field(repr=False)
+
+
+def run_detail(conn, run_id: str) -> RunDetail | None:
+    """Return one run's detail, or None when ``run_id`` is not in the store."""
+    params = {"run_id": run_id}
+    run = _query(conn, q.RUN_DETAIL_RUN, params)
+    if run.empty:
+        return None
+    record = {k: _none(v) for k, v in run.iloc[0].to_dict().items()}
+    return RunDetail(
+        run=record,
+        calls=_query(conn, q.RUN_DETAIL_CALLS, params),
+        events=_query(conn, q.RUN_DETAIL_EVENTS, params),
+    )

@@ -1,0 +1,336 @@
+"""Named, parameterised SQL of the analysis layer (design §6), read by ``dashboard.analysis``.
+
+Every statement reads the ``runs`` rollup (and ``model_calls`` / ``budget_events`` where a page
+needs per-call detail) and aggregates in DuckDB; no statement returns raw rows except the paged
+run table and one run's detail. Values reach SQL only as named parameters (``$name``); the text
+below is assembled once, at import, from constant fragments.
+
+Shared parameters of the run filter (``FILTERED``):
+
+- ``$start_utc`` / ``$end_utc``: naive UTC timestamps, inclusive / exclusive, NULL = no bound;
+- ``$task_types``, ``$models``, ``$services``: VARCHAR lists, empty = all; a run matches the
+  model filter when any of its models (``runs.models``, comma-separated) is in the list;
+- ``$tz``: IANA time zone for day/hour buckets (stored times are UTC; buckets are local).
+
+Percentiles are ``quantile_cont`` (linear interpolation between closest ranks, as numpy's
+``linear`` method), never above the max nor below the min.
+"""
+
+from __future__ import annotations
+
+#: The run filter as a CTE named ``filtered`` (one row per run of ``runs``).
+FILTERED = """
+filtered AS (
+    SELECT * FROM runs
+    WHERE (CAST($start_utc AS TIMESTAMP) IS NULL OR start_utc >= CAST($start_utc AS TIMESTAMP))
+      AND (CAST($end_utc AS TIMESTAMP) IS NULL OR start_utc < CAST($end_utc AS TIMESTAMP))
+      AND (len(CAST($task_types AS VARCHAR[])) = 0
+           OR list_contains(CAST($task_types AS VARCHAR[]), task_type))
+      AND (len(CAST($models AS VARCHAR[])) = 0
+           OR list_has_any(string_split(models, ','), CAST($models AS VARCHAR[])))
+      AND (len(CAST($services AS VARCHAR[])) = 0
+           OR list_contains(CAST($services AS VARCHAR[]), service_name))
+)"""
+
+#: Day and hour buckets are local to ``$tz``. Converting every run's time is the costly part
+#: of a daily chart (ICU per row), so runs are first counted per 15-minute UTC bucket and only
+#: the buckets are converted: every current IANA zone's offset is a multiple of 15 minutes, so
+#: a 15-minute UTC bucket lies inside one local hour and one local day (exact, not an estimate).
+_BUCKET = "time_bucket(INTERVAL 15 minutes, start_utc)"
+_LOCAL_BUCKET = "timezone($tz, timezone('UTC', bucket))"
+_LOCAL_DAY = f"CAST(date_trunc('day', {_LOCAL_BUCKET}) AS DATE)"
+
+#: Run-level predicates (stop reasons from ``collector.semconv``: budget stops start 'budget_').
+_IS_BUDGET_STOP = "starts_with(stop_reason, 'budget_')"
+_IS_INTERVENTION = f"({_IS_BUDGET_STOP} OR downgrades > 0 OR summaries > 0)"
+_RATES = f"""
+    count(stop_reason) AS finished_runs,
+    count(*) FILTER (WHERE {_IS_BUDGET_STOP}) AS budget_stops,
+    count(*) FILTER (WHERE {_IS_INTERVENTION}) AS interventions,
+    budget_stops / nullif(finished_runs, 0) AS hit_rate,
+    interventions / nullif(finished_runs, 0) AS intervention_rate"""
+
+DATA_EXTENT = "SELECT min(start_utc), max(start_utc), count(*) FROM runs"
+
+OPTION_TASK_TYPES = (
+    "SELECT DISTINCT task_type FROM runs WHERE task_type IS NOT NULL ORDER BY task_type"
+)
+OPTION_MODELS = """
+SELECT DISTINCT model FROM (
+    SELECT unnest(string_split(models, ',')) AS model FROM runs WHERE models IS NOT NULL
+) WHERE model <> '' ORDER BY model
+"""
+OPTION_SERVICES = (
+    "SELECT DISTINCT service_name FROM runs WHERE service_name IS NOT NULL ORDER BY service_name"
+)
+
+OVERVIEW_TOTALS = f"""
+WITH {FILTERED}
+SELECT
+    count(*) AS runs,
+    {_RATES},
+    sum(cost_usd) AS cost_usd,
+    count(cost_usd) AS priced_runs,
+    CAST(coalesce(sum(unpriced_calls), 0) AS BIGINT) AS unpriced_calls,
+    count(*) FILTER (WHERE usage_status = 'unknown') AS unknown_usage_runs,
+    quantile_cont(total_tokens, 0.95) AS p95_total_tokens
+FROM filtered
+"""
+
+OVERVIEW_PER_TASK = f"""
+WITH {FILTERED}
+SELECT
+    task_type,
+    count(*) AS runs,
+    {_RATES},
+    sum(cost_usd) AS cost_usd,
+    quantile_cont(total_tokens, 0.95) AS p95_total_tokens
+FROM filtered
+GROUP BY task_type
+ORDER BY task_type
+"""
+
+#: Metrics of a baseline, each with P50, P95 and max (units in the names).
+BASELINE_METRICS = (
+    "total_tokens",
+    "input_tokens",
+    "output_tokens",
+    "turns",
+    "tool_calls",
+    "duration_s",
+    "cost_usd",
+)
+_QUANTILE_LISTS = ",\n    ".join(
+    f"quantile_cont({m}, [0.5, 0.95]) AS q_{m}, max({m}) AS max_{m}" for m in BASELINE_METRICS
+)
+_QUANTILE_COLUMNS = ",\n    ".join(
+    f"q_{m}[1] AS p50_{m}, q_{m}[2] AS p95_{m}, max_{m}" for m in BASELINE_METRICS
+)
+
+
+def _baselines(keys: str) -> str:
+    return f"""
+WITH {FILTERED},
+q AS (
+    SELECT {keys}, count(*) AS n,
+    {_QUANTILE_LISTS}
+    FROM filtered
+    GROUP BY {keys}
+)
+SELECT {keys}, n, n < 20 AS low_sample,
+    {_QUANTILE_COLUMNS}
+FROM q
+ORDER BY {keys}
+"""
+
+
+BASELINES_BY_TASK = _baselines("task_type")
+#: Per task type and model combination (``runs.models``: a downgraded run lists both models).
+BASELINES_BY_TASK_MODEL = _baselines("task_type, models")
+
+#: The limits the runs ran under: the most common non-null value per task type.
+CURRENT_LIMITS = f"""
+WITH {FILTERED}
+SELECT
+    task_type,
+    mode(limit_total_tokens) AS limit_total_tokens,
+    mode(limit_input_tokens) AS limit_input_tokens,
+    mode(limit_output_tokens) AS limit_output_tokens,
+    mode(limit_turns) AS limit_turns,
+    mode(limit_tool_calls) AS limit_tool_calls,
+    mode(limit_duration_s) AS limit_duration_s,
+    mode(limit_cost_usd) AS limit_cost_usd
+FROM filtered
+GROUP BY task_type
+ORDER BY task_type
+"""
+
+HIT_RATE_DAILY = f"""
+WITH {FILTERED},
+b AS (
+    SELECT {_BUCKET} AS bucket, task_type,
+           count(stop_reason) AS finished,
+           count(*) FILTER (WHERE {_IS_BUDGET_STOP}) AS stops,
+           count(*) FILTER (WHERE {_IS_INTERVENTION}) AS intervened
+    FROM filtered GROUP BY ALL
+)
+SELECT
+    {_LOCAL_DAY} AS day,
+    task_type,
+    CAST(sum(finished) AS BIGINT) AS finished_runs,
+    CAST(sum(stops) AS BIGINT) AS budget_stops,
+    CAST(sum(intervened) AS BIGINT) AS interventions,
+    budget_stops / nullif(finished_runs, 0) AS hit_rate,
+    interventions / nullif(finished_runs, 0) AS intervention_rate
+FROM b
+GROUP BY day, task_type
+ORDER BY day, task_type
+"""
+
+STOP_REASONS = f"""
+WITH {FILTERED}
+SELECT task_type, coalesce(stop_reason, 'unfinished') AS stop_reason, count(*) AS runs
+FROM filtered
+GROUP BY ALL
+ORDER BY task_type, runs DESC, stop_reason
+"""
+
+#: ``$period`` is 'day' or 'hour' (validated in Python); buckets are local time in ``$tz``.
+COST_BY_PERIOD_TASK = f"""
+WITH {FILTERED},
+b AS (
+    SELECT {_BUCKET} AS bucket, task_type AS key, sum(cost_usd) AS cost_usd, count(*) AS runs,
+           sum(unpriced_calls) AS unpriced
+    FROM filtered GROUP BY ALL
+)
+SELECT
+    date_trunc($period, {_LOCAL_BUCKET}) AS period_start,
+    key,
+    sum(cost_usd) AS cost_usd,
+    CAST(sum(runs) AS BIGINT) AS runs,
+    CAST(coalesce(sum(unpriced), 0) AS BIGINT) AS unpriced_calls
+FROM b
+GROUP BY ALL
+ORDER BY period_start, key
+"""
+
+#: Cost per model, bucketed by the run's start so that a period's total equals the per-task
+#: view. A run with one model (no comma in ``runs.models``) counts whole under that model; only
+#: runs with several models (a downgrade) are split by their calls, so the 10x larger
+#: ``model_calls`` table is probed for those runs alone. ``runs`` counts runs per key.
+COST_BY_PERIOD_MODEL = f"""
+WITH {FILTERED},
+single AS (
+    SELECT start_utc, coalesce(nullif(models, ''), 'unknown') AS key, cost_usd,
+           unpriced_calls AS unpriced
+    FROM filtered WHERE NOT contains(coalesce(models, ''), ',')
+),
+multi AS (
+    SELECT any_value(m.start_utc) AS start_utc,
+           coalesce(c.response_model, c.request_model, 'unknown') AS key,
+           sum(c.cost_usd) AS cost_usd,
+           count(*) FILTER (WHERE c.cost_usd IS NULL AND c.usage_status = 'reported') AS unpriced
+    FROM model_calls c
+    JOIN (SELECT run_id, start_utc FROM filtered WHERE contains(models, ',')) m
+      ON c.run_id = m.run_id
+    GROUP BY c.run_id, key
+),
+per_run AS (SELECT * FROM single UNION ALL SELECT * FROM multi),
+b AS (
+    SELECT {_BUCKET} AS bucket, key, sum(cost_usd) AS cost_usd, count(*) AS runs,
+           sum(unpriced) AS unpriced
+    FROM per_run GROUP BY ALL
+)
+SELECT
+    date_trunc($period, {_LOCAL_BUCKET}) AS period_start,
+    key,
+    sum(cost_usd) AS cost_usd,
+    CAST(sum(runs) AS BIGINT) AS runs,
+    CAST(coalesce(sum(unpriced), 0) AS BIGINT) AS unpriced_calls
+FROM b
+GROUP BY ALL
+ORDER BY period_start, key
+"""
+
+#: Log-spaced histogram: ``$per_decade`` buckets per power of ten; unpriced runs left out.
+COST_PER_RUN = f"""
+WITH {FILTERED},
+b AS (
+    SELECT task_type, floor(log10(cost_usd) * $per_decade) AS k
+    FROM filtered WHERE cost_usd > 0
+)
+SELECT task_type,
+       pow(10, k / $per_decade) AS bucket_low_usd,
+       pow(10, (k + 1) / $per_decade) AS bucket_high_usd,
+       count(*) AS runs
+FROM b GROUP BY task_type, k ORDER BY task_type, k
+"""
+
+TOKEN_DISTRIBUTION = f"""
+WITH {FILTERED},
+b AS (
+    SELECT task_type, floor(log10(total_tokens) * $per_decade) AS k
+    FROM filtered WHERE total_tokens > 0
+)
+SELECT task_type,
+       pow(10, k / $per_decade) AS bucket_low_tokens,
+       pow(10, (k + 1) / $per_decade) AS bucket_high_tokens,
+       count(*) AS runs
+FROM b GROUP BY task_type, k ORDER BY task_type, k
+"""
+
+#: Columns of the run table (``budgetlens runs`` and the Runs page), in order.
+RUN_TABLE_COLUMNS = (
+    "run_id",
+    "task_type",
+    "service_name",
+    "models",
+    "start_utc",
+    "turns",
+    "tool_calls",
+    "input_tokens",
+    "output_tokens",
+    "total_tokens",
+    "cost_usd",
+    "stop_reason",
+    "usage_status",
+)
+_RUN_TABLE_SELECT = ", ".join(RUN_TABLE_COLUMNS)
+
+TOP_RUNS = f"""
+WITH {FILTERED}
+SELECT {_RUN_TABLE_SELECT}
+FROM filtered
+WHERE cost_usd IS NOT NULL
+ORDER BY cost_usd DESC, run_id
+LIMIT $limit
+"""
+
+#: ``$search`` matches (case-insensitive substring) the run id, task type, service, models or
+#: stop reason; '' matches every run. Newest first.
+RUNS_TABLE = f"""
+WITH {FILTERED}
+SELECT {_RUN_TABLE_SELECT}
+FROM filtered
+WHERE $search = ''
+   OR contains(lower(run_id), lower($search))
+   OR contains(lower(coalesce(task_type, '')), lower($search))
+   OR contains(lower(coalesce(service_name, '')), lower($search))
+   OR contains(lower(coalesce(models, '')), lower($search))
+   OR contains(lower(coalesce(stop_reason, '')), lower($search))
+ORDER BY start_utc DESC NULLS LAST, run_id
+LIMIT $limit OFFSET $offset
+"""
+
+RUN_DETAIL_RUN = "SELECT * FROM runs WHERE run_id = $run_id"
+
+#: One run's calls with the cumulative used tokens: the guard's ``used_tokens`` when recorded,
+#: else the running sum of the calls' totals (an unknown call counts its reservation).
+RUN_DETAIL_CALLS = """
+SELECT
+    c.turn,
+    c.start_utc,
+    coalesce(c.response_model, c.request_model) AS model,
+    c.input_tokens,
+    c.output_tokens,
+    c.reserved_tokens,
+    coalesce(c.used_tokens, sum(coalesce(
+        c.total_tokens, c.input_tokens + c.output_tokens,
+        CASE WHEN c.usage_status = 'unknown' THEN c.reserved_tokens END, 0))
+        OVER (ORDER BY c.start_utc, c.turn, c.span_id ROWS UNBOUNDED PRECEDING))
+        AS cumulative_tokens,
+    r.limit_total_tokens,
+    c.usage_status,
+    c.cost_usd
+FROM model_calls c
+LEFT JOIN runs r ON r.run_id = c.run_id
+WHERE c.run_id = $run_id
+ORDER BY c.start_utc, c.turn, c.span_id
+"""
+
+RUN_DETAIL_EVENTS = """
+SELECT ts_utc, name, reason, from_model, to_model, tool_name, used_tokens, percent
+FROM budget_events
+WHERE run_id = $run_id
+ORDER BY ts_utc, event_id
+"""

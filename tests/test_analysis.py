@@ -1,0 +1,190 @@
+"""Analysis against hand-computed values: percentiles (n = 1, 2, 19, 20), presets and their
+rounding, low-sample flags, current limits and the change against them."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from collector.store import read_connection, write_batch, write_connection
+from dashboard import analysis
+from dashboard.analysis import Filters
+
+T0 = dt.datetime(2026, 11, 2, 12, 0, 0)
+
+
+def _record(i, task_type="qa", **fields):
+    row = dict(run_id=f"{task_type}-{i:03d}", source="test", task_type=task_type,
+               service_name="svc", model="gpt-4.1-mini", start_utc=T0 + dt.timedelta(minutes=i),
+               stop_reason="completed", usage_status="reported")
+    row.update(fields)
+    return row
+
+
+def _store(db_path, records, calls=(), events=()):
+    with write_connection(db_path) as conn:
+        write_batch(conn, list(calls), list(records), list(events))
+    return db_path
+
+
+def _baselines(db_path, **kw):
+    with read_connection(db_path) as conn:
+        return analysis.baselines(conn, Filters(**kw)).set_index("task_type")
+
+
+def test_one_run_has_p50_p95_and_max_equal(db_path):
+    _store(db_path, [_record(0, total_tokens=4321, turns=3, duration_s=12.5, cost_usd=0.02)])
+    row = _baselines(db_path).loc["qa"]
+    assert row["n"] == 1 and bool(row["low_sample"])
+    assert row["p50_total_tokens"] == row["p95_total_tokens"] == row["max_total_tokens"] == 4321
+    assert row["p95_duration_s"] == 12.5
+
+
+def test_two_runs_interpolate_linearly_between_them(db_path):
+    _store(db_path, [_record(0, total_tokens=1000, turns=1),
+                     _record(1, total_tokens=3000, turns=5)])
+    row = _baselines(db_path).loc["qa"]
+    assert row["p50_total_tokens"] == 2000            # 1000 + 0.5 x 2000
+    assert row["p95_total_tokens"] == pytest.approx(2900)  # 1000 + 0.95 x 2000
+    assert row["p95_turns"] == pytest.approx(4.8)     # 1 + 0.95 x 4
+    assert row["max_total_tokens"] == 3000
+
+
+@pytest.mark.parametrize("n, low_sample", [(19, True), (20, False)])
+def test_p95_is_linear_quantile_and_never_above_max(db_path, n, low_sample):
+    tokens = [1000 * (k + 1) ** 2 for k in range(n)]          # skewed: a heavy last value
+    _store(db_path, [_record(k, total_tokens=t) for k, t in enumerate(tokens)])
+    row = _baselines(db_path).loc["qa"]
+    # hand computation: rank h = 0.95 (n-1); interpolate between sorted[floor h], sorted[ceil h]
+    h = 0.95 * (n - 1)
+    lo, frac = int(h), h - int(h)
+    expected = tokens[lo] + frac * (tokens[min(lo + 1, n - 1)] - tokens[lo])
+    assert row["p95_total_tokens"] == pytest.approx(expected)
+    assert row["p95_total_tokens"] == pytest.approx(np.percentile(tokens, 95, method="linear"))
+    assert row["p95_total_tokens"] <= row["max_total_tokens"] == max(tokens)
+    assert bool(row["low_sample"]) is low_sample
+
+
+def test_baselines_keep_unpriced_cost_null_not_zero(db_path):
+    _store(db_path, [_record(0, total_tokens=100), _record(1, total_tokens=200)])
+    row = _baselines(db_path).loc["qa"]
+    assert pd.isna(row["p95_cost_usd"]) and pd.isna(row["max_cost_usd"])
+
+
+def test_baselines_by_model_split_each_task_type(db_path):
+    _store(db_path, [_record(0, total_tokens=100, model="a"),
+                     _record(1, total_tokens=300, model="b"),
+                     _record(2, total_tokens=500, model="b")])
+    with read_connection(db_path) as conn:
+        frame = analysis.baselines(conn, Filters(), by_model=True)
+    assert frame[["task_type", "model", "n"]].values.tolist() == [["qa", "a", 1], ["qa", "b", 2]]
+    assert frame.loc[frame.model == "b", "p50_total_tokens"].item() == 400
+
+
+def test_empty_window_gives_baseline_columns_and_no_rows(db_path):
+    _store(db_path, [_record(0, total_tokens=100)])
+    frame = _baselines(db_path, start_utc=T0 + dt.timedelta(days=1))
+    assert frame.empty
+    assert {"n", "low_sample", "p95_total_tokens", "max_cost_usd"} <= set(frame.columns)
+
+
+@pytest.mark.parametrize(
+    "value, step, expected",
+    [
+        (60000.0, 1000, 60000),            # an exact multiple stays
+        (60000.00000001, 1000, 60000),     # float noise does not add a step
+        (60001, 1000, 61000),
+        (1.0, 1000, 1000),
+        (12.0, 1, 12),
+        (12.01, 1, 13),
+        (300, 5, 300),
+        (300.2, 5, 305),
+        (0.43, 0.01, 0.43),
+        (0.4301, 0.01, 0.44),
+        (0.001, 0.01, 0.01),
+        (None, 1000, None),
+    ],
+)
+def test_round_up_follows_the_preset_rules(value, step, expected):
+    assert analysis.round_up(value, step) == expected
+
+
+def test_presets_are_p95_times_multiplier_rounded_up():
+    base = pd.DataFrame([{
+        "task_type": "qa", "n": 40, "low_sample": False, "p95_total_tokens": 4100.0,
+        "p95_input_tokens": 3000.0, "p95_output_tokens": 700.0, "p95_turns": 3.2,
+        "p95_tool_calls": 0.0, "p95_duration_s": 21.0, "p95_cost_usd": 0.0123,
+    }])
+    row = analysis.presets(base, 1.5).iloc[0]
+    assert row["max_total_tokens"] == 7000        # 6150 -> 7000
+    assert row["max_input_tokens"] == 5000        # 4500 -> 5000
+    assert row["max_output_tokens"] == 2000       # 1050 -> 2000
+    assert row["max_turns"] == 5                  # 4.8 -> 5
+    assert row["max_tool_calls"] == 0
+    assert row["max_duration_s"] == 35            # 31.5 -> 35
+    assert row["max_cost_usd"] == 0.02            # 0.01845 -> 0.02
+    assert row["n"] == 40 and not row["low_sample"]
+
+
+def test_presets_leave_unknown_p95_empty_and_refuse_bad_multiplier():
+    base = pd.DataFrame([{"task_type": "qa", "n": 1, "low_sample": True,
+                          "p95_total_tokens": 900.0, "p95_cost_usd": float("nan")}])
+    row = analysis.presets(base, 2).iloc[0]
+    assert row["max_total_tokens"] == 2000 and row["max_cost_usd"] is None and row["low_sample"]
+    with pytest.raises(ValueError, match="multiplier"):
+        analysis.presets(base, 0)
+
+
+def test_current_limits_are_the_most_common_value_per_task_type(db_path):
+    records = [_record(0, limit_total_tokens=5000, limit_turns=4),
+               _record(1, limit_total_tokens=5000),
+               _record(2, limit_total_tokens=8000),
+               _record(3)]
+    _store(db_path, records)
+    with read_connection(db_path) as conn:
+        row = analysis.current_limits(conn, Filters()).iloc[0]
+    assert row["limit_total_tokens"] == 5000
+    assert row["limit_turns"] == 4
+    assert pd.isna(row["limit_cost_usd"])
+
+
+def test_preset_changes_compare_recommended_with_current():
+    presets = pd.DataFrame([{"task_type": "qa", "n": 30, "low_sample": False,
+                             "max_total_tokens": 7000, "max_turns": 5, "max_input_tokens": None,
+                             "max_output_tokens": None, "max_tool_calls": None,
+                             "max_duration_s": None, "max_cost_usd": 0.02}])
+    current = pd.DataFrame([{"task_type": "qa", "limit_total_tokens": 5000, "limit_turns": 5,
+                             "limit_input_tokens": None, "limit_output_tokens": None,
+                             "limit_tool_calls": None, "limit_duration_s": None,
+                             "limit_cost_usd": None}])
+    changes = analysis.preset_changes(presets, current).set_index("key")
+    assert changes.loc["max_total_tokens", "change_pct"] == pytest.approx(40.0)
+    assert changes.loc["max_turns", "change_pct"] == 0
+    assert pd.isna(changes.loc["max_cost_usd", "current"])
+    assert pd.isna(changes.loc["max_cost_usd", "change_pct"])
+    assert len(changes) == 7
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(tz="Mars/Olympus"), "tz"),
+        (dict(start_utc=T0, end_utc=T0), "start_utc"),
+        (dict(start_utc="2026-11-02"), "start_utc"),
+    ],
+)
+def test_bad_filters_are_refused_naming_the_field(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        Filters(**kwargs)
+
+
+def test_window_filters_include_the_newest_run_itself(db_path):
+    _store(db_path, [_record(0, total_tokens=1), _record(60 * 24 * 3, total_tokens=2)])
+    with read_connection(db_path) as conn:
+        _, newest, n = analysis.data_extent(conn)
+        frame = analysis.baselines(conn, analysis.window_filters(2, now_utc=newest))
+    assert n == 2
+    assert frame["n"].tolist() == [1] and frame["max_total_tokens"].tolist() == [2]

@@ -1,0 +1,85 @@
+"""The preset document: shape, plain types, and the same content in YAML, TOML and JSON, which
+the guard loads back."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import tomllib
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+
+from collector.preset_format import FORMAT_KEY, FORMAT_VERSION, LIMIT_KEYS
+from collector.presets_loader import load_preset
+from dashboard import analysis, presets_export
+
+STAMP = dt.datetime(2026, 11, 29, 10, 0, tzinfo=dt.timezone.utc)
+
+
+@pytest.fixture
+def baselines_df() -> pd.DataFrame:
+    return pd.DataFrame([
+        {"task_type": "code_generation", "n": np.int64(212), "low_sample": np.bool_(False),
+         "p50_total_tokens": 38211.5, "p95_total_tokens": 60400.0, "max_total_tokens": 91000,
+         "p95_input_tokens": 52000.0, "p95_output_tokens": 8000.0, "p95_turns": 20.2,
+         "p95_tool_calls": 29.6, "p95_duration_s": 201.0, "p95_cost_usd": 1.0731},
+        {"task_type": "simple_qa", "n": np.int64(7), "low_sample": np.bool_(True),
+         "p50_total_tokens": 3100.0, "p95_total_tokens": 4800.0, "max_total_tokens": 5000,
+         "p95_input_tokens": 4000.0, "p95_output_tokens": 800.0, "p95_turns": 2.0,
+         "p95_tool_calls": 0.0, "p95_duration_s": 9.5, "p95_cost_usd": float("nan")},
+    ])
+
+
+@pytest.fixture
+def document(baselines_df) -> dict:
+    table = analysis.presets(baselines_df, 1.5)
+    return presets_export.build_document(table, 1.5, 14, baselines_df, generated_utc=STAMP)
+
+
+def test_document_has_the_preset_format_shape(document):
+    assert document[FORMAT_KEY] == FORMAT_VERSION
+    assert document["generated_utc"] == "2026-11-29T10:00:00Z"
+    assert (document["multiplier"], document["window_days"]) == (1.5, 14)
+    code = document["presets"]["code_generation"]
+    assert code["max_total_tokens"] == 91000            # 60400 x 1.5 = 90600 -> 91000
+    assert code["max_turns"] == 31                      # 30.3 -> 31
+    assert code["max_duration_s"] == 305                # 301.5 -> 305
+    assert code["max_cost_usd"] == 1.61                 # 1.60965 -> 1.61
+    assert code["basis"]["n_runs"] == 212 and code["basis"]["low_sample"] is False
+    assert code["basis"]["p95_total_tokens"] == 60400.0
+
+
+def test_document_omits_unknown_limits_and_uses_plain_types(document):
+    qa = document["presets"]["simple_qa"]
+    assert "max_cost_usd" not in qa                     # unpriced: omitted, never 0
+    assert qa["basis"]["low_sample"] is True
+    for entry in document["presets"].values():
+        for key in LIMIT_KEYS:
+            if key in entry:
+                expected = float if key == "max_cost_usd" else int
+                assert type(entry[key]) is expected, key
+
+
+@pytest.mark.parametrize("fmt, parse", [("yaml", yaml.safe_load), ("toml", tomllib.loads),
+                                        ("json", json.loads)])
+def test_every_format_carries_the_same_document(document, fmt, parse):
+    assert parse(presets_export.render(document, fmt)) == document
+
+
+@pytest.mark.parametrize("fmt", ["yaml", "toml", "json"])
+def test_guard_loads_the_exported_file(document, tmp_path, fmt):
+    path = tmp_path / f"presets{presets_export.FORMATS[fmt]}"
+    path.write_text(presets_export.render(document, fmt))
+    limits = load_preset("code_generation", path)
+    assert limits["max_total_tokens"] == 91000
+    assert limits["max_cost_usd"] == 1.61
+
+
+def test_unknown_format_and_missing_columns_are_refused(document):
+    with pytest.raises(ValueError, match="format"):
+        presets_export.render(document, "ini")
+    with pytest.raises(ValueError, match="task_type"):
+        presets_export.build_document(pd.DataFrame({"n": [1]}), 1.5, 14)
