@@ -1,5 +1,102 @@
-"""PLACEHOLDER — to be written by the owner of this subcommand."""
+"""``budgetlens dashboard``: serve the Streamlit dashboard on a store (read-only)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from collector import config
+from collector.cli._common import add_db_argument
+
+#: The Streamlit entrypoint the command serves.
+ENTRYPOINT = Path(__file__).resolve().parents[2] / "dashboard" / "streamlit_app.py"
 
 
-def register(subparsers):
-    pass
+def add_server_arguments(parser: argparse.ArgumentParser, port_flag: str = "--port") -> None:
+    """``--port`` and ``--host`` of the dashboard (shared with ``budgetlens demo``)."""
+    parser.add_argument(
+        port_flag, dest="port", type=int, default=None,
+        help=f"dashboard port (default: ${config.ENV_DASHBOARD_PORT}, else "
+             f"{config.DEFAULT_DASHBOARD_PORT})",
+    )
+    parser.add_argument(
+        "--host", default=None,
+        help=f"address to bind (default: ${config.ENV_DASHBOARD_HOST}, else "
+             f"{config.DEFAULT_DASHBOARD_HOST}; 0.0.0.0 to share on the network)",
+    )
+
+
+def resolve_server(args: argparse.Namespace) -> tuple[str, int]:
+    """Return (host, port) from the arguments, the environment, or the defaults.
+
+    Raises ValueError naming the setting when the port is not an integer in 1..65535.
+    """
+    host = str(config.resolve(args.host, config.ENV_DASHBOARD_HOST, config.DEFAULT_DASHBOARD_HOST))
+    raw = config.resolve(args.port, config.ENV_DASHBOARD_PORT, config.DEFAULT_DASHBOARD_PORT)
+    try:
+        port = int(raw)
+    except (TypeError, ValueError):
+        raise ValueError(f"dashboard port must be an integer, got {raw!r}") from None
+    if not 0 < port < 65536:
+        raise ValueError(f"dashboard port must be in 1..65535, got {port}")
+    return host, port
+
+
+def streamlit_command(db: Path, host: str, port: int) -> tuple[list[str], dict[str, str]]:
+    """Return (argv, env) that run ``streamlit run`` on the entrypoint for store ``db``.
+
+    Headless (no browser is opened, no e-mail prompt), no usage statistics; the store path
+    reaches the app as ``BUDGETLENS_DB`` (absolute).
+    """
+    argv = [
+        sys.executable, "-m", "streamlit", "run", str(ENTRYPOINT),
+        "--server.port", str(port),
+        "--server.address", host,
+        "--server.headless", "true",
+        "--browser.gatherUsageStats", "false",
+        "--server.fileWatcherType", "none",
+        "--global.showWarningOnDirectExecution", "false",
+        "--client.toolbarMode", "minimal",
+        "--theme.base", "light",
+        "--theme.primaryColor", "#4C78A8",
+    ]
+    env = dict(os.environ)
+    env[config.ENV_DB] = str(Path(db).resolve())
+    return argv, env
+
+
+def url(host: str, port: int) -> str:
+    """The address a browser opens (``localhost`` for a wildcard bind)."""
+    shown = "localhost" if host in ("0.0.0.0", "::", "") else host
+    return f"http://{shown}:{port}"
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "dashboard",
+        help="serve the dashboard (Streamlit) on a store",
+        description=(
+            "Serve the budgetlens dashboard: Overview, Cost, Hit rate, Baselines, Presets and "
+            "Runs, with shared filters (time window, task type, model, service, time zone) and "
+            "an auto-refresh control. The store is opened read-only per query, so the dashboard "
+            "runs next to a collector that keeps writing the same file."
+        ),
+    )
+    add_db_argument(parser)
+    add_server_arguments(parser)
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    db = config.resolve_db_path(args.db)
+    host, port = resolve_server(args)
+    argv, env = streamlit_command(db, host, port)
+    if not db.exists():
+        print(f"budgetlens dashboard: no store at {db} yet; the dashboard will show it once "
+              "a collector, import or `budgetlens sample` creates it", file=sys.stderr)
+    print(f"budgetlens dashboard: {url(host, port)} (store {db.resolve()})", flush=True)
+    sys.stdout.flush()
+    os.execve(argv[0], argv, env)
+    return 0  # not reached

@@ -1,5 +1,169 @@
-"""PLACEHOLDER — to be written by the owner of this subcommand."""
+"""``budgetlens demo``: sample store + collector + dashboard, one command, Ctrl-C stops both."""
+
+from __future__ import annotations
+
+import argparse
+import queue
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+from collector import config
+from collector.cli._common import add_db_argument
+from collector.cli.dashboard_cmd import add_server_arguments, resolve_server, streamlit_command, url
+
+DEFAULT_COLLECTOR_PORT = 4318
+READY_TIMEOUT_S = 60.0
+STOP_TIMEOUT_S = 10.0
+
+DESCRIPTION = """\
+Try budgetlens in one command. Builds the store from the committed sample
+(sample_data/, 14 days of agent runs) when the store is missing or empty, starts the OTLP/HTTP
+collector on that store (budgetlens collector) and the dashboard (budgetlens dashboard), and
+prints both addresses: open the dashboard in a browser, and point an agent at the collector
+with OTEL_EXPORTER_OTLP_ENDPOINT. New runs show in the dashboard with auto-refresh on.
+Ctrl-C stops both.
+"""
 
 
-def register(subparsers):
-    pass
+def register(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "demo", help="sample store + collector + dashboard in one command",
+        description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_db_argument(parser)
+    add_server_arguments(parser)
+    parser.add_argument(
+        "--collector-port", type=int, default=DEFAULT_COLLECTOR_PORT,
+        help=f"collector port (default {DEFAULT_COLLECTOR_PORT}, the OTLP/HTTP port; "
+             "0 = a free one)",
+    )
+    parser.add_argument(
+        "--ready-timeout", type=float, default=READY_TIMEOUT_S,
+        help=f"seconds to wait for both servers to answer (default {READY_TIMEOUT_S:.0f})",
+    )
+    parser.set_defaults(func=run)
+
+
+def _free_port(host: str) -> int:
+    with socket.socket() as sock:
+        sock.bind((host if host not in ("0.0.0.0", "") else "127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _answers(address: str, timeout_s: float = 1.0) -> bool:
+    try:
+        with urllib.request.urlopen(address, timeout=timeout_s) as response:
+            return response.status == 200
+    except (urllib.error.URLError, OSError):
+        return False
+
+
+def _read_lines(stream, sink: queue.Queue) -> None:
+    for line in stream:
+        sink.put(line.rstrip("\n"))
+    sink.put(None)
+
+
+def _start_collector(db: Path, host: str, port: int, deadline: float):
+    """Start ``budgetlens collector``; return (process, endpoint) once it listens."""
+    argv = [sys.executable, "-m", "collector.cli", "collector", "--db", str(db),
+            "--host", host, "--port", str(port)]
+    process = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True, bufsize=1)
+    lines: queue.Queue = queue.Queue()
+    threading.Thread(target=_read_lines, args=(process.stdout, lines), daemon=True).start()
+    while time.monotonic() < deadline:
+        try:
+            line = lines.get(timeout=0.2)
+        except queue.Empty:
+            if process.poll() is not None:
+                break
+            continue
+        if line is None:
+            break
+        if "listening on " in line:
+            return process, line.split("listening on ", 1)[1].split()[0]
+    _stop([process])
+    raise RuntimeError(f"the collector did not start on {host}:{port} "
+                       f"(exit code {process.poll()}); is the port in use?")
+
+
+def _start_dashboard(db: Path, host: str, port: int, deadline: float):
+    argv, env = streamlit_command(db, host, port)
+    process = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL)
+    health = url("127.0.0.1" if host in ("0.0.0.0", "") else host, port) + "/_stcore/health"
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            break
+        if _answers(health):
+            return process
+        time.sleep(0.25)
+    _stop([process])
+    raise RuntimeError(f"the dashboard did not start on {host}:{port} "
+                       f"(exit code {process.poll()}); is the port in use?")
+
+
+def _stop(processes) -> None:
+    """SIGTERM each live process, wait, then SIGKILL what is left."""
+    for process in processes:
+        if process.poll() is None:
+            process.terminate()
+    deadline = time.monotonic() + STOP_TIMEOUT_S
+    for process in processes:
+        try:
+            process.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def _raise_interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
+def run(args: argparse.Namespace) -> int:
+    from collector.sample import ensure_demo_store
+
+    db = config.resolve_db_path(args.db).resolve()
+    host, port = resolve_server(args)
+    port = port or _free_port(host)
+    if ensure_demo_store(db):
+        print(f"budgetlens demo: loaded the committed sample into {db}", flush=True)
+    else:
+        print(f"budgetlens demo: using the runs already in {db}", flush=True)
+    signal.signal(signal.SIGTERM, _raise_interrupt)
+    processes: list[subprocess.Popen] = []
+    try:
+        deadline = time.monotonic() + args.ready_timeout
+        collector, endpoint = _start_collector(db, host, args.collector_port, deadline)
+        processes.append(collector)
+        processes.append(_start_dashboard(db, host, port, deadline))
+        print(
+            f"\n  Dashboard:  {url(host, port)}\n"
+            f"  Collector:  {endpoint}   (POST /v1/traces, GET /metrics, GET /healthz)\n"
+            f"  Point an agent at it:  export OTEL_EXPORTER_OTLP_ENDPOINT={endpoint}\n"
+            f"  Store:      {db}\n"
+            "  Turn on Auto-refresh in the sidebar to watch new runs arrive. Ctrl-C stops both.\n",
+            flush=True,
+        )
+        while all(p.poll() is None for p in processes):
+            time.sleep(0.5)
+        dead = [p for p in processes if p.poll() is not None]
+        print(f"budgetlens demo: a server exited (code {dead[0].returncode}); stopping",
+              file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("budgetlens demo: stopping the collector and the dashboard", flush=True)
+        return 0
+    except RuntimeError as error:
+        print(f"budgetlens demo: error: {error}", file=sys.stderr)
+        return 1
+    finally:
+        _stop(processes)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
