@@ -1,0 +1,1 @@
+"""Dashboard pages, one file each, run by ``dashboard/streamlit_app.py`` (``st.navigation``)."""

@@ -1,0 +1,55 @@
+"""Baselines: n, P50, P95 and max per task type (optionally per model), and per task type the
+distribution of total tokens per run on a log axis with P50, P95, the preset and the current
+limit marked. Keys: ``baselines_``."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from dashboard import analysis, charts, data
+from dashboard.app_pages import _ui
+
+f = data.filters()
+_ui.header("Baselines", "What a run of each task type really uses: P50 / P95 / max "
+           "(quantile_cont; fewer than 20 runs = low sample).", f)
+by_model = st.toggle("Split by model", key="baselines_by_model")
+multiplier = float(st.session_state.get("presets_multiplier", analysis.DEFAULT_MULTIPLIER))
+table = data.query("baselines", f, by_model=by_model)
+per_task = table if not by_model else data.query("baselines", f, by_model=False)
+distribution = data.query("token_distribution", f)
+limits = data.query("current_limits", f)
+
+if table.empty:
+    _ui.no_runs(f)
+else:
+    low = table.loc[table["low_sample"], "task_type"].unique().tolist()
+    if low:
+        st.warning(f"Low sample (< {analysis.LOW_SAMPLE_RUNS} runs): {', '.join(low)}. Their P95 "
+                   "is a rough guide; collect more runs before adopting a preset.",
+                   icon=":material/science:")
+    shown = table.copy()
+    for column in [c for c in shown.columns if c.endswith("_cost_usd")]:
+        shown[column] = [charts.format_usd(v) for v in shown[column]]
+    st.dataframe(shown, hide_index=True, column_config={
+        "low_sample": st.column_config.CheckboxColumn("low sample"),
+        **{c: st.column_config.NumberColumn(c, format="%,.0f")
+           for c in shown.columns if c.endswith("_tokens")},
+        **{c: st.column_config.NumberColumn(c, format="%.1f")
+           for c in shown.columns if c.endswith("_duration_s")},
+    })
+    presets = analysis.presets(per_task, multiplier).set_index("task_type")
+    limit_by_task = limits.set_index("task_type")["limit_total_tokens"] if not limits.empty else {}
+    st.subheader("Total tokens per run")
+    st.caption(f"Log axis. Preset = P95 × {multiplier:g} rounded up to the next 1,000 tokens "
+               "(change the multiplier on the Presets page).")
+    columns = st.columns(2)
+    for index, (_, row) in enumerate(per_task.sort_values("task_type").iterrows()):
+        task = row["task_type"]
+        limit = limit_by_task.get(task) if len(limit_by_task) else None
+        fig = charts.token_distribution(
+            distribution, task, p50=row["p50_total_tokens"], p95=row["p95_total_tokens"],
+            preset=presets.loc[task, "max_total_tokens"] if task in presets.index else None,
+            limit=None if limit is None or limit != limit else float(limit),
+        )
+        with columns[index % 2]:
+            _ui.chart(fig, f"baselines_dist_{index}")

@@ -1,0 +1,45 @@
+"""Cost: daily or hourly cost stacked by model and by task type, the cost-per-run distribution
+and the most expensive runs. Unpriced usage is counted apart, never as $0. Keys: ``cost_``."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from dashboard import charts, data
+from dashboard.app_pages import _ui
+
+f = data.filters()
+_ui.header("Cost", "Spend per period, model and task type (USD; prices from genai-prices).", f)
+period = st.radio("Period", ["day", "hour"], horizontal=True, key="cost_period",
+                  format_func=lambda p: f"per {p}")
+ov = data.query("overview", f)
+by_model = data.query("cost_by_period", f, period=period, by="model")
+by_task = data.query("cost_by_period", f, period=period, by="task_type")
+per_run = data.query("cost_per_run", f)
+top = data.query("top_runs", f, limit=20)
+
+no_runs = ov.runs == 0
+mean = ov.cost_usd / ov.priced_runs if ov.cost_usd is not None and ov.priced_runs else None
+_ui.tiles([
+    ("Total cost", "—" if no_runs else charts.format_usd(ov.cost_usd), "Sum over priced runs"),
+    ("Priced runs", f"{ov.priced_runs:,} of {ov.runs:,}", None),
+    ("Mean cost / priced run", "—" if no_runs else charts.format_usd(mean), None),
+    ("Unpriced calls", f"{ov.unpriced_calls:,}",
+     "Calls whose model has no known price; left out of the cost, shown as unpriced"),
+])
+if ov.unpriced_calls:
+    st.warning(f"{ov.unpriced_calls:,} calls used a model with no known price: their cost is "
+               "**unpriced** and not included above (never counted as $0). Add the model to a "
+               "price file (BUDGETLENS_PRICES_FILE) to price it.", icon=":material/money_off:")
+if no_runs:
+    _ui.no_runs(f)
+else:
+    left, right = st.columns(2)
+    with left:
+        _ui.chart(charts.cost_stacked(by_model, period=period, by="model"), "cost_by_model")
+    with right:
+        _ui.chart(charts.cost_stacked(by_task, period=period, by="task_type"), "cost_by_task")
+    _ui.chart(charts.cost_per_run(per_run), "cost_per_run")
+    st.subheader("Most expensive runs")
+    shown = _ui.local_time(_ui.usd_column(top), "start_utc", f.tz)
+    st.dataframe(shown.rename(columns={"start_utc": f"start ({f.tz})"}), hide_index=True)

@@ -1,0 +1,44 @@
+"""Hit rate: the share of finished runs a budget stopped, per day and task type with the 20 %
+alarm line; stop reasons; interventions (downgrades, summaries). Keys: ``hit_rate_``."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from dashboard import charts, data
+from dashboard.app_pages import _ui
+
+f = data.filters()
+ov = data.query("overview", f)
+daily = data.query("hit_rate_daily", f)
+reasons = data.query("stop_reasons", f)
+
+_ui.header("Budget hit rate",
+           "Above 20 % a budget is too tight or the agent has a bug (stop reasons budget_*).", f)
+_ui.alarm_banner(ov.per_task)
+stops = int(daily["budget_stops"].sum()) if not daily.empty else 0
+interventions = int(daily["interventions"].sum()) if not daily.empty else 0
+_ui.tiles([
+    ("Hit rate", charts.format_percent(ov.hit_rate), "Budget stops / finished runs"),
+    ("Budget stops", f"{stops:,}", None),
+    ("Intervention rate", charts.format_percent(ov.intervention_rate),
+     "Budget stops plus downgraded or summarized runs"),
+    ("Interventions", f"{interventions:,}", None),
+    ("Finished runs", f"{ov.finished_runs:,}", None),
+])
+if ov.runs == 0:
+    _ui.no_runs(f)
+else:
+    _ui.chart(charts.hit_rate_daily(daily), "hit_rate_daily")
+    left, right = st.columns(2)
+    with left:
+        _ui.chart(charts.stop_reasons(reasons), "hit_rate_reasons")
+    with right:
+        _ui.chart(charts.rate_by_task(ov.per_task), "hit_rate_by_task")
+    _ui.chart(charts.hit_rate_daily(daily, rate="intervention_rate"), "hit_rate_interventions")
+    with st.expander("Daily figures"):
+        st.dataframe(daily, hide_index=True, column_config={
+            "hit_rate": st.column_config.NumberColumn("hit rate", format="percent"),
+            "intervention_rate": st.column_config.NumberColumn("intervention rate",
+                                                               format="percent"),
+        })

@@ -1,0 +1,61 @@
+"""Overview: runs, cost, hit rate, P95 tokens and unpriced calls; a banner per task type whose
+budget hit rate is above 20 %. Session-state keys start with ``overview_``."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from dashboard import charts, data
+from dashboard.app_pages import _ui
+
+f = data.filters()
+ov = data.query("overview", f)
+daily = data.query("hit_rate_daily", f)
+cost_daily = data.query("cost_by_period", f, period="day", by="task_type")
+
+_ui.header("Overview", "What the agents cost and how often their budgets stop them.", f)
+_ui.alarm_banner(ov.per_task)
+no_runs = ov.runs == 0
+_ui.tiles([
+    ("Runs", f"{ov.runs:,}", f"{ov.finished_runs:,} finished"),
+    ("Cost", "—" if no_runs else charts.format_usd(ov.cost_usd),
+     f"Sum over {ov.priced_runs:,} priced runs (USD, prices from genai-prices)"),
+    ("Budget hit rate", charts.format_percent(ov.hit_rate),
+     "Finished runs stopped by a budget (stop reason budget_*); alarm above 20 %"),
+    ("P95 tokens / run", charts.format_tokens(ov.p95_total_tokens),
+     "95th percentile of total tokens per run (quantile_cont)"),
+])
+_ui.tiles([
+    ("Intervention rate", charts.format_percent(ov.intervention_rate),
+     "Budget stops plus downgraded or summarized runs"),
+    ("Priced runs", f"{ov.priced_runs:,}", "Runs with a known price for every reported call"),
+    ("Unpriced calls", f"{ov.unpriced_calls:,}",
+     "Calls with reported usage but no known price: not in the cost, never counted as $0"),
+    ("Unknown-usage runs", f"{ov.unknown_usage_runs:,}",
+     "Runs with a call whose usage was not reported; the reservation was charged"),
+])
+if no_runs:
+    _ui.no_runs(f)
+else:
+    left, right = st.columns(2)
+    with left:
+        _ui.chart(charts.rate_by_task(ov.per_task), "overview_rates")
+    with right:
+        _ui.chart(charts.cost_stacked(cost_daily, period="day", by="task_type"), "overview_cost")
+    _ui.chart(charts.runs_per_day(daily), "overview_runs_per_day")
+    st.subheader("Per task type")
+    table = _ui.usd_column(ov.per_task)
+    st.dataframe(
+        table,
+        hide_index=True,
+        column_config={
+            "task_type": "Task type",
+            "runs": st.column_config.NumberColumn("Runs", format="%d"),
+            "hit_rate": st.column_config.ProgressColumn("Hit rate", format="percent",
+                                                        min_value=0.0, max_value=1.0),
+            "intervention_rate": st.column_config.ProgressColumn(
+                "Intervention rate", format="percent", min_value=0.0, max_value=1.0),
+            "p95_total_tokens": st.column_config.NumberColumn("P95 tokens", format="%,.0f"),
+            "cost": "Cost (USD)",
+        },
+    )

@@ -1,0 +1,157 @@
+"""The dashboard's only cached layer: read-only queries on the store through the analysis code.
+
+Pages call ``query("overview", filters)``; it opens ``collector.store.read_connection`` for the
+length of one analysis call, caches the result with ``st.cache_data`` keyed by the arguments and
+the store's *data version* (size and mtime of the DuckDB file and its WAL, so a commit by the
+collector invalidates the cache at once), and returns what ``dashboard.analysis.<name>`` returns.
+
+When the store is momentarily unavailable (the writer holds the file past the short read
+timeout, an I/O hiccup) the last good result of the same query is returned instead and
+``stale()`` says so; without one, ``DataUnavailable`` is raised and the entrypoint shows a
+"data unavailable, retrying" notice. A lock error, empty tiles or $0 never stand in for it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import streamlit as st
+
+from collector.config import resolve_db_path
+from collector.store import StoreError, StoreMissing, read_connection
+
+log = logging.getLogger(__name__)
+
+#: Seconds a page query waits for the writer to release the file before falling back.
+READ_TIMEOUT_S = 4.0
+#: Seconds a cached result lives at most (the data version usually invalidates it sooner).
+CACHE_TTL_S = 60
+#: Results kept for the fallback while the store is busy (the most recently read ones).
+LAST_GOOD_ENTRIES = 256
+#: Session-state key of the filters chosen in the sidebar (set by the entrypoint).
+FILTERS_KEY = "app_filters"
+#: Session-state key of the store's state in this run: None (read fine), "busy" or "missing".
+UNAVAILABLE_KEY = "app_unavailable"
+_STALE_KEY = "app_stale_since"
+
+_last_good: dict[tuple, tuple[float, Any]] = {}
+_last_good_lock = threading.Lock()
+
+
+class DataUnavailable(RuntimeError):
+    """The store cannot be read right now and there is no earlier result to show.
+
+    ``missing`` is True when no store file exists yet (nothing to retry until one appears).
+    """
+
+    def __init__(self, message: str, *, missing: bool = False):
+        super().__init__(message)
+        self.missing = missing
+
+
+@dataclass(frozen=True)
+class DataVersion:
+    """Identity of the store's content: changes whenever a writer commits. None fields = no file."""
+
+    db: tuple[int, int] | None
+    wal: tuple[int, int] | None
+
+
+def db_path() -> Path:
+    """The store path of this dashboard: ``$BUDGETLENS_DB``, else ``budgetlens.duckdb``."""
+    return resolve_db_path(None).resolve()
+
+
+def data_version(path: Path | None = None) -> DataVersion:
+    """(mtime_ns, size) of the DuckDB file and of its ``.wal``: two ``stat`` calls, no lock."""
+    path = path or db_path()
+
+    def _stat(p: Path):
+        try:
+            s = os.stat(p)
+        except FileNotFoundError:
+            return None
+        return (s.st_mtime_ns, s.st_size)
+
+    return DataVersion(_stat(path), _stat(Path(str(path) + ".wal")))
+
+
+@st.cache_data(ttl=CACHE_TTL_S, max_entries=512, show_spinner=False)
+def _cached_query(name: str, path: str, version: DataVersion, args: tuple, kwargs: tuple):
+    from dashboard import analysis
+
+    function = getattr(analysis, name)
+    with read_connection(path, timeout_s=READ_TIMEOUT_S) as conn:
+        return function(conn, *args, **dict(kwargs))
+
+
+def query(name: str, *args, **kwargs):
+    """Run ``dashboard.analysis.<name>(conn, *args, **kwargs)`` on a read-only connection, cached.
+
+    Returns the analysis result (DataFrame or dataclass). Falls back to the last good result of
+    the same call while the store is busy (``stale()`` turns true). Raises DataUnavailable when
+    the store is missing or busy and nothing was read before; other errors propagate.
+    """
+    path = db_path()
+    key = (name, str(path), args, tuple(sorted(kwargs.items())))
+    try:
+        value = _cached_query(name, str(path), data_version(path), args, key[3])
+    except StoreMissing as error:
+        raise DataUnavailable(str(error), missing=True) from error
+    except duckdb.CatalogException as error:  # a file whose first migration is not committed
+        raise DataUnavailable(f"{path}: the store has no budgetlens tables yet",
+                              missing=True) from error
+    except (StoreError, duckdb.IOException, duckdb.ConnectionException) as error:
+        log.warning("store busy for %s, falling back: %s", name, error)
+        with _last_good_lock:
+            previous = _last_good.get(key)
+        if previous is None:
+            raise DataUnavailable(
+                "The store is busy (the collector is committing); retrying in a moment."
+            ) from error
+        _mark_stale(previous[0])
+        return previous[1]
+    with _last_good_lock:
+        _last_good.pop(key, None)
+        _last_good[key] = (time.time(), value)
+        while len(_last_good) > LAST_GOOD_ENTRIES:  # drop the least recently read
+            _last_good.pop(next(iter(_last_good)))
+    return value
+
+
+def _mark_stale(since: float) -> None:
+    try:
+        current = st.session_state.get(_STALE_KEY)
+        st.session_state[_STALE_KEY] = min(current, since) if current else since
+    except Exception:  # outside a script run (tests calling query directly)
+        pass
+
+
+def stale() -> float | None:
+    """Epoch seconds of the oldest fallback result shown in this run, None when all are fresh."""
+    return st.session_state.get(_STALE_KEY)
+
+
+def begin_run() -> None:
+    """Reset the per-run stale marker (called by the entrypoint at the start of every run)."""
+    st.session_state[_STALE_KEY] = None
+    st.session_state[UNAVAILABLE_KEY] = None
+
+
+def filters():
+    """The ``dashboard.analysis.Filters`` chosen in the sidebar (default: no bound, UTC)."""
+    from dashboard.analysis import Filters
+
+    return st.session_state.get(FILTERS_KEY) or Filters()
+
+
+def clear_cache() -> None:
+    """Drop every cached query result (the "reload now" button)."""
+    _cached_query.clear()

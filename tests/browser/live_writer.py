@@ -1,0 +1,79 @@
+"""A stand-in for the collector in dashboard tests: writes runs into a store, one batch each.
+
+``python -m tests.browser.live_writer DB --prefix live- --count 200 --interval 0.3`` commits one
+run per interval (as the collector does, holding the file only per batch) and prints each run id
+after its commit. ``run_rows`` builds one run's rows (model calls, run record, events).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import sys
+import time
+
+from collector.store import write_batch, write_connection
+
+
+def run_rows(run_id: str, *, task_type: str = "tool_use", start_utc: dt.datetime | None = None,
+             turns: int = 3, tokens_per_turn: int = 2000, limit_total_tokens: int = 20000,
+             stop_reason: str = "completed", model: str = "gpt-4o-mini", priced: bool = True):
+    """Return (calls, records, events) of one run with ``turns`` model calls.
+
+    Each call costs ``tokens_per_turn`` x 1e-6 USD, or NULL (unpriced) when ``priced`` is False.
+    """
+    start = start_utc or dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)
+    calls, used = [], 0
+    for turn in range(1, turns + 1):
+        used += tokens_per_turn
+        begin = start + dt.timedelta(seconds=2 * (turn - 1))
+        calls.append({
+            "span_id": f"{run_id}-c{turn}", "run_id": run_id, "source": "test",
+            "service_name": "test-agent", "task_type": task_type, "operation_name": "chat",
+            "provider_name": "openai", "request_model": model, "response_model": model,
+            "start_utc": begin, "end_utc": begin + dt.timedelta(seconds=1.5), "duration_s": 1.5,
+            "turn": turn, "input_tokens": tokens_per_turn * 3 // 4,
+            "output_tokens": tokens_per_turn // 4, "total_tokens": tokens_per_turn,
+            "reserved_tokens": tokens_per_turn + 500, "used_tokens": used,
+            "remaining_tokens": limit_total_tokens - used,
+            "cost_usd": tokens_per_turn * 1e-6 if priced else None,
+            "usage_status": "reported",
+        })
+    record = {
+        "run_id": run_id, "source": "test", "service_name": "test-agent", "task_type": task_type,
+        "model": model, "start_utc": start, "end_utc": start + dt.timedelta(seconds=2 * turns),
+        "turns": turns, "tool_calls": turns - 1, "stop_reason": stop_reason,
+        "usage_status": "reported", "limit_total_tokens": limit_total_tokens,
+    }
+    events = [{
+        "event_id": f"{run_id}-e1", "run_id": run_id, "ts_utc": start + dt.timedelta(seconds=1),
+        "name": "budgetlens.tool_call", "tool_name": "search", "used_tokens": tokens_per_turn,
+    }]
+    if stop_reason.startswith("budget_"):
+        events.append({
+            "event_id": f"{run_id}-e2", "run_id": run_id,
+            "ts_utc": start + dt.timedelta(seconds=2 * turns), "name": "budgetlens.stop",
+            "reason": stop_reason, "used_tokens": used,
+            "percent": 100.0 * used / limit_total_tokens,
+        })
+    return calls, [record], events
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("db")
+    parser.add_argument("--prefix", default="live-")
+    parser.add_argument("--count", type=int, default=100)
+    parser.add_argument("--interval", type=float, default=0.3, help="seconds between commits")
+    args = parser.parse_args(argv)
+    for index in range(args.count):
+        calls, records, events = run_rows(f"{args.prefix}{index:04d}", task_type="live_task")
+        with write_connection(args.db) as conn:
+            write_batch(conn, calls, records, events)
+        print(f"{args.prefix}{index:04d}", flush=True)
+        time.sleep(args.interval)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

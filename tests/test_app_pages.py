@@ -1,0 +1,261 @@
+"""Streamlit AppTests of the dashboard: every page on a sample store, the shared filters, the
+numbers the tiles show, and what the app shows when the store is missing or busy."""
+
+from __future__ import annotations
+
+import datetime as dt
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from browser.live_writer import run_rows
+from collector.config import ENV_DB
+from collector.sample import write_sample
+from collector.store import read_connection, write_batch, write_connection
+from dashboard import analysis, charts, data
+
+APP = Path(__file__).resolve().parent.parent / "dashboard" / "streamlit_app.py"
+PAGES = {  # page file -> the fewest Plotly charts it draws on a sample store
+    "overview": 3,
+    "cost": 3,
+    "hit_rate": 4,
+    "baselines": 2,
+    "presets": 1,
+    "runs": 1,
+}
+
+
+@pytest.fixture(scope="module")
+def sample_store(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("sample") / "sample.duckdb"
+    write_sample(path, days=14, seed=11, runs_per_day=25)
+    return path
+
+
+@pytest.fixture(scope="module")
+def controlled_store(tmp_path_factory) -> Path:
+    """hot: 10 runs, 3 stopped by the budget (30 %); calm: 10 runs, 1 stopped (10 %)."""
+    path = tmp_path_factory.mktemp("controlled") / "controlled.duckdb"
+    start = dt.datetime(2026, 11, 20, 9, 0)
+    batches = []
+    for task, stops in (("hot", 3), ("calm", 1)):
+        for index in range(10):
+            batches.append(run_rows(
+                f"{task}-{index:04d}", task_type=task,
+                start_utc=start + dt.timedelta(minutes=7 * index),
+                stop_reason="budget_tokens" if index < stops else "completed",
+            ))
+    with write_connection(path) as conn:
+        for calls, records, events in batches:
+            write_batch(conn, calls, records, events)
+    return path
+
+
+def _app(db: Path, monkeypatch, page: str | None = None) -> AppTest:
+    monkeypatch.setenv(ENV_DB, str(db))
+    at = AppTest.from_file(str(APP), default_timeout=30)
+    at.run()
+    if page:
+        at.switch_page(f"app_pages/{page}.py")
+        at.run()
+    return at
+
+
+def _metrics(at: AppTest) -> dict[str, str]:
+    return {m.label: m.value for m in at.metric}
+
+
+def _texts(at: AppTest) -> str:
+    parts = [e.value for kind in ("error", "warning", "info", "caption", "markdown")
+             for e in at.get(kind)]
+    return "\n".join(str(p) for p in parts)
+
+
+@pytest.mark.parametrize("page, charts_at_least", PAGES.items())
+def test_every_page_renders_its_charts_without_an_exception(sample_store, monkeypatch, page,
+                                                            charts_at_least):
+    at = _app(sample_store, monkeypatch, page)
+    assert not at.exception, [e.value for e in at.exception]
+    assert len(at.get("plotly_chart")) >= charts_at_least
+    assert at.title[0].value
+
+
+def test_overview_tiles_show_the_analysis_numbers(sample_store, monkeypatch):
+    at = _app(sample_store, monkeypatch)
+    with read_connection(sample_store) as conn:
+        expected = analysis.overview(conn, analysis.Filters())
+    tiles = _metrics(at)
+    assert tiles["Runs"] == f"{expected.runs:,}"
+    assert tiles["Cost"] == charts.format_usd(expected.cost_usd)
+    assert tiles["Budget hit rate"] == charts.format_percent(expected.hit_rate)
+    assert tiles["P95 tokens / run"] == charts.format_tokens(expected.p95_total_tokens)
+    assert tiles["Unpriced calls"] == f"{expected.unpriced_calls:,}"
+
+
+def test_banner_names_the_task_types_whose_hit_rate_is_above_20_percent(controlled_store,
+                                                                        monkeypatch):
+    for page, tile, value in (("overview", "Runs", "20"), ("hit_rate", "Budget stops", "4")):
+        at = _app(controlled_store, monkeypatch, page)
+        banners = [e.value for e in at.error]
+        assert len(banners) == 1
+        assert banners[0].startswith("**hot**: budget hit rate 30.0 %")
+        assert _metrics(at)[tile] == value
+
+
+def test_task_type_filter_narrows_the_tiles(controlled_store, monkeypatch):
+    at = _app(controlled_store, monkeypatch)
+    at.multiselect(key="app_task_types").set_value(["calm"]).run()
+    tiles = _metrics(at)
+    assert tiles["Runs"] == "10"
+    assert tiles["Budget hit rate"] == "10.0 %"
+    assert not at.error  # calm is under the alarm line
+
+
+def test_time_zone_moves_the_day_buckets(controlled_store, monkeypatch):
+    at = _app(controlled_store, monkeypatch, "hit_rate")
+    at.selectbox(key="app_tz").set_value("Pacific/Kiritimati").run()  # UTC+14: 09:00 -> 23:00
+    assert not at.exception
+    assert "days in Pacific/Kiritimati" in _texts(at)
+    assert at.session_state[data.FILTERS_KEY].tz == "Pacific/Kiritimati"
+
+
+def test_unpriced_usage_shows_as_unpriced_never_as_zero_dollars(tmp_path, monkeypatch):
+    path = tmp_path / "unpriced.duckdb"
+    calls, records, events = run_rows("local-0001", task_type="qa", model="local-llama",
+                                      priced=False)
+    with write_connection(path) as conn:
+        write_batch(conn, calls, records, events)
+    at = _app(path, monkeypatch)
+    assert _metrics(at)["Cost"] == "unpriced"
+    at = _app(path, monkeypatch, "cost")
+    assert _metrics(at)["Total cost"] == "unpriced"
+    assert "3 calls used a model with no known price" in _texts(at)
+    assert "$0.00" not in _metrics(at).values()
+
+
+def test_presets_follow_the_multiplier_control(sample_store, monkeypatch):
+    at = _app(sample_store, monkeypatch, "presets")
+    with read_connection(sample_store) as conn:
+        baselines = analysis.baselines(conn, analysis.Filters())
+    table = at.dataframe[0].value
+    expected = analysis.presets(baselines, 1.5)["max_total_tokens"]
+    assert list(table["max_total_tokens"]) == list(expected)
+    at.slider(key="presets_multiplier").set_value(2.0).run()
+    table = at.dataframe[0].value
+    expected = analysis.presets(baselines, 2.0)["max_total_tokens"]
+    assert list(table["max_total_tokens"]) == list(expected)
+    assert "multiplier: 2.0" in at.code[0].value  # the downloadable document follows too
+
+
+def test_runs_page_searches_and_shows_one_runs_turns(controlled_store, monkeypatch):
+    at = _app(controlled_store, monkeypatch, "runs")
+    at.text_input(key="runs_search").set_value("hot-0002").run()
+    table = at.dataframe[0].value
+    assert list(table["run_id"]) == ["hot-0002"]
+    assert at.selectbox(key="runs_pick").value == "hot-0002"
+    assert _metrics(at)["Total tokens"] == "6,000"
+    assert _metrics(at)["Token limit"] == "20.0K"
+    assert "budget_tokens" in _texts(at)
+    assert len(at.get("plotly_chart")) == 1
+
+
+def test_a_missing_store_says_there_is_no_data_yet(tmp_path, monkeypatch):
+    at = _app(tmp_path / "none.duckdb", monkeypatch)
+    assert not at.exception
+    assert "No data yet" in at.info[0].value
+    assert not at.metric  # no empty tiles
+
+
+def _hold_write_lock(db: Path, *, commit_first: bool):
+    """Start a process that (optionally commits one run and) holds the store's write lock."""
+    script = textwrap.dedent(f"""
+        import sys, time
+        sys.path.insert(0, {str(Path(__file__).parent)!r})
+        from browser.live_writer import run_rows
+        from collector.store import write_batch, write_connection
+        with write_connection({str(db)!r}) as conn:
+            if {commit_first!r}:
+                write_batch(conn, *run_rows("late-0001", task_type="calm"))
+            print("locked", flush=True)
+            time.sleep(60)
+    """)
+    process = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    assert process.stdout.readline().strip() == "locked"
+    return process
+
+
+def test_a_store_held_by_the_writer_shows_data_unavailable_not_a_lock_error(tmp_path,
+                                                                          monkeypatch):
+    path = tmp_path / "busy.duckdb"
+    with write_connection(path) as conn:
+        write_batch(conn, *run_rows("calm-0001", task_type="calm"))
+    monkeypatch.setattr(data, "READ_TIMEOUT_S", 0.3)
+    holder = _hold_write_lock(path, commit_first=False)
+    try:
+        at = _app(path, monkeypatch)
+    finally:
+        holder.kill()
+        holder.wait()
+    assert not at.exception
+    assert "Data unavailable, retrying" in at.warning[0].value
+    assert "lock" not in _texts(at).lower()
+    assert not at.metric
+
+
+def test_a_busy_store_keeps_showing_the_last_good_results(tmp_path, monkeypatch):
+    path = tmp_path / "stale.duckdb"
+    with write_connection(path) as conn:
+        write_batch(conn, *run_rows("calm-0001", task_type="calm"))
+    monkeypatch.setattr(data, "READ_TIMEOUT_S", 0.3)
+    at = _app(path, monkeypatch)
+    assert _metrics(at)["Runs"] == "1"
+    holder = _hold_write_lock(path, commit_first=True)  # the data changed, then stays locked
+    try:
+        at.run()
+    finally:
+        holder.kill()
+        holder.wait()
+    assert not at.exception
+    assert _metrics(at)["Runs"] == "1"  # the earlier figure, not an empty tile
+    assert "Store busy: showing results read at" in _texts(at)
+    at.run()  # the writer is gone: the new run shows
+    assert _metrics(at)["Runs"] == "2"
+
+
+@pytest.mark.parametrize("query, choice", [(None, "Off"), ("5", "5 s"), ("30", "30 s"),
+                                           ("7", "Off")])
+def test_auto_refresh_is_off_unless_the_url_asks_for_5_or_30_seconds(controlled_store,
+                                                                     monkeypatch, query, choice):
+    monkeypatch.setenv(ENV_DB, str(controlled_store))
+    at = AppTest.from_file(str(APP), default_timeout=30)
+    if query:
+        at.query_params["refresh"] = query
+    at.run()
+    assert at.radio(key="app_refresh").value == choice
+
+
+def test_cost_page_switches_between_daily_and_hourly_buckets(sample_store, monkeypatch):
+    import json
+
+    at = _app(sample_store, monkeypatch, "cost")
+    titles = [json.loads(c.proto.spec)["layout"]["title"]["text"] for c in at.get("plotly_chart")]
+    assert titles[:2] == ["Cost per day by model", "Cost per day by task type"]
+    at.radio(key="cost_period").set_value("hour").run()
+    specs = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
+    assert [s["layout"]["title"]["text"] for s in specs[:2]] == [
+        "Cost per hour by model", "Cost per hour by task type"]
+    assert specs[0]["layout"]["xaxis"]["title"]["text"] == "Hour"
+
+
+def test_a_file_without_budgetlens_tables_reads_as_no_data_yet(tmp_path, monkeypatch):
+    import duckdb
+
+    path = tmp_path / "empty.duckdb"
+    duckdb.connect(str(path)).close()  # a DuckDB file, not migrated yet
+    at = _app(path, monkeypatch)
+    assert not at.exception
+    assert "has no budgetlens tables yet" in at.info[0].value

@@ -1,0 +1,171 @@
+"""The Plotly figure builders of the dashboard (pure: frames in, figures out)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+
+import pandas as pd
+import pytest
+
+from dashboard import charts
+
+DAY1, DAY2 = dt.date(2026, 11, 20), dt.date(2026, 11, 21)
+
+
+def _annotations(fig) -> list[str]:
+    return [a.text for a in fig.layout.annotations]
+
+
+def test_cost_bars_stack_priced_keys_and_leave_unpriced_rows_out():
+    frame = pd.DataFrame({
+        "period_start": [pd.Timestamp(DAY1)] * 3 + [pd.Timestamp(DAY2)],
+        "key": ["gpt-4.1", "claude-haiku-4-5", "local-llama", "gpt-4.1"],
+        "cost_usd": [1.5, 0.25, None, 2.0],
+        "runs": [10, 4, 3, 12],
+        "unpriced_calls": [0, 0, 9, 0],
+    })
+    fig = charts.cost_stacked(frame, period="day", by="model")
+    names = sorted(trace.name for trace in fig.data)
+    assert names == ["claude-haiku-4-5", "gpt-4.1"]
+    assert fig.layout.barmode == "stack"
+    assert fig.layout.yaxis.title.text == "Cost (USD)"
+    gpt = next(t for t in fig.data if t.name == "gpt-4.1")
+    assert list(gpt.y) == [1.5, 2.0]
+
+
+def test_cost_chart_of_only_unpriced_usage_says_so_instead_of_zero():
+    frame = pd.DataFrame({"period_start": [pd.Timestamp(DAY1)], "key": ["local-llama"],
+                          "cost_usd": [None], "runs": [3], "unpriced_calls": [9]})
+    fig = charts.cost_stacked(frame)
+    assert not fig.data
+    assert _annotations(fig) == ["No priced usage in this selection"]
+
+
+def test_hit_rate_chart_is_in_percent_with_the_20_percent_line():
+    frame = pd.DataFrame({
+        "day": [DAY1, DAY2, DAY1], "task_type": ["research", "research", "simple_qa"],
+        "finished_runs": [10, 20, 8], "budget_stops": [3, 2, 0], "interventions": [4, 2, 1],
+        "hit_rate": [0.3, 0.1, 0.0], "intervention_rate": [0.4, 0.1, 0.125],
+    })
+    fig = charts.hit_rate_daily(frame)
+    research = next(t for t in fig.data if t.name == "research")
+    assert [round(v, 6) for v in research.y] == [30.0, 10.0]
+    lines = [s for s in fig.layout.shapes if s.y0 == s.y1]
+    assert [line.y0 for line in lines] == [20.0]
+    assert fig.layout.yaxis.title.text == "Hit rate (%)"
+    interventions = charts.hit_rate_daily(frame, rate="intervention_rate")
+    assert [round(v, 6) for v in interventions.data[1].y] == [12.5]
+
+
+def test_distribution_is_on_a_log_axis_with_p50_p95_and_preset_marked():
+    frame = pd.DataFrame({
+        "task_type": ["code_generation"] * 3 + ["simple_qa"],
+        "bucket_low_tokens": [10_000.0, 20_000.0, 40_000.0, 2_000.0],
+        "bucket_high_tokens": [20_000.0, 40_000.0, 80_000.0, 4_000.0],
+        "runs": [5, 12, 3, 40],
+    })
+    fig = charts.token_distribution(frame, "code_generation", p50=25_000, p95=61_000,
+                                    preset=92_000, limit=60_000)
+    assert fig.layout.xaxis.type == "log"
+    markers = {t.name.split(" ")[0]: t.x[0] for t in fig.data[1:]}
+    assert markers == {"P50": 25_000, "P95": 61_000, "Preset": 92_000, "current": 60_000}
+    low, high = fig.layout.xaxis.range
+    assert low < math.log10(10_000) and high > math.log10(92_000)
+    assert max(fig.data[0].y) == 12  # only code_generation's buckets are drawn
+
+
+def test_distribution_skips_markers_that_are_unknown():
+    frame = pd.DataFrame({"task_type": ["tool_use"], "bucket_low_tokens": [5_000.0],
+                          "bucket_high_tokens": [6_000.0], "runs": [2]})
+    fig = charts.token_distribution(frame, "tool_use", p50=5_500, p95=None, preset=float("nan"))
+    assert [t.name.split(" ")[0] for t in fig.data] == ["runs", "P50"]
+
+
+def test_rates_by_task_type_draw_both_rates_against_the_alarm_line():
+    frame = pd.DataFrame({"task_type": ["research", "tool_use"], "runs": [30, 50],
+                          "hit_rate": [0.3, 0.05], "intervention_rate": [0.45, 0.1],
+                          "cost_usd": [3.0, None], "p95_total_tokens": [120_000.0, 9_000.0]})
+    fig = charts.rate_by_task(frame)
+    hit = next(t for t in fig.data if t.name.startswith("hit rate"))
+    intervention = next(t for t in fig.data if t.name.startswith("intervention rate"))
+    assert dict(zip(hit.y, hit.x)) == {"research": 30.0, "tool_use": 5.0}
+    assert dict(zip(intervention.y, intervention.x)) == {"research": 45.0, "tool_use": 10.0}
+    assert [(s.x0, s.x1) for s in fig.layout.shapes] == [(20.0, 20.0)]
+
+
+def test_stop_reasons_stack_runs_with_their_share_per_task_type():
+    frame = pd.DataFrame({"task_type": ["research", "research", "tool_use"],
+                          "stop_reason": ["completed", "budget_tokens", "completed"],
+                          "runs": [6, 2, 5]})
+    fig = charts.stop_reasons(frame)
+    assert [t.name for t in fig.data] == ["completed", "budget_tokens"]
+    budget = fig.data[1]
+    assert list(budget.x) == [2] and budget.customdata[0][0] == pytest.approx(25.0)
+    assert budget.marker.color == charts.STOP_COLORS["budget_tokens"]
+
+
+def test_run_turns_show_cumulative_tokens_reservations_limit_and_events():
+    start = dt.datetime(2026, 11, 20, 10, 0, 0)
+    calls = pd.DataFrame({
+        "turn": [1, 2, 3],
+        "start_utc": [start, start + dt.timedelta(seconds=10), start + dt.timedelta(seconds=20)],
+        "model": ["gpt-4.1"] * 3, "input_tokens": [900, 1800, None],
+        "output_tokens": [100, 200, None], "reserved_tokens": [1500, 2500, 3000],
+        "cumulative_tokens": [1000, 3000, 6000], "limit_total_tokens": [8000] * 3,
+        "usage_status": ["reported", "reported", "unknown"], "cost_usd": [0.01, 0.02, None],
+    })
+    events = pd.DataFrame({
+        "ts_utc": [start + dt.timedelta(seconds=12)], "name": ["budgetlens.downgrade"],
+        "reason": [None], "from_model": ["gpt-4.1"], "to_model": ["gpt-4.1-mini"],
+        "tool_name": [None], "used_tokens": [3000], "percent": [37.5],
+    })
+    fig = charts.run_turns(calls, events, run_id="r-1")
+    reserved, used, marks = fig.data
+    assert list(reserved.y) == [1500, 2500, 3000]
+    assert list(used.y) == [1000, 3000, 6000]
+    assert list(used.marker.symbol) == ["circle", "circle", "x"]  # unknown usage stands out
+    assert [s.y0 for s in fig.layout.shapes] == [8000]  # the limit, taken from the calls
+    assert list(marks.x) == [2] and list(marks.text) == ["downgrade: gpt-4.1-mini"]
+
+
+def test_preset_comparison_puts_current_limit_next_to_the_recommendation():
+    changes = pd.DataFrame({
+        "task_type": ["research", "research", "tool_use"],
+        "key": ["max_total_tokens", "max_turns", "max_total_tokens"],
+        "current": [150_000, 30, None], "recommended": [264_000, 25, 43_000],
+        "change_pct": [76.0, -16.7, None],
+    })
+    fig = charts.preset_comparison(changes, "max_total_tokens")
+    current, recommended = fig.data
+    assert list(current.x) == ["research", "tool_use"]
+    assert list(recommended.y) == [264_000, 43_000]
+    assert list(recommended.text) == ["+76 %", "new"]
+    assert fig.layout.yaxis.title.text == "max_total_tokens (tokens)"
+
+
+@pytest.mark.parametrize(
+    "builder, columns",
+    [
+        (charts.cost_stacked, ["period_start", "key", "cost_usd"]),
+        (charts.cost_per_run, ["task_type", "bucket_low_usd", "bucket_high_usd", "runs"]),
+        (charts.hit_rate_daily, ["day", "task_type", "hit_rate", "finished_runs"]),
+        (charts.stop_reasons, ["task_type", "stop_reason", "runs"]),
+        (charts.runs_per_day, ["day", "task_type", "finished_runs"]),
+    ],
+)
+def test_empty_frames_give_a_labelled_empty_chart(builder, columns):
+    fig = builder(pd.DataFrame(columns=columns))
+    assert not fig.data
+    assert _annotations(fig) and _annotations(fig)[0].startswith("No ")
+
+
+def test_a_frame_without_the_documented_columns_is_rejected_by_name():
+    with pytest.raises(ValueError, match=r"stop_reasons: data frame lacks column\(s\) \['runs'\]"):
+        charts.stop_reasons(pd.DataFrame({"task_type": ["a"], "stop_reason": ["completed"]}))
+
+
+def test_colors_are_stable_for_the_seed_task_types_and_distinct_for_others():
+    colors = charts.color_map(["research", "zeta", "alpha"], charts.TASK_COLORS)
+    assert colors["research"] == charts.TASK_COLORS["research"]
+    assert colors["alpha"] != colors["zeta"]

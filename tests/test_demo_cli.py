@@ -1,0 +1,196 @@
+"""``budgetlens dashboard`` and ``budgetlens demo``: arguments, the streamlit command line, and
+the demo end to end (sample store, a real collector an OTel exporter can send to at once, the
+dashboard, Ctrl-C stopping both)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import queue
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from collector import config
+from collector import semconv as sc
+from collector.cli import build_parser
+from collector.cli import dashboard_cmd
+from collector.store import read_connection
+from dashboard import analysis
+
+READY_S = 90
+
+
+def _help(capsys, command: str) -> str:
+    with pytest.raises(SystemExit) as exit_info:
+        build_parser().parse_args([command, "--help"])
+    assert exit_info.value.code == 0
+    return capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "command, words",
+    [
+        ("dashboard", ["--db", "--port", "--host", "Overview", "read-only"]),
+        ("demo", ["--db", "--port", "--collector-port", "OTEL_EXPORTER_OTLP_ENDPOINT", "Ctrl-C"]),
+    ],
+)
+def test_help_explains_the_command(capsys, command, words):
+    text = _help(capsys, command)
+    missing = [word for word in words if word not in text]
+    assert not missing, text
+
+
+def _server_args(**kw) -> argparse.Namespace:
+    return argparse.Namespace(**{"host": None, "port": None, **kw})
+
+
+def test_dashboard_port_comes_from_flag_then_environment_then_default(monkeypatch):
+    monkeypatch.delenv(config.ENV_DASHBOARD_PORT, raising=False)
+    monkeypatch.delenv(config.ENV_DASHBOARD_HOST, raising=False)
+    assert dashboard_cmd.resolve_server(_server_args()) == ("127.0.0.1", 8501)
+    monkeypatch.setenv(config.ENV_DASHBOARD_PORT, "9000")
+    monkeypatch.setenv(config.ENV_DASHBOARD_HOST, "0.0.0.0")
+    assert dashboard_cmd.resolve_server(_server_args()) == ("0.0.0.0", 9000)
+    assert dashboard_cmd.resolve_server(_server_args(port=9100, host="::1")) == ("::1", 9100)
+
+
+@pytest.mark.parametrize(
+    "value, message",
+    [("eighty", "dashboard port must be an integer, got 'eighty'"),
+     ("70000", "dashboard port must be in 1..65535, got 70000")],
+)
+def test_a_bad_dashboard_port_is_named(monkeypatch, value, message):
+    monkeypatch.setenv(config.ENV_DASHBOARD_PORT, value)
+    with pytest.raises(ValueError, match=message):
+        dashboard_cmd.resolve_server(_server_args())
+
+
+def test_streamlit_runs_the_entrypoint_headless_with_the_store_in_the_environment(tmp_path):
+    argv, env = dashboard_cmd.streamlit_command(tmp_path / "x.duckdb", "127.0.0.1", 8765)
+    assert argv[1:4] == ["-m", "streamlit", "run"]
+    assert Path(argv[4]) == dashboard_cmd.ENTRYPOINT and dashboard_cmd.ENTRYPOINT.exists()
+    options = dict(zip(argv[5::2], argv[6::2]))
+    assert options["--server.port"] == "8765"
+    assert options["--server.headless"] == "true"
+    assert options["--browser.gatherUsageStats"] == "false"
+    assert env[config.ENV_DB] == str((tmp_path / "x.duckdb").resolve())
+
+
+def _lines(process) -> queue.Queue:
+    lines: queue.Queue = queue.Queue()
+
+    def pump():
+        for line in process.stdout:
+            lines.put(line.rstrip("\n"))
+
+    threading.Thread(target=pump, daemon=True).start()
+    return lines
+
+
+def _addresses(lines: queue.Queue, process) -> dict[str, str]:
+    found, deadline = {}, time.monotonic() + READY_S
+    while len(found) < 2:
+        assert process.poll() is None, f"demo exited with {process.returncode}"
+        assert time.monotonic() < deadline, f"demo printed no addresses: {found}"
+        try:
+            line = lines.get(timeout=0.5)
+        except queue.Empty:
+            continue
+        for label in ("Dashboard:", "Collector:"):
+            if line.strip().startswith(label):
+                found[label.rstrip(":").lower()] = line.split(label, 1)[1].split()[0]
+    return found
+
+
+def _get(url: str) -> tuple[int, bytes]:
+    with urllib.request.urlopen(url, timeout=5) as response:
+        return response.status, response.read()
+
+
+def _send_run(endpoint: str, run_id: str) -> None:
+    """Send one agent run through the real OTel SDK and OTLP/HTTP exporter to ``endpoint``."""
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.trace import SpanKind
+
+    provider = TracerProvider(resource=Resource.create({sc.SERVICE_NAME: "demo-agent"}))
+    provider.add_span_processor(SimpleSpanProcessor(OTLPSpanExporter(f"{endpoint}/v1/traces")))
+    tracer = provider.get_tracer("tests.demo")
+    with tracer.start_as_current_span("invoke_agent demo_task") as run:
+        run.set_attributes({sc.GEN_AI_OPERATION_NAME: sc.OPERATION_INVOKE_AGENT,
+                            sc.BUDGET_RUN_ID: run_id, sc.BUDGET_TASK_TYPE: "demo_task",
+                            sc.BUDGET_LIMIT_TOTAL_TOKENS: 10_000})
+        with tracer.start_as_current_span("chat gpt-4.1-mini", kind=SpanKind.CLIENT) as call:
+            call.set_attributes({sc.GEN_AI_OPERATION_NAME: sc.OPERATION_CHAT,
+                                 sc.GEN_AI_PROVIDER_NAME: "openai",
+                                 sc.GEN_AI_REQUEST_MODEL: "gpt-4.1-mini",
+                                 sc.GEN_AI_USAGE_INPUT_TOKENS: 1200,
+                                 sc.GEN_AI_USAGE_OUTPUT_TOKENS: 300, sc.BUDGET_RUN_ID: run_id,
+                                 sc.BUDGET_TASK_TYPE: "demo_task", sc.BUDGET_TURN: 1})
+        run.set_attributes({sc.BUDGET_STOP_REASON: sc.STOP_COMPLETED, sc.BUDGET_TURNS: 1})
+    provider.shutdown()
+
+
+def _port_open(port: int) -> bool:
+    with socket.socket() as sock:
+        sock.settimeout(0.5)
+        return sock.connect_ex(("127.0.0.1", port)) == 0
+
+
+def test_demo_serves_the_sample_and_a_collector_an_agent_can_send_to(tmp_path, free_port):
+    db = tmp_path / "demo.duckdb"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "collector.cli", "demo", "--db", str(db), "--port", str(free_port),
+         "--collector-port", "0"],
+        cwd=tmp_path, stdout=subprocess.PIPE, text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    try:
+        found = _addresses(_lines(process), process)
+        assert found["dashboard"] == f"http://127.0.0.1:{free_port}"
+        assert _get(found["dashboard"] + "/_stcore/health") == (200, b"ok")
+        assert _get(found["collector"] + "/healthz")[0] == 200
+        with read_connection(db) as conn:
+            sample_runs = analysis.data_extent(conn)[2]
+        assert sample_runs > 1000  # the committed sample was loaded
+
+        _send_run(found["collector"], "demo-run-0001")
+        with read_connection(db) as conn:
+            detail = analysis.run_detail(conn, "demo-run-0001")
+            total = analysis.data_extent(conn)[2]
+        assert detail is not None and detail.run["total_tokens"] == 1500
+        assert total == sample_runs + 1
+
+        collector_port = int(found["collector"].rsplit(":", 1)[1])
+        process.send_signal(signal.SIGINT)
+        assert process.wait(timeout=30) == 0
+        assert not _port_open(free_port) and not _port_open(collector_port)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+
+
+def test_demo_stops_the_collector_and_says_why_when_the_dashboard_port_is_taken(tmp_path):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = subprocess.run(
+            [sys.executable, "-m", "collector.cli", "demo", "--db", str(tmp_path / "d.duckdb"),
+             "--port", str(port), "--collector-port", "0", "--ready-timeout", "60"],
+            cwd=tmp_path, capture_output=True, text=True, timeout=120,
+        )
+    assert result.returncode == 1
+    assert f"the dashboard did not start on 127.0.0.1:{port}" in result.stderr
+    assert "is the port in use?" in result.stderr
