@@ -1,0 +1,69 @@
+"""The README documents every CLI command, environment variable, public name and telemetry name,
+and its examples are the files the tests run."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import collector
+from collector import config, semconv
+from collector.cli import build_parser
+
+README = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+
+
+def _subcommands() -> list[str]:
+    parser = build_parser()
+    for action in parser._actions:  # argparse keeps subparsers here
+        if getattr(action, "choices", None) and isinstance(action.choices, dict):
+            return sorted(action.choices)
+    raise AssertionError("budgetlens has no subcommands")
+
+
+def test_first_lines_give_the_demo_and_the_test_command():
+    head = "\n".join(README.splitlines()[:25])
+    assert "budgetlens demo" in head
+    assert "bash .ci/test" in head
+
+
+def test_ci_runs_the_readme_test_command():
+    ci = (Path(__file__).resolve().parent.parent / ".ci" / "run").read_text()
+    assert "bash .ci/test" in ci
+
+
+def test_every_cli_command_is_in_the_readme():
+    commands = _subcommands()
+    assert {"demo", "collector", "dashboard", "import", "sample", "baselines", "presets", "runs"} <= set(commands)
+    missing = [name for name in commands if f"budgetlens {name}" not in README]
+    assert not missing, f"README does not show: {missing}"
+
+
+def test_every_environment_variable_is_in_the_readme():
+    names = [value for key, value in vars(config).items() if key.startswith("ENV_")]
+    assert "BUDGETLENS_DB" in names
+    missing = [name for name in names if name not in README]
+    assert not missing, f"README does not list: {missing}"
+
+
+def test_every_public_name_is_in_the_readme():
+    missing = [name for name in collector.__all__ if name not in README]
+    assert not missing, f"README does not mention: {missing}"
+
+
+def test_every_budget_attribute_and_event_name_is_in_the_readme():
+    names = [
+        value
+        for key, value in vars(semconv).items()
+        if isinstance(value, str) and value.startswith("budgetlens.")
+    ]
+    missing = [name for name in names if f"`{name}`" not in README]
+    assert not missing, f"README does not list: {missing}"
+
+
+def test_readme_examples_are_the_files_the_tests_run():
+    blocks = re.findall(r"<!-- example: (\S+) -->\s*```python\n(.*?)```", README, re.S)
+    assert blocks, "README has no marked examples"
+    root = Path(__file__).resolve().parent.parent
+    for path, code in blocks:
+        assert (root / path).read_text() == code, f"README example differs from {path}"
