@@ -7,10 +7,11 @@ typo or a foreign unit (``max_duration_ms``, ``max_cost_eur``) never silently dr
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any
+
+from collector.docfile import load_document
 
 from collector.limits import WHOLE_NUMBER_LIMITS, check_limit
 from collector.preset_format import (
@@ -32,20 +33,7 @@ def read_preset_document(path: str | os.PathLike) -> dict[str, Any]:
     a whole number for token and call counts; :func:`collector.limits.check_limit`).
     """
     p = Path(path)
-    suffix = p.suffix.lower()
-    text = p.read_text(encoding="utf-8")
-    if suffix in (".yaml", ".yml"):
-        import yaml
-
-        doc = yaml.safe_load(text)
-    elif suffix == ".toml":
-        import tomllib
-
-        doc = tomllib.loads(text)
-    elif suffix == ".json":
-        doc = json.loads(text)
-    else:
-        raise ValueError(f"{p}: preset file extension must be .yaml, .yml, .toml or .json, got {suffix!r}")
+    doc = load_document(p, "preset file")
     if not isinstance(doc, dict):
         raise ValueError(f"{p}: a preset file is a mapping with keys {TOP_LEVEL_KEYS}")
     unknown = sorted(set(doc) - set(TOP_LEVEL_KEYS))

@@ -29,7 +29,6 @@ is a few float multiplications.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import re
@@ -37,6 +36,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
+
+from collector.docfile import load_document
 
 from collector.config import ENV_PRICES_FILE
 from collector.usage import Usage
@@ -199,20 +200,7 @@ def load_price_file(path: str | os.PathLike) -> dict[str, ModelRates]:
     unsupported extension; ``FileNotFoundError`` when the file is missing.
     """
     p = Path(path)
-    suffix = p.suffix.lower()
-    text = p.read_text(encoding="utf-8")
-    if suffix in (".yaml", ".yml"):
-        import yaml
-
-        doc = yaml.safe_load(text)
-    elif suffix == ".json":
-        doc = json.loads(text)
-    elif suffix == ".toml":
-        import tomllib
-
-        doc = tomllib.loads(text)
-    else:
-        raise ValueError(f"{p}: price file extension must be .yaml, .yml, .json or .toml, got {suffix!r}")
+    doc = load_document(p, "price file")
     if not isinstance(doc, dict) or set(doc) - {"models"}:
         extra = sorted(set(doc) - {"models"}) if isinstance(doc, dict) else doc
         raise ValueError(f"{p}: a price file has one top-level key 'models'; unknown: {extra}")

@@ -175,14 +175,10 @@ GROUP BY ALL
 ORDER BY task_type, runs DESC, stop_reason
 """
 
-#: ``$period`` is 'day' or 'hour' (validated in Python); buckets are local time in ``$tz``.
-COST_BY_PERIOD_TASK = f"""
-WITH {FILTERED},
-b AS (
-    SELECT {_BUCKET} AS bucket, task_type AS key, sum(cost_usd) AS cost_usd, count(*) AS runs,
-           sum(unpriced_calls) AS unpriced
-    FROM filtered GROUP BY ALL
-)
+
+#: The tail of both cost-by-period statements: per-run rows ``b`` (bucket, key, cost_usd, runs,
+#: unpriced) summed per local period.
+_PERIOD_TOTALS = f"""
 SELECT
     date_trunc($period, {_LOCAL_BUCKET}) AS period_start,
     key,
@@ -193,6 +189,16 @@ FROM b
 GROUP BY ALL
 ORDER BY period_start, key
 """
+
+#: ``$period`` is 'day' or 'hour' (validated in Python); buckets are local time in ``$tz``.
+COST_BY_PERIOD_TASK = f"""
+WITH {FILTERED},
+b AS (
+    SELECT {_BUCKET} AS bucket, task_type AS key, sum(cost_usd) AS cost_usd, count(*) AS runs,
+           sum(unpriced_calls) AS unpriced
+    FROM filtered GROUP BY ALL
+)
+{_PERIOD_TOTALS}"""
 
 #: Cost per model, bucketed by the run's start so that a period's total equals the per-task
 #: view. A run with one model (no comma in ``runs.models``) counts whole under that model; only
@@ -221,16 +227,7 @@ b AS (
            sum(unpriced) AS unpriced
     FROM per_run GROUP BY ALL
 )
-SELECT
-    date_trunc($period, {_LOCAL_BUCKET}) AS period_start,
-    key,
-    sum(cost_usd) AS cost_usd,
-    CAST(sum(runs) AS BIGINT) AS runs,
-    CAST(coalesce(sum(unpriced), 0) AS BIGINT) AS unpriced_calls
-FROM b
-GROUP BY ALL
-ORDER BY period_start, key
-"""
+{_PERIOD_TOTALS}"""
 
 #: Log-spaced histogram: ``$per_decade`` buckets per power of ten; unpriced runs left out.
 COST_PER_RUN = f"""
