@@ -4,11 +4,13 @@ Bodies: OTLP protobuf ``ExportTraceServiceRequest`` of 1,000 GenAI spans each, s
 guard's telemetry (per run: 9 ``chat`` spans with usage and budget attributes + 1 ``invoke_agent``
 run span with limits, totals and two span events). The collector runs as a subprocess on a fresh
 DuckDB file; clients POST bodies over HTTP/1.1 keep-alive. Every span counted is acknowledged,
-i.e. committed (the collector answers 200 only after the commit).
+i.e. durable: appended to the collector's journal and fsynced (the collector answers 200 only
+then); the end-to-end rate runs until the loader has committed every span to DuckDB.
 
 Also measured in the same run: the "floor" (decode each body and read every attribute of every
-span once, in this process), the collector's peak RSS (VmHWM), the cost of one store
-open+commit+close, and the commit latency from the collector's own histogram.
+span once, in this process), the collector's peak RSS (VmHWM), the cost of one load (open +
+write_batch + close) on a fresh store and on a store that already holds ~1M calls, and where
+the time goes per body.
 
 Usage: ``python -m benchmarks.ingest [--bodies 40] [--no-write]`` (writes the "ingest" section
 of BENCHMARKS.md).
@@ -143,13 +145,16 @@ def _metric(text: str, name: str) -> float:
 
 
 def durable_spans_per_s(bodies: list[bytes], clients: int) -> dict:
-    """Post ``bodies`` with ``clients`` concurrent keep-alive clients to a fresh collector."""
+    """Post ``bodies`` with ``clients`` concurrent keep-alive clients to a fresh collector;
+    acknowledged (journaled + fsynced) rate, and end-to-end rate until all are in DuckDB."""
     with tempfile.TemporaryDirectory() as tmp:
         process, url = _start_collector(Path(tmp) / "bench.duckdb")
         try:
             warm = requests.post(f"{url}/v1/traces", data=make_body(10**6),
                                  headers={"Content-Type": "application/x-protobuf"})
             warm.raise_for_status()
+            while requests.get(f"{url}/healthz").json()["backlog_spans"]:
+                time.sleep(0.01)
             shares = [bodies[i::clients] for i in range(clients)]
             failures = []
 
@@ -167,7 +172,10 @@ def durable_spans_per_s(bodies: list[bytes], clients: int) -> dict:
                 thread.start()
             for thread in threads:
                 thread.join()
-            elapsed = time.perf_counter() - started
+            acknowledged = time.perf_counter() - started
+            while requests.get(f"{url}/healthz").json()["backlog_spans"]:
+                time.sleep(0.005)
+            loaded = time.perf_counter() - started
             text = requests.get(f"{url}/metrics").text
             rss = _peak_rss_mb(process.pid)
         finally:
@@ -175,123 +183,176 @@ def durable_spans_per_s(bodies: list[bytes], clients: int) -> dict:
             process.wait(60)
     if failures:
         raise RuntimeError(f"{len(failures)} requests failed: {sorted(set(failures))}")
-    commits = _metric(text, "budgetlens_commit_duration_seconds_count")
+    loads = _metric(text, "budgetlens_commit_duration_seconds_count")
+    fsyncs = _metric(text, "budgetlens_journal_fsync_duration_seconds_count")
+    spans = len(bodies) * SPANS_PER_BODY
     return {
-        "spans_per_s": len(bodies) * SPANS_PER_BODY / elapsed,
+        "spans_per_s": spans / acknowledged,
+        "e2e_spans_per_s": spans / loaded,
         "rss_mb": rss,
-        "commits": int(commits),
-        "commit_ms": 1000 * _metric(text, "budgetlens_commit_duration_seconds_sum") / max(commits, 1),
+        "loads": int(loads),
+        "load_ms": 1000 * _metric(text, "budgetlens_commit_duration_seconds_sum") / max(loads, 1),
+        "fsyncs": int(fsyncs),
+        "fsync_ms": 1000 * _metric(text, "budgetlens_journal_fsync_duration_seconds_sum")
+        / max(fsyncs, 1),
     }
 
 
-def open_close_ms(repeat: int = 20) -> float:
-    """Mean cost of ``write_connection`` open + migrate check + close on an existing store."""
-    from collector.store import write_connection
+def _mapped_tables(body: bytes):
+    from collector.ingest import _to_batch
+    from collector.mapping import map_request
+    from collector.otlp_decode import decode_protobuf
 
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "oc.duckdb"
-        with write_connection(path):
-            pass
-        started = time.perf_counter()
-        for _ in range(repeat):
-            with write_connection(path):
-                pass
-        return 1000 * (time.perf_counter() - started) / repeat
+    batch = _to_batch(map_request(decode_protobuf(body).request))
+    return batch.calls, batch.records, batch.events
+
+
+def load_ms(path: Path, bodies: list[bytes]) -> float:
+    """Mean ms of one load (open + write_batch of one 1,000-span body + close) into ``path``."""
+    from collector.store import write_batch, write_connection
+
+    tables = [_mapped_tables(body) for body in bodies]
+    started = time.perf_counter()
+    for calls, records, events in tables:
+        with write_connection(path) as conn:
+            write_batch(conn, calls, records, events)
+    return 1000 * (time.perf_counter() - started) / len(tables)
+
+
+def big_store(path: Path, calls: int) -> None:
+    """A store holding ``calls`` generated model calls (10 per run) with its rollup rebuilt."""
+    from collector.store import rebuild_runs, write_connection
+
+    with write_connection(path) as conn:
+        conn.execute("""
+            INSERT INTO model_calls (span_id, run_id, source, task_type, request_model, start_utc,
+                end_utc, turn, input_tokens, output_tokens, cost_usd, usage_status)
+            SELECT 'big-' || i, 'big-run-' || (i // 10), 'bench', 'task-' || (i % 5),
+                'gpt-4o-mini', TIMESTAMP '2026-01-01' + to_seconds(i), 
+                TIMESTAMP '2026-01-01' + to_seconds(i + 1), i % 10, 1000, 100, 0.0002,
+                'reported'
+            FROM range(?) t(i)""", [calls])
+        rebuild_runs(conn)
 
 
 def stage_breakdown_ms(bodies: list[bytes]) -> dict:
-    """Mean milliseconds per 1,000-span body of each ingest stage, in this process, on a store
-    that grows as in the collector (one open/commit/close per body)."""
-    from collector import ingest
+    """Mean milliseconds per 1,000-span body of each stage, in this process."""
+    from collector.ingest import _to_batch
+    from collector.journal import Journal, encode_batch
     from collector.mapping import map_request
     from collector.otlp_decode import decode_protobuf
-    from collector.store import write_batch, write_connection
 
-    totals = dict.fromkeys(("decode", "map", "open", "dedupe check", "insert + rollup + commit",
-                            "close (checkpoint)"), 0.0)
+    _to_batch(map_request(decode_protobuf(bodies[0]).request))  # warm the imports
+    totals = dict.fromkeys(("decode", "map", "rows to Arrow + journal encode",
+                            "journal append + fsync (1 body per fsync)"), 0.0)
     with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "stages.duckdb"
-        with write_connection(path):
-            pass
+        journal = Journal(Path(tmp) / "j")
         for body in bodies:
             marks = [time.perf_counter()]
             decoded = decode_protobuf(body)
             marks.append(time.perf_counter())
             mapped = map_request(decoded.request)
             marks.append(time.perf_counter())
-            context = write_connection(path)
-            conn = context.__enter__()
+            batch = _to_batch(mapped)
+            payload = encode_batch(batch.calls, batch.records, batch.events)
             marks.append(time.perf_counter())
-            rows = ingest._new_rows(conn, mapped.calls, mapped.records, mapped.events)
-            marks.append(time.perf_counter())
-            write_batch(conn, *rows)
-            marks.append(time.perf_counter())
-            context.__exit__(None, None, None)
+            journal.append(payload)
+            journal.sync()
             marks.append(time.perf_counter())
             for name, start, end in zip(totals, marks, marks[1:]):
                 totals[name] += 1000 * (end - start)
+        journal.close()
     return {name: value / len(bodies) for name, value in totals.items()}
+
+
+def _load_average() -> str:
+    return " / ".join(f"{value:.2f}" for value in os.getloadavg())
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--bodies", type=int, default=40, help="bodies of 1,000 spans per run")
+    parser.add_argument("--big-calls", type=int, default=1_000_000,
+                        help="model calls in the store of the commit-cost check")
     parser.add_argument("--no-write", action="store_true", help="print only")
     args = parser.parse_args(argv)
+    load_before = _load_average()
     bodies = [make_body(seed) for seed in range(args.bodies)]
     floor = floor_spans_per_s(bodies)
     one = durable_spans_per_s(bodies, clients=1)
     four = durable_spans_per_s(bodies, clients=4)
-    oc = open_close_ms()
     stages = stage_breakdown_ms(bodies[:20])
+    with tempfile.TemporaryDirectory() as tmp:
+        small, big = Path(tmp) / "small.duckdb", Path(tmp) / "big.duckdb"
+        extra = [make_body(10**5 + seed) for seed in range(10)]
+        load_ms(small, extra[:2])  # create + warm
+        fresh_ms = load_ms(small, extra[2:])
+        big_store(big, args.big_calls)
+        load_ms(big, extra[:2])
+        big_ms = load_ms(big, extra[2:])
+    load_after = _load_average()
     target = 30_000
+    ratio = one["spans_per_s"] / floor
     lines = [
         "## ingest",
         "",
-        f"`python -m benchmarks.ingest --bodies {args.bodies}` on {machine()} "
-        "(2 cores shared with other work).",
+        f"`python -m benchmarks.ingest --bodies {args.bodies}` on {machine()}, shared with other "
+        f"work: load average (1/5/15 min) {load_before} before, {load_after} after.",
         f"OTLP protobuf bodies of {SPANS_PER_BODY:,} guard-shaped GenAI spans "
         f"({CALLS_PER_RUN} chat spans + 1 run span with 2 events per run; "
         f"{len(bodies[0]) / 1024:.0f} KiB each), {args.bodies * SPANS_PER_BODY:,} spans per "
-        "measurement, fresh DuckDB file, collector as a subprocess. Durable = acknowledged = "
-        "committed (200 only after the commit).",
+        "measurement, fresh DuckDB file, collector as a subprocess.",
+        "",
+        "**Durable** = acknowledged: the collector answers 200 only after the request's rows are "
+        "appended to its write-ahead journal (`<db>.journal/`) and fsynced (one fsync per group "
+        "of concurrent requests). A loader thread commits journaled rows to DuckDB in groups "
+        "every 0.25 s; **end-to-end** runs until every span is queryable in DuckDB.",
         "",
         "| measure | value | target |",
         "|---|---|---|",
-        f"| durable spans/s, 1 client | {one['spans_per_s']:,.0f} | >= {target:,} |",
-        f"| durable spans/s, 4 clients | {four['spans_per_s']:,.0f} | |",
+        f"| durable (acknowledged) spans/s, 1 client | {one['spans_per_s']:,.0f} | "
+        f">= {target:,} |",
+        f"| durable (acknowledged) spans/s, 4 clients | {four['spans_per_s']:,.0f} | |",
+        f"| end-to-end spans/s until all are in DuckDB, 1 / 4 clients | "
+        f"{one['e2e_spans_per_s']:,.0f} / {four['e2e_spans_per_s']:,.0f} | |",
         f"| floor: decode + read every attribute, in-process | {floor:,.0f} spans/s | |",
-        f"| 1 client / floor | {one['spans_per_s'] / floor:.0%} | >= 50 % |",
+        f"| 1 client / floor | {ratio:.0%} | >= 50 % |",
         f"| collector peak RSS (VmHWM), 1 client / 4 clients | {one['rss_mb']:.0f} MB / "
         f"{four['rss_mb']:.0f} MB | <= 300 MB |",
-        f"| group commits, 1 client / 4 clients | {one['commits']} / {four['commits']} | |",
-        f"| mean commit (open + insert + rollup + close), 1 / 4 clients | "
-        f"{one['commit_ms']:.1f} ms / {four['commit_ms']:.1f} ms | |",
-        f"| store open + migrate check + close alone | {oc:.1f} ms | |",
+        f"| journal fsync groups, 1 / 4 clients (mean ms incl. append) | {one['fsyncs']} "
+        f"({one['fsync_ms']:.1f}) / {four['fsyncs']} ({four['fsync_ms']:.1f}) | |",
+        f"| DuckDB loads, 1 / 4 clients (mean ms: open + write_batch + close) | {one['loads']} "
+        f"({one['load_ms']:.0f}) / {four['loads']} ({four['load_ms']:.0f}) | |",
+        f"| one load of a 1,000-span body: fresh store / store with {args.big_calls:,} calls | "
+        f"{fresh_ms:.1f} ms / {big_ms:.1f} ms | flat |",
     ]
     lines += [
         "",
-        "Where the time goes per 1,000-span body (same bodies, in-process, store growing as "
-        "in the collector, mean ms):",
+        "Where the request path's time goes per 1,000-span body (same bodies, in-process, mean "
+        "ms; the HTTP server, the loader and the client share the same 2 cores):",
         "",
         "| stage | ms |",
         "|---|---|",
         *[f"| {name} | {value:.1f} |" for name, value in stages.items()],
-        f"| sum = one-client bound | {sum(stages.values()):.1f} "
+        f"| sum | {sum(stages.values()):.1f} "
         f"(≈ {1000 * SPANS_PER_BODY / sum(stages.values()):,.0f} spans/s) |",
+        "",
+        "The commit cost does not grow with the store: a load inserts with primary-key checks "
+        "(`ON CONFLICT DO NOTHING RETURNING`) and merges only the new rows into the per-run "
+        "state `run_totals`, then upserts the touched `runs` rows; no statement scans "
+        "`model_calls`.",
     ]
+    verdict = []
     if one["spans_per_s"] < target:
-        lines += [
-            "",
-            f"**Target not reached** ({one['spans_per_s']:,.0f} of {target:,} durable spans/s with "
-            "one client). One client waits for each commit before sending the next body, so its "
-            "rate is bounded by the sum above. The store protocol (design §5: the writer opens "
-            "the file for each commit and closes it so readers can open it read-only in between) "
-            "costs the open + close rows on every commit; insert with primary-key checks and the "
-            "`runs` rollup rebuild cost the rest. Concurrent clients share commits (group commit), "
-            "hence the higher 4-client figure. The machine was shared with other work while "
-            "measuring (load average above 2 on 2 cores), so figures vary between runs.",
-        ]
+        verdict.append(f"{one['spans_per_s']:,.0f} of {target:,} durable spans/s with one client")
+    if ratio < 0.5:
+        verdict.append(f"{ratio:.0%} of the floor (target 50 %)")
+    if max(one["rss_mb"], four["rss_mb"]) > 300:
+        verdict.append("RSS above 300 MB")
+    lines += ["", ("**Targets not reached:** " + "; ".join(verdict) + ". Mapping (reading the "
+                   "allow-listed attributes of every span through the protobuf runtime and "
+                   "building the rows) is the largest stage; the floor already pays the "
+                   "attribute reads once.") if verdict else "**All targets met.**"]
     markdown = "\n".join(lines)
     print(markdown)
     if not args.no_write:

@@ -1,14 +1,25 @@
-"""The group-commit writer: one thread commits what concurrent requests submitted, together.
+"""The collector's ingest path: journal first (group commit), then load into DuckDB in groups.
 
-Requests map their spans to rows and ``submit`` them; the writer thread takes everything pending
-(up to ``max_group_spans``), opens the store (``write_connection``: the file is held only for this
-commit, so the dashboard can read between commits), inserts only rows not yet stored (retries are
-stored once), commits, closes, and only then resolves each request's future. The receiver answers
-200 after that, so an acknowledged span survives ``kill -9``.
+``submit`` hands a request's mapped rows to the journal thread, which converts them to Arrow,
+appends one record per request to the write-ahead journal (``collector.journal``, next to the
+database in ``<db>.journal/``) and fsyncs once for every group of requests waiting together
+(group commit); only then does the request's future resolve and the receiver answer 200. An
+acknowledged span is therefore on disk: ``kill -9`` at any moment loses none.
 
-The queue is bounded by spans waiting (``max_queue_spans``); ``submit`` raises ``QueueFull``
-past it (the receiver answers 503 with Retry-After). ``close`` stops intake, commits what is
-pending and joins the thread (SIGTERM path).
+The loader thread moves journaled batches into DuckDB in larger groups (every ``load_interval_s``
+seconds or ``max_group_spans`` rows, whichever comes first), each through
+``collector.store.write_connection`` + ``write_batch`` (the file is held only while committing, so
+dashboard readers get in between), counts the Prometheus metrics from the rows actually inserted,
+then marks the batches loaded in the journal (deleting fully loaded segments). On ``start``,
+every journaled batch not yet marked loaded is replayed into DuckDB first (replaying one already
+loaded is harmless: primary keys and upserts make it a no-op). So a span is queryable in DuckDB
+about ``load_interval_s`` after it is acknowledged.
+
+Backpressure: ``submit`` raises ``QueueFull`` while more than ``max_queue_spans`` rows are
+accepted but not yet loaded (the receiver answers 503 with Retry-After), ``StoreUnavailable``
+while the store cannot be written (the journal keeps what it has; the loader retries with a
+backoff), ``IngestClosed`` after ``close``. ``close`` (SIGTERM) stops intake, fsyncs, loads
+everything and joins both threads.
 """
 
 from __future__ import annotations
@@ -17,216 +28,313 @@ import logging
 import os
 import threading
 import time
+from collections import deque
 from concurrent.futures import Future
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable
 
 import pyarrow as pa
 
-from collector import semconv as sc
+from collector.journal import Batch, Journal, encode_batch
 from collector.mapping import Mapped
 from collector.metrics import CollectorMetrics
 from collector.store import write_batch, write_connection
+from collector.store.schema import BUDGET_EVENT_COLUMNS, MODEL_CALL_COLUMNS, RUN_RECORD_COLUMNS
+from collector.store.writer import rows_to_table
 
 log = logging.getLogger(__name__)
 
 DEFAULT_MAX_QUEUE_SPANS = 200_000
 DEFAULT_MAX_GROUP_SPANS = 50_000
-
-#: Named statements of the ingest path; request data reaches them only as registered tables.
-SELECT_STORED_KEYS = """
-SELECT 'call', span_id FROM model_calls
-WHERE span_id IN (SELECT key FROM ingest_keys WHERE kind = 'call')
-UNION ALL
-SELECT 'record', run_id FROM run_records
-WHERE run_id IN (SELECT key FROM ingest_keys WHERE kind = 'record')
-UNION ALL
-SELECT 'event', event_id FROM budget_events
-WHERE event_id IN (SELECT key FROM ingest_keys WHERE kind = 'event')
-"""
-SELECT_RUN_SUMMARIES = (
-    "SELECT run_id, task_type, stop_reason, total_tokens FROM runs "
-    "WHERE run_id IN (SELECT key FROM ingest_keys)"
-)
+DEFAULT_LOAD_INTERVAL_S = 0.25
+_RETRY_MIN_S, _RETRY_MAX_S = 0.5, 5.0
 
 
 class QueueFull(RuntimeError):
-    """More spans are waiting for the writer than the queue allows; retry later."""
+    """More rows are accepted but not yet loaded than the bound allows; retry later."""
 
 
 class IngestClosed(RuntimeError):
-    """The writer is shutting down and takes no more batches."""
+    """The collector is shutting down and takes no more batches."""
 
 
-@dataclass
-class _Item:
-    mapped: Mapped
-    future: Future
-    spans: int
+class StoreUnavailable(RuntimeError):
+    """The DuckDB store cannot be written right now; retry later."""
 
 
-CommitFn = Callable[[list, list, list], None]
+#: ``commit(calls, records, events)`` with pyarrow tables; replaces the store write (tests).
+CommitFn = Callable[[pa.Table, pa.Table, pa.Table], None]
+
+
+def journal_dir(db_path: str | os.PathLike) -> Path:
+    """The journal directory of the database file ``db_path``: ``<db_path>.journal``."""
+    path = Path(db_path)
+    return path.with_name(path.name + ".journal")
 
 
 class IngestQueue:
-    """Bounded queue + single writer thread doing group commits into the DuckDB file ``db_path``.
+    """Journal + loader for the DuckDB file ``db_path`` (see the module docstring).
 
-    ``commit`` replaces the store write (tests inject one); by default rows go through
-    ``collector.store.write_batch``. ``metrics`` (``CollectorMetrics``) is updated after each
-    commit. Raises ValueError for a non-positive ``max_queue_spans`` or ``max_group_spans``.
+    ``metrics`` (``CollectorMetrics``) is updated after each load; ``commit`` replaces the store
+    write (tests inject one; metrics are then not counted). Raises ValueError for a non-positive
+    ``max_queue_spans``, ``max_group_spans`` or ``load_interval_s``.
     """
 
     def __init__(self, db_path: str | os.PathLike, *, metrics: CollectorMetrics | None = None,
                  max_queue_spans: int = DEFAULT_MAX_QUEUE_SPANS,
                  max_group_spans: int = DEFAULT_MAX_GROUP_SPANS,
+                 load_interval_s: float = DEFAULT_LOAD_INTERVAL_S,
                  commit: CommitFn | None = None):
         if max_queue_spans < 1:
             raise ValueError(f"max_queue_spans must be >= 1 (got {max_queue_spans})")
         if max_group_spans < 1:
             raise ValueError(f"max_group_spans must be >= 1 (got {max_group_spans})")
+        if load_interval_s <= 0:
+            raise ValueError(f"load_interval_s must be > 0 (got {load_interval_s})")
         self.db_path = Path(db_path)
         self.metrics = metrics or CollectorMetrics()
         self.max_queue_spans = max_queue_spans
         self.max_group_spans = max_group_spans
-        self._commit = commit or self._commit_to_store
-        self._pending: list[_Item] = []
-        self._queued_spans = 0  # waiting + being committed
+        self.load_interval_s = load_interval_s
+        self._commit = commit
+        self._journal: Journal | None = None
         self._cond = threading.Condition()
+        self._incoming: list[tuple[Mapped, Future, int]] = []  # waiting for the journal
+        self._journaled: deque[tuple[Batch, float]] = deque()  # waiting for the loader
+        self._backlog = 0  # rows accepted and not yet loaded
+        self._store_error: BaseException | None = None
         self._closing = False
-        self._thread = threading.Thread(target=self._run, name="budgetlens-writer", daemon=True)
         self._started = False
+        self._journal_thread = threading.Thread(target=self._journal_loop,
+                                                name="budgetlens-journal", daemon=True)
+        self._loader_thread = threading.Thread(target=self._loader_loop,
+                                               name="budgetlens-loader", daemon=True)
 
-    # --- intake ---------------------------------------------------------------------------
-    def start(self) -> "IngestQueue":
-        """Start the writer thread (idempotent); return self."""
-        with self._cond:
-            if not self._started:
-                self._started = True
-                self._thread.start()
-        return self
-
+    # --- state ----------------------------------------------------------------------------
     @property
     def depth(self) -> int:
-        """Spans accepted but not yet committed."""
-        return self._queued_spans
+        """Rows accepted but not yet loaded into DuckDB (the backlog)."""
+        return self._backlog
+
+    @property
+    def lag_s(self) -> float:
+        """Seconds since the oldest journaled batch not yet loaded was journaled (0 when none)."""
+        with self._cond:
+            oldest = self._journaled[0][1] if self._journaled else None
+        return time.monotonic() - oldest if oldest is not None else 0.0
 
     @property
     def alive(self) -> bool:
-        """True while the writer thread runs."""
-        return self._thread.is_alive()
+        """True while the journal and loader threads run."""
+        return self._journal_thread.is_alive() and self._loader_thread.is_alive()
+
+    @property
+    def store_error(self) -> str | None:
+        """Why the store cannot be written right now, or None."""
+        error = self._store_error
+        return None if error is None else f"{type(error).__name__}: {error}"
+
+    # --- intake ---------------------------------------------------------------------------
+    def start(self) -> "IngestQueue":
+        """Open the journal, replay what it holds into the store, start both threads
+        (idempotent); return self. A store that cannot be written is logged, not raised: the
+        collector then answers 503 until the loader's retry succeeds."""
+        with self._cond:
+            if self._started:
+                return self
+            self._started = True
+        self._journal = Journal(journal_dir(self.db_path))
+        replay = list(self._journal.unloaded())
+        now = time.monotonic()
+        for batch in replay:
+            self._journaled.append((batch, now))
+            self._backlog += batch.spans
+        if replay:
+            log.info("replaying %d journaled batches (%d rows) into %s", len(replay),
+                     self._backlog, self.db_path)
+        try:
+            if replay:
+                while self._journaled:
+                    self._load(self._take_group())
+            elif self._commit is None:
+                with write_connection(self.db_path):
+                    pass
+        except Exception as error:
+            self._failed(error)
+        self._journal_thread.start()
+        self._loader_thread.start()
+        return self
 
     def submit(self, mapped: Mapped) -> Future:
-        """Queue ``mapped`` rows; the future resolves (None) once they are committed.
+        """Queue ``mapped`` rows; the future resolves (None) once they are journaled and fsynced.
 
-        The future fails with the store's exception when the commit fails. Raises QueueFull when
-        the queue holds ``max_queue_spans`` spans already (a batch larger than the whole queue is
-        accepted when the queue is empty), IngestClosed after ``close``.
+        Raises QueueFull when ``max_queue_spans`` rows are already waiting (a batch larger than
+        the bound is accepted when nothing waits), StoreUnavailable while the store cannot be
+        written, IngestClosed after ``close``. The future fails with the journal's error.
         """
         spans = max(1, len(mapped.calls) + len(mapped.records) + len(mapped.events))
         future: Future = Future()
         with self._cond:
             if self._closing or not self._started:
                 raise IngestClosed("the collector is shutting down")
-            if self._queued_spans and self._queued_spans + spans > self.max_queue_spans:
-                raise QueueFull(f"{self._queued_spans} spans are waiting for the writer")
-            self._pending.append(_Item(mapped, future, spans))
-            self._queued_spans += spans
-            self.metrics.queue_spans.set(self._queued_spans)
-            self._cond.notify()
+            if self._store_error is not None:
+                raise StoreUnavailable(f"store unavailable: {type(self._store_error).__name__}")
+            if self._backlog and self._backlog + spans > self.max_queue_spans:
+                raise QueueFull(f"{self._backlog} spans are waiting to be loaded")
+            self._incoming.append((mapped, future, spans))
+            self._backlog += spans
+            self.metrics.queue_spans.set(self._backlog)
+            self._cond.notify_all()
         return future
 
     def close(self, timeout_s: float | None = 60.0) -> None:
-        """Stop intake, commit everything pending, join the writer (idempotent)."""
+        """Stop intake, fsync the journal, load everything, join both threads (idempotent)."""
         with self._cond:
             self._closing = True
             self._cond.notify_all()
-        if self._started and self._thread.is_alive():
-            self._thread.join(timeout_s)
-            if self._thread.is_alive():
-                log.error("writer did not finish within %.0f s; %d spans uncommitted",
-                          timeout_s, self._queued_spans)
+        for thread in (self._journal_thread, self._loader_thread):
+            if thread.is_alive():
+                thread.join(timeout_s)
+                if thread.is_alive():
+                    log.error("%s did not finish within %.0f s; %d spans not loaded (they stay "
+                              "in the journal and load at the next start)", thread.name,
+                              timeout_s, self._backlog)
+        if self._journal is not None:
+            self._journal.close()
 
-    # --- the writer -----------------------------------------------------------------------
-    def _run(self) -> None:
+    # --- the journal thread -------------------------------------------------------------------
+    def _journal_loop(self) -> None:
         while True:
             with self._cond:
-                while not self._pending and not self._closing:
+                while not self._incoming and not self._closing:
                     self._cond.wait()
-                if not self._pending:
-                    return
-                group, size = [], 0
-                while self._pending and (not group or size + self._pending[0].spans
-                                         <= self.max_group_spans):
-                    item = self._pending.pop(0)
-                    group.append(item)
-                    size += item.spans
-            calls = [row for item in group for row in item.mapped.calls]
-            records = [row for item in group for row in item.mapped.records]
-            events = [row for item in group for row in item.mapped.events]
+                if not self._incoming:
+                    return  # closing and drained; the loader finishes the rest
+                group, self._incoming = self._incoming, []
+            started = time.perf_counter()
+            done, failed = [], []
+            for mapped, future, spans in group:
+                try:
+                    batch = _to_batch(mapped)
+                    batch.seq = self._journal.append(encode_batch(batch.calls, batch.records,
+                                                                  batch.events))
+                    done.append((batch, future, spans))
+                except Exception as error:
+                    failed.append((future, spans, error))
             try:
-                self._commit(calls, records, events)
-            except BaseException as error:  # every waiting request must hear about it
-                log.error("commit of %d spans failed: %s", size, error)
-                self.metrics.commit_failures.inc()
-                for item in group:
-                    item.future.set_exception(error)
-            else:
-                for item in group:
-                    item.future.set_result(None)
-            finally:
+                if done:
+                    self._journal.sync()
+            except Exception as error:
+                failed += [(future, spans, error) for _, future, spans in done]
+                done = []
+            self.metrics.journal_fsync_duration.observe(time.perf_counter() - started)
+            now = time.monotonic()
+            with self._cond:
+                for batch, _, _ in done:
+                    self._journaled.append((batch, now))
+                for _, _, spans in failed:
+                    self._backlog -= spans
+                self.metrics.queue_spans.set(self._backlog)
+                self._cond.notify_all()
+            for _, future, _ in done:
+                future.set_result(None)
+            for future, _, error in failed:
+                log.error("could not journal a batch: %s", error)
+                future.set_exception(error)
+
+    # --- the loader thread ----------------------------------------------------------------
+    def _loader_loop(self) -> None:
+        retry_s = _RETRY_MIN_S
+        while True:
+            with self._cond:
+                while True:
+                    drained = not self._incoming and not self._journal_thread.is_alive()
+                    if self._closing and not self._journaled and drained:
+                        return
+                    if self._journaled and (
+                            self._closing or self._store_error is not None
+                            or self._pending_rows() >= self.max_group_spans
+                            or time.monotonic() - self._journaled[0][1] >= self.load_interval_s):
+                        break
+                    if self._store_error is not None and not self._journaled:
+                        break  # probe the store so intake can resume
+                    wait = self.load_interval_s
+                    if self._journaled:
+                        wait = max(0.001, self._journaled[0][1] + wait - time.monotonic())
+                    self._cond.wait(wait)
+                group = self._take_group()
+            try:
+                if group:
+                    self._load(group)
+                else:
+                    with write_connection(self.db_path):
+                        pass
+                if self._store_error is not None:
+                    log.info("store %s is writable again", self.db_path)
+                self._store_error = None
+                retry_s = _RETRY_MIN_S
+            except Exception as error:
                 with self._cond:
-                    self._queued_spans -= size
-                    self.metrics.queue_spans.set(self._queued_spans)
+                    self._journaled.extendleft(reversed(group))
+                if group:
+                    self._failed(error)
+                else:
+                    self._store_error = error
+                if self._closing and not self._journal_thread.is_alive():
+                    log.error("giving up loading at shutdown: %s (the journal keeps the rows)",
+                              error)
+                    return
+                time.sleep(retry_s)
+                retry_s = min(retry_s * 2, _RETRY_MAX_S)
 
-    def _commit_to_store(self, calls: list, records: list, events: list) -> None:
+    def _pending_rows(self) -> int:
+        return sum(batch.spans for batch, _ in self._journaled)
+
+    def _take_group(self) -> list[tuple[Batch, float]]:
+        """Pop journaled batches up to ``max_group_spans`` rows (at least one). Caller locks."""
+        group, size = [], 0
+        while self._journaled and (not group or size + self._journaled[0][0].spans
+                                   <= self.max_group_spans):
+            item = self._journaled.popleft()
+            group.append(item)
+            size += item[0].spans
+        return group
+
+    def _load(self, group: list[tuple[Batch, float]]) -> None:
+        """Commit ``group`` to the store, count metrics, mark it loaded in the journal."""
+        batches = [batch for batch, _ in group]
+        calls = pa.concat_tables([b.calls for b in batches])
+        records = pa.concat_tables([b.records for b in batches])
+        events = pa.concat_tables([b.events for b in batches])
         started = time.perf_counter()
-        with write_connection(self.db_path) as conn:
-            calls, records, events = _new_rows(conn, calls, records, events)
-            write_batch(conn, calls, records, events)
-            wanted = {row["run_id"] for row in records}
-            wanted.update(row["run_id"] for row in events if row["name"] != sc.EVENT_TOOL_CALL)
-            summaries = _query_keys(conn, SELECT_RUN_SUMMARIES, wanted) if wanted else []
+        if self._commit is not None:
+            self._commit(calls, records, events)
+            result = None
+        else:
+            with write_connection(self.db_path) as conn:
+                result = write_batch(conn, calls, records, events)
         self.metrics.commit_duration.observe(time.perf_counter() - started)
-        record_ids = {row["run_id"] for row in records}
-        runs = [dict(zip(("run_id", "task_type", "stop_reason", "total_tokens"), row))
-                for row in summaries]
-        self.metrics.observe_commit(
-            calls, events, [run for run in runs if run["run_id"] in record_ids],
-            task_by_run={run["run_id"]: run["task_type"] for run in runs},
-        )
+        if result is not None:
+            self.metrics.observe_write(result.new_calls, result.new_events, result.new_records,
+                                       result.runs_rows)
+        self._journal.mark_loaded(max(batch.seq for batch in batches))
+        with self._cond:
+            self._backlog -= sum(batch.spans for batch in batches)
+            self.metrics.queue_spans.set(self._backlog)
+            oldest = self._journaled[0][1] if self._journaled else None
+        self.metrics.loader_lag.set(time.monotonic() - oldest if oldest is not None else 0.0)
+
+    def _failed(self, error: BaseException) -> None:
+        log.error("loading into %s failed (the journal keeps the rows; retrying): %s",
+                  self.db_path, error)
+        self.metrics.commit_failures.inc()
+        self._store_error = error
 
 
-def _query_keys(conn, statement: str, keys, kinds=None) -> list[tuple]:
-    columns = {"key": pa.array(list(keys), type=pa.string())}
-    if kinds is not None:
-        columns["kind"] = pa.array(kinds, type=pa.string())
-    conn.register("ingest_keys", pa.table(columns))
-    try:
-        return conn.execute(statement).fetchall()
-    finally:
-        conn.unregister("ingest_keys")
-
-
-def _new_rows(conn, calls: Sequence[dict], records: Sequence[dict],
-              events: Sequence[dict]) -> tuple[list, list, list]:
-    """The rows whose key is neither stored yet nor repeated earlier in the batch (one query)."""
-    groups = (("call", calls, "span_id"), ("record", records, "run_id"),
-              ("event", events, "event_id"))
-    keys, kinds = [], []
-    for kind, rows, key in groups:
-        keys.extend(row[key] for row in rows)
-        kinds.extend([kind] * len(rows))
-    stored: dict[str, set] = {"call": set(), "record": set(), "event": set()}
-    if keys:
-        for kind, identity in _query_keys(conn, SELECT_STORED_KEYS, keys, kinds):
-            stored[kind].add(identity)
-    fresh = []
-    for kind, rows, key in groups:
-        seen, kept = stored[kind], []
-        for row in rows:
-            if row[key] not in seen:
-                seen.add(row[key])
-                kept.append(row)
-        fresh.append(kept)
-    return fresh[0], fresh[1], fresh[2]
+def _to_batch(mapped: Mapped) -> Batch:
+    return Batch(
+        0,
+        rows_to_table("model_calls", MODEL_CALL_COLUMNS, mapped.calls),
+        rows_to_table("run_records", RUN_RECORD_COLUMNS, mapped.records),
+        rows_to_table("budget_events", BUDGET_EVENT_COLUMNS, mapped.events),
+    )

@@ -57,6 +57,7 @@ _TOKEN_SOURCES = (
     ("reasoning_tokens", (sc.GEN_AI_USAGE_REASONING_OUTPUT_TOKENS, sc.LLM_TOKEN_COUNT_REASONING)),
 )
 _USAGE_KEYS = frozenset(name for _, names in _TOKEN_SOURCES for name in names)
+_TOKEN_COLUMNS = tuple(column for column, _ in _TOKEN_SOURCES)
 _LIMITS = (
     ("limit_total_tokens", sc.BUDGET_LIMIT_TOTAL_TOKENS, True),
     ("limit_input_tokens", sc.BUDGET_LIMIT_INPUT_TOKENS, True),
@@ -136,6 +137,8 @@ def _count(attrs: dict, key: str):
     if value is None:
         return None
     kind = type(value)
+    if kind is int and value >= 0:
+        return value
     if kind is int:
         if value >= 0:
             return value
@@ -153,6 +156,20 @@ def _first_count(attrs: dict, keys):
         if key in attrs:
             return _count(attrs, key)
     return None
+
+
+def _token_counts(attrs: dict) -> dict:
+    """``{row field: count}`` for every ``_TOKEN_SOURCES`` field (None when absent)."""
+    row = dict.fromkeys(_TOKEN_COLUMNS)
+    if _USAGE_KEYS.isdisjoint(attrs):
+        return row
+    for column, names in _TOKEN_SOURCES:
+        for key in names:
+            if key in attrs:
+                value = attrs[key]
+                row[column] = value if type(value) is int and value >= 0 else _count(attrs, key)
+                break
+    return row
 
 
 def _amount(attrs: dict, key: str):
@@ -179,6 +196,11 @@ def _choice(attrs: dict, key: str, allowed: tuple):
 
 
 def _text(attrs: dict, *keys: str):
+    if len(keys) == 1:
+        value = attrs.get(keys[0])
+        if value is None or value == "":
+            return None
+        return value[:200] if type(value) is str else str(value)[:200]
     for key in keys:
         value = attrs.get(key)
         if value is not None and value != "":
@@ -233,9 +255,9 @@ class _Mapper:
         if agent and not budget_run:
             self.agent_by_trace.setdefault(trace_hex, agent)
         agentish = op == sc.OPERATION_INVOKE_AGENT or kind in _AGENT_KINDS
-        start, end = _utc(span.start_time_unix_nano), _utc(span.end_time_unix_nano)
-        duration = ((span.end_time_unix_nano - span.start_time_unix_nano) / 1e9
-                    if span.start_time_unix_nano and span.end_time_unix_nano else None)
+        start_ns, end_ns = span.start_time_unix_nano, span.end_time_unix_nano
+        start, end = _utc(start_ns), _utc(end_ns)
+        duration = (end_ns - start_ns) / 1e9 if start_ns and end_ns else None
         failed = span.status.code == _STATUS_ERROR
         rows = []  # built fully before anything is appended, so a rejected span adds nothing
         if budget_run and (op == sc.OPERATION_INVOKE_AGENT or span.name.startswith("invoke_agent")):
@@ -294,7 +316,7 @@ class _Mapper:
 
     def call(self, attrs, span_hex, run_id, trace_hex, parent, service, op, start, end,
              duration, failed, foreign) -> dict:
-        row = {column: _first_count(attrs, names) for column, names in _TOKEN_SOURCES}
+        row = _token_counts(attrs)
         status = _choice(attrs, sc.BUDGET_USAGE_STATUS, sc.USAGE_STATUSES)
         if status is None:
             reported = row["input_tokens"] is not None or row["output_tokens"] is not None
@@ -313,20 +335,28 @@ class _Mapper:
             elif self.price:
                 cost = _price(response_model or request_model, row, provider)
         error_type = _text(attrs, sc.ERROR_TYPE) or ("_OTHER" if failed else None)
-        row.update({
-            "span_id": span_hex, "run_id": run_id, "trace_id": trace_hex,
-            "parent_span_id": parent.hex() or None, "source": self.source,
-            "service_name": service, "task_type": _text(attrs, sc.BUDGET_TASK_TYPE),
-            "operation_name": _text(attrs, sc.GEN_AI_OPERATION_NAME),
-            "provider_name": provider, "request_model": request_model,
-            "response_model": response_model, "start_utc": start, "end_utc": end,
-            "duration_s": duration, "turn": _count(attrs, sc.BUDGET_TURN),
-            "reserved_tokens": _count(attrs, sc.BUDGET_RESERVED_TOKENS),
-            "used_tokens": _count(attrs, sc.BUDGET_USED_TOKENS),
-            "remaining_tokens": _count(attrs, sc.BUDGET_REMAINING_TOKENS),
-            "cost_usd": cost, "usage_status": status, "error_type": error_type,
-            "_foreign": foreign,
-        })
+        row["span_id"] = span_hex
+        row["run_id"] = run_id
+        row["trace_id"] = trace_hex
+        row["parent_span_id"] = parent.hex() or None
+        row["source"] = self.source
+        row["service_name"] = service
+        row["task_type"] = _text(attrs, sc.BUDGET_TASK_TYPE)
+        row["operation_name"] = _text(attrs, sc.GEN_AI_OPERATION_NAME)
+        row["provider_name"] = provider
+        row["request_model"] = request_model
+        row["response_model"] = response_model
+        row["start_utc"] = start
+        row["end_utc"] = end
+        row["duration_s"] = duration
+        row["turn"] = _count(attrs, sc.BUDGET_TURN)
+        row["reserved_tokens"] = _count(attrs, sc.BUDGET_RESERVED_TOKENS)
+        row["used_tokens"] = _count(attrs, sc.BUDGET_USED_TOKENS)
+        row["remaining_tokens"] = _count(attrs, sc.BUDGET_REMAINING_TOKENS)
+        row["cost_usd"] = cost
+        row["usage_status"] = status
+        row["error_type"] = error_type
+        row["_foreign"] = foreign
         return row
 
     def event(self, event, index, span_hex, run_id) -> dict:

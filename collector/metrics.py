@@ -2,8 +2,10 @@
 
 Budget metrics move only after a batch is committed (``CollectorMetrics.observe_commit`` is called
 with the rows the commit actually inserted), so a retried span is never counted twice and a
-rejected or failed batch is never counted. Ingest-health metrics (spans received/rejected, commit
-latency, queue depth) describe the collector itself.
+rejected or failed batch is never counted; ``observe_write`` does the same from the pyarrow tables
+``collector.store.write_batch`` returns, aggregated per label set, without a loop per row).
+Ingest-health metrics (spans received/rejected, journal fsync and load latency, backlog of rows
+journaled but not yet loaded, loader lag) describe the collector itself.
 
 Labels are bounded: ``task_type``, ``model``, ``stop_reason``, ``usage_status`` and fixed enums
 (``token_type``, ``kind``). Values from the wire pass through ``LabelCap``: after
@@ -17,6 +19,7 @@ from __future__ import annotations
 import threading
 from typing import Iterable, Mapping
 
+import pyarrow as pa
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from collector import semconv as sc
@@ -82,7 +85,9 @@ class CollectorMetrics:
     ``tokens_total{task_type,model,token_type}``, ``cost_usd_total{task_type,model}``,
     ``unpriced_calls_total{task_type,model}``, ``unknown_usage_calls_total{task_type,model}``,
     ``interventions_total{task_type,kind}``, ``spans_received_total``, ``spans_rejected_total``,
-    ``commit_duration_seconds`` (histogram), ``commit_failures_total``, ``ingest_queue_spans``.
+    ``commit_duration_seconds`` (histogram, one load of a group into DuckDB),
+    ``commit_failures_total``, ``ingest_queue_spans`` (rows acknowledged, not yet in DuckDB),
+    ``journal_fsync_duration_seconds`` (histogram), ``ingest_loader_lag_seconds``.
     """
 
     def __init__(self, registry: CollectorRegistry | None = None,
@@ -126,13 +131,71 @@ class CollectorMetrics:
                                        "Group commits that failed (clients were told to retry).",
                                        registry=r)
         self.queue_spans = Gauge("budgetlens_ingest_queue_spans",
-                                 "Spans waiting for the writer (the queue depth).", registry=r)
+                                 "Rows accepted but not yet loaded into DuckDB (the journal "
+                                 "backlog).", registry=r)
+        self.journal_fsync_duration = Histogram(
+            "budgetlens_journal_fsync_duration_seconds",
+            "Time to append one group of requests to the journal and fsync it.",
+            buckets=COMMIT_BUCKETS, registry=r)
+        self.loader_lag = Gauge("budgetlens_ingest_loader_lag_seconds",
+                                "Age of the oldest journaled batch not yet loaded into DuckDB.",
+                                registry=r)
 
     def observe_received(self, spans: int, rejected: int) -> None:
         """Count ``spans`` received, of which ``rejected`` were invalid."""
         self.spans_received.inc(spans)
         if rejected:
             self.spans_rejected.inc(rejected)
+
+    def observe_write(self, calls, events, records, runs) -> None:
+        """Update the budget metrics from what ``collector.store.write_batch`` returned.
+
+        ``calls``/``events``: pyarrow tables of the inserted rows (``WriteResult.new_calls`` /
+        ``new_events``); ``records``: the inserted or changed run records; ``runs``: the upserted
+        ``runs`` rows (``task_type``, ``stop_reason``, ``total_tokens``). Runs count once per
+        record written; events take their run's task type from ``runs``. None means empty.
+        """
+        import pyarrow.compute as pc
+
+        cap = self.cap
+        if calls is not None and len(calls):
+            table = pa.table({
+                "task": pc.coalesce(calls["task_type"], calls["service_name"]),
+                "model": pc.coalesce(calls["response_model"], calls["request_model"]),
+                "status": calls["usage_status"],
+                **{column: calls[column] for _, column in _TOKEN_TYPES},
+                "cost_usd": calls["cost_usd"],
+            })
+            aggregates = [(column, "sum") for _, column in _TOKEN_TYPES]
+            aggregates += [("cost_usd", "sum"), ("cost_usd", "count"), ("status", "count")]
+            grouped = table.group_by(["task", "model", "status"]).aggregate(aggregates)
+            for group in grouped.to_pylist():
+                task, model = cap("task_type", group["task"]), cap("model", group["model"])
+                status, count = group["status"], group["status_count"]
+                self.model_calls.labels(task, model, cap("usage_status", status)).inc(count)
+                for token_type, column in _TOKEN_TYPES:
+                    if group[f"{column}_sum"]:
+                        self.tokens.labels(task, model, token_type).inc(group[f"{column}_sum"])
+                if group["cost_usd_count"]:
+                    self.cost.labels(task, model).inc(group["cost_usd_sum"])
+                unpriced = count - group["cost_usd_count"]
+                if status == sc.USAGE_REPORTED and unpriced:
+                    self.unpriced.labels(task, model).inc(unpriced)
+                if status == sc.USAGE_UNKNOWN:
+                    self.unknown_usage.labels(task, model).inc(count)
+        if runs is None or not len(runs):
+            return
+        task_by_run = dict(zip(runs["run_id"].to_pylist(), runs["task_type"].to_pylist()))
+        if events is not None and len(events):
+            for (run_id, name), count in _counts(events["run_id"], events["name"]).items():
+                kind = _INTERVENTIONS.get(name)
+                if kind:
+                    self.interventions.labels(cap("task_type", task_by_run.get(run_id)),
+                                              kind).inc(count)
+        if records is not None and len(records):
+            written = set(records["run_id"].to_pylist())
+            rows = runs.select(["run_id", "task_type", "stop_reason", "total_tokens"]).to_pylist()
+            self.observe_commit((), (), [row for row in rows if row["run_id"] in written])
 
     def observe_commit(self, calls: Iterable[Mapping], events: Iterable[Mapping],
                        runs: Iterable[Mapping], task_by_run: Mapping[str, str] | None = None) -> None:
@@ -173,3 +236,10 @@ class CollectorMetrics:
                 self.budget_hits.labels(task, stop).inc()
             if row.get("total_tokens") is not None:
                 self.run_tokens.labels(task).observe(row["total_tokens"])
+
+
+def _counts(*columns) -> dict:
+    counts: dict = {}
+    for key in zip(*(column.to_pylist() for column in columns)):
+        counts[key] = counts.get(key, 0) + 1
+    return counts

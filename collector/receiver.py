@@ -5,11 +5,15 @@ Routes:
 - ``POST /v1/traces``: OTLP/HTTP, ``application/x-protobuf`` or ``application/json``, optionally
   ``Content-Encoding: gzip``. Answers 200 with an ``ExportTraceServiceResponse`` (in the request's
   encoding; ``partial_success`` when some spans were invalid) only after the valid spans are
-  committed. 400 malformed body, 401 missing/wrong bearer token (when one is configured),
+  durable: appended to the collector's journal and fsynced (``collector.ingest``; they are
+  queryable in DuckDB about 0.25 s later). 400 malformed body, 401 missing/wrong bearer token (when one is configured),
   413 body over ``max_body_bytes`` (compressed or inflated), 415 wrong content type or encoding,
-  503 + ``Retry-After`` when the writer queue is full or the store cannot commit right now.
+  503 + ``Retry-After`` when the backlog of rows not yet loaded is over its bound, the store
+  cannot be written right now, or the collector is shutting down.
 - ``GET /metrics``: Prometheus text exposition of ``CollectorMetrics``.
-- ``GET /healthz``: ``{"status": "ok", "queue_spans": N}``; 503 when the writer has stopped.
+- ``GET /healthz``: ``{"status": "ok", "queue_spans": N, "backlog_spans": N, "loader_lag_s": S,
+  "store_error": null}`` (backlog = rows acknowledged, not yet in DuckDB); 503 when the journal
+  or loader thread has stopped.
 """
 
 from __future__ import annotations
@@ -26,7 +30,13 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
-from collector.ingest import DEFAULT_MAX_QUEUE_SPANS, IngestClosed, IngestQueue, QueueFull
+from collector.ingest import (
+    DEFAULT_MAX_QUEUE_SPANS,
+    IngestClosed,
+    IngestQueue,
+    QueueFull,
+    StoreUnavailable,
+)
 from collector.metrics import CollectorMetrics
 from collector.otlp import DEFAULT_MAX_BODY_BYTES, OtlpError, decode, encode_response, map_spans
 from collector.otlp_decode import media_type
@@ -80,21 +90,24 @@ def create_app(db_path: str | os.PathLike, *, token: str | None = None,
                 await asyncio.wrap_future(ingest.submit(mapped))
             except QueueFull as error:
                 return _retry_later(f"collector busy: {error}")
-            except IngestClosed as error:
+            except (IngestClosed, StoreUnavailable) as error:
                 return _retry_later(str(error))
-            except Exception as error:  # the store failed; the exporter retries, PK dedupes
-                return _retry_later(f"store unavailable: {type(error).__name__}")
+            except Exception as error:  # the journal failed; the exporter retries, PK dedupes
+                return _retry_later(f"journal unavailable: {type(error).__name__}")
         return Response(encode_response(kind, mapped.rejected, mapped.error_message()),
                         media_type=kind)
 
     async def metrics_endpoint(request: Request) -> Response:
         metrics.queue_spans.set(ingest.depth)
+        metrics.loader_lag.set(ingest.lag_s)
         return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     async def healthz(request: Request) -> Response:
         ok = ingest.alive
-        return JSONResponse({"status": "ok" if ok else "writer stopped",
-                             "queue_spans": ingest.depth}, status_code=200 if ok else 503)
+        body = {"status": "ok" if ok else "writer stopped", "queue_spans": ingest.depth,
+                "backlog_spans": ingest.depth, "loader_lag_s": round(ingest.lag_s, 3),
+                "store_error": ingest.store_error}
+        return JSONResponse(body, status_code=200 if ok else 503)
 
     @contextlib.asynccontextmanager
     async def lifespan(app):

@@ -166,6 +166,10 @@ def collector_process(python: str, db_path, port: int = 0, *extra: str):
             raise RuntimeError(f"collector did not start: {line}{process.stderr.read()}")
         yield process, line.rsplit(" ", 1)[1].strip()
     finally:
-        if process.poll() is None:
-            process.kill()
+        if process.poll() is None:  # SIGTERM: the collector loads its journal, then exits
+            process.terminate()
+            try:
+                process.wait(60)
+            except subprocess.TimeoutExpired:
+                process.kill()
         process.wait(10)

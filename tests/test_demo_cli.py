@@ -165,9 +165,14 @@ def test_demo_serves_the_sample_and_a_collector_an_agent_can_send_to(tmp_path, f
         assert sample_runs > 1000  # the committed sample was loaded
 
         _send_run(found["collector"], "demo-run-0001")
-        with read_connection(db) as conn:
-            detail = analysis.run_detail(conn, "demo-run-0001")
-            total = analysis.data_extent(conn)[2]
+        deadline = time.monotonic() + 10  # acknowledged = journaled; in DuckDB within ~1 s
+        while True:
+            with read_connection(db) as conn:
+                detail = analysis.run_detail(conn, "demo-run-0001")
+                total = analysis.data_extent(conn)[2]
+            if detail is not None or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
         assert detail is not None and detail.run["total_tokens"] == 1500
         assert total == sample_runs + 1
 

@@ -1,4 +1,8 @@
-"""kill -9 of the collector while the SDK exporter sends: every acknowledged span is stored."""
+"""kill -9 of the collector while the SDK exporter sends: every acknowledged span is stored.
+
+An acknowledged span is in the collector's journal; DuckDB has it once the loader ran, at the
+latest after the next start (which replays the journal), so the check restarts the collector.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +11,7 @@ import signal
 import threading
 import time
 
+import requests
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.trace.export import SpanExportResult
 
@@ -36,11 +41,17 @@ def _send_until_killed(url: str, batches, acknowledged: list, stop: threading.Ev
             acknowledged.extend(format(span.context.span_id, "016x") for span in batch)
 
 
+def _backlog(url: str) -> int:
+    """Rows acknowledged (journaled) but not yet loaded into DuckDB."""
+    return requests.get(f"{url}/healthz", timeout=5).json()["backlog_spans"]
+
+
 def test_kill_9_loses_no_acknowledged_span(tmp_path, python):
     db_path = tmp_path / "store.duckdb"
     acknowledged: list[str] = []
     all_batches = _batches(count=80, size=100)
-    for round_batches in (all_batches[:40], all_batches[40:]):  # kill, restart on the file, kill
+    rounds = ((all_batches[:40], False), (all_batches[40:], True))
+    for round_batches, while_loading in rounds:  # kill, restart on the file, kill while loading
         before = len(acknowledged)
         stop = threading.Event()
         with collector_process(python, db_path) as (process, url):
@@ -48,13 +59,18 @@ def test_kill_9_loses_no_acknowledged_span(tmp_path, python):
                                       args=(url, round_batches, acknowledged, stop))
             sender.start()
             deadline = time.monotonic() + 60
-            while len(acknowledged) < before + 500 and time.monotonic() < deadline:
+            while time.monotonic() < deadline and (len(acknowledged) < before + 500 or (
+                    while_loading and _backlog(url) == 0)):
                 time.sleep(0.01)
             os.kill(process.pid, signal.SIGKILL)  # mid-stream: requests are in flight
             process.wait(10)
             stop.set()
             sender.join(60)
         assert len(acknowledged) >= before + 500
+    with collector_process(python, db_path) as (process, url):  # the start replays the journal
+        assert _backlog(url) == 0
+        process.send_signal(signal.SIGTERM)
+        process.wait(30)
     with read_connection(db_path) as conn:
         stored = {row[0] for row in conn.execute("SELECT span_id FROM model_calls").fetchall()}
     missing = set(acknowledged) - stored

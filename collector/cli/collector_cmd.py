@@ -11,10 +11,11 @@ Receive OpenTelemetry traces over OTLP/HTTP and store budget telemetry in DuckDB
 
 Endpoints: POST /v1/traces (application/x-protobuf or application/json, gzip allowed),
 GET /metrics (Prometheus), GET /healthz. A request is answered 200 only after its spans are
-committed. Point an agent at it with
+durable: appended to the journal <db>.journal/ and fsynced; they are in DuckDB about 0.25 s later. Point an agent at it with
   OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:4318
 (and OTEL_EXPORTER_OTLP_HEADERS="Authorization=Bearer%20<token>" when a token is set).
-SIGTERM or Ctrl-C commits what is pending, then exits. Binds 127.0.0.1 unless --host says otherwise.
+SIGTERM or Ctrl-C loads everything journaled into DuckDB, then exits; after kill -9 the next
+start replays the journal. Binds 127.0.0.1 unless --host says otherwise.
 """
 
 
@@ -33,16 +34,21 @@ def register(subparsers) -> None:
     parser.add_argument("--max-body-mib", type=float, default=16.0,
                         help="request body limit in MiB, compressed and inflated (default 16)")
     parser.add_argument("--max-queue-spans", type=int, default=200_000,
-                        help="spans waiting for the writer before answering 503 (default 200000)")
+                        help="rows acknowledged but not yet in DuckDB before answering 503 "
+                             "(default 200000)")
     parser.set_defaults(func=run)
 
 
 def run(args) -> int:
+    import pyarrow as pa
     import uvicorn
 
     from collector.config import ENV_COLLECTOR_TOKEN, resolve, resolve_db_path
     from collector.receiver import create_app
 
+    # the system allocator hands freed Arrow buffers back to the OS: keeps the RSS of a
+    # long-running collector near its working set (mimalloc keeps ~40 MB more under load)
+    pa.set_memory_pool(pa.system_memory_pool())
     db_path = resolve_db_path(args.db)
     token = resolve(args.token, ENV_COLLECTOR_TOKEN, None)
     app = create_app(db_path, token=token, max_body_bytes=int(args.max_body_mib * 1024 * 1024),

@@ -8,9 +8,14 @@ naive ``TIMESTAMP`` values in UTC):
 - ``run_records``: what a run span (or an importer's per-run summary) says about a run: limits,
   stop reason, retryable, and totals when the source has them. Primary key ``run_id``.
 - ``budget_events``: warnings, downgrades, summaries, tool calls and stops. Primary key ``event_id``.
-- ``runs``: the rollup the dashboard and CLI read, one row per run, rebuilt for the runs a batch
-  touches (see ``collector.store.sql.REFRESH_RUNS``). Values from ``run_records`` win over values
-  aggregated from ``model_calls``.
+- ``runs``: the rollup the dashboard and CLI read, one row per run (primary key ``run_id``),
+  upserted for the runs a batch changes (see ``collector.store.sql``). Values from ``run_records``
+  win over values aggregated from ``model_calls``.
+- ``run_totals``: the incremental state behind ``runs``, one row per run (primary key
+  ``run_id``): the run's record as a STRUCT (``record``, NULL until one arrives; fields = the
+  ``run_records`` columns but ``run_id``), the aggregates of its calls (``c_*``: sums add, min/max
+  merge, the model list merges) and the counts of its events (``e_*``). A batch merges only its
+  new rows into it, so a commit never scans ``model_calls`` (``RUN_TOTALS_COLUMNS``).
 - ``schema_migrations``: the versions applied, in order.
 """
 
@@ -132,6 +137,34 @@ RUN_COLUMNS: tuple[str, ...] = (
     "summaries",
 )
 
+#: Columns of ``run_totals`` (see the module docstring); ``record`` holds a run_records row.
+RUN_TOTALS_COLUMNS: tuple[str, ...] = (
+    "run_id",
+    "record",
+    "c_trace_id",
+    "c_source",
+    "c_service_name",
+    "c_task_type",
+    "c_models",
+    "c_start_utc",
+    "c_end_utc",
+    "c_model_calls",
+    "c_input_tokens",
+    "c_output_tokens",
+    "c_total_tokens",
+    "c_cache_read_tokens",
+    "c_cache_write_tokens",
+    "c_reasoning_tokens",
+    "c_cost_usd",
+    "c_unpriced_calls",
+    "c_unknown_usage_calls",
+    "c_any_error",
+    "e_warnings",
+    "e_downgrades",
+    "e_summaries",
+    "e_tool_calls",
+)
+
 _V1 = """
 CREATE TABLE model_calls (
     span_id VARCHAR PRIMARY KEY,
@@ -210,7 +243,7 @@ CREATE TABLE budget_events (
     percent DOUBLE
 );
 CREATE TABLE runs (
-    run_id VARCHAR NOT NULL,
+    run_id VARCHAR PRIMARY KEY,
     trace_id VARCHAR,
     source VARCHAR,
     service_name VARCHAR,
@@ -244,6 +277,42 @@ CREATE TABLE runs (
     warnings INTEGER,
     downgrades INTEGER,
     summaries INTEGER
+);
+CREATE TABLE run_totals (
+    run_id VARCHAR PRIMARY KEY,
+    record STRUCT(
+        trace_id VARCHAR, source VARCHAR, service_name VARCHAR, task_type VARCHAR,
+        agent_name VARCHAR, model VARCHAR, start_utc TIMESTAMP, end_utc TIMESTAMP,
+        duration_s DOUBLE, turns INTEGER, tool_calls INTEGER, input_tokens BIGINT,
+        output_tokens BIGINT, total_tokens BIGINT, cache_read_tokens BIGINT,
+        cache_write_tokens BIGINT, reasoning_tokens BIGINT, cost_usd DOUBLE,
+        stop_reason VARCHAR, usage_status VARCHAR, retryable BOOLEAN,
+        limit_total_tokens BIGINT, limit_input_tokens BIGINT, limit_output_tokens BIGINT,
+        limit_turns INTEGER, limit_tool_calls INTEGER, limit_duration_s DOUBLE,
+        limit_cost_usd DOUBLE
+    ),
+    c_trace_id VARCHAR,
+    c_source VARCHAR,
+    c_service_name VARCHAR,
+    c_task_type VARCHAR,
+    c_models VARCHAR[],
+    c_start_utc TIMESTAMP,
+    c_end_utc TIMESTAMP,
+    c_model_calls BIGINT,
+    c_input_tokens BIGINT,
+    c_output_tokens BIGINT,
+    c_total_tokens BIGINT,
+    c_cache_read_tokens BIGINT,
+    c_cache_write_tokens BIGINT,
+    c_reasoning_tokens BIGINT,
+    c_cost_usd DOUBLE,
+    c_unpriced_calls BIGINT,
+    c_unknown_usage_calls BIGINT,
+    c_any_error BOOLEAN,
+    e_warnings BIGINT,
+    e_downgrades BIGINT,
+    e_summaries BIGINT,
+    e_tool_calls BIGINT
 );
 """
 

@@ -1,12 +1,25 @@
 """Named SQL statements of the store. Values reach SQL only as parameters or registered batches.
 
-Batches are pyarrow tables registered on the connection under the names ``batch_calls``,
-``batch_records``, ``batch_events`` and ``batch_run_ids``.
+Column names in generated statements come from the schema constants, never from request data.
+
+Registered relations (pyarrow tables, see ``collector.store.writer``):
+
+- ``batch_calls``, ``batch_records``, ``batch_events``: the rows of one batch;
+- ``new_calls``, ``new_records``, ``new_events``: what the inserts returned, i.e. only the rows
+  actually inserted (or, for run records, inserted or changed);
+- ``touched``: the ``run_totals`` rows the merge returned (the runs whose ``runs`` row changes).
+
+The rollup rule (one definition, used by the incremental merge and the full rebuild alike): a
+value in ``run_records`` wins; otherwise it is aggregated from the run's calls and events. Unknown
+usage is never 0: a run with an unknown call has usage_status 'unknown' and its calls count their
+reservation. cost_usd sums the priced calls (NULL when none is priced); unpriced_calls counts the
+calls with reported usage but no price. Text taken from calls (trace id, source, service, task
+type) is the smallest non-NULL value among the run's calls.
 """
 
 from __future__ import annotations
 
-from collector.store.schema import RUN_RECORD_COLUMNS
+from collector.store.schema import RUN_COLUMNS, RUN_RECORD_COLUMNS
 
 CREATE_MIGRATIONS_TABLE = """
 CREATE TABLE IF NOT EXISTS schema_migrations (
@@ -22,122 +35,174 @@ HAS_MIGRATIONS_TABLE = (
     "SELECT count(*) FROM information_schema.tables WHERE table_name = 'schema_migrations'"
 )
 
-INSERT_CALLS = "INSERT INTO model_calls BY NAME SELECT * FROM batch_calls ON CONFLICT DO NOTHING"
+_RECORD_FIELDS = [c for c in RUN_RECORD_COLUMNS if c != "run_id"]
+
+#: Insert new calls; returns only the rows inserted (a re-sent span returns nothing).
+INSERT_CALLS = (
+    "INSERT INTO model_calls BY NAME SELECT * FROM batch_calls ON CONFLICT DO NOTHING "
+    "RETURNING run_id, trace_id, source, service_name, task_type, request_model, response_model, "
+    "start_utc, end_utc, input_tokens, output_tokens, total_tokens, cache_read_tokens, "
+    "cache_write_tokens, reasoning_tokens, reserved_tokens, cost_usd, usage_status, error_type"
+)
+
+
 def _upsert_records() -> str:
-    # Column names come from the schema constants, never from request data.
-    columns = [c for c in RUN_RECORD_COLUMNS if c != "run_id"]
-    assignments = ", ".join(f"{c} = excluded.{c}" for c in columns)
-    changed = " OR ".join(f"run_records.{c} IS DISTINCT FROM excluded.{c}" for c in columns)
+    assignments = ", ".join(f"{c} = excluded.{c}" for c in _RECORD_FIELDS)
+    changed = " OR ".join(f"run_records.{c} IS DISTINCT FROM excluded.{c}" for c in _RECORD_FIELDS)
     return (
         "INSERT INTO run_records BY NAME SELECT * FROM batch_records "
-        f"ON CONFLICT (run_id) DO UPDATE SET {assignments} WHERE {changed}"
+        f"ON CONFLICT (run_id) DO UPDATE SET {assignments} WHERE {changed} RETURNING *"
     )
 
 
-#: A run record sent again with the same values changes nothing (and counts 0); a newer record of
-#: the same run (a session imported again after it grew) replaces the stored one.
+#: A run record sent again with the same values changes nothing (returns nothing); a newer
+#: record of the same run (a session imported again after it grew) replaces the stored one.
 INSERT_RECORDS = _upsert_records()
 INSERT_EVENTS = (
-    "INSERT INTO budget_events BY NAME SELECT * FROM batch_events ON CONFLICT DO NOTHING"
+    "INSERT INTO budget_events BY NAME SELECT * FROM batch_events ON CONFLICT DO NOTHING "
+    "RETURNING run_id, name"
 )
 
-DELETE_TOUCHED_RUNS = "DELETE FROM runs WHERE run_id IN (SELECT run_id FROM batch_run_ids)"
+#: Aggregates of a run's calls (over a relation with model_calls columns, grouped by run_id).
+_CALL_AGGREGATES = """
+    min(trace_id) AS c_trace_id,
+    min(source) AS c_source,
+    min(service_name) AS c_service_name,
+    min(task_type) AS c_task_type,
+    list_sort(list_distinct(list(coalesce(response_model, request_model)))) AS c_models,
+    min(start_utc) AS c_start_utc,
+    max(end_utc) AS c_end_utc,
+    count(*) AS c_model_calls,
+    sum(input_tokens) AS c_input_tokens,
+    sum(output_tokens) AS c_output_tokens,
+    sum(coalesce(total_tokens, input_tokens + output_tokens,
+                 CASE WHEN usage_status = 'unknown' THEN reserved_tokens END)) AS c_total_tokens,
+    sum(cache_read_tokens) AS c_cache_read_tokens,
+    sum(cache_write_tokens) AS c_cache_write_tokens,
+    sum(reasoning_tokens) AS c_reasoning_tokens,
+    sum(cost_usd) AS c_cost_usd,
+    count(*) FILTER (WHERE cost_usd IS NULL AND usage_status = 'reported') AS c_unpriced_calls,
+    count(*) FILTER (WHERE usage_status = 'unknown') AS c_unknown_usage_calls,
+    bool_or(error_type IS NOT NULL) AS c_any_error"""
 
-#: Rebuild the ``runs`` rollup for the run ids in ``batch_run_ids``.
-#: Rule: a value in ``run_records`` wins; otherwise it is aggregated from the run's calls and
-#: events. Unknown usage is never 0: a run with an unknown call has usage_status 'unknown'.
-#: cost_usd sums the priced calls (NULL when none is priced); unpriced_calls counts the calls
-#: with reported usage but no price.
-INSERT_TOUCHED_RUNS = """
-INSERT INTO runs BY NAME
-WITH ids AS (SELECT DISTINCT run_id FROM batch_run_ids),
-c AS (
-    SELECT
-        run_id,
-        any_value(trace_id) AS trace_id,
-        any_value(source) AS source,
-        any_value(service_name) AS service_name,
-        any_value(task_type) AS task_type,
-        string_agg(DISTINCT coalesce(response_model, request_model), ','
-                   ORDER BY coalesce(response_model, request_model)) AS models,
-        min(start_utc) AS start_utc,
-        max(end_utc) AS end_utc,
-        count(*) AS model_calls,
-        sum(input_tokens) AS input_tokens,
-        sum(output_tokens) AS output_tokens,
-        sum(coalesce(total_tokens, input_tokens + output_tokens,
-                     CASE WHEN usage_status = 'unknown' THEN reserved_tokens END)) AS total_tokens,
-        sum(cache_read_tokens) AS cache_read_tokens,
-        sum(cache_write_tokens) AS cache_write_tokens,
-        sum(reasoning_tokens) AS reasoning_tokens,
-        sum(cost_usd) AS cost_usd,
-        count(*) FILTER (WHERE cost_usd IS NULL AND usage_status = 'reported') AS unpriced_calls,
-        count(*) FILTER (WHERE usage_status = 'unknown') AS unknown_usage_calls,
-        bool_or(error_type IS NOT NULL) AS any_error
-    FROM model_calls
-    WHERE run_id IN (SELECT run_id FROM ids)
-    GROUP BY run_id
-),
-e AS (
-    SELECT
-        run_id,
-        count(*) FILTER (WHERE name = 'budgetlens.warning') AS warnings,
-        count(*) FILTER (WHERE name = 'budgetlens.downgrade') AS downgrades,
-        count(*) FILTER (WHERE name = 'budgetlens.summarize') AS summaries,
-        count(*) FILTER (WHERE name = 'budgetlens.tool_call') AS tool_call_events
-    FROM budget_events
-    WHERE run_id IN (SELECT run_id FROM ids)
-    GROUP BY run_id
-),
-r AS (SELECT * FROM run_records WHERE run_id IN (SELECT run_id FROM ids))
-SELECT
-    ids.run_id,
-    coalesce(r.trace_id, c.trace_id) AS trace_id,
-    coalesce(r.source, c.source) AS source,
-    coalesce(r.service_name, c.service_name) AS service_name,
-    coalesce(r.task_type, c.task_type, r.agent_name, r.service_name, c.service_name, 'unknown')
-        AS task_type,
-    coalesce(c.models, r.model) AS models,
-    coalesce(r.start_utc, c.start_utc) AS start_utc,
-    coalesce(r.end_utc, c.end_utc) AS end_utc,
-    coalesce(r.duration_s,
-             epoch(coalesce(r.end_utc, c.end_utc)) - epoch(coalesce(r.start_utc, c.start_utc)))
-        AS duration_s,
-    coalesce(r.turns, c.model_calls, 0) AS turns,
-    coalesce(r.tool_calls, e.tool_call_events, 0) AS tool_calls,
-    coalesce(c.model_calls, 0) AS model_calls,
-    coalesce(r.input_tokens, c.input_tokens) AS input_tokens,
-    coalesce(r.output_tokens, c.output_tokens) AS output_tokens,
-    coalesce(r.total_tokens, r.input_tokens + r.output_tokens, c.total_tokens) AS total_tokens,
-    coalesce(r.cache_read_tokens, c.cache_read_tokens) AS cache_read_tokens,
-    coalesce(r.cache_write_tokens, c.cache_write_tokens) AS cache_write_tokens,
-    coalesce(r.reasoning_tokens, c.reasoning_tokens) AS reasoning_tokens,
-    coalesce(r.cost_usd, c.cost_usd) AS cost_usd,
-    coalesce(c.unpriced_calls, 0) AS unpriced_calls,
-    coalesce(c.unknown_usage_calls, 0) AS unknown_usage_calls,
-    coalesce(r.stop_reason, CASE WHEN c.any_error THEN 'failed' ELSE 'completed' END)
-        AS stop_reason,
-    CASE WHEN r.usage_status = 'unknown' OR coalesce(c.unknown_usage_calls, 0) > 0
-         THEN 'unknown' ELSE 'reported' END AS usage_status,
-    r.retryable,
-    r.limit_total_tokens,
-    r.limit_input_tokens,
-    r.limit_output_tokens,
-    r.limit_turns,
-    r.limit_tool_calls,
-    r.limit_duration_s,
-    r.limit_cost_usd,
-    coalesce(e.warnings, 0) AS warnings,
-    coalesce(e.downgrades, 0) AS downgrades,
-    coalesce(e.summaries, 0) AS summaries
+#: Counts of a run's events (over a relation with budget_events columns, grouped by run_id).
+_EVENT_AGGREGATES = """
+    count(*) FILTER (WHERE name = 'budgetlens.warning') AS e_warnings,
+    count(*) FILTER (WHERE name = 'budgetlens.downgrade') AS e_downgrades,
+    count(*) FILTER (WHERE name = 'budgetlens.summarize') AS e_summaries,
+    count(*) FILTER (WHERE name = 'budgetlens.tool_call') AS e_tool_calls"""
+
+
+def _totals_from(calls: str, records: str, events: str) -> str:
+    """SELECT of run_totals rows aggregated from three relations (new rows or whole tables)."""
+    record = ", ".join(f"{c} := {c}" for c in _RECORD_FIELDS)
+    return f"""
+WITH c AS (SELECT run_id, {_CALL_AGGREGATES} FROM {calls} GROUP BY run_id),
+e AS (SELECT run_id, {_EVENT_AGGREGATES} FROM {events} GROUP BY run_id),
+r AS (SELECT run_id, struct_pack({record}) AS record FROM {records}),
+ids AS (SELECT run_id FROM c UNION SELECT run_id FROM e UNION SELECT run_id FROM r)
+SELECT ids.run_id, r.record, c.* EXCLUDE (run_id), e.* EXCLUDE (run_id)
 FROM ids
 LEFT JOIN r ON r.run_id = ids.run_id
 LEFT JOIN c ON c.run_id = ids.run_id
 LEFT JOIN e ON e.run_id = ids.run_id
 """
 
-#: Rebuild the whole rollup (after a bulk load, e.g. the benchmark generator).
-SELECT_ALL_RUN_IDS = """
-SELECT run_id FROM model_calls UNION SELECT run_id FROM run_records
-UNION SELECT run_id FROM budget_events
+
+_ADDED = ("c_model_calls", "c_input_tokens", "c_output_tokens", "c_total_tokens",
+          "c_cache_read_tokens", "c_cache_write_tokens", "c_reasoning_tokens", "c_cost_usd",
+          "c_unpriced_calls", "c_unknown_usage_calls", "e_warnings", "e_downgrades",
+          "e_summaries", "e_tool_calls")
+_SMALLEST = ("c_trace_id", "c_source", "c_service_name", "c_task_type", "c_start_utc")
+
+
+def _merge_totals() -> str:
+    old, new = "run_totals", "excluded"
+    sets = [f"record = coalesce({new}.record, {old}.record)"]
+    sets += [f"{c} = least({old}.{c}, {new}.{c})" for c in _SMALLEST]
+    sets.append(f"c_end_utc = greatest({old}.c_end_utc, {new}.c_end_utc)")
+    sets.append(
+        f"c_models = CASE WHEN {new}.c_models IS NULL THEN {old}.c_models "
+        f"WHEN {old}.c_models IS NULL THEN {new}.c_models "
+        f"ELSE list_sort(list_distinct(list_concat({old}.c_models, {new}.c_models))) END")
+    # NULL + x stays x, NULL + NULL stays NULL (a sum over no known value is unknown, not 0)
+    sets += [f"{c} = coalesce({old}.{c} + {new}.{c}, {old}.{c}, {new}.{c})" for c in _ADDED]
+    sets.append(f"c_any_error = coalesce({old}.c_any_error OR {new}.c_any_error, "
+                f"{old}.c_any_error, {new}.c_any_error)")
+    return (
+        "INSERT INTO run_totals BY NAME "
+        + _totals_from("new_calls", "new_records", "new_events")
+        + f" ON CONFLICT (run_id) DO UPDATE SET {', '.join(sets)} RETURNING *"
+    )
+
+
+#: Merge the new rows of a batch into ``run_totals``; returns the merged rows of those runs.
+MERGE_RUN_TOTALS = _merge_totals()
+
+#: The ``runs`` row of each ``run_totals`` row of a relation (``{totals}``).
+_RUNS_FROM_TOTALS = """
+WITH t AS (SELECT * EXCLUDE (record), record.* FROM {totals})
+SELECT
+    run_id,
+    coalesce(trace_id, c_trace_id) AS trace_id,
+    coalesce(source, c_source) AS source,
+    coalesce(service_name, c_service_name) AS service_name,
+    coalesce(task_type, c_task_type, agent_name, service_name, c_service_name, 'unknown')
+        AS task_type,
+    coalesce(CASE WHEN len(c_models) > 0 THEN array_to_string(c_models, ',') END, model)
+        AS models,
+    coalesce(start_utc, c_start_utc) AS start_utc,
+    coalesce(end_utc, c_end_utc) AS end_utc,
+    coalesce(duration_s,
+             epoch(coalesce(end_utc, c_end_utc)) - epoch(coalesce(start_utc, c_start_utc)))
+        AS duration_s,
+    coalesce(turns, c_model_calls, 0) AS turns,
+    coalesce(tool_calls, e_tool_calls, 0) AS tool_calls,
+    coalesce(c_model_calls, 0) AS model_calls,
+    coalesce(input_tokens, c_input_tokens) AS input_tokens,
+    coalesce(output_tokens, c_output_tokens) AS output_tokens,
+    coalesce(total_tokens, input_tokens + output_tokens, c_total_tokens) AS total_tokens,
+    coalesce(cache_read_tokens, c_cache_read_tokens) AS cache_read_tokens,
+    coalesce(cache_write_tokens, c_cache_write_tokens) AS cache_write_tokens,
+    coalesce(reasoning_tokens, c_reasoning_tokens) AS reasoning_tokens,
+    coalesce(cost_usd, c_cost_usd) AS cost_usd,
+    coalesce(c_unpriced_calls, 0) AS unpriced_calls,
+    coalesce(c_unknown_usage_calls, 0) AS unknown_usage_calls,
+    coalesce(stop_reason, CASE WHEN c_any_error THEN 'failed' ELSE 'completed' END)
+        AS stop_reason,
+    CASE WHEN usage_status = 'unknown' OR coalesce(c_unknown_usage_calls, 0) > 0
+         THEN 'unknown' ELSE 'reported' END AS usage_status,
+    retryable,
+    limit_total_tokens,
+    limit_input_tokens,
+    limit_output_tokens,
+    limit_turns,
+    limit_tool_calls,
+    limit_duration_s,
+    limit_cost_usd,
+    coalesce(e_warnings, 0) AS warnings,
+    coalesce(e_downgrades, 0) AS downgrades,
+    coalesce(e_summaries, 0) AS summaries
+FROM t
 """
+
+
+def _upsert_runs() -> str:
+    assignments = ", ".join(f"{c} = excluded.{c}" for c in RUN_COLUMNS if c != "run_id")
+    return (
+        "INSERT INTO runs BY NAME " + _RUNS_FROM_TOTALS.format(totals="touched")
+        + f" ON CONFLICT (run_id) DO UPDATE SET {assignments} "
+        "RETURNING run_id, task_type, stop_reason, total_tokens"
+    )
+
+
+#: Upsert the ``runs`` row of every run in ``touched`` (no scan of the big tables).
+UPSERT_TOUCHED_RUNS = _upsert_runs()
+
+#: The full rebuild (after a bulk load; also the reference the incremental merge must equal).
+DELETE_ALL_RUN_TOTALS = "DELETE FROM run_totals"
+INSERT_ALL_RUN_TOTALS = "INSERT INTO run_totals BY NAME " + _totals_from(
+    "model_calls", "run_records", "budget_events")
+DELETE_ALL_RUNS = "DELETE FROM runs"
+INSERT_ALL_RUNS = "INSERT INTO runs BY NAME " + _RUNS_FROM_TOTALS.format(totals="run_totals")
+COUNT_RUNS = "SELECT count(*) FROM runs"

@@ -1,20 +1,25 @@
-"""Write rows into the store: one batch, one transaction, idempotent.
+"""Write rows into the store: one batch, one transaction, idempotent, incremental rollup.
 
 Rows are plain dicts keyed by the column names in ``collector.store.schema`` (missing keys are
-NULL). ``write_batch`` inserts calls and events with ``ON CONFLICT DO NOTHING`` (a span or event
-sent twice is stored once) and upserts run records (the same record twice changes nothing; a newer
-record of a run replaces the stored one), and rebuilds the ``runs`` rollup for every run the batch touched, all in
-one transaction: after it returns, the batch is durable (DuckDB fsyncs its WAL on commit).
+NULL), or pyarrow tables with (a subset of) those columns. ``write_batch`` inserts calls and
+events with ``ON CONFLICT DO NOTHING`` (a span or event sent twice is stored once) and upserts
+run records (the same record twice changes nothing; a newer record of a run replaces the stored
+one); the inserts return only the rows actually written, and only those are merged into the
+per-run state ``run_totals`` (sums add, min/max merge, model lists merge), from which the ``runs``
+rows of the changed runs are upserted. So a commit costs in proportion to the batch, not to the
+store. All in one transaction: after it returns, the batch is durable (DuckDB fsyncs its WAL on
+commit). ``rebuild_runs`` recomputes both from scratch and gives the same ``runs``.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-from dataclasses import dataclass
-from typing import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Iterable, Mapping, Sequence, Union
 
 import duckdb
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from collector.store import sql
 from collector.store.schema import BUDGET_EVENT_COLUMNS, MODEL_CALL_COLUMNS, RUN_RECORD_COLUMNS
@@ -26,6 +31,13 @@ _REQUIRED = {
     "run_records": ("run_id", "source"),
     "budget_events": ("event_id", "run_id", "name"),
 }
+_TABLES = (  # (store table, columns, key, registered batch name)
+    ("model_calls", MODEL_CALL_COLUMNS, "span_id", "batch_calls"),
+    ("run_records", RUN_RECORD_COLUMNS, "run_id", "batch_records"),
+    ("budget_events", BUDGET_EVENT_COLUMNS, "event_id", "batch_events"),
+)
+
+Rows = Union[Sequence[Mapping], pa.Table]
 
 
 def _arrow_type(column: str) -> pa.DataType:
@@ -34,26 +46,30 @@ def _arrow_type(column: str) -> pa.DataType:
     if column.endswith(("_usd", "_s")) or column == "percent":
         return pa.float64()
     if column.endswith("_utc"):
-        return pa.timestamp("us")
+        return pa.timestamp("us")  # pyarrow converts tz-aware datetimes to UTC
     if column in _BOOL_COLUMNS:
         return pa.bool_()
     return pa.string()
 
 
-def _utc_naive(value):
-    if isinstance(value, dt.datetime) and value.tzinfo is not None:
-        return value.astimezone(dt.timezone.utc).replace(tzinfo=None)
-    return value
-
-
 @dataclass(frozen=True)
 class WriteResult:
-    """Rows actually inserted (duplicates are not counted) and runs whose rollup was rebuilt."""
+    """Rows actually inserted (duplicates are not counted) and runs whose rollup changed.
+
+    ``new_calls``/``new_events`` hold the inserted rows (pyarrow tables, the columns of
+    ``sql.INSERT_CALLS``/``INSERT_EVENTS`` RETURNING), ``new_records`` the inserted or changed
+    run records and ``runs_rows`` the upserted ``runs`` rows (run_id, task_type, stop_reason,
+    total_tokens); None when nothing was written. The ingest path counts its Prometheus metrics from them.
+    """
 
     calls: int = 0
     records: int = 0
     events: int = 0
     runs: int = 0
+    new_calls: pa.Table | None = field(default=None, compare=False, repr=False)
+    new_records: pa.Table | None = field(default=None, compare=False, repr=False)
+    new_events: pa.Table | None = field(default=None, compare=False, repr=False)
+    runs_rows: pa.Table | None = field(default=None, compare=False, repr=False)
 
 
 def rows_to_table(table: str, columns: Sequence[str], rows: Sequence[Mapping]) -> pa.Table:
@@ -62,89 +78,113 @@ def rows_to_table(table: str, columns: Sequence[str], rows: Sequence[Mapping]) -
     Raises ValueError naming the field when a row has a column the table does not have, or lacks
     a required one.
     """
-    known = set(columns)
+    known = frozenset(columns)
     required = _REQUIRED[table]
     for index, row in enumerate(rows):
-        extra = set(row) - known
-        if extra:
-            raise ValueError(f"{table} row {index}: unknown field(s) {sorted(extra)}")
+        if not known.issuperset(row):
+            raise ValueError(f"{table} row {index}: unknown field(s) {sorted(set(row) - known)}")
         for name in required:
             if row.get(name) in (None, ""):
                 raise ValueError(f"{table} row {index}: field {name!r} is required")
     arrays = []
     for column in columns:
         values = [row.get(column) for row in rows]
-        if column.endswith("_utc"):
-            values = [_utc_naive(v) for v in values]
         if column == "is_subagent":
             values = [bool(v) for v in values]
         arrays.append(pa.array(values, type=_arrow_type(column)))
     return pa.Table.from_arrays(arrays, names=list(columns))
 
 
+def check_table(table: str, columns: Sequence[str], key: str, rows: pa.Table) -> pa.Table:
+    """Validate a pyarrow batch (known columns, required ones present and non-null); return it
+    with duplicate ``key`` values dropped (the first row wins). Raises ValueError naming the field.
+    """
+    extra = set(rows.column_names) - set(columns)
+    if extra:
+        raise ValueError(f"{table}: unknown field(s) {sorted(extra)}")
+    for name in _REQUIRED[table]:
+        if name not in rows.column_names or rows.column(name).null_count:
+            raise ValueError(f"{table}: field {name!r} is required")
+    keys = rows.column(key)
+    if len(rows) and pc.count_distinct(keys).as_py() != len(rows):
+        first: dict = {}
+        for index, value in enumerate(keys.to_pylist()):
+            first.setdefault(value, index)
+        rows = rows.take(sorted(first.values()))
+    return rows
+
+
+def _as_table(table: str, columns: Sequence[str], key: str, rows: Rows) -> pa.Table:
+    if isinstance(rows, pa.Table):
+        return check_table(table, columns, key, rows)
+    return rows_to_table(table, columns, _dedupe(rows, key))
+
+
 def write_batch(
     conn: duckdb.DuckDBPyConnection,
-    calls: Sequence[Mapping] = (),
-    records: Sequence[Mapping] = (),
-    events: Sequence[Mapping] = (),
+    calls: Rows = (),
+    records: Rows = (),
+    events: Rows = (),
 ) -> WriteResult:
-    """Insert one batch and refresh the ``runs`` rollup of the runs it touches; commit.
+    """Insert one batch and merge its new rows into the ``runs`` rollup; commit.
 
-    ``conn`` is a writable connection (``collector.store.write_connection``). Duplicates within
-    the batch or of stored rows are skipped. Raises ValueError for malformed rows (before anything
-    is written) and re-raises DuckDB errors after rolling back.
+    ``conn`` is a writable connection (``collector.store.write_connection``). Each of ``calls``,
+    ``records``, ``events`` is a sequence of dicts or a pyarrow table. Duplicates within the batch
+    or of stored rows are skipped. Raises ValueError for malformed rows (before anything is
+    written) and re-raises DuckDB errors after rolling back.
     """
-    calls = _dedupe(calls, "span_id")
-    records = _dedupe(records, "run_id")
-    events = _dedupe(events, "event_id")
-    tables = {
-        "batch_calls": rows_to_table("model_calls", MODEL_CALL_COLUMNS, calls),
-        "batch_records": rows_to_table("run_records", RUN_RECORD_COLUMNS, records),
-        "batch_events": rows_to_table("budget_events", BUDGET_EVENT_COLUMNS, events),
-    }
-    run_ids = sorted({row["run_id"] for group in (calls, records, events) for row in group})
-    tables["batch_run_ids"] = pa.table({"run_id": pa.array(run_ids, type=pa.string())})
-    if not run_ids:
+    batches = {name: _as_table(table, columns, key, rows)
+               for (table, columns, key, name), rows in zip(_TABLES, (calls, records, events))}
+    if not any(len(batch) for batch in batches.values()):
         return WriteResult()
-    for name, table in tables.items():
-        conn.register(name, table)
+    for name, batch in batches.items():
+        conn.register(name, batch)
+    registered = list(batches)
     conn.execute("BEGIN TRANSACTION")
     try:
-        counts = [
-            conn.execute(statement).fetchone()[0] if len(tables[batch]) else 0
-            for statement, batch in (
-                (sql.INSERT_CALLS, "batch_calls"),
-                (sql.INSERT_RECORDS, "batch_records"),
-                (sql.INSERT_EVENTS, "batch_events"),
-            )
-        ]
-        conn.execute(sql.DELETE_TOUCHED_RUNS)
-        conn.execute(sql.INSERT_TOUCHED_RUNS)
+        new = {
+            "new_calls": _returned(conn, sql.INSERT_CALLS),
+            "new_records": _returned(conn, sql.INSERT_RECORDS),
+            "new_events": _returned(conn, sql.INSERT_EVENTS),
+        }
+        runs_rows = None
+        if any(len(table) for table in new.values()):
+            for name, table in new.items():
+                conn.register(name, table)
+                registered.append(name)
+            touched = _returned(conn, sql.MERGE_RUN_TOTALS)
+            conn.register("touched", touched)
+            registered.append("touched")
+            runs_rows = _returned(conn, sql.UPSERT_TOUCHED_RUNS)
         conn.execute("COMMIT")
     except Exception:
         conn.execute("ROLLBACK")
         raise
     finally:
-        for name in tables:
+        for name in registered:
             conn.unregister(name)
-    return WriteResult(calls=counts[0], records=counts[1], events=counts[2], runs=len(run_ids))
+    return WriteResult(
+        calls=len(new["new_calls"]), records=len(new["new_records"]),
+        events=len(new["new_events"]), runs=0 if runs_rows is None else len(runs_rows),
+        new_calls=new["new_calls"], new_records=new["new_records"],
+        new_events=new["new_events"], runs_rows=runs_rows)
 
 
 def rebuild_runs(conn: duckdb.DuckDBPyConnection) -> int:
-    """Rebuild the whole ``runs`` rollup (after a bulk load); return the number of runs."""
-    run_ids = [row[0] for row in conn.execute(sql.SELECT_ALL_RUN_IDS).fetchall()]
-    conn.register("batch_run_ids", pa.table({"run_id": pa.array(run_ids, type=pa.string())}))
+    """Rebuild ``run_totals`` and the whole ``runs`` rollup from the stored rows (after a bulk
+    load); return the number of runs."""
     conn.execute("BEGIN TRANSACTION")
     try:
-        conn.execute("DELETE FROM runs")
-        conn.execute(sql.INSERT_TOUCHED_RUNS)
+        conn.execute(sql.DELETE_ALL_RUN_TOTALS)
+        conn.execute(sql.INSERT_ALL_RUN_TOTALS)
+        conn.execute(sql.DELETE_ALL_RUNS)
+        conn.execute(sql.INSERT_ALL_RUNS)
+        count = conn.execute(sql.COUNT_RUNS).fetchone()[0]
         conn.execute("COMMIT")
     except Exception:
         conn.execute("ROLLBACK")
         raise
-    finally:
-        conn.unregister("batch_run_ids")
-    return len(run_ids)
+    return count
 
 
 def _dedupe(rows: Iterable[Mapping], key: str) -> list[Mapping]:
@@ -157,3 +197,12 @@ def _dedupe(rows: Iterable[Mapping], key: str) -> list[Mapping]:
         seen.add(identity)
         unique.append(row)
     return unique
+
+
+def _returned(conn: duckdb.DuckDBPyConnection, statement: str) -> pa.Table:
+    """Run a DML statement with RETURNING once; its returned rows as a pyarrow table.
+
+    (``conn.sql`` executes a DML statement at once and keeps its result; ``execute`` followed by
+    ``to_arrow_table`` would copy the rows once more.)
+    """
+    return conn.sql(statement).to_arrow_table()

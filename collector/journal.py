@@ -1,0 +1,221 @@
+"""The collector's write-ahead journal: acknowledged batches survive a crash before DuckDB has them.
+
+Layout: a directory next to the database (``<db>.journal/``) holding append-only segment files
+``<first seq, 16 digits>.seg`` and a marker file ``loaded`` (the highest sequence number already
+committed to DuckDB, written atomically by rename).
+
+A record is ``header + payload``; header = payload length (uint32, little-endian), CRC-32 of
+sequence number + payload (uint32), sequence number (uint64). The payload is a batch of store rows:
+three Arrow IPC streams (model_calls, run_records, budget_events), each preceded by its length
+(uint32). ``append`` writes records and ``sync`` fsyncs the segment: the collector acknowledges a
+request only after the ``sync`` that covers its record (one fsync per group of concurrent
+requests). A crash in the middle of an append leaves a torn last record; reading stops at the
+first record whose length runs past the end of the file or whose CRC does not match (such a
+record was never acknowledged).
+
+Not thread-safe on its own: one writer thread appends and syncs; ``mark_loaded`` may be called
+from another thread (it takes the journal's lock).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import struct
+import threading
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+import pyarrow as pa
+
+log = logging.getLogger(__name__)
+
+_HEADER = struct.Struct("<IIQ")
+_LENGTHS = struct.Struct("<III")
+_SEQ = struct.Struct("<Q")
+DEFAULT_SEGMENT_BYTES = 64 * 1024 * 1024
+_MAX_RECORD_BYTES = 1 << 31
+
+
+@dataclass
+class Batch:
+    """One journaled batch: its sequence number and rows as pyarrow tables (store columns)."""
+
+    seq: int
+    calls: pa.Table
+    records: pa.Table
+    events: pa.Table
+
+    @property
+    def spans(self) -> int:
+        """Rows in the batch (calls + records + events), at least 1."""
+        return max(1, len(self.calls) + len(self.records) + len(self.events))
+
+
+def encode_batch(calls: pa.Table, records: pa.Table, events: pa.Table) -> bytes:
+    """The payload of a record: three length-prefixed Arrow IPC streams."""
+    parts = []
+    for table in (calls, records, events):
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_stream(sink, table.schema) as writer:
+            writer.write_table(table)
+        parts.append(sink.getvalue())
+    return _LENGTHS.pack(*(part.size for part in parts)) + b"".join(p.to_pybytes() for p in parts)
+
+
+def decode_batch(seq: int, payload: bytes) -> Batch:
+    """Inverse of ``encode_batch``. Raises ValueError when the payload is not three IPC streams."""
+    sizes = _LENGTHS.unpack_from(payload)
+    offset, tables = _LENGTHS.size, []
+    buffer = pa.py_buffer(payload)
+    for size in sizes:
+        if offset + size > len(payload):
+            raise ValueError(f"journal record {seq}: payload shorter than its table lengths")
+        tables.append(pa.ipc.open_stream(buffer.slice(offset, size)).read_all())
+        offset += size
+    return Batch(seq, *tables)
+
+
+def _read_segment(path: Path) -> Iterator[tuple[int, bytes]]:
+    """(seq, payload) of every intact record of a segment, stopping at a torn or corrupt one."""
+    data = path.read_bytes()
+    offset = 0
+    while offset + _HEADER.size <= len(data):
+        length, crc, seq = _HEADER.unpack_from(data, offset)
+        start, end = offset + _HEADER.size, offset + _HEADER.size + length
+        if end > len(data):
+            log.warning("%s: torn record at byte %d (never acknowledged); ignored", path, offset)
+            return
+        payload = data[start:end]
+        if zlib.crc32(payload, zlib.crc32(_SEQ.pack(seq))) != crc:
+            log.warning("%s: record at byte %d fails its CRC (never acknowledged); ignored",
+                        path, offset)
+            return
+        yield seq, payload
+        offset = end
+    if offset != len(data):
+        log.warning("%s: %d trailing bytes of a torn header ignored", path, len(data) - offset)
+
+
+class Journal:
+    """Append-only journal in ``directory`` (created if missing).
+
+    ``segment_bytes``: a new segment starts once the current one is larger (bytes).
+    Raises OSError when the directory cannot be created or written.
+    """
+
+    def __init__(self, directory: str | os.PathLike, *,
+                 segment_bytes: int = DEFAULT_SEGMENT_BYTES):
+        if segment_bytes < 1:
+            raise ValueError(f"segment_bytes must be >= 1 (got {segment_bytes})")
+        self.directory = Path(directory)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.segment_bytes = segment_bytes
+        self._lock = threading.Lock()
+        self._loaded = self._read_marker()
+        self._segments: dict[Path, int] = {}  # segment -> last sequence number in it
+        self._next_seq = self._loaded + 1
+        for path in self._segment_paths():
+            last = 0
+            for seq, _ in _read_segment(path):
+                last = seq
+            self._segments[path] = max(last, int(path.stem) - 1)
+            self._next_seq = max(self._next_seq, last + 1)
+        self._file = None
+        self._current: Path | None = None
+        self._size = 0
+
+    @property
+    def loaded_seq(self) -> int:
+        """The highest sequence number committed to the store (0 when none)."""
+        return self._loaded
+
+    def _segment_paths(self) -> list[Path]:
+        return sorted(self.directory.glob("*.seg"))
+
+    def _read_marker(self) -> int:
+        try:
+            return int((self.directory / "loaded").read_text().strip() or 0)
+        except FileNotFoundError:
+            return 0
+        except ValueError:
+            log.warning("%s/loaded is unreadable; replaying the whole journal", self.directory)
+            return 0
+
+    def unloaded(self) -> Iterator[Batch]:
+        """Every intact journaled batch not yet marked loaded, in sequence order (replay)."""
+        for path in self._segment_paths():
+            for seq, payload in _read_segment(path):
+                if seq > self._loaded:
+                    yield decode_batch(seq, payload)
+
+    def append(self, payload: bytes) -> int:
+        """Write one record (not yet durable: call ``sync``); return its sequence number."""
+        if len(payload) >= _MAX_RECORD_BYTES:
+            raise ValueError(f"journal record of {len(payload)} bytes is too large")
+        with self._lock:
+            if self._file is None or self._size > self.segment_bytes:
+                self._rotate()
+            seq = self._next_seq
+            self._next_seq += 1
+            crc = zlib.crc32(payload, zlib.crc32(_SEQ.pack(seq)))
+            self._file.write(_HEADER.pack(len(payload), crc, seq))
+            self._file.write(payload)
+            self._size += _HEADER.size + len(payload)
+            self._segments[self._current] = seq
+            return seq
+
+    def sync(self) -> None:
+        """Flush and fsync the current segment: every appended record is now durable."""
+        with self._lock:
+            file = self._file
+            if file is None:
+                return
+            file.flush()
+        os.fsync(file.fileno())
+
+    def _rotate(self) -> None:
+        if self._file is not None:
+            self._file.flush()
+            os.fsync(self._file.fileno())
+            self._file.close()
+        self._current = self.directory / f"{self._next_seq:016d}.seg"
+        self._file = open(self._current, "ab", buffering=1024 * 1024)
+        self._size = 0
+        self._segments[self._current] = self._next_seq - 1
+        _fsync_dir(self.directory)
+
+    def mark_loaded(self, seq: int) -> None:
+        """Record that every batch up to ``seq`` is committed to the store; delete the segments
+        that hold nothing newer (never the one being written)."""
+        with self._lock:
+            if seq <= self._loaded:
+                return
+            self._loaded = seq
+            marker, temp = self.directory / "loaded", self.directory / "loaded.tmp"
+            temp.write_text(str(seq))
+            os.replace(temp, marker)
+            done = [path for path, last in self._segments.items()
+                    if last <= seq and path != self._current]
+            for path in done:
+                del self._segments[path]
+                path.unlink(missing_ok=True)
+
+    def close(self) -> None:
+        """fsync and close the current segment (idempotent)."""
+        with self._lock:
+            if self._file is not None:
+                self._file.flush()
+                os.fsync(self._file.fileno())
+                self._file.close()
+                self._file = None
+
+
+def _fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
