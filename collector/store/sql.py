@@ -156,7 +156,7 @@ SELECT
     coalesce(duration_s,
              epoch(coalesce(end_utc, c_end_utc)) - epoch(coalesce(start_utc, c_start_utc)))
         AS duration_s,
-    coalesce(turns, c_model_calls, 0) AS turns,
+    coalesce(turns, nullif(c_model_calls, 0)) AS turns,  -- NULL when no source gives turns or calls
     coalesce(tool_calls, e_tool_calls, 0) AS tool_calls,
     coalesce(c_model_calls, 0) AS model_calls,
     coalesce(input_tokens, c_input_tokens) AS input_tokens,
