@@ -39,8 +39,6 @@ from collector.journal import Batch, Journal, encode_batch
 from collector.mapping import Mapped
 from collector.metrics import CollectorMetrics
 from collector.store import write_batch, write_connection
-from collector.store.schema import BUDGET_EVENT_COLUMNS, MODEL_CALL_COLUMNS, RUN_RECORD_COLUMNS
-from collector.store.writer import rows_to_table
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +46,8 @@ DEFAULT_MAX_QUEUE_SPANS = 200_000
 DEFAULT_MAX_GROUP_SPANS = 50_000
 DEFAULT_LOAD_INTERVAL_S = 0.25
 _RETRY_MIN_S, _RETRY_MAX_S = 0.5, 5.0
+#: How much lower than the request path's the loader thread's CPU priority is (nice steps).
+LOADER_NICENESS = 10
 
 
 class QueueFull(RuntimeError):
@@ -172,7 +172,7 @@ class IngestQueue:
         the bound is accepted when nothing waits), StoreUnavailable while the store cannot be
         written, IngestClosed after ``close``. The future fails with the journal's error.
         """
-        spans = max(1, len(mapped.calls) + len(mapped.records) + len(mapped.events))
+        spans = max(1, mapped.rows)
         future: Future = Future()
         with self._cond:
             if self._closing or not self._started:
@@ -244,6 +244,7 @@ class IngestQueue:
 
     # --- the loader thread ----------------------------------------------------------------
     def _loader_loop(self) -> None:
+        _lower_priority()
         retry_s = _RETRY_MIN_S
         while True:
             with self._cond:
@@ -312,6 +313,7 @@ class IngestQueue:
             result = None
         else:
             with write_connection(self.db_path) as conn:
+                conn.execute("SET threads TO 1")  # one core for loading, the other for intake
                 result = write_batch(conn, calls, records, events)
         self.metrics.commit_duration.observe(time.perf_counter() - started)
         if result is not None:
@@ -331,10 +333,17 @@ class IngestQueue:
         self._store_error = error
 
 
+def _lower_priority() -> None:
+    """Lower the calling thread's CPU priority by ``LOADER_NICENESS`` (Linux: nice is per
+    thread; DuckDB work the thread runs inherits it). Loading is background work: when the
+    cores are busy, acknowledging requests goes first; the backlog bound still applies."""
+    try:
+        tid = threading.get_native_id()
+        os.setpriority(os.PRIO_PROCESS, tid, os.getpriority(os.PRIO_PROCESS, tid)
+                       + LOADER_NICENESS)
+    except (AttributeError, OSError) as error:  # not Linux, or not permitted: keep the priority
+        log.debug("loader priority unchanged: %s", error)
+
+
 def _to_batch(mapped: Mapped) -> Batch:
-    return Batch(
-        0,
-        rows_to_table("model_calls", MODEL_CALL_COLUMNS, mapped.calls),
-        rows_to_table("run_records", RUN_RECORD_COLUMNS, mapped.records),
-        rows_to_table("budget_events", BUDGET_EVENT_COLUMNS, mapped.events),
-    )
+    return Batch(0, *mapped.tables())

@@ -85,7 +85,7 @@ def create_app(db_path: str | os.PathLike, *, token: str | None = None,
         if mapped.rejected:
             log.info("rejected %d of %d spans: %s", mapped.rejected, mapped.spans,
                      mapped.error_message(2))
-        if mapped.calls or mapped.records or mapped.events:
+        if mapped.rows:
             try:
                 await asyncio.wrap_future(ingest.submit(mapped))
             except QueueFull as error:

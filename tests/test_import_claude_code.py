@@ -11,7 +11,9 @@ import pytest
 
 from collector.importers import ImportReport, import_paths, read_rows
 from collector.importers.claude_code import SKIP_REPEATED_BLOCK
+from collector.pricing import cost_usd
 from collector.store import read_connection
+from collector.usage import Usage
 
 
 def _runs(db_path: Path) -> dict[str, dict]:
@@ -200,3 +202,64 @@ def test_lines_without_usage_keep_unknown_usage_not_zero(tmp_path):
     assert call["usage_status"] == "unknown"
     assert call["input_tokens"] is None and call["total_tokens"] is None
     assert call["cost_usd"] is None
+
+
+def _assistant(session: str, message_id: str, ts: object = "2026-03-01T10:00:00Z",
+               usage: object = None, **extra) -> str:
+    line = {"type": "assistant", "sessionId": session, "timestamp": ts, "requestId": "req_" +
+            message_id, "message": {"id": message_id, "role": "assistant",
+                                    "model": "claude-sonnet-4-5",
+                                    "usage": usage or {"input_tokens": 10, "output_tokens": 5}}}
+    line.update(extra)
+    return json.dumps(line)
+
+
+def test_malformed_values_reject_only_their_line_and_the_import_finishes(tmp_path, db_path):
+    project = tmp_path / "-home-me-shop"
+    project.mkdir()
+    path = project / "s1.jsonl"
+    path.write_text("\n".join([
+        _assistant("s1", "msg_1"),
+        _assistant("s1", "msg_2", usage={"input_tokens": 1e400, "output_tokens": 1}),
+        _assistant(["a"], "msg_3"),
+        _assistant("s1", "msg_4", costUSD=float("nan")),
+        _assistant("s1", "msg_5", costUSD=-5),
+        _assistant("s1", "msg_6", ts="not a time"),
+        _assistant("s1", "msg_7", usage={"input_tokens": -3, "output_tokens": 1}),
+        _assistant("s1", "msg_8", costUSD=0.25),
+    ]) + "\n")
+    report = import_paths("claude-code", [tmp_path], db_path)
+    reasons = {line.split(": ", 1)[0]: line.split(": ", 1)[1] for line in report.bad_lines}
+    assert set(reasons) == {f"{path}:{n}" for n in (2, 3, 4, 5, 6, 7)}
+    assert "sessionId must be a string" in reasons[f"{path}:3"]
+    assert reasons[f"{path}:4"] == "costUSD must be a finite number >= 0, got nan"
+    assert reasons[f"{path}:5"] == "costUSD must be a finite number >= 0, got -5"
+    assert "timestamp is not an ISO-8601 timestamp" in reasons[f"{path}:6"]
+    assert "input_tokens" in reasons[f"{path}:7"]
+    run = _runs(db_path)["claude-code:s1"]
+    assert run["model_calls"] == 2 and run["input_tokens"] == 20
+    priced = cost_usd("claude-sonnet-4-5", Usage(10, 5), provider="anthropic")
+    assert run["cost_usd"] == pytest.approx(priced + 0.25)  # no NaN, no -$5
+
+
+def test_timestamps_are_compared_as_datetimes_not_strings(tmp_path):
+    project = tmp_path / "proj"
+    project.mkdir()
+    (project / "s1.jsonl").write_text("\n".join([
+        _assistant("s1", "msg_1", ts="2026-03-01T06:00:00Z"),
+        _assistant("s1", "msg_2", ts="2026-03-01T10:00:00+05:00"),  # 05:00 UTC: the start
+        _assistant("s1", "msg_3", ts="2026-03-01T07:30:00.5+00:00"),
+    ]) + "\n")
+    rows = list(read_rows("claude-code", [tmp_path]))
+    record = next(row for kind, row in rows if kind == "record")
+    assert record["start_utc"].isoformat() == "2026-03-01T05:00:00+00:00"
+    assert record["end_utc"].isoformat() == "2026-03-01T07:30:00.500000+00:00"
+    assert record["duration_s"] == 9000.5
+
+
+def test_a_file_without_claude_code_lines_holds_no_run(tmp_path):
+    path = tmp_path / "rollout-x.jsonl"
+    path.write_text(json.dumps({"type": "session_meta", "payload": {"id": "x"}}) + "\n")
+    report = ImportReport()
+    assert list(read_rows("claude-code", [path], report=report)) == []
+    assert report.files_without_runs == [str(path)] and report.bad_line_count == 0

@@ -4,6 +4,7 @@ progress and streaming behave, and imported history shows up in ``budgetlens bas
 from __future__ import annotations
 
 import json
+import re
 import tracemalloc
 from pathlib import Path
 
@@ -118,3 +119,119 @@ def test_all_real_logs_import_and_show_in_baselines(realdata, db_path, capsys):
     baselines = json.loads(capsys.readouterr().out)
     assert {row["task_type"] for row in baselines} == task_types
     assert sum(row["n"] for row in baselines) == 10 + 8 + 14 + 9
+
+
+def _claude_line(message_id: str, pad: str = "") -> str:
+    return json.dumps({"type": "assistant", "sessionId": "s1", "timestamp": "2026-03-01T10:00:00Z",
+                       "requestId": "r" + message_id, "pad": pad,
+                       "message": {"id": message_id, "role": "assistant", "model": "gpt-4o",
+                                   "usage": {"input_tokens": 10, "output_tokens": 5}}})
+
+
+def test_a_bad_price_file_fails_the_import_before_it_starts(tmp_path, db_path, monkeypatch,
+                                                           capsys):
+    from collector.pricing import clear_price_cache
+
+    prices = tmp_path / "prices.yaml"
+    prices.write_text("models:\n  my-model:\n    input_eur_per_mtok: 1.0\n"
+                      "    output_usd_per_mtok: 2.0\n")
+    monkeypatch.setenv("BUDGETLENS_PRICES_FILE", str(prices))
+    clear_price_cache()
+    path = tmp_path / "proj" / "s1.jsonl"
+    path.parent.mkdir()
+    path.write_text(_claude_line("m1") + "\n")
+    try:
+        assert main(["import", "claude-code", str(path), "--db", str(db_path),
+                     "--no-progress"]) == 1
+        err = capsys.readouterr().err
+        assert str(prices) in err and "input_eur_per_mtok" in err
+        assert not Path(db_path).exists()  # nothing imported unpriced
+        with pytest.raises(ValueError, match="input_eur_per_mtok"):
+            import_paths("claude-code", [path], db_path)
+        prices.write_text("models:\n  my-model:\n    input_usd_per_mtok: .nan\n"
+                          "    output_usd_per_mtok: 2.0\n")
+        clear_price_cache()
+        with pytest.raises(ValueError, match=str(prices)):
+            import_paths("claude-code", [path], db_path)
+    finally:
+        clear_price_cache()
+
+
+def test_a_line_over_the_cap_is_reported_and_skipped_without_being_held(tmp_path, db_path):
+    path = tmp_path / "proj" / "s1.jsonl"
+    path.parent.mkdir()
+    path.write_text("\n".join([_claude_line("m1"), _claude_line("m2", pad="x" * 300_000),
+                               _claude_line("m3")]) + "\n")
+    tracemalloc.start()
+    try:
+        report = import_paths("claude-code", [path], db_path, max_line_bytes=100_000)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert report.bad_lines == [f"{path}:2: line too long (more than 100000 bytes); skipped"]
+    assert (report.calls, report.bytes_read) == (2, path.stat().st_size)
+    assert peak < 2_000_000  # never the whole 300 kB line plus its JSON twice
+
+
+def test_the_line_cap_is_a_cli_option(tmp_path, db_path, capsys):
+    path = tmp_path / "proj" / "s1.jsonl"
+    path.parent.mkdir()
+    path.write_text(_claude_line("m1", pad="x" * 2_000_000) + "\n" + _claude_line("m2") + "\n")
+    assert main(["import", "claude-code", str(path), "--db", str(db_path), "--no-progress",
+                 "--max-line-mb", "1"]) == 0
+    captured = capsys.readouterr()
+    assert f"{path}:1: line too long (more than 1048576 bytes)" in captured.err
+    assert "1 calls (1 new)" in captured.out
+    assert main(["import", "claude-code", str(path), "--db", str(db_path),
+                 "--max-line-mb", "nan"]) == 1
+    assert "--max-line-mb" in capsys.readouterr().err
+
+
+def test_a_document_over_the_cap_is_reported_and_skipped(tmp_path):
+    path = tmp_path / "big.traj.json"
+    path.write_text(json.dumps({"messages": [], "pad": "x" * 5000}))
+    report = ImportReport()
+    assert list(read_rows("swe-agent", [path], report=report, max_line_bytes=1000)) == []
+    assert report.bad_lines == [f"{path}: document too long (more than 1000 bytes); skipped"]
+
+
+def test_a_foreign_jsonl_file_is_not_otlp_and_not_a_bad_line(tmp_path):
+    path = tmp_path / "session.jsonl"
+    path.write_text(_claude_line("m1") + "\n" + _claude_line("m2") + "\n")
+    report = ImportReport()
+    assert list(read_rows("otlp-json", [path], report=report)) == []
+    assert report.files_without_runs == [str(path)] and report.bad_line_count == 0
+
+
+def test_a_corrupt_gzip_is_reported_not_raised(tmp_path):
+    import gzip
+
+    path = tmp_path / "s1.jsonl.gz"
+    data = gzip.compress(((_claude_line("m1") + "\n") * 2000).encode())
+    path.write_bytes(data[: len(data) // 2])  # truncated
+    report = ImportReport()
+    list(iter_json_lines(path, report))
+    assert report.bad_line_count == 1 and "cannot read further" in report.bad_lines[0]
+
+
+@pytest.mark.parametrize(
+    ("kind", "row", "reason"),
+    [
+        ("call", {"request_model": {"a": 1}}, "request_model must be a string"),
+        ("call", {"request_model": "\ud800"}, "request_model must be a string (valid UTF-8)"),
+        ("call", {"input_tokens": -1}, "input_tokens must be a whole number >= 0"),
+        ("call", {"input_tokens": 2**63}, "input_tokens must be a whole number >= 0"),
+        ("call", {"turn": 2**31}, "turn must be a whole number >= 0"),
+        ("call", {"cost_usd": float("nan")}, "cost_usd must be a finite number >= 0"),
+        ("record", {"cost_usd": float("inf")}, "cost_usd must be a finite number >= 0"),
+        ("record", {"duration_s": -1.0}, "duration_s must be a finite number >= 0"),
+        ("record", {"start_utc": "2026-01-01"}, "start_utc must be a timestamp"),
+        ("record", {"retryable": "yes"}, "retryable must be true or false"),
+        ("record", {"colour": "red"}, "'colour' is not a column"),
+    ],
+)
+def test_rows_are_checked_against_the_store_types_before_they_are_queued(kind, row, reason):
+    from collector.importers.base import check_row
+
+    with pytest.raises(ValueError, match=re.escape(reason)):
+        check_row(kind, {"run_id": "r", "source": "import:x", **row})

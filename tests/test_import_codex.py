@@ -137,3 +137,47 @@ def test_a_counter_reset_starts_a_new_baseline(tmp_path):
     assert [c["input_tokens"] for c in calls] == [100, 150, 40]
     assert [c["cache_read_tokens"] for c in calls] == [0, 50, 0]
     assert [c["reasoning_tokens"] for c in calls] == [0, 5, 0]
+
+
+def _rollout_line(line_type: str, payload: object, ts: object = "2026-03-01T10:00:00Z") -> str:
+    return json.dumps({"timestamp": ts, "type": line_type, "payload": payload})
+
+
+def _token_count(inp: object, out: object) -> dict:
+    return {"type": "token_count", "info": {"total_token_usage": {
+        "input_tokens": inp, "cached_input_tokens": 0, "output_tokens": out,
+        "reasoning_output_tokens": 0}}}
+
+
+def test_a_claude_transcript_is_not_imported_as_a_codex_run(tmp_path, db_path):
+    path = tmp_path / "session.jsonl"
+    path.write_text(json.dumps({"type": "assistant", "sessionId": "s1", "timestamp":
+                                "2026-03-01T10:00:00Z", "message": {"role": "assistant"}}) + "\n")
+    report = import_paths("codex", [tmp_path], db_path)
+    assert (report.runs, report.calls, report.bad_line_count) == (0, 0, 0)
+    assert report.files_without_runs == [str(path)]
+    assert not Path(db_path).exists()  # nothing was written
+
+
+def test_malformed_rollout_lines_are_reported_and_the_rest_is_imported(tmp_path, db_path):
+    path = tmp_path / "rollout-2026-03-01-abc.jsonl"
+    path.write_text("\n".join([
+        _rollout_line("session_meta", {"id": "abc", "cwd": "/work/shop"}),
+        _rollout_line("turn_context", {"model": {"a": 1}}),
+        _rollout_line("turn_context", {"model": "gpt-5"}),
+        _rollout_line("event_msg", _token_count(100, 10)),
+        _rollout_line("event_msg", _token_count(float("inf"), 20)),
+        _rollout_line("event_msg", _token_count(150, -1)),
+        _rollout_line("event_msg", _token_count(float("nan"), 30)),
+        _rollout_line("event_msg", _token_count(300, 30), ts="yesterday"),
+        _rollout_line("event_msg", _token_count(300, 30), ts="2026-03-01T10:05:00+01:00"),
+    ]) + "\n")
+    report = import_paths("codex", [path], db_path)
+    assert [line.split(": ", 1)[0] for line in report.bad_lines] == [
+        f"{path}:{n}" for n in (2, 5, 6, 7, 8)]
+    assert "turn_context.payload.model must be a string" in report.bad_lines[0]
+    assert "token counts must be whole numbers >= 0" in report.bad_lines[1]
+    run = _runs(db_path)["codex:abc"]
+    assert (run["model_calls"], run["input_tokens"], run["output_tokens"]) == (2, 300, 30)
+    assert run["models"] == "gpt-5" and run["task_type"] == "shop"
+    assert run["duration_s"] == 3300.0  # 10:05+01:00 is 09:05Z: the start, not the end

@@ -160,3 +160,42 @@ def test_error_maps_to_a_stop_reason(error, final_state, expected):
 )
 def test_benchmark_from_metadata_dataset(dataset, expected):
     assert benchmark({"dataset": dataset}) == expected
+
+
+def _eval_line(instance: str, metrics: dict) -> str:
+    return json.dumps({"instance_id": instance, "metadata": {"llm_config": {"model": "gpt-4o"}},
+                       "history": [], "metrics": metrics, "error": None})
+
+
+def test_malformed_eval_lines_are_reported_and_the_other_runs_imported(tmp_path, db_path):
+    usage = {"model": "gpt-4o", "prompt_tokens": 10, "completion_tokens": 5, "response_id": "r1"}
+    path = tmp_path / "output.jsonl"
+    path.write_text("\n".join([
+        _eval_line("ok", {"accumulated_cost": 0.5, "token_usages": [usage], "costs": [0.5]}),
+        _eval_line("dict-id", {"accumulated_cost": 0.5,
+                               "token_usages": [{**usage, "response_id": {"a": 1}}]}),
+        _eval_line("nan-cost", {"accumulated_cost": float("nan"), "token_usages": [usage]}),
+        _eval_line("negative-cost", {"accumulated_cost": 0.5, "token_usages": [usage],
+                                     "costs": [-0.5]}),
+        _eval_line("inf-tokens", {"accumulated_cost": 0.5,
+                                  "token_usages": [{**usage, "prompt_tokens": float("inf")}]}),
+        _eval_line("not-a-list", {"accumulated_cost": 0.5, "token_usages": "z"}),
+    ]) + "\n")
+    report = import_paths("openhands", [path], db_path)
+    bad = dict(line.split(": ", 1) for line in report.bad_lines)
+    assert sorted(bad) == [f"{path}:{n}" for n in (2, 3, 4, 5, 6)]
+    assert bad[f"{path}:2"] == "metrics.token_usages[0].response_id must be a string, got dict"
+    assert bad[f"{path}:3"] == "metrics.accumulated_cost must be a finite number >= 0, got nan"
+    assert bad[f"{path}:4"] == "metrics.costs[0] must be a finite number >= 0, got -0.5"
+    assert bad[f"{path}:6"] == "metrics.token_usages must be a list, got str"
+    assert [(r["run_id"].split(":")[1], r["cost_usd"]) for r in _runs(db_path)] == [("ok", 0.5)]
+
+
+def test_a_trajectory_with_a_malformed_response_id_is_reported_not_raised(tmp_path):
+    path = tmp_path / "trajectory.json"
+    path.write_text(json.dumps([{"id": 1, "tool_call_metadata": {"model_response": {
+        "id": ["x"], "model": "gpt-4o", "usage": {"prompt_tokens": 1, "completion_tokens": 1}}}}]))
+    report = ImportReport()
+    assert list(read_rows("openhands", [path], report=report)) == []
+    assert report.bad_lines == [
+        f"{path}: events[0].tool_call_metadata.model_response.id must be a string, got list"]

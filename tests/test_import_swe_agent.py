@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from collector.importers import import_paths, read_rows
+from collector.importers import ImportReport, import_paths, read_rows
 from collector.importers.swe_agent import stop_reason
 from collector.store import read_connection
 
@@ -174,3 +174,59 @@ def test_a_file_that_is_not_json_is_reported_and_the_rest_imported(realdata, tmp
                if k == "record"]
     assert len(records) == 1
     assert report.bad_lines[0].startswith(f"{broken}:1: invalid JSON")
+
+
+def _mini_doc(usage: object, model: object = "gpt-4o", cost: object = 0.01,
+              api_calls: object = 1, instance_cost: object = 0.01) -> dict:
+    return {"info": {"exit_status": "Submitted",
+                     "model_stats": {"api_calls": api_calls, "instance_cost": instance_cost},
+                     "config": {"model": {"model_name": "gpt-4o"}}},
+            "messages": [{"role": "assistant", "content": "ls", "extra": {
+                "cost": cost, "response": {"id": "r1", "model": model, "usage": usage}}}],
+            "trajectory_format": "mini-swe-agent-1"}
+
+
+@pytest.mark.parametrize(
+    ("name", "doc", "reason"),
+    [
+        ("inf", _mini_doc({"prompt_tokens": 1e400, "completion_tokens": 1}),
+         "messages[0].extra.response.usage"),
+        ("model-dict", _mini_doc({"prompt_tokens": 1, "completion_tokens": 1}, model={"x": 1}),
+         "messages[0].extra.response.model must be a string, got dict"),
+        ("nan-cost", _mini_doc({"prompt_tokens": 1, "completion_tokens": 1}, cost=float("nan")),
+         "messages[0].extra.cost must be a finite number >= 0, got nan"),
+        ("negative-instance-cost", _mini_doc({"prompt_tokens": 1, "completion_tokens": 1},
+                                             instance_cost=-1),
+         "info.model_stats.instance_cost must be a finite number >= 0, got -1"),
+        ("huge-api-calls", _mini_doc({"prompt_tokens": 1, "completion_tokens": 1},
+                                     api_calls=10**30),
+         "api_calls is not a plausible run"),
+    ],
+)
+def test_a_malformed_trajectory_is_reported_and_the_next_file_imported(tmp_path, db_path, name,
+                                                                       doc, reason):
+    bad = tmp_path / f"{name}.traj.json"
+    bad.write_text(json.dumps(doc))
+    good = tmp_path / "good.traj.json"
+    good.write_text(json.dumps(_mini_doc({"prompt_tokens": 10, "completion_tokens": 5})))
+    report = import_paths("swe-agent", [bad, good], db_path)
+    assert report.bad_line_count == 1 and report.bad_lines[0].startswith(f"{bad}: ")
+    assert reason in report.bad_lines[0]
+    runs = _runs(db_path)
+    assert list(runs) == [_run_id("mini-swe-agent", good)]
+    assert runs[_run_id("mini-swe-agent", good)]["input_tokens"] == 10
+
+
+def test_swe_agent_nan_cost_or_infinite_tokens_reject_the_file(tmp_path):
+    path = tmp_path / "run.traj"
+    path.write_text(json.dumps({"trajectory": [], "info": {"model_stats": {
+        "instance_cost": float("nan"), "tokens_sent": 10, "tokens_received": 5}}}))
+    other = tmp_path / "other.traj"
+    other.write_text(json.dumps({"trajectory": [], "info": {"model_stats": {
+        "instance_cost": 0.1, "tokens_sent": float("inf"), "tokens_received": 5}}}))
+    report = ImportReport()
+    assert list(read_rows("swe-agent", [path, other], report=report)) == []
+    assert report.bad_lines == [
+        f"{path}: info.model_stats.instance_cost must be a finite number >= 0, got nan",
+        f"{other}: info.model_stats.tokens_sent must be a finite number >= 0, got inf",
+    ]

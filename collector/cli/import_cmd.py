@@ -26,7 +26,10 @@ def register(subparsers) -> None:
         description=(
             "Read the agent logs you already have into the store, so baselines and presets come "
             "from real history on day one. Files are streamed; a second import of the same files "
-            "adds nothing; a bad line is reported as file:line and skipped."
+            "adds nothing; a line with a malformed value (or longer than --max-line-mb) is "
+            "reported as file:line: reason and skipped; files that hold nothing of the format "
+            "are counted, not imported. A bad BUDGETLENS_PRICES_FILE stops the import before it "
+            "starts."
         ),
         epilog=f"formats:\n{formats}\n\nA directory is searched recursively for the format's "
         "files. Task type: --task-type, else derived (project folder, cwd, benchmark or agent).",
@@ -40,6 +43,9 @@ def register(subparsers) -> None:
                         help="task type for every imported run (default: derived per format)")
     parser.add_argument("--chunk-size", type=int, default=5000,
                         help="rows per write transaction (default 5000)")
+    parser.add_argument("--max-line-mb", type=float, default=64.0,
+                        help="longest line (or one-document file) read, in MiB; longer ones are "
+                        "reported as file:line: line too long and skipped (default 64)")
     parser.add_argument("--no-progress", action="store_true", help="do not show a progress bar")
     parser.set_defaults(func=run)
 
@@ -51,6 +57,10 @@ def run(args: argparse.Namespace) -> int:
     from collector.importers import import_paths
 
     db_path = resolve_db_path(args.db)
+    if not 0 < args.max_line_mb < 1 << 20:  # also rejects nan and inf
+        raise ValueError(f"--max-line-mb must be a number of MiB > 0 and < 1048576, "
+                         f"got {args.max_line_mb}")
+    max_line_bytes = max(1, int(args.max_line_mb * 1024 * 1024))
     bars = []
 
     def progress(total_bytes: int, n_files: int):
@@ -62,7 +72,8 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         report = import_paths(args.format, args.paths, db_path, task_type=args.task_type,
-                              chunk_size=args.chunk_size, progress=progress)
+                              chunk_size=args.chunk_size, progress=progress,
+                              max_line_bytes=max_line_bytes)
     finally:
         for bar in bars:
             bar.close()

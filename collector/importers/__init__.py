@@ -21,10 +21,12 @@ from typing import Callable, Iterable, Iterator
 from collector.importers import claude_code, codex, openhands, otlp_json, swe_agent
 from collector.importers.base import (
     DEFAULT_CHUNK_SIZE,
+    MAX_LINE_BYTES,
     ChunkedWriter,
     ImporterFormat,
     ImportOptions,
     ImportReport,
+    check_price_file,
     expand_paths,
     file_size,
 )
@@ -70,16 +72,21 @@ def read_rows(
     *,
     task_type: str | None = None,
     report: ImportReport | None = None,
+    max_line_bytes: int = MAX_LINE_BYTES,
 ) -> Iterator[tuple[str, dict]]:
     """Yield ``(kind, row)`` for the files under ``paths`` without touching a store.
 
     ``kind`` is ``"call"``, ``"record"`` or ``"event"``; rows are dicts keyed by store columns.
-    Directories are searched for the format's file patterns. Raises ValueError for an unknown
-    format and FileNotFoundError for a missing path (before anything is read).
+    Directories are searched for the format's file patterns; lines longer than
+    ``max_line_bytes`` are reported and skipped. Raises ValueError for an unknown format, a bad
+    ``max_line_bytes`` or a bad price file (``BUDGETLENS_PRICES_FILE``), FileNotFoundError for a
+    missing path or price file (before anything is read).
     """
     fmt = get_format(format_name)
+    options = ImportOptions(task_type=task_type, max_line_bytes=max_line_bytes)
     files = expand_paths(paths, fmt.patterns)
-    yield from fmt.read(files, ImportOptions(task_type=task_type), report or ImportReport())
+    check_price_file()
+    yield from fmt.read(files, options, report or ImportReport())
 
 
 def import_paths(
@@ -90,6 +97,7 @@ def import_paths(
     task_type: str | None = None,
     chunk_size: int = DEFAULT_CHUNK_SIZE,
     progress: Callable[[int, int], Callable[[int], None] | None] | None = None,
+    max_line_bytes: int = MAX_LINE_BYTES,
 ) -> ImportReport:
     """Import the files under ``paths`` (format ``format_name``) into the store at ``db_path``.
 
@@ -97,17 +105,23 @@ def import_paths(
     (idempotent: a second import of the same files inserts nothing). ``progress``, if given, is
     called once with (total bytes, number of files) and returns a callable fed with the bytes
     read (e.g. a tqdm bar's ``update``). Returns the :class:`ImportReport` (runs, calls, new
-    rows, skipped lines by reason, bad lines as ``file:line: reason``).
+    rows, skipped lines by reason, bad lines as ``file:line: reason``). A malformed value never
+    aborts the import: its line (or one-document file) is reported and skipped; lines longer
+    than ``max_line_bytes`` (bytes, default 64 MiB) too.
 
-    Raises ValueError for an unknown format or a bad ``chunk_size``, FileNotFoundError for a
-    missing path, ``collector.store.StoreError`` when the store cannot be written.
+    Raises, before anything is read or written: ValueError for an unknown format, a bad
+    ``chunk_size`` or ``max_line_bytes``, or a bad price file (``BUDGETLENS_PRICES_FILE``, the
+    message names the file and the rule); FileNotFoundError for a missing path or price file.
+    ``collector.store.StoreError`` when the store cannot be written.
     """
     fmt = get_format(format_name)
+    options = ImportOptions(task_type=task_type, max_line_bytes=max_line_bytes)
     files = expand_paths(paths, fmt.patterns)
+    check_price_file()
     total = sum(file_size(path) for path in files)
     report = ImportReport(progress=progress(total, len(files)) if progress else None)
     writer = ChunkedWriter(db_path, report, chunk_size)
-    for kind, row in fmt.read(files, ImportOptions(task_type=task_type), report):
+    for kind, row in fmt.read(files, options, report):
         writer.add(kind, row)
     writer.close()
     log.info(

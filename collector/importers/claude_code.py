@@ -20,6 +20,12 @@ Quirks handled (see ../shared/realdata/SOURCES.md §3):
 - There is no cost field in real transcripts; when a line has ``costUSD`` (older versions) that
   is the call's cost, otherwise the call is priced with ``collector.pricing``.
 - No exit status exists: a session's stop reason is ``completed``.
+- Timestamps are parsed to UTC datetimes once per line and compared as datetimes (offsets and
+  ``Z`` mix). A line with a malformed value (an unparseable timestamp, a ``sessionId`` or model
+  that is not a string, a usage count or ``costUSD`` that is not a finite number >= 0) is
+  reported as ``file:line: reason`` and skipped.
+- A file with no Claude Code line (no ``sessionId``, no assistant message: e.g. a Codex rollout)
+  adds no run and is listed as a file that held no run of this format.
 
 Task type: ``--task-type``, else the project folder name (for Claude's encoded folder names such
 as ``-home-me-projects-shop`` the basename of the session's ``cwd``, here ``shop``).
@@ -27,6 +33,7 @@ as ``-home-me-projects-shop`` the basename of the session's ``cwd``, here ``shop
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 import re
 from dataclasses import dataclass, field
@@ -38,14 +45,19 @@ from collector.importers.base import (
     ImporterFormat,
     ImportOptions,
     ImportReport,
+    attempt,
+    check_row,
+    checked_rows,
     iter_json_lines,
-    parse_iso,
+    parse_timestamp,
     price,
     seconds_between,
+    source_number,
     stable_id,
+    text,
     usage_columns,
 )
-from collector.usage import normalize_usage
+from collector.usage import Usage, normalize_usage
 
 log = logging.getLogger(__name__)
 
@@ -68,10 +80,10 @@ class _Call:
     lineno: int
     model: str | None
     provider: str
-    usage_payload: dict | None
+    usage: Usage | None
     output_tokens: int
-    first_ts: str | None
-    last_ts: str | None
+    first: dt.datetime | None
+    last: dt.datetime | None
     cost_usd: float | None
     tool_use_ids: set = field(default_factory=set)
 
@@ -82,12 +94,25 @@ class _Session:
 
     session_id: str
     folder: str
+    path: Path
     cwd: str | None = None
-    first_ts: str | None = None
-    last_ts: str | None = None
+    first: dt.datetime | None = None
+    last: dt.datetime | None = None
     calls: int = 0
     tool_calls: int = 0
     task_type: str | None = None
+
+
+@dataclass
+class _File:
+    """State of one transcript while it is read."""
+
+    path: Path
+    folder: str
+    default_session: str
+    pending: dict = field(default_factory=dict)  # context -> _Call being assembled
+    turns: dict = field(default_factory=dict)  # (session, is_subagent) -> calls so far
+    seen: bool = False  # a Claude Code line was found
 
 
 def _encoded(cwd: str) -> str:
@@ -111,14 +136,6 @@ def _task_type(session: _Session, options: ImportOptions) -> str:
     return folder or SERVICE
 
 
-def _usage_output(usage: object) -> int:
-    if isinstance(usage, dict):
-        value = usage.get("output_tokens")
-        if isinstance(value, int):
-            return value
-    return -1
-
-
 def read(paths: Sequence[Path], options: ImportOptions, report: ImportReport) -> Iterator[tuple]:
     """Yield ``("call", row)`` per API response and ``("record", row)`` per session.
 
@@ -133,149 +150,176 @@ def read(paths: Sequence[Path], options: ImportOptions, report: ImportReport) ->
         if not session.calls:
             report.skip(SKIP_NO_CALLS)
             continue
-        start, end = parse_iso(session.first_ts), parse_iso(session.last_ts)
-        yield "record", {
-            "run_id": f"{NAME}:{session.session_id}",
-            "source": SOURCE,
-            "service_name": SERVICE,
-            "task_type": session.task_type or _task_type(session, options),
-            "agent_name": SERVICE,
-            "start_utc": start,
-            "end_utc": end,
-            "duration_s": seconds_between(start, end),
-            "tool_calls": session.tool_calls,
-            "stop_reason": semconv.STOP_COMPLETED,
-        }
+        yield from checked_rows(report, session.path, None, _record(session, options))
+
+
+def _record(session: _Session, options: ImportOptions) -> Iterator[tuple]:
+    yield "record", {
+        "run_id": f"{NAME}:{session.session_id}",
+        "source": SOURCE,
+        "service_name": SERVICE,
+        "task_type": session.task_type or _task_type(session, options),
+        "agent_name": SERVICE,
+        "start_utc": session.first,
+        "end_utc": session.last,
+        "duration_s": seconds_between(session.first, session.last),
+        "tool_calls": session.tool_calls,
+        "stop_reason": semconv.STOP_COMPLETED,
+    }
 
 
 def _read_file(path: Path, options: ImportOptions, report: ImportReport,
                sessions: dict[str, _Session]) -> Iterator[tuple]:
     folder, layout_session = _project_folder(path)
-    default_session = layout_session or path.stem
-    pending: dict[tuple, _Call] = {}
-    turns: dict[tuple, int] = {}
-    for lineno, obj in iter_json_lines(path, report):
-        line_type = obj.get("type")
-        message = obj.get("message")
-        is_assistant = line_type == "assistant" or (
-            line_type is None and isinstance(message, dict) and message.get("role") == "assistant"
-        )
-        session_id = obj.get("sessionId")
-        if not session_id:
-            if not is_assistant:
-                continue  # e.g. file-history-snapshot lines: no session, no usage
-            session_id = default_session
-        session = sessions.get(session_id)
-        if session is None:
-            session = sessions[session_id] = _Session(session_id, folder)
-        ts = obj.get("timestamp")
-        if isinstance(ts, str):
-            if session.first_ts is None or ts < session.first_ts:
-                session.first_ts = ts
-            if session.last_ts is None or ts > session.last_ts:
-                session.last_ts = ts
-        if session.cwd is None and isinstance(obj.get("cwd"), str):
-            session.cwd = obj["cwd"]
+    state = _File(path, folder, layout_session or path.stem)
+    for lineno, obj in iter_json_lines(path, report, options.max_line_bytes):
+        done = attempt(report, path, lineno, _line, state, sessions, lineno, obj, report)
+        if done is not None:
+            yield from checked_rows(report, path, done.lineno,
+                                    _finish(done, sessions, options, state.turns))
+    for call in state.pending.values():
+        yield from checked_rows(report, path, call.lineno,
+                                _finish(call, sessions, options, state.turns))
+    if not state.seen:
+        report.files_without_runs.append(str(path))
+
+
+def _stamp(holder, when: dt.datetime | None) -> None:
+    if when is not None:
+        if holder.first is None or when < holder.first:
+            holder.first = when
+        if holder.last is None or when > holder.last:
+            holder.last = when
+
+
+def _line(state: _File, sessions: dict[str, _Session], lineno: int, obj: dict,
+          report: ImportReport) -> _Call | None:
+    """Fold one transcript line into ``state``; returns the previous response of the same
+    context when this line starts a new one (it is complete), else None.
+
+    Every value used is read and validated before anything changes, so a line rejected with a
+    ValueError/TypeError leaves no trace.
+    """
+    line_type = obj.get("type")
+    message = obj.get("message")
+    is_assistant = line_type == "assistant" or (
+        line_type is None and isinstance(message, dict) and message.get("role") == "assistant"
+    )
+    session_id = text(obj.get("sessionId"), "sessionId")
+    if not session_id:
         if not is_assistant:
-            continue
+            return None  # e.g. file-history-snapshot lines: no session, no usage
+        session_id = state.default_session
+    when = parse_timestamp(obj.get("timestamp"), "timestamp")
+    cwd = text(obj.get("cwd"), "cwd")
+    call = None
+    model = None
+    if is_assistant:
         if not isinstance(message, dict):
-            report.bad_line(path, lineno, "assistant line without a 'message' object")
-            continue
-        model = message.get("model")
-        if model == _SYNTHETIC_MODEL:
-            report.skip(SKIP_SYNTHETIC)
-            continue
-        is_subagent = bool(obj.get("isSidechain"))
-        context = (session_id, obj.get("agentId") if is_subagent else None, is_subagent)
-        message_id = message.get("id")
-        request_id = obj.get("requestId")
-        key = (message_id, request_id) if message_id else ("line", path.name, lineno)
-        usage_payload = message.get("usage")
-        current = pending.get(context)
-        if current is not None and current.key == key:
-            report.skip(SKIP_REPEATED_BLOCK)
-            _merge(current, usage_payload, ts, message)
-            continue
-        if current is not None:
-            yield _finish(current, sessions, options, turns, path, report)
-        cost = obj.get("costUSD")
-        pending[context] = call = _Call(
-            key=key,
-            session_id=session_id,
-            is_subagent=is_subagent,
-            lineno=lineno,
-            model=model if isinstance(model, str) else None,
-            provider="aws.bedrock" if str(message_id).startswith("msg_bdrk_") else "anthropic",
-            usage_payload=usage_payload if isinstance(usage_payload, dict) else None,
-            output_tokens=_usage_output(usage_payload),
-            first_ts=ts if isinstance(ts, str) else None,
-            last_ts=ts if isinstance(ts, str) else None,
-            cost_usd=float(cost) if isinstance(cost, (int, float)) and not isinstance(cost, bool)
-            else None,
-        )
-        _add_tool_uses(call, message)
-    for call in pending.values():
-        yield _finish(call, sessions, options, turns, path, report)
+            raise ValueError("assistant line without a 'message' object")
+        model = text(message.get("model"), "message.model")
+        if model != _SYNTHETIC_MODEL:
+            call = _new_call(state, session_id, lineno, obj, message, model, when)
+    # Valid: apply.
+    state.seen = True
+    session = sessions.get(session_id)
+    if session is None:
+        session = sessions[session_id] = _Session(session_id, state.folder, state.path)
+    _stamp(session, when)
+    if session.cwd is None and cwd:
+        session.cwd = cwd
+    if not is_assistant:
+        return None
+    if call is None:
+        report.skip(SKIP_SYNTHETIC)
+        return None
+    context = (session_id, obj.get("agentId") if call.is_subagent else None, call.is_subagent)
+    current = state.pending.get(context)
+    if current is not None and current.key == call.key:
+        report.skip(SKIP_REPEATED_BLOCK)
+        if call.usage is not None and call.output_tokens >= current.output_tokens:
+            current.usage, current.output_tokens = call.usage, call.output_tokens
+        _stamp(current, when)
+        current.tool_use_ids |= call.tool_use_ids
+        return None
+    state.pending[context] = call
+    return current
 
 
-def _add_tool_uses(call: _Call, message: dict) -> None:
+def _new_call(state: _File, session_id: str, lineno: int, obj: dict, message: dict,
+              model: str | None, when: dt.datetime | None) -> _Call:
+    """The response one assistant line belongs to, read and validated (raises ValueError)."""
+    is_subagent = bool(obj.get("isSidechain"))
+    if is_subagent:
+        text(obj.get("agentId"), "agentId")
+    message_id = text(message.get("id"), "message.id")
+    request_id = text(obj.get("requestId"), "requestId")
+    key = (message_id, request_id) if message_id else ("line", state.path.name, lineno)
+    provider = "aws.bedrock" if (message_id or "").startswith("msg_bdrk_") else "anthropic"
+    payload = message.get("usage")
+    if payload is not None and not isinstance(payload, dict):
+        raise ValueError(f"message.usage must be an object, got {type(payload).__name__}")
+    usage = normalize_usage(payload, provider=provider) if payload else None
+    tool_ids: set = set()
     content = message.get("content")
     if isinstance(content, list):
         for block in content:
             if isinstance(block, dict) and block.get("type") == "tool_use":
-                call.tool_use_ids.add(block.get("id") or len(call.tool_use_ids))
-
-
-def _merge(call: _Call, usage_payload: object, ts: object, message: dict) -> None:
-    """Fold a repeated content-block line into its response: keep the largest output_tokens."""
-    output = _usage_output(usage_payload)
-    if isinstance(usage_payload, dict) and output >= call.output_tokens:
-        call.usage_payload, call.output_tokens = usage_payload, output
-    if isinstance(ts, str):
-        call.last_ts = ts
-    _add_tool_uses(call, message)
+                tool_ids.add(text(block.get("id"), "tool_use.id") or len(tool_ids))
+    return _Call(
+        key=key,
+        session_id=session_id,
+        is_subagent=is_subagent,
+        lineno=lineno,
+        model=model,
+        provider=provider,
+        usage=usage,
+        output_tokens=usage.output_tokens if usage is not None else -1,
+        first=when,
+        last=when,
+        cost_usd=source_number(obj.get("costUSD"), "costUSD"),
+        tool_use_ids=tool_ids,
+    )
 
 
 def _finish(call: _Call, sessions: dict[str, _Session], options: ImportOptions,
-            turns: dict[tuple, int], path: Path, report: ImportReport) -> tuple:
+            turns: dict[tuple, int]) -> Iterator[tuple]:
+    """The ``model_calls`` row of a complete response; the session counts it once it is valid."""
     session = sessions[call.session_id]
-    if session.task_type is None:
-        session.task_type = _task_type(session, options)
-    try:
-        usage = normalize_usage(call.usage_payload, provider=call.provider)
-    except ValueError as error:
-        report.bad_line(path, call.lineno, f"unreadable usage ({error}); call kept as unknown")
-        usage = None
-    session.calls += 1
-    session.tool_calls += len(call.tool_use_ids)
+    task_type = session.task_type or _task_type(session, options)
     counter = (call.session_id, call.is_subagent)
-    turns[counter] = turns.get(counter, 0) + 1
-    start, end = parse_iso(call.first_ts), parse_iso(call.last_ts)
+    turn = turns.get(counter, 0) + 1
+    usage = call.usage
     cost = call.cost_usd if call.cost_usd is not None else price(call.model, usage, call.provider)
     row = {
         "span_id": stable_id(NAME, call.session_id, *call.key),
         "run_id": f"{NAME}:{call.session_id}",
         "source": SOURCE,
         "service_name": SERVICE,
-        "task_type": session.task_type,
+        "task_type": task_type,
         "operation_name": semconv.OPERATION_CHAT,
         "provider_name": call.provider,
         "request_model": call.model,
         "response_model": call.model,
-        "start_utc": start,
-        "end_utc": end,
-        "duration_s": seconds_between(start, end),
-        "turn": turns[counter],
-        "cost_usd": cost if usage is not None or call.cost_usd is not None else None,
+        "start_utc": call.first,
+        "end_utc": call.last,
+        "duration_s": seconds_between(call.first, call.last),
+        "turn": turn,
+        "cost_usd": cost,
         "is_subagent": call.is_subagent,
         **usage_columns(usage),
     }
-    return "call", row
+    check_row("call", row)
+    session.task_type = task_type
+    session.calls += 1
+    session.tool_calls += len(call.tool_use_ids)
+    turns[counter] = turn
+    yield "call", row
 
 
 FORMAT = ImporterFormat(
     name=NAME,
     description="Claude Code session JSONL (project folders with sessions and subagent files)",
-    patterns=("*.jsonl",),
+    patterns=("*.jsonl",),  # recognised by content (see the module docstring)
     read=read,
 )

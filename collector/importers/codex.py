@@ -20,6 +20,12 @@ Quirks handled (see ../shared/realdata/SOURCES.md §4):
 - A cumulative total that goes down (a counter reset) starts a new baseline: the call's usage is
   that event's ``last_token_usage``.
 
+A file is a Codex rollout when it holds ``session_meta``, ``turn_context`` or ``event_msg``
+lines (``{type, payload}``); any other JSONL (a Claude Code transcript, an OpenHands output)
+adds no run and is listed as a file that held no run of this format. A line with a malformed
+value (a model that is not a string, a token count that is not a whole number >= 0, an
+unparseable timestamp) is reported as ``file:line: reason`` and skipped.
+
 Tool calls: ``function_call``, ``custom_tool_call``, ``local_shell_call`` and ``web_search_call``
 response items. Task type: ``--task-type``, else the basename of the session's ``cwd``, else
 ``codex``. Codex writes no exit status: the stop reason is ``completed``.
@@ -27,7 +33,9 @@ response items. Task type: ``--task-type``, else the basename of the session's `
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator, Sequence
 
@@ -36,11 +44,13 @@ from collector.importers.base import (
     ImporterFormat,
     ImportOptions,
     ImportReport,
+    checked_rows,
     iter_json_lines,
-    parse_iso,
+    parse_timestamp,
     price,
     seconds_between,
     stable_id,
+    text,
     usage_columns,
 )
 from collector.usage import normalize_usage
@@ -54,6 +64,8 @@ _TOOL_ITEMS = {"function_call", "custom_tool_call", "local_shell_call", "web_sea
 _FIELDS = ("input_tokens", "cached_input_tokens", "output_tokens", "reasoning_output_tokens")
 SKIP_HEARTBEAT = "token_count heartbeat without usage (info: null)"
 SKIP_REPEATED_TOTAL = "token_count repeating the previous cumulative total (written twice)"
+#: Line types only Codex rollouts have: a file with none of them is not a rollout.
+_ROLLOUT_TYPES = frozenset({"session_meta", "turn_context", "event_msg"})
 
 
 def _counts(total: object) -> tuple[int, ...] | None:
@@ -78,118 +90,168 @@ def read(paths: Sequence[Path], options: ImportOptions, report: ImportReport) ->
         yield from _read_file(path, options, report)
 
 
-def _read_file(path: Path, options: ImportOptions, report: ImportReport) -> Iterator[tuple]:
-    session_id = None
-    cwd = None
-    model = None
-    provider = "openai"
-    first_ts = last_ts = None
-    tool_calls = 0
+@dataclass
+class _Rollout:
+    """What one rollout file has told so far."""
+
+    path: Path
+    session_id: str | None = None
+    cwd: str | None = None
+    model: str | None = None
+    provider: str = "openai"
+    first: dt.datetime | None = None
+    last: dt.datetime | None = None
+    tool_calls: int = 0
     previous: tuple[int, ...] | None = None
-    calls: list[dict] = []  # buffered only until the session id and task type are known
-    n_calls = 0
-    usage_seen = False
+    n_calls: int = 0
+    usage_seen: bool = False
+    recognised: bool = False
+    waiting: list = field(default_factory=list)  # calls before session_meta (unusual)
 
-    def finish_row(row: dict) -> dict:
-        row["run_id"] = f"{NAME}:{session_id or path.stem}"
-        row["span_id"] = stable_id(NAME, session_id or path.stem, row.pop("_identity"))
-        row["task_type"] = _task_type(cwd, options)
-        return row
+    @property
+    def run_key(self) -> str:
+        return self.session_id or self.path.stem
 
-    for lineno, obj in iter_json_lines(path, report):
-        ts = obj.get("timestamp")
-        if isinstance(ts, str):
-            first_ts = ts if first_ts is None or ts < first_ts else first_ts
-            last_ts = ts if last_ts is None or ts > last_ts else last_ts
-        line_type = obj.get("type")
-        payload = obj.get("payload")
-        if not isinstance(payload, dict):
-            if line_type in ("session_meta", "turn_context", "response_item", "event_msg"):
-                report.bad_line(path, lineno, f"{line_type} line without a 'payload' object")
-            continue
-        if line_type == "session_meta":
-            session_id = session_id or payload.get("id")
-            cwd = cwd or payload.get("cwd")
-            provider = payload.get("model_provider") or provider
-            continue
-        if line_type == "turn_context":
-            model = payload.get("model") or model
-            cwd = cwd or payload.get("cwd")
-            continue
-        if line_type == "response_item":
-            if payload.get("type") in _TOOL_ITEMS:
-                tool_calls += 1
-            continue
-        if line_type != "event_msg" or payload.get("type") != "token_count":
-            continue
-        info = payload.get("info")
-        if info is None:
-            report.skip(SKIP_HEARTBEAT)
-            continue
-        total = _counts(info.get("total_token_usage") if isinstance(info, dict) else None)
-        if total is None:
-            report.bad_line(path, lineno, "token_count without a valid total_token_usage")
-            continue
-        usage_seen = True
-        if total == previous:
-            report.skip(SKIP_REPEATED_TOTAL)
-            continue
-        if previous is not None and all(a >= b for a, b in zip(total, previous)):
-            delta = dict(zip(_FIELDS, (a - b for a, b in zip(total, previous))))
-        elif previous is None:
-            delta = dict(zip(_FIELDS, total))
-        else:
-            log.info("%s:%d: cumulative token total went down; new baseline", path, lineno)
-            last = info.get("last_token_usage")
-            delta = last if isinstance(last, dict) else dict(zip(_FIELDS, total))
-        previous = total
-        try:
-            usage = normalize_usage(delta, provider="openai")
-        except ValueError as error:
-            report.bad_line(path, lineno, f"unreadable usage ({error})")
-            continue
-        n_calls += 1
-        when = parse_iso(ts)
-        row = {
-            "_identity": f"token_count:{lineno}:{ts}",
-            "source": SOURCE,
-            "service_name": SERVICE,
-            "operation_name": semconv.OPERATION_CHAT,
-            "provider_name": provider,
-            "request_model": model,
-            "response_model": model,
-            "start_utc": when,
-            "end_utc": when,
-            "turn": n_calls,
-            "cost_usd": price(model, usage, provider),
-            **usage_columns(usage),
-        }
-        if session_id is None and cwd is None:
-            calls.append(row)  # no session_meta yet (unusual): wait for it
-            continue
-        for pending in calls:
-            yield "call", finish_row(pending)
-        calls.clear()
-        yield "call", finish_row(row)
-    for pending in calls:
-        yield "call", finish_row(pending)
-    if first_ts is None and session_id is None and not n_calls:
+
+def _read_file(path: Path, options: ImportOptions, report: ImportReport) -> Iterator[tuple]:
+    state = _Rollout(path)
+    for lineno, obj in iter_json_lines(path, report, options.max_line_bytes):
+        yield from checked_rows(report, path, lineno, _line(state, lineno, obj, options, report))
+    if not state.recognised:
         report.files_without_runs.append(str(path))
         return
-    start, end = parse_iso(first_ts), parse_iso(last_ts)
-    yield "record", {
-        "run_id": f"{NAME}:{session_id or path.stem}",
+    yield from checked_rows(report, path, None, _finish(state, options))
+
+
+def _line(state: _Rollout, lineno: int, obj: dict, options: ImportOptions,
+          report: ImportReport) -> Iterator[tuple]:
+    """The rows of one rollout line. Everything is read and validated before ``state`` changes,
+    so a rejected line leaves no trace."""
+    when = parse_timestamp(obj.get("timestamp"), "timestamp")
+    line_type = obj.get("type")
+    payload = obj.get("payload")
+    if isinstance(line_type, str) and line_type in _ROLLOUT_TYPES or line_type == "response_item":
+        if not isinstance(payload, dict):
+            raise ValueError(f"{line_type} line without a 'payload' object")
+    elif not state.recognised:
+        return  # not (yet) known to be a rollout: a foreign line adds nothing
+    row = None
+    if line_type == "session_meta":
+        session_id = text(payload.get("id"), "session_meta.payload.id")
+        cwd = text(payload.get("cwd"), "session_meta.payload.cwd")
+        provider = text(payload.get("model_provider"), "session_meta.payload.model_provider")
+    elif line_type == "turn_context":
+        model = text(payload.get("model"), "turn_context.payload.model")
+        cwd = text(payload.get("cwd"), "turn_context.payload.cwd")
+    elif line_type == "event_msg" and payload.get("type") == "token_count":
+        row = _token_count(state, lineno, obj.get("timestamp"), when, payload, report)
+        if row is None:
+            _stamp(state, when)
+            state.recognised = True
+            return
+    # Valid: apply.
+    _stamp(state, when)
+    if line_type in _ROLLOUT_TYPES:
+        state.recognised = True
+    if line_type == "session_meta":
+        state.session_id = state.session_id or session_id
+        state.cwd = state.cwd or cwd
+        state.provider = provider or state.provider
+    elif line_type == "turn_context":
+        state.model = model or state.model
+        state.cwd = state.cwd or cwd
+    elif line_type == "response_item":
+        if payload.get("type") in _TOOL_ITEMS:
+            state.tool_calls += 1
+    if row is None:
+        return
+    usage_row, total = row
+    state.usage_seen = True
+    state.previous = total
+    state.n_calls += 1
+    usage_row["turn"] = state.n_calls
+    if state.session_id is None and state.cwd is None:
+        state.waiting.append(usage_row)  # no session_meta yet (unusual): wait for it
+        return
+    for pending in state.waiting:
+        yield "call", _finish_row(state, pending, options)
+    state.waiting.clear()
+    yield "call", _finish_row(state, usage_row, options)
+
+
+def _stamp(state: _Rollout, when: dt.datetime | None) -> None:
+    if when is not None:
+        state.first = when if state.first is None or when < state.first else state.first
+        state.last = when if state.last is None or when > state.last else state.last
+
+
+def _token_count(state: _Rollout, lineno: int, raw_ts: object, when: dt.datetime | None,
+                 payload: dict, report: ImportReport) -> tuple[dict, tuple] | None:
+    """(call row without run id, cumulative total) of a token_count event, or None when it adds
+    nothing (a heartbeat or a repeated total, counted as skipped). Raises ValueError when the
+    usage is malformed."""
+    info = payload.get("info")
+    if info is None:
+        report.skip(SKIP_HEARTBEAT)
+        return None
+    total = _counts(info.get("total_token_usage") if isinstance(info, dict) else None)
+    if total is None:
+        raise ValueError("token_count without a valid total_token_usage "
+                         "(token counts must be whole numbers >= 0)")
+    previous = state.previous
+    if total == previous:
+        state.usage_seen = True
+        report.skip(SKIP_REPEATED_TOTAL)
+        return None
+    if previous is not None and all(a >= b for a, b in zip(total, previous)):
+        delta = dict(zip(_FIELDS, (a - b for a, b in zip(total, previous))))
+    elif previous is None:
+        delta = dict(zip(_FIELDS, total))
+    else:
+        log.info("%s:%d: cumulative token total went down; new baseline", state.path, lineno)
+        last = info.get("last_token_usage")
+        delta = last if isinstance(last, dict) else dict(zip(_FIELDS, total))
+    usage = normalize_usage(delta, provider="openai")
+    row = {
+        "_identity": f"token_count:{lineno}:{raw_ts}",  # as in earlier versions: stable ids
         "source": SOURCE,
         "service_name": SERVICE,
-        "task_type": _task_type(cwd, options),
+        "operation_name": semconv.OPERATION_CHAT,
+        "provider_name": state.provider,
+        "request_model": state.model,
+        "response_model": state.model,
+        "start_utc": when,
+        "end_utc": when,
+        "cost_usd": price(state.model, usage, state.provider),
+        **usage_columns(usage),
+    }
+    return row, total
+
+
+def _finish_row(state: _Rollout, row: dict, options: ImportOptions) -> dict:
+    row = dict(row)
+    row["run_id"] = f"{NAME}:{state.run_key}"
+    row["span_id"] = stable_id(NAME, state.run_key, row.pop("_identity"))
+    row["task_type"] = _task_type(state.cwd, options)
+    return row
+
+
+def _finish(state: _Rollout, options: ImportOptions) -> Iterator[tuple]:
+    for pending in state.waiting:
+        yield "call", _finish_row(state, pending, options)
+    yield "record", {
+        "run_id": f"{NAME}:{state.run_key}",
+        "source": SOURCE,
+        "service_name": SERVICE,
+        "task_type": _task_type(state.cwd, options),
         "agent_name": SERVICE,
-        "model": model,
-        "start_utc": start,
-        "end_utc": end,
-        "duration_s": seconds_between(start, end),
-        "tool_calls": tool_calls,
+        "model": state.model,
+        "start_utc": state.first,
+        "end_utc": state.last,
+        "duration_s": seconds_between(state.first, state.last),
+        "tool_calls": state.tool_calls,
         "stop_reason": semconv.STOP_COMPLETED,
-        "usage_status": None if usage_seen else semconv.USAGE_UNKNOWN,
+        "usage_status": None if state.usage_seen else semconv.USAGE_UNKNOWN,
     }
 
 
@@ -204,6 +266,6 @@ def _task_type(cwd: str | None, options: ImportOptions) -> str:
 FORMAT = ImporterFormat(
     name=NAME,
     description="Codex CLI rollout JSONL (~/.codex/sessions/**/rollout-*.jsonl)",
-    patterns=("rollout-*.jsonl", "*.jsonl"),
+    patterns=("rollout-*.jsonl", "*.jsonl"),  # recognised by content (see the module docstring)
     read=read,
 )

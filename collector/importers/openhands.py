@@ -20,6 +20,11 @@ Runtime trajectories repeat the same ``model_response`` (same id and usage) on a
 observation and every action of a multi-tool response: calls are deduplicated by
 ``model_response.id``.
 
+A line (or trajectory file) with a malformed value (a cost or token count that is NaN, infinite
+or negative, an id or model that is not a string, a list that is not a list) is reported as
+``file:line: reason`` and skipped whole. A file with no OpenHands run is listed as a file that
+held no run of this format.
+
 Stop reason: no error -> completed; "maximum iteration" -> budget_turns; "budget" ->
 budget_cost; any other error -> failed. Task type: ``--task-type``, else the benchmark from
 ``metadata.dataset`` (its last ``__`` segment without ``.jsonl``), else ``openhands-resolver`` or
@@ -37,6 +42,7 @@ from collector.importers.base import (
     ImporterFormat,
     ImportOptions,
     ImportReport,
+    checked_rows,
     from_unix,
     iter_json_lines,
     load_json_document,
@@ -44,7 +50,9 @@ from collector.importers.base import (
     price,
     provider_from_model,
     seconds_between,
+    source_number,
     stable_id,
+    text,
     usage_columns,
 )
 from collector.usage import normalize_usage
@@ -89,30 +97,44 @@ def read(paths: Sequence[Path], options: ImportOptions, report: ImportReport) ->
     for path in paths:
         report.files += 1
         if path.name.endswith((".jsonl", ".jsonl.gz")):
-            for lineno, obj in iter_json_lines(path, report):
-                if not isinstance(obj.get("metrics"), dict):
+            runs = 0
+            for lineno, obj in iter_json_lines(path, report, options.max_line_bytes):
+                if "metrics" not in obj:
                     report.skip(SKIP_NOT_A_RUN)
                     continue
-                yield from _eval_run(path, lineno, obj, options, report)
+                runs += 1
+                yield from checked_rows(report, path, lineno,
+                                        _eval_run(path, lineno, obj, options, report))
+            if not runs:
+                report.files_without_runs.append(str(path))
         else:
-            events = load_json_document(path, report)
+            events = load_json_document(path, report, options.max_line_bytes)
             if events is None:
                 continue
             if not isinstance(events, list):  # e.g. metadata.json beside output.jsonl
                 report.skip(SKIP_NOT_TRAJECTORY)
                 report.files_without_runs.append(str(path))
                 continue
-            yield from _trajectory(path, events, options, report)
+            yield from checked_rows(report, path, None,
+                                    _trajectory(path, events, options, report))
 
 
-def _number(value: object) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    return float(value)
+def _objects(value: object, name: str) -> list:
+    """A list of objects from a source field (None -> []); raises ValueError naming the field."""
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise ValueError(f"{name} must be a list, got {type(value).__name__}")
+    for index, item in enumerate(value):
+        if not isinstance(item, dict):
+            raise ValueError(f"{name}[{index}] must be an object, got {type(item).__name__}")
+    return value
 
 
-def _cost_of(entry: object) -> float | None:
-    return _number(entry.get("cost")) if isinstance(entry, dict) else _number(entry)
+def _cost_of(entry: object, name: str) -> float | None:
+    if isinstance(entry, dict):
+        return source_number(entry.get("cost"), f"{name}.cost")
+    return source_number(entry, name)
 
 
 def _history_span(history: object) -> tuple:
@@ -134,16 +156,22 @@ def _tool_calls(events: object) -> int:
 
 def _eval_run(path: Path, lineno: int, obj: dict, options: ImportOptions, report: ImportReport):
     metrics, metadata = obj["metrics"], obj.get("metadata")
+    if not isinstance(metrics, dict):
+        raise ValueError(f"metrics must be an object, got {type(metrics).__name__}")
     metadata = metadata if isinstance(metadata, dict) else {}
     issue = obj.get("issue") if isinstance(obj.get("issue"), dict) else None
-    if obj.get("instance_id"):
-        instance = str(obj["instance_id"])
+    instance_id = obj.get("instance_id")
+    if instance_id is not None and (isinstance(instance_id, bool)
+                                    or not isinstance(instance_id, (str, int))):
+        raise ValueError(f"instance_id must be a string, got {type(instance_id).__name__}")
+    if instance_id:
+        instance = str(instance_id)
     elif issue:
         instance = f"{issue.get('owner')}/{issue.get('repo')}#{issue.get('number')}"
     else:
         instance = f"{path.name}:{lineno}"
     llm = metadata.get("llm_config") if isinstance(metadata.get("llm_config"), dict) else {}
-    configured_model = llm.get("model")
+    configured_model = text(llm.get("model"), "metadata.llm_config.model")
     run_key = stable_id(instance, metadata.get("eval_output_dir"), configured_model,
                         metadata.get("start_time"))
     run_id = f"{NAME}:{instance}:{run_key[:12]}"
@@ -152,28 +180,36 @@ def _eval_run(path: Path, lineno: int, obj: dict, options: ImportOptions, report
     base = {"run_id": run_id, "source": SOURCE, "service_name": SERVICE, "task_type": task_type,
             "operation_name": semconv.OPERATION_CHAT}
 
-    usages = [u for u in metrics.get("token_usages") or [] if isinstance(u, dict)]
-    costs = [_cost_of(c) for c in metrics.get("costs") or []]
-    latencies = {l.get("response_id"): l for l in metrics.get("response_latencies") or []
-                 if isinstance(l, dict)}
-    accumulated = _number(metrics.get("accumulated_cost"))
+    usages = _objects(metrics.get("token_usages"), "metrics.token_usages")
+    raw_costs = metrics.get("costs")
+    if raw_costs is not None and not isinstance(raw_costs, list):
+        raise ValueError(f"metrics.costs must be a list, got {type(raw_costs).__name__}")
+    costs = [_cost_of(c, f"metrics.costs[{i}]") for i, c in enumerate(raw_costs or [])]
+    latencies = {}
+    for i, entry in enumerate(_objects(metrics.get("response_latencies"),
+                                       "metrics.response_latencies")):
+        name = f"metrics.response_latencies[{i}]"
+        text(entry.get("model"), f"{name}.model")
+        source_number(entry.get("latency"), f"{name}.latency")
+        latencies[text(entry.get("response_id"), f"{name}.response_id")] = entry
+    accumulated = source_number(metrics.get("accumulated_cost"), "metrics.accumulated_cost")
     source_priced = bool(costs) or bool(accumulated)
     per_call_costs = costs if len(costs) == max(len(usages), len(costs)) else []
 
     calls = 0
     seen_ids = set()
     for index, entry in enumerate(usages):
-        model = entry.get("model") or configured_model
+        name = f"metrics.token_usages[{index}]"
+        model = text(entry.get("model"), f"{name}.model") or configured_model
         provider = provider_from_model(model)
         try:
             usage = normalize_usage(entry)
         except ValueError as error:
-            report.bad_line(path, lineno, f"metrics.token_usages[{index}]: {error}")
-            usage = None
-        response_id = entry.get("response_id") or None
+            raise ValueError(f"{name}: {error}") from None
+        response_id = text(entry.get("response_id"), f"{name}.response_id") or None
         seen_ids.add(response_id)
-        latency = _number((latencies.get(response_id) or {}).get("latency")) if response_id \
-            else None
+        latency = source_number((latencies.get(response_id) or {}).get("latency"), "latency") \
+            if response_id else None
         if per_call_costs:
             cost = per_call_costs[index]
         else:
@@ -203,7 +239,7 @@ def _eval_run(path: Path, lineno: int, obj: dict, options: ImportOptions, report
             "provider_name": provider_from_model(latency.get("model") or configured_model),
             "request_model": configured_model,
             "response_model": latency.get("model"),
-            "duration_s": _number(latency.get("latency")),
+            "duration_s": source_number(latency.get("latency"), "latency"),
             "turn": calls,
             "cost_usd": costs[cost_index] if cost_index < len(costs) else None,
             **usage_columns(None),
@@ -217,7 +253,7 @@ def _eval_run(path: Path, lineno: int, obj: dict, options: ImportOptions, report
         "source": SOURCE,
         "service_name": SERVICE,
         "task_type": task_type,
-        "agent_name": metadata.get("agent_class") or SERVICE,
+        "agent_name": text(metadata.get("agent_class"), "metadata.agent_class") or SERVICE,
         "model": configured_model,
         "start_utc": start,
         "end_utc": end,
@@ -248,18 +284,18 @@ def _trajectory(path: Path, events: list, options: ImportOptions, report: Import
         response = meta.get("model_response") if isinstance(meta, dict) else None
         if not isinstance(response, dict):
             continue
-        response_id = response.get("id")
+        name = f"events[{index}].tool_call_metadata.model_response"
+        response_id = text(response.get("id"), f"{name}.id")
         if response_id in seen:
             report.skip(SKIP_REPEATED_RESPONSE)
             continue
         seen.add(response_id)
-        model = response.get("model")
+        model = text(response.get("model"), f"{name}.model")
         models.append(model)
         try:
             usage = normalize_usage(response.get("usage"))
         except ValueError as error:
-            report.bad_line(path, None, f"events[{index}].model_response.usage: {error}")
-            usage = None
+            raise ValueError(f"{name}.usage: {error}") from None
         when = parse_iso(event.get("timestamp")) or from_unix(response.get("created"))
         provider = provider_from_model(model)
         calls += 1

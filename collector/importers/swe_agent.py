@@ -15,6 +15,9 @@ cached tokens) and ``extra.cost``. ``info.model_stats.api_calls`` also counts fa
 left no message: those become calls with unknown usage (``error_type`` from the exit status). The
 run's cost is ``instance_cost`` (equal to the sum of ``extra.cost``).
 
+A file with a malformed value (a cost or token count that is NaN, infinite or negative, a model
+that is not a string) is reported as ``file: reason`` and skipped whole.
+
 Exit status -> stop reason: ``submitted`` -> completed; ``exit_cost`` / cost limit -> budget_cost;
 ``exit_context`` -> budget_tokens; step limit / ``exit_total_execution_time`` -> budget_turns /
 budget_time; errors and timeouts -> failed (retryable for server errors and timeouts).
@@ -35,11 +38,14 @@ from collector.importers.base import (
     ImporterFormat,
     ImportOptions,
     ImportReport,
+    checked_rows,
     from_unix,
     load_json_document,
     price,
     provider_from_model,
+    source_number,
     stable_id,
+    text,
     usage_columns,
 )
 from collector.usage import normalize_usage
@@ -51,6 +57,8 @@ SOURCE = semconv.SOURCE_IMPORT_PREFIX + NAME
 SWE_AGENT = "swe-agent"
 MINI = "mini-swe-agent"
 SKIP_NOT_TRAJECTORY = "file is not a SWE-agent or mini-swe-agent trajectory"
+#: Most calls without a message (failed calls) one mini-swe-agent run may add.
+MAX_FAILED_CALLS = 10_000
 _RETRYABLE_WORDS = ("internalservererror", "timeout", "ratelimit", "apiconnection", "serviceunavailable")
 
 
@@ -85,13 +93,14 @@ def read(paths: Sequence[Path], options: ImportOptions, report: ImportReport) ->
     """Yield rows for each trajectory file: calls (mini-swe-agent) and one run record."""
     for path in paths:
         report.files += 1
-        document = load_json_document(path, report)
+        document = load_json_document(path, report, options.max_line_bytes)
         if document is None:
             continue
         if isinstance(document, dict) and isinstance(document.get("messages"), list):
-            yield from _mini(path, document, options, report)
+            yield from checked_rows(report, path, None, _mini(path, document, options, report))
         elif isinstance(document, dict) and isinstance(document.get("trajectory"), list):
-            yield from _swe_agent(path, document, options, report)
+            yield from checked_rows(report, path, None,
+                                    _swe_agent(path, document, options, report))
         else:
             report.skip(SKIP_NOT_TRAJECTORY)
             report.files_without_runs.append(str(path))
@@ -114,19 +123,15 @@ def _folder_dataset(path: Path) -> tuple[str | None, str | None]:
     return None, None
 
 
-def _number(value: object) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    return float(value)
-
-
 def _swe_agent(path: Path, doc: dict, options: ImportOptions, report: ImportReport):
     info = doc.get("info") if isinstance(doc.get("info"), dict) else {}
     stats = info.get("model_stats") if isinstance(info.get("model_stats"), dict) else {}
     model, dataset = _folder_dataset(path)
-    sent, received = _number(stats.get("tokens_sent")), _number(stats.get("tokens_received"))
-    api_calls = _number(stats.get("api_calls"))
-    cost = _number(stats.get("instance_cost"))
+    sent = source_number(stats.get("tokens_sent"), "info.model_stats.tokens_sent", integer=True)
+    received = source_number(stats.get("tokens_received"), "info.model_stats.tokens_received",
+                             integer=True)
+    api_calls = source_number(stats.get("api_calls"), "info.model_stats.api_calls", integer=True)
+    cost = source_number(stats.get("instance_cost"), "info.model_stats.instance_cost")
     known = bool(sent or received)  # replays and demonstrations report 0 tokens: no usage
     reason, retryable = stop_reason(info.get("exit_status"))
     run_id = f"{NAME}:{path.parent.name}/{_stem(path)}"
@@ -163,7 +168,7 @@ def _mini(path: Path, doc: dict, options: ImportOptions, report: ImportReport):
     config = info.get("config") if isinstance(info.get("config"), dict) else {}
     model_config = config.get("model") if isinstance(config.get("model"), dict) else {}
     agent_config = config.get("agent") if isinstance(config.get("agent"), dict) else {}
-    configured_model = model_config.get("model_name")
+    configured_model = text(model_config.get("model_name"), "info.config.model.model_name")
     exit_status = info.get("exit_status")
     instance = doc.get("instance_id") or _stem(path)
     run_id = f"{MINI}:{path.parent.name}/{_stem(path)}"
@@ -178,14 +183,14 @@ def _mini(path: Path, doc: dict, options: ImportOptions, report: ImportReport):
         extra = message.get("extra") if isinstance(message.get("extra"), dict) else {}
         response = extra.get("response") if isinstance(extra.get("response"), dict) else {}
         tool_calls += len(message.get("tool_calls") or [])
-        model = response.get("model") or configured_model
+        name = f"messages[{index}].extra"
+        model = text(response.get("model"), f"{name}.response.model") or configured_model
         provider = provider_from_model(configured_model, default=None)
         try:
             usage = normalize_usage(response.get("usage"), provider=provider)
         except ValueError as error:
-            report.bad_line(path, None, f"messages[{index}]: unreadable usage ({error})")
-            usage = None
-        cost = _number(extra.get("cost"))
+            raise ValueError(f"{name}.response.usage: {error}") from None
+        cost = source_number(extra.get("cost"), f"{name}.cost")
         when = from_unix(extra.get("timestamp")) or from_unix(response.get("created"))
         first = when if first is None or (when and when < first) else first
         last = when if last is None or (when and when > last) else last
@@ -202,8 +207,13 @@ def _mini(path: Path, doc: dict, options: ImportOptions, report: ImportReport):
             "cost_usd": cost if cost is not None else price(model, usage, provider),
             **usage_columns(usage),
         }
-    api_calls = _number(stats.get("api_calls"))
+    api_calls = source_number(stats.get("api_calls"), "info.model_stats.api_calls", integer=True)
     failed = int(api_calls) - calls if api_calls is not None and api_calls > calls else 0
+    if failed > MAX_FAILED_CALLS:
+        raise ValueError(
+            f"info.model_stats.api_calls is not a plausible run: more than {MAX_FAILED_CALLS} "
+            f"calls without a message (api_calls {api_calls}, messages {calls})"
+        )
     for extra_index in range(failed):
         calls += 1
         yield "call", {
@@ -216,7 +226,7 @@ def _mini(path: Path, doc: dict, options: ImportOptions, report: ImportReport):
             "cost_usd": None,
             **usage_columns(None),
         }
-    cost = _number(stats.get("instance_cost"))
+    cost = source_number(stats.get("instance_cost"), "info.model_stats.instance_cost")
     reason, retryable = stop_reason(
         exit_status, steps=calls, step_limit=agent_config.get("step_limit"),
         cost=cost, cost_limit=agent_config.get("cost_limit"),

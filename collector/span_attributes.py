@@ -1,0 +1,191 @@
+"""The allow-list of span attributes the mapping reads, and their readers and validators.
+
+``read_attributes`` turns a repeated OTLP ``KeyValue`` into ``{key: plain value}`` in one pass,
+keeping only allow-listed keys (content attributes such as prompts are never materialised).
+The validators (``count``, ``amount``, ``choice``, ``text``) check one value and raise
+``SpanRejected`` with a message naming the attribute and the rule. Used by
+``collector.mapping``; no I/O.
+"""
+
+from __future__ import annotations
+
+import math
+
+from collector import semconv as sc
+
+#: (row field, attribute names in precedence order).
+TOKEN_SOURCES = (
+    ("input_tokens", (sc.GEN_AI_USAGE_INPUT_TOKENS, sc.GEN_AI_USAGE_PROMPT_TOKENS,
+                      sc.LLM_TOKEN_COUNT_PROMPT)),
+    ("output_tokens", (sc.GEN_AI_USAGE_OUTPUT_TOKENS, sc.GEN_AI_USAGE_COMPLETION_TOKENS,
+                       sc.LLM_TOKEN_COUNT_COMPLETION)),
+    ("total_tokens", (sc.LLM_USAGE_TOTAL_TOKENS, sc.LLM_TOKEN_COUNT_TOTAL)),
+    ("cache_read_tokens", (sc.GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS,
+                           sc.GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS_OPENLLMETRY,
+                           sc.LLM_TOKEN_COUNT_CACHE_READ)),
+    ("cache_write_tokens", (sc.GEN_AI_USAGE_CACHE_CREATION_INPUT_TOKENS,
+                            sc.GEN_AI_USAGE_CACHE_CREATION_INPUT_TOKENS_OPENLLMETRY,
+                            sc.LLM_TOKEN_COUNT_CACHE_WRITE)),
+    ("reasoning_tokens", (sc.GEN_AI_USAGE_REASONING_OUTPUT_TOKENS, sc.LLM_TOKEN_COUNT_REASONING)),
+)
+USAGE_KEYS = frozenset(name for _, names in TOKEN_SOURCES for name in names)
+#: (record field, attribute, integral?).
+LIMITS = (
+    ("limit_total_tokens", sc.BUDGET_LIMIT_TOTAL_TOKENS, True),
+    ("limit_input_tokens", sc.BUDGET_LIMIT_INPUT_TOKENS, True),
+    ("limit_output_tokens", sc.BUDGET_LIMIT_OUTPUT_TOKENS, True),
+    ("limit_turns", sc.BUDGET_LIMIT_TURNS, True),
+    ("limit_tool_calls", sc.BUDGET_LIMIT_TOOL_CALLS, True),
+    ("limit_duration_s", sc.BUDGET_LIMIT_DURATION_S, False),
+    ("limit_cost_usd", sc.BUDGET_LIMIT_COST_USD, False),
+)
+EVENT_COUNTS = (
+    ("reserved_tokens", sc.BUDGET_RESERVED_TOKENS),
+    ("used_tokens", sc.BUDGET_USED_TOKENS),
+    ("remaining_tokens", sc.BUDGET_REMAINING_TOKENS),
+)
+_TEXT_KEYS = (
+    sc.GEN_AI_OPERATION_NAME, sc.GEN_AI_PROVIDER_NAME, sc.GEN_AI_SYSTEM, sc.GEN_AI_REQUEST_MODEL,
+    sc.GEN_AI_RESPONSE_MODEL, sc.GEN_AI_AGENT_NAME, sc.GEN_AI_TOOL_NAME, sc.ERROR_TYPE,
+    sc.OPENINFERENCE_SPAN_KIND, sc.LLM_MODEL_NAME, sc.LLM_PROVIDER, sc.LLM_SYSTEM,
+    sc.LLM_REQUEST_MODEL, sc.LLM_RESPONSE_MODEL, sc.TOOL_NAME, sc.BUDGET_RUN_ID,
+    sc.BUDGET_TASK_TYPE, sc.BUDGET_STOP_REASON, sc.BUDGET_USAGE_STATUS, sc.BUDGET_FROM_MODEL,
+    sc.BUDGET_TO_MODEL, sc.BUDGET_REASON,
+)
+_AMOUNT_KEYS = (sc.GEN_AI_USAGE_INPUT_COST, sc.GEN_AI_USAGE_OUTPUT_COST, sc.BUDGET_COST_USD,
+                sc.BUDGET_PERCENT, sc.BUDGET_LIMIT_DURATION_S, sc.BUDGET_LIMIT_COST_USD)
+_COUNT_KEYS = (tuple(USAGE_KEYS) + tuple(key for _, key, integral in LIMITS if integral)
+               + tuple(key for _, key in EVENT_COUNTS)
+               + (sc.BUDGET_TURN, sc.BUDGET_TURNS, sc.BUDGET_TOOL_CALLS))
+
+#: allow-listed key -> the ``AnyValue`` field its value usually arrives in (the fast path of
+#: ``read_attributes``; a value of another type is still read, through ``WhichOneof``).
+_USUAL_FIELD = {
+    **dict.fromkeys(_TEXT_KEYS, "string_value"),
+    **dict.fromkeys(_AMOUNT_KEYS, "double_value"),
+    **dict.fromkeys(_COUNT_KEYS, "int_value"),
+    sc.BUDGET_RETRYABLE: "bool_value",
+}
+#: The only span attributes ever read (the allow-list that keeps content out of the store).
+ALLOWED_ATTRIBUTES = frozenset(_USUAL_FIELD)
+
+
+class SpanRejected(ValueError):
+    """One span is invalid; the message names the attribute and the rule."""
+
+
+def read_attributes(key_values) -> dict:
+    """Allow-listed attributes of a repeated ``KeyValue`` as ``{key: str | int | float | bool |
+    ArrayValue | KeyValueList | bytes}``; keys outside the allow-list and empty values are
+    skipped; a repeated key keeps its last non-empty value.
+
+    Fast path: a truthy value in the key's usual field means the ``value`` oneof holds that
+    field, so ``WhichOneof`` is asked only for falsy or differently typed values.
+    """
+    out = {}
+    usual = _USUAL_FIELD.get
+    for kv in key_values:
+        key = kv.key
+        field = usual(key)
+        if field is None:
+            continue
+        value = kv.value
+        got = getattr(value, field)
+        if got:
+            out[key] = got
+        else:
+            which = value.WhichOneof("value")
+            if which is not None:
+                out[key] = getattr(value, which)
+    return out
+
+
+def count(attrs: dict, key: str):
+    """``attrs[key]`` as a non-negative int (int, integral float or digit string); None when
+    absent. Raises SpanRejected otherwise."""
+    value = attrs.get(key)
+    if value is None:
+        return None
+    kind = type(value)
+    if kind is int:
+        if value >= 0:
+            return value
+    elif kind is float:
+        if math.isfinite(value) and value >= 0 and value.is_integer():
+            return int(value)
+    elif kind is str:
+        if value.isascii() and value.isdigit():
+            return int(value)
+    raise SpanRejected(f"attribute {key} must be a non-negative integer (got {str(value)[:40]!r})")
+
+
+def first_count(attrs: dict, keys):
+    """``count`` of the first of ``keys`` present in ``attrs`` (None when none is)."""
+    for key in keys:
+        if key in attrs:
+            return count(attrs, key)
+    return None
+
+
+_NO_TOKENS = (None,) * len(TOKEN_SOURCES)
+
+
+def token_counts(attrs: dict) -> tuple:
+    """Counts in ``TOKEN_SOURCES`` order (None when absent), each from its first name present."""
+    if USAGE_KEYS.isdisjoint(attrs):
+        return _NO_TOKENS
+    out = []
+    for _, names in TOKEN_SOURCES:
+        found = None
+        for key in names:
+            if key in attrs:
+                value = attrs[key]
+                found = value if type(value) is int and value >= 0 else count(attrs, key)
+                break
+        out.append(found)
+    return tuple(out)
+
+
+def amount(attrs: dict, key: str):
+    """``attrs[key]`` as a non-negative finite float (number or numeric string); None when
+    absent. Raises SpanRejected otherwise."""
+    value = attrs.get(key)
+    if value is None:
+        return None
+    kind = type(value)
+    if (kind is float or kind is int) and value >= 0 and math.isfinite(value):
+        return float(value)
+    if kind is str:
+        try:
+            number = float(value)
+        except ValueError:
+            number = -1.0
+        if math.isfinite(number) and number >= 0:
+            return number
+    raise SpanRejected(f"attribute {key} must be a non-negative number (got {str(value)[:40]!r})")
+
+
+def choice(attrs: dict, key: str, allowed: tuple):
+    """``attrs[key]`` when it is one of ``allowed`` (None when absent); raises SpanRejected."""
+    value = attrs.get(key)
+    if value is None or value in allowed:
+        return value
+    raise SpanRejected(
+        f"attribute {key} must be one of {', '.join(allowed)} (got {str(value)[:40]!r})")
+
+
+def text(attrs: dict, key: str):
+    """``attrs[key]`` as text of at most 200 characters; None when absent or empty."""
+    value = attrs.get(key)
+    if value is None or value == "":
+        return None
+    return value[:200] if type(value) is str else str(value)[:200]
+
+
+def first_text(attrs: dict, *keys: str):
+    """``text`` of the first of ``keys`` with a non-empty value (None when none has one)."""
+    for key in keys:
+        value = attrs.get(key)
+        if value is not None and value != "":
+            return str(value)[:200]
+    return None
