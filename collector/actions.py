@@ -80,8 +80,12 @@ class BudgetExceeded(Exception):
 
     ``reason``: a ``budget_*`` stop reason; ``limit``: the limit that was hit (tokens, count,
     seconds or USD); ``used``: the amount used so far (same unit, reservations included);
-    ``requested``: the amount this check asked for (0 when the limit is already spent).
-    The one deliberate raise into an agent loop.
+    ``requested``: the amount this check asked for (0 when the limit is already spent);
+    ``detail``: which limit or rule, when the numbers alone do not say it.
+    The message states what happened: ``used U + requested R > limit L`` when the request does
+    not fit, ``used U reached limit L`` when the limit is already spent, and ``limit 0 allows
+    nothing`` for a limit of 0 (a valid limit: nothing of that kind may be spent).
+    The one deliberate raise into an agent loop. Picklable (crosses process pools).
     """
 
     def __init__(self, reason: str, limit: float, used: float, requested: float = 0, detail: str = ""):
@@ -89,16 +93,30 @@ class BudgetExceeded(Exception):
         self.limit = limit
         self.used = used
         self.requested = requested
-        message = f"{reason}: used {used:,} + requested {requested:,} > limit {limit:,}"
+        self.detail = detail
+        if limit == 0:
+            message = f"{reason}: limit 0 allows nothing"
+        elif requested and used + requested > limit:
+            message = f"{reason}: used {used:,} + requested {requested:,} > limit {limit:,}"
+        else:
+            message = f"{reason}: used {used:,} reached limit {limit:,}"
         super().__init__(message + (f" ({detail})" if detail else ""))
+
+    def __reduce__(self):
+        return type(self), (self.reason, self.limit, self.used, self.requested, self.detail)
 
 
 class Reservation(NamedTuple):
     """A token reservation for one model call, returned by ``RunBudget.reserve``.
 
-    Settle it with ``record(usage, reservation=...)`` (usage replaces it) or ``release(...)``
-    (the call failed before spending). ``start_ns``: wall clock (ns since epoch) at reserve time,
-    used as the model-call span's start.
+    Settle it once, with ``record(usage, reservation=...)`` (usage replaces it) or
+    ``release(...)`` (the call failed before spending). ``tokens``: the estimate (input +
+    output); ``turn``: the turn number it was admitted as (completed calls plus open
+    reservations; the recorded call is numbered in completion order); ``start_ns``: wall clock
+    (ns since epoch) at reserve time, used as the model-call span's start; ``output_tokens``:
+    the part of ``tokens`` reserved as output (0 when the estimate was not split: it then counts
+    as input); ``cost_usd``: its estimated worst-case cost (USD; 0.0 without a cost limit or a
+    price); ``run_id``: the run it belongs to.
     """
 
     id: int
@@ -106,6 +124,9 @@ class Reservation(NamedTuple):
     turn: int
     model: str | None
     start_ns: int
+    output_tokens: int = 0
+    cost_usd: float = 0.0
+    run_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

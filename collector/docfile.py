@@ -9,13 +9,19 @@ from pathlib import Path
 def load_document(path, what: str) -> object:
     """Return the parsed document at ``path`` (a mapping, usually).
 
-    ``what`` names the file in errors ("preset file", "price file"). Raises ValueError for an
-    extension other than .yaml, .yml, .toml or .json, or a document that does not parse;
+    ``what`` names the file in errors ("preset file", "price file"). The file is UTF-8 text; a
+    leading byte-order mark is ignored. Raises ValueError naming the file for an extension other
+    than .yaml, .yml, .toml or .json, text that is not UTF-8, or a document that does not parse;
     FileNotFoundError when the file is missing.
     """
     p = Path(path)
     suffix = p.suffix.lower()
-    text = p.read_text(encoding="utf-8")
+    if suffix not in (".yaml", ".yml", ".toml", ".json"):
+        raise ValueError(f"{p}: {what} extension must be .yaml, .yml, .toml or .json, got {suffix!r}")
+    try:
+        text = p.read_bytes().decode("utf-8-sig")
+    except UnicodeDecodeError as error:
+        raise ValueError(f"{p}: a {what} must be UTF-8 text: {error}") from error
     try:
         if suffix in (".yaml", ".yml"):
             import yaml
@@ -25,10 +31,6 @@ def load_document(path, what: str) -> object:
             import tomllib
 
             return tomllib.loads(text)
-        if suffix == ".json":
-            return json.loads(text)
-    except ValueError as error:  # JSONDecodeError and TOMLDecodeError are ValueErrors
+        return json.loads(text)
+    except Exception as error:  # JSONDecodeError, TOMLDecodeError, yaml.YAMLError, ...
         raise ValueError(f"{p}: not a valid {what}: {error}") from error
-    except Exception as error:  # yaml.YAMLError
-        raise ValueError(f"{p}: not a valid {what}: {error}") from error
-    raise ValueError(f"{p}: {what} extension must be .yaml, .yml, .toml or .json, got {suffix!r}")

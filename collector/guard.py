@@ -11,7 +11,9 @@ Check before spending, record after::
 
 All state changes happen under one lock, so reservations are atomic across threads, and, as no
 method awaits, across asyncio tasks too. ``BudgetExceeded`` is the only exception raised into the
-loop on purpose; callbacks and telemetry failures are logged, never raised.
+loop on purpose; callbacks, telemetry and pricing failures are logged, never raised. Misuse is
+raised at once: ``ValueError`` for a bad argument or a reservation settled twice or by another
+run, ``RuntimeError`` for a step after ``finish()``.
 """
 
 from __future__ import annotations
@@ -35,10 +37,10 @@ from collector.actions import (
     Reservation,
     RunResult,
 )
-from collector.events import EventDispatcher, OnEvent
+from collector.events import EventDispatcher, OnEvent, as_callbacks
 from collector.ledger import RunLedger
 from collector.limits import DEFAULT_MAX_TOTAL_TOKENS, UNKNOWN_USAGE_POLICIES
-from collector.pricing import cost_usd as _price
+from collector.pricing import check_prices_file, model_rates, paid_call_cost_usd
 from collector.telemetry import RunTelemetry
 from collector.usage import normalize_usage
 
@@ -68,37 +70,29 @@ class RunBudget:
     seconds (injectable for tests). ``tracer``: an OTel tracer (default
     ``opentelemetry.trace.get_tracer("budgetlens")``). ``spend``: an optional
     :class:`collector.spend.SpendTracker` shared by runs of this process. ``provider``: the
-    default ``gen_ai.provider.name``. Raises ``ValueError`` naming a bad argument.
+    default ``gen_ai.provider.name``. ``model_chain``: model names (strings), best first.
+    Raises ``ValueError`` naming a bad argument, and naming the user price file
+    (``BUDGETLENS_PRICES_FILE``) when it is missing or invalid: it is read here, before any
+    call is paid for, not at the first ``record``.
 
-    Limit validation, stop and threshold decisions live in :mod:`collector.limits`, the counters
-    in :class:`collector.ledger.RunLedger`, event delivery in :mod:`collector.events`; this class
+    Validation and stop/threshold decisions are in :mod:`collector.limits`, counters in
+    :class:`collector.ledger.RunLedger`, event delivery in :mod:`collector.events`; this class
     holds the lock, the model chain and the order of checks, records and events.
     """
 
     def __init__(
         self,
-        max_total_tokens: int | None = None,
-        max_input_tokens: int | None = None,
-        max_output_tokens: int | None = None,
-        max_turns: int | None = None,
-        max_tool_calls: int | None = None,
-        max_duration_s: float | None = None,
+        max_total_tokens: int | None = None, max_input_tokens: int | None = None,
+        max_output_tokens: int | None = None, max_turns: int | None = None,
+        max_tool_calls: int | None = None, max_duration_s: float | None = None,
         max_cost_usd: float | None = None,
         *,
-        task_type: str = "default",
-        run_id: str | None = None,
-        agent_name: str | None = None,
+        task_type: str = "default", run_id: str | None = None, agent_name: str | None = None,
         provider: str | None = None,
-        warn_at: float = 0.8,
-        model_chain: Iterable[str] = (),
-        downgrade_at: float = 0.6,
-        summarize_at: float = 0.85,
-        on_event: OnEvent = None,
-        unknown_usage: str = "block",
-        unknown_usage_residual_tokens: int | None = None,
-        clock: Callable[[], float] = time.monotonic,
-        tracer: Any = None,
-        spend: Any = None,
+        warn_at: float = 0.8, model_chain: Iterable[str] = (), downgrade_at: float = 0.6,
+        summarize_at: float = 0.85, on_event: OnEvent = None,
+        unknown_usage: str = "block", unknown_usage_residual_tokens: int | None = None,
+        clock: Callable[[], float] = time.monotonic, tracer: Any = None, spend: Any = None,
     ) -> None:
         limits = lim.resolve_limits({
             "max_total_tokens": max_total_tokens, "max_input_tokens": max_input_tokens,
@@ -106,20 +100,18 @@ class RunBudget:
             "max_tool_calls": max_tool_calls, "max_duration_s": max_duration_s,
             "max_cost_usd": max_cost_usd,
         })
-        for name, value in (("warn_at", warn_at), ("downgrade_at", downgrade_at),
-                            ("summarize_at", summarize_at)):
-            lim.check_fraction(name, value)
-        if unknown_usage not in UNKNOWN_USAGE_POLICIES:
-            raise ValueError(f"unknown_usage must be one of {UNKNOWN_USAGE_POLICIES}, got {unknown_usage!r}")
-        if not isinstance(task_type, str) or not task_type:
-            raise ValueError(f"task_type must be a non-empty string, got {task_type!r}")
-        lim.check_limit("unknown_usage_residual_tokens", unknown_usage_residual_tokens)
+        chain = lim.check_options(task_type=task_type, warn_at=warn_at, downgrade_at=downgrade_at,
+                                  summarize_at=summarize_at, unknown_usage=unknown_usage,
+                                  unknown_usage_residual_tokens=unknown_usage_residual_tokens,
+                                  model_chain=model_chain)
+        callbacks = as_callbacks(on_event)
+        check_prices_file()
         self._limits = limits
         self.task_type = task_type
         self.run_id = run_id or uuid.uuid4().hex
         self.provider = provider
         self.warn_at, self.downgrade_at, self.summarize_at = warn_at, downgrade_at, summarize_at
-        self.model_chain = tuple(model_chain)
+        self.model_chain = chain
         self.unknown_usage = unknown_usage
         self._residual = unknown_usage_residual_tokens
         self._clock = clock
@@ -127,7 +119,7 @@ class RunBudget:
         self._lock = threading.RLock()  # callbacks may read stats()
         self._started = clock()
         self._telemetry = RunTelemetry(tracer, self.run_id, task_type, agent_name, limits)
-        self._dispatch = EventDispatcher(self._telemetry, on_event, self.run_id)
+        self._dispatch = EventDispatcher(self._telemetry, callbacks, self.run_id)
         self._next_id = 0
         self._finished: RunResult | None = None
         self._stop: BudgetExceeded | None = None
@@ -176,15 +168,25 @@ class RunBudget:
             self._emit(Action.STOP, reason=stop.reason)
         raise exc
 
+    def _check_open(self) -> None:
+        if self._finished is not None:
+            raise RuntimeError(f"run {self.run_id} is finished: no turn, reservation, record or "
+                               "tool call after finish()")
+
     def _check_time(self) -> None:
         limit = self._limits["max_duration_s"]
         if limit is not None:  # the clock is read only when there is a time limit
             self._stop_on(lim.time_stop(limit, self._clock() - self._started))
 
     def _check_turns(self) -> None:
-        self._stop_on(lim.count_stop(sc.STOP_BUDGET_TURNS, self._limits["max_turns"], self._use.turns))
+        limit = self._limits["max_turns"]
+        if limit is not None:  # turns: recorded calls plus open reservations
+            use = self._use
+            self._stop_on(lim.count_stop(sc.STOP_BUDGET_TURNS, limit, use.turns + use.open_calls))
 
     def _check_spent(self) -> None:
+        if self._finished is not None:
+            self._check_open()
         self._check_time()
         use = self._use
         self._stop_on(lim.cost_stop(self._limits["max_cost_usd"], use.cost_usd))
@@ -197,47 +199,65 @@ class RunBudget:
                                      use.input_tokens + use.unknown_tokens, use.output_tokens))
 
     def before_turn(self) -> Action:
-        """Check that one more model turn may start (the turn is counted by ``reserve``, or by
-        ``record`` for a call made without a reservation). Returns the advised :class:`Action`
+        """Check that one more model turn may start (a turn is held by ``reserve`` until the call
+        is recorded or released, and counted by ``record``). Returns the advised :class:`Action`
         (CONTINUE, DOWNGRADE once pending, SUMMARIZE while above ``summarize_at``).
 
-        Raises BudgetExceeded when the turn limit, wall time, cost or a token limit is spent.
+        Raises BudgetExceeded when the turn limit, wall time, cost or a token limit is spent;
+        RuntimeError after ``finish()``.
         """
         with self._lock:
             self._check_spent()
             self._check_turns()
             return lim.advice(self._percent(), self.summarize_at)
 
-    def reserve(self, estimated_tokens: int, model: str | None = None) -> Reservation:
-        """Reserve ``estimated_tokens`` (int >= 0, input + output) for one model call, atomically.
+    def reserve(self, estimated_tokens: int, model: str | None = None, *,
+                input_tokens: int | None = None, output_tokens: int | None = None) -> Reservation:
+        """Reserve ``estimated_tokens`` (int >= 0, input + output) for one model call, atomically;
+        it counts as a turn until released.
 
-        Counts one turn (a model call). Raises BudgetExceeded (before the
-        call is sent) when the tokens do not fit the total limit next to use and other open
-        reservations, when any limit is already spent, or when the unknown-usage policy refuses.
+        It must fit every token limit and the cost limit next to use and open reservations.
+        ``input_tokens`` / ``output_tokens`` split the estimate (give one, the other is the rest;
+        e.g. ``output_tokens`` = the request's ``max_tokens``); unsplit, it counts as input, like
+        an unknown-usage charge. Its cost is estimated at ``model``'s price (default
+        :attr:`model`; see :meth:`collector.pricing.ModelRates.estimate`; 0 when unpriced).
+        Raises BudgetExceeded before the call is sent when it does not fit, a limit is spent or
+        the unknown-usage policy refuses; ValueError for a bad estimate or split; RuntimeError
+        after ``finish()``.
         """
-        if isinstance(estimated_tokens, bool) or not isinstance(estimated_tokens, int) or estimated_tokens < 0:
-            raise ValueError(f"estimated_tokens must be an int >= 0, got {estimated_tokens!r}")
+        if input_tokens is None and output_tokens is None and estimated_tokens.__class__ is int \
+                and estimated_tokens >= 0:
+            output = None  # the common case, checked inline (hot path)
+        else:
+            output = lim.split_estimate(estimated_tokens, input_tokens, output_tokens)
+        if model is not None and model.__class__ is not str:
+            lim.check_model(model)
+        model = model or self.model
+        cost = 0.0
+        if self._limits["max_cost_usd"] is not None and model:
+            rates = model_rates(model, self.provider)
+            cost = 0.0 if rates is None else rates.estimate(estimated_tokens, output)
         with self._lock:
             self._check_spent()
-            use, max_total = self._use, self._limits["max_total_tokens"]
-            self._stop_on(lim.unknown_usage_stop(self.unknown_usage, self._residual, max_total,
-                                                 use.unknown_at, use.used_tokens,
-                                                 use.reserved_tokens, estimated_tokens))
-            self._stop_on(lim.reserve_stop(max_total, use.committed_tokens, estimated_tokens))
+            use, limits = self._use, self._limits
+            self._stop_on(lim.unknown_usage_stop(self.unknown_usage, self._residual, limits, use,
+                                                 estimated_tokens)
+                          or lim.reserve_stop(limits, use, estimated_tokens, output or 0, cost))
             self._check_turns()
-            use.turns += 1
             self._next_id += 1
-            res = Reservation(self._next_id, estimated_tokens, use.turns, model or self.model,
-                              time.time_ns())
+            res = Reservation(self._next_id, estimated_tokens, use.turns + len(use.reservations) + 1,
+                              model, time.time_ns(), output or 0, cost, self.run_id)
             use.reserve(res)
             return res
 
     def before_tool_call(self, name: str) -> None:
         """Count one tool call named ``name`` (a tool call span event; arguments never recorded).
 
-        Raises BudgetExceeded when ``max_tool_calls`` calls were made or wall time is spent.
+        Raises BudgetExceeded when ``max_tool_calls`` calls were made or wall time is spent;
+        RuntimeError after ``finish()``.
         """
         with self._lock:
+            self._check_open()
             self._check_time()
             self._stop_on(lim.count_stop(sc.STOP_BUDGET_TOOLS, self._limits["max_tool_calls"],
                                          self._use.tool_calls))
@@ -245,57 +265,56 @@ class RunBudget:
             self._emit(None, name=EVENT_NAME_TOOL_CALL, tool_name=str(name))
 
     # --- recording (never raises for budget reasons) ----------------------------------------
-    def record(
-        self,
-        usage: Any,
-        model: str | None = None,
-        *,
-        reservation: Reservation | None = None,
-        provider: str | None = None,
-        response_model: str | None = None,
-        error_type: str | None = None,
-    ) -> Action:
-        """Record one model call's usage; returns the advised :class:`Action`.
+    def record(self, usage: Any, model: str | None = None, *, reservation: Reservation | None = None,
+               provider: str | None = None, response_model: str | None = None,
+               error_type: str | None = None) -> Action:
+        """Record one model call (one turn); returns the advised :class:`Action`.
 
-        ``usage``: a :class:`Usage`, a raw provider payload or response (normalized with
-        :func:`normalize_usage`), or None when the call ended without usage (error, cut stream):
-        then the reservation is kept as the charge and usage_status becomes ``unknown``.
-        ``reservation``: the one this call settles (default: the oldest open one); reported usage
-        replaces it. ``model``/``provider`` price the call (unpriced models leave cost unknown).
-        Raises ValueError for a malformed payload.
+        ``usage``: a :class:`Usage`, a raw provider payload or response (see
+        :func:`normalize_usage`), or None when the call ended without usage: usage_status becomes
+        ``unknown`` and the call is charged, never 0, as :meth:`RunLedger.add_call` (its
+        reservation, else the run's largest call, else ``DEFAULT_UNKNOWN_CALL_TOKENS``).
+        ``reservation``: the one settled (default: the oldest open one). ``model``/``provider``
+        price the call; a pricing failure is logged and the call counts as unpriced. Raises,
+        before changing anything, ValueError for a malformed payload or model or a reservation
+        that is not open (settled, dropped by ``reset()``, another run's); RuntimeError after
+        ``finish()``.
         """
         provider = provider or self.provider
+        if model is not None and model.__class__ is not str:
+            lim.check_model(model)
         normalized = normalize_usage(usage, provider) if usage is not None else None
         with self._lock:
+            if self._finished is not None:
+                self._check_open()
             use = self._use
-            res = use.settle(reservation)
+            res = use.settle(reservation, self.run_id)
+            model = model or (res.model if res else None)
             reserved = res.tokens if res else 0
-            cost = None
-            if normalized is None:
-                if use.add_unknown(reserved):
-                    log.warning("run %s: call without usage; %d reserved tokens kept as its charge",
-                                self.run_id, reserved)
-            else:
-                cost = _price(model or (res.model if res else None), normalized, provider)
-                use.add_usage(normalized, cost)
-                if cost is not None and self._spend is not None:
-                    self._spend.add(cost)
-            if res is None:
-                use.turns += 1  # a call made without a reservation is still a turn
+            cost = None if normalized is None else paid_call_cost_usd(model, normalized, provider)
+            first_unknown = use.add_call(normalized, cost, reserved)  # a turn; releases are not
+            if first_unknown:
+                log.warning("run %s: call without usage; charged %d tokens", self.run_id, first_unknown)
+            if cost is not None and self._spend is not None:
+                self._spend.add(cost)
             action = self._thresholds()
-            used, remaining, turn = use.used_tokens, self._remaining(), res.turn if res else use.turns
+            used, remaining, turn = use.used_tokens, self._remaining(), use.turns
         if self._telemetry.recording:
             self._telemetry.model_call(
-                model=model or (res.model if res else None), response_model=response_model,
-                provider=provider, turn=turn,
+                model=model, response_model=response_model, provider=provider, turn=turn,
                 start_ns=res.start_ns if res else None, usage=normalized, reserved_tokens=reserved,
                 used_tokens=used, remaining_tokens=remaining, cost_usd=cost, error_type=error_type)
         return action
 
     def release(self, reservation: Reservation) -> None:
-        """Give back a reservation whose call failed before spending anything."""
+        """Give back a reservation whose call failed before spending anything (it is no turn).
+
+        Raises ValueError as :meth:`record` for a reservation that is not open; after
+        ``finish()`` it does nothing (so cleanup code never raises).
+        """
         with self._lock:
-            self._use.settle(reservation)
+            if self._finished is None:
+                self._use.settle(reservation, self.run_id)
 
     # --- thresholds and actions -------------------------------------------------------------
     def _thresholds(self) -> Action:
@@ -349,11 +368,13 @@ class RunBudget:
         return self._finished
 
     def finish(self, stop_reason: str | None = None, error: BaseException | None = None) -> RunResult:
-        """End the run once (later calls return the same result) and end its span.
+        """End the run once (later calls return the same result) and end its span; afterwards
+        ``before_turn``, ``reserve``, ``record`` and ``before_tool_call`` raise RuntimeError.
 
-        ``stop_reason`` defaults to the budget stop raised so far, ``failed`` when ``error`` is
-        given, else ``completed``. Raises ValueError for a reason outside
-        :data:`collector.semconv.STOP_REASONS`.
+        ``stop_reason`` defaults to the budget stop raised so far (even if the agent caught that
+        BudgetExceeded and went on: the budget did stop a step; see
+        :func:`collector.limits.final_stop_reason`), ``failed`` when ``error`` is given, else
+        ``completed``. Raises ValueError for a reason outside :data:`collector.semconv.STOP_REASONS`.
         """
         lim.check_stop_reason(stop_reason)
         with self._lock:
@@ -384,10 +405,11 @@ class RunBudget:
     @classmethod
     def from_preset(cls, task_type: str, path: str, **overrides: Any) -> RunBudget:
         """A guard with the limits of ``task_type`` in a preset file written by ``budgetlens
-        presets`` (YAML/TOML/JSON by extension). ``overrides`` are constructor keywords.
+        presets`` (YAML/TOML/JSON by extension). ``overrides`` are constructor keywords and win
+        over the preset (``max_total_tokens=10_000`` replaces its value, ``None`` removes it).
 
         Raises ValueError naming unknown keys or units, KeyError naming a missing task type.
         """
         from collector.presets_loader import load_preset
 
-        return cls(**load_preset(task_type, path), task_type=task_type, **overrides)
+        return cls(**{**load_preset(task_type, path), **overrides}, task_type=task_type)

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 
 from collector import semconv as sc
 from collector.actions import BudgetStats, Reservation, RunResult
-from collector.limits import limit_share, retryable
+from collector.limits import DEFAULT_UNKNOWN_CALL_TOKENS, limit_share, retryable
 from collector.usage import Usage
 
 __all__ = ["RunLedger"]
@@ -19,14 +19,18 @@ __all__ = ["RunLedger"]
 
 class RunLedger:
     """One run's use: reported usage (tokens), charges of calls without usage (tokens), open
-    reservations (tokens), turns (model calls), tool calls and priced cost (USD).
+    reservations (tokens, of which ``reserved_output_tokens`` reserved as output, and their
+    estimated cost ``reserved_cost_usd``), turns (recorded model calls), tool calls and priced
+    cost (USD).
 
     ``unknown_at``: used tokens when the first call without usage was recorded (None: none was).
     ``unpriced_calls``: calls whose model had no price; the run's cost is then unknown.
+    ``largest_call_tokens``: the largest reservation or reported call so far (tokens).
     """
 
     __slots__ = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens",
-                 "reasoning_tokens", "unknown_tokens", "reservations", "reserved_tokens", "turns",
+                 "reasoning_tokens", "unknown_tokens", "reservations", "reserved_tokens",
+                 "reserved_output_tokens", "reserved_cost_usd", "largest_call_tokens", "turns",
                  "tool_calls", "cost_usd", "unpriced_calls", "unknown_at")
 
     def __init__(self) -> None:
@@ -34,7 +38,8 @@ class RunLedger:
         self.cache_read_tokens = self.cache_write_tokens = self.reasoning_tokens = 0
         self.unknown_tokens = 0  # reservations kept as charges of calls without usage
         self.reservations: dict[int, Reservation] = {}
-        self.reserved_tokens = 0
+        self.reserved_tokens = self.reserved_output_tokens = self.largest_call_tokens = 0
+        self.reserved_cost_usd = 0.0
         self.turns = 0
         self.tool_calls = 0
         self.cost_usd = 0.0
@@ -51,6 +56,28 @@ class RunLedger:
     def committed_tokens(self) -> int:
         """Tokens used plus the tokens of open reservations (int, ≥ 0)."""
         return self.used_tokens + self.reserved_tokens
+
+    @property
+    def committed_input_tokens(self) -> int:
+        """Input tokens used (unknown-usage charges included) plus the input parts of open
+        reservations (an unsplit reservation counts whole as input)."""
+        return (self.input_tokens + self.unknown_tokens + self.reserved_tokens
+                - self.reserved_output_tokens)
+
+    @property
+    def committed_output_tokens(self) -> int:
+        """Output tokens used plus the output parts of open reservations."""
+        return self.output_tokens + self.reserved_output_tokens
+
+    @property
+    def open_calls(self) -> int:
+        """Open reservations: admitted calls that are not recorded or released yet."""
+        return len(self.reservations)
+
+    def unknown_charge(self) -> int:
+        """The conservative charge (tokens, > 0) of a call without usage and without a reservation
+        to keep: the run's largest call so far, or :data:`DEFAULT_UNKNOWN_CALL_TOKENS`."""
+        return self.largest_call_tokens or DEFAULT_UNKNOWN_CALL_TOKENS
 
     @property
     def usage(self) -> Usage:
@@ -105,34 +132,60 @@ class RunLedger:
         """Hold ``reservation`` open (its tokens count against the total until settled)."""
         self.reservations[reservation.id] = reservation
         self.reserved_tokens += reservation.tokens
+        if reservation.output_tokens:
+            self.reserved_output_tokens += reservation.output_tokens
+        if reservation.cost_usd:
+            self.reserved_cost_usd += reservation.cost_usd
+        if reservation.tokens > self.largest_call_tokens:
+            self.largest_call_tokens = reservation.tokens
 
-    def settle(self, reservation: Reservation | None) -> Reservation | None:
-        """Close ``reservation`` (default: the oldest open one). Returns it, or None when it was
-        not open (already settled, or none open)."""
+    def settle(self, reservation: Reservation | None, run_id: str) -> Reservation | None:
+        """Close ``reservation`` (default: the oldest open one; None when none is open) of run
+        ``run_id`` and return it. Raises ValueError for one of another run, or one that is not
+        open (already recorded or released, or dropped by ``reset()``)."""
         if reservation is None:
             if not self.reservations:
                 return None
             reservation = next(iter(self.reservations.values()))
+        elif reservation.__class__ is not Reservation or reservation.run_id != run_id:
+            raise ValueError(f"reservation {reservation!r} was not made by run {run_id}")
         res = self.reservations.pop(reservation.id, None)
-        if res is not None:
-            self.reserved_tokens -= res.tokens
+        if res is None:
+            raise ValueError(f"reservation {reservation.id} of run {run_id} is not open: a "
+                             "reservation is settled once (by record or release); reset() drops "
+                             "open ones")
+        self.reserved_tokens -= res.tokens
+        if res.output_tokens:
+            self.reserved_output_tokens -= res.output_tokens
+        if res.cost_usd:  # back to exactly 0.0 once none is open (no float residue)
+            self.reserved_cost_usd = self.reserved_cost_usd - res.cost_usd if self.reservations else 0.0
         return res
 
-    def add_usage(self, usage: Usage, cost_usd: float | None) -> None:
-        """Add one call's reported usage and its cost (USD; None when the model is unpriced)."""
-        self.input_tokens += usage.input_tokens
-        self.output_tokens += usage.output_tokens
-        self.cache_read_tokens += usage.cache_read_tokens
-        self.cache_write_tokens += usage.cache_write_tokens
-        self.reasoning_tokens += usage.reasoning_tokens
-        if cost_usd is None:
-            self.unpriced_calls += 1
-        else:
-            self.cost_usd += cost_usd
+    def add_call(self, usage: Usage | None, cost_usd: float | None, reserved_tokens: int) -> int | None:
+        """Count one recorded model call (a turn): its reported ``usage`` and ``cost_usd``, or, when
+        ``usage`` is None, a conservative charge, never 0: ``reserved_tokens`` when > 0, else
+        :meth:`unknown_charge` (the run's largest call, else ``DEFAULT_UNKNOWN_CALL_TOKENS``).
+        Returns the charge (tokens) when this is the run's first call without usage, else None."""
+        self.turns += 1
+        if usage is not None:
+            self.input_tokens += usage.input_tokens
+            self.output_tokens += usage.output_tokens
+            self.cache_read_tokens += usage.cache_read_tokens
+            self.cache_write_tokens += usage.cache_write_tokens
+            self.reasoning_tokens += usage.reasoning_tokens
+            if usage.input_tokens + usage.output_tokens > self.largest_call_tokens:
+                self.largest_call_tokens = usage.input_tokens + usage.output_tokens
+            if cost_usd is None:
+                self.unpriced_calls += 1
+            else:
+                self.cost_usd += cost_usd
+            return None
+        charge = reserved_tokens or self.unknown_charge()
+        return charge if self.add_unknown(charge) else None
 
     def add_unknown(self, charged_tokens: int) -> bool:
-        """Charge a call that ended without usage ``charged_tokens`` (its reservation). Returns True
-        for the run's first such call."""
+        """Charge a call that ended without usage ``charged_tokens`` (tokens). Returns True for the
+        run's first such call."""
         self.unknown_tokens += charged_tokens
         if self.unknown_at is not None:
             return False

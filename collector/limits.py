@@ -10,7 +10,7 @@ closed vocabulary of :mod:`collector.semconv`.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any, NamedTuple
 
 from collector import semconv as sc
@@ -19,6 +19,7 @@ from collector.preset_format import LIMIT_KEYS
 
 __all__ = [
     "DEFAULT_MAX_TOTAL_TOKENS",
+    "DEFAULT_UNKNOWN_CALL_TOKENS",
     "LIMIT_KEYS",
     "UNKNOWN_USAGE_POLICIES",
     "WHOLE_NUMBER_LIMITS",
@@ -27,6 +28,8 @@ __all__ = [
     "check_fraction",
     "check_limit",
     "check_limits",
+    "check_model",
+    "check_options",
     "check_stop_reason",
     "count_stop",
     "cost_stop",
@@ -36,6 +39,7 @@ __all__ = [
     "reserve_stop",
     "resolve_limits",
     "retryable",
+    "split_estimate",
     "time_stop",
     "token_stop",
     "unknown_usage_stop",
@@ -46,6 +50,9 @@ DEFAULT_MAX_TOTAL_TOKENS = 64_000
 #: ``block``: after a call with unknown usage no new reservation is admitted (the safe default);
 #: ``residual``: the run may go on, but only within ``unknown_usage_residual_tokens`` more tokens.
 UNKNOWN_USAGE_POLICIES = ("block", "residual")
+#: Charge of a call recorded without usage, without a reservation (or with one of 0 tokens), in a
+#: run that has seen no call yet (tokens); later such calls are charged the run's largest call.
+DEFAULT_UNKNOWN_CALL_TOKENS = 4_000
 #: Limits that may carry a fraction (seconds, USD); every other limit counts tokens or calls.
 _FRACTIONAL_LIMITS = ("max_duration_s", "max_cost_usd")
 #: Limits that count tokens or calls: whole numbers (``2.0`` passes, ``2.5`` does not).
@@ -54,8 +61,9 @@ WHOLE_NUMBER_LIMITS = tuple(k for k in LIMIT_KEYS if k not in _FRACTIONAL_LIMITS
 
 # --- validation ---------------------------------------------------------------------------------
 def check_limit(name: str, value: Any, *, label: str | None = None) -> None:
-    """Check one limit value: None, or a number >= 0 (not NaN, not a bool); a whole number
-    unless ``name`` is ``max_duration_s`` or ``max_cost_usd``.
+    """Check one limit value: None (no limit), or a finite number >= 0 (not NaN, not infinity,
+    not a bool); a whole number unless ``name`` is ``max_duration_s`` or ``max_cost_usd``.
+    A limit of 0 is valid and allows nothing of its kind.
 
     ``label`` names the value in the message (default ``name``, e.g. ``"file: presets.qa.max_turns"``).
     Raises ValueError naming it and the rule.
@@ -63,8 +71,9 @@ def check_limit(name: str, value: Any, *, label: str | None = None) -> None:
     if value is None:
         return
     label = label or name
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0 or math.isnan(value):
-        raise ValueError(f"{label} must be a number >= 0 or None, got {value!r}")
+    if (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)
+            or value < 0):
+        raise ValueError(f"{label} must be a finite number >= 0, or None for no limit; got {value!r}")
     if name not in _FRACTIONAL_LIMITS and value != int(value):
         raise ValueError(f"{label} must be a whole number, got {value!r}")
 
@@ -97,6 +106,34 @@ def check_fraction(name: str, value: Any) -> None:
         raise ValueError(f"{name} must be a fraction in (0, 1], got {value!r}")
 
 
+def check_options(*, task_type: Any, warn_at: Any, downgrade_at: Any, summarize_at: Any,
+                  unknown_usage: Any, unknown_usage_residual_tokens: Any,
+                  model_chain: Any) -> tuple[str, ...]:
+    """Check ``RunBudget``'s other options (as its constructor documents them); returns the model
+    chain as a tuple. Raises ValueError naming the bad option and the rule."""
+    for name, value in (("warn_at", warn_at), ("downgrade_at", downgrade_at),
+                        ("summarize_at", summarize_at)):
+        check_fraction(name, value)
+    if unknown_usage not in UNKNOWN_USAGE_POLICIES:
+        raise ValueError(f"unknown_usage must be one of {UNKNOWN_USAGE_POLICIES}, got {unknown_usage!r}")
+    if not isinstance(task_type, str) or not task_type:
+        raise ValueError(f"task_type must be a non-empty string, got {task_type!r}")
+    check_limit("unknown_usage_residual_tokens", unknown_usage_residual_tokens)
+    chain = None
+    if isinstance(model_chain, Iterable) and not isinstance(model_chain, (str, bytes)):
+        chain = tuple(model_chain)
+    if chain is None or not all(isinstance(m, str) and m for m in chain):
+        raise ValueError("model_chain must be an iterable of model names (non-empty strings), "
+                         f"got {model_chain!r}")
+    return chain
+
+
+def check_model(model: Any) -> None:
+    """Check a model argument: a model name (str) or None. Raises ValueError naming the rule."""
+    if model is not None and not isinstance(model, str):
+        raise ValueError(f"model must be a model name (str) or None, got {model!r}")
+
+
 def check_stop_reason(stop_reason: str | None) -> None:
     """Check a stop reason given by the caller: None or one of :data:`collector.semconv.STOP_REASONS`.
     Raises ValueError naming the allowed reasons."""
@@ -112,15 +149,24 @@ def limit_share(limits: Mapping[str, float | None], input_tokens: int, output_to
     ``unknown_tokens``: charges of calls without usage, counted as input. A limit of 0 is spent at
     once (share 1.0, or infinite once anything was used). 0.0 when no token/cost limit is set.
     """
-    share = 0.0
-    pairs = ((limits["max_total_tokens"], input_tokens + output_tokens + unknown_tokens),
-             (limits["max_input_tokens"], input_tokens + unknown_tokens),
-             (limits["max_output_tokens"], output_tokens),
-             (limits["max_cost_usd"], cost_usd))
-    for limit, used in pairs:
-        if limit is not None:
-            share = max(share, used / limit if limit else (math.inf if used else 1.0))
+    share = 0.0  # straight-line on purpose: this runs on every recorded call
+    limit = limits["max_total_tokens"]
+    if limit is not None:
+        share = _share(input_tokens + output_tokens + unknown_tokens, limit)
+    limit = limits["max_input_tokens"]
+    if limit is not None:
+        share = max(share, _share(input_tokens + unknown_tokens, limit))
+    limit = limits["max_output_tokens"]
+    if limit is not None:
+        share = max(share, _share(output_tokens, limit))
+    limit = limits["max_cost_usd"]
+    if limit is not None:
+        share = max(share, _share(cost_usd, limit))
     return share
+
+
+def _share(used: float, limit: float) -> float:
+    return used / limit if limit else (math.inf if used else 1.0)
 
 
 def advice(share: float, summarize_at: float) -> Action:
@@ -197,7 +243,8 @@ def cost_stop(max_cost_usd: float | None, cost_usd: float) -> Stop | None:
 
 def token_stop(limits: Mapping[str, float | None], total_tokens: int, input_tokens: int,
                output_tokens: int) -> Stop | None:
-    """``budget_tokens`` for the first of the total, input and output token limits that is spent.
+    """``budget_tokens`` for the first of the total, input and output token limits that is spent
+    (the detail names it).
 
     ``total_tokens`` includes open reservations; ``input_tokens`` includes unknown-usage charges.
     """
@@ -205,37 +252,86 @@ def token_stop(limits: Mapping[str, float | None], total_tokens: int, input_toke
                       ("max_output_tokens", output_tokens)):
         limit = limits[key]
         if limit is not None and used >= limit:
-            return Stop(sc.STOP_BUDGET_TOKENS, limit, used)
+            return Stop(sc.STOP_BUDGET_TOKENS, limit, used, 0, key)
     return None
 
 
 def count_stop(reason: str, limit: int | None, count: int) -> Stop | None:
     """``reason`` (``budget_turns`` or ``budget_tools``) when one more call would pass ``limit``:
-    a limit of n allows exactly n calls."""
+    a limit of n allows exactly n calls. ``count``: calls made (for turns: recorded calls plus
+    open reservations; a released reservation is not a turn)."""
     if limit is not None and count >= limit:
         return Stop(reason, limit, count, 1)
     return None
 
 
-def reserve_stop(max_total_tokens: float | None, used_tokens: int, requested: int) -> Stop | None:
-    """``budget_tokens`` when ``requested`` tokens do not fit next to ``used_tokens`` (use plus
-    open reservations)."""
-    if max_total_tokens is not None and used_tokens + requested > max_total_tokens:
-        return Stop(sc.STOP_BUDGET_TOKENS, max_total_tokens, used_tokens, requested)
+def split_estimate(estimated_tokens: Any, input_tokens: Any, output_tokens: Any) -> int | None:
+    """Check a reservation's estimate and its optional split; returns the output part (tokens),
+    or None when the estimate is not split (it then counts as input, like an unknown-usage charge).
+
+    Every value is an int >= 0; given one part, the other is the rest of ``estimated_tokens``;
+    given both, they must add up to it. Raises ValueError naming the argument and the rule.
+    """
+    for name, value in (("estimated_tokens", estimated_tokens), ("input_tokens", input_tokens),
+                        ("output_tokens", output_tokens)):
+        if value is None and name != "estimated_tokens":
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ValueError(f"{name} must be an int >= 0, got {value!r}")
+    if input_tokens is None and output_tokens is None:
+        return None
+    output = output_tokens if output_tokens is not None else estimated_tokens - input_tokens
+    inp = input_tokens if input_tokens is not None else estimated_tokens - output_tokens
+    if output < 0 or inp < 0 or inp + output != estimated_tokens:
+        raise ValueError(
+            f"input_tokens + output_tokens must equal estimated_tokens ({estimated_tokens}), got "
+            f"input_tokens={input_tokens!r}, output_tokens={output_tokens!r}")
+    return output
+
+
+def reserve_stop(limits: Mapping[str, float | None], use: Any, tokens: int, output_tokens: int,
+                 cost_usd: float) -> Stop | None:
+    """The first limit a reservation does not fit, next to use and open reservations.
+
+    ``use``: a :class:`collector.ledger.RunLedger`; ``tokens``: the estimate (input + output);
+    ``output_tokens``: its output part (the rest counts as input); ``cost_usd``: its estimated
+    cost (USD; 0.0 when unknown). Checks, in order: ``max_total_tokens``, ``max_input_tokens``,
+    ``max_output_tokens`` (``budget_tokens``, the detail names the limit), ``max_cost_usd``
+    (``budget_cost``). A reservation of 0 fits any limit that is not yet spent.
+    """
+    # Straight-line on purpose: this runs on every reservation (the guard's hot path).
+    limit = limits["max_total_tokens"]
+    if limit is not None and use.committed_tokens + tokens > limit:
+        return Stop(sc.STOP_BUDGET_TOKENS, limit, use.committed_tokens, tokens, "max_total_tokens")
+    limit = limits["max_input_tokens"]
+    if limit is not None and use.committed_input_tokens + tokens - output_tokens > limit:
+        return Stop(sc.STOP_BUDGET_TOKENS, limit, use.committed_input_tokens, tokens - output_tokens,
+                    "max_input_tokens")
+    limit = limits["max_output_tokens"]
+    if limit is not None and use.committed_output_tokens + output_tokens > limit:
+        return Stop(sc.STOP_BUDGET_TOKENS, limit, use.committed_output_tokens, output_tokens,
+                    "max_output_tokens")
+    limit = limits["max_cost_usd"]
+    if limit is not None and use.cost_usd + use.reserved_cost_usd + cost_usd > limit:
+        return Stop(sc.STOP_BUDGET_COST, limit, round(use.cost_usd + use.reserved_cost_usd, 6),
+                    round(cost_usd, 6), "max_cost_usd")
     return None
 
 
-def unknown_usage_stop(policy: str, residual_tokens: int | None, max_total_tokens: float | None,
-                       unknown_at: int | None, used_tokens: int, reserved_tokens: int,
-                       requested: int) -> Stop | None:
+def unknown_usage_stop(policy: str, residual_tokens: int | None,
+                       limits: Mapping[str, float | None], use: Any, requested: int) -> Stop | None:
     """The :data:`UNKNOWN_USAGE_POLICIES` decision for a reservation of ``requested`` tokens.
 
-    ``unknown_at``: used tokens when the first call without usage was recorded (None: none was).
-    ``block`` refuses every reservation after it; ``residual`` allows ``residual_tokens`` more
-    (default 10 % of ``max_total_tokens``, 0 without one), counting use and open reservations.
+    ``use``: a :class:`collector.ledger.RunLedger`; its ``unknown_at``: used tokens when the first
+    call without usage was recorded (None: none was). ``block`` refuses every reservation after
+    it; ``residual`` allows ``residual_tokens`` more (default 10 % of ``max_total_tokens``, 0
+    without one), counting use and open reservations.
     """
+    unknown_at = use.unknown_at
     if unknown_at is None:
         return None
+    used_tokens, reserved_tokens = use.used_tokens, use.reserved_tokens
+    max_total_tokens = limits["max_total_tokens"]
     if policy == "block":
         return Stop(sc.STOP_BUDGET_TOKENS, used_tokens, used_tokens, requested,
                     "a previous call's usage is unknown; unknown_usage='block'")
@@ -253,7 +349,11 @@ def final_stop_reason(stop_reason: str | None, error: BaseException | None,
                       budget_stop: BudgetExceeded | None) -> str:
     """The run's stop reason: ``stop_reason`` when given; else the reason of a ``BudgetExceeded``
     ``error``; ``failed`` for any other error; else the budget stop raised so far; else
-    ``completed``."""
+    ``completed``.
+
+    So a run in which the guard raised BudgetExceeded is a budget stop even when the agent caught
+    it and then finished normally: the budget refused a step it asked for, which is what the hit
+    rate counts. An agent that knows better passes ``stop_reason`` explicitly."""
     if stop_reason is not None:
         return stop_reason
     if isinstance(error, BudgetExceeded):

@@ -39,8 +39,9 @@ def read_preset_document(path: str | os.PathLike) -> dict[str, Any]:
     unknown = sorted(set(doc) - set(TOP_LEVEL_KEYS))
     if unknown:
         raise ValueError(f"{p}: unknown top-level key(s) {unknown}; allowed: {TOP_LEVEL_KEYS}")
-    if doc.get(FORMAT_KEY) != FORMAT_VERSION:
-        raise ValueError(f"{p}: {FORMAT_KEY} must be {FORMAT_VERSION}, got {doc.get(FORMAT_KEY)!r}")
+    version = doc.get(FORMAT_KEY)
+    if type(version) is not int or version != FORMAT_VERSION:  # not True, not 1.0
+        raise ValueError(f"{p}: {FORMAT_KEY} must be the integer {FORMAT_VERSION}, got {version!r}")
     presets = doc.get("presets")
     if not isinstance(presets, dict):
         raise ValueError(f"{p}: 'presets' must be a mapping of task type -> limits")
@@ -62,13 +63,17 @@ def load_preset(task_type: str, path: str | os.PathLike) -> dict[str, Any]:
     """The limits of ``task_type`` as ``RunBudget`` keyword arguments (``basis`` dropped).
 
     Raises KeyError naming the task type and the ones available; ValueError as
-    :func:`read_preset_document`.
+    :func:`read_preset_document`, and for a preset that sets no limit (a guard built from it would
+    silently fall back to the 64,000-token default).
     """
     presets = read_preset_document(path)["presets"]
     if task_type not in presets:
         raise KeyError(f"no preset for task type {task_type!r} in {path}; available: {sorted(presets)}")
     preset = presets[task_type]
     limits = {k: preset[k] for k in LIMIT_KEYS if preset.get(k) is not None}
+    if not limits:
+        raise ValueError(f"{path}: presets.{task_type} sets no limit; a preset sets at least one "
+                         f"of {LIMIT_KEYS}")
     for key in WHOLE_NUMBER_LIMITS:  # checked whole by read_preset_document: 91000.0 -> 91000
         if key in limits:
             limits[key] = int(limits[key])

@@ -30,6 +30,7 @@ is a few float multiplications.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import re
 from dataclasses import dataclass
@@ -44,7 +45,8 @@ from collector.usage import Usage
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ModelRates", "cost_usd", "model_rates", "load_price_file", "clear_price_cache"]
+__all__ = ["ModelRates", "check_prices_file", "clear_price_cache", "cost_usd", "load_price_file",
+           "model_rates", "paid_call_cost_usd"]
 
 #: A rate schedule: ((threshold_input_tokens, usd_per_token), ...) ascending; the first has -1.
 Schedule = tuple[tuple[int, float], ...]
@@ -98,6 +100,14 @@ class ModelRates:
         if cw:
             total += _rate(self.cache_write, inp) * cw
         return total + self.request_usd
+
+    def estimate(self, tokens: int, output_tokens: int | None = None) -> float:
+        """Worst-case USD of a call estimated at ``tokens`` (input + output), cache ignored:
+        ``output_tokens`` of them at the output rate and the rest at the input rate; when the
+        split is unknown (None), all at the higher of the two."""
+        if output_tokens is None:
+            return max(self.cost(Usage(tokens, 0)), self.cost(Usage(0, tokens)))
+        return self.cost(Usage(tokens - output_tokens, output_tokens))
 
 
 def _rate(schedule: Schedule, input_tokens: int) -> float:
@@ -179,8 +189,9 @@ def _parse_price_entry(model: str, entry: Any, path: str) -> ModelRates:
                 f"{path}: models.{model}: unknown key {key!r}; expected <kind>_usd_per_<unit> with "
                 f"kind in {_KINDS} and unit in {tuple(u[9:] for u in _UNITS)}"
             )
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-            raise ValueError(f"{path}: models.{model}.{key} must be a number >= 0, got {value!r}")
+        if (isinstance(value, bool) or not isinstance(value, (int, float))
+                or not math.isfinite(value) or value < 0):
+            raise ValueError(f"{path}: models.{model}.{key} must be a finite number >= 0, got {value!r}")
         if kind in rates:
             raise ValueError(f"{path}: models.{model}: {kind} price given twice (key {key!r})")
         rates[kind] = ((-1, float(value) * scale),)
@@ -230,6 +241,30 @@ def _resolve(model: str, provider: str | None, prices_file: str | None) -> Model
     return rates
 
 
+def _configured(prices_file: str | os.PathLike | None) -> str | None:
+    path = prices_file if prices_file is not None else os.environ.get(ENV_PRICES_FILE) or None
+    return str(path) if path else None
+
+
+def check_prices_file(prices_file: str | os.PathLike | None = None) -> None:
+    """Read (and cache) the user price file now, so a bad one fails before any call is paid for.
+
+    ``prices_file`` defaults to ``BUDGETLENS_PRICES_FILE``; nothing to do when neither is set.
+    Raises ValueError naming the file (and the variable when it came from there) when it is
+    missing, unreadable or invalid.
+    """
+    path = _configured(prices_file)
+    if not path:
+        return
+    origin = f" (from {ENV_PRICES_FILE})" if prices_file is None else ""
+    try:
+        _user_table(path)
+    except OSError as error:
+        raise ValueError(f"price file {path}{origin} cannot be read: {error}") from error
+    except ValueError as error:
+        raise ValueError(f"{error}{origin}") from error
+
+
 def model_rates(
     model: str, provider: str | None = None, prices_file: str | os.PathLike | None = None
 ) -> ModelRates | None:
@@ -237,8 +272,7 @@ def model_rates(
 
     ``prices_file`` defaults to ``BUDGETLENS_PRICES_FILE``. Cached per (model, provider, file).
     """
-    path = prices_file if prices_file is not None else os.environ.get(ENV_PRICES_FILE) or None
-    return _resolve(model, provider, str(path) if path else None)
+    return _resolve(model, provider, _configured(prices_file))
 
 
 def cost_usd(
@@ -257,6 +291,19 @@ def cost_usd(
         return None
     rates = model_rates(model, provider, prices_file)
     return None if rates is None else rates.cost(usage)
+
+
+def paid_call_cost_usd(
+    model: str | None, usage: Usage | None, provider: str | None = None
+) -> float | None:
+    """:func:`cost_usd` of a call that was already paid for: a pricing failure (e.g. a price file
+    that became unreadable) is logged and gives None (unpriced) instead of raising, so the
+    caller can still count the call's tokens."""
+    try:
+        return cost_usd(model, usage, provider)
+    except Exception:
+        log.exception("could not price model %r; the call counts as unpriced", model)
+        return None
 
 
 def clear_price_cache() -> None:

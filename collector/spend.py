@@ -18,6 +18,7 @@ This is per process. Fleet-wide spend alerts come from the collector's Prometheu
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from collections import deque
@@ -87,8 +88,9 @@ class SpendTracker:
                 "when named '24h' or '30d')"
             )
         for name, value in limits.items():
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-                raise ValueError(f"limits[{name!r}] must be a USD amount > 0, got {value!r}")
+            if (isinstance(value, bool) or not isinstance(value, (int, float))
+                    or not math.isfinite(value) or value <= 0):
+                raise ValueError(f"limits[{name!r}] must be a finite USD amount > 0, got {value!r}")
         if isinstance(alert_at, bool) or not isinstance(alert_at, (int, float)) or not 0 < alert_at <= 1:
             raise ValueError(f"alert_at must be a fraction in (0, 1], got {alert_at!r}")
         try:
@@ -120,8 +122,9 @@ class SpendTracker:
 
     def add(self, cost_usd: float, ts: float | None = None) -> list[SpendAlert]:
         """Add a cost (USD >= 0) at ``ts`` (default now). Returns the alerts this crossed."""
-        if isinstance(cost_usd, bool) or not isinstance(cost_usd, (int, float)) or cost_usd < 0:
-            raise ValueError(f"cost_usd must be a USD amount >= 0, got {cost_usd!r}")
+        if (isinstance(cost_usd, bool) or not isinstance(cost_usd, (int, float))
+                or not math.isfinite(cost_usd) or cost_usd < 0):
+            raise ValueError(f"cost_usd must be a finite USD amount >= 0, got {cost_usd!r}")
         now = self._clock() if ts is None else ts
         alerts = []
         with self._lock:

@@ -25,7 +25,10 @@ Provider quirks handled by :func:`normalize_usage` (each a documented rule, neve
 - Langfuse ``usageDetails`` (``input``, ``output``, ``total`` and detail keys): the reported
   ``total`` tells whether details are exclusive (total = sum of all keys) or included.
 - Streams report cumulative usage: :class:`UsageAccumulator` keeps the latest value per field,
-  it never sums chunks.
+  it never sums chunks. OpenAI Responses stream events (``response.completed``, ...) carry the
+  usage in their ``response``.
+- A usage whose main counts (input and output, and the cache/thinking buckets that some
+  providers report beside them) are all null or absent carries no usage: None (unknown), not 0.
 
 A provider's own total is never added on top of its parts.
 """
@@ -33,6 +36,7 @@ A provider's own total is never added on top of its parts.
 from __future__ import annotations
 
 import logging
+import math
 from dataclasses import dataclass, fields
 from typing import Any, Mapping
 
@@ -114,11 +118,13 @@ def _as_mapping(obj: Any) -> Mapping[str, Any] | None:
 
 
 def _int(value: Any, field: str) -> int:
-    """A token count from a payload value: None -> 0; rejects negatives and non-numbers."""
+    """A token count from a payload value: None -> 0; rejects negatives, non-numbers, NaN and
+    infinity."""
     if value is None:
         return 0
-    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
-        raise ValueError(f"usage field {field!r} must be a token count, got {value!r}")
+    if (isinstance(value, bool) or not isinstance(value, (int, float, str))
+            or (isinstance(value, float) and not math.isfinite(value))):
+        raise ValueError(f"usage field {field!r} must be a finite token count, got {value!r}")
     try:
         number = int(value)
     except ValueError:
@@ -232,38 +238,62 @@ def _langfuse(u: Mapping[str, Any]) -> Usage:
 _ANTHROPIC_PROVIDERS = {"anthropic", "aws.bedrock", "bedrock", "gcp.vertex_ai.anthropic"}
 
 
-def _dispatch(u: Mapping[str, Any], provider: str | None) -> Usage | None:
+#: Per shape: the counts of which at least one must be non-null for the payload to carry usage.
+_GEMINI_KEYS = ("promptTokenCount", "prompt_token_count", "candidatesTokenCount",
+                "candidates_token_count", "thoughtsTokenCount", "thoughts_token_count",
+                "toolUsePromptTokenCount", "tool_use_prompt_token_count")
+_BEDROCK_KEYS = ("inputTokens", "outputTokens", "cacheReadInputTokens", "cacheWriteInputTokens")
+_CHAT_KEYS = ("prompt_tokens", "completion_tokens")
+_ANTHROPIC_KEYS = ("input_tokens", "output_tokens", "cache_read_input_tokens",
+                   "cache_creation_input_tokens")
+_LANGFUSE_KEYS = ("input", "output")
+
+
+def _shape(u: Mapping[str, Any], provider: str | None):
+    """(normalizer, its main count keys) for the payload's keys, or None."""
     keys = u.keys()
     if "promptTokenCount" in keys or "prompt_token_count" in keys or "candidatesTokenCount" in keys:
-        return _gemini(u)
+        return _gemini, _GEMINI_KEYS
     if "inputTokens" in keys or "outputTokens" in keys:
-        return _bedrock(u)
+        return _bedrock, _BEDROCK_KEYS
     if "prompt_tokens" in keys or "completion_tokens" in keys:
-        return _chat(u)
+        return _chat, _CHAT_KEYS
     if "input_tokens" in keys or "output_tokens" in keys:
         anthropic_keys = "cache_read_input_tokens" in keys or "cache_creation_input_tokens" in keys
         if anthropic_keys or (provider or "").lower() in _ANTHROPIC_PROVIDERS:
-            return _anthropic(u)
-        return _responses(u)
+            return _anthropic, _ANTHROPIC_KEYS
+        return _responses, _ANTHROPIC_KEYS[:2]
     numeric = (int, float, type(None))
     if ("input" in keys or "output" in keys) and all(
         isinstance(u.get(k), numeric) for k in ("input", "output", "total")
     ):
-        return _langfuse(u)
+        return _langfuse, _LANGFUSE_KEYS
     return None
+
+
+def _dispatch(u: Mapping[str, Any], provider: str | None) -> Usage | None:
+    shape = _shape(u, provider)
+    if shape is None or all(u.get(k) is None for k in shape[1]):
+        return None  # no shape, or every count null: unknown usage, never 0
+    return shape[0](u)
+
+
+_RESPONSE_EVENT_PREFIX = "response."  # OpenAI Responses stream events carry usage in "response"
 
 
 def normalize_usage(payload: Any, provider: str | None = None) -> Usage | None:
     """Normalize a provider usage payload to :class:`Usage`.
 
     ``payload`` may be a usage object or dict, a whole response (object or dict) holding
-    ``usage`` / ``usageMetadata`` / ``usage_metadata``, or an Anthropic stream event
-    (``message_start`` / ``message_delta``). ``provider`` (an OTel ``gen_ai.provider.name`` such
+    ``usage`` / ``usageMetadata`` / ``usage_metadata``, an Anthropic stream event
+    (``message_start`` / ``message_delta``) or an OpenAI Responses stream event
+    (``response.completed``, usage in its ``response``). ``provider`` (an OTel ``gen_ai.provider.name`` such
     as ``"anthropic"``) only disambiguates payloads whose keys fit several providers.
 
-    Returns None when the payload carries no usage (None, no usage keys, or ``usage: null``):
-    the caller must treat that as *unknown*, never as 0. Raises ``ValueError`` naming the field
-    when a count is negative or not a number. An existing :class:`Usage` is returned as is.
+    Returns None when the payload carries no usage (None, no usage keys, ``usage: null``, or
+    main counts that are all null): the caller must treat that as *unknown*, never as 0. Raises
+    ``ValueError`` naming the field when a count is negative, not a number, NaN or infinite.
+    An existing :class:`Usage` is returned as is.
     """
     if isinstance(payload, Usage):
         return payload
@@ -272,6 +302,8 @@ def normalize_usage(payload: Any, provider: str | None = None) -> Usage | None:
         return None
     if mapping.get("type") == "message_start" and "message" in mapping:
         mapping = _sub(mapping, "message")
+    elif str(mapping.get("type", "")).startswith(_RESPONSE_EVENT_PREFIX) and "response" in mapping:
+        mapping = _sub(mapping, "response")
     for key in _CONTAINER_KEYS:
         if key in mapping:
             inner = _as_mapping(mapping.get(key))
@@ -287,6 +319,9 @@ class UsageAccumulator:
     input counts there too); OpenAI sends usage only in the last chunk (with
     ``stream_options={"include_usage": True}``); Gemini repeats ``usageMetadata`` per chunk. So the
     accumulator keeps the latest reported value of each raw field and never sums chunks.
+
+    OpenAI Responses streams report usage once, in the ``response`` of ``response.completed``
+    (or ``response.incomplete`` / ``response.failed``).
 
     Use ``add(chunk)`` for every chunk or event, then ``usage`` (None when no chunk had usage:
     the call's usage is unknown, never 0).
@@ -310,6 +345,8 @@ class UsageAccumulator:
             raw = _sub(mapping, "usage")
             self._provider = self._provider or "anthropic"
         else:
+            if str(mapping.get("type", "")).startswith(_RESPONSE_EVENT_PREFIX):
+                mapping = _sub(mapping, "response")
             raw = next((_as_mapping(mapping.get(k)) for k in _CONTAINER_KEYS if mapping.get(k)), None)
             if raw is None and _dispatch(mapping, self._provider) is not None:
                 raw = mapping

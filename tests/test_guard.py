@@ -371,3 +371,298 @@ def test_from_preset_names_a_missing_task_type(tmp_path):
     path.write_text(json.dumps(PRESET))
     with pytest.raises(KeyError, match="code_generation"):
         RunBudget.from_preset("qa", str(path))
+
+
+# --- QA regressions: pricing failures, messages, limits, reservations, misuse --------------------
+def test_record_keeps_a_calls_usage_when_pricing_fails(monkeypatch, caplog):
+    import collector.pricing as pricing
+
+    def broken(*args, **kwargs):
+        raise ValueError("prices.yaml: models.gpt-4o: unknown key 'input_eur_per_mtok'")
+
+    run = RunBudget(max_total_tokens=10**7)
+    res = run.reserve(100)
+    monkeypatch.setattr(pricing, "model_rates", broken)
+    run.record(Usage(10, 10), model="gpt-4o", reservation=res)
+    stats = run.stats()
+    assert (stats.reserved_tokens, stats.used_tokens, stats.turns, stats.cost_usd) == (0, 20, 1, None)
+    assert "could not price" in caplog.text
+
+
+@pytest.mark.parametrize("body, named", [(None, "BUDGETLENS_PRICES_FILE"),
+                                         ("models:\n  m:\n    input_eur_per_mtok: 1.0\n",
+                                          "input_eur_per_mtok")],
+                         ids=["missing_file", "unknown_unit"])
+def test_bad_price_file_fails_when_the_guard_is_built_not_after_a_paid_call(tmp_path, monkeypatch,
+                                                                            body, named):
+    from collector.pricing import clear_price_cache
+
+    path = tmp_path / "eur.yaml"
+    if body is not None:
+        path.write_text(body)
+    monkeypatch.setenv("BUDGETLENS_PRICES_FILE", str(path))
+    clear_price_cache()
+    with pytest.raises(ValueError, match=named) as info:
+        RunBudget(max_total_tokens=10**7)
+    assert "eur.yaml" in str(info.value)
+    clear_price_cache()
+
+
+def test_spent_limit_message_says_reached_never_a_false_inequality():
+    run = RunBudget(max_total_tokens=1_000)
+    call(run, 1_000)
+    with pytest.raises(BudgetExceeded) as info:
+        run.before_turn()
+    assert str(info.value) == "budget_tokens: used 1,000 reached limit 1,000 (max_total_tokens)"
+
+
+@pytest.mark.parametrize("limit, step", [("max_cost_usd", "before_turn"), ("max_total_tokens", "reserve"),
+                                         ("max_turns", "before_turn")])
+def test_limit_of_zero_allows_nothing_and_says_so(limit, step):
+    run = RunBudget(**{limit: 0})
+    with pytest.raises(BudgetExceeded) as info:
+        run.before_turn() if step == "before_turn" else run.reserve(0)
+    assert "limit 0 allows nothing" in str(info.value) and " > " not in str(info.value)
+
+
+def test_request_that_does_not_fit_says_used_plus_requested_over_limit():
+    run = RunBudget(max_total_tokens=1_000)
+    with pytest.raises(BudgetExceeded, match=r"used 0 \+ requested 1,500 > limit 1,000"):
+        run.reserve(1_500)
+
+
+def test_budget_exceeded_survives_pickling_for_process_pools():
+    import pickle
+
+    exc = BudgetExceeded(STOP_BUDGET_TOKENS, 1_000, 900, 200, "max_total_tokens")
+    back = pickle.loads(pickle.dumps(exc))
+    assert (back.reason, back.limit, back.used, back.requested, back.detail, str(back)) == (
+        exc.reason, exc.limit, exc.used, exc.requested, exc.detail, str(exc))
+
+
+@pytest.mark.parametrize("make", [lambda: RunBudget(max_total_tokens=float("inf")),
+                                  lambda: RunBudget().set_max(max_turns=float("inf")),
+                                  lambda: RunBudget(max_cost_usd=float("nan"))],
+                         ids=["constructor_inf", "set_max_inf", "constructor_nan"])
+def test_infinite_or_nan_limit_is_rejected_naming_the_rule(make):
+    with pytest.raises(ValueError, match="finite number >= 0, or None for no limit"):
+        make()
+
+
+@pytest.mark.parametrize("kwargs, first_admitted", [
+    ({"max_input_tokens": 1_000}, {}),
+    ({"max_output_tokens": 1_000}, {"output_tokens": 800}),
+    ({"max_output_tokens": 1_000}, {"input_tokens": 200, "output_tokens": 800}),
+])
+def test_five_concurrent_reservations_respect_input_and_output_limits(kwargs, first_admitted):
+    run = RunBudget(**kwargs)
+    admitted = []
+    for _ in range(5):
+        try:
+            admitted.append(run.reserve(1_000 if first_admitted else 800, **first_admitted))
+        except BudgetExceeded as exc:
+            assert exc.detail in kwargs
+    assert len(admitted) == 1
+
+
+def test_unsplit_reservation_counts_as_input_and_output_part_only_against_output():
+    run = RunBudget(max_input_tokens=1_000, max_output_tokens=100)
+    run.reserve(900)  # unsplit: input
+    run.reserve(150, output_tokens=100)  # 50 input + 100 output
+    with pytest.raises(BudgetExceeded, match="max_input_tokens"):
+        run.reserve(60)
+    with pytest.raises(BudgetExceeded, match="max_output_tokens"):
+        run.reserve(1, output_tokens=1)
+
+
+@pytest.mark.parametrize("split", [{"input_tokens": 900, "output_tokens": 200}, {"output_tokens": 2_000},
+                                   {"input_tokens": -1}, {"output_tokens": 1.5}])
+def test_reservation_split_that_does_not_add_up_is_rejected(split):
+    with pytest.raises(ValueError, match="input_tokens|output_tokens"):
+        RunBudget().reserve(1_000, **split)
+
+
+def test_cost_limit_refuses_a_reservation_whose_worst_case_cost_does_not_fit():
+    run = RunBudget(max_cost_usd=0.01, model_chain=("gpt-4o",))  # 2.5 / 10 USD per Mtok
+    with pytest.raises(BudgetExceeded) as info:
+        run.reserve(100_000)  # unsplit: at the higher (output) rate, 1.00 USD
+    assert (info.value.reason, info.value.requested) == (STOP_BUDGET_COST, pytest.approx(1.0))
+    run.reset()
+    first = run.reserve(2_000, output_tokens=500)  # 1500 * 2.5e-6 + 500 * 1e-5 = 0.00875 USD
+    assert first.cost_usd == pytest.approx(0.00875)
+    with pytest.raises(BudgetExceeded, match="max_cost_usd"):
+        run.reserve(200, output_tokens=200)  # + 0.002 > 0.01
+    run.record(Usage(100, 10), reservation=first)
+    assert run.reserve(200, output_tokens=200).cost_usd == pytest.approx(0.002)
+
+
+def test_unpriced_model_adds_no_estimated_cost_to_a_reservation():
+    run = RunBudget(max_cost_usd=0.01, model_chain=("no-such-model-xyz",))
+    assert run.reserve(10**6).cost_usd == 0.0
+
+
+@pytest.mark.parametrize("before, charged", [(None, 4_000), (2_500, 2_500)],
+                         ids=["first_call_default", "largest_call_so_far"])
+def test_call_without_usage_or_reservation_is_charged_conservatively_never_zero(before, charged):
+    run = RunBudget(max_total_tokens=100_000)
+    if before is not None:
+        run.record(Usage(before - 500, 500))
+    used = run.used_tokens
+    run.record(None)
+    assert run.used_tokens - used == charged
+    assert run.finish().usage_status == USAGE_UNKNOWN
+
+
+def test_zero_token_reservation_without_usage_is_charged_like_the_largest_call():
+    run = RunBudget(unknown_usage="residual", unknown_usage_residual_tokens=50_000)
+    run.record(Usage(1_000, 200), reservation=run.reserve(3_000))
+    run.record(None, reservation=run.reserve(0))
+    assert run.used_tokens == 1_200 + 3_000
+
+
+@pytest.mark.parametrize("kwargs, named", [({"model_chain": "gpt-4o"}, "model_chain"),
+                                           ({"model_chain": ["big", 5]}, "model_chain"),
+                                           ({"on_event": 5}, "on_event"),
+                                           ({"on_event": [print, "x"]}, "on_event")])
+def test_bad_model_chain_or_on_event_is_rejected_naming_it(kwargs, named):
+    with pytest.raises(ValueError, match=named):
+        RunBudget(**kwargs)
+
+
+def test_model_chain_may_be_any_iterable_of_names():
+    assert RunBudget(model_chain=(m for m in ["big", "small"])).model == "big"
+
+
+@pytest.mark.parametrize("step", [lambda r: r.before_turn(), lambda r: r.reserve(10),
+                                  lambda r: r.record(Usage(1, 1)), lambda r: r.before_tool_call("x")])
+def test_finished_run_refuses_further_steps_and_keeps_its_result(step):
+    run = RunBudget()
+    call(run, 10)
+    result = run.finish()
+    with pytest.raises(RuntimeError, match="finished"):
+        step(run)
+    assert run.finish() is result and run.stats().turns == 1
+
+
+def test_release_after_finish_does_nothing_so_cleanup_never_raises():
+    run = RunBudget()
+    res = run.reserve(10)
+    run.finish()
+    run.release(res)
+
+
+@pytest.mark.parametrize("settle_again", [lambda r, res: r.record(Usage(1, 1), reservation=res),
+                                          lambda r, res: r.release(res)], ids=["record", "release"])
+def test_settling_a_reservation_twice_is_rejected_and_counts_one_turn(settle_again):
+    run = RunBudget()
+    res = run.reserve(100)
+    run.record(Usage(10, 10), reservation=res)
+    with pytest.raises(ValueError, match="not open"):
+        settle_again(run, res)
+    assert run.stats().turns == 1 and run.used_tokens == 20
+
+
+def test_reservation_of_another_run_is_rejected_and_settles_nothing():
+    mine, other = RunBudget(), RunBudget()
+    own = mine.reserve(100)
+    with pytest.raises(ValueError, match="not made by run"):
+        mine.record(Usage(1, 1), reservation=other.reserve(100))
+    assert mine.stats().reserved_tokens == 100
+    mine.record(Usage(1, 1), reservation=own)
+
+
+def test_released_reservation_is_not_a_turn():
+    run = RunBudget(max_turns=2)
+    for _ in range(2):
+        run.release(run.reserve(10))
+    assert run.stats().turns == 0
+    call(run, 10)
+    call(run, 10)
+    with pytest.raises(BudgetExceeded):
+        run.reserve(10)
+
+
+def test_open_reservations_count_against_the_turn_limit():
+    run = RunBudget(max_turns=2)
+    run.reserve(10)
+    run.reserve(10)
+    with pytest.raises(BudgetExceeded) as info:
+        run.reserve(10)
+    assert info.value.reason == STOP_BUDGET_TURNS
+
+
+def test_caught_budget_stop_then_normal_finish_is_still_a_budget_stop():
+    run = RunBudget(max_total_tokens=1_000)
+    try:
+        run.reserve(2_000)
+    except BudgetExceeded:
+        pass  # the agent caught the stop and wrapped up
+    assert run.finish().stop_reason == STOP_BUDGET_TOKENS
+
+
+def test_explicit_stop_reason_overrides_a_caught_budget_stop():
+    run = RunBudget(max_total_tokens=1_000)
+    with pytest.raises(BudgetExceeded):
+        run.reserve(2_000)
+    assert run.finish(stop_reason=STOP_COMPLETED).stop_reason == STOP_COMPLETED
+
+
+# --- QA regressions: preset files ---------------------------------------------------------------
+def write_preset(tmp_path, doc, suffix=".json"):
+    path = tmp_path / f"presets{suffix}"
+    path.write_text(json.dumps(doc) if suffix == ".json" else yaml.safe_dump(doc))
+    return path
+
+
+def test_from_preset_overrides_replace_or_remove_a_limit_the_preset_sets(tmp_path):
+    path = write_preset(tmp_path, PRESET)
+    run = RunBudget.from_preset("code_generation", str(path), max_total_tokens=10, max_turns=None,
+                                agent_name="fixer")
+    assert (run.limits["max_total_tokens"], run.limits["max_turns"], run.limits["max_tool_calls"]) == (
+        10, None, 45)
+
+
+@pytest.mark.parametrize("version", [True, 1.0, "1"])
+def test_preset_format_version_must_be_the_integer_1(tmp_path, version):
+    path = write_preset(tmp_path, {**PRESET, "budgetlens_presets": version})
+    with pytest.raises(ValueError, match="budgetlens_presets must be the integer 1"):
+        RunBudget.from_preset("code_generation", str(path))
+
+
+def test_preset_without_any_limit_is_rejected_not_turned_into_the_default(tmp_path):
+    path = write_preset(tmp_path, {**PRESET, "presets": {"qa": {"basis": {"n_runs": 3}}}})
+    with pytest.raises(ValueError, match="presets.qa sets no limit"):
+        RunBudget.from_preset("qa", str(path))
+
+
+def test_preset_with_infinite_limit_is_rejected_naming_the_key(tmp_path):
+    path = tmp_path / "presets.yaml"
+    path.write_text("budgetlens_presets: 1\npresets:\n  qa:\n    max_total_tokens: .inf\n")
+    with pytest.raises(ValueError, match="presets.qa.max_total_tokens must be a finite number"):
+        RunBudget.from_preset("qa", str(path))
+
+
+def test_preset_of_zero_cost_is_valid_and_allows_nothing(tmp_path):
+    path = write_preset(tmp_path, {**PRESET, "presets": {"free": {"max_cost_usd": 0.0}}})
+    run = RunBudget.from_preset("free", str(path))
+    with pytest.raises(BudgetExceeded, match="budget_cost: limit 0 allows nothing"):
+        run.before_turn()
+
+
+def test_preset_file_with_byte_order_mark_loads(tmp_path):
+    path = tmp_path / "presets.json"
+    path.write_bytes(b"\xef\xbb\xbf" + json.dumps(PRESET).encode())
+    assert RunBudget.from_preset("code_generation", str(path)).limits["max_turns"] == 31
+
+
+@pytest.mark.parametrize("suffix, raw, rule", [
+    (".yaml", b"budgetlens_presets: 1\npresets: [unclosed\n", "not a valid preset file"),
+    (".json", b'{"budgetlens_presets": 1, "presets": {"caf\xe9": {}}}', "must be UTF-8 text"),
+    (".toml", b"budgetlens_presets = \n", "not a valid preset file"),
+], ids=["yaml_syntax", "latin1", "toml_syntax"])
+def test_unparsable_preset_file_is_a_value_error_naming_the_file(tmp_path, suffix, raw, rule):
+    path = tmp_path / f"presets{suffix}"
+    path.write_bytes(raw)
+    with pytest.raises(ValueError, match=rule) as info:
+        RunBudget.from_preset("qa", str(path))
+    assert str(path) in str(info.value)

@@ -9,7 +9,13 @@ from genai_prices import Usage as GenaiUsage
 from genai_prices import calc_price
 
 from collector.config import ENV_PRICES_FILE
-from collector.pricing import clear_price_cache, cost_usd, load_price_file, model_rates
+from collector.pricing import (
+    check_prices_file,
+    clear_price_cache,
+    cost_usd,
+    load_price_file,
+    model_rates,
+)
 from collector.usage import Usage
 
 CACHED = Usage(input_tokens=250_000, output_tokens=5_000, cache_read_tokens=100_000,
@@ -132,3 +138,54 @@ def test_price_file_with_unsupported_extension_is_rejected(tmp_path):
     path.write_text("x")
     with pytest.raises(ValueError, match="extension"):
         load_price_file(path)
+
+
+@pytest.mark.parametrize("value", [".nan", ".inf", "-.inf", "-5"])
+def test_non_finite_or_negative_price_is_rejected_naming_the_key(tmp_path, value):
+    path = tmp_path / "prices.yaml"
+    path.write_text(f"models:\n  m:\n    input_usd_per_mtok: {value}\n    output_usd_per_mtok: 1\n")
+    with pytest.raises(ValueError, match="models.m.input_usd_per_mtok must be a finite number >= 0"):
+        load_price_file(path)
+
+
+def test_json_price_file_with_nan_is_rejected(tmp_path):
+    path = tmp_path / "prices.json"
+    path.write_text('{"models": {"m": {"input_usd_per_mtok": 1, "output_usd_per_mtok": NaN}}}')
+    with pytest.raises(ValueError, match="output_usd_per_mtok"):
+        load_price_file(path)
+
+
+def test_price_file_with_byte_order_mark_loads(tmp_path):
+    path = tmp_path / "prices.json"
+    body = json.dumps({"models": {"m": {"input_usd_per_mtok": 1, "output_usd_per_mtok": 2}}})
+    path.write_bytes(b"\xef\xbb\xbf" + body.encode())
+    assert cost_usd("m", Usage(1_000_000, 0), prices_file=path) == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("suffix, raw, rule", [
+    (".yaml", "models:\n  m: {input_usd_per_mtok: 1\n".encode(), "not a valid price file"),
+    (".yaml", "models:\n  caf\xe9:\n    input_usd_per_mtok: 1\n".encode("latin-1"), "UTF-8"),
+], ids=["yaml_syntax", "latin1"])
+def test_unparsable_price_file_is_a_value_error_naming_the_file(tmp_path, suffix, raw, rule):
+    path = tmp_path / f"prices{suffix}"
+    path.write_bytes(raw)
+    with pytest.raises(ValueError, match=rule) as info:
+        load_price_file(path)
+    assert str(path) in str(info.value)
+
+
+def test_check_prices_file_names_the_environment_variable_for_a_missing_file(tmp_path, monkeypatch):
+    monkeypatch.setenv(ENV_PRICES_FILE, str(tmp_path / "gone.yaml"))
+    with pytest.raises(ValueError, match=f"gone.yaml.*{ENV_PRICES_FILE}"):
+        check_prices_file()
+
+
+def test_check_prices_file_does_nothing_without_a_price_file():
+    check_prices_file()  # no argument, no environment variable: genai-prices only
+    assert model_rates("gpt-4o").source.startswith("genai-prices:")
+
+
+@pytest.mark.parametrize("output_tokens, expected", [(None, 1_000 * 10e-6), (200, 800 * 2.5e-6 + 200 * 10e-6),
+                                                     (0, 1_000 * 2.5e-6)])
+def test_reservation_estimate_is_worst_case_without_a_split(output_tokens, expected):
+    assert model_rates("gpt-4o").estimate(1_000, output_tokens) == pytest.approx(expected)

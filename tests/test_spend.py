@@ -104,3 +104,15 @@ def test_runs_sharing_a_tracker_stop_when_the_window_is_spent():
         second.before_turn()
     assert info.value.reason == STOP_BUDGET_COST
     assert second.finish().stop_reason == STOP_BUDGET_COST
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf")])
+def test_non_finite_window_limit_is_rejected(value):
+    with pytest.raises(ValueError, match="finite USD amount > 0"):
+        SpendTracker({"daily": value})
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), -0.5])
+def test_non_finite_or_negative_cost_is_rejected(value):
+    with pytest.raises(ValueError, match="cost_usd must be a finite USD amount >= 0"):
+        SpendTracker({"daily": 1.0}).add(value)

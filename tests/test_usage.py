@@ -231,3 +231,50 @@ def test_real_deepseek_calls_normalize_with_cache_inside_prompt(realdata):
             if checked > 2000:
                 break
     assert checked > 2000
+
+
+@pytest.mark.parametrize("payload", [
+    {"prompt_tokens": None, "completion_tokens": None},
+    {"prompt_tokens": None, "completion_tokens": None, "total_tokens": None},
+    {"input_tokens": None, "output_tokens": None},
+    {"input_tokens": None, "output_tokens": None, "cache_read_input_tokens": None},
+    {"input": None, "output": None},
+    {"promptTokenCount": None, "candidatesTokenCount": None},
+    {"inputTokens": None, "outputTokens": None},
+    {"usage": {"prompt_tokens": None, "completion_tokens": None}},
+], ids=["chat", "chat_total", "responses", "anthropic", "langfuse", "gemini", "bedrock", "wrapped"])
+def test_usage_whose_counts_are_all_null_is_unknown_not_zero(payload):
+    assert normalize_usage(payload) is None
+
+
+def test_usage_with_one_null_count_keeps_the_reported_one():
+    assert normalize_usage({"prompt_tokens": 12, "completion_tokens": None}) == Usage(12, 0)
+
+
+@pytest.mark.parametrize("value", [float("inf"), float("-inf"), float("nan"), 1e400])
+def test_non_finite_count_is_rejected_naming_the_field(value):
+    with pytest.raises(ValueError, match="prompt_tokens"):
+        normalize_usage({"prompt_tokens": value, "completion_tokens": 1})
+
+
+RESPONSES_COMPLETED = {
+    "type": "response.completed", "sequence_number": 12,
+    "response": {"id": "resp_1", "object": "response", "status": "completed", "output": [],
+                 "usage": {"input_tokens": 120, "input_tokens_details": {"cached_tokens": 64},
+                           "output_tokens": 40, "output_tokens_details": {"reasoning_tokens": 16},
+                           "total_tokens": 160}},
+}
+
+
+def test_openai_responses_stream_usage_comes_from_the_completed_event():
+    acc = UsageAccumulator()
+    acc.add({"type": "response.created", "sequence_number": 0,
+             "response": {"id": "resp_1", "object": "response", "status": "in_progress", "usage": None}})
+    acc.add({"type": "response.output_text.delta", "sequence_number": 5, "delta": "Hi"})
+    assert acc.usage is None
+    acc.add(RESPONSES_COMPLETED)
+    assert acc.usage == Usage(120, 40, 64, 0, 16)
+
+
+def test_openai_responses_completed_event_normalizes_directly():
+    assert normalize_usage(RESPONSES_COMPLETED) == Usage(120, 40, 64, 0, 16)
