@@ -16,7 +16,7 @@ Shape::
         max_turns: 31                     # counts rounded up to the next integer
         max_tool_calls: 45
         max_duration_s: 305               # seconds rounded up to the next 5
-        max_cost_usd: 1.62                # USD, rounded up to the next cent
+        max_cost_usd: 1.7                 # USD, rounded up to 2 significant figures
         basis:                            # the evidence; ignored by the guard
           n_runs: 212
           low_sample: false               # true below 20 runs

@@ -6,7 +6,15 @@ does not fit stops the run before the call (``budget_tokens``), as do the turn, 
 and cost limits; a warning at 80 %, a downgrade along a model chain and context summaries are
 span events. It yields store rows (dicts keyed by ``collector.store.schema`` columns) with
 ``source = "sample"``. Costs come from ``collector.pricing.cost_usd`` (genai-prices); one model
-is deliberately unpriced. The same ``seed``, ``days`` and ``end_utc`` give the same rows.
+is deliberately unpriced. The same ``seed``, ``days``, ``runs_per_day`` and ``end_utc`` give the
+same rows.
+
+Ids name the generation (``generation_id``): run ``sample-20261128-s7-000123`` (end date, seed,
+run number; a non-default ``days`` or ``runs_per_day`` adds ``-d7`` / ``-r50``), its calls
+``<run_id>.c001``, events ``<run_id>.e000``, run span ``<run_id>.run``, and a trace id of a hash
+of the generation then the run number. Writing the same generation twice adds nothing; two
+different generations (another end date, seed, span or volume) never share an id, so they can
+sit in one store side by side.
 
 What the data shows: heavy tails, 2 % runaway loops at 10-50x normal (before the limits came into
 force they run to the end; after, the guard stops them), limits in force from day 4, cache and
@@ -21,6 +29,7 @@ The committed portable sample ``SAMPLE_FILE`` is gzip JSONL (format and loader i
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import logging
 import math
 import random
@@ -48,6 +57,7 @@ __all__ = [
     "ensure_demo_store",
     "export_sample_jsonl",
     "generate_sample",
+    "generation_id",
     "load_sample_file",
     "read_sample_file",
     "write_sample",
@@ -124,6 +134,26 @@ def default_end_utc() -> dt.datetime:
     return dt.datetime(today.year, today.month, today.day)
 
 
+def generation_id(seed: int, end_utc: dt.datetime, days: int = 14,
+                  runs_per_day: int = 300) -> str:
+    """The id prefix of one generation, e.g. ``sample-20261128-s7`` (end date, seed).
+
+    ``end_utc`` is the exclusive end (naive UTC); a time other than midnight adds it
+    (``sample-20261128T063000-s7``). ``days`` other than 14 adds ``-d<days>`` and
+    ``runs_per_day`` other than 300 adds ``-r<runs>``, so every set of arguments that gives other
+    rows gives other ids.
+    """
+    stamp = f"{end_utc:%Y%m%d}"
+    if end_utc.time() != dt.time():
+        stamp += f"T{end_utc:%H%M%S}" + (f".{end_utc:%f}" if end_utc.microsecond else "")
+    tag = f"sample-{stamp}-s{seed}"
+    if days != 14:
+        tag += f"-d{days}"
+    if runs_per_day != 300:
+        tag += f"-r{runs_per_day}"
+    return tag
+
+
 def generate_sample(
     days: int = 14, seed: int = SAMPLE_SEED, runs_per_day: int = 300,
     end_utc: dt.datetime | None = None,
@@ -131,15 +161,23 @@ def generate_sample(
     """Yield one (calls, records, events) batch of store rows per simulated day.
 
     ``days`` days end at ``end_utc`` (exclusive, naive UTC; default: today 00:00 UTC);
-    ``runs_per_day`` is a weekday's volume. Raises ValueError for days < 1 or runs_per_day < 1.
+    ``runs_per_day`` is a weekday's volume. Raises ValueError for days < 1 (or reaching back
+    before the year 1) or runs_per_day < 1.
     """
     if days < 1:
         raise ValueError(f"days must be >= 1, got {days!r}")
     if runs_per_day < 1:
         raise ValueError(f"runs_per_day must be >= 1, got {runs_per_day!r}")
     end = end_utc or default_end_utc()
-    first = end - dt.timedelta(days=days)
+    try:
+        first = end - dt.timedelta(days=days)
+    except OverflowError:
+        raise ValueError(
+            f"days must reach no further back than the year 1, got {days!r}") from None
     rng = random.Random(seed)
+    prefix = generation_id(seed, end, days, runs_per_day)
+    # trace ids: 32 hex digits (OTel), the generation's hash then the run number
+    trace_prefix = hashlib.sha256(prefix.encode()).hexdigest()[:16]
     names = list(TASK_TYPES)
     weights = [TASK_TYPES[t]["weight"] for t in names]
     incident_day = days - INCIDENT["day_from_end"] if days > INCIDENT["day_from_end"] else None
@@ -155,7 +193,8 @@ def generate_sample(
             hour = rng.choices(range(24), HOURLY)[0]
             start = day_start + dt.timedelta(hours=hour, seconds=rng.uniform(0, 3600))
             task = rng.choices(names, weights)[0]
-            run = _Run(rng, seed, number, task, start, day >= LIMITS_FROM_DAY,
+            run = _Run(rng, f"{prefix}-{number:06d}", f"{trace_prefix}{number:016x}", task,
+                       start, day >= LIMITS_FROM_DAY,
                        incident=(day == incident_day and task in INCIDENT["task_types"]))
             run.simulate()
             calls += run.calls
@@ -167,11 +206,10 @@ def generate_sample(
 class _Run:
     """One simulated run under the guard's rules (see the module docstring)."""
 
-    def __init__(self, rng, seed, number, task, start, limited, incident):
+    def __init__(self, rng, run_id, trace_id, task, start, limited, incident):
         spec = TASK_TYPES[task]
         self.rng, self.task, self.spec, self.start = rng, task, spec, start
-        self.run_id = f"run-{seed}-{number:06d}"
-        self.trace_id = f"{seed:08x}{number:024x}"
+        self.run_id, self.trace_id = run_id, trace_id
         self.span_id = f"{self.run_id}.run"
         self.limits = spec["limits"] if limited else {}
         models = spec["models"]
@@ -354,7 +392,7 @@ def write_sample(db_path, days: int = 14, seed: int = SAMPLE_SEED, runs_per_day:
                  end_utc: dt.datetime | None = None) -> int:
     """Generate a sample into the store at ``db_path`` (created if missing); return the runs.
 
-    Writes one batch per day through ``collector.store`` (idempotent: the same seed twice adds
+    Writes one batch per day through ``collector.store`` (idempotent: the same arguments twice add
     nothing). Raises StoreError when another process holds the file too long.
     """
     from collector.store import write_batch, write_connection

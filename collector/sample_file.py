@@ -17,6 +17,7 @@ import io
 import json
 import logging
 import os
+import zlib
 from pathlib import Path
 
 log = logging.getLogger(__name__)
@@ -75,11 +76,27 @@ def export_sample_jsonl(path, days: int = 14, seed: int = SAMPLE_SEED, runs_per_
 def read_sample_file(path=SAMPLE_FILE, batch_runs: int = 1000):
     """Yield (calls, records, events) batches of store rows from a portable sample file.
 
-    Raises ValueError naming the line when the file is not a budgetlens sample.
+    Raises ValueError naming the file (and the line, where one is to blame) when the file is
+    not gzip, is truncated or corrupt, is not UTF-8, or is not a budgetlens sample; OSError
+    (FileNotFoundError, IsADirectoryError, PermissionError) when it cannot be read.
     """
+    try:
+        yield from _read_sample_lines(path, batch_runs)
+    except (gzip.BadGzipFile, EOFError, zlib.error) as error:
+        raise ValueError(f"{path}: not a gzip-compressed budgetlens sample file "
+                         f"(gzip JSONL expected: {error})") from None
+    except UnicodeDecodeError as error:
+        raise ValueError(f"{path}: not a budgetlens sample file (not UTF-8 text: "
+                         f"{error.reason})") from None
+
+
+def _read_sample_lines(path, batch_runs: int):
     with gzip.open(path, "rt", encoding="utf-8") as lines:
-        header = json.loads(next(lines, "{}"))
-        if header.get("budgetlens_sample") != SAMPLE_FORMAT:
+        try:
+            header = json.loads(next(lines, "{}"))
+        except ValueError:
+            header = None
+        if not isinstance(header, dict) or header.get("budgetlens_sample") != SAMPLE_FORMAT:
             raise ValueError(f"{path}: line 1 is not a budgetlens sample header "
                              f"(budgetlens_sample: {SAMPLE_FORMAT})")
         calls, records, events = [], [], []
@@ -87,12 +104,15 @@ def read_sample_file(path=SAMPLE_FILE, batch_runs: int = 1000):
             try:
                 item = json.loads(text)
                 record = _decode(item["record"])
-            except (ValueError, KeyError) as error:
+                shared = {k: record.get(k) for k in _SHARED_CALL_FIELDS}
+                run_calls = [{**shared, **_decode(c)} for c in item.get("calls", ())]
+                run_events = [{"run_id": record["run_id"], **_decode(e)}
+                              for e in item.get("events", ())]
+            except (ValueError, KeyError, TypeError, AttributeError) as error:
                 raise ValueError(f"{path}: line {number}: not a sample run ({error})") from None
-            shared = {k: record.get(k) for k in _SHARED_CALL_FIELDS}
             records.append(record)
-            calls += [{**shared, **_decode(c)} for c in item.get("calls", ())]
-            events += [{"run_id": record["run_id"], **_decode(e)} for e in item.get("events", ())]
+            calls += run_calls
+            events += run_events
             if len(records) >= batch_runs:
                 yield calls, records, events
                 calls, records, events = [], [], []

@@ -4,7 +4,9 @@ dashboard and the CLI.
 Every query function takes an open read-only DuckDB connection (``collector.store.read_connection``)
 and a ``Filters``; aggregation runs in DuckDB with the named statements of ``dashboard.queries``
 and comes back as a small pandas DataFrame (or a small dataclass). An empty result is a frame
-with the documented columns and zero rows. ``presets`` and ``preset_changes`` are pure.
+with the documented columns and zero rows. ``presets`` and ``preset_changes`` (pure; defined in
+``dashboard.presets`` with their rounding rules, ``PRESET_RULES``, and re-exported here) turn a
+baseline into recommended limits.
 
 Definitions:
 
@@ -15,6 +17,10 @@ Definitions:
 - hit rate = runs stopped by the budget (stop_reason ``budget_*``) / finished runs; the
   intervention rate also counts runs that were downgraded or summarized;
 - cost is NULL (never $0) when nothing in the group is priced; unpriced calls are counted apart;
+  a run's ``cost_usd`` is the sum of its priced calls (known spend), so a run with unpriced calls
+  or unknown usage has a partial cost: sums and charts show it as known spend (the Overview counts
+  such runs in ``partially_priced_runs``), but cost baselines and presets use only runs whose
+  cost is fully known (``n_cost`` of them; ``dashboard.queries.COST_KNOWN``);
 - times are stored in UTC; day/hour buckets are local to ``Filters.tz``.
 """
 
@@ -23,6 +29,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import math
+import numbers
 import re
 import zoneinfo
 from dataclasses import dataclass, field
@@ -30,30 +37,29 @@ from dataclasses import dataclass, field
 import duckdb
 import pandas as pd
 
-from collector.preset_format import LIMIT_KEYS
 from dashboard import queries as q
+# Presets and their rounding live in dashboard.presets; re-exported: one analysis namespace.
+from dashboard.presets import (  # noqa: F401
+    DEFAULT_MULTIPLIER,
+    LIMIT_COLUMNS,
+    OMIT_WHEN_ZERO,
+    PRESET_RULES,
+    SIGNIFICANT,
+    preset_changes,
+    preset_limit,
+    presets,
+    round_significant,
+    round_up,
+    round_up_significant,
+)
 
 log = logging.getLogger(__name__)
 
 #: Below this many runs a task type's P95 is marked low-sample.
 LOW_SAMPLE_RUNS = 20
-DEFAULT_MULTIPLIER = 1.5
 DEFAULT_WINDOW_DAYS = 14
 #: The hit-rate alarm line: above it the budget is too tight or the agent has a bug.
 HIT_RATE_ALARM = 0.20
-
-#: Preset key -> (baseline metric, rounding step). Rounded up to a multiple of the step.
-PRESET_RULES = {
-    "max_total_tokens": ("total_tokens", 1000),
-    "max_input_tokens": ("input_tokens", 1000),
-    "max_output_tokens": ("output_tokens", 1000),
-    "max_turns": ("turns", 1),
-    "max_tool_calls": ("tool_calls", 1),
-    "max_duration_s": ("duration_s", 5),
-    "max_cost_usd": ("cost_usd", 0.01),
-}
-#: Preset key -> the ``runs`` column holding the limit the run ran under.
-LIMIT_COLUMNS = {key: "limit_" + key[len("max_"):] for key in LIMIT_KEYS}
 
 _PARAM = re.compile(r"\$([a-z_]+)")
 
@@ -109,18 +115,23 @@ def window_filters(
     """Filters for the last ``days`` days ending at ``now_utc`` (inclusive; default: now).
 
     Pass the newest run's start (``data_extent``) as ``now_utc`` to window old data such as the
-    committed sample. Other keyword arguments are ``Filters`` fields. Raises ValueError for
-    ``days`` <= 0.
+    committed sample. Other keyword arguments are ``Filters`` fields. A window reaching back
+    before the year 1 (or infinite) has no start bound. Raises ValueError for ``days`` <= 0 or
+    NaN.
     """
-    if not days or days <= 0:
-        raise ValueError(f"days must be > 0, got {days!r}")
+    if isinstance(days, bool) or not isinstance(days, numbers.Real) or not days > 0:
+        raise ValueError(f"days must be a number > 0, got {days!r}")
     if now_utc is None:
         now_utc = dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)
     elif now_utc.tzinfo is not None:
         now_utc = now_utc.astimezone(dt.timezone.utc).replace(tzinfo=None)
     # The store keeps microseconds: +1 µs makes the exclusive end include now_utc itself.
     end = now_utc + dt.timedelta(microseconds=1)
-    return Filters(start_utc=now_utc - dt.timedelta(days=days), end_utc=end, **kw)
+    try:
+        start = now_utc - dt.timedelta(days=days)
+    except OverflowError:       # longer than datetime can count back: every run up to now
+        start = None
+    return Filters(start_utc=start, end_utc=end, **kw)
 
 
 def _query(conn: duckdb.DuckDBPyConnection, statement: str, params: dict) -> pd.DataFrame:
@@ -132,6 +143,11 @@ def data_extent(conn) -> tuple[dt.datetime | None, dt.datetime | None, int]:
     """Return (oldest run start, newest run start, number of runs); (None, None, 0) when empty."""
     first, last, n = conn.execute(q.DATA_EXTENT).fetchone()
     return first, last, int(n)
+
+
+def count_runs(conn, f: Filters) -> int:
+    """The number of runs ``f`` keeps."""
+    return int(_query(conn, q.COUNT_FILTERED, f.params()).iloc[0]["runs"])
 
 
 def filter_options(conn) -> dict[str, list[str]]:
@@ -146,18 +162,28 @@ def filter_options(conn) -> dict[str, list[str]]:
 @dataclass(frozen=True)
 class Overview:
     """Headline figures of a window. Rates are 0..1 or None when no run finished; cost_usd is the
-    sum over priced runs (USD) or None when nothing is priced; tokens are counts."""
+    sum of the priced calls of the runs (USD, known spend) or None when nothing is priced; tokens
+    are counts. ``priced_runs`` counts runs with a cost; ``partially_priced_runs`` those of them
+    whose cost is not complete (they also had unpriced calls or unknown usage). When
+    ``cost_is_lower_bound``, ``cost_usd`` leaves usage out: show it as "+ unpriced usage"."""
 
     runs: int
     finished_runs: int
     cost_usd: float | None
     priced_runs: int
+    partially_priced_runs: int
     unpriced_calls: int
     unknown_usage_runs: int
     hit_rate: float | None
     intervention_rate: float | None
     p95_total_tokens: float | None
     per_task: pd.DataFrame = field(repr=False)
+
+    @property
+    def cost_is_lower_bound(self) -> bool:
+        """True when ``cost_usd`` leaves out usage of unknown cost (unpriced calls, partly priced
+        runs, or calls with unknown usage): show it as known spend "+ unpriced usage"."""
+        return bool(self.unpriced_calls or self.partially_priced_runs or self.unknown_usage_runs)
 
     def alarms(self, threshold: float = HIT_RATE_ALARM) -> list[str]:
         """Task types whose hit rate is above ``threshold`` (the banner of the Overview)."""
@@ -187,6 +213,7 @@ def overview(conn, f: Filters) -> Overview:
         finished_runs=int(totals["finished_runs"]),
         cost_usd=_none(totals["cost_usd"]),
         priced_runs=int(totals["priced_runs"]),
+        partially_priced_runs=int(totals["partially_priced_runs"]),
         unpriced_calls=int(totals["unpriced_calls"]),
         unknown_usage_runs=int(totals["unknown_usage_runs"]),
         hit_rate=_none(totals["hit_rate"]),
@@ -199,9 +226,12 @@ def overview(conn, f: Filters) -> Overview:
 def baselines(conn, f: Filters, by_model: bool = False) -> pd.DataFrame:
     """Baselines per task type (and per ``models`` combination when ``by_model``).
 
-    Columns: task_type, (models,) n, low_sample (n < 20), then p50_/p95_/max_ of total_tokens,
-    input_tokens, output_tokens, turns, tool_calls, duration_s (s), cost_usd (USD; NULL when no
-    run of the group is priced). Percentiles: quantile_cont.
+    Columns: task_type, (model,) n, low_sample (n < 20), then p50_/p95_/max_ of total_tokens,
+    input_tokens, output_tokens, turns, tool_calls, duration_s (s), then n_cost and
+    p50_/p95_/max_cost_usd (USD). Every metric counts all n runs except cost: n_cost <= n is the
+    number of runs whose cost is fully known (priced, no unpriced call, usage reported), and the
+    cost columns use only those (NULL when there is none), since a partial sum would understate
+    the P95. Percentiles: quantile_cont.
     """
     statement = q.BASELINES_BY_TASK_MODEL if by_model else q.BASELINES_BY_TASK
     frame = _query(conn, statement, f.params())
@@ -210,70 +240,12 @@ def baselines(conn, f: Filters, by_model: bool = False) -> pd.DataFrame:
     return frame
 
 
-def round_up(value: float | None, step: float) -> float | int | None:
-    """Round ``value`` up to the next multiple of ``step`` (an exact multiple stays).
-
-    Integers steps give ints; the cent step gives a float with two decimals. None stays None.
-    A relative tolerance of 1e-9 keeps float noise (60000.0000001) from adding a step.
-    """
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return None
-    units = math.ceil(value / step - 1e-9)
-    if isinstance(step, int):
-        return int(units * step)
-    return round(units * step, 2)
-
-
-def presets(baselines_df: pd.DataFrame, multiplier: float = DEFAULT_MULTIPLIER) -> pd.DataFrame:
-    """Recommended presets from a ``baselines`` frame: P95 x ``multiplier``, rounded up per §6
-    (tokens to the next 1,000; counts to the next integer; seconds to the next 5; USD to the next
-    cent). Columns: task_type, n, low_sample, then the keys of
-    ``collector.preset_format.LIMIT_KEYS``
-    (None where the P95 is unknown). Raises ValueError when ``multiplier`` <= 0. Pure.
-    """
-    if not isinstance(multiplier, (int, float)) or not multiplier > 0:
-        raise ValueError(f"multiplier must be > 0, got {multiplier!r}")
-    rows = []
-    for _, row in baselines_df.iterrows():
-        out = {"task_type": row["task_type"], "n": int(row["n"]),
-               "low_sample": bool(row["low_sample"])}
-        for key, (metric, step) in PRESET_RULES.items():
-            p95 = _none(row.get(f"p95_{metric}"))
-            out[key] = round_up(float(p95) * multiplier, step) if p95 is not None else None
-        rows.append(out)
-    columns = ["task_type", "n", "low_sample", *PRESET_RULES]
-    return pd.DataFrame(rows, columns=columns).astype({k: object for k in PRESET_RULES})
-
-
 def current_limits(conn, f: Filters) -> pd.DataFrame:
     """The limits the filtered runs ran under: per task type the most common non-null value of
     each ``limit_*`` column (NULL when no run had that limit). Columns: task_type,
     limit_total_tokens, limit_input_tokens, limit_output_tokens, limit_turns, limit_tool_calls,
     limit_duration_s, limit_cost_usd."""
     return _query(conn, q.CURRENT_LIMITS, f.params())
-
-
-def preset_changes(presets_df: pd.DataFrame, current_df: pd.DataFrame) -> pd.DataFrame:
-    """Compare recommended presets with the current limits, one row per task type and key.
-
-    Columns: task_type, key (a preset key such as ``max_total_tokens``), current (None when the
-    runs had no such limit), recommended, change_pct ((recommended - current) / current x 100;
-    None when either side is missing). Pure.
-    """
-    current = {row["task_type"]: row for _, row in current_df.iterrows()}
-    rows = []
-    for _, preset in presets_df.iterrows():
-        limits = current.get(preset["task_type"])
-        for key in LIMIT_KEYS:
-            recommended = _none(preset.get(key))
-            now = _none(limits.get(LIMIT_COLUMNS[key])) if limits is not None else None
-            change = None
-            if recommended is not None and now not in (None, 0):
-                change = (float(recommended) - float(now)) / float(now) * 100.0
-            rows.append({"task_type": preset["task_type"], "key": key, "current": now,
-                         "recommended": recommended, "change_pct": change})
-    columns = ["task_type", "key", "current", "recommended", "change_pct"]
-    return pd.DataFrame(rows, columns=columns)
 
 
 def hit_rate_daily(conn, f: Filters) -> pd.DataFrame:
@@ -324,7 +296,8 @@ def runs_table(conn, f: Filters, search: str = "", limit: int = 500, offset: int
     """One row per run, newest first: run_id, task_type, service_name, models, start_utc,
     turns, tool_calls, input_tokens, output_tokens, total_tokens, cost_usd, stop_reason,
     usage_status. ``search`` is a case-insensitive substring of the id, task type, service,
-    models or stop reason. Raises ValueError for a negative limit or offset."""
+    models, stop reason or usage status (``unknown``). Raises ValueError for a negative limit
+    or offset."""
     if limit < 0 or offset < 0:
         raise ValueError("limit and offset must be >= 0")
     params = {**f.params(), "search": search or "", "limit": int(limit), "offset": int(offset)}

@@ -14,6 +14,7 @@ import math
 import pandas as pd
 
 from collector.preset_format import BASIS_KEY, FORMAT_KEY, FORMAT_VERSION, LIMIT_KEYS
+from dashboard.presets import round_significant
 
 #: Formats and their file suffixes (the CLI's --format and the dashboard's downloads).
 FORMATS = {"yaml": ".yaml", "toml": ".toml", "json": ".json"}
@@ -33,6 +34,11 @@ def _plain(value):
     return value
 
 
+def _basis_value(column: str, value: float) -> float:
+    """Tokens to 1 decimal, anything else (turns, seconds, USD) to 6 significant digits."""
+    return round(value, 1) if column.endswith("_tokens") else round_significant(value, 6)
+
+
 def build_document(
     presets_df: pd.DataFrame,
     multiplier: float,
@@ -45,8 +51,10 @@ def build_document(
     Shape: ``{budgetlens_presets: 1, generated_utc: ISO-8601 "Z", multiplier, window_days,
     presets: {task_type: {max_*: value, basis: {n_runs, low_sample, p50_total_tokens, ...}}}}``.
     Token, count and second limits are ints, ``max_cost_usd`` a float in USD. ``baselines_df``
-    (same task types) adds the percentiles to ``basis``. Raises ValueError when ``presets_df``
-    lacks the ``task_type`` or ``n`` column.
+    (same task types) adds the percentiles to ``basis``, and ``n_cost_runs`` (the runs whose cost
+    was fully known, which the cost figures rest on) when it differs from ``n_runs``; ``basis``
+    tokens have 1 decimal, other figures 6 significant digits. Raises
+    ValueError when ``presets_df`` lacks the ``task_type`` or ``n`` column.
     """
     for column in ("task_type", "n", "low_sample"):
         if column not in presets_df.columns:
@@ -68,10 +76,13 @@ def build_document(
         basis = {"n_runs": int(row["n"]), "low_sample": bool(row["low_sample"])}
         source = evidence.get(row["task_type"])
         if source is not None:
+            n_cost = _plain(source.get("n_cost"))
+            if n_cost is not None and int(n_cost) != basis["n_runs"]:
+                basis["n_cost_runs"] = int(n_cost)
             for column in BASIS_COLUMNS:
                 value = _plain(source.get(column))
                 if value is not None:
-                    basis[column] = round(float(value), 6)
+                    basis[column] = _basis_value(column, float(value))
         entry[BASIS_KEY] = basis
         presets[str(row["task_type"])] = entry
     document = {

@@ -50,7 +50,17 @@ _RATES = f"""
     budget_stops / nullif(finished_runs, 0) AS hit_rate,
     interventions / nullif(finished_runs, 0) AS intervention_rate"""
 
+#: A run whose cost is fully known: it has a cost, every call with reported usage was priced and
+#: no call's usage was unknown. ``runs.cost_usd`` of any other run is the sum of its priced calls
+#: (known spend, a lower bound), so cost percentiles use only these runs (``n_cost`` of them).
+COST_KNOWN = (
+    "(cost_usd IS NOT NULL AND coalesce(unpriced_calls, 0) = 0 AND usage_status = 'reported')"
+)
+
 DATA_EXTENT = "SELECT min(start_utc), max(start_utc), count(*) FROM runs"
+
+#: The number of runs the filter keeps.
+COUNT_FILTERED = f"WITH {FILTERED} SELECT count(*) AS runs FROM filtered"
 
 OPTION_TASK_TYPES = (
     "SELECT DISTINCT task_type FROM runs WHERE task_type IS NOT NULL ORDER BY task_type"
@@ -71,6 +81,7 @@ SELECT
     {_RATES},
     sum(cost_usd) AS cost_usd,
     count(cost_usd) AS priced_runs,
+    count(*) FILTER (WHERE cost_usd IS NOT NULL AND NOT {COST_KNOWN}) AS partially_priced_runs,
     CAST(coalesce(sum(unpriced_calls), 0) AS BIGINT) AS unpriced_calls,
     count(*) FILTER (WHERE usage_status = 'unknown') AS unknown_usage_runs,
     quantile_cont(total_tokens, 0.95) AS p95_total_tokens
@@ -100,19 +111,27 @@ BASELINE_METRICS = (
     "duration_s",
     "cost_usd",
 )
-_QUANTILE_LISTS = ",\n    ".join(
-    f"quantile_cont({m}, [0.5, 0.95]) AS q_{m}, max({m}) AS max_{m}" for m in BASELINE_METRICS
-)
-_QUANTILE_COLUMNS = ",\n    ".join(
-    f"q_{m}[1] AS p50_{m}, q_{m}[2] AS p95_{m}, max_{m}" for m in BASELINE_METRICS
-)
+
+
+def _quantile_list(m: str) -> str:
+    only = f" FILTER (WHERE {COST_KNOWN})" if m == "cost_usd" else ""
+    return f"quantile_cont({m}, [0.5, 0.95]){only} AS q_{m}, max({m}){only} AS max_{m}"
+
+
+def _quantile_columns(m: str) -> str:
+    n_cost = "n_cost, " if m == "cost_usd" else ""
+    return f"{n_cost}q_{m}[1] AS p50_{m}, q_{m}[2] AS p95_{m}, max_{m}"
+
+
+_QUANTILE_LISTS = ",\n    ".join(_quantile_list(m) for m in BASELINE_METRICS)
+_QUANTILE_COLUMNS = ",\n    ".join(_quantile_columns(m) for m in BASELINE_METRICS)
 
 
 def _baselines(keys: str) -> str:
     return f"""
 WITH {FILTERED},
 q AS (
-    SELECT {keys}, count(*) AS n,
+    SELECT {keys}, count(*) AS n, count(*) FILTER (WHERE {COST_KNOWN}) AS n_cost,
     {_QUANTILE_LISTS}
     FROM filtered
     GROUP BY {keys}
@@ -283,8 +302,8 @@ ORDER BY cost_usd DESC, run_id
 LIMIT $limit
 """
 
-#: ``$search`` matches (case-insensitive substring) the run id, task type, service, models or
-#: stop reason; '' matches every run. Newest first.
+#: ``$search`` matches (case-insensitive substring) the run id, task type, service, models, stop
+#: reason or usage status; '' matches every run. Newest first.
 RUNS_TABLE = f"""
 WITH {FILTERED}
 SELECT {_RUN_TABLE_SELECT}
@@ -295,6 +314,7 @@ WHERE $search = ''
    OR contains(lower(coalesce(service_name, '')), lower($search))
    OR contains(lower(coalesce(models, '')), lower($search))
    OR contains(lower(coalesce(stop_reason, '')), lower($search))
+   OR contains(lower(coalesce(usage_status, '')), lower($search))
 ORDER BY start_utc DESC NULLS LAST, run_id
 LIMIT $limit OFFSET $offset
 """

@@ -112,6 +112,36 @@ def test_round_up_follows_the_preset_rules(value, step, expected):
     assert analysis.round_up(value, step) == expected
 
 
+@pytest.mark.parametrize(
+    "value, expected",
+    [
+        (0.01365, 0.014),           # the example
+        (0.44, 0.44),               # two figures already: stays
+        (0.44000000000000006, 0.44),  # float noise (0.2933.. x 1.5) does not add a unit
+        (1.234, 1.3),
+        (0.013650, 0.014),
+        (0.0091 * 1.5, 0.014),      # simple_qa P95 $0.0091 x 1.5 = 0.01365: 1.5x, not 2.2x
+        (0.000123, 0.00013),
+        (9.91, 10.0),               # rounding up crosses a power of ten
+        (99.1, 100.0),
+        (12.01, 13.0),
+        (1234.5, 1300.0),
+        (0.0, 0.0),                 # no figure to round (preset_limit leaves a $0 limit out)
+        (None, None),
+        (float("nan"), None),
+    ],
+)
+def test_round_up_significant_rounds_up_to_two_figures(value, expected):
+    assert analysis.round_up_significant(value) == expected
+
+
+def test_a_cheap_task_types_cost_preset_stays_near_p95_times_multiplier():
+    # simple_qa in the sample: P95 $0.0091; the cent rule gave $0.02 (2.2x), now $0.014 (1.54x)
+    limit = analysis.preset_limit("max_cost_usd", 0.0091, 1.5)
+    assert limit == 0.014
+    assert 1.5 <= limit / 0.0091 <= 1.5 * 1.1
+
+
 def test_presets_are_p95_times_multiplier_rounded_up():
     base = pd.DataFrame([{
         "task_type": "qa", "n": 40, "low_sample": False, "p95_total_tokens": 4100.0,
@@ -123,9 +153,9 @@ def test_presets_are_p95_times_multiplier_rounded_up():
     assert row["max_input_tokens"] == 5000        # 4500 -> 5000
     assert row["max_output_tokens"] == 2000       # 1050 -> 2000
     assert row["max_turns"] == 5                  # 4.8 -> 5
-    assert row["max_tool_calls"] == 0
+    assert row["max_tool_calls"] == 1             # 0 -> 1: a preset is never 0
     assert row["max_duration_s"] == 35            # 31.5 -> 35
-    assert row["max_cost_usd"] == 0.02            # 0.01845 -> 0.02
+    assert row["max_cost_usd"] == 0.019           # 0.01845 -> 0.019 (2 significant figures)
     assert row["n"] == 40 and not row["low_sample"]
 
 
@@ -136,6 +166,86 @@ def test_presets_leave_unknown_p95_empty_and_refuse_bad_multiplier():
     assert row["max_total_tokens"] == 2000 and row["max_cost_usd"] is None and row["low_sample"]
     with pytest.raises(ValueError, match="multiplier"):
         analysis.presets(base, 0)
+
+
+def test_a_zero_p95_gives_the_smallest_step_and_leaves_a_zero_cost_limit_out():
+    # A free model that answers without tools and at once: every P95 but tokens is 0.
+    base = pd.DataFrame([{
+        "task_type": "free", "n": 30, "low_sample": False, "p95_total_tokens": 0.0,
+        "p95_input_tokens": 0.0, "p95_output_tokens": 0.0, "p95_turns": 0.0,
+        "p95_tool_calls": 0.0, "p95_duration_s": 0.0, "p95_cost_usd": 0.0,
+    }])
+    row = analysis.presets(base, 1.5).iloc[0]
+    assert (row["max_total_tokens"], row["max_input_tokens"], row["max_output_tokens"]) == (
+        1000, 1000, 1000)
+    assert (row["max_turns"], row["max_tool_calls"], row["max_duration_s"]) == (1, 1, 5)
+    assert row["max_cost_usd"] is None      # a $0 limit would stop every run: left out
+
+
+def test_a_preset_from_a_free_model_lets_the_guard_start_a_run():
+    from collector.guard import RunBudget
+
+    base = pd.DataFrame([{"task_type": "free", "n": 30, "low_sample": False,
+                          "p95_total_tokens": 800.0, "p95_turns": 2.0, "p95_cost_usd": 0.0}])
+    row = analysis.presets(base, 1.5).iloc[0]
+    limits = {k: row[k] for k in ("max_total_tokens", "max_turns", "max_cost_usd")
+              if row[k] is not None}
+    assert limits == {"max_total_tokens": 2000, "max_turns": 3}
+    budget = RunBudget(**limits)
+    budget.before_turn()                    # a $0 cost limit would raise here
+    assert budget.reserve(1000) is not None
+
+
+@pytest.mark.parametrize("multiplier", [float("inf"), float("nan"), -1.0, 0, True, "1.5"])
+def test_presets_refuse_a_multiplier_that_is_not_a_finite_positive_number(multiplier):
+    base = pd.DataFrame([{"task_type": "qa", "n": 1, "low_sample": True,
+                          "p95_total_tokens": 900.0}])
+    with pytest.raises(ValueError, match="multiplier must be a finite number > 0"):
+        analysis.presets(base, multiplier)
+
+
+def test_presets_name_the_key_when_p95_times_multiplier_overflows():
+    base = pd.DataFrame([{"task_type": "qa", "n": 1, "low_sample": True,
+                          "p95_total_tokens": 900.0}])
+    with pytest.raises(ValueError, match="max_total_tokens.*not a finite number"):
+        analysis.presets(base, 1e308)
+
+
+def test_cost_baselines_use_only_runs_whose_cost_is_fully_known(db_path):
+    def call(run_id, turn, cost, status="reported"):
+        tokens = (900, 100, 1000) if status == "reported" else (None, None, None)
+        return dict(span_id=f"{run_id}.c{turn}", run_id=run_id, source="test", task_type="qa",
+                    request_model="m", start_utc=T0, turn=turn, input_tokens=tokens[0],
+                    output_tokens=tokens[1], total_tokens=tokens[2], cost_usd=cost,
+                    usage_status=status, reserved_tokens=2000)
+
+    records = [_record(k, total_tokens=1000) for k in range(5)]
+    calls = [
+        call("qa-000", 1, 0.10), call("qa-000", 2, 0.10),     # fully priced: $0.20
+        call("qa-001", 1, 0.30),                              # fully priced: $0.30
+        call("qa-002", 1, 0.50), call("qa-002", 2, None),     # + an unpriced 1,000-token call
+        call("qa-003", 1, 0.90), call("qa-003", 2, None, "unknown"),   # + unknown usage
+        call("qa-004", 1, None),                              # unpriced: no cost at all
+    ]
+    _store(db_path, records, calls)
+    row = _baselines(db_path).loc["qa"]
+    assert (row["n"], row["n_cost"]) == (5, 2)
+    assert row["p50_cost_usd"] == pytest.approx(0.25)          # of 0.20 and 0.30 only
+    assert row["p95_cost_usd"] == pytest.approx(0.20 + 0.95 * 0.10)
+    assert row["max_cost_usd"] == pytest.approx(0.30)          # not the partial 0.90
+    with read_connection(db_path) as conn:
+        o = analysis.overview(conn, Filters())
+    assert o.cost_usd == pytest.approx(0.20 + 0.30 + 0.50 + 0.90)   # known spend
+    assert (o.priced_runs, o.partially_priced_runs, o.unpriced_calls) == (4, 2, 2)
+    assert o.cost_is_lower_bound
+
+
+def test_overview_of_fully_priced_runs_is_not_a_lower_bound(db_path):
+    _store(db_path, [_record(0, cost_usd=0.2), _record(1, cost_usd=0.3)])
+    with read_connection(db_path) as conn:
+        o = analysis.overview(conn, Filters())
+    assert (o.priced_runs, o.partially_priced_runs) == (2, 0)
+    assert not o.cost_is_lower_bound
 
 
 def test_current_limits_are_the_most_common_value_per_task_type(db_path):
@@ -179,6 +289,18 @@ def test_preset_changes_compare_recommended_with_current():
 def test_bad_filters_are_refused_naming_the_field(kwargs, message):
     with pytest.raises(ValueError, match=message):
         Filters(**kwargs)
+
+
+@pytest.mark.parametrize("days", [0, -1, float("nan"), None, "14"])
+def test_window_filters_refuse_a_window_that_is_not_positive(days):
+    with pytest.raises(ValueError, match="days must be a number > 0"):
+        analysis.window_filters(days, now_utc=T0)
+
+
+@pytest.mark.parametrize("days", [float("inf"), 1e300, 10**9])
+def test_a_window_longer_than_the_calendar_has_no_start_bound(days):
+    f = analysis.window_filters(days, now_utc=T0)
+    assert f.start_utc is None and f.end_utc > T0
 
 
 def test_window_filters_include_the_newest_run_itself(db_path):

@@ -47,7 +47,7 @@ def test_document_has_the_preset_format_shape(document):
     assert code["max_total_tokens"] == 91000            # 60400 x 1.5 = 90600 -> 91000
     assert code["max_turns"] == 31                      # 30.3 -> 31
     assert code["max_duration_s"] == 305                # 301.5 -> 305
-    assert code["max_cost_usd"] == 1.61                 # 1.60965 -> 1.61
+    assert code["max_cost_usd"] == 1.7                  # 1.60965 -> 1.7 (2 significant figures)
     assert code["basis"]["n_runs"] == 212 and code["basis"]["low_sample"] is False
     assert code["basis"]["p95_total_tokens"] == 60400.0
 
@@ -75,7 +75,7 @@ def test_guard_loads_the_exported_file(document, tmp_path, fmt):
     path.write_text(presets_export.render(document, fmt))
     limits = load_preset("code_generation", path)
     assert limits["max_total_tokens"] == 91000
-    assert limits["max_cost_usd"] == 1.61
+    assert limits["max_cost_usd"] == 1.7
 
 
 def test_unknown_format_and_missing_columns_are_refused(document):
@@ -83,3 +83,35 @@ def test_unknown_format_and_missing_columns_are_refused(document):
         presets_export.render(document, "ini")
     with pytest.raises(ValueError, match="task_type"):
         presets_export.build_document(pd.DataFrame({"n": [1]}), 1.5, 14)
+
+
+def test_basis_states_the_cost_runs_when_fewer_runs_have_a_known_cost(baselines_df):
+    base = baselines_df.assign(n_cost=[np.int64(180), np.int64(7)])
+    table = analysis.presets(base, 1.5)
+    document = presets_export.build_document(table, 1.5, 14, base, generated_utc=STAMP)
+    assert document["presets"]["code_generation"]["basis"]["n_cost_runs"] == 180
+    assert "n_cost_runs" not in document["presets"]["simple_qa"]["basis"]   # same as n_runs
+
+
+def test_a_free_model_preset_has_no_zero_limit_and_loads_into_the_guard(tmp_path):
+    base = pd.DataFrame([{"task_type": "free", "n": 40, "low_sample": False, "n_cost": 40,
+                          "p95_total_tokens": 0.0, "p95_turns": 0.0, "p95_cost_usd": 0.0}])
+    document = presets_export.build_document(analysis.presets(base, 1.5), 1.5, 14, base,
+                                             generated_utc=STAMP)
+    entry = document["presets"]["free"]
+    assert (entry["max_total_tokens"], entry["max_turns"]) == (1000, 1)
+    assert "max_cost_usd" not in entry
+    path = tmp_path / "free.yaml"
+    path.write_text(presets_export.render(document, "yaml"))
+    assert load_preset("free", path) == {"max_total_tokens": 1000, "max_turns": 1}
+
+
+def test_basis_keeps_six_significant_digits_of_a_cheap_cost_and_one_decimal_of_tokens():
+    base = pd.DataFrame([{"task_type": "qa", "n": 40, "low_sample": False, "n_cost": 40,
+                          "p50_total_tokens": 3189.25, "p95_total_tokens": 5738.949999999999,
+                          "p95_duration_s": 35.84999999999999, "p95_cost_usd": 0.00574916472}])
+    basis = presets_export.build_document(analysis.presets(base, 1.5), 1.5, 14, base,
+                                          generated_utc=STAMP)["presets"]["qa"]["basis"]
+    assert basis["p95_cost_usd"] == 0.00574916       # not 0.005749: 6 figures, not 6 decimals
+    assert basis["p95_duration_s"] == 35.85          # no float noise
+    assert (basis["p50_total_tokens"], basis["p95_total_tokens"]) == (3189.2, 5738.9)

@@ -44,6 +44,86 @@ def test_same_seed_gives_the_same_rows_and_another_seed_does_not():
     assert first != other
 
 
+def _generation(path, end, **kwargs):
+    """Write one small generation (seed 3, 2 days, 30 runs a weekday) ending at ``end``."""
+    args = dict(days=2, seed=3, runs_per_day=30) | kwargs
+    return sample.write_sample(path, end_utc=end, **args)
+
+
+def test_two_generations_with_the_same_seed_sit_side_by_side_in_one_store(tmp_path):
+    # The new user's case: the demo's sample, then `budgetlens sample` with the same seed and
+    # another end date. Run numbers restart at 1, so ids without the end date collided.
+    db = tmp_path / "two.duckdb"
+    first = _generation(db, dt.datetime(2026, 1, 10))
+    second = _generation(db, dt.datetime(2026, 1, 20))
+    runs, mismatched, mixed = _rows(db, """
+        WITH c AS (SELECT run_id, count(*) AS calls,
+                          count(DISTINCT coalesce(response_model, request_model)) AS models
+                   FROM model_calls GROUP BY run_id)
+        SELECT count(*), count(*) FILTER (WHERE r.turns <> coalesce(c.calls, 0)),
+               count(*) FILTER (WHERE c.models > 1 AND NOT contains(r.models, ','))
+        FROM runs r LEFT JOIN c USING (run_id)""")[0]
+    assert runs == first + second
+    assert mismatched == 0 and mixed == 0
+    prefixes = {run_id.rsplit("-", 1)[0] for (run_id,) in _rows(db, "SELECT run_id FROM runs")}
+    assert prefixes == {"sample-20260110-s3-d2-r30", "sample-20260120-s3-d2-r30"}
+
+
+def test_writing_the_same_generation_again_adds_nothing(tmp_path):
+    db = tmp_path / "again.duckdb"
+    runs = _generation(db, dt.datetime(2026, 1, 10))
+    counts = "SELECT (SELECT count(*) FROM runs), (SELECT count(*) FROM model_calls), " \
+             "(SELECT count(*) FROM budget_events)"
+    before = _rows(db, counts)
+    assert _generation(db, dt.datetime(2026, 1, 10)) == runs
+    assert _rows(db, counts) == before and before[0][0] == runs
+
+
+@pytest.mark.parametrize("changed", [
+    dict(seed=4), dict(end_utc=dt.datetime(2026, 1, 11)), dict(days=3), dict(runs_per_day=31),
+    dict(end_utc=dt.datetime(2026, 1, 10, 6)),
+])
+def test_every_argument_that_changes_the_rows_changes_the_ids(changed):
+    base = dict(seed=3, end_utc=dt.datetime(2026, 1, 10), days=2, runs_per_day=30)
+    ids = {
+        name: {r["run_id"] for _, records, _ in sample.generate_sample(**args) for r in records}
+        for name, args in (("base", base), ("changed", base | changed))
+    }
+    assert ids["base"] and ids["changed"]
+    assert not ids["base"] & ids["changed"]
+
+
+def test_ids_of_calls_events_and_traces_belong_to_their_run():
+    calls, records, events = next(sample.generate_sample(
+        days=1, seed=7, runs_per_day=20, end_utc=sample.SAMPLE_END_UTC))
+    run_ids = {r["run_id"] for r in records}
+    assert all(r.startswith("sample-20261128-s7-d1-r20-") for r in run_ids)
+    assert all(c["span_id"].startswith(c["run_id"] + ".c") for c in calls)
+    assert all(e["event_id"].startswith(e["run_id"] + ".e") for e in events)
+    traces = {r["trace_id"] for r in records}
+    assert len(traces) == len(records) and all(len(t) == 32 for t in traces)
+    int(next(iter(traces)), 16)             # hex: a valid OTel trace id
+
+
+def test_committed_sample_ids_name_its_generation(store):
+    prefixes = _rows(store, "SELECT DISTINCT regexp_extract(run_id, '^(.*)-[0-9]+$', 1) FROM runs")
+    assert prefixes == [("sample-20261128-s7",)]
+
+
+def test_committed_sample_file_is_what_the_generator_writes_byte_for_byte(tmp_path):
+    import gzip
+    import json
+
+    with gzip.open(sample.SAMPLE_FILE, "rt", encoding="utf-8") as lines:
+        header = json.loads(next(lines))
+    again = tmp_path / "again.jsonl.gz"
+    sample.export_sample_jsonl(again, days=header["days"], seed=header["seed"],
+                               runs_per_day=header["runs_per_day"],
+                               end_utc=dt.datetime.fromisoformat(header["end_utc"]))
+    assert (header["seed"], header["end_utc"]) == (sample.SAMPLE_SEED, "2026-11-28T00:00:00")
+    assert again.read_bytes() == sample.SAMPLE_FILE.read_bytes()
+
+
 def test_committed_sample_covers_fourteen_days_before_its_fixed_end(store):
     first, last, n = _rows(store, "SELECT min(start_utc), max(start_utc), count(*) FROM runs")[0]
     assert sample.SAMPLE_END_UTC - dt.timedelta(days=14) <= first
@@ -184,3 +264,32 @@ def test_a_file_that_is_not_a_sample_is_refused(tmp_path):
 def test_generator_refuses_bad_arguments(kwargs, message):
     with pytest.raises(ValueError, match=message):
         next(sample.generate_sample(**kwargs))
+
+
+@pytest.mark.parametrize("content, message", [
+    (b"name,value\n", "not a gzip-compressed budgetlens sample file"),
+    (b"\x1f\x8b\x08\x00garbage", "not a gzip-compressed budgetlens sample file"),
+    (b"", "line 1 is not a budgetlens sample header"),
+])
+def test_a_sample_file_that_is_not_gzip_is_a_value_error_naming_it(tmp_path, content, message):
+    path = tmp_path / "x.jsonl.gz"
+    path.write_bytes(content)
+    with pytest.raises(ValueError, match=message) as error:
+        sample.load_sample_file(path, tmp_path / "db.duckdb")
+    assert str(error.value).startswith(f"{path}: ")
+    assert not (tmp_path / "db.duckdb").exists()       # nothing written
+
+
+def test_a_sample_run_line_of_the_wrong_shape_names_the_line(tmp_path):
+    import gzip
+
+    path = tmp_path / "x.jsonl.gz"
+    path.write_bytes(gzip.compress(b'{"budgetlens_sample": 1}\n{"record": {"run_id": "r"}, '
+                                   b'"calls": [5]}\n'))
+    with pytest.raises(ValueError, match=r"x.jsonl.gz: line 2: not a sample run"):
+        sample.load_sample_file(path, tmp_path / "db.duckdb")
+
+
+def test_a_span_of_days_before_the_year_1_is_refused():
+    with pytest.raises(ValueError, match="days must reach no further back than the year 1"):
+        next(sample.generate_sample(days=10**6, end_utc=dt.datetime(2026, 1, 1)))

@@ -64,6 +64,23 @@ def test_store_with_newer_schema_is_refused(db_path):
             pass
 
 
+@pytest.mark.parametrize("opener", [read_connection, write_connection])
+@pytest.mark.parametrize("what, expected", [
+    ("directory", "expected a DuckDB database file, not a directory"),
+    ("text file", "expected a DuckDB database file (a budgetlens store)"),
+])
+def test_a_path_duckdb_cannot_open_is_a_store_error_naming_it(tmp_path, opener, what, expected):
+    path = tmp_path / "store"
+    if what == "directory":
+        path.mkdir()
+    else:
+        path.write_text("name,value\n")
+    with pytest.raises(StoreError, match="cannot open the store") as error:
+        with opener(path):
+            pass
+    assert str(error.value).startswith(f"{path}: ") and expected in str(error.value)
+
+
 def test_reading_a_missing_store_raises_store_missing(db_path):
     with pytest.raises(StoreMissing, match="no budgetlens store"):
         with read_connection(db_path):

@@ -36,7 +36,8 @@ def build_parser() -> argparse.ArgumentParser:
         ),
         epilog="The database path comes from --db, else BUDGETLENS_DB, else budgetlens.duckdb.",
     )
-    parser.add_argument("-v", "--verbose", action="store_true", help="log debug details")
+    parser.add_argument("-v", "--verbose", action="store_true",
+                        help="log debug details (and show the traceback of an error)")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMANDS:
         module = importlib.import_module(f"collector.cli.{name}")
@@ -61,13 +62,21 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # output piped into `head` and the like: stop quietly
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
-    except Exception as error:  # a clear one-line error instead of a traceback
+    except Exception as error:  # a clear one-line error instead of a traceback (-v keeps it)
         from collector.store import StoreError
 
-        if isinstance(error, (StoreError, ValueError, FileNotFoundError)) and not args.verbose:
-            print(f"budgetlens {args.command}: error: {error}", file=sys.stderr)
+        if isinstance(error, (StoreError, ValueError, OSError)) and not args.verbose:
+            print(f"budgetlens {args.command}: error: {_describe(error)}", file=sys.stderr)
             return 1
         raise
+
+
+def _describe(error: Exception) -> str:
+    """One line for a user error: an OSError as "PATH: reason" (IsADirectoryError,
+    PermissionError, FileNotFoundError, ...), anything else as its message."""
+    if isinstance(error, OSError) and error.strerror and error.filename is not None:
+        return f"{error.filename}: {error.strerror}"
+    return str(error)
 
 
 if __name__ == "__main__":

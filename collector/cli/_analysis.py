@@ -1,25 +1,44 @@
-"""Shared parts of the analysis commands (``baselines``, ``presets``, ``runs``): the window
-arguments, opening the store read-only with a clear error when it is missing or empty, and
-writing a frame as a table, JSON or CSV."""
+"""Shared parts of the analysis commands (``baselines``, ``presets``, ``runs``): the window and
+format arguments, opening the store read-only with a clear error when it is missing or empty,
+notes on stderr when the window or a filter leaves runs out, and writing a frame as a table,
+JSON or CSV.
+
+Output conventions (every format):
+
+- times are ISO-8601 UTC with a ``Z`` (``2026-11-27T23:55:17.851192Z``);
+- JSON and CSV floats are rounded to 6 significant digits and token percentiles to 1 decimal;
+  counts stay integers (null when unknown);
+- the table shows tokens with thousands separators (no decimals when a column has none), costs
+  (USD) with 4 significant figures (``0.009165``, never ``0.00``), other numbers with 2
+  decimals.
+"""
 
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from contextlib import contextmanager
 
-from collector.cli._common import add_db_argument
+from collector.cli._common import add_db_argument, non_negative_float
 
 WINDOW_HELP = (
     "The window is the last --window-days days of the data, ending at the newest run in the "
-    "store (so an old sample still shows); --window-days 0 takes every run."
+    "store (so an old sample still shows); --window-days 0 takes every run. When the window "
+    "leaves runs out, a note on stderr says how many it keeps."
 )
+#: Significant digits of floats in JSON and CSV, and of costs in the table.
+CSV_DIGITS = 6
+TABLE_COST_DIGITS = 4
+#: The filter options and their names in the notes.
+_SCOPES = (("task_type", "task_types", "task type"), ("model", "models", "model"),
+           ("service", "services", "service"))
 
 
 def add_window_arguments(parser: argparse.ArgumentParser) -> None:
     add_db_argument(parser)
     parser.add_argument(
-        "--window-days", type=float, default=14.0, metavar="DAYS",
+        "--window-days", type=non_negative_float, default=14.0, metavar="DAYS",
         help="days of data ending at the newest run (default: 14; 0 = all runs)",
     )
     parser.add_argument("--task-type", action="append", default=[], metavar="NAME",
@@ -30,16 +49,36 @@ def add_window_arguments(parser: argparse.ArgumentParser) -> None:
                         help="only this service (repeatable)")
 
 
+def add_format_argument(parser: argparse.ArgumentParser, choices=("table", "json", "csv"),
+                        default: str = "table") -> None:
+    """``--format``: the table is for reading; JSON (records) and CSV carry every column."""
+    helps = {"table": "aligned columns for reading (a selection of columns)",
+             "json": "JSON records, every column", "csv": "CSV with a header, every column",
+             "yaml": "YAML", "toml": "TOML (no nulls: unknown limits are left out)"}
+    parser.add_argument("--format", choices=choices, default=default,
+                        help=f"output format (default: {default}): " + "; ".join(
+                            f"{name}: {helps[name]}" for name in choices))
+
+
+def _note(text: str) -> None:
+    print(f"note: {text}", file=sys.stderr)
+
+
 @contextmanager
 def analysis_session(args):
     """Yield (conn, filters) for the arguments; raises StoreMissing/StoreError when the store
-    is missing or has no runs, ValueError for a negative window."""
+    is missing, is not a DuckDB file or has no runs, ValueError for a negative or NaN window.
+
+    Prints to stderr (never to stdout) a note naming the values that exist when a
+    --task-type/--model/--service value matches no run, and one when the window leaves runs out:
+    ``window: last 14 days ending 2026-05-11 (2 of 41 runs); use --window-days 0 for all``.
+    """
     from collector.config import resolve_db_path
     from collector.store import StoreError, read_connection, schema_version
     from dashboard import analysis
 
-    if args.window_days < 0:
-        raise ValueError(f"--window-days must be >= 0, got {args.window_days:g}")
+    if not args.window_days >= 0:   # also NaN (argparse already refuses both)
+        raise ValueError(f"--window-days must be a finite number >= 0, got {args.window_days:g}")
     db = resolve_db_path(args.db)
     with read_connection(db) as conn:
         n = 0
@@ -52,26 +91,112 @@ def analysis_session(args):
             )
         scope = dict(task_types=tuple(args.task_type), models=tuple(args.model),
                      services=tuple(args.service))
+        _note_unknown_scope(conn, args)
+        filters = analysis.Filters(**scope)
         if args.window_days:
-            filters = analysis.window_filters(args.window_days, now_utc=last, **scope)
-        else:
-            filters = analysis.Filters(**scope)
+            windowed = analysis.window_filters(args.window_days, now_utc=last, **scope)
+            kept, every = analysis.count_runs(conn, windowed), analysis.count_runs(conn, filters)
+            if kept < every:
+                _note(f"window: last {args.window_days:g} days ending {last:%Y-%m-%d} "
+                      f"({kept} of {every} runs); use --window-days 0 for all")
+            filters = windowed
         yield conn, filters
 
 
+def _note_unknown_scope(conn, args) -> None:
+    """A note per filter option whose values match no run, naming the values that exist."""
+    from dashboard import analysis
+
+    asked = {option: getattr(args, option) for option, _, _ in _SCOPES}
+    if not any(asked.values()):
+        return
+    options = analysis.filter_options(conn)
+    for option, key, noun in _SCOPES:
+        unknown = [value for value in asked[option] if value not in options[key]]
+        if unknown:
+            _note(f"no runs of {noun} {', '.join(unknown)}; the store has "
+                  f"{len(options[key])} {noun}s: {', '.join(options[key]) or '(none)'}")
+
+
+# --- formatting ---------------------------------------------------------------------------------
+def _is_cost(column: str) -> bool:
+    return column.endswith("cost_usd")
+
+
+def _is_tokens(column: str) -> bool:
+    return column.endswith("_tokens")
+
+
+def _missing(value) -> bool:
+    import pandas as pd
+
+    return value is None or bool(pd.isna(value))
+
+
+def _whole(series) -> bool:
+    values = series.dropna()
+    return bool(len(values)) and bool((values == values.round()).all())
+
+
+def _for_machines(frame):
+    """A copy of ``frame`` for JSON/CSV: ISO-8601 "Z" times, token percentiles to 1 decimal,
+    other floats to ``CSV_DIGITS`` significant digits (NaN stays missing)."""
+    from dashboard.presets import round_significant
+
+    out = frame.copy()
+    for column in out.columns:
+        kind = out[column].dtype.kind
+        if kind == "M":
+            out[column] = out[column].map(_iso_z).astype(object)
+        elif kind == "f" and _is_tokens(column):
+            out[column] = out[column].round(1)
+        elif kind == "f":
+            out[column] = out[column].map(lambda v: round_significant(v, CSV_DIGITS))
+    return out
+
+
+def _iso_z(value):
+    """A naive UTC timestamp as ISO-8601 with ``Z``; None for NaT."""
+    if _missing(value):
+        return None
+    return value.isoformat() + "Z"
+
+
+def _cost_text(value: float) -> str:
+    """A cost with ``TABLE_COST_DIGITS`` significant figures, without an exponent."""
+    if value == 0:
+        return "0"
+    decimals = max(0, TABLE_COST_DIGITS - 1 - math.floor(math.log10(abs(value))))
+    return f"{value:,.{decimals}f}"
+
+
+def _for_reading(frame, float_format: str):
+    """A copy of ``frame`` as text cells for the table (conventions in the module docstring)."""
+    shown = frame.copy()
+    for column in shown.columns:
+        series, kind = shown[column], shown[column].dtype.kind
+        if kind == "M":
+            shown[column] = series.map(lambda v: _iso_z(v) or "").astype(object)
+        elif kind in "iuf" and _is_tokens(column):
+            pattern = "{:,.0f}" if kind in "iu" or _whole(series) else "{:,.1f}"
+            shown[column] = series.map(lambda v: "" if _missing(v) else pattern.format(v))
+        elif kind == "f" and _is_cost(column):
+            shown[column] = series.map(lambda v: "" if _missing(v) else _cost_text(v))
+        elif kind == "f":
+            shown[column] = series.map(lambda v: "" if _missing(v) else float_format.format(v))
+    return shown
+
+
 def write_frame(frame, fmt: str, out=None, float_format: str = "{:,.2f}") -> None:
-    """Print ``frame`` as an aligned table, JSON records (ISO times, null for missing) or CSV."""
+    """Print ``frame`` as an aligned table, JSON records (null for missing) or CSV, following
+    the conventions of the module docstring; ``float_format`` is for the table's floats that
+    are neither tokens nor costs."""
     out = out or sys.stdout
     if fmt == "json":
-        out.write(frame.to_json(orient="records", date_format="iso", indent=2) + "\n")
+        out.write(_for_machines(frame).to_json(orient="records", indent=2) + "\n")
     elif fmt == "csv":
-        frame.to_csv(out, index=False)
+        _for_machines(frame).to_csv(out, index=False)
     elif frame.empty:
         out.write("(no rows)\n")
     else:
-        shown = frame.copy()
-        for column in shown.columns:
-            if shown[column].dtype.kind == "f":
-                shown[column] = shown[column].map(
-                    lambda v: "" if v != v else float_format.format(v))
-        out.write(shown.to_string(index=False, na_rep="") + "\n")
+        out.write(_for_reading(frame, float_format).to_string(index=False, na_rep="") + "\n")

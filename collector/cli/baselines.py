@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
-from collector.cli._analysis import WINDOW_HELP, add_window_arguments, analysis_session, write_frame
+from collector.cli._analysis import (
+    WINDOW_HELP,
+    add_format_argument,
+    add_window_arguments,
+    analysis_session,
+    write_frame,
+)
 
 #: Columns of the table format (json and csv carry every column).
 TABLE_COLUMNS = (
     "task_type", "model", "n", "low_sample", "p50_total_tokens", "p95_total_tokens",
-    "max_total_tokens", "p95_turns", "p95_tool_calls", "p95_duration_s", "p95_cost_usd",
+    "max_total_tokens", "p95_turns", "p95_tool_calls", "p95_duration_s", "n_cost", "p95_cost_usd",
 )
 
 
@@ -17,13 +23,14 @@ def register(subparsers) -> None:
         help="P50/P95 baselines per task type",
         description=(
             "Print the baseline of each task type: n, P50, P95 and max of total/input/output "
-            "tokens, turns, tool calls, duration (s) and cost (USD). Percentiles are "
+            "tokens, turns, tool calls, duration (s) and cost (USD; over the n_cost runs whose "
+            "cost is fully known: priced, no unpriced call, usage reported). Percentiles are "
             "quantile_cont (linear); below 20 runs the row is marked low_sample. " + WINDOW_HELP
         ),
         epilog="Example: budgetlens baselines --db budgetlens.duckdb --format table --by-model",
     )
     add_window_arguments(parser)
-    parser.add_argument("--format", choices=("table", "json", "csv"), default="table")
+    add_format_argument(parser)
     parser.add_argument("--by-model", action="store_true",
                         help="one row per task type and model combination")
     parser.set_defaults(func=run)

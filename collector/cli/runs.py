@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
-from collector.cli._analysis import WINDOW_HELP, add_window_arguments, analysis_session, write_frame
+from collector.cli._analysis import (
+    WINDOW_HELP,
+    add_format_argument,
+    add_window_arguments,
+    analysis_session,
+    write_frame,
+)
+from collector.cli._common import non_negative_int
 
 
 def register(subparsers) -> None:
@@ -12,17 +19,20 @@ def register(subparsers) -> None:
         description=(
             "List runs, newest first: id, task type, service, model(s), start (UTC), turns, "
             "tool calls, input/output/total tokens, cost (USD; empty when unpriced), stop "
-            "reason, usage status. " + WINDOW_HELP
+            "reason, usage status (unknown: some call reported no usage, its reservation was "
+            "charged). " + WINDOW_HELP
         ),
         epilog="Example: budgetlens runs --db budgetlens.duckdb --task-type research --limit 20",
     )
     add_window_arguments(parser)
-    parser.add_argument("--format", choices=("table", "json", "csv"), default="table")
-    parser.add_argument("--limit", type=int, default=50,
+    add_format_argument(parser)
+    parser.add_argument("--limit", type=non_negative_int, default=50,
                         help="at most this many runs (default 50; 0 = every run)")
-    parser.add_argument("--offset", type=int, default=0, help="skip this many runs first")
+    parser.add_argument("--offset", type=non_negative_int, default=0,
+                        help="skip this many runs first")
     parser.add_argument("--search", default="",
-                        help="substring of the run id, task type, service, model or stop reason")
+                        help="case-insensitive substring of the run id, task type, service, "
+                             "model, stop reason or usage status (e.g. unknown)")
     parser.set_defaults(func=run)
 
 
@@ -35,5 +45,5 @@ def run(args) -> int:
         limit = args.limit if args.limit > 0 else 2**62
         frame = analysis.runs_table(conn, filters, search=args.search, limit=limit,
                                     offset=args.offset)
-    write_frame(frame, args.format, float_format="{:,.4f}")
+    write_frame(frame, args.format)
     return 0

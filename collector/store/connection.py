@@ -33,7 +33,9 @@ DEFAULT_READ_TIMEOUT_S = 20.0
 
 
 class StoreError(RuntimeError):
-    """The store cannot be used: missing file, newer schema, or a lock held past the timeout."""
+    """The store cannot be used: missing file, a path DuckDB cannot open (a directory, a file
+    that is not a DuckDB database, no permission), newer schema, or a lock held past the
+    timeout."""
 
 
 class StoreMissing(StoreError):
@@ -56,7 +58,7 @@ def _connect_with_retry(path: Path, read_only: bool, timeout_s: float) -> duckdb
             return duckdb.connect(str(path), read_only=read_only)
         except duckdb.Error as error:
             if not is_lock_conflict(error):
-                raise
+                raise _cannot_open(path, read_only, error) from error
             if time.monotonic() >= deadline:
                 raise StoreError(
                     f"{path}: still locked by another process after {timeout_s:.0f} s "
@@ -64,6 +66,19 @@ def _connect_with_retry(path: Path, read_only: bool, timeout_s: float) -> duckdb
                 ) from error
             time.sleep(delay * (0.5 + random.random()))
             delay = min(delay * 2, 0.2)
+
+
+def _cannot_open(path: Path, read_only: bool, error: duckdb.Error) -> StoreError:
+    """A StoreError naming ``path``, what was expected there, and DuckDB's reason."""
+    reason = str(error).removeprefix("IO Error: ").strip()
+    if path.is_dir():
+        expected = "a DuckDB database file, not a directory"
+    elif path.exists():
+        expected = "a DuckDB database file (a budgetlens store) it can " + (
+            "read" if read_only else "read and write")
+    else:
+        expected = "a path where a new DuckDB file can be created"
+    return StoreError(f"{path}: cannot open the store: expected {expected} ({reason})")
 
 
 def migrate(conn: duckdb.DuckDBPyConnection) -> int:
@@ -102,7 +117,9 @@ def write_connection(
     """Open ``path`` for writing (creating and migrating it), yield the connection, close it.
 
     The caller runs its statements inside one transaction (see ``collector.store.writer``).
-    Raises StoreError when another process holds the file for longer than ``timeout_s`` seconds.
+    Raises StoreError when DuckDB cannot open ``path`` (a directory, not a DuckDB file, no
+    permission) or another process holds the file for longer than ``timeout_s`` seconds, OSError
+    when the parent directory cannot be created.
     """
     path = Path(path)
     if path.parent and not path.parent.exists():
@@ -121,8 +138,9 @@ def read_connection(
 ) -> Iterator[duckdb.DuckDBPyConnection]:
     """Open ``path`` read-only for one query or a few, retrying while a writer commits.
 
-    Raises StoreMissing when the file does not exist, StoreError when it stays locked for longer
-    than ``timeout_s`` seconds.
+    Raises StoreMissing when the file does not exist, StoreError when DuckDB cannot open it (a
+    directory, not a DuckDB file, no permission) or it stays locked for longer than
+    ``timeout_s`` seconds.
     """
     path = Path(path)
     if not path.exists():

@@ -1,0 +1,183 @@
+"""Recommended presets (design §6): P95 x multiplier, rounded up, never 0; and how they compare
+with the limits the runs ran under. Pure functions over the frames of ``dashboard.analysis``
+(which re-exports every name here).
+
+Rounding (``PRESET_RULES``), always up so that a preset never falls below P95 x multiplier:
+
+- tokens up to the next 1,000; turns and tool calls up to the next integer; seconds up to the
+  next 5 (``round_up`` to a step);
+- USD up to 2 significant figures (``round_up_significant``): $0.01365 -> $0.014, $0.44 stays,
+  $1.234 -> $1.3, $12.01 -> $13. A cent step would more than double a cheap task type's limit
+  ($0.0091 -> $0.02); two significant figures add at most 10 % on top of the multiplier.
+
+Never 0: a 0 limit stops a run before its first call, so a product of 0 gives the smallest step
+(1,000 tokens, 1 turn or tool call, 5 s) and a $0 cost limit is left out (None).
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+
+import pandas as pd
+
+from collector.preset_format import LIMIT_KEYS
+
+__all__ = [
+    "DEFAULT_MULTIPLIER",
+    "LIMIT_COLUMNS",
+    "OMIT_WHEN_ZERO",
+    "PRESET_RULES",
+    "SIGNIFICANT",
+    "preset_changes",
+    "preset_limit",
+    "presets",
+    "round_significant",
+    "round_up",
+    "round_up_significant",
+]
+
+DEFAULT_MULTIPLIER = 1.5
+#: The rounding marker of ``PRESET_RULES`` for "up to 2 significant figures".
+SIGNIFICANT = "2 significant figures"
+#: Preset key -> (baseline metric, rounding): a number is a step (rounded up to a multiple of
+#: it, ``round_up``); ``SIGNIFICANT`` rounds up to 2 significant figures
+#: (``round_up_significant``).
+PRESET_RULES = {
+    "max_total_tokens": ("total_tokens", 1000),
+    "max_input_tokens": ("input_tokens", 1000),
+    "max_output_tokens": ("output_tokens", 1000),
+    "max_turns": ("turns", 1),
+    "max_tool_calls": ("tool_calls", 1),
+    "max_duration_s": ("duration_s", 5),
+    "max_cost_usd": ("cost_usd", SIGNIFICANT),
+}
+#: Preset keys whose limit is left out (None) rather than rounded up when P95 x multiplier is 0:
+#: a $0 cost limit would stop every run before its first call.
+OMIT_WHEN_ZERO = frozenset({"max_cost_usd"})
+#: Preset key -> the ``runs`` column holding the limit the run ran under.
+LIMIT_COLUMNS = {key: "limit_" + key[len("max_"):] for key in LIMIT_KEYS}
+#: Relative tolerance: float noise (60000.0000001, 0.44000000000000006) does not add a step.
+_NOISE = 1e-9
+
+
+def _scalar(value):
+    """A pandas/numpy scalar as a plain Python value; NaN, NA and None become None."""
+    if value is None or (not isinstance(value, str) and pd.isna(value)):
+        return None
+    return value.item() if hasattr(value, "item") else value
+
+
+def round_up(value: float | None, step: float) -> float | int | None:
+    """Round ``value`` up to the next multiple of ``step`` (an exact multiple stays).
+
+    An int step gives an int; a float step gives a float rounded to the step's decimals.
+    None and NaN give None. A relative tolerance of 1e-9 keeps float noise (60000.0000001) from
+    adding a step.
+    """
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return None
+    units = math.ceil(value / step - _NOISE)
+    if isinstance(step, int):
+        return int(units * step)
+    return round(units * step, max(0, -math.floor(math.log10(step))))
+
+
+def round_up_significant(value: float | None, digits: int = 2) -> float | None:
+    """Round ``value`` up to ``digits`` significant figures (0.01365 -> 0.014, 0.44 -> 0.44,
+    1.234 -> 1.3, 99.1 -> 100.0); a value with no more figures stays. Returns a float; 0 and
+    negative values are returned as they are (there is no figure to round); None and NaN give
+    None. Raises ValueError for ``digits`` < 1. Float noise within 1e-9 does not add a unit.
+    """
+    if digits < 1:
+        raise ValueError(f"digits must be >= 1, got {digits!r}")
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return None
+    if value <= 0:
+        return float(value)
+    exponent = math.floor(math.log10(value)) - digits + 1
+    step = 10.0 ** exponent
+    units = math.ceil(value / step - _NOISE)
+    return round(units * step, max(0, -exponent))
+
+
+def round_significant(value: float, digits: int = 6) -> float:
+    """``value`` rounded (to nearest) to ``digits`` significant digits, for output without
+    float noise (35.84999999999999 -> 35.85); 0, NaN and infinities are returned as they are."""
+    if value == 0 or not math.isfinite(value):
+        return value
+    return round(value, digits - 1 - math.floor(math.log10(abs(value))))
+
+
+def preset_limit(key: str, p95: float | None, multiplier: float) -> float | int | None:
+    """One preset limit: ``p95`` x ``multiplier`` rounded up per ``PRESET_RULES``.
+
+    Never 0 (a 0 limit stops the run before its first call): when the product is 0, tokens,
+    counts and seconds take the smallest non-zero step (1,000 tokens, 1 turn or tool call, 5 s),
+    and ``max_cost_usd`` (a free or $0 model) is left out (None). None when the P95 is unknown.
+    Raises KeyError for a key not in ``PRESET_RULES``, ValueError naming the key when the
+    product is not a finite number.
+    """
+    if p95 is None:
+        return None
+    metric, rounding = PRESET_RULES[key]
+    value = float(p95) * multiplier
+    if not math.isfinite(value):
+        raise ValueError(f"{key}: P95 of {metric} ({p95:g}) x multiplier ({multiplier:g}) "
+                         "is not a finite number; use a smaller multiplier")
+    if rounding == SIGNIFICANT:
+        limit = round_up_significant(value)
+    else:
+        limit = round_up(value, rounding)
+    if limit <= 0:
+        return None if key in OMIT_WHEN_ZERO or rounding == SIGNIFICANT else rounding
+    return limit
+
+
+def presets(baselines_df: pd.DataFrame, multiplier: float = DEFAULT_MULTIPLIER) -> pd.DataFrame:
+    """Recommended presets from a ``dashboard.analysis.baselines`` frame: P95 x ``multiplier``,
+    rounded up and never 0 per ``PRESET_RULES`` / ``preset_limit`` (tokens to the next 1,000;
+    counts to the next integer; seconds to the next 5; USD to 2 significant figures; a 0
+    token/count/second limit becomes one step, a $0 cost limit is left out).
+
+    Columns: task_type, n, low_sample, then the keys of ``collector.preset_format.LIMIT_KEYS``
+    (object dtype; None where the P95 is unknown). The cost limit rests on the baseline's
+    ``n_cost`` fully priced runs. Raises ValueError when ``multiplier`` is not a finite number
+    > 0 or a limit overflows. Pure.
+    """
+    if (isinstance(multiplier, bool) or not isinstance(multiplier, numbers.Real)
+            or not math.isfinite(multiplier) or not multiplier > 0):
+        raise ValueError(f"multiplier must be a finite number > 0, got {multiplier!r}")
+    rows = []
+    for _, row in baselines_df.iterrows():
+        out = {"task_type": row["task_type"], "n": int(row["n"]),
+               "low_sample": bool(row["low_sample"])}
+        for key, (metric, _rounding) in PRESET_RULES.items():
+            out[key] = preset_limit(key, _scalar(row.get(f"p95_{metric}")), multiplier)
+        rows.append(out)
+    columns = ["task_type", "n", "low_sample", *PRESET_RULES]
+    return pd.DataFrame(rows, columns=columns).astype({k: object for k in PRESET_RULES})
+
+
+def preset_changes(presets_df: pd.DataFrame, current_df: pd.DataFrame) -> pd.DataFrame:
+    """Compare recommended presets with the current limits, one row per task type and key.
+
+    ``current_df`` is ``dashboard.analysis.current_limits``. Columns: task_type, key (a preset
+    key such as ``max_total_tokens``), current (None when the runs had no such limit),
+    recommended, change_pct ((recommended - current) / current x 100; None when either side is
+    missing). Pure.
+    """
+    current = {row["task_type"]: row for _, row in current_df.iterrows()}
+    rows = []
+    for _, preset in presets_df.iterrows():
+        limits = current.get(preset["task_type"])
+        for key in LIMIT_KEYS:
+            recommended = _scalar(preset.get(key))
+            now = _scalar(limits.get(LIMIT_COLUMNS[key])) if limits is not None else None
+            change = None
+            if recommended is not None and now not in (None, 0):
+                change = (float(recommended) - float(now)) / float(now) * 100.0
+            rows.append({"task_type": preset["task_type"], "key": key, "current": now,
+                         "recommended": recommended, "change_pct": change})
+    columns = ["task_type", "key", "current", "recommended", "change_pct"]
+    return pd.DataFrame(rows, columns=columns)
