@@ -40,9 +40,16 @@ COMPACT_CSS = """<style>
 [data-testid="stMetricValue"] { font-size: 1.9rem; }
 </style>"""
 
+#: The default page lives at ``/`` (Streamlit gives the default page the empty pathname; its
+#: ``url_path`` only names it internally). ``/overview`` reaches it through OVERVIEW_ALIAS.
+OVERVIEW = st.Page(str(HERE / "app_pages" / "overview.py"), title="Overview",
+                   icon=":material/dashboard:", url_path="home", default=True)
+#: A hidden page answering ``/overview``: the app switches from it to OVERVIEW (at ``/``), so a
+#: bookmarked or typed ``/overview`` shows the Overview, never "Page not found".
+OVERVIEW_ALIAS = st.Page(str(HERE / "app_pages" / "overview.py"), title="Overview",
+                         icon=":material/dashboard:", url_path="overview", visibility="hidden")
 PAGES = [
-    st.Page(str(HERE / "app_pages" / "overview.py"), title="Overview", icon=":material/dashboard:",
-            url_path="overview", default=True),
+    OVERVIEW,
     st.Page(str(HERE / "app_pages" / "cost.py"), title="Cost", icon=":material/payments:",
             url_path="cost"),
     st.Page(str(HERE / "app_pages" / "hit_rate.py"), title="Hit rate", icon=":material/block:",
@@ -159,7 +166,9 @@ def main() -> None:
     st.html(COMPACT_CSS)
     data.begin_run()
     st.session_state["app_version"] = data.data_version()
-    page = st.navigation(PAGES)
+    page = st.navigation([*PAGES, OVERVIEW_ALIAS])
+    if page.url_path == OVERVIEW_ALIAS.url_path:
+        st.switch_page(OVERVIEW)
     try:
         st.session_state[data.FILTERS_KEY] = sidebar_filters()
         page.run()

@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from browser.live_writer import run_rows
+from browser.live_writer import null_heavy_batches, run_rows
 from collector.config import ENV_DB
+from collector.importers import import_paths
 from collector.sample import write_sample
 from collector.store import read_connection, write_batch, write_connection
 from dashboard import analysis, charts, data
@@ -38,12 +39,12 @@ def sample_store(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def controlled_store(tmp_path_factory) -> Path:
-    """hot: 10 runs, 3 stopped by the budget (30 %); calm: 10 runs, 1 stopped (10 %)."""
+    """hot: 20 runs, 6 stopped by the budget (30 %); calm: 20 runs, 2 stopped (10 %)."""
     path = tmp_path_factory.mktemp("controlled") / "controlled.duckdb"
     start = dt.datetime(2026, 11, 20, 9, 0)
     batches = []
-    for task, stops in (("hot", 3), ("calm", 1)):
-        for index in range(10):
+    for task, stops in (("hot", 6), ("calm", 2)):
+        for index in range(20):
             batches.append(run_rows(
                 f"{task}-{index:04d}", task_type=task,
                 start_utc=start + dt.timedelta(minutes=7 * index),
@@ -52,6 +53,28 @@ def controlled_store(tmp_path_factory) -> Path:
     with write_connection(path) as conn:
         for calls, records, events in batches:
             write_batch(conn, calls, records, events)
+    return path
+
+
+@pytest.fixture(scope="module")
+def null_heavy_store(tmp_path_factory) -> Path:
+    """Seven task types full of NULLs: imported runs without limits, a foreign trace without
+    turns, unpriced runs, a low-sample task type at 25 % (see ``null_heavy_batches``)."""
+    path = tmp_path_factory.mktemp("nulls") / "nulls.duckdb"
+    with write_connection(path) as conn:
+        for calls, records, events in null_heavy_batches():
+            write_batch(conn, calls, records, events)
+    return path
+
+
+@pytest.fixture(scope="module")
+def imported_store(tmp_path_factory) -> Path:
+    """Real Claude Code and Codex logs imported as a user would (no limits, no reservations)."""
+    from conftest import REALDATA
+
+    path = tmp_path_factory.mktemp("imported") / "imported.duckdb"
+    import_paths("claude-code", [REALDATA / "claude-code-jsonl"], path)
+    import_paths("codex", [REALDATA / "codex-cli-rollouts"], path)
     return path
 
 
@@ -98,7 +121,7 @@ def test_overview_tiles_show_the_analysis_numbers(sample_store, monkeypatch):
 
 def test_banner_names_the_task_types_whose_hit_rate_is_above_20_percent(controlled_store,
                                                                         monkeypatch):
-    for page, tile, value in (("overview", "Runs", "20"), ("hit_rate", "Budget stops", "4")):
+    for page, tile, value in (("overview", "Runs", "40"), ("hit_rate", "Budget stops", "8")):
         at = _app(controlled_store, monkeypatch, page)
         banners = [e.value for e in at.error]
         assert len(banners) == 1
@@ -110,7 +133,7 @@ def test_task_type_filter_narrows_the_tiles(controlled_store, monkeypatch):
     at = _app(controlled_store, monkeypatch)
     at.multiselect(key="app_task_types").set_value(["calm"]).run()
     tiles = _metrics(at)
-    assert tiles["Runs"] == "10"
+    assert tiles["Runs"] == "20"
     assert tiles["Budget hit rate"] == "10.0 %"
     assert not at.error  # calm is under the alarm line
 
@@ -135,6 +158,32 @@ def test_unpriced_usage_shows_as_unpriced_never_as_zero_dollars(tmp_path, monkey
     assert _metrics(at)["Total cost"] == "unpriced"
     assert "3 calls used a model with no known price" in _texts(at)
     assert "$0.00" not in _metrics(at).values()
+
+
+def test_a_partly_priced_run_shows_its_cost_as_known_spend_plus_unpriced_usage(tmp_path,
+                                                                            monkeypatch):
+    path = tmp_path / "partial.duckdb"
+    priced = run_rows("priced-0001", task_type="qa", start_utc=dt.datetime(2026, 11, 20, 9))
+    calls, records, events = run_rows("partial-0001", task_type="qa",
+                                      start_utc=dt.datetime(2026, 11, 20, 10))
+    calls[-1]["cost_usd"] = None                    # the last call's model has no known price
+    with write_connection(path) as conn:
+        write_batch(conn, *priced)
+        write_batch(conn, calls, records, events)
+    at = _app(path, monkeypatch)
+    assert _metrics(at)["Cost"] == charts.format_usd(0.006 + 0.004)   # known spend only
+    note = "\n".join(c.value for c in at.caption)
+    assert "+ unpriced usage" in note
+    assert "1 call with no known price, 1 partly priced run" in note
+    at = _app(path, monkeypatch, "cost")
+    assert "Partly priced runs: 1" in _texts(at) and "+ unpriced usage" in _texts(at)
+
+
+def test_fully_priced_runs_show_no_unpriced_note(controlled_store, monkeypatch):
+    at = _app(controlled_store, monkeypatch)
+    assert "unpriced usage" not in _texts(at)
+    at = _app(controlled_store, monkeypatch, "cost")
+    assert not at.warning
 
 
 def test_presets_follow_the_multiplier_control(sample_store, monkeypatch):
@@ -259,3 +308,112 @@ def test_a_file_without_budgetlens_tables_reads_as_no_data_yet(tmp_path, monkeyp
     at = _app(path, monkeypatch)
     assert not at.exception
     assert "has no budgetlens tables yet" in at.info[0].value
+
+
+# --- stores full of NULLs: imports, foreign traces, unpriced models -----------------------------
+@pytest.mark.parametrize("page", PAGES)
+@pytest.mark.parametrize("store", ["null_heavy_store", "imported_store"])
+def test_every_page_renders_on_null_heavy_data_with_missing_values_as_a_dash(request, monkeypatch,
+                                                                            store, page):
+    at = _app(request.getfixturevalue(store), monkeypatch, page)
+    assert not at.exception, [e.value for e in at.exception]
+    assert at.get("plotly_chart") or "No model calls were recorded for this run" in _texts(at)
+    assert at.dataframe and all(df.proto.placeholder == "—" for df in at.dataframe)
+    assert "None" not in _texts(at) and "<NA>" not in _texts(at)
+
+
+def test_baselines_draw_a_distribution_for_task_types_that_ran_without_a_limit(
+        null_heavy_store, monkeypatch):
+    import json
+
+    at = _app(null_heavy_store, monkeypatch, "baselines")
+    assert not at.exception
+    specs = {json.loads(c.proto.spec)["layout"]["title"]["text"]: json.loads(c.proto.spec)
+             for c in at.get("plotly_chart")}
+    imported = specs["imported_history: total tokens per run"]
+    names = [trace["name"].split(" ")[0] for trace in imported["data"]]
+    assert names == ["runs", "P50", "P95", "Preset"]  # no current-limit line: there was none
+    guarded = specs["tool_use: total tokens per run"]
+    assert "current" in [trace["name"].split(" ")[0] for trace in guarded["data"]]
+
+
+def test_a_low_sample_task_type_gets_a_note_not_the_red_banner(null_heavy_store, monkeypatch):
+    for page in ("overview", "hit_rate"):
+        at = _app(null_heavy_store, monkeypatch, page)
+        assert not at.error  # rare_task: 1 stop in 4 finished runs is 25 %, but a low sample
+        notes = [i.value for i in at.info]
+        assert any("low sample" in n and "**rare_task** 25.0 % of 4" in n for n in notes), notes
+
+
+def _values(array) -> list:
+    """A Plotly JSON array as a list (Plotly 6 sends numpy arrays as base64 ``bdata``)."""
+    import base64
+
+    import numpy as np
+
+    if isinstance(array, dict) and "bdata" in array:
+        return np.frombuffer(base64.b64decode(array["bdata"]), dtype=array["dtype"]).tolist()
+    return list(array)
+
+
+def _figure(chart):
+    """The Plotly figure of an AppTest chart element (arrays decoded)."""
+    import plotly.io
+
+    return plotly.io.from_json(chart.proto.spec, skip_invalid=True)
+
+
+def test_a_foreign_runs_calls_are_numbered_in_start_order(null_heavy_store, monkeypatch):
+    import json
+
+    at = _app(null_heavy_store, monkeypatch, "runs")
+    at.text_input(key="runs_search").set_value("foreign-0001").run()
+    assert at.selectbox(key="runs_pick").value == "foreign-0001"
+    assert "None" not in at.selectbox(key="runs_pick").format_func("foreign-0001")
+    spec = json.loads(at.get("plotly_chart")[0].proto.spec)
+    used = next(t for t in spec["data"] if t["name"] == "cumulative used")
+    assert _values(used["x"]) == [1, 2, 3]
+    assert _values(used["y"]) == [1200, 3400, 6600]
+    assert spec["layout"]["xaxis"]["title"]["text"] == "Model call (in start order)"
+
+
+def test_presets_say_no_current_limit_instead_of_new(null_heavy_store, monkeypatch):
+    at = _app(null_heavy_store, monkeypatch, "presets")
+    changes = at.dataframe[1].value.set_index("task_type")["change"]
+    assert changes["imported_history"] == "no current limit"
+    assert changes["tool_use"].endswith(" %")
+    assert not changes.isin(["new", "new limit"]).any()
+    at.selectbox(key="presets_key").set_value("max_cost_usd").run()
+    changes = at.dataframe[1].value.set_index("task_type")["change"]
+    assert changes["local_unpriced"] == "no data"  # no priced run, so no cost preset
+
+
+def test_download_buttons_have_short_labels_that_fit(sample_store, monkeypatch):
+    at = _app(sample_store, monkeypatch, "presets")
+    buttons = at.get("download_button")
+    assert [b.proto.label for b in buttons] == ["YAML", "TOML", "JSON"]
+
+
+def test_charts_hide_the_plotly_toolbar_that_covered_their_titles(sample_store, monkeypatch):
+    import json
+
+    at = _app(sample_store, monkeypatch, "cost")
+    configs = [json.loads(c.proto.config) for c in at.get("plotly_chart")]
+    assert configs and all(c["displayModeBar"] is False for c in configs)
+
+
+def test_a_task_type_has_the_same_color_on_every_chart_of_a_page(null_heavy_store, monkeypatch):
+    at = _app(null_heavy_store, monkeypatch, "overview")
+    colors: dict[str, set] = {}
+    for chart in at.get("plotly_chart"):
+        for trace in _figure(chart).data:
+            if trace.type == "bar" and trace.name in null_heavy_tasks():
+                colors.setdefault(trace.name, set()).add(trace.marker.color)
+    assert all(len(c) == 1 for c in colors.values()), colors
+    assert len({next(iter(c)) for c in colors.values()}) == len(colors)  # and all distinct
+
+
+def null_heavy_tasks() -> tuple[str, ...]:
+    from browser.live_writer import NULL_HEAVY_TASKS
+
+    return NULL_HEAVY_TASKS

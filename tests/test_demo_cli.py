@@ -197,5 +197,34 @@ def test_demo_stops_the_collector_and_says_why_when_the_dashboard_port_is_taken(
             cwd=tmp_path, capture_output=True, text=True, timeout=120,
         )
     assert result.returncode == 1
-    assert f"the dashboard did not start on 127.0.0.1:{port}" in result.stderr
-    assert "is the port in use?" in result.stderr
+    assert f"the dashboard did not start on 127.0.0.1:{port}: the port is in use" in result.stderr
+
+
+def test_another_dashboard_answering_on_the_port_is_not_taken_for_the_demos_own(tmp_path):
+    """A second demo must not print its banner because the first demo's dashboard answered."""
+    import http.server
+
+    class Health(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 (the stdlib's name)
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(b"ok")
+
+        def log_message(self, *args):
+            pass
+
+    other = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Health)
+    threading.Thread(target=other.serve_forever, daemon=True).start()
+    port = other.server_address[1]
+    try:
+        result = subprocess.run(
+            [sys.executable, "-m", "collector.cli", "demo", "--db", str(tmp_path / "d.duckdb"),
+             "--port", str(port), "--collector-port", "0", "--ready-timeout", "60"],
+            cwd=tmp_path, capture_output=True, text=True, timeout=120,
+        )
+    finally:
+        other.shutdown()
+        other.server_close()
+    assert result.returncode == 1
+    assert "Dashboard:" not in result.stdout  # no banner pointing at someone else's server
+    assert f"the dashboard did not start on 127.0.0.1:{port}: the port is in use" in result.stderr

@@ -40,6 +40,40 @@ def test_every_kind_of_missing_cost_is_unpriced(value):
     assert formatting.format_usd(value) == "unpriced"
 
 
-@pytest.mark.parametrize("value, text", [(76.2, "+76 %"), (-16.7, "-17 %"), (None, "new")])
-def test_changes_read_as_signed_percent_or_new(value, text):
-    assert formatting.format_change(value) == text
+@pytest.mark.parametrize(
+    "change, current, recommended, text",
+    [
+        (76.2, 150_000, 264_000, "+76 %"),
+        (-16.7, 30, 25, "-17 %"),
+        (None, None, 43_000, "no current limit"),
+        (None, pd.NA, 43_000, "no current limit"),
+        (None, 20_000, None, "no data"),
+        (None, None, None, "no data"),
+        (None, 0, 5, "—"),
+    ],
+)
+def test_changes_say_why_there_is_no_percentage(change, current, recommended, text):
+    assert formatting.format_change(change, current=current, recommended=recommended) == text
+
+
+@pytest.mark.parametrize("value", [None, float("nan"), pd.NA, pd.NaT])
+def test_missing_values_read_as_an_em_dash_never_none(value):
+    assert formatting.is_missing(value)
+    assert formatting.text(value) == "—"
+
+
+@pytest.mark.parametrize(
+    "column, fmt",
+    [
+        ("p95_total_tokens", "%,.1f"),  # 56,463.5 stays 56,463.5, as the CLI prints it
+        ("p50_turns", "%,.1f"),
+        ("p95_duration_s", "%,.1f"),
+        ("max_total_tokens", "%,.0f"),
+        ("input_tokens", "%,.0f"),
+        ("n", "%,.0f"),
+        ("p95_cost_usd", None),
+        ("task_type", None),
+    ],
+)
+def test_percentiles_keep_one_decimal_and_counts_are_whole(column, fmt):
+    assert formatting.number_format(column) == fmt

@@ -57,6 +57,26 @@ def _free_port(host: str) -> int:
         return sock.getsockname()[1]
 
 
+def _port_in_use(host: str, port: int) -> bool:
+    """True when something already listens on ``host:port`` (a bind with SO_REUSEADDR fails).
+
+    SO_REUSEADDR, as the servers use it, lets a port in TIME_WAIT count as free.
+    """
+    address = "127.0.0.1" if host in ("0.0.0.0", "") else host
+    try:
+        infos = socket.getaddrinfo(address, port, type=socket.SOCK_STREAM)
+    except socket.gaierror:
+        return False  # let the server report the unknown host itself
+    family, _, _, _, sockaddr = infos[0]
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(sockaddr)
+        except OSError:
+            return True
+    return False
+
+
 def _answers(address: str, timeout_s: float = 1.0) -> bool:
     try:
         with urllib.request.urlopen(address, timeout=timeout_s) as response:
@@ -94,7 +114,20 @@ def _start_collector(db: Path, host: str, port: int, deadline: float):
                        f"(exit code {process.poll()}); is the port in use?")
 
 
+#: Seconds the dashboard must stay up after its first answer: a Streamlit that lost the race
+#: for the port exits within this time, while another server on the port keeps answering.
+SETTLE_S = 1.0
+
+
 def _start_dashboard(db: Path, host: str, port: int, deadline: float):
+    """Start ``budgetlens dashboard``; return the process once *it* answers its health check.
+
+    Raises RuntimeError naming the dashboard and the port when the port is already taken (by
+    another demo, say: its answer must not pass for ours) or the process exits or stays silent.
+    """
+    if _port_in_use(host, port):
+        raise RuntimeError(f"the dashboard did not start on {host}:{port}: the port is in use "
+                           "(another dashboard or demo?); pick another with --port")
     argv, env = streamlit_command(db, host, port)
     process = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL)
     health = url("127.0.0.1" if host in ("0.0.0.0", "") else host, port) + "/_stcore/health"
@@ -102,7 +135,10 @@ def _start_dashboard(db: Path, host: str, port: int, deadline: float):
         if process.poll() is not None:
             break
         if _answers(health):
-            return process
+            time.sleep(SETTLE_S)
+            if process.poll() is None:
+                return process
+            break
         time.sleep(0.25)
     _stop([process])
     raise RuntimeError(f"the dashboard did not start on {host}:{port} "
@@ -143,7 +179,9 @@ def run(args: argparse.Namespace) -> int:
         deadline = time.monotonic() + args.ready_timeout
         collector, endpoint = _start_collector(db, host, args.collector_port, deadline)
         processes.append(collector)
-        processes.append(_start_dashboard(db, host, port, deadline))
+        dashboard = _start_dashboard(db, host, port, deadline)
+        processes.append(dashboard)
+        names = {id(collector): "collector", id(dashboard): "dashboard"}
         print(
             f"\n  Dashboard:  {url(host, port)}\n"
             f"  Collector:  {endpoint}   (POST /v1/traces, GET /metrics, GET /healthz)\n"
@@ -155,8 +193,8 @@ def run(args: argparse.Namespace) -> int:
         while all(p.poll() is None for p in processes):
             time.sleep(0.5)
         dead = [p for p in processes if p.poll() is not None]
-        print(f"budgetlens demo: a server exited (code {dead[0].returncode}); stopping",
-              file=sys.stderr)
+        print(f"budgetlens demo: the {names[id(dead[0])]} exited (code {dead[0].returncode}); "
+              "stopping", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("budgetlens demo: stopping the collector and the dashboard", flush=True)

@@ -7,9 +7,13 @@ from typing import Sequence
 import pandas as pd
 import streamlit as st
 
-from dashboard import charts
+from dashboard import charts, data
+from dashboard.analysis import LOW_SAMPLE_RUNS
+from dashboard.formatting import MISSING, number_format
 
-PLOTLY_CONFIG = {"displaylogo": False, "modeBarButtonsToRemove": ["lasso2d", "select2d"]}
+#: Plotly's own toolbar is hidden: it covered the chart titles, and Streamlit's element toolbar
+#: already offers full screen; drag to zoom and double-click to reset still work.
+PLOTLY_CONFIG = {"displayModeBar": False, "displaylogo": False}
 
 
 def describe(f) -> str:
@@ -46,12 +50,32 @@ def chart(fig, key: str) -> None:
     st.plotly_chart(fig, key=key, config=PLOTLY_CONFIG)
 
 
-def alarm_banner(per_task: pd.DataFrame, threshold: float = charts.HIT_RATE_ALARM) -> None:
-    """One error banner per task type whose budget hit rate is above ``threshold``."""
+def split_alarms(per_task: pd.DataFrame, daily: pd.DataFrame,
+                 threshold: float = charts.HIT_RATE_ALARM,
+                 min_runs: int = LOW_SAMPLE_RUNS) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(alarms, low-sample) rows of ``per_task`` whose hit rate is above ``threshold``.
+
+    ``per_task``: [task_type, hit_rate, ...] (``Overview.per_task``); ``daily``: the
+    ``hit_rate_daily`` frame, whose ``finished_runs`` are summed per task type into a
+    ``finished_runs`` column. Alarms have at least ``min_runs`` finished runs; the others are a
+    low sample (one stop in four runs is 25 % but says little). Both sorted by hit rate, highest
+    first. Pure.
+    """
     if per_task.empty:
-        return
-    hot = per_task[per_task["hit_rate"].fillna(0) > threshold]
-    hot = hot.sort_values("hit_rate", ascending=False)
+        return per_task, per_task
+    finished = (daily.groupby("task_type")["finished_runs"].sum() if not daily.empty
+                else pd.Series(dtype="int64"))
+    frame = per_task.assign(finished_runs=[int(finished.get(t, 0)) for t in per_task["task_type"]])
+    hot = frame[frame["hit_rate"].fillna(0) > threshold].sort_values("hit_rate", ascending=False)
+    enough = hot["finished_runs"] >= min_runs
+    return hot[enough], hot[~enough]
+
+
+def alarm_banner(per_task: pd.DataFrame, daily: pd.DataFrame,
+                 threshold: float = charts.HIT_RATE_ALARM) -> None:
+    """One error banner per task type whose budget hit rate is above ``threshold`` over at least
+    LOW_SAMPLE_RUNS finished runs; one softer note naming the low-sample task types above it."""
+    hot, low = split_alarms(per_task, daily, threshold)
     for _, row in hot.iterrows():
         st.error(
             f"**{row['task_type']}**: budget hit rate {charts.format_percent(row['hit_rate'])} is "
@@ -59,6 +83,35 @@ def alarm_banner(per_task: pd.DataFrame, threshold: float = charts.HIT_RATE_ALAR
             "bug. Compare its baseline and preset.",
             icon=":material/warning:",
         )
+    if not low.empty:
+        names = ", ".join(f"**{row['task_type']}** {charts.format_percent(row['hit_rate'])} "
+                          f"of {row['finished_runs']:,}" for _, row in low.iterrows())
+        st.info(f"Above the {threshold:.0%} line on a low sample (< {LOW_SAMPLE_RUNS} finished "
+                f"runs): {names}. Too few runs to call an alarm yet.",
+                icon=":material/science:")
+
+
+def task_colors() -> dict[str, str]:
+    """One color per task type of the whole store (stable across charts and filters)."""
+    return charts.color_map(data.query("filter_options")["task_types"], charts.TASK_COLORS)
+
+
+def model_colors() -> dict[str, str]:
+    """One color per model of the whole store (stable across charts and filters)."""
+    return charts.color_map(data.query("filter_options")["models"])
+
+
+def table(frame: pd.DataFrame, column_config: dict | None = None, **kwargs) -> None:
+    """``st.dataframe`` without the index, missing values shown as an em dash (never ``None``),
+    numeric columns formatted by name and unit (``formatting.number_format``: percentiles with
+    one decimal) unless ``column_config`` says otherwise."""
+    config = {}
+    for column in frame.columns:
+        fmt = number_format(str(column))
+        if fmt and pd.api.types.is_numeric_dtype(frame[column]):
+            config[column] = st.column_config.NumberColumn(str(column), format=fmt)
+    config.update(column_config or {})
+    st.dataframe(frame, hide_index=True, column_config=config, placeholder=MISSING, **kwargs)
 
 
 def usd_column(frame: pd.DataFrame, column: str = "cost_usd", label: str = "cost") -> pd.DataFrame:

@@ -8,6 +8,7 @@ import streamlit as st
 
 from dashboard import analysis, charts, data
 from dashboard.app_pages import _ui
+from dashboard.formatting import MISSING, is_missing
 
 f = data.filters()
 _ui.header("Baselines", "What a run of each task type really uses: P50 / P95 / max "
@@ -29,27 +30,26 @@ else:
                    icon=":material/science:")
     shown = table.copy()
     for column in [c for c in shown.columns if c.endswith("_cost_usd")]:
-        shown[column] = [charts.format_usd(v) for v in shown[column]]
-    st.dataframe(shown, hide_index=True, column_config={
-        "low_sample": st.column_config.CheckboxColumn("low sample"),
-        **{c: st.column_config.NumberColumn(c, format="%,.0f")
-           for c in shown.columns if c.endswith("_tokens")},
-        **{c: st.column_config.NumberColumn(c, format="%.1f")
-           for c in shown.columns if c.endswith("_duration_s")},
-    })
+        shown[column] = [charts.format_usd(v, unpriced=MISSING) for v in shown[column]]
+    st.caption("P50 and P95 are interpolated (quantile_cont) and shown with one decimal; "
+               "cost columns use only fully priced runs (n_cost); — = no value.")
+    _ui.table(shown, column_config={"low_sample": st.column_config.CheckboxColumn("low sample")})
     presets = analysis.presets(per_task, multiplier).set_index("task_type")
-    limit_by_task = limits.set_index("task_type")["limit_total_tokens"] if not limits.empty else {}
+    limit_by_task = (limits.set_index("task_type")["limit_total_tokens"].to_dict()
+                     if not limits.empty else {})
+    colors = _ui.task_colors()
     st.subheader("Total tokens per run")
     st.caption(f"Log axis. Preset = P95 × {multiplier:g} rounded up to the next 1,000 tokens "
-               "(change the multiplier on the Presets page).")
+               "(change the multiplier on the Presets page). The current limit is drawn when "
+               "the runs ran under one.")
     columns = st.columns(2)
     for index, (_, row) in enumerate(per_task.sort_values("task_type").iterrows()):
         task = row["task_type"]
-        limit = limit_by_task.get(task) if len(limit_by_task) else None
+        limit = limit_by_task.get(task)
         fig = charts.token_distribution(
             distribution, task, p50=row["p50_total_tokens"], p95=row["p95_total_tokens"],
             preset=presets.loc[task, "max_total_tokens"] if task in presets.index else None,
-            limit=None if limit is None or limit != limit else float(limit),
+            limit=None if is_missing(limit) else float(limit), color=colors.get(str(task)),
         )
         with columns[index % 2]:
             _ui.chart(fig, f"baselines_dist_{index}")

@@ -15,7 +15,7 @@ reasons = data.query("stop_reasons", f)
 
 _ui.header("Budget hit rate",
            "Above 20 % a budget is too tight or the agent has a bug (stop reasons budget_*).", f)
-_ui.alarm_banner(ov.per_task)
+_ui.alarm_banner(ov.per_task, daily)
 stops = int(daily["budget_stops"].sum()) if not daily.empty else 0
 interventions = int(daily["interventions"].sum()) if not daily.empty else 0
 _ui.tiles([
@@ -29,15 +29,17 @@ _ui.tiles([
 if ov.runs == 0:
     _ui.no_runs(f)
 else:
-    _ui.chart(charts.hit_rate_daily(daily), "hit_rate_daily")
+    colors = _ui.task_colors()
+    _ui.chart(charts.hit_rate_daily(daily, colors=colors), "hit_rate_daily")
     left, right = st.columns(2)
     with left:
         _ui.chart(charts.stop_reasons(reasons), "hit_rate_reasons")
     with right:
         _ui.chart(charts.rate_by_task(ov.per_task), "hit_rate_by_task")
-    _ui.chart(charts.hit_rate_daily(daily, rate="intervention_rate"), "hit_rate_interventions")
+    _ui.chart(charts.hit_rate_daily(daily, rate="intervention_rate", colors=colors),
+              "hit_rate_interventions")
     with st.expander("Daily figures"):
-        st.dataframe(daily, hide_index=True, column_config={
+        _ui.table(daily, column_config={
             "hit_rate": st.column_config.NumberColumn("hit rate", format="percent"),
             "intervention_rate": st.column_config.NumberColumn("intervention rate",
                                                                format="percent"),

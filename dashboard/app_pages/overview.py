@@ -14,26 +14,38 @@ daily = data.query("hit_rate_daily", f)
 cost_daily = data.query("cost_by_period", f, period="day", by="task_type")
 
 _ui.header("Overview", "What the agents cost and how often their budgets stop them.", f)
-_ui.alarm_banner(ov.per_task)
+_ui.alarm_banner(ov.per_task, daily)
 no_runs = ov.runs == 0
 _ui.tiles([
     ("Runs", f"{ov.runs:,}", f"{ov.finished_runs:,} finished"),
     ("Cost", "—" if no_runs else charts.format_usd(ov.cost_usd),
-     f"Sum over {ov.priced_runs:,} priced runs (USD, prices from genai-prices)"),
+     f"Known spend: the priced calls of {ov.priced_runs:,} runs (USD, prices from "
+     "genai-prices); unpriced usage is not included, never counted as $0"),
     ("Budget hit rate", charts.format_percent(ov.hit_rate),
      "Finished runs stopped by a budget (stop reason budget_*); alarm above 20 %"),
     ("P95 tokens / run", charts.format_tokens(ov.p95_total_tokens),
-     "95th percentile of total tokens per run (quantile_cont)"),
+     "95th percentile of total tokens per run (quantile_cont): "
+     + ("n/a" if ov.p95_total_tokens is None else f"{ov.p95_total_tokens:,.1f}")),
 ])
 _ui.tiles([
     ("Intervention rate", charts.format_percent(ov.intervention_rate),
      "Budget stops plus downgraded or summarized runs"),
-    ("Priced runs", f"{ov.priced_runs:,}", "Runs with a known price for every reported call"),
+    ("Priced runs", f"{ov.priced_runs:,}",
+     f"Runs with a cost; {ov.partially_priced_runs:,} of them also had unpriced calls or "
+     "unknown usage, so their cost is partial"),
     ("Unpriced calls", f"{ov.unpriced_calls:,}",
      "Calls with reported usage but no known price: not in the cost, never counted as $0"),
     ("Unknown-usage runs", f"{ov.unknown_usage_runs:,}",
      "Runs with a call whose usage was not reported; the reservation was charged"),
 ])
+if ov.cost_usd is not None and ov.cost_is_lower_bound:
+    parts = [f"{n:,} {one if n == 1 else many}" for n, one, many in (
+        (ov.unpriced_calls, "call with no known price", "calls with no known price"),
+        (ov.partially_priced_runs, "partly priced run", "partly priced runs"),
+        (ov.unknown_usage_runs, "run with unknown usage", "runs with unknown usage"),
+    ) if n]
+    st.caption(f"Cost {charts.format_usd(ov.cost_usd)} is known spend **+ unpriced usage** "
+               f"({', '.join(parts)}): the unpriced part is not in the sum, never counted as $0.")
 if no_runs:
     _ui.no_runs(f)
 else:
@@ -41,13 +53,13 @@ else:
     with left:
         _ui.chart(charts.rate_by_task(ov.per_task), "overview_rates")
     with right:
-        _ui.chart(charts.cost_stacked(cost_daily, period="day", by="task_type"), "overview_cost")
-    _ui.chart(charts.runs_per_day(daily), "overview_runs_per_day")
+        _ui.chart(charts.cost_stacked(cost_daily, period="day", by="task_type",
+                                      colors=_ui.task_colors()), "overview_cost")
+    _ui.chart(charts.runs_per_day(daily, colors=_ui.task_colors()), "overview_runs_per_day")
     st.subheader("Per task type")
     table = _ui.usd_column(ov.per_task)
-    st.dataframe(
+    _ui.table(
         table,
-        hide_index=True,
         column_config={
             "task_type": "Task type",
             "runs": st.column_config.NumberColumn("Runs", format="%d"),
@@ -55,7 +67,7 @@ else:
                                                         min_value=0.0, max_value=1.0),
             "intervention_rate": st.column_config.ProgressColumn(
                 "Intervention rate", format="percent", min_value=0.0, max_value=1.0),
-            "p95_total_tokens": st.column_config.NumberColumn("P95 tokens", format="%,.0f"),
+            "p95_total_tokens": st.column_config.NumberColumn("P95 tokens", format="%,.1f"),
             "cost": "Cost (USD)",
         },
     )

@@ -11,16 +11,10 @@ from dashboard import analysis, charts, data, presets_export
 from dashboard.app_pages import _ui
 
 
-def _change_text(change, current) -> str:
-    if pd.isna(current):
-        return "new limit"
-    return "—" if pd.isna(change) else charts.format_change(change)
-
-
 def render() -> None:
     f = data.filters()
     _ui.header("Presets", "Recommended budgets: P95 × multiplier, rounded up (tokens to 1,000, "
-               "counts to 1, seconds to 5, USD to the cent).", f)
+               "counts to 1, seconds to 5, USD to 2 significant figures).", f)
     multiplier = st.slider("Multiplier (preset = P95 × multiplier)", min_value=1.0, max_value=3.0,
                            value=analysis.DEFAULT_MULTIPLIER, step=0.1, key="presets_multiplier")
     baselines = data.query("baselines", f)
@@ -43,30 +37,40 @@ def render() -> None:
     window_days = max(1, round((end - start).total_seconds() / 86400)) if start and end else None
 
     document = presets_export.build_document(recommended, multiplier, window_days, baselines)
-    buttons = st.columns([1, 1, 1, 3])
-    for column, (label, to_text, mime, ext) in zip(buttons, (
+    buttons = st.container(horizontal=True, vertical_alignment="center")
+    buttons.markdown("**Download presets**", width="content")
+    for label, to_text, mime, ext in (
         ("YAML", presets_export.to_yaml, "application/yaml", "yaml"),
         ("TOML", presets_export.to_toml, "application/toml", "toml"),
         ("JSON", presets_export.to_json, "application/json", "json"),
-    )):
-        column.download_button(f"Download {label}", to_text(document), file_name=f"presets.{ext}",
-                               mime=mime, key=f"presets_download_{ext}", icon=":material/download:")
+    ):
+        buttons.download_button(label, to_text(document), file_name=f"presets.{ext}", mime=mime,
+                                key=f"presets_download_{ext}", icon=":material/download:",
+                                help=f"Download presets.{ext}", width="content")
 
     st.subheader("Recommended presets")
-    st.dataframe(recommended, hide_index=True, column_config={
+    st.caption("— = no recommendation: no run of the task type reported that figure (a cost "
+               "preset needs fully priced runs).")
+    _ui.table(recommended, column_config={
         "low_sample": st.column_config.CheckboxColumn("low sample"),
         "max_cost_usd": st.column_config.NumberColumn("max_cost_usd", format="$%.2f"),
         **{k: st.column_config.NumberColumn(k, format="%,d") for k in LIMIT_KEYS
-           if k.endswith("_tokens")},
+           if not k.endswith("_usd")},
     })
 
     st.subheader("Change against the limits the runs ran under")
     key = st.selectbox("Limit", LIMIT_KEYS, key="presets_key")
     _ui.chart(charts.preset_comparison(changes, key), "presets_comparison")
     shown = changes[changes["key"] == key].copy()
-    shown["change"] = [_change_text(change, current)
-                       for change, current in zip(shown["change_pct"], shown["current"])]
-    st.dataframe(shown.drop(columns=["change_pct"]), hide_index=True)
+    shown["change"] = [charts.format_change(change, current=current, recommended=recommended)
+                       for change, current, recommended
+                       in zip(shown["change_pct"], shown["current"], shown["recommended"])]
+    for column in ("current", "recommended"):
+        shown[column] = pd.to_numeric(shown[column], errors="coerce")
+    value_format = "$%.2f" if key.endswith("_usd") else "%,.0f"
+    _ui.table(shown.drop(columns=["change_pct"]), column_config={
+        c: st.column_config.NumberColumn(c, format=value_format) for c in ("current", "recommended")
+    })
     with st.expander("Preview of the preset file (YAML)"):
         st.code(presets_export.to_yaml(document), language="yaml")
 

@@ -7,8 +7,16 @@ import streamlit as st
 
 from dashboard import charts, data
 from dashboard.app_pages import _ui
+from dashboard.formatting import MISSING, is_missing, text
 
 PAGE_SIZE = 500
+#: Badge text of a run whose stop reason was not recorded (imports, foreign traces).
+NO_STOP_REASON = "not recorded"
+
+
+def _count(value) -> str:
+    return MISSING if is_missing(value) else f"{int(value):,}"
+
 
 def render() -> None:
     f = data.filters()
@@ -25,12 +33,10 @@ def render() -> None:
     newest = f" (the newest {PAGE_SIZE})" if len(table) == PAGE_SIZE else ""
     st.caption(f"{len(table):,} runs shown{newest}")
     shown = _ui.local_time(_ui.usd_column(table), "start_utc", f.tz)
-    st.dataframe(shown.rename(columns={"start_utc": f"start ({f.tz})"}), hide_index=True,
-                 height=280,
-                 column_config={c: st.column_config.NumberColumn(c, format="%,d")
-                                for c in shown.columns if c.endswith("_tokens")})
+    _ui.table(shown.rename(columns={"start_utc": f"start ({f.tz})"}), height=280)
 
-    labels = {row.run_id: f"{row.run_id} · {row.task_type} · {row.stop_reason}"
+    labels = {row.run_id: " · ".join(text(v) for v in (row.run_id, row.task_type,
+                                                          row.stop_reason))
               for row in table.itertuples()}
     run_id = st.selectbox("Run", list(labels), format_func=labels.get, key="runs_pick")
     detail = data.query("run_detail", run_id)
@@ -40,9 +46,9 @@ def render() -> None:
 
     run = detail.run
     limit = run.get("limit_total_tokens")
-    stop = str(run.get("stop_reason"))
+    stop = run.get("stop_reason") or NO_STOP_REASON
     color = "green" if stop == "completed" else "red" if stop.startswith("budget_") else "gray"
-    usage = str(run.get("usage_status"))
+    usage = run.get("usage_status") or "n/a"
     st.markdown(
         f"**Task type** :blue-badge[{run.get('task_type')}] · **Service** "
         f":gray-badge[{run.get('service_name') or 'n/a'}] · **Models** "
@@ -50,28 +56,38 @@ def render() -> None:
         f"**Usage** :{'orange' if usage == 'unknown' else 'green'}-badge[{usage}]"
         + (" · retryable" if run.get("retryable") else "")
     )
-    limit_text = charts.format_tokens(limit) if limit else "none"
+    limit_text = "none" if is_missing(limit) or not limit else charts.format_tokens(limit)
     _ui.tiles([
         ("Total tokens", charts.format_tokens(run.get("total_tokens")),
          "Input + output tokens; unknown usage counts its reservation"),
         ("Token limit", limit_text, "The total-token limit the run ran under"),
-        ("Turns / tool calls", f"{run.get('turns') or 0} / {run.get('tool_calls') or 0}", None),
+        ("Turns / tool calls", f"{_count(run.get('turns'))} / {_count(run.get('tool_calls'))}",
+         "— = not recorded (a foreign trace or an import without these figures)"),
         ("Cost", charts.format_usd(run.get("cost_usd")), "USD; unpriced when a model has no price"),
-        ("Duration", "n/a" if run.get("duration_s") is None else f"{run['duration_s']:.1f} s",
-         None),
+        ("Duration", "n/a" if is_missing(run.get("duration_s")) else
+         f"{run['duration_s']:,.1f} s", None),
     ])
-    _ui.chart(charts.run_turns(detail.calls, detail.events, limit, run_id=run_id), "runs_turns")
+    if detail.calls.empty:
+        st.info("No model calls were recorded for this run (its log carried no per-call usage), "
+                "so there is nothing to draw per turn.", icon=":material/timeline:")
+    else:
+        _ui.chart(charts.run_turns(detail.calls, detail.events, limit, run_id=run_id),
+                  "runs_turns")
     left, right = st.columns([3, 2])
     with left:
         st.markdown("**Model calls**")
         calls = _ui.usd_column(_ui.local_time(detail.calls, "start_utc", f.tz))
-        st.dataframe(calls, hide_index=True)
+        if calls.empty:
+            st.caption("No model calls recorded.")
+        else:
+            _ui.table(calls.rename(columns={"start_utc": f"start ({f.tz})"}))
     with right:
         st.markdown("**Budget events**")
         if detail.events.empty:
             st.caption("No warnings, downgrades, summaries, tool calls or stops were recorded.")
         else:
-            st.dataframe(_ui.local_time(detail.events, "ts_utc", f.tz), hide_index=True)
+            events = _ui.local_time(detail.events, "ts_utc", f.tz)
+            _ui.table(events.rename(columns={"ts_utc": f"time ({f.tz})"}))
 
 
 render()

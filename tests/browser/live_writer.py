@@ -59,6 +59,75 @@ def run_rows(run_id: str, *, task_type: str = "tool_use", start_utc: dt.datetime
     return calls, [record], events
 
 
+#: Task types of ``null_heavy_batches`` (seven: more than the five seed colours).
+NULL_HEAVY_TASKS = ("imported_history", "foreign_agent", "local_unpriced", "rare_task",
+                    "tool_use", "research", "simple_qa")
+
+
+def foreign_run_rows(run_id: str, *, start_utc: dt.datetime, calls: int = 3,
+                     task_type: str = "foreign_agent"):
+    """One run as a plain OTel GenAI trace sends it: calls without turn, reservation, budget
+    figures or price, no run record (so turns, limits and the stop reason are NULL)."""
+    rows = []
+    for index in range(calls):
+        begin = start_utc + dt.timedelta(seconds=5 * index)
+        rows.append({
+            "span_id": f"{run_id}-c{index}", "run_id": run_id, "trace_id": run_id,
+            "source": "otlp", "service_name": "other-agent", "task_type": task_type,
+            "operation_name": "chat", "provider_name": "openai",
+            "request_model": "mystery-model-1", "response_model": None,
+            "start_utc": begin, "end_utc": begin + dt.timedelta(seconds=2), "duration_s": 2.0,
+            "turn": None, "input_tokens": 1000 * (index + 1), "output_tokens": 200,
+            "total_tokens": 1000 * (index + 1) + 200, "reserved_tokens": None,
+            "used_tokens": None, "remaining_tokens": None, "cost_usd": None,
+            "usage_status": "reported",
+        })
+    return rows, [], []
+
+
+def null_heavy_batches(start_utc: dt.datetime | None = None):
+    """(calls, records, events) batches of a store full of NULLs, as real imports and foreign
+    traces leave it:
+
+    - ``imported_history``: 25 imported-like runs without any limit (and no reservations);
+    - ``foreign_agent``: 3 runs of a plain OTel trace (no turn, no run record, unpriced model);
+    - ``local_unpriced``: 4 runs of a model with no price and no model name in the record;
+    - ``rare_task``: 4 runs, one stopped by its budget (25 %, but a low sample), with events
+      whose reason / from_model are NULL;
+    - ``tool_use``, ``research``, ``simple_qa``: 6 guarded runs each (seven task types in all).
+    """
+    start = start_utc or dt.datetime(2026, 11, 20, 9, 0)
+    batches = []
+    for index in range(25):
+        calls, records, events = run_rows(
+            f"imp-{index:04d}", task_type="imported_history", model="claude-sonnet-4-5",
+            start_utc=start + dt.timedelta(hours=index), tokens_per_turn=1500 + 300 * index)
+        for call in calls:
+            call.update(reserved_tokens=None, used_tokens=None, remaining_tokens=None,
+                        source="import:claude-code")
+        records[0].update(limit_total_tokens=None, stop_reason=None, source="import:claude-code")
+        batches.append((calls, records, []))
+    for index in range(3):
+        batches.append(foreign_run_rows(f"foreign-{index:04d}",
+                                        start_utc=start + dt.timedelta(hours=3 * index)))
+    for index in range(4):
+        calls, records, events = run_rows(
+            f"local-{index:04d}", task_type="local_unpriced", model="local-llama",
+            start_utc=start + dt.timedelta(hours=index), priced=False)
+        records[0].update(model=None, turns=None, tool_calls=None)
+        batches.append((calls, records, events))
+    for index in range(4):
+        batches.append(run_rows(
+            f"rare-{index:04d}", task_type="rare_task",
+            start_utc=start + dt.timedelta(hours=index),
+            stop_reason="budget_tokens" if index == 0 else "completed"))
+    for task in ("tool_use", "research", "simple_qa"):
+        for index in range(6):
+            batches.append(run_rows(f"{task}-{index:04d}", task_type=task,
+                                    start_utc=start + dt.timedelta(days=index % 3, hours=index)))
+    return batches
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("db")

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from browser.live_writer import run_rows
+from browser.live_writer import null_heavy_batches, run_rows
 from collector.config import ENV_DB
 from collector.sample import write_sample
 from collector.store import write_batch, write_connection
@@ -132,6 +132,42 @@ def test_every_page_renders_a_plotly_chart_without_an_exception(browser, sample_
     assert "Page not found" not in browser.find_element(By.TAG_NAME, "body").text
     SCREENSHOTS.mkdir(exist_ok=True)
     assert browser.save_screenshot(str(SCREENSHOTS / f"{page}.png"))
+
+
+def test_overview_also_answers_at_slash_overview(browser, sample_dashboard):
+    from selenium.webdriver.common.by import By
+
+    browser.get(f"{sample_dashboard}/overview")
+    _settled(browser)
+    body = browser.find_element(By.TAG_NAME, "body").text
+    assert "Page not found" not in body
+    assert browser.find_element(By.TAG_NAME, "h1").text.startswith("Overview")
+    assert not browser.find_elements(By.CSS_SELECTOR, EXCEPTION)
+
+
+@pytest.fixture(scope="module")
+def null_heavy_dashboard(tmp_path_factory):
+    db = tmp_path_factory.mktemp("browser") / "nulls.duckdb"
+    with write_connection(db) as conn:
+        for batch in null_heavy_batches():
+            write_batch(conn, *batch)
+    with dashboard(db) as base:
+        yield base
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_null_heavy_data_renders_every_page_without_an_exception_or_none(
+        browser, null_heavy_dashboard, page):
+    from selenium.webdriver.common.by import By
+
+    browser.get(f"{null_heavy_dashboard}/{'' if page == 'overview' else page}")
+    _settled(browser)
+    assert not [e.text for e in browser.find_elements(By.CSS_SELECTOR, EXCEPTION)]
+    assert browser.find_elements(By.CSS_SELECTOR, CHART)
+    body = browser.find_element(By.TAG_NAME, "body").text
+    assert not re.search(r"\bNone\b|<NA>|\bnan\b", body)  # tables are canvas: see AppTests
+    SCREENSHOTS.mkdir(exist_ok=True)
+    assert browser.save_screenshot(str(SCREENSHOTS / f"nulls_{page}.png"))
 
 
 def _runs_tile(driver) -> int | None:
