@@ -60,7 +60,9 @@ class BudgetEvent:
 
     ``name`` is a span event name from :mod:`collector.semconv` (``budgetlens.warning``, ...);
     ``action`` the matching :class:`Action` (None for tool calls); token counts in tokens;
-    ``percent`` 0-100+ (one decimal) of the most-used token/cost limit.
+    ``percent`` 0-100+ (one decimal) of the most-used token/cost limit; ``reason``: the stop
+    reason of a stop, ``cost_unenforced`` on the warning that a ``model`` has no price under
+    ``max_cost_usd``.
     """
 
     name: str
@@ -73,6 +75,7 @@ class BudgetEvent:
     from_model: str | None = None
     to_model: str | None = None
     tool_name: str | None = None
+    model: str | None = None
 
 
 class BudgetExceeded(Exception):
@@ -134,7 +137,10 @@ class BudgetStats:
     """A snapshot of a run's use against its total-token limit (tokens) and other counters.
 
     ``percent`` has one decimal and is the share of the most-used token/cost limit; ``status``
-    is one line for CLI agents, e.g. ``"budget 52.3 % (33,472 / 64,000 tokens)"``.
+    is one line for CLI agents, e.g. ``"budget 52.3 % (33,472 / 64,000 tokens)"``, followed by
+    ``"; max_cost_usd not enforced for my-model (no price)"`` when ``cost_unenforced_models``
+    (models without a price, called under a cost limit) is not empty. ``cost_usd``: the sum of
+    the priced calls (None when calls were made and none was priced).
     """
 
     used_tokens: int
@@ -147,12 +153,18 @@ class BudgetStats:
     cost_usd: float | None
     elapsed_s: float
     usage: Usage
+    cost_unenforced_models: tuple[str, ...] = ()
 
     @property
     def status(self) -> str:
         if self.max_tokens is None:
-            return f"budget {self.percent:.1f} % ({self.used_tokens:,} tokens, no token limit)"
-        return f"budget {self.percent:.1f} % ({self.used_tokens:,} / {self.max_tokens:,} tokens)"
+            line = f"budget {self.percent:.1f} % ({self.used_tokens:,} tokens, no token limit)"
+        else:
+            line = f"budget {self.percent:.1f} % ({self.used_tokens:,} / {self.max_tokens:,} tokens)"
+        if self.cost_unenforced_models:
+            line += (f"; max_cost_usd not enforced for {', '.join(self.cost_unenforced_models)} "
+                     "(no price)")
+        return line
 
     def __str__(self) -> str:
         return self.status
@@ -166,7 +178,11 @@ class RunResult:
     usage (unknown calls counted at their reservation in ``used_tokens``, not in ``usage``);
     ``usage_status``: ``reported`` or ``unknown`` (some call had no usage); ``retryable``: True when
     a retry could succeed (a failure, or a stop caused by unknown usage), False for a budget stop
-    or a completed run; ``cost_usd``: None when any call was unpriced.
+    or a completed run; ``cost_usd``: the sum (USD) of the priced calls, None when the run made
+    calls and none was priced (unpriced model or unknown usage; never $0 in place of unknown);
+    calls with reported usage but no price are not in it (the collector counts them unpriced).
+    A budget ``stop_reason`` means the run ended at a refusal: one it recovered from (a call
+    recorded after it) does not count (see :func:`collector.limits.final_stop_reason`).
     """
 
     run_id: str

@@ -1,4 +1,5 @@
-"""Delivery of a guarded run's budget events: a span event on the run span, then ``on_event``.
+"""A guarded run's budget events: built from the run's ledger, delivered as a span event on the
+run span, then to ``on_event``; and the once-per-model notice that a cost limit cannot be enforced.
 
 What each event means is in :mod:`collector.actions` (:class:`BudgetEvent`); when the guard emits
 one is :class:`collector.guard.RunBudget`'s concern. Delivery never raises into the agent: a
@@ -8,10 +9,13 @@ failing exporter or callback is logged and the others still run.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from collector.actions import BudgetEvent
+from collector import semconv as sc
+from collector.actions import EVENT_FOR_ACTION, Action, BudgetEvent
+from collector.config import ENV_PRICES_FILE
+from collector.limits import cross_thresholds
 
 log = logging.getLogger(__name__)
 
@@ -38,19 +42,75 @@ def as_callbacks(on_event: OnEvent) -> tuple[Callable[[BudgetEvent], Any], ...]:
 
 
 class EventDispatcher:
-    """Delivers one run's :class:`BudgetEvent` objects, in order: ``telemetry.event(event)`` (a
+    """Builds one run's :class:`BudgetEvent` objects (:meth:`emit`, :meth:`thresholds`,
+    :meth:`cost_unenforced`) and delivers each, in order: ``telemetry.event(event)`` (a
     :class:`collector.telemetry.RunTelemetry`), then each ``on_event`` callback.
 
     Exceptions from either are logged with the run id and the event name, never raised.
     Raises ValueError when ``on_event`` is neither None, a callable nor an iterable of callables.
+    ``cost_unenforced_models``: the models :meth:`cost_unenforced` warned about, in order;
+    ``chain_position``: the index of the model to call in the run's model chain (moved by a
+    DOWNGRADE, see :meth:`thresholds`).
     """
 
-    __slots__ = ("_telemetry", "_callbacks", "_run_id")
+    __slots__ = ("_telemetry", "_callbacks", "_run_id", "_fired", "chain_position",
+                 "cost_unenforced_models")
 
     def __init__(self, telemetry: Any, on_event: OnEvent, run_id: str) -> None:
         self._telemetry = telemetry
         self._callbacks = as_callbacks(on_event)
         self._run_id = run_id
+        self.cost_unenforced_models: tuple[str, ...] = ()
+        self.clear_thresholds()
+
+    def clear_thresholds(self) -> None:
+        """Forget the fired thresholds (they may fire again) and go back to the chain's first model."""
+        self._fired: set[Action] = set()
+        self.chain_position = 0
+
+    def emit(self, action: Action | None, use: Any, limits: Mapping[str, float | None], *,
+             name: str | None = None, **fields: Any) -> None:
+        """Build and deliver one event: ``action``'s event (or ``name``, for events without an
+        action), with the run's used and remaining tokens and percent taken from ``use`` (a
+        :class:`collector.ledger.RunLedger`) against ``limits``; ``fields``: the other
+        :class:`BudgetEvent` fields (reason, models, tool name)."""
+        self(BudgetEvent(
+            name=name or EVENT_FOR_ACTION[action], action=action, run_id=self._run_id,
+            used_tokens=use.used_tokens, remaining_tokens=use.remaining(limits["max_total_tokens"]),
+            percent=round(100 * use.share(limits), 1), **fields,
+        ))
+
+    def thresholds(self, use: Any, limits: Mapping[str, float | None], chain: tuple[str, ...],
+                   warn_at: float, downgrade_at: float, summarize_at: float) -> Action:
+        """Emit the thresholds (fractions) crossed after a recorded call, each once until
+        :meth:`clear_thresholds` (see :func:`collector.limits.cross_thresholds`); a DOWNGRADE
+        moves :attr:`chain_position` to the next model of ``chain``. Returns the advised
+        :class:`Action`."""
+        position = self.chain_position
+        advised, crossed = cross_thresholds(use.share(limits), self._fired, warn_at, downgrade_at,
+                                            summarize_at, position + 1 < len(chain))
+        for action in crossed:
+            if action is Action.DOWNGRADE:
+                self.chain_position = position = position + 1
+                self.emit(action, use, limits, from_model=chain[position - 1], to_model=chain[position])
+            else:
+                self.emit(action, use, limits)
+        return advised
+
+    def cost_unenforced(self, model: str | None, use: Any, limits: Mapping[str, float | None]) -> None:
+        """Warn, once per run and model, that ``limits["max_cost_usd"]`` is not enforced for
+        ``model`` (it has no price, so its calls add no cost): a log WARNING naming the model and
+        how to add a price, and a ``budgetlens.warning`` event with reason ``cost_unenforced``.
+        The run is not stopped: blocking on an unknown price would stop every agent on a
+        private model."""
+        label = model or "(no model name)"
+        if label in self.cost_unenforced_models:
+            return
+        self.cost_unenforced_models += (label,)
+        log.warning("run %s: max_cost_usd=%s is not enforced for model %s: it has no price; add "
+                    "one in a price file named by %s", self._run_id, limits["max_cost_usd"], label,
+                    ENV_PRICES_FILE)
+        self.emit(Action.WARN, use, limits, reason=sc.REASON_COST_UNENFORCED, model=model)
 
     def __call__(self, event: BudgetEvent) -> None:
         try:

@@ -28,11 +28,9 @@ from typing import Any
 from collector import limits as lim
 from collector import semconv as sc
 from collector.actions import (
-    EVENT_FOR_ACTION,
     EVENT_NAME_TOOL_CALL,
     Action,
-    BudgetEvent,
-    BudgetExceeded,
+    BudgetExceeded,  # re-exported: `from collector.guard import BudgetExceeded` works
     BudgetStats,
     Reservation,
     RunResult,
@@ -42,12 +40,14 @@ from collector.ledger import RunLedger
 from collector.limits import DEFAULT_MAX_TOTAL_TOKENS, UNKNOWN_USAGE_POLICIES
 from collector.pricing import check_prices_file, model_rates, paid_call_cost_usd
 from collector.telemetry import RunTelemetry
-from collector.usage import normalize_usage
+from collector.usage import Usage, normalize_usage
 
 log = logging.getLogger(__name__)
 
 # DEFAULT_MAX_TOTAL_TOKENS and UNKNOWN_USAGE_POLICIES live in collector.limits; re-exported here.
 __all__ = ["RunBudget", "DEFAULT_MAX_TOTAL_TOKENS", "UNKNOWN_USAGE_POLICIES"]
+
+_PROBE = Usage(0, 0)  # prices nothing: tells whether a model has a price (not None)
 
 
 class RunBudget:
@@ -56,7 +56,10 @@ class RunBudget:
     Limits (any may be None; with none given ``max_total_tokens`` is 64,000): ``max_total_tokens``,
     ``max_input_tokens``, ``max_output_tokens`` (tokens), ``max_turns`` (model calls: a limit of
     n allows exactly n), ``max_tool_calls``, ``max_duration_s`` (seconds of wall time, from
-    construction), ``max_cost_usd`` (USD, priced with :func:`collector.cost_usd`).
+    construction), ``max_cost_usd`` (USD, priced with :func:`collector.cost_usd`; calls of a
+    model without a price add no cost: the run goes on, with one WARNING log and one
+    ``budgetlens.warning`` event (reason ``cost_unenforced``) per model, and ``stats().status``
+    names the model).
 
     Thresholds are fractions of the most-used token or cost limit: ``warn_at`` (0.8, one
     ``WARN``), ``downgrade_at`` (0.6, one ``DOWNGRADE`` to the next model of ``model_chain``),
@@ -75,9 +78,10 @@ class RunBudget:
     (``BUDGETLENS_PRICES_FILE``) when it is missing or invalid: it is read here, before any
     call is paid for, not at the first ``record``.
 
-    Validation and stop/threshold decisions are in :mod:`collector.limits`, counters in
-    :class:`collector.ledger.RunLedger`, event delivery in :mod:`collector.events`; this class
-    holds the lock, the model chain and the order of checks, records and events.
+    Validation and stop/threshold decisions are in :mod:`collector.limits`, counters (and the
+    refusal that would be the run's stop) in :class:`collector.ledger.RunLedger`, building and
+    delivering events in :mod:`collector.events`; this class holds the lock, the model chain
+    and the order of checks, records and events.
     """
 
     def __init__(
@@ -122,14 +126,12 @@ class RunBudget:
         self._dispatch = EventDispatcher(self._telemetry, callbacks, self.run_id)
         self._next_id = 0
         self._finished: RunResult | None = None
-        self._stop: BudgetExceeded | None = None
         self._clear_use()
 
     # --- state -----------------------------------------------------------------------------
     def _clear_use(self) -> None:
         self._use = RunLedger()
-        self._model_index = 0
-        self._fired: set[Action] = set()
+        self._dispatch.clear_thresholds()  # the model chain restarts too
 
     @property
     def limits(self) -> dict[str, float | None]:
@@ -139,7 +141,7 @@ class RunBudget:
     @property
     def model(self) -> str | None:
         """The model to call now: the chain's current entry (moves once on DOWNGRADE)."""
-        return self.model_chain[self._model_index] if self.model_chain else None
+        return self.model_chain[self._dispatch.chain_position] if self.model_chain else None
 
     @property
     def used_tokens(self) -> int:
@@ -151,21 +153,15 @@ class RunBudget:
         """The run's OTel span (non-recording when no SDK is configured)."""
         return self._telemetry.span
 
-    def _percent(self) -> float:
-        return self._use.share(self._limits)
-
-    def _remaining(self) -> int | None:
-        return self._use.remaining(self._limits["max_total_tokens"])
-
     # --- checks (raise before spending) -----------------------------------------------------
     def _stop_on(self, stop: lim.Stop | None) -> None:
-        """Raise ``stop`` (if any) as BudgetExceeded; the run's first stop is kept and emitted."""
+        """Raise ``stop`` (if any) as BudgetExceeded; the first refusal since the last recorded
+        call is kept by the ledger (the run's stop unless it records a call later) and emitted."""
         if stop is None:
             return
         exc = stop.exception()
-        if self._stop is None:
-            self._stop = exc
-            self._emit(Action.STOP, reason=stop.reason)
+        if self._use.refuse(exc):
+            self._dispatch.emit(Action.STOP, self._use, self._limits, reason=stop.reason)
         raise exc
 
     def _check_open(self) -> None:
@@ -188,15 +184,7 @@ class RunBudget:
         if self._finished is not None:
             self._check_open()
         self._check_time()
-        use = self._use
-        self._stop_on(lim.cost_stop(self._limits["max_cost_usd"], use.cost_usd))
-        if self._spend is not None:
-            try:
-                self._spend.check()
-            except BudgetExceeded as exc:
-                self._stop_on(lim.Stop(exc.reason, exc.limit, exc.used, 0, "spend window"))
-        self._stop_on(lim.token_stop(self._limits, use.committed_tokens,
-                                     use.input_tokens + use.unknown_tokens, use.output_tokens))
+        self._stop_on(lim.spent_stop(self._limits, self._use, self._spend))
 
     def before_turn(self) -> Action:
         """Check that one more model turn may start (a turn is held by ``reserve`` until the call
@@ -209,7 +197,7 @@ class RunBudget:
         with self._lock:
             self._check_spent()
             self._check_turns()
-            return lim.advice(self._percent(), self.summarize_at)
+            return lim.advice(self._use.share(self._limits), self.summarize_at)
 
     def reserve(self, estimated_tokens: int, model: str | None = None, *,
                 input_tokens: int | None = None, output_tokens: int | None = None) -> Reservation:
@@ -220,7 +208,8 @@ class RunBudget:
         ``input_tokens`` / ``output_tokens`` split the estimate (give one, the other is the rest;
         e.g. ``output_tokens`` = the request's ``max_tokens``); unsplit, it counts as input, like
         an unknown-usage charge. Its cost is estimated at ``model``'s price (default
-        :attr:`model`; see :meth:`collector.pricing.ModelRates.estimate`; 0 when unpriced).
+        :attr:`model`; see :meth:`collector.pricing.ModelRates.estimate`; 0 when unpriced, and
+        under ``max_cost_usd`` the ``cost_unenforced`` warning is given).
         Raises BudgetExceeded before the call is sent when it does not fit, a limit is spent or
         the unknown-usage policy refuses; ValueError for a bad estimate or split; RuntimeError
         after ``finish()``.
@@ -233,11 +222,13 @@ class RunBudget:
         if model is not None and model.__class__ is not str:
             lim.check_model(model)
         model = model or self.model
-        cost = 0.0
+        cost, rates = 0.0, True
         if self._limits["max_cost_usd"] is not None and model:
             rates = model_rates(model, self.provider)
             cost = 0.0 if rates is None else rates.estimate(estimated_tokens, output)
         with self._lock:
+            if rates is None:
+                self._dispatch.cost_unenforced(model, self._use, self._limits)
             self._check_spent()
             use, limits = self._use, self._limits
             self._stop_on(lim.unknown_usage_stop(self.unknown_usage, self._residual, limits, use,
@@ -262,7 +253,8 @@ class RunBudget:
             self._stop_on(lim.count_stop(sc.STOP_BUDGET_TOOLS, self._limits["max_tool_calls"],
                                          self._use.tool_calls))
             self._use.tool_calls += 1
-            self._emit(None, name=EVENT_NAME_TOOL_CALL, tool_name=str(name))
+            self._dispatch.emit(None, self._use, self._limits, name=EVENT_NAME_TOOL_CALL,
+                                tool_name=str(name))
 
     # --- recording (never raises for budget reasons) ----------------------------------------
     def record(self, usage: Any, model: str | None = None, *, reservation: Reservation | None = None,
@@ -275,7 +267,8 @@ class RunBudget:
         ``unknown`` and the call is charged, never 0, as :meth:`RunLedger.add_call` (its
         reservation, else the run's largest call, else ``DEFAULT_UNKNOWN_CALL_TOKENS``).
         ``reservation``: the one settled (default: the oldest open one). ``model``/``provider``
-        price the call; a pricing failure is logged and the call counts as unpriced. Raises,
+        price the call; a pricing failure is logged and the call counts as unpriced (under
+        ``max_cost_usd``, with the ``cost_unenforced`` warning once per model). Raises,
         before changing anything, ValueError for a malformed payload or model or a reservation
         that is not open (settled, dropped by ``reset()``, another run's); RuntimeError after
         ``finish()``.
@@ -297,8 +290,13 @@ class RunBudget:
                 log.warning("run %s: call without usage; charged %d tokens", self.run_id, first_unknown)
             if cost is not None and self._spend is not None:
                 self._spend.add(cost)
-            action = self._thresholds()
-            used, remaining, turn = use.used_tokens, self._remaining(), use.turns
+            elif cost is None and self._limits["max_cost_usd"] is not None and (
+                    normalized is not None or paid_call_cost_usd(model, _PROBE, provider) is None):
+                self._dispatch.cost_unenforced(model, use, self._limits)  # no price for model
+            action = self._dispatch.thresholds(use, self._limits, self.model_chain, self.warn_at,
+                                               self.downgrade_at, self.summarize_at)
+            used, turn = use.used_tokens, use.turns
+            remaining = use.remaining(self._limits["max_total_tokens"])
         if self._telemetry.recording:
             self._telemetry.model_call(
                 model=model, response_model=response_model, provider=provider, turn=turn,
@@ -316,27 +314,6 @@ class RunBudget:
             if self._finished is None:
                 self._use.settle(reservation, self.run_id)
 
-    # --- thresholds and actions -------------------------------------------------------------
-    def _thresholds(self) -> Action:
-        can_downgrade = self._model_index + 1 < len(self.model_chain)
-        advised, crossed = lim.cross_thresholds(self._percent(), self._fired, self.warn_at,
-                                                self.downgrade_at, self.summarize_at, can_downgrade)
-        for action in crossed:
-            if action is Action.DOWNGRADE:
-                before = self.model
-                self._model_index += 1
-                self._emit(action, from_model=before, to_model=self.model)
-            else:
-                self._emit(action)
-        return advised
-
-    def _emit(self, action: Action | None, *, name: str | None = None, **fields: Any) -> None:
-        self._dispatch(BudgetEvent(
-            name=name or EVENT_FOR_ACTION[action], action=action, run_id=self.run_id,
-            used_tokens=self.used_tokens, remaining_tokens=self._remaining(),
-            percent=round(100 * self._percent(), 1), **fields,
-        ))
-
     # --- limits and reset -------------------------------------------------------------------
     def set_max(self, **limits: float | None) -> None:
         """Change limits by constructor name (``set_max(max_total_tokens=10_000)``).
@@ -350,17 +327,19 @@ class RunBudget:
         self._telemetry.set_limits(self._limits)
 
     def reset(self) -> None:
-        """Clear use (tokens, cost, turns, tool calls, reservations) and the fired thresholds,
-        so the warning can fire again; limits, run id and clock start stay."""
+        """Clear use (tokens, cost, turns, tool calls, reservations, a pending budget refusal)
+        and the fired thresholds, so the warning can fire again; limits, run id and clock start
+        stay (and so do ``cost_unenforced`` warnings: once per run and model)."""
         with self._lock:
             self._clear_use()
-            self._stop = None
 
     # --- reading and finishing --------------------------------------------------------------
     def stats(self) -> BudgetStats:
-        """A snapshot: used/max/remaining tokens, percent (one decimal), counters, status line."""
+        """A snapshot: used/max/remaining tokens, percent (one decimal), counters, status line
+        (naming models whose cost the cost limit cannot enforce)."""
         with self._lock:
-            return self._use.stats(self._limits, self._clock() - self._started)
+            return self._use.stats(self._limits, self._clock() - self._started,
+                                   self._dispatch.cost_unenforced_models)
 
     @property
     def result(self) -> RunResult | None:
@@ -371,21 +350,23 @@ class RunBudget:
         """End the run once (later calls return the same result) and end its span; afterwards
         ``before_turn``, ``reserve``, ``record`` and ``before_tool_call`` raise RuntimeError.
 
-        ``stop_reason`` defaults to the budget stop raised so far (even if the agent caught that
-        BudgetExceeded and went on: the budget did stop a step; see
-        :func:`collector.limits.final_stop_reason`), ``failed`` when ``error`` is given, else
-        ``completed``. Raises ValueError for a reason outside :data:`collector.semconv.STOP_REASONS`.
+        ``stop_reason`` defaults to: the reason of a BudgetExceeded ``error``; ``failed`` for
+        another ``error``; the budget refusal the run ended at (one after its last recorded call;
+        a refusal the run recovered from, recording a call after it, is no stop: see
+        :func:`collector.limits.final_stop_reason`); else ``completed``. The ``budgetlens.stop``
+        event is still emitted at each refusal. Raises ValueError for a reason outside
+        :data:`collector.semconv.STOP_REASONS`.
         """
         lim.check_stop_reason(stop_reason)
         with self._lock:
             if self._finished is not None:
                 return self._finished
-            stop_reason = lim.final_stop_reason(stop_reason, error, self._stop)
+            stop_reason = lim.final_stop_reason(stop_reason, error, self._use.refusal)
             result = self._use.result(self.run_id, self.task_type, stop_reason,
                                       self._clock() - self._started, error)
             self._finished = result
         try:
-            self._telemetry.finish(result, self._limits)
+            self._telemetry.finish(result, self._limits, self._use.usage_known)
         except Exception:
             log.exception("run %s: could not end the run span", self.run_id)
         return result

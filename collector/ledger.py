@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from collector import semconv as sc
-from collector.actions import BudgetStats, Reservation, RunResult
+from collector.actions import BudgetExceeded, BudgetStats, Reservation, RunResult
 from collector.limits import DEFAULT_UNKNOWN_CALL_TOKENS, limit_share, retryable
 from collector.usage import Usage
 
@@ -24,14 +24,18 @@ class RunLedger:
     cost (USD).
 
     ``unknown_at``: used tokens when the first call without usage was recorded (None: none was).
-    ``unpriced_calls``: calls whose model had no price; the run's cost is then unknown.
+    Calls with reported usage are ``priced_calls`` (their cost is in ``cost_usd``) or
+    ``unpriced_calls`` (their model had no price).
+    ``refusal``: the first budget refusal since the last recorded call (None when the run
+    recorded a call after its last refusal, or was never refused): the run's budget stop.
     ``largest_call_tokens``: the largest reservation or reported call so far (tokens).
     """
 
     __slots__ = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens",
                  "reasoning_tokens", "unknown_tokens", "reservations", "reserved_tokens",
                  "reserved_output_tokens", "reserved_cost_usd", "largest_call_tokens", "turns",
-                 "tool_calls", "cost_usd", "unpriced_calls", "unknown_at")
+                 "tool_calls", "cost_usd", "priced_calls", "unpriced_calls",
+                 "unknown_at", "refusal")
 
     def __init__(self) -> None:
         self.input_tokens = self.output_tokens = 0
@@ -43,8 +47,9 @@ class RunLedger:
         self.turns = 0
         self.tool_calls = 0
         self.cost_usd = 0.0
-        self.unpriced_calls = 0
+        self.priced_calls = self.unpriced_calls = 0
         self.unknown_at: int | None = None
+        self.refusal: BudgetExceeded | None = None
 
     # --- reading ---------------------------------------------------------------------------
     @property
@@ -87,8 +92,16 @@ class RunLedger:
 
     @property
     def priced_cost_usd(self) -> float | None:
-        """The cost (USD), or None when any call was unpriced."""
-        return None if self.unpriced_calls else self.cost_usd
+        """The sum (USD) of the priced calls' costs: None when the run recorded calls and none
+        was priced (unpriced model or unknown usage: never $0 in place of unknown); 0.0 for a run
+        without model calls."""
+        return self.cost_usd if self.priced_calls or not self.turns else None
+
+    @property
+    def usage_known(self) -> bool:
+        """False when the run recorded calls and none reported usage (its token totals are then
+        unknown, not 0); True otherwise."""
+        return self.priced_calls + self.unpriced_calls > 0 or not self.turns
 
     def remaining(self, max_total_tokens: float | None) -> int | None:
         """Tokens left (int, ≥ 0) under ``max_total_tokens`` after use and open reservations;
@@ -102,14 +115,16 @@ class RunLedger:
         return limit_share(limits, self.input_tokens, self.output_tokens, self.unknown_tokens,
                            self.cost_usd)
 
-    def stats(self, limits: Mapping[str, float | None], elapsed_s: float) -> BudgetStats:
-        """A :class:`BudgetStats` snapshot against ``limits`` after ``elapsed_s`` seconds."""
+    def stats(self, limits: Mapping[str, float | None], elapsed_s: float,
+              cost_unenforced: tuple[str, ...] = ()) -> BudgetStats:
+        """A :class:`BudgetStats` snapshot against ``limits`` after ``elapsed_s`` seconds;
+        ``cost_unenforced``: models without a price under ``max_cost_usd``."""
         max_total = limits["max_total_tokens"]
         return BudgetStats(
             used_tokens=self.used_tokens, reserved_tokens=self.reserved_tokens, max_tokens=max_total,
             remaining_tokens=self.remaining(max_total), percent=round(100 * self.share(limits), 1),
             turns=self.turns, tool_calls=self.tool_calls, cost_usd=self.priced_cost_usd,
-            elapsed_s=elapsed_s, usage=self.usage,
+            elapsed_s=elapsed_s, usage=self.usage, cost_unenforced_models=cost_unenforced,
         )
 
     def result(self, run_id: str, task_type: str, stop_reason: str, duration_s: float,
@@ -128,6 +143,14 @@ class RunLedger:
         )
 
     # --- recording -------------------------------------------------------------------------
+    def refuse(self, refusal: BudgetExceeded) -> bool:
+        """Note a budget refusal. Returns True when it is the first since the last recorded call
+        (it then becomes :attr:`refusal`, the run's stop unless a call is recorded later)."""
+        if self.refusal is not None:
+            return False
+        self.refusal = refusal
+        return True
+
     def reserve(self, reservation: Reservation) -> None:
         """Hold ``reservation`` open (its tokens count against the total until settled)."""
         self.reservations[reservation.id] = reservation
@@ -165,8 +188,10 @@ class RunLedger:
         """Count one recorded model call (a turn): its reported ``usage`` and ``cost_usd``, or, when
         ``usage`` is None, a conservative charge, never 0: ``reserved_tokens`` when > 0, else
         :meth:`unknown_charge` (the run's largest call, else ``DEFAULT_UNKNOWN_CALL_TOKENS``).
+        Clears :attr:`refusal` (the run went on after it).
         Returns the charge (tokens) when this is the run's first call without usage, else None."""
         self.turns += 1
+        self.refusal = None  # the run went on after any refusal: it recovered
         if usage is not None:
             self.input_tokens += usage.input_tokens
             self.output_tokens += usage.output_tokens
@@ -178,6 +203,7 @@ class RunLedger:
             if cost_usd is None:
                 self.unpriced_calls += 1
             else:
+                self.priced_calls += 1
                 self.cost_usd += cost_usd
             return None
         charge = reserved_tokens or self.unknown_charge()

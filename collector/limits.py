@@ -39,6 +39,7 @@ __all__ = [
     "reserve_stop",
     "resolve_limits",
     "retryable",
+    "spent_stop",
     "split_estimate",
     "time_stop",
     "token_stop",
@@ -256,6 +257,21 @@ def token_stop(limits: Mapping[str, float | None], total_tokens: int, input_toke
     return None
 
 
+def spent_stop(limits: Mapping[str, float | None], use: Any, spend: Any = None) -> Stop | None:
+    """The first spent limit before a step, in order: ``max_cost_usd`` (:func:`cost_stop`), the
+    spend windows of ``spend`` (a :class:`collector.spend.SpendTracker` or None; its refusal
+    becomes a Stop with detail ``spend window``), the token limits (:func:`token_stop`, open
+    reservations included). ``use``: a :class:`collector.ledger.RunLedger`."""
+    stop = cost_stop(limits["max_cost_usd"], use.cost_usd)
+    if stop is None and spend is not None:
+        try:
+            spend.check()
+        except BudgetExceeded as exc:
+            stop = Stop(exc.reason, exc.limit, exc.used, 0, "spend window")
+    return stop or token_stop(limits, use.committed_tokens, use.input_tokens + use.unknown_tokens,
+                              use.output_tokens)
+
+
 def count_stop(reason: str, limit: int | None, count: int) -> Stop | None:
     """``reason`` (``budget_turns`` or ``budget_tools``) when one more call would pass ``limit``:
     a limit of n allows exactly n calls. ``count``: calls made (for turns: recorded calls plus
@@ -348,12 +364,14 @@ def unknown_usage_stop(policy: str, residual_tokens: int | None,
 def final_stop_reason(stop_reason: str | None, error: BaseException | None,
                       budget_stop: BudgetExceeded | None) -> str:
     """The run's stop reason: ``stop_reason`` when given; else the reason of a ``BudgetExceeded``
-    ``error``; ``failed`` for any other error; else the budget stop raised so far; else
-    ``completed``.
+    ``error`` (one that left a ``with`` block is a budget stop); ``failed`` for any other error;
+    else the reason of ``budget_stop``, the refusal the run ended at (the first refusal after its
+    last recorded call; :attr:`collector.ledger.RunLedger.refusal`); else ``completed``.
 
-    So a run in which the guard raised BudgetExceeded is a budget stop even when the agent caught
-    it and then finished normally: the budget refused a step it asked for, which is what the hit
-    rate counts. An agent that knows better passes ``stop_reason`` explicitly."""
+    A run the budget refused and that stopped there is a budget stop even when the agent caught
+    the BudgetExceeded and finished normally. A run that recorded a model call after a refusal
+    (e.g. a smaller reservation that fit) recovered: ``completed``, so the hit rate counts only
+    runs the budget ended. An agent that knows better passes ``stop_reason`` explicitly."""
     if stop_reason is not None:
         return stop_reason
     if isinstance(error, BudgetExceeded):

@@ -52,6 +52,11 @@ BUDGET_FROM_MODEL = "budgetlens.from_model"
 BUDGET_TO_MODEL = "budgetlens.to_model"
 BUDGET_PERCENT = "budgetlens.percent"
 BUDGET_REASON = "budgetlens.reason"
+#: ``budgetlens.reason`` of a ``budgetlens.warning`` event: ``max_cost_usd`` is set but a call's
+#: model has no price (add one with ``BUDGETLENS_PRICES_FILE``), so its calls do not count against
+#: the cost limit. Once per run and model; the run is not stopped. (On ``budgetlens.stop`` events
+#: the reason is a stop reason.)
+REASON_COST_UNENFORCED = "cost_unenforced"
 
 #: Span event names (design §4: warnings, downgrades, summaries, tool calls and the stop).
 EVENT_WARNING = "budgetlens.warning"

@@ -1,8 +1,10 @@
 """OpenTelemetry spans and span events of a guarded run (design §4), through the OTel API only.
 
 - Run span ``invoke_agent {task_type}`` (INTERNAL): run id, task type, agent name, the limits;
-  at the end turns, tool calls, used tokens, ``gen_ai.usage.*`` totals, cost (omitted when
-  unpriced), stop reason, usage status, retryable; status ERROR when the stop reason is ``failed``.
+  at the end turns, tool calls, used tokens (unknown-usage charges included), ``gen_ai.usage.*``
+  totals over the calls that reported usage (omitted when none did), cost = the sum of the priced
+  calls (omitted when none was priced), stop reason, usage status, retryable; status ERROR when
+  the stop reason is ``failed``.
 - Model-call span ``chat {model}`` (CLIENT, child of the run span) per recorded call.
 - Span events on the run span: warning, downgrade, summarize, tool_call, stop.
 
@@ -167,10 +169,16 @@ class RunTelemetry:
             attributes[sc.BUDGET_TO_MODEL] = event.to_model
         if event.tool_name:
             attributes[sc.GEN_AI_TOOL_NAME] = event.tool_name
+        if event.model:
+            attributes[sc.GEN_AI_REQUEST_MODEL] = event.model
         self._span.add_event(event.name, attributes=attributes, timestamp=time.time_ns())
 
-    def finish(self, result: RunResult, limits: dict[str, Any]) -> None:
-        """Set the run's end attributes and end the run span (idempotence is the caller's)."""
+    def finish(self, result: RunResult, limits: dict[str, Any], usage_known: bool = True) -> None:
+        """Set the run's end attributes and end the run span (idempotence is the caller's).
+
+        ``usage_known``: False when no call reported usage; the ``gen_ai.usage.*`` totals are then
+        omitted (unknown, never 0; ``budgetlens.used_tokens`` still carries the charges), so the
+        collector does not store 0 tokens for the run. ``cost_usd`` None is omitted likewise."""
         if self._recording:
             self.set_limits(limits)
             attributes: dict[str, Any] = {
@@ -181,7 +189,8 @@ class RunTelemetry:
                 sc.BUDGET_USAGE_STATUS: result.usage_status,
                 sc.BUDGET_RETRYABLE: result.retryable,
             }
-            attributes.update(usage_attributes(result.usage))
+            if usage_known:
+                attributes.update(usage_attributes(result.usage))
             if result.cost_usd is not None:
                 attributes[sc.BUDGET_COST_USD] = result.cost_usd
             if result.error_type:

@@ -17,6 +17,7 @@ from collector.semconv import (
     EVENT_SUMMARIZE,
     EVENT_TOOL_CALL,
     EVENT_WARNING,
+    REASON_COST_UNENFORCED,
     STOP_BUDGET_COST,
     STOP_BUDGET_TIME,
     STOP_BUDGET_TOKENS,
@@ -598,6 +599,96 @@ def test_caught_budget_stop_then_normal_finish_is_still_a_budget_stop():
     except BudgetExceeded:
         pass  # the agent caught the stop and wrapped up
     assert run.finish().stop_reason == STOP_BUDGET_TOKENS
+
+
+def _refused(run: RunBudget) -> None:
+    with pytest.raises(BudgetExceeded):
+        run.reserve(6_000)
+
+
+def _recorded(run: RunBudget) -> None:
+    run.record(Usage(1_000, 200), reservation=run.reserve(2_000))
+
+
+# steps of a run with max_total_tokens=5,000 -> the stop reason finish() reports
+STOP_AFTER_REFUSAL = [
+    ((_refused, _recorded), STOP_COMPLETED),  # recovered: a smaller reservation fit
+    ((_recorded, _refused), STOP_BUDGET_TOKENS),  # ended at the refusal
+    ((_refused, _recorded, _refused), STOP_BUDGET_TOKENS),  # refused again after recovering
+    ((_refused, _refused, _recorded), STOP_COMPLETED),
+]
+
+
+@pytest.mark.parametrize("steps, stop_reason", STOP_AFTER_REFUSAL,
+                         ids=["recovered", "ended_at_refusal", "refused_again", "recovered_twice"])
+def test_budget_stop_reason_only_when_the_run_ended_at_its_last_refusal(steps, stop_reason):
+    run = RunBudget(max_total_tokens=5_000)
+    for step in steps:
+        step(run)
+    assert run.finish().stop_reason == stop_reason
+
+
+def test_error_after_a_recovered_refusal_is_a_failure():
+    run = RunBudget(max_total_tokens=5_000)
+    _refused(run)
+    _recorded(run)
+    assert run.finish(error=TimeoutError("model timed out")).stop_reason == STOP_FAILED
+
+
+def test_budget_exceeded_leaving_the_with_block_is_a_budget_stop_even_after_recovery():
+    with pytest.raises(BudgetExceeded):
+        with RunBudget(max_total_tokens=5_000) as run:
+            _refused(run)
+            _recorded(run)
+            run.reserve(6_000)
+    assert run.result.stop_reason == STOP_BUDGET_TOKENS
+
+
+def test_each_refusal_after_a_recorded_call_emits_a_stop_event():
+    events = []
+    run = RunBudget(max_total_tokens=5_000, on_event=events.append)
+    for step in (_refused, _refused, _recorded, _refused):
+        step(run)
+    assert [e.name for e in events if e.name == EVENT_STOP] == [EVENT_STOP, EVENT_STOP]
+
+
+def test_unpriced_model_under_a_cost_limit_warns_once_and_the_run_goes_on(caplog):
+    events = []
+    run = RunBudget(max_cost_usd=0.01, on_event=events.append)
+    for _ in range(5):
+        call(run, 1_000, 1_000, reserve=2_000, model="my-model")
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warnings) == 1
+    assert "my-model" in warnings[0] and "BUDGETLENS_PRICES_FILE" in warnings[0]
+    assert [(e.name, e.reason, e.model) for e in events] == [
+        (EVENT_WARNING, REASON_COST_UNENFORCED, "my-model")]
+    stats = run.stats()
+    assert stats.turns == 5 and stats.cost_usd is None
+    assert stats.status == ("budget 0.0 % (10,000 tokens, no token limit); "
+                            "max_cost_usd not enforced for my-model (no price)")
+    assert run.finish().stop_reason == STOP_COMPLETED
+
+
+def test_unpriced_model_is_named_at_reserve_before_any_call_is_paid(caplog):
+    run = RunBudget(max_cost_usd=0.01, model_chain=("my-model",))
+    run.reserve(1_000)
+    assert "max_cost_usd not enforced for my-model" in run.stats().status
+    assert "is not enforced for model my-model" in caplog.text
+
+
+def test_unpriced_model_without_a_cost_limit_gives_no_cost_warning(caplog):
+    events = []
+    run = RunBudget(on_event=events.append)
+    call(run, 1_000, 1_000, model="my-model")
+    assert events == [] and "not enforced" not in caplog.text
+    assert "not enforced" not in run.stats().status
+
+
+def test_priced_model_with_unknown_usage_gives_no_cost_warning(caplog):
+    run = RunBudget(max_cost_usd=0.01)
+    run.record(None, model="gpt-4o", reservation=run.reserve(1_000))
+    assert run.stats().cost_unenforced_models == ()
+    assert "not enforced" not in caplog.text
 
 
 def test_explicit_stop_reason_overrides_a_caught_budget_stop():

@@ -133,3 +133,109 @@ def test_without_sdk_the_guard_emits_nothing_and_still_works():
 def test_every_public_name_imports_from_collector():
     for name in collector.__all__:
         assert getattr(collector, name) is not None
+
+
+# --- never $0, never 0 tokens in place of unknown: through the real exporter into DuckDB ------------
+GPT_4O_1000_100 = 1_000 * 2.5e-6 + 100 * 1e-5  # gpt-4o: 2.5 / 10 USD per Mtok
+
+
+def _unknown_private(run):
+    run.record(None, model="my-private-llm", reservation=run.reserve(3_000, model="my-private-llm"))
+
+
+def _unknown_priced(run):
+    run.record(None, model="gpt-4o", reservation=run.reserve(3_000, model="gpt-4o"))
+
+
+def _unpriced_model(run):
+    run.record(Usage(1_000, 100), model="my-private-llm", reservation=run.reserve(2_000))
+
+
+def _priced_then_unpriced(run):
+    run.record(Usage(1_000, 100), model="gpt-4o", reservation=run.reserve(2_000))
+    _unpriced_model(run)
+
+
+def _priced_then_unknown(run):
+    run.record(Usage(1_000, 100), model="gpt-4o", reservation=run.reserve(2_000))
+    run.record(None, model="gpt-4o", reservation=run.reserve(3_000))
+
+
+# steps, then the runs row: cost_usd, input, output, total tokens, usage_status, unpriced_calls
+STORED_RUNS = [
+    (_unknown_private, None, None, None, 3_000, sc.USAGE_UNKNOWN, 0),
+    (_unknown_priced, None, None, None, 3_000, sc.USAGE_UNKNOWN, 0),
+    (_unpriced_model, None, 1_000, 100, 1_100, sc.USAGE_REPORTED, 1),
+    (_priced_then_unpriced, GPT_4O_1000_100, 2_000, 200, 2_200, sc.USAGE_REPORTED, 1),
+    (_priced_then_unknown, GPT_4O_1000_100, 1_000, 100, 4_100, sc.USAGE_UNKNOWN, 0),
+]
+
+
+@pytest.mark.parametrize("steps, cost, inp, out, total, status, unpriced", STORED_RUNS,
+                         ids=[row[0].__name__.strip("_") for row in STORED_RUNS])
+def test_stored_run_is_never_zero_where_cost_or_usage_is_unknown(db_path, steps, cost, inp, out,
+                                                                 total, status, unpriced):
+    from collector.exporter import DuckDBSpanExporter
+    from collector.store import read_connection
+
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(DuckDBSpanExporter(db_path)))
+    run = RunBudget(tracer=provider.get_tracer("test"))
+    steps(run)
+    result = run.finish()
+    provider.shutdown()
+    with read_connection(db_path) as conn:
+        row = conn.execute(
+            "SELECT cost_usd, input_tokens, output_tokens, total_tokens, usage_status, "
+            "unpriced_calls FROM runs WHERE run_id = $run_id", {"run_id": run.run_id}).fetchone()
+    assert row[1:] == (inp, out, total, status, unpriced)
+    assert row[0] == (None if cost is None else pytest.approx(cost))
+    assert result.cost_usd == row[0] and result.usage_status == status
+
+
+def test_run_span_omits_usage_totals_and_cost_when_no_call_reported_usage(spans):
+    tracer, exporter = spans
+    run = RunBudget(tracer=tracer)
+    _unknown_private(run)
+    result = run.finish()
+    run_span = exporter.get_finished_spans()[-1].attributes
+    assert result.cost_usd is None and sc.BUDGET_COST_USD not in run_span
+    assert not {sc.GEN_AI_USAGE_INPUT_TOKENS, sc.GEN_AI_USAGE_OUTPUT_TOKENS,
+                sc.GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS, sc.GEN_AI_USAGE_REASONING_OUTPUT_TOKENS
+                } & set(run_span)
+    assert run_span[sc.BUDGET_USED_TOKENS] == 3_000
+    assert run_span[sc.BUDGET_USAGE_STATUS] == sc.USAGE_UNKNOWN
+
+
+def test_run_without_model_calls_reports_zero_tokens_and_cost(spans):
+    tracer, exporter = spans
+    result = RunBudget(tracer=tracer).finish()
+    (run_span,) = exporter.get_finished_spans()
+    assert result.cost_usd == 0.0 and run_span.attributes[sc.BUDGET_COST_USD] == 0.0
+    assert run_span.attributes[sc.GEN_AI_USAGE_INPUT_TOKENS] == 0
+
+
+def test_cost_limit_on_unpriced_model_emits_one_cost_unenforced_warning_per_model(spans):
+    tracer, exporter = spans
+    run = RunBudget(max_cost_usd=0.01, tracer=tracer)
+    for model in ("my-model", "my-model", "other-private-model"):
+        run.record(Usage(1_000, 1_000), model=model, reservation=run.reserve(2_000))
+    run.finish()
+    events = [e for e in exporter.get_finished_spans()[-1].events if e.name == sc.EVENT_WARNING]
+    assert [(e.attributes[sc.BUDGET_REASON], e.attributes[sc.GEN_AI_REQUEST_MODEL])
+            for e in events] == [(sc.REASON_COST_UNENFORCED, "my-model"),
+                                 (sc.REASON_COST_UNENFORCED, "other-private-model")]
+    for event in events:
+        assert set(event.attributes) <= SEMCONV_NAMES
+
+
+def test_recovered_refusal_keeps_its_stop_event_but_the_run_completes(spans):
+    tracer, exporter = spans
+    run = RunBudget(max_total_tokens=5_000, tracer=tracer)
+    with pytest.raises(BudgetExceeded):
+        run.reserve(6_000)
+    run.record(Usage(1_000, 200), reservation=run.reserve(2_000))
+    run.finish()
+    run_span = exporter.get_finished_spans()[-1]
+    assert [e.name for e in run_span.events] == [sc.EVENT_STOP]
+    assert run_span.attributes[sc.BUDGET_STOP_REASON] == sc.STOP_COMPLETED
