@@ -19,17 +19,11 @@ import os
 from typing import Callable, Iterable, Iterator
 
 from collector.importers import claude_code, codex, openhands, otlp_json, swe_agent
-from collector.importers.base import (
-    DEFAULT_CHUNK_SIZE,
-    MAX_LINE_BYTES,
-    ChunkedWriter,
-    ImporterFormat,
-    ImportOptions,
-    ImportReport,
-    check_price_file,
-    expand_paths,
-    file_size,
-)
+from collector.importers.base import ImporterFormat, ImportOptions
+from collector.importers.reading import MAX_LINE_BYTES, expand_paths, file_size
+from collector.importers.report import ImportReport
+from collector.importers.rows import check_price_file
+from collector.importers.writer import DEFAULT_CHUNK_SIZE, ChunkedWriter
 
 log = logging.getLogger(__name__)
 

@@ -41,21 +41,17 @@ from pathlib import Path
 from typing import Iterator, Sequence
 
 from collector import semconv
-from collector.importers.base import (
-    ImporterFormat,
-    ImportOptions,
-    ImportReport,
+from collector.importers.base import ImporterFormat, ImportOptions
+from collector.importers.reading import iter_json_lines
+from collector.importers.report import ImportReport
+from collector.importers.rows import extend_span, price, seconds_between, stable_id, usage_columns
+from collector.importers.validation import (
     attempt,
     check_row,
     checked_rows,
-    iter_json_lines,
     parse_timestamp,
-    price,
-    seconds_between,
     source_number,
-    stable_id,
     text,
-    usage_columns,
 )
 from collector.usage import Usage, normalize_usage
 
@@ -184,14 +180,6 @@ def _read_file(path: Path, options: ImportOptions, report: ImportReport,
         report.files_without_runs.append(str(path))
 
 
-def _stamp(holder, when: dt.datetime | None) -> None:
-    if when is not None:
-        if holder.first is None or when < holder.first:
-            holder.first = when
-        if holder.last is None or when > holder.last:
-            holder.last = when
-
-
 def _line(state: _File, sessions: dict[str, _Session], lineno: int, obj: dict,
           report: ImportReport) -> _Call | None:
     """Fold one transcript line into ``state``; returns the previous response of the same
@@ -225,7 +213,7 @@ def _line(state: _File, sessions: dict[str, _Session], lineno: int, obj: dict,
     session = sessions.get(session_id)
     if session is None:
         session = sessions[session_id] = _Session(session_id, state.folder, state.path)
-    _stamp(session, when)
+    extend_span(session, when)
     if session.cwd is None and cwd:
         session.cwd = cwd
     if not is_assistant:
@@ -239,7 +227,7 @@ def _line(state: _File, sessions: dict[str, _Session], lineno: int, obj: dict,
         report.skip(SKIP_REPEATED_BLOCK)
         if call.usage is not None and call.output_tokens >= current.output_tokens:
             current.usage, current.output_tokens = call.usage, call.output_tokens
-        _stamp(current, when)
+        extend_span(current, when)
         current.tool_use_ids |= call.tool_use_ids
         return None
     state.pending[context] = call

@@ -40,19 +40,11 @@ from pathlib import Path
 from typing import Iterator, Sequence
 
 from collector import semconv
-from collector.importers.base import (
-    ImporterFormat,
-    ImportOptions,
-    ImportReport,
-    checked_rows,
-    iter_json_lines,
-    parse_timestamp,
-    price,
-    seconds_between,
-    stable_id,
-    text,
-    usage_columns,
-)
+from collector.importers.base import ImporterFormat, ImportOptions
+from collector.importers.reading import iter_json_lines
+from collector.importers.report import ImportReport
+from collector.importers.rows import extend_span, price, seconds_between, stable_id, usage_columns
+from collector.importers.validation import checked_rows, parse_timestamp, text
 from collector.usage import normalize_usage
 
 log = logging.getLogger(__name__)
@@ -146,11 +138,11 @@ def _line(state: _Rollout, lineno: int, obj: dict, options: ImportOptions,
     elif line_type == "event_msg" and payload.get("type") == "token_count":
         row = _token_count(state, lineno, obj.get("timestamp"), when, payload, report)
         if row is None:
-            _stamp(state, when)
+            extend_span(state, when)
             state.recognised = True
             return
     # Valid: apply.
-    _stamp(state, when)
+    extend_span(state, when)
     if line_type in _ROLLOUT_TYPES:
         state.recognised = True
     if line_type == "session_meta":
@@ -177,12 +169,6 @@ def _line(state: _Rollout, lineno: int, obj: dict, options: ImportOptions,
         yield "call", _finish_row(state, pending, options)
     state.waiting.clear()
     yield "call", _finish_row(state, usage_row, options)
-
-
-def _stamp(state: _Rollout, when: dt.datetime | None) -> None:
-    if when is not None:
-        state.first = when if state.first is None or when < state.first else state.first
-        state.last = when if state.last is None or when > state.last else state.last
 
 
 def _token_count(state: _Rollout, lineno: int, raw_ts: object, when: dt.datetime | None,

@@ -38,24 +38,19 @@ from pathlib import Path
 from typing import Iterator, Sequence
 
 from collector import semconv
-from collector.importers.base import (
-    ImporterFormat,
-    ImportOptions,
-    ImportReport,
-    checked_rows,
+from collector.importers.base import ImporterFormat, ImportOptions
+from collector.importers.reading import iter_json_lines, load_json_document
+from collector.importers.report import ImportReport
+from collector.importers.rows import (
     from_unix,
-    iter_json_lines,
-    load_json_document,
     parse_iso,
     price,
     provider_from_model,
     seconds_between,
-    source_number,
     stable_id,
-    text,
     usage_columns,
 )
-from collector.usage import normalize_usage
+from collector.importers.validation import checked_rows, source_number, source_usage, text
 
 log = logging.getLogger(__name__)
 
@@ -202,10 +197,7 @@ def _eval_run(path: Path, lineno: int, obj: dict, options: ImportOptions, report
         name = f"metrics.token_usages[{index}]"
         model = text(entry.get("model"), f"{name}.model") or configured_model
         provider = provider_from_model(model)
-        try:
-            usage = normalize_usage(entry)
-        except ValueError as error:
-            raise ValueError(f"{name}: {error}") from None
+        usage = source_usage(entry, name)
         response_id = text(entry.get("response_id"), f"{name}.response_id") or None
         seen_ids.add(response_id)
         latency = source_number((latencies.get(response_id) or {}).get("latency"), "latency") \
@@ -292,10 +284,7 @@ def _trajectory(path: Path, events: list, options: ImportOptions, report: Import
         seen.add(response_id)
         model = text(response.get("model"), f"{name}.model")
         models.append(model)
-        try:
-            usage = normalize_usage(response.get("usage"))
-        except ValueError as error:
-            raise ValueError(f"{name}.usage: {error}") from None
+        usage = source_usage(response.get("usage"), f"{name}.usage")
         when = parse_iso(event.get("timestamp")) or from_unix(response.get("created"))
         provider = provider_from_model(model)
         calls += 1

@@ -27,16 +27,10 @@ from pathlib import Path
 from typing import Iterator, Sequence
 
 from collector import semconv
-from collector.importers.base import (
-    ImporterFormat,
-    ImportOptions,
-    ImportReport,
-    MAX_BAD_LINES_KEPT,
-    MAX_LINE_BYTES,
-    checked_rows,
-    iter_json_lines,
-    load_json_document,
-)
+from collector.importers.base import ImporterFormat, ImportOptions
+from collector.importers.reading import MAX_LINE_BYTES, iter_json_lines, load_json_document
+from collector.importers.report import MAX_BAD_LINES_KEPT, ImportReport
+from collector.importers.validation import checked_rows
 
 log = logging.getLogger(__name__)
 

@@ -34,21 +34,17 @@ from pathlib import Path
 from typing import Iterator, Sequence
 
 from collector import semconv
-from collector.importers.base import (
-    ImporterFormat,
-    ImportOptions,
-    ImportReport,
-    checked_rows,
+from collector.importers.base import ImporterFormat, ImportOptions
+from collector.importers.reading import load_json_document
+from collector.importers.report import ImportReport
+from collector.importers.rows import (
     from_unix,
-    load_json_document,
     price,
     provider_from_model,
-    source_number,
     stable_id,
-    text,
     usage_columns,
 )
-from collector.usage import normalize_usage
+from collector.importers.validation import checked_rows, source_number, source_usage, text
 
 log = logging.getLogger(__name__)
 
@@ -186,10 +182,7 @@ def _mini(path: Path, doc: dict, options: ImportOptions, report: ImportReport):
         name = f"messages[{index}].extra"
         model = text(response.get("model"), f"{name}.response.model") or configured_model
         provider = provider_from_model(configured_model, default=None)
-        try:
-            usage = normalize_usage(response.get("usage"), provider=provider)
-        except ValueError as error:
-            raise ValueError(f"{name}.response.usage: {error}") from None
+        usage = source_usage(response.get("usage"), f"{name}.response.usage", provider)
         cost = source_number(extra.get("cost"), f"{name}.cost")
         when = from_unix(extra.get("timestamp")) or from_unix(response.get("created"))
         first = when if first is None or (when and when < first) else first
