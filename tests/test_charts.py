@@ -140,7 +140,8 @@ def test_preset_comparison_puts_current_limit_next_to_the_recommendation():
     current, recommended = fig.data
     assert list(current.x) == ["research", "tool_use"]
     assert list(recommended.y) == [264_000, 43_000]
-    assert list(recommended.text) == ["+76 %", "new"]
+    assert list(recommended.text) == ["+76 %", ""]  # only changes are printed on the bars
+    assert list(recommended.hovertext) == ["+76 %", "no current limit"]
     assert fig.layout.yaxis.title.text == "max_total_tokens (tokens)"
 
 
@@ -169,3 +170,83 @@ def test_colors_are_stable_for_the_seed_task_types_and_distinct_for_others():
     colors = charts.color_map(["research", "zeta", "alpha"], charts.TASK_COLORS)
     assert colors["research"] == charts.TASK_COLORS["research"]
     assert colors["alpha"] != colors["zeta"]
+
+
+def test_more_than_five_task_types_never_share_a_color():
+    tasks = [*charts.TASK_COLORS, "foreign_agent", "imported_history", "local_unpriced",
+             "rare_task", *[f"team_{i}" for i in range(8)]]
+    colors = charts.color_map(tasks, charts.TASK_COLORS)
+    assert len(set(colors.values())) == len(tasks) == 17
+    assert colors["foreign_agent"] != colors["simple_qa"]
+
+
+def test_a_task_type_keeps_its_color_across_charts_given_the_store_wide_map():
+    colors = charts.color_map(["alpha", "beta", "gamma", "simple_qa"], charts.TASK_COLORS)
+    cost = pd.DataFrame({"period_start": [pd.Timestamp(DAY1)] * 2, "key": ["gamma", "beta"],
+                         "cost_usd": [1.0, 2.0], "runs": [1, 1], "unpriced_calls": [0, 0]})
+    daily = pd.DataFrame({"day": [DAY1], "task_type": ["gamma"], "finished_runs": [3],
+                          "budget_stops": [0], "interventions": [0], "hit_rate": [0.0],
+                          "intervention_rate": [0.0]})
+    cost_fig = charts.cost_stacked(cost, by="task_type", colors=colors)
+    runs_fig = charts.runs_per_day(daily, colors=colors)
+    assert {t.name: t.marker.color for t in cost_fig.data} == {"beta": colors["beta"],
+                                                               "gamma": colors["gamma"]}
+    assert runs_fig.data[0].marker.color == colors["gamma"]
+    # a key the map lacks gets a color none of the mapped keys uses
+    other = charts.cost_stacked(cost.assign(key=["gamma", "delta"]), by="task_type",
+                                colors=colors)
+    delta = next(t for t in other.data if t.name == "delta").marker.color
+    assert delta not in colors.values()
+
+
+def test_cost_buckets_read_alike_and_empty_buckets_inside_the_range_show():
+    edges = [10 ** (k / 4) for k in range(0, 9)]  # $1 .. $100 in quarter decades
+    frame = pd.DataFrame({
+        "task_type": ["research", "research", "tool_use"],
+        "bucket_low_usd": [edges[0], edges[4], edges[2]],  # $5.62–$10 (edges[3]) is empty
+        "bucket_high_usd": [edges[1], edges[5], edges[3]],
+        "runs": [4, 2, 7],
+    })
+    fig = charts.cost_per_run(frame)
+    order = list(fig.layout.xaxis.categoryarray)
+    assert order == ["$1.00–$1.78", "$1.78–$3.16", "$3.16–$5.62", "$5.62–$10.00",
+                     "$10.00–$17.78"]
+    research = next(t for t in fig.data if t.name == "research")
+    assert list(research.x) == ["$1.00–$1.78", "$10.00–$17.78"]
+    assert charts.bucket_label(0.01778, 0.03162) == "$0.0178–$0.0316"
+
+
+@pytest.mark.parametrize("missing", [None, float("nan"), pd.NA])
+def test_distribution_markers_accept_every_kind_of_missing_value(missing):
+    frame = pd.DataFrame({"task_type": ["imported"], "bucket_low_tokens": [5_000.0],
+                          "bucket_high_tokens": [6_000.0], "runs": [2]})
+    fig = charts.token_distribution(frame, "imported", p50=missing, p95=5_800.5,
+                                    preset=missing, limit=missing)
+    assert [t.name.split(" ")[0] for t in fig.data] == ["runs", "P95"]
+    assert "%{x:,.1f}" in fig.data[1].hovertemplate  # the interpolated P95, one decimal
+
+
+def test_calls_without_turn_numbers_are_numbered_in_start_order():
+    start = dt.datetime(2026, 11, 20, 10, 0, 0)
+    calls = pd.DataFrame({
+        "turn": pd.array([None, None, None], dtype="Int64"),
+        "start_utc": [start + dt.timedelta(seconds=s) for s in (10, 0, 20)],
+        "model": ["m"] * 3, "input_tokens": [900, 1800, 500], "output_tokens": [100, 200, 50],
+        "reserved_tokens": pd.array([None, None, None], dtype="Int64"),
+        "cumulative_tokens": [3000, 2000, 3550], "limit_total_tokens": [None] * 3,
+        "usage_status": ["reported"] * 3, "cost_usd": [None] * 3,
+    })
+    fig = charts.run_turns(calls, pd.DataFrame(), run_id="foreign")
+    (used,) = fig.data  # no reservation bars: the trace reported none
+    assert list(used.x) == [1, 2, 3]
+    assert list(used.y) == [2000, 3000, 3550]
+    assert fig.layout.xaxis.title.text == "Model call (in start order)"
+    assert not fig.layout.shapes  # no limit line
+
+
+def test_preset_comparison_says_when_no_run_had_the_limit():
+    changes = pd.DataFrame({"task_type": ["imported"], "key": ["max_turns"], "current": [None],
+                            "recommended": [40], "change_pct": [None]})
+    fig = charts.preset_comparison(changes, "max_turns")
+    assert [t.name for t in fig.data] == ["recommended preset"]
+    assert _annotations(fig) == ["No run ran under a max_turns limit: recommendations only"]

@@ -1,0 +1,101 @@
+"""Cost charts: cost per period (stacked by model or task type), runs per cost bucket, and the
+most expensive runs as a display table."""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+import plotly.graph_objects as go
+
+from dashboard.charts._style import (
+    EMPTY_TEXT, TASK_COLORS, _base, _colors, _count_axis, _empty, _require,
+)
+from dashboard.formatting import format_usd
+
+
+def cost_stacked(df: pd.DataFrame, *, period: str = "day", by: str = "model",
+                 colors: dict[str, str] | None = None) -> go.Figure:
+    """Stacked bars of cost per period, one color per ``key`` (a model or a task type).
+
+    ``df``: [period_start, key, cost_usd, runs, unpriced_calls]. Rows with NULL cost (unpriced)
+    are left out of the bars. ``colors``: key -> color (see ``color_map``).
+    """
+    _require(df, ("period_start", "key", "cost_usd"), "cost_stacked")
+    label = "model" if by == "model" else "task type"
+    x_title = "Hour" if period == "hour" else "Day"
+    fig = _base(f"Cost per {period} by {label}", x_title, "Cost (USD)")
+    priced = df[df["cost_usd"].notna()]
+    if priced.empty:
+        return _empty(fig, "No priced usage in this selection" if len(df) else EMPTY_TEXT)
+    colors = _colors(priced["key"], colors, TASK_COLORS if by == "task_type" else None)
+    for key, part in priced.groupby("key", sort=True):
+        part = part.sort_values("period_start")
+        fig.add_trace(go.Bar(
+            x=part["period_start"], y=part["cost_usd"], name=str(key),
+            marker_color=colors[str(key)],
+            hovertemplate="%{y:$,.2f}<extra>" + str(key) + "</extra>",
+        ))
+    fig.update_layout(barmode="stack", bargap=0.15)
+    fig.update_yaxes(tickprefix="$", tickformat=",.2f")
+    return fig
+
+
+def bucket_label(low: float, high: float) -> str:
+    """A cost bucket as ``$1.00–$1.78`` / ``$0.0178–$0.0316``: both edges in the dashboard's one
+    USD format (``format_usd``: cents from $1, four decimals below)."""
+    return f"{format_usd(low)}–{format_usd(high)}"
+
+
+def _two_lines(label: str) -> str:
+    low, high = label.split("–", 1)
+    return f"{low}–<br>{high}"
+
+
+def _cost_buckets(df: pd.DataFrame) -> list[tuple[float, float]]:
+    """Every log-spaced bucket from the cheapest to the dearest one in ``df``, empty ones too."""
+    lows = df["bucket_low_usd"].astype(float)
+    highs = df["bucket_high_usd"].astype(float)
+    width = float((highs.apply(math.log10) - lows.apply(math.log10)).median())
+    if not width > 0:
+        return sorted(set(zip(lows, highs)))
+    first = round(math.log10(float(lows.min())) / width)
+    last = round(math.log10(float(lows.max())) / width)
+    return [(10 ** (k * width), 10 ** ((k + 1) * width)) for k in range(first, last + 1)]
+
+
+def cost_per_run(df: pd.DataFrame, *, colors: dict[str, str] | None = None) -> go.Figure:
+    """Bars of runs per cost bucket (log-spaced buckets), stacked by task type.
+
+    ``df``: [task_type, bucket_low_usd, bucket_high_usd, runs]. Every bucket between the cheapest
+    and the dearest run shows on the axis, empty ones too; labels follow ``bucket_label``.
+    """
+    _require(df, ("task_type", "bucket_low_usd", "bucket_high_usd", "runs"), "cost_per_run")
+    fig = _base("Cost per run", "Cost per run (USD, log buckets)", "Runs")
+    if df.empty:
+        return _empty(fig, "No priced runs in this selection")
+    df = df.sort_values("bucket_low_usd")
+    order = [bucket_label(lo, hi) for lo, hi in _cost_buckets(df)]
+    colors = _colors(df["task_type"], colors, TASK_COLORS)
+    fig.add_trace(go.Bar(x=order, y=[0] * len(order), showlegend=False, hoverinfo="skip",
+                         name="buckets", marker_color="rgba(0,0,0,0)"))  # keeps empty buckets
+    for task, part in df.groupby("task_type", sort=True):
+        labels = [bucket_label(lo, hi)
+                  for lo, hi in zip(part["bucket_low_usd"], part["bucket_high_usd"])]
+        fig.add_trace(go.Bar(x=labels, y=part["runs"], name=str(task),
+                             marker_color=colors[str(task)],
+                             hovertemplate="%{x}: %{y} runs<extra>" + str(task) + "</extra>"))
+    fig.update_layout(barmode="stack", bargap=0.05, hovermode="closest")
+    fig.update_xaxes(categoryorder="array", categoryarray=order, tickangle=0,
+                     tickvals=order, ticktext=[_two_lines(label) for label in order],
+                     tickfont={"size": 10})
+    _count_axis(fig, float(df.groupby("bucket_low_usd")["runs"].sum().max()))
+    return fig
+
+
+def top_runs_table(df: pd.DataFrame) -> pd.DataFrame:
+    """The most expensive runs formatted for display: cost as text (``unpriced`` when NULL)."""
+    out = df.copy()
+    if "cost_usd" in out.columns:
+        out["cost"] = [format_usd(v) for v in out["cost_usd"]]
+    return out

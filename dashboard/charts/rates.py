@@ -1,0 +1,95 @@
+"""Rate charts: budget hit rate and intervention rate per day and per task type (with the 20 %
+alarm line), and stop reasons per task type."""
+
+from __future__ import annotations
+
+import pandas as pd
+import plotly.graph_objects as go
+
+from dashboard.charts._style import (
+    HIT_RATE_ALARM, STOP_COLORS, TASK_COLORS, _alarm_line, _base, _colors, _empty, _require,
+    color_map,
+)
+
+
+def hit_rate_daily(df: pd.DataFrame, *, rate: str = "hit_rate",
+                   colors: dict[str, str] | None = None) -> go.Figure:
+    """Lines of the daily hit rate (or ``intervention_rate``) per task type, in %, with the 20 %
+    alarm line.
+
+    ``df``: [day, task_type, finished_runs, budget_stops, interventions, hit_rate,
+    intervention_rate]; rates are 0..1. ``colors``: task type -> color (see ``color_map``).
+    """
+    _require(df, ("day", "task_type", rate, "finished_runs"), "hit_rate_daily")
+    title = "Budget hit rate per day" if rate == "hit_rate" else "Intervention rate per day"
+    fig = _base(title, "Day", f"{'Hit' if rate == 'hit_rate' else 'Intervention'} rate (%)")
+    if df.empty:
+        return _empty(fig)
+    colors = _colors(df["task_type"], colors, TASK_COLORS)
+    for task, part in df.groupby("task_type", sort=True):
+        part = part.sort_values("day")
+        fig.add_trace(go.Scatter(
+            x=part["day"], y=part[rate] * 100, name=str(task), mode="lines+markers",
+            line={"color": colors[str(task)], "width": 2}, marker={"size": 5},
+            customdata=part[["finished_runs"]].to_numpy(),
+            hovertemplate="%{y:.1f} % of %{customdata[0]} runs<extra>" + str(task) + "</extra>",
+        ))
+    _alarm_line(fig)
+    top = max(25.0, float((df[rate].fillna(0) * 100).max()) * 1.1)
+    fig.update_yaxes(range=[0, top], ticksuffix=" %")
+    return fig
+
+
+def rate_by_task(df: pd.DataFrame) -> go.Figure:
+    """Horizontal grouped bars of hit rate and intervention rate per task type, in %, with the
+    20 % alarm line (vertical).
+
+    ``df``: [task_type, hit_rate, intervention_rate, ...] (e.g. ``Overview.per_task``).
+    """
+    _require(df, ("task_type", "hit_rate", "intervention_rate"), "rate_by_task")
+    fig = _base("Hit and intervention rate by task type", "Share of finished runs (%)", "")
+    if df.empty:
+        return _empty(fig)
+    df = df.sort_values("task_type", ascending=False)
+    fig.add_trace(go.Bar(y=df["task_type"], x=df["intervention_rate"] * 100, orientation="h",
+                         name="intervention rate (+ downgrades, summaries)",
+                         marker_color="#F58518", opacity=0.6))
+    fig.add_trace(go.Bar(y=df["task_type"], x=df["hit_rate"] * 100, orientation="h",
+                         name="hit rate (budget stops)", marker_color="#E45756"))
+    fig.add_vline(
+        x=HIT_RATE_ALARM * 100, line_dash="dash", line_color="#E45756", line_width=1.5,
+        annotation_text=f"{HIT_RATE_ALARM * 100:.0f} %", annotation_position="top",
+        annotation_font_color="#E45756",
+    )
+    highest = pd.concat([df["hit_rate"], df["intervention_rate"]]).fillna(0).max()
+    top = max(25.0, float(highest) * 110)
+    fig.update_layout(barmode="group", hovermode="closest", legend_traceorder="reversed")
+    fig.update_xaxes(range=[0, top], ticksuffix=" %")
+    fig.update_yaxes(rangemode=None)
+    return fig
+
+
+def stop_reasons(df: pd.DataFrame) -> go.Figure:
+    """Horizontal stacked bars: runs per stop reason for each task type (share in the hover).
+
+    ``df``: [task_type, stop_reason, runs].
+    """
+    _require(df, ("task_type", "stop_reason", "runs"), "stop_reasons")
+    fig = _base("Stop reasons per task type", "Runs", "Task type")
+    if df.empty:
+        return _empty(fig)
+    totals = df.groupby("task_type")["runs"].transform("sum")
+    df = df.assign(share=df["runs"] / totals * 100)
+    colors = color_map(df["stop_reason"], STOP_COLORS)
+    order = [r for r in STOP_COLORS if r in set(df["stop_reason"])]
+    order += sorted(set(df["stop_reason"]) - set(order))
+    for reason in order:
+        part = df[df["stop_reason"] == reason]
+        fig.add_trace(go.Bar(
+            y=part["task_type"], x=part["runs"], name=str(reason), orientation="h",
+            marker_color=colors[str(reason)], customdata=part[["share"]].to_numpy(),
+            hovertemplate="%{x} runs (%{customdata[0]:.1f} %)<extra>" + str(reason) + "</extra>",
+        ))
+    fig.update_layout(barmode="stack", hovermode="closest")
+    fig.update_yaxes(categoryorder="category descending", rangemode=None)
+    return fig
