@@ -248,32 +248,26 @@ b AS (
 )
 {_PERIOD_TOTALS}"""
 
-#: Log-spaced histogram: ``$per_decade`` buckets per power of ten; unpriced runs left out.
-COST_PER_RUN = f"""
+def _log_histogram(column: str, unit: str) -> str:
+    # ``column`` and ``unit`` are fixed identifiers from this module, never request data.
+    return f"""
 WITH {FILTERED},
 b AS (
-    SELECT task_type, floor(log10(cost_usd) * $per_decade) AS k
-    FROM filtered WHERE cost_usd > 0
+    SELECT task_type, floor(log10({column}) * $per_decade) AS k
+    FROM filtered WHERE {column} > 0
 )
 SELECT task_type,
-       pow(10, k / $per_decade) AS bucket_low_usd,
-       pow(10, (k + 1) / $per_decade) AS bucket_high_usd,
+       pow(10, k / $per_decade) AS bucket_low_{unit},
+       pow(10, (k + 1) / $per_decade) AS bucket_high_{unit},
        count(*) AS runs
 FROM b GROUP BY task_type, k ORDER BY task_type, k
 """
 
-TOKEN_DISTRIBUTION = f"""
-WITH {FILTERED},
-b AS (
-    SELECT task_type, floor(log10(total_tokens) * $per_decade) AS k
-    FROM filtered WHERE total_tokens > 0
-)
-SELECT task_type,
-       pow(10, k / $per_decade) AS bucket_low_tokens,
-       pow(10, (k + 1) / $per_decade) AS bucket_high_tokens,
-       count(*) AS runs
-FROM b GROUP BY task_type, k ORDER BY task_type, k
-"""
+
+#: Log-spaced histograms: ``$per_decade`` buckets per power of ten; runs without a positive value
+#: (unpriced, unknown usage) are left out.
+COST_PER_RUN = _log_histogram("cost_usd", "usd")
+TOKEN_DISTRIBUTION = _log_histogram("total_tokens", "tokens")
 
 #: Columns of the run table (``budgetlens runs`` and the Runs page), in order.
 RUN_TABLE_COLUMNS = (
