@@ -35,6 +35,7 @@ from typing import Callable
 
 import pyarrow as pa
 
+from collector.dead_letter import DEAD_LETTER_FILE, is_data_error, load_around_bad_rows
 from collector.journal import Batch, Journal, encode_batch
 from collector.mapping import Mapped
 from collector.metrics import CollectorMetrics
@@ -138,12 +139,14 @@ class IngestQueue:
     def start(self) -> "IngestQueue":
         """Open the journal, replay what it holds into the store, start both threads
         (idempotent); return self. A store that cannot be written is logged, not raised: the
-        collector then answers 503 until the loader's retry succeeds."""
+        replayed batches stay queued and the collector answers 503 until the loader's retry
+        succeeds. Raises ``collector.journal.JournalError`` when the journal directory is a
+        file or another collector holds it, OSError when it cannot be created."""
         with self._cond:
             if self._started:
                 return self
+            self._journal = Journal(journal_dir(self.db_path))
             self._started = True
-        self._journal = Journal(journal_dir(self.db_path))
         replay = list(self._journal.unloaded())
         now = time.monotonic()
         for batch in replay:
@@ -152,14 +155,20 @@ class IngestQueue:
         if replay:
             log.info("replaying %d journaled batches (%d rows) into %s", len(replay),
                      self._backlog, self.db_path)
+        group: list = []
         try:
             if replay:
                 while self._journaled:
-                    self._load(self._take_group())
+                    with self._cond:
+                        group = self._take_group()
+                    self._load(group)
+                    group = []
             elif self._commit is None:
                 with write_connection(self.db_path):
                     pass
-        except Exception as error:
+        except Exception as error:  # the loader retries; the replayed batches stay queued
+            with self._cond:
+                self._journaled.extendleft(reversed(group))
             self._failed(error)
         self._journal_thread.start()
         self._loader_thread.start()
@@ -211,35 +220,61 @@ class IngestQueue:
                 if not self._incoming:
                     return  # closing and drained; the loader finishes the rest
                 group, self._incoming = self._incoming, []
-            started = time.perf_counter()
-            done, failed = [], []
-            for mapped, future, spans in group:
-                try:
-                    batch = _to_batch(mapped)
-                    batch.seq = self._journal.append(encode_batch(batch.calls, batch.records,
-                                                                  batch.events))
-                    done.append((batch, future, spans))
-                except Exception as error:
-                    failed.append((future, spans, error))
             try:
-                if done:
-                    self._journal.sync()
+                self._journal_group(group)
+            except BaseException as error:  # never let the thread die: fail what is left
+                log.exception("journal thread error")
+                self._fail_requests([(future, spans, error) for _, future, spans in group
+                                     if not future.done()])
+
+    def _journal_group(self, group: list[tuple[Mapped, Future, int]]) -> None:
+        """Append ``group`` to the journal, fsync once, then resolve the futures.
+
+        A request whose rows cannot be converted fails alone (ValueError: a value outside the
+        store's types; the mapping should have rejected it). When an append or the fsync fails
+        (disk full, I/O), every request of the group fails (the receiver answers 503) and the
+        journal abandons its segment, so later records never follow a torn one.
+        """
+        started = time.perf_counter()
+        ready, failed = [], []
+        for mapped, future, spans in group:
+            try:
+                ready.append((_to_batch(mapped), future, spans))
             except Exception as error:
-                failed += [(future, spans, error) for _, future, spans in done]
-                done = []
-            self.metrics.journal_fsync_duration.observe(time.perf_counter() - started)
-            now = time.monotonic()
-            with self._cond:
-                for batch, _, _ in done:
-                    self._journaled.append((batch, now))
-                for _, _, spans in failed:
-                    self._backlog -= spans
-                self.metrics.queue_spans.set(self._backlog)
-                self._cond.notify_all()
-            for _, future, _ in done:
-                future.set_result(None)
-            for future, _, error in failed:
-                log.error("could not journal a batch: %s", error)
+                failed.append((future, spans, error))
+        done = []
+        try:
+            for batch, future, spans in ready:
+                batch.seq = self._journal.append(encode_batch(batch.calls, batch.records,
+                                                              batch.events))
+                done.append((batch, future, spans))
+            if done:
+                self._journal.sync()
+        except Exception as error:
+            self._journal.abandon_segment()
+            self.metrics.journal_failures.inc(len(ready))
+            failed += [(future, spans, error) for _, future, spans in ready]
+            done = []
+        self.metrics.journal_fsync_duration.observe(time.perf_counter() - started)
+        now = time.monotonic()
+        with self._cond:
+            for batch, _, _ in done:
+                self._journaled.append((batch, now))
+            self._cond.notify_all()
+        for _, future, _ in done:
+            future.set_result(None)
+        self._fail_requests(failed)
+
+    def _fail_requests(self, failed: list[tuple[Future, int, BaseException]]) -> None:
+        """Take ``failed`` requests' rows off the backlog and fail their futures."""
+        with self._cond:
+            for _, spans, _ in failed:
+                self._backlog -= spans
+            self.metrics.queue_spans.set(self._backlog)
+            self._cond.notify_all()
+        for future, _, error in failed:
+            log.error("could not journal a batch: %s: %s", type(error).__name__, error)
+            if not future.done():
                 future.set_exception(error)
 
     # --- the loader thread ----------------------------------------------------------------
@@ -302,29 +337,57 @@ class IngestQueue:
         return group
 
     def _load(self, group: list[tuple[Batch, float]]) -> None:
-        """Commit ``group`` to the store, count metrics, mark it loaded in the journal."""
+        """Commit ``group`` to the store, count metrics, mark it loaded in the journal.
+
+        A group the store refuses for its data is loaded around the bad rows
+        (``collector.dead_letter``); any other error propagates (the caller retries).
+        """
         batches = [batch for batch, _ in group]
-        calls = pa.concat_tables([b.calls for b in batches])
-        records = pa.concat_tables([b.records for b in batches])
-        events = pa.concat_tables([b.events for b in batches])
         started = time.perf_counter()
-        if self._commit is not None:
-            self._commit(calls, records, events)
-            result = None
-        else:
-            with write_connection(self.db_path) as conn:
-                conn.execute("SET threads TO 1")  # one core for loading, the other for intake
-                result = write_batch(conn, calls, records, events)
+        try:
+            self._observe(self._commit_tables(
+                pa.concat_tables([b.calls for b in batches]),
+                pa.concat_tables([b.records for b in batches]),
+                pa.concat_tables([b.events for b in batches])))
+        except Exception as error:
+            if not is_data_error(error):
+                raise
+            dead_letter = self._journal.directory / DEAD_LETTER_FILE
+            if self._commit is not None:
+                dead = load_around_bad_rows(batches, self._commit, dead_letter, self._observe)
+            else:  # one connection for the whole retry (a commit per half, not a reopen)
+                with write_connection(self.db_path) as conn:
+                    conn.execute("SET threads TO 1")
+                    dead = load_around_bad_rows(
+                        batches, lambda *tables: write_batch(conn, *tables), dead_letter,
+                        self._observe)
+            if dead:
+                self.metrics.dead_lettered.inc(dead)
         self.metrics.commit_duration.observe(time.perf_counter() - started)
-        if result is not None:
-            self.metrics.observe_write(result.new_calls, result.new_events, result.new_records,
-                                       result.runs_rows)
-        self._journal.mark_loaded(max(batch.seq for batch in batches))
+        with self._cond:
+            # never mark past a batch still waiting (replay order is by sequence number)
+            limit = self._journaled[0][0].seq - 1 if self._journaled else None
+        last = max(batch.seq for batch in batches)
+        self._journal.mark_loaded(last if limit is None else min(last, limit))
         with self._cond:
             self._backlog -= sum(batch.spans for batch in batches)
             self.metrics.queue_spans.set(self._backlog)
             oldest = self._journaled[0][1] if self._journaled else None
         self.metrics.loader_lag.set(time.monotonic() - oldest if oldest is not None else 0.0)
+
+    def _commit_tables(self, calls: pa.Table, records: pa.Table, events: pa.Table):
+        """Write one set of tables to the store (or the injected ``commit``); the WriteResult."""
+        if self._commit is not None:
+            self._commit(calls, records, events)
+            return None
+        with write_connection(self.db_path) as conn:
+            conn.execute("SET threads TO 1")  # one core for loading, the other for intake
+            return write_batch(conn, calls, records, events)
+
+    def _observe(self, result) -> None:
+        if result is not None:
+            self.metrics.observe_write(result.new_calls, result.new_events, result.new_records,
+                                       result.runs_rows)
 
     def _failed(self, error: BaseException) -> None:
         log.error("loading into %s failed (the journal keeps the rows; retrying): %s",

@@ -13,14 +13,21 @@ requests). A crash in the middle of an append leaves a torn last record; reading
 first record whose length runs past the end of the file or whose CRC does not match (such a
 record was never acknowledged).
 
+One process at a time: the journal holds an exclusive ``flock`` on ``<dir>/lock`` while open;
+a second collector on the same database fails with ``JournalError``. Files in the directory
+that are not ``<16 digits>.seg`` segments, ``loaded``, ``lock`` or ``dead-letter.jsonl`` are
+ignored with a warning.
+
 Not thread-safe on its own: one writer thread appends and syncs; ``mark_loaded`` may be called
 from another thread (it takes the journal's lock).
 """
 
 from __future__ import annotations
 
+import fcntl
 import logging
 import os
+import re
 import struct
 import threading
 import zlib
@@ -37,6 +44,12 @@ _LENGTHS = struct.Struct("<III")
 _SEQ = struct.Struct("<Q")
 DEFAULT_SEGMENT_BYTES = 64 * 1024 * 1024
 _MAX_RECORD_BYTES = 1 << 31
+_SEGMENT_NAME = re.compile(r"^[0-9]{16}\.seg$")
+_KNOWN_FILES = {"loaded", "loaded.tmp", "lock", "dead-letter.jsonl"}
+
+
+class JournalError(RuntimeError):
+    """The journal directory cannot be used: not a directory, or locked by another process."""
 
 
 @dataclass
@@ -111,7 +124,11 @@ class Journal:
         if segment_bytes < 1:
             raise ValueError(f"segment_bytes must be >= 1 (got {segment_bytes})")
         self.directory = Path(directory)
+        if self.directory.exists() and not self.directory.is_dir():
+            raise JournalError(f"{self.directory} exists but is not a directory (the journal "
+                               "needs it; move the file away)")
         self.directory.mkdir(parents=True, exist_ok=True)
+        self._lock_file = _lock_exclusive(self.directory / "lock")
         self.segment_bytes = segment_bytes
         self._lock = threading.Lock()
         self._loaded = self._read_marker()
@@ -133,7 +150,13 @@ class Journal:
         return self._loaded
 
     def _segment_paths(self) -> list[Path]:
-        return sorted(self.directory.glob("*.seg"))
+        paths = []
+        for path in self.directory.iterdir():
+            if _SEGMENT_NAME.match(path.name) and path.is_file():
+                paths.append(path)
+            elif path.name not in _KNOWN_FILES:
+                log.warning("%s: not a journal file; ignored", path)
+        return sorted(paths)
 
     def _read_marker(self) -> int:
         try:
@@ -149,7 +172,13 @@ class Journal:
         for path in self._segment_paths():
             for seq, payload in _read_segment(path):
                 if seq > self._loaded:
-                    yield decode_batch(seq, payload)
+                    try:
+                        batch = decode_batch(seq, payload)
+                    except (ValueError, struct.error, pa.ArrowException) as error:
+                        log.error("%s: record %d passes its CRC but cannot be decoded; "
+                                  "skipped: %s", path, seq, error)
+                        continue
+                    yield batch
 
     def append(self, payload: bytes) -> int:
         """Write one record (not yet durable: call ``sync``); return its sequence number."""
@@ -178,14 +207,29 @@ class Journal:
 
     def _rotate(self) -> None:
         if self._file is not None:
-            self._file.flush()
-            os.fsync(self._file.fileno())
-            self._file.close()
+            file, self._file = self._file, None
+            file.flush()
+            os.fsync(file.fileno())
+            file.close()
         self._current = self.directory / f"{self._next_seq:016d}.seg"
         self._file = open(self._current, "ab", buffering=1024 * 1024)
         self._size = 0
         self._segments[self._current] = self._next_seq - 1
         _fsync_dir(self.directory)
+
+    def abandon_segment(self) -> None:
+        """After a failed ``append``/``sync`` (disk full, I/O error): drop the current segment's
+        unsynced tail and close it, so the next append starts a new segment and no later record
+        follows a torn one (replay stops at a torn record within a segment). Never raises."""
+        with self._lock:
+            file, self._file = self._file, None
+            if file is None:
+                return
+            try:
+                file.close()  # may try to flush the buffer once more; what lands is unacked
+            except OSError as error:
+                log.warning("closing journal segment %s after an error: %s", self._current, error)
+            self._next_seq += 1  # a fresh segment name even if nothing was written
 
     def mark_loaded(self, seq: int) -> None:
         """Record that every batch up to ``seq`` is committed to the store; delete the segments
@@ -204,13 +248,31 @@ class Journal:
                 path.unlink(missing_ok=True)
 
     def close(self) -> None:
-        """fsync and close the current segment (idempotent)."""
+        """fsync and close the current segment, release the lock (idempotent)."""
         with self._lock:
             if self._file is not None:
-                self._file.flush()
-                os.fsync(self._file.fileno())
-                self._file.close()
-                self._file = None
+                file, self._file = self._file, None
+                try:
+                    file.flush()
+                    os.fsync(file.fileno())
+                finally:
+                    file.close()
+            if self._lock_file is not None:
+                self._lock_file.close()  # closing the descriptor releases the flock
+                self._lock_file = None
+
+
+def _lock_exclusive(path: Path):
+    """Open ``path`` and take an exclusive non-blocking flock; raise JournalError when another
+    process holds it."""
+    file = open(path, "a+b")
+    try:
+        fcntl.flock(file.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        file.close()
+        raise JournalError(f"{path.parent} is in use by another process (is a second "
+                           "collector running on the same database?)") from None
+    return file
 
 
 def _fsync_dir(directory: Path) -> None:

@@ -136,8 +136,11 @@ class Mapped:
                 rows_table("run_records", self.record_rows),
                 rows_table("budget_events", self.event_rows))
 
-    def error_message(self, limit: int = 5) -> str:
-        """A short message for OTLP ``partial_success.error_message`` (first ``limit`` reasons)."""
-        shown = "; ".join(self.errors[:limit])
+    def error_message(self, limit: int = 5, reason_chars: int = 200) -> str:
+        """A short message for OTLP ``partial_success.error_message``: the first ``limit``
+        reasons, each cut to ``reason_chars`` characters, then "and K more" (so the answer
+        stays about 1 KB however large the rejected values were)."""
+        shown = "; ".join(reason if len(reason) <= reason_chars else reason[:reason_chars] + "..."
+                          for reason in self.errors[:limit])
         more = len(self.errors) - limit
         return f"{shown}; and {more} more" if more > 0 else shown

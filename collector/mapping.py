@@ -45,6 +45,9 @@ from collector.span_attributes import (
     ALLOWED_ATTRIBUTES,
     EVENT_COUNTS,
     LIMITS,
+    MAX_AMOUNT,
+    NO_TOKENS,
+    MAX_ID_CHARS,
     TOKEN_SOURCES,
     USAGE_KEYS,
     SpanRejected,
@@ -53,6 +56,7 @@ from collector.span_attributes import (
     count,
     first_count,
     first_text,
+    maximum_of,
     read_attributes,
     text,
     token_counts,
@@ -66,9 +70,8 @@ _STATUS_ERROR = 2  # opentelemetry.proto.trace.v1.Status.STATUS_CODE_ERROR
 _AGENT_KINDS = ("AGENT", "CHAIN")
 _EVENT_NAMES = frozenset(sc.EVENT_NAMES)
 _RECORD_TOKENS = tuple(names for column, names in TOKEN_SOURCES if column != "total_tokens")
-_CALL_COUNTS = (sc.BUDGET_TURN, sc.BUDGET_RESERVED_TOKENS, sc.BUDGET_USED_TOKENS,
-                sc.BUDGET_REMAINING_TOKENS)
-_INF = float("inf")
+_CALL_COUNTS = tuple((key, maximum_of(key)) for key in (
+    sc.BUDGET_TURN, sc.BUDGET_RESERVED_TOKENS, sc.BUDGET_USED_TOKENS, sc.BUDGET_REMAINING_TOKENS))
 _CALL_TASK = CALL_KEYS.index("task_type")
 _CALL_TRACE = CALL_KEYS.index("trace_id")
 
@@ -139,8 +142,10 @@ class _Mapper:
         op = get(sc.GEN_AI_OPERATION_NAME)
         kind = get(sc.OPENINFERENCE_SPAN_KIND)
         budget_run = get(sc.BUDGET_RUN_ID)
-        if budget_run is not None and (type(budget_run) is not str or not budget_run):
-            raise SpanRejected(f"attribute {sc.BUDGET_RUN_ID} must be a non-empty string")
+        if budget_run is not None and (type(budget_run) is not str or not budget_run
+                                       or len(budget_run) > MAX_ID_CHARS):
+            raise SpanRejected(f"attribute {sc.BUDGET_RUN_ID} must be a non-empty string of at "
+                               f"most {MAX_ID_CHARS} characters")
         run_id = budget_run or trace_hex
         agent = get(sc.GEN_AI_AGENT_NAME)
         if agent is not None and not _is_text(agent):
@@ -216,9 +221,11 @@ class _Mapper:
         # with the same message, in the same order as the row's fields.
         get = attrs.get
         tokens = token_counts(attrs)
+        if tokens is not NO_TOKENS:
+            _check_usage(tokens)
         status = get(sc.BUDGET_USAGE_STATUS)
         if status is None:
-            reported = tokens[0] is not None or tokens[1] is not None
+            reported = tokens[0] is not None or tokens[1] is not None or tokens[2] is not None
             status = sc.USAGE_REPORTED if reported else sc.USAGE_UNKNOWN
         elif status not in sc.USAGE_STATUSES:
             choice(attrs, sc.BUDGET_USAGE_STATUS, sc.USAGE_STATUSES)
@@ -234,7 +241,7 @@ class _Mapper:
             provider = first_text(attrs, sc.GEN_AI_PROVIDER_NAME, sc.GEN_AI_SYSTEM,
                                   sc.LLM_PROVIDER, sc.LLM_SYSTEM)
         cost = get(sc.BUDGET_COST_USD)
-        if cost is not None and not (type(cost) is float and 0 <= cost < _INF):
+        if cost is not None and not (type(cost) is float and 0 <= cost <= MAX_AMOUNT):
             cost = amount(attrs, sc.BUDGET_COST_USD)
         if cost is None and foreign and status == sc.USAGE_REPORTED:
             parts = (amount(attrs, sc.GEN_AI_USAGE_INPUT_COST),
@@ -255,10 +262,10 @@ class _Mapper:
         if op is not None and not _is_text(op):
             op = text(attrs, sc.GEN_AI_OPERATION_NAME)
         counts = []
-        for key in _CALL_COUNTS:
+        for key, maximum in _CALL_COUNTS:
             value = get(key)
-            if value is not None and not (type(value) is int and value >= 0):
-                value = count(attrs, key)
+            if value is not None and not (type(value) is int and 0 <= value <= maximum):
+                value = count(attrs, key, maximum)
             counts.append(value)
         turn, reserved, used, remaining = counts
         return (span_hex, run_id, trace_hex, parent.hex() or None, self.source, service, task,
@@ -286,10 +293,26 @@ class _Mapper:
         return self.out
 
 
+def _check_usage(tokens: tuple) -> None:
+    """Reject usage the ``Usage`` type would not accept (``tokens`` in ``TOKEN_SOURCES`` order):
+    cache read + write above the input tokens they are part of, reasoning above the output, or
+    a reported total that differs from input + output. Raises SpanRejected naming the fields."""
+    inp, outp, total, cache_read, cache_write, reasoning = tokens
+    if inp is not None and (cache_read or 0) + (cache_write or 0) > inp:
+        raise SpanRejected("cache read + cache write tokens exceed the input tokens "
+                           f"({sc.GEN_AI_USAGE_INPUT_TOKENS} includes the cached tokens)")
+    if outp is not None and (reasoning or 0) > outp:
+        raise SpanRejected("reasoning tokens exceed the output tokens "
+                           f"({sc.GEN_AI_USAGE_OUTPUT_TOKENS} includes reasoning)")
+    if total is not None and inp is not None and outp is not None and total != inp + outp:
+        raise SpanRejected(f"total tokens ({total}) must equal input + output tokens "
+                           f"({inp} + {outp})")
+
+
 def _price(model, tokens: tuple, provider):
     """Cost in USD from ``collector.pricing.cost_usd`` (genai-prices); None when unpriced.
     ``tokens`` in ``TOKEN_SOURCES`` order."""
-    if not model:
+    if not model or tokens[0] is None or tokens[1] is None:  # a total alone cannot be priced
         return None
     try:
         from collector.pricing import cost_usd

@@ -87,7 +87,10 @@ class CollectorMetrics:
     ``interventions_total{task_type,kind}``, ``spans_received_total``, ``spans_rejected_total``,
     ``commit_duration_seconds`` (histogram, one load of a group into DuckDB),
     ``commit_failures_total``, ``ingest_queue_spans`` (rows acknowledged, not yet in DuckDB),
-    ``journal_fsync_duration_seconds`` (histogram), ``ingest_loader_lag_seconds``.
+    ``journal_fsync_duration_seconds`` (histogram), ``ingest_loader_lag_seconds``,
+    ``spans_dead_lettered_total`` (rows the store refused for their data, written to the
+    dead-letter file instead), ``journal_failures_total`` (requests answered 503 because the
+    journal could not be written, e.g. a full disk).
     """
 
     def __init__(self, registry: CollectorRegistry | None = None,
@@ -137,6 +140,14 @@ class CollectorMetrics:
             "budgetlens_journal_fsync_duration_seconds",
             "Time to append one group of requests to the journal and fsync it.",
             buckets=COMMIT_BUCKETS, registry=r)
+        self.dead_lettered = Counter(
+            "budgetlens_spans_dead_lettered",
+            "Rows the store refused for their data (e.g. a value out of a column's range), "
+            "moved to the dead-letter file <db>.journal/dead-letter.jsonl.", registry=r)
+        self.journal_failures = Counter(
+            "budgetlens_journal_failures",
+            "Requests answered 503 because the journal could not be written (disk full, I/O).",
+            registry=r)
         self.loader_lag = Gauge("budgetlens_ingest_loader_lag_seconds",
                                 "Age of the oldest journaled batch not yet loaded into DuckDB.",
                                 registry=r)

@@ -105,7 +105,9 @@ def decode_json(body: bytes) -> Decoded:
     try:
         document = json.loads(body)
     except (UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise OtlpError(400, f"malformed JSON: {error}") from None
+        raise OtlpError(400, f"malformed JSON: {str(error)[:200]}") from None
+    except RecursionError:
+        raise OtlpError(400, "malformed JSON: nested too deeply") from None
     return decode_json_document(document)
 
 
@@ -120,31 +122,59 @@ def decode_json_document(document: dict) -> Decoded:
     if not isinstance(document, dict) or not isinstance(document.get("resourceSpans", []), list):
         raise OtlpError(400, "OTLP/JSON body must be an object with a resourceSpans list")
     decoded = Decoded(ExportTraceServiceRequest())
-    for r_index, resource_spans in enumerate(document.get("resourceSpans", [])):
-        if not isinstance(resource_spans, dict):
-            raise OtlpError(400, f"resourceSpans[{r_index}] must be an object")
+    try:
+        _decode_resource_spans(document["resourceSpans"] if "resourceSpans" in document else [],
+                               decoded)
+    except RecursionError:
+        raise OtlpError(400, "OTLP/JSON body is nested too deeply") from None
+    return decoded
+
+
+def _list(value, where: str) -> list:
+    """``value`` when it is a list (None -> []); OtlpError(400) naming ``where`` otherwise."""
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise OtlpError(400, f"{where} must be a list")
+    return value
+
+
+def _object(value, where: str) -> dict:
+    """``value`` when it is an object (None -> {}); OtlpError(400) naming ``where`` otherwise."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise OtlpError(400, f"{where} must be an object")
+    return value
+
+
+def _decode_resource_spans(items: list, decoded: Decoded) -> None:
+    for r_index, resource_spans in enumerate(items):
+        where = f"resourceSpans[{r_index}]"
+        resource_spans = _object(resource_spans, where)
         out = decoded.request.resource_spans.add()
-        _parse_part(resource_spans.get("resource") or {}, out.resource, f"resourceSpans[{r_index}].resource")
-        out.schema_url = str(resource_spans.get("schemaUrl", ""))
-        for s_index, scope_spans in enumerate(resource_spans.get("scopeSpans") or []):
-            where = f"resourceSpans[{r_index}].scopeSpans[{s_index}]"
-            if not isinstance(scope_spans, dict):
-                raise OtlpError(400, f"{where} must be an object")
+        _parse_part(_object(resource_spans.get("resource"), f"{where}.resource"), out.resource,
+                    f"{where}.resource")
+        out.schema_url = str(resource_spans.get("schemaUrl", ""))[:1000]
+        for s_index, scope_spans in enumerate(_list(resource_spans.get("scopeSpans"),
+                                                    f"{where}.scopeSpans")):
+            at = f"{where}.scopeSpans[{s_index}]"
+            scope_spans = _object(scope_spans, at)
             scope_out = out.scope_spans.add()
-            _parse_part(scope_spans.get("scope") or {}, scope_out.scope, f"{where}.scope")
-            for index, span in enumerate(scope_spans.get("spans") or []):
+            _parse_part(_object(scope_spans.get("scope"), f"{at}.scope"), scope_out.scope,
+                        f"{at}.scope")
+            for index, span in enumerate(_list(scope_spans.get("spans"), f"{at}.spans")):
                 reason = _add_json_span(span, scope_out.spans)
                 if reason:
                     decoded.rejected += 1
-                    decoded.errors.append(f"{where}.spans[{index}]: {reason}")
-    return decoded
+                    decoded.errors.append(f"{at}.spans[{index}]: {reason}")
 
 
 def _parse_part(value: dict, message, where: str) -> None:
     try:
         json_format.ParseDict(value, message, ignore_unknown_fields=True)
     except (json_format.ParseError, TypeError, ValueError) as error:
-        raise OtlpError(400, f"{where}: {error}") from None
+        raise OtlpError(400, f"{where}: {str(error)[:200]}") from None
 
 
 def _hex_to_b64(value, name: str, size: int, required: bool) -> str:
@@ -174,6 +204,8 @@ def _add_json_span(span, spans) -> str | None:
         fixed["parentSpanId"] = _hex_to_b64(span.get("parentSpanId"), "parentSpanId", 8, False)
         links = []
         for link in span.get("links") or []:
+            if not isinstance(link, dict):
+                raise ValueError("links must be objects")
             link = dict(link)
             link["traceId"] = _hex_to_b64(link.get("traceId"), "links.traceId", 16, True)
             link["spanId"] = _hex_to_b64(link.get("spanId"), "links.spanId", 8, True)
@@ -182,7 +214,7 @@ def _add_json_span(span, spans) -> str | None:
         message = Span()
         json_format.ParseDict(fixed, message, ignore_unknown_fields=True)
     except (json_format.ParseError, TypeError, ValueError, AttributeError) as error:
-        return str(error)
+        return str(error)[:200]
     spans.append(message)
     return None
 

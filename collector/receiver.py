@@ -6,10 +6,14 @@ Routes:
   ``Content-Encoding: gzip``. Answers 200 with an ``ExportTraceServiceResponse`` (in the request's
   encoding; ``partial_success`` when some spans were invalid) only after the valid spans are
   durable: appended to the collector's journal and fsynced (``collector.ingest``; they are
-  queryable in DuckDB about 0.25 s later). 400 malformed body, 401 missing/wrong bearer token (when one is configured),
-  413 body over ``max_body_bytes`` (compressed or inflated), 415 wrong content type or encoding,
-  503 + ``Retry-After`` when the backlog of rows not yet loaded is over its bound, the store
-  cannot be written right now, or the collector is shutting down.
+  queryable in DuckDB about 0.25 s later). 400 malformed body, 401 missing/wrong bearer token
+  (when one is configured; the scheme ``Bearer`` is case-insensitive), 413 body over
+  ``max_body_bytes`` (compressed or inflated), 415 wrong content type or encoding, 503 +
+  ``Retry-After`` when the backlog of rows not yet loaded is over its bound, the store cannot be
+  written right now, the journal cannot be written (disk full: "journal unavailable"), or the
+  collector is shutting down. Error bodies are a ``google.rpc.Status`` (code, message) in the
+  request's encoding, as OTLP/HTTP asks (protobuf, or JSON ``{"code": N, "message": "..."}``;
+  text/plain when the content type was not OTLP).
 - ``GET /metrics``: Prometheus text exposition of ``CollectorMetrics``.
 - ``GET /healthz``: ``{"status": "ok", "queue_spans": N, "backlog_spans": N, "loader_lag_s": S,
   "store_error": null}`` (backlog = rows acknowledged, not yet in DuckDB); 503 when the journal
@@ -27,6 +31,7 @@ import os
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.applications import Starlette
 from starlette.requests import Request
+from google.rpc.status_pb2 import Status
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
@@ -38,12 +43,22 @@ from collector.ingest import (
     StoreUnavailable,
 )
 from collector.metrics import CollectorMetrics
-from collector.otlp import DEFAULT_MAX_BODY_BYTES, OtlpError, decode, encode_response, map_spans
+from collector.otlp import (
+    DEFAULT_MAX_BODY_BYTES,
+    JSON,
+    PROTOBUF,
+    OtlpError,
+    decode,
+    encode_response,
+    map_spans,
+)
 from collector.otlp_decode import media_type
 
 log = logging.getLogger(__name__)
 
 RETRY_AFTER_S = 1
+#: HTTP status -> google.rpc.Code of the error body.
+_RPC_CODES = {400: 3, 401: 16, 413: 8, 415: 3, 503: 14}
 
 
 def create_app(db_path: str | os.PathLike, *, token: str | None = None,
@@ -65,22 +80,27 @@ def create_app(db_path: str | os.PathLike, *, token: str | None = None,
         raise ValueError("token must not be empty (omit it to disable authentication)")
     metrics = metrics or (ingest.metrics if ingest else CollectorMetrics())
     ingest = ingest or IngestQueue(db_path, metrics=metrics, max_queue_spans=max_queue_spans)
-    expected = f"Bearer {token}".encode() if token else None
+    expected = token.encode() if token else None
 
     async def traces(request: Request) -> Response:
+        kind = _request_kind(request.headers.get("content-type"))
         if expected is not None:
-            given = request.headers.get("authorization", "").encode()
-            if not hmac.compare_digest(given, expected):
-                return PlainTextResponse("missing or wrong bearer token", status_code=401,
-                                         headers={"WWW-Authenticate": "Bearer"})
+            scheme, _, given = request.headers.get("authorization", "").strip().partition(" ")
+            if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(),
+                                                                     expected):
+                return _error(kind, 401, "missing or wrong bearer token",
+                              {"WWW-Authenticate": "Bearer"})
         try:
             media_type(request.headers.get("content-type"))
             body = await _read_body(request, max_body_bytes)
             kind, decoded = decode(body, request.headers.get("content-type"),
                                    request.headers.get("content-encoding"), max_body_bytes)
+            try:
+                mapped = map_spans(decoded)
+            except RecursionError:
+                raise OtlpError(400, "request is nested too deeply") from None
         except OtlpError as error:
-            return PlainTextResponse(error.reason, status_code=error.status)
-        mapped = map_spans(decoded)
+            return _error(kind, error.status, error.reason)
         metrics.observe_received(mapped.spans, mapped.rejected)
         if mapped.rejected:
             log.info("rejected %d of %d spans: %s", mapped.rejected, mapped.spans,
@@ -89,11 +109,11 @@ def create_app(db_path: str | os.PathLike, *, token: str | None = None,
             try:
                 await asyncio.wrap_future(ingest.submit(mapped))
             except QueueFull as error:
-                return _retry_later(f"collector busy: {error}")
+                return _retry_later(kind, f"collector busy: {error}")
             except (IngestClosed, StoreUnavailable) as error:
-                return _retry_later(str(error))
+                return _retry_later(kind, str(error))
             except Exception as error:  # the journal failed; the exporter retries, PK dedupes
-                return _retry_later(f"journal unavailable: {type(error).__name__}")
+                return _retry_later(kind, f"journal unavailable: {type(error).__name__}")
         return Response(encode_response(kind, mapped.rejected, mapped.error_message()),
                         media_type=kind)
 
@@ -140,5 +160,26 @@ async def _read_body(request: Request, max_bytes: int) -> bytes:
     return bytes(body)
 
 
-def _retry_later(reason: str) -> Response:
-    return PlainTextResponse(reason, status_code=503, headers={"Retry-After": str(RETRY_AFTER_S)})
+def _request_kind(content_type: str | None) -> str | None:
+    """``PROTOBUF`` or ``JSON`` for an OTLP content type, else None (errors then go as text)."""
+    try:
+        return media_type(content_type)
+    except OtlpError:
+        return None
+
+
+def _error(kind: str | None, status: int, message: str, headers: dict | None = None) -> Response:
+    """An error response: ``google.rpc.Status`` in the request's encoding (OTLP/HTTP), or
+    text/plain when the request's content type is not OTLP."""
+    code = _RPC_CODES.get(status, 2)
+    if kind == PROTOBUF:
+        body = Status(code=code, message=message).SerializeToString()
+        return Response(body, status_code=status, media_type=PROTOBUF, headers=headers)
+    if kind == JSON:
+        return JSONResponse({"code": code, "message": message}, status_code=status,
+                            headers=headers)
+    return PlainTextResponse(message, status_code=status, headers=headers)
+
+
+def _retry_later(kind: str | None, reason: str) -> Response:
+    return _error(kind, 503, reason, {"Retry-After": str(RETRY_AFTER_S)})

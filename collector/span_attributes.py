@@ -13,6 +13,16 @@ import math
 
 from collector import semconv as sc
 
+#: Largest token count (and token limit / reserved / used / remaining) a span may carry: 10^12.
+#: Far above any model call, and low enough that per-run sums stay inside DuckDB's BIGINT.
+MAX_TOKENS = 10**12
+#: Largest turn / turns / tool-call count / turn or tool-call limit (the store's INTEGER).
+MAX_INT32 = 2**31 - 1
+#: Largest amount (cost in USD, duration in s, percent) a span may carry.
+MAX_AMOUNT = 1e12
+#: Longest ``budgetlens.run_id`` (characters); it is a primary key.
+MAX_ID_CHARS = 256
+
 #: (row field, attribute names in precedence order).
 TOKEN_SOURCES = (
     ("input_tokens", (sc.GEN_AI_USAGE_INPUT_TOKENS, sc.GEN_AI_USAGE_PROMPT_TOKENS,
@@ -29,7 +39,7 @@ TOKEN_SOURCES = (
     ("reasoning_tokens", (sc.GEN_AI_USAGE_REASONING_OUTPUT_TOKENS, sc.LLM_TOKEN_COUNT_REASONING)),
 )
 USAGE_KEYS = frozenset(name for _, names in TOKEN_SOURCES for name in names)
-#: (record field, attribute, integral?).
+#: (record field, attribute, integral?); integral limits are capped by ``limit_maximum``.
 LIMITS = (
     ("limit_total_tokens", sc.BUDGET_LIMIT_TOTAL_TOKENS, True),
     ("limit_input_tokens", sc.BUDGET_LIMIT_INPUT_TOKENS, True),
@@ -39,6 +49,15 @@ LIMITS = (
     ("limit_duration_s", sc.BUDGET_LIMIT_DURATION_S, False),
     ("limit_cost_usd", sc.BUDGET_LIMIT_COST_USD, False),
 )
+_INT32_KEYS = frozenset((sc.BUDGET_TURN, sc.BUDGET_TURNS, sc.BUDGET_TOOL_CALLS,
+                         sc.BUDGET_LIMIT_TURNS, sc.BUDGET_LIMIT_TOOL_CALLS))
+
+
+def maximum_of(key: str) -> int:
+    """The largest value ``count`` accepts for the count attribute ``key``."""
+    return MAX_INT32 if key in _INT32_KEYS else MAX_TOKENS
+
+
 EVENT_COUNTS = (
     ("reserved_tokens", sc.BUDGET_RESERVED_TOKENS),
     ("used_tokens", sc.BUDGET_USED_TOKENS),
@@ -100,23 +119,29 @@ def read_attributes(key_values) -> dict:
     return out
 
 
-def count(attrs: dict, key: str):
-    """``attrs[key]`` as a non-negative int (int, integral float or digit string); None when
-    absent. Raises SpanRejected otherwise."""
+def count(attrs: dict, key: str, maximum: int | None = None):
+    """``attrs[key]`` as an int from 0 to ``maximum`` (default ``maximum_of(key)``: 2^31-1 for
+    turns and tool calls, 10^12 for tokens) from an int, integral float or digit string; None
+    when absent. Raises SpanRejected otherwise."""
     value = attrs.get(key)
     if value is None:
         return None
+    if maximum is None:
+        maximum = maximum_of(key)
     kind = type(value)
+    number = None
     if kind is int:
-        if value >= 0:
-            return value
+        number = value
     elif kind is float:
-        if math.isfinite(value) and value >= 0 and value.is_integer():
-            return int(value)
+        if math.isfinite(value) and value.is_integer():
+            number = int(value)
     elif kind is str:
-        if value.isascii() and value.isdigit():
-            return int(value)
-    raise SpanRejected(f"attribute {key} must be a non-negative integer (got {str(value)[:40]!r})")
+        if value.isascii() and value.isdigit() and len(value) <= 20:
+            number = int(value)
+    if number is not None and 0 <= number <= maximum:
+        return number
+    raise SpanRejected(f"attribute {key} must be a non-negative integer of at most {maximum} "
+                       f"(got {str(value)[:40]!r})")
 
 
 def first_count(attrs: dict, keys):
@@ -127,42 +152,46 @@ def first_count(attrs: dict, keys):
     return None
 
 
-_NO_TOKENS = (None,) * len(TOKEN_SOURCES)
+#: ``token_counts`` of a span without usage attributes.
+NO_TOKENS = (None,) * len(TOKEN_SOURCES)
 
 
 def token_counts(attrs: dict) -> tuple:
     """Counts in ``TOKEN_SOURCES`` order (None when absent), each from its first name present."""
     if USAGE_KEYS.isdisjoint(attrs):
-        return _NO_TOKENS
+        return NO_TOKENS
     out = []
     for _, names in TOKEN_SOURCES:
         found = None
         for key in names:
             if key in attrs:
                 value = attrs[key]
-                found = value if type(value) is int and value >= 0 else count(attrs, key)
+                found = (value if type(value) is int and 0 <= value <= MAX_TOKENS
+                         else count(attrs, key, MAX_TOKENS))
                 break
         out.append(found)
     return tuple(out)
 
 
 def amount(attrs: dict, key: str):
-    """``attrs[key]`` as a non-negative finite float (number or numeric string); None when
-    absent. Raises SpanRejected otherwise."""
+    """``attrs[key]`` as a finite float from 0 to ``MAX_AMOUNT`` (number or numeric string);
+    None when absent. Raises SpanRejected otherwise."""
     value = attrs.get(key)
     if value is None:
         return None
     kind = type(value)
-    if (kind is float or kind is int) and value >= 0 and math.isfinite(value):
-        return float(value)
-    if kind is str:
+    number = -1.0
+    if kind is float or kind is int:
+        number = value
+    elif kind is str:
         try:
-            number = float(value)
+            number = float(value) if len(value) <= 64 else -1.0
         except ValueError:
-            number = -1.0
-        if math.isfinite(number) and number >= 0:
-            return number
-    raise SpanRejected(f"attribute {key} must be a non-negative number (got {str(value)[:40]!r})")
+            pass
+    if 0 <= number <= MAX_AMOUNT:  # False for NaN; inf is above the maximum
+        return float(number)
+    raise SpanRejected(f"attribute {key} must be a non-negative number of at most {MAX_AMOUNT:.0e} "
+                       f"(got {str(value)[:40]!r})")
 
 
 def choice(attrs: dict, key: str, allowed: tuple):
@@ -174,12 +203,24 @@ def choice(attrs: dict, key: str, allowed: tuple):
         f"attribute {key} must be one of {', '.join(allowed)} (got {str(value)[:40]!r})")
 
 
+def _scalar_text(key: str, value) -> str:
+    """A scalar value as text of at most 200 characters; SpanRejected for an array, a key-value
+    list or bytes (never stringified: they may be large or deeply nested)."""
+    kind = type(value)
+    if kind is str:
+        return value[:200]
+    if kind is int or kind is float or kind is bool:
+        return str(value)[:200]
+    raise SpanRejected(f"attribute {key} must be a string (got a {kind.__name__})")
+
+
 def text(attrs: dict, key: str):
-    """``attrs[key]`` as text of at most 200 characters; None when absent or empty."""
+    """``attrs[key]`` as text of at most 200 characters; None when absent or empty.
+    Raises SpanRejected for a non-scalar value."""
     value = attrs.get(key)
     if value is None or value == "":
         return None
-    return value[:200] if type(value) is str else str(value)[:200]
+    return _scalar_text(key, value)
 
 
 def first_text(attrs: dict, *keys: str):
@@ -187,5 +228,5 @@ def first_text(attrs: dict, *keys: str):
     for key in keys:
         value = attrs.get(key)
         if value is not None and value != "":
-            return str(value)[:200]
+            return _scalar_text(key, value)
     return None

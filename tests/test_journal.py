@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import pyarrow as pa
+import pytest
 
-from collector.journal import Journal, decode_batch, encode_batch
+from collector.journal import Journal, JournalError, decode_batch, encode_batch
 from collector.store.schema import BUDGET_EVENT_COLUMNS, MODEL_CALL_COLUMNS, RUN_RECORD_COLUMNS
 from collector.store.writer import rows_to_table
 
@@ -70,3 +71,27 @@ def test_decoding_an_empty_batch_keeps_the_table_schemas():
     empty = [pa.table({"span_id": pa.array([], pa.string())})] * 3
     batch = decode_batch(7, encode_batch(*empty))
     assert batch.seq == 7 and batch.calls.schema == empty[0].schema and batch.spans == 1
+
+
+def test_stray_files_in_the_journal_directory_are_ignored(tmp_path):
+    journal = Journal(tmp_path / "j")
+    journal.append(_payload("r0"))
+    journal.close()
+    (tmp_path / "j" / "junk.seg").write_text("hello")
+    (tmp_path / "j" / "9999999999999999.seg").mkdir()
+    (tmp_path / "j" / "notes.txt").write_text("x")
+    assert [b.calls["run_id"].to_pylist() for b in Journal(tmp_path / "j").unloaded()] == [["r0"]]
+
+
+def test_a_file_in_place_of_the_journal_directory_is_a_clear_error(tmp_path):
+    (tmp_path / "j").write_text("not a directory")
+    with pytest.raises(JournalError, match="is not a directory"):
+        Journal(tmp_path / "j")
+
+
+def test_a_second_journal_on_the_same_directory_is_refused_until_the_first_closes(tmp_path):
+    first = Journal(tmp_path / "j")
+    with pytest.raises(JournalError, match="in use by another process"):
+        Journal(tmp_path / "j")
+    first.close()
+    Journal(tmp_path / "j").close()

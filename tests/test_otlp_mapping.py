@@ -229,3 +229,100 @@ def test_write_of_mapped_rows_twice_stores_each_span_once(db_path):
                               "(SELECT count(*) FROM budget_events), (SELECT total_tokens FROM runs)"
                               ).fetchone()
     assert counts == (1, 1, 12)
+
+
+_RUN = {"gen_ai.operation.name": "invoke_agent", "budgetlens.run_id": "r"}
+
+
+@pytest.mark.parametrize("attributes, named", [
+    ({"gen_ai.operation.name": "chat", "gen_ai.usage.input_tokens": 1e30},
+     "gen_ai.usage.input_tokens must be a non-negative integer of at most"),
+    ({"gen_ai.operation.name": "chat", "gen_ai.usage.input_tokens": "1" * 30},
+     "gen_ai.usage.input_tokens must be a non-negative integer of at most"),
+    ({"gen_ai.operation.name": "chat", "gen_ai.usage.input_tokens": 2**63 - 1,
+      "gen_ai.usage.output_tokens": 1}, "gen_ai.usage.input_tokens must be"),
+    ({"gen_ai.operation.name": "chat", "budgetlens.turn": 3_000_000_000},
+     "budgetlens.turn must be a non-negative integer of at most 2147483647"),
+    ({**_RUN, "budgetlens.turns": 2**31}, "budgetlens.turns must be"),
+    ({**_RUN, "budgetlens.tool_calls": 2**31}, "budgetlens.tool_calls must be"),
+    ({**_RUN, "budgetlens.limit.turns": 2**40}, "budgetlens.limit.turns must be"),
+    ({**_RUN, "budgetlens.limit.tool_calls": 2**40}, "budgetlens.limit.tool_calls must be"),
+    ({**_RUN, "budgetlens.limit.total_tokens": 10**13}, "budgetlens.limit.total_tokens must be"),
+    ({"gen_ai.operation.name": "chat", "budgetlens.cost_usd": 1e300},
+     "budgetlens.cost_usd must be a non-negative number of at most"),
+    ({"gen_ai.operation.name": "chat", "budgetlens.run_id": "x" * 257},
+     "budgetlens.run_id must be a non-empty string of at most 256 characters"),
+    ({"gen_ai.operation.name": "chat", "gen_ai.request.model": ["a", "b"]},
+     "gen_ai.request.model must be a string"),
+])
+def test_values_outside_the_store_column_ranges_reject_the_span(attributes, named):
+    mapped = _foreign_call(attributes)
+    assert mapped.rejected == 1 and named in mapped.errors[0], mapped.errors
+    assert mapped.rows == 0
+
+
+def test_counts_at_the_column_maximum_are_stored(db_path):
+    mapped = _foreign_call({"gen_ai.operation.name": "chat", "gen_ai.usage.input_tokens": 10**12,
+                            "gen_ai.usage.output_tokens": 10**12, "budgetlens.turn": 2**31 - 1,
+                            "budgetlens.run_id": "x" * 256})
+    assert mapped.rejected == 0
+    with write_connection(db_path) as conn:
+        write_batch(conn, *mapped.tables())
+    with read_connection(db_path) as conn:
+        assert conn.execute("SELECT turn, runs.total_tokens FROM runs JOIN model_calls USING (run_id)"
+                            ).fetchall() == [(2**31 - 1, 2 * 10**12)]
+
+
+def test_rejection_messages_are_short_however_large_the_bad_values():
+    spans = [{"traceId": "ab" * 16, "spanId": f"{i + 1:016x}", "name": "chat",
+              "attributes": [{"key": "gen_ai.usage.input_tokens",
+                              "value": {"intValue": "9" * 1_000_000}}]} for i in range(8)]
+    mapped = map_otlp_json({"resourceSpans": [{"scopeSpans": [{"spans": spans}]}]})
+    assert mapped.rejected == 8 and len(mapped.error_message()) < 1500
+    assert mapped.error_message().endswith("and 3 more")
+
+
+@pytest.mark.parametrize("document, named", [
+    ({"resourceSpans": [{"scopeSpans": 5}]}, "scopeSpans must be a list"),
+    ({"resourceSpans": [{"scopeSpans": [{"spans": 5}]}]}, "spans must be a list"),
+    ({"resourceSpans": [{"resource": "x"}]}, "resource must be an object"),
+    ({"resourceSpans": [{"scopeSpans": [5]}]}, "must be an object"),
+])
+def test_malformed_otlp_json_is_a_400_naming_the_field(document, named):
+    with pytest.raises(OtlpError, match=named) as caught:
+        decode(json.dumps(document).encode(), JSON, None)
+    assert caught.value.status == 400
+
+
+@pytest.mark.parametrize("body", [
+    b"[" * 100_000,
+    json.dumps({"resourceSpans": [{"scopeSpans": [{"spans": [{
+        "traceId": "ab" * 16, "spanId": "cd" * 8, "name": "x",
+        "attributes": [{"key": "deep", "value": {"arrayValue": {"values": []}}}]}]}]}]}).encode()
+    .replace(b'{"values": []}', b'{"values": [{"arrayValue": ' * 3000 + b'{}' + b'}]' * 3000),
+])
+def test_deeply_nested_json_is_a_400_not_a_crash(body):
+    with pytest.raises(OtlpError, match="nested too deeply") as caught:
+        decode(body, JSON, None)
+    assert caught.value.status == 400
+
+
+@pytest.mark.parametrize("attributes, named", [
+    ({"gen_ai.usage.input_tokens": 10, "gen_ai.usage.output_tokens": 1,
+      "gen_ai.usage.cache_read.input_tokens": 1000}, "cache read + cache write tokens exceed"),
+    ({"gen_ai.usage.input_tokens": 10, "gen_ai.usage.output_tokens": 1,
+      "gen_ai.usage.reasoning.output_tokens": 5}, "reasoning tokens exceed the output tokens"),
+    ({"gen_ai.usage.input_tokens": 100, "gen_ai.usage.output_tokens": 10,
+      "llm.usage.total_tokens": 5000}, "total tokens (5000) must equal input + output"),
+])
+def test_usage_whose_parts_exceed_their_whole_rejects_the_span(attributes, named):
+    mapped = _foreign_call({"gen_ai.operation.name": "chat", **attributes})
+    assert mapped.rejected == 1 and named in mapped.errors[0]
+
+
+def test_a_call_with_only_a_total_is_reported_usage_with_unknown_parts():
+    (call,) = _foreign_call({"gen_ai.operation.name": "chat", "gen_ai.request.model": "gpt-4o",
+                             "llm.usage.total_tokens": 77}).calls
+    assert call["usage_status"] == sc.USAGE_REPORTED and call["total_tokens"] == 77
+    assert call["input_tokens"] is None and call["output_tokens"] is None
+    assert call["cost_usd"] is None  # a total alone cannot be priced

@@ -149,3 +149,23 @@ def test_store_failure_answers_503_so_the_exporter_retries(tmp_path, free_port):
         metrics_text = requests.get(f"{live.url}/metrics").text
     assert response.status_code == 503 and "Retry-After" in response.headers
     assert "budgetlens_commit_failures_total 1.0" in metrics_text
+
+
+def test_bearer_scheme_is_case_insensitive_and_errors_are_a_status_in_the_request_encoding(
+        db_path, free_port):
+    from google.rpc.status_pb2 import Status
+
+    body = otlp_protobuf(_recorded_runs())
+    with live_collector(db_path, free_port, token="s3cret") as live:
+        url = f"{live.url}/v1/traces"
+        lower = requests.post(url, data=body, headers={"Content-Type": PROTOBUF,
+                                                       "Authorization": "bearer s3cret"})
+        wrong = requests.post(url, data=body, headers={"Content-Type": PROTOBUF,
+                                                       "Authorization": "Bearer nope"})
+        bad_json = requests.post(url, data=b'{"resourceSpans": [{"scopeSpans": 5}]}',
+                                 headers={"Content-Type": JSON, "Authorization": "BEARER s3cret"})
+    assert lower.status_code == 200
+    assert wrong.status_code == 401 and wrong.headers["content-type"] == PROTOBUF
+    assert Status.FromString(wrong.content).message == "missing or wrong bearer token"
+    assert bad_json.status_code == 400 and bad_json.json()["code"] == 3
+    assert "scopeSpans must be a list" in bad_json.json()["message"]

@@ -40,10 +40,13 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
+    import sys
+
     import pyarrow as pa
     import uvicorn
 
     from collector.config import ENV_COLLECTOR_TOKEN, resolve, resolve_db_path
+    from collector.journal import JournalError
     from collector.receiver import create_app
 
     # the system allocator hands freed Arrow buffers back to the OS: keeps the RSS of a
@@ -53,6 +56,11 @@ def run(args) -> int:
     token = resolve(args.token, ENV_COLLECTOR_TOKEN, None)
     app = create_app(db_path, token=token, max_body_bytes=int(args.max_body_mib * 1024 * 1024),
                      max_queue_spans=args.max_queue_spans)
+    try:  # open (and lock) the journal and replay it before listening; lifespan start is a no-op
+        app.state.ingest.start()
+    except (JournalError, OSError) as error:
+        print(f"budgetlens collector: cannot start: {error}", file=sys.stderr)
+        return 2
     config = uvicorn.Config(app, host=args.host, port=args.port, log_level="warning",
                             access_log=False, lifespan="on")
     server = _announcing_server(config, db_path=db_path, token_set=bool(token))
