@@ -14,8 +14,12 @@ Definitions:
   ``method="linear"``), so P95 is never above the max;
 - baselines count every run in the window (completed, stopped and failed alike); a run with
   unknown usage counts its conservative charge in ``total_tokens``;
-- hit rate = runs stopped by the budget (stop_reason ``budget_*``) / finished runs; the
-  intervention rate also counts runs that were downgraded or summarized;
+- hit rate = runs stopped by the budget (stop_reason ``budget_*``) / finished runs that ran
+  under a budget (``budgeted_runs``: at least one ``limit_*`` set, or stopped by a budget;
+  ``dashboard.queries.IS_BUDGETED``). Runs without any limit (imported history, foreign traces,
+  days before limits existed) cannot be stopped by a budget and are left out; the rate is None
+  when no finished run was budgeted. The intervention rate, over the same runs, also counts runs
+  that were downgraded or summarized;
 - cost is NULL (never $0) when nothing in the group is priced; unpriced calls are counted apart;
   a run's ``cost_usd`` is the sum of its priced calls (known spend), so a run with unpriced calls
   or unknown usage has a partial cost: sums and charts show it as known spend (the Overview counts
@@ -161,7 +165,8 @@ def filter_options(conn) -> dict[str, list[str]]:
 
 @dataclass(frozen=True)
 class Overview:
-    """Headline figures of a window. Rates are 0..1 or None when no run finished; cost_usd is the
+    """Headline figures of a window. Rates are 0..1 over the ``budgeted_runs`` (finished runs
+    that ran under a budget), None when there is none; cost_usd is the
     sum of the priced calls of the runs (USD, known spend) or None when nothing is priced; tokens
     are counts. ``priced_runs`` counts runs with a cost; ``partially_priced_runs`` those of them
     whose cost is not complete (they also had unpriced calls or unknown usage). When
@@ -169,6 +174,7 @@ class Overview:
 
     runs: int
     finished_runs: int
+    budgeted_runs: int
     cost_usd: float | None
     priced_runs: int
     partially_priced_runs: int
@@ -201,16 +207,19 @@ def _none(value):
 
 
 def overview(conn, f: Filters) -> Overview:
-    """Headline figures and per task type [task_type, runs, hit_rate, intervention_rate,
-    cost_usd, p95_total_tokens] for the filtered runs."""
+    """Headline figures and per task type [task_type, runs, budgeted_runs, hit_rate,
+    intervention_rate, cost_usd, p95_total_tokens] for the filtered runs (hit_rate and
+    intervention_rate None for a task type without budgeted runs)."""
     params = f.params()
     totals = _query(conn, q.OVERVIEW_TOTALS, params).iloc[0]
     per_task = _query(conn, q.OVERVIEW_PER_TASK, params)[
-        ["task_type", "runs", "hit_rate", "intervention_rate", "cost_usd", "p95_total_tokens"]
+        ["task_type", "runs", "budgeted_runs", "hit_rate", "intervention_rate", "cost_usd",
+         "p95_total_tokens"]
     ]
     return Overview(
         runs=int(totals["runs"]),
         finished_runs=int(totals["finished_runs"]),
+        budgeted_runs=int(totals["budgeted_runs"]),
         cost_usd=_none(totals["cost_usd"]),
         priced_runs=int(totals["priced_runs"]),
         partially_priced_runs=int(totals["partially_priced_runs"]),
@@ -250,11 +259,12 @@ def current_limits(conn, f: Filters) -> pd.DataFrame:
 
 def hit_rate_daily(conn, f: Filters) -> pd.DataFrame:
     """Per local day (``f.tz``) and task type: day (date), task_type, finished_runs,
-    budget_stops, interventions, hit_rate, intervention_rate (0..1)."""
+    budgeted_runs (finished under a budget: the rates' denominator), budget_stops,
+    interventions, hit_rate, intervention_rate (0..1; None on a day without budgeted runs)."""
     frame = _query(conn, q.HIT_RATE_DAILY, f.params())
     frame["day"] = pd.to_datetime(frame["day"]).dt.date   # DuckDB DATE -> datetime.date
-    return frame[["day", "task_type", "finished_runs", "budget_stops", "interventions",
-                  "hit_rate", "intervention_rate"]]
+    return frame[["day", "task_type", "finished_runs", "budgeted_runs", "budget_stops",
+                  "interventions", "hit_rate", "intervention_rate"]]
 
 
 def stop_reasons(conn, f: Filters) -> pd.DataFrame:

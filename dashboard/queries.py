@@ -43,12 +43,33 @@ _LOCAL_DAY = f"CAST(date_trunc('day', {_LOCAL_BUCKET}) AS DATE)"
 #: Run-level predicates (stop reasons from ``collector.semconv``: budget stops start 'budget_').
 _IS_BUDGET_STOP = "starts_with(stop_reason, 'budget_')"
 _IS_INTERVENTION = f"({_IS_BUDGET_STOP} OR downgrades > 0 OR summaries > 0)"
+#: The limit columns of ``runs`` (the preset keys' ``limit_*``).
+_LIMIT_COLUMNS = (
+    "limit_total_tokens",
+    "limit_input_tokens",
+    "limit_output_tokens",
+    "limit_turns",
+    "limit_tool_calls",
+    "limit_duration_s",
+    "limit_cost_usd",
+)
+#: A run that ran under a budget: at least one ``limit_*`` is set, or a budget stopped it (an
+#: imported run stopped at the source's own limit, e.g. OpenHands' max iterations, whose limit
+#: value the source does not record). Runs without one (imported history, foreign traces, days
+#: before limits existed) cannot be stopped by a budget and are left out of the rates.
+IS_BUDGETED = "(" + " OR ".join(f"{c} IS NOT NULL" for c in _LIMIT_COLUMNS) + \
+    f" OR {_IS_BUDGET_STOP})"
+#: The rates' denominator: finished runs (a stop reason) that ran under a budget.
+_IS_BUDGETED_FINISHED = f"(stop_reason IS NOT NULL AND {IS_BUDGETED})"
+#: Hit rate = budget stops / budgeted finished runs; intervention rate = budgeted finished runs
+#: stopped, downgraded or summarized / budgeted finished runs. NULL when no run was budgeted.
 _RATES = f"""
     count(stop_reason) AS finished_runs,
+    count(*) FILTER (WHERE {_IS_BUDGETED_FINISHED}) AS budgeted_runs,
     count(*) FILTER (WHERE {_IS_BUDGET_STOP}) AS budget_stops,
-    count(*) FILTER (WHERE {_IS_INTERVENTION}) AS interventions,
-    budget_stops / nullif(finished_runs, 0) AS hit_rate,
-    interventions / nullif(finished_runs, 0) AS intervention_rate"""
+    count(*) FILTER (WHERE {_IS_BUDGETED_FINISHED} AND {_IS_INTERVENTION}) AS interventions,
+    budget_stops / nullif(budgeted_runs, 0) AS hit_rate,
+    interventions / nullif(budgeted_runs, 0) AS intervention_rate"""
 
 #: A run whose cost is fully known: it has a cost, every call with reported usage was priced and
 #: no call's usage was unknown. ``runs.cost_usd`` of any other run is the sum of its priced calls
@@ -164,23 +185,26 @@ GROUP BY task_type
 ORDER BY task_type
 """
 
+#: Per local day and task type; rates as ``_RATES`` (NULL on a day without budgeted runs).
 HIT_RATE_DAILY = f"""
 WITH {FILTERED},
 b AS (
     SELECT {_BUCKET} AS bucket, task_type,
            count(stop_reason) AS finished,
+           count(*) FILTER (WHERE {_IS_BUDGETED_FINISHED}) AS budgeted,
            count(*) FILTER (WHERE {_IS_BUDGET_STOP}) AS stops,
-           count(*) FILTER (WHERE {_IS_INTERVENTION}) AS intervened
+           count(*) FILTER (WHERE {_IS_BUDGETED_FINISHED} AND {_IS_INTERVENTION}) AS intervened
     FROM filtered GROUP BY ALL
 )
 SELECT
     {_LOCAL_DAY} AS day,
     task_type,
     CAST(sum(finished) AS BIGINT) AS finished_runs,
+    CAST(sum(budgeted) AS BIGINT) AS budgeted_runs,
     CAST(sum(stops) AS BIGINT) AS budget_stops,
     CAST(sum(intervened) AS BIGINT) AS interventions,
-    budget_stops / nullif(finished_runs, 0) AS hit_rate,
-    interventions / nullif(finished_runs, 0) AS intervention_rate
+    budget_stops / nullif(budgeted_runs, 0) AS hit_rate,
+    interventions / nullif(budgeted_runs, 0) AS intervention_rate
 FROM b
 GROUP BY day, task_type
 ORDER BY day, task_type

@@ -12,6 +12,7 @@ import pytest
 from collector.store import read_connection, write_batch, write_connection
 from dashboard import analysis
 from dashboard.analysis import Filters
+from dashboard.presets_export import build_document
 
 T0 = dt.datetime(2026, 11, 2, 12, 0, 0)
 
@@ -209,6 +210,24 @@ def test_presets_name_the_key_when_p95_times_multiplier_overflows():
                           "p95_total_tokens": 900.0}])
     with pytest.raises(ValueError, match="max_total_tokens.*not a finite number"):
         analysis.presets(base, 1e308)
+
+
+def test_runs_without_a_tool_call_count_give_no_tool_call_preset(db_path):
+    # imported history whose source does not count tool calls: tool_calls is NULL, not 0
+    _store(db_path, [_record(0, task_type="imported", total_tokens=1000, turns=2),
+                     _record(1, task_type="imported", total_tokens=3000, turns=4),
+                     _record(2, task_type="mixed", total_tokens=1000, tool_calls=4),
+                     _record(3, task_type="mixed", total_tokens=1000)])
+    base = _baselines(db_path)
+    assert pd.isna(base.loc["imported", "p95_tool_calls"])
+    assert base.loc["mixed", "p95_tool_calls"] == 4      # the counted run alone
+    recommended = analysis.presets(base.reset_index()).set_index("task_type")
+    assert pd.isna(recommended.loc["imported", "max_tool_calls"])
+    assert recommended.loc["imported", "max_turns"] == 6   # P95 3.9 x 1.5 = 5.85, rounded up
+    assert recommended.loc["mixed", "max_tool_calls"] == 6
+    doc = build_document(recommended.reset_index(), 1.5, None, base.reset_index())
+    assert "max_tool_calls" not in doc["presets"]["imported"]
+    assert doc["presets"]["mixed"]["max_tool_calls"] == 6
 
 
 def test_cost_baselines_use_only_runs_whose_cost_is_fully_known(db_path):

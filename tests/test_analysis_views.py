@@ -37,9 +37,11 @@ def conn(db_path):
     """A store with hand-made runs; see each test for the ones it counts."""
     at = lambda h, m=0: DAY + dt.timedelta(hours=h, minutes=m)  # noqa: E731
     records = [
-        _record("a", at(1)),
+        # budgeted: a, b, f (a limit) and c (stopped by the source's own turn limit, which the
+        # source does not record); d and e ran without any budget (imported history)
+        _record("a", at(1), limit_cost_usd=0.5),
         _record("b", at(2), stop_reason="budget_tokens", limit_total_tokens=5000),
-        _record("c", at(3), stop_reason="budget_turns", limit_total_tokens=5000),
+        _record("c", at(3), stop_reason="budget_turns"),
         _record("d", at(4), stop_reason="failed"),
         _record("e", at(23, 30), task_type="research", cost_usd=None, total_tokens=50000),
         _record("f", at(25), task_type="research", service_name="other",
@@ -68,15 +70,31 @@ def conn(db_path):
         yield reader
 
 
-def test_hit_rate_counts_budget_stops_over_finished_runs(conn):
+def test_hit_rate_counts_budget_stops_over_finished_runs_under_a_budget(conn):
     o = analysis.overview(conn, Filters())
-    assert (o.runs, o.finished_runs) == (6, 6)
-    assert o.hit_rate == pytest.approx(3 / 6)                # b, c, f
-    assert o.intervention_rate == pytest.approx(4 / 6)       # + a (downgraded)
+    assert (o.runs, o.finished_runs, o.budgeted_runs) == (6, 6, 4)   # a, b, c, f
+    assert o.hit_rate == pytest.approx(3 / 4)                # b, c, f
+    assert o.intervention_rate == pytest.approx(4 / 4)       # + a (downgraded)
     per_task = o.per_task.set_index("task_type")
-    assert per_task.loc["qa", "hit_rate"] == pytest.approx(2 / 4)
-    assert per_task.loc["research", "hit_rate"] == pytest.approx(1 / 2)
+    assert per_task.loc["qa", "budgeted_runs"] == 3          # a, b, c (not d)
+    assert per_task.loc["qa", "hit_rate"] == pytest.approx(2 / 3)
+    assert per_task.loc["research", "budgeted_runs"] == 1    # f (not e)
+    assert per_task.loc["research", "hit_rate"] == pytest.approx(1 / 1)
     assert o.alarms() == ["qa", "research"]
+
+
+def test_runs_without_any_budget_have_no_hit_rate(conn):
+    # d (failed) and e (completed) ran without a limit: nothing a budget could stop
+    for f in (Filters(start_utc=DAY + dt.timedelta(hours=4), end_utc=DAY + dt.timedelta(hours=24)),
+              Filters(task_types=("research",), end_utc=DAY + dt.timedelta(hours=24))):
+        o = analysis.overview(conn, f)
+        assert o.finished_runs > 0 and o.budgeted_runs == 0
+        assert o.hit_rate is None and o.intervention_rate is None
+        assert o.per_task["hit_rate"].isna().all()
+        assert o.alarms() == []
+        daily = analysis.hit_rate_daily(conn, f)
+        assert len(daily) > 0 and (daily["budgeted_runs"] == 0).all()
+        assert daily["hit_rate"].isna().all() and daily["intervention_rate"].isna().all()
 
 
 def test_cost_sums_priced_runs_and_counts_unpriced_calls_apart(conn):
@@ -94,9 +112,10 @@ def test_day_buckets_follow_the_time_zone(conn):
     # e at 23:30 UTC on Nov 2 is 08:30 on Nov 3 in Tokyo; f at 01:00 UTC Nov 3 is Nov 3 in both.
     assert utc[["day", "finished_runs"]].values.tolist() == [
         [dt.date(2026, 11, 2), 1], [dt.date(2026, 11, 3), 1]]
-    assert tokyo[["day", "finished_runs", "budget_stops"]].values.tolist() == [
-        [dt.date(2026, 11, 3), 2, 1]]
-    assert tokyo["hit_rate"].tolist() == [0.5]
+    assert tokyo[["day", "finished_runs", "budgeted_runs", "budget_stops"]].values.tolist() == [
+        [dt.date(2026, 11, 3), 2, 1, 1]]
+    assert tokyo["hit_rate"].tolist() == [1.0]                # f stopped; e had no budget
+    assert pd.isna(utc["hit_rate"].iloc[0])                   # Nov 2 UTC: only e, no budget
 
 
 def test_hourly_cost_is_local_time(conn):

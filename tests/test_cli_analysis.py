@@ -417,3 +417,11 @@ def test_every_analysis_command_has_help(command, capsys):
     assert exit_.value.code == 0 and "--db" in out
     if command != "sample":
         assert "newest run" in out
+
+
+def test_presets_help_describes_the_preset_document_not_records(capsys):
+    with pytest.raises(SystemExit):
+        main(["presets", "--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert "every column" not in out and "JSON records" not in out
+    assert "preset document" in out and "max_* limits" in out

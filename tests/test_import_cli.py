@@ -182,9 +182,26 @@ def test_the_line_cap_is_a_cli_option(tmp_path, db_path, capsys):
     captured = capsys.readouterr()
     assert f"{path}:1: line too long (more than 1048576 bytes)" in captured.err
     assert "1 calls (1 new)" in captured.out
-    assert main(["import", "claude-code", str(path), "--db", str(db_path),
-                 "--max-line-mb", "nan"]) == 1
-    assert "--max-line-mb" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "nan", "inf", "2000000", "lots"])
+def test_a_line_cap_that_is_not_a_positive_size_is_a_usage_error(tmp_path, db_path, capsys,
+                                                                 value):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["import", "claude-code", str(tmp_path), "--db", str(db_path),
+              "--max-line-mb", value])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert f"argument --max-line-mb: must be a finite number > 0 and <= 1048576, got {value!r}" \
+        in err
+    assert not db_path.exists()
+
+
+def test_import_help_lines_fit_a_terminal(capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "80")   # argparse wraps option help to the terminal width
+    with pytest.raises(SystemExit):
+        main(["import", "--help"])
+    assert max(len(line) for line in capsys.readouterr().out.splitlines()) <= 80
 
 
 def test_a_document_over_the_cap_is_reported_and_skipped(tmp_path):

@@ -199,3 +199,59 @@ def test_a_trajectory_with_a_malformed_response_id_is_reported_not_raised(tmp_pa
     assert list(read_rows("openhands", [path], report=report)) == []
     assert report.bad_lines == [
         f"{path}: events[0].tool_call_metadata.model_response.id must be a string, got list"]
+
+
+# Observations that are not the result of a tool run (state changes, errors, memory recalls).
+_NOT_TOOL_RESULTS = {"agent_state_changed", "null", "error", "recall"}
+
+
+def _tool_results(history: list) -> int:
+    """Tool runs counted another way than the importer: every tool run ends in one observation."""
+    return sum(1 for e in history
+               if e.get("observation") is not None and e["observation"] not in _NOT_TOOL_RESULTS)
+
+
+def _records(path: Path) -> list[dict]:
+    return [r for k, r in read_rows("openhands", [path], report=ImportReport()) if k == "record"]
+
+
+def test_resolver_runs_count_tool_actions_from_history(resolver_output, db_path):
+    lines = [json.loads(line) for line in resolver_output.read_text().splitlines()]
+    expected = sorted(_tool_results(line["history"]) for line in lines)
+    assert all(n > 0 for n in expected)
+    assert sorted(r["tool_calls"] for r in _records(resolver_output)) == expected
+    import_paths("openhands", [resolver_output], db_path)
+    assert sorted(run["tool_calls"] for run in _runs(db_path)) == expected
+
+
+def test_eval_runs_count_each_tool_call_id_once(eval_output):
+    lines = [json.loads(line) for line in eval_output.read_text().splitlines()]
+    # Actions and their observations share the tool_call_id; `finish` has no observation.
+    expected = sorted(len({e["tool_call_metadata"]["tool_call_id"] for e in line["history"]
+                           if e.get("tool_call_metadata")}) for line in lines)
+    assert all(n > 0 for n in expected)
+    assert sorted(r["tool_calls"] for r in _records(eval_output)) == expected
+
+
+@pytest.mark.parametrize("history, expected", [
+    ([{"action": "run", "source": "agent"}, {"observation": "run", "source": "agent"},
+      {"action": "run_ipython"}, {"action": "message", "source": "agent"},
+      {"action": "finish"}], 2),
+    ([{"action": "str_replace_editor"}, {"action": "browse_interactive"},
+      {"action": "message", "source": "user"}, {"action": "read", "source": "user"}], 2),
+    ([{"action": "think", "tool_call_metadata": {"tool_call_id": "a"}},
+      {"action": "edit", "tool_call_metadata": {"tool_call_id": "b"}},
+      {"action": "edit", "tool_call_metadata": {"tool_call_id": "b"}},
+      {"observation": "edit", "tool_call_metadata": {"tool_call_id": "b"}}], 2),
+    ([], 0),
+    (None, None),
+])
+def test_tool_calls_of_a_history_and_unknown_without_one(tmp_path, history, expected):
+    usage = {"model": "gpt-4o", "prompt_tokens": 10, "completion_tokens": 5, "response_id": "r1"}
+    line = {"instance_id": "t", "metadata": {}, "metrics": {"token_usages": [usage]}}
+    if history is not None:
+        line["history"] = history
+    path = tmp_path / "output.jsonl"
+    path.write_text(json.dumps(line) + "\n")
+    (record,) = _records(path)
+    assert record["tool_calls"] == expected

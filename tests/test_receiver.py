@@ -169,3 +169,44 @@ def test_bearer_scheme_is_case_insensitive_and_errors_are_a_status_in_the_reques
     assert Status.FromString(wrong.content).message == "missing or wrong bearer token"
     assert bad_json.status_code == 400 and bad_json.json()["code"] == 3
     assert "scopeSpans must be a list" in bad_json.json()["message"]
+
+
+@pytest.mark.parametrize("port", ["70000", "-1", "http"])
+def test_a_port_outside_0_to_65535_is_a_usage_error(db_path, python, port):
+    import subprocess
+
+    result = subprocess.run(
+        [python, "-m", "collector.cli", "collector", "--db", str(db_path), "--port", port],
+        capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2
+    assert f"argument --port: must be an integer >= 0 and <= 65535, got {port!r}" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert not db_path.exists() and not db_path.with_name(db_path.name + ".journal").exists()
+
+
+def test_a_port_in_use_is_one_line_and_leaves_no_journal(db_path, python):
+    import socket
+    import subprocess
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        result = subprocess.run(
+            [python, "-m", "collector.cli", "collector", "--db", str(db_path),
+             "--port", str(port)], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 1
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and f"port {port}" in lines[0] and "in use" in lines[0]
+    assert result.stdout == ""
+    assert not db_path.with_name(db_path.name + ".journal").exists() and not db_path.exists()
+
+
+def test_collector_help_lines_fit_a_terminal(capsys, monkeypatch):
+    from collector.cli import main
+
+    monkeypatch.setenv("COLUMNS", "80")   # argparse wraps option help to the terminal width
+    with pytest.raises(SystemExit):
+        main(["collector", "--help"])
+    out = capsys.readouterr().out
+    assert "<db>.journal/" in out and max(len(line) for line in out.splitlines()) <= 80

@@ -15,6 +15,7 @@ from collector.store import (
     StoreMissing,
     migrate,
     read_connection,
+    rebuild_runs,
     schema_version,
     write_batch,
     write_connection,
@@ -113,6 +114,25 @@ def test_run_record_values_win_over_call_aggregates(db_path):
     assert run["model_calls"] == 2
     assert run["stop_reason"] == "budget_tokens"
     assert run["limit_total_tokens"] == 10000
+
+
+@pytest.mark.parametrize("record_tool_calls, tool_events, expected", [
+    (None, 0, None),     # no source counts tool calls: unknown, not 0
+    (0, 0, 0),           # a source that knows the run made none
+    (None, 2, 2),        # counted from budgetlens.tool_call events
+    (5, 2, 5),           # the run record wins
+])
+def test_tool_calls_are_unknown_when_no_source_counts_them(
+        db_path, record_tool_calls, tool_events, expected):
+    record = dict(run_id="r1", source="test", tool_calls=record_tool_calls)
+    events = [dict(event_id=f"e{i}", run_id="r1", name="budgetlens.tool_call", ts_utc=T0,
+                   tool_name="shell") for i in range(tool_events)]
+    with write_connection(db_path) as conn:
+        write_batch(conn, [_call("r1", 1)], [record], events)
+        incremental = _run(conn, "r1")["tool_calls"]
+        rebuild_runs(conn)
+        rebuilt = _run(conn, "r1")["tool_calls"]
+    assert incremental == rebuilt == expected
 
 
 def test_unknown_usage_is_charged_its_reservation_never_zero(db_path):

@@ -19,18 +19,23 @@ def add_db_argument(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _number(kind: type, minimum: float, strict: bool) -> Callable[[str], float | int]:
+def _number(kind: type, minimum: float, strict: bool,
+            maximum: float | None = None) -> Callable[[str], float | int]:
     """An argparse ``type=`` that parses ``kind`` (int or float) and requires a finite value
-    > ``minimum`` (``strict``) or >= ``minimum``; raises ArgumentTypeError naming the rule."""
+    > ``minimum`` (``strict``) or >= ``minimum``, and <= ``maximum`` when given; raises
+    ArgumentTypeError naming the rule."""
     noun = "an integer" if kind is int else "a finite number"
     rule = f"must be {noun} {'>' if strict else '>='} {minimum:g}"
+    if maximum is not None:
+        rule += f" and <= {maximum:.0f}" if float(maximum).is_integer() else f" and <= {maximum}"
 
     def parse(text: str):
         try:
             value = kind(text)
         except (TypeError, ValueError):
             raise argparse.ArgumentTypeError(f"{rule}, got {text!r}") from None
-        if not math.isfinite(value) or (value <= minimum if strict else value < minimum):
+        if not math.isfinite(value) or (value <= minimum if strict else value < minimum) \
+                or (maximum is not None and value > maximum):
             raise argparse.ArgumentTypeError(f"{rule}, got {text!r}")
         return value
 
@@ -46,3 +51,7 @@ non_negative_float = _number(float, 0, strict=False)
 non_negative_int = _number(int, 0, strict=False)
 #: ``--days``, ``--runs-per-day``: an int >= 1.
 positive_int = _number(int, 1, strict=False)
+#: ``--port``: a TCP port, an int 0..65535 (0 = the system picks a free one).
+tcp_port = _number(int, 0, strict=False, maximum=65535)
+#: ``--max-line-mb``: MiB, a finite float > 0 and <= 1048576 (1 TiB).
+line_limit_mib = _number(float, 0, strict=True, maximum=1 << 20)

@@ -5,17 +5,32 @@ from __future__ import annotations
 import argparse
 import sys
 
-from collector.cli._common import add_db_argument
+from collector.cli._common import add_db_argument, line_limit_mib, positive_int
 
 #: Formats listed by ``--help`` (kept here so --help does not import the importers).
 FORMAT_HELP = (
-    ("otlp-json", "OTLP/JSON ExportTraceServiceRequest files, one per file or one per line"),
-    ("claude-code", "Claude Code session JSONL (~/.claude/projects/<project>/, with subagents)"),
-    ("codex", "Codex CLI rollout JSONL (~/.codex/sessions/**/rollout-*.jsonl)"),
+    ("otlp-json", "OTLP/JSON trace exports, one per file or one per line"),
+    ("claude-code", "Claude Code sessions and subagents (~/.claude/projects/)"),
+    ("codex", "Codex CLI rollouts (~/.codex/sessions/**/rollout-*.jsonl)"),
     ("swe-agent", "SWE-agent .traj and mini-swe-agent .traj.json trajectories"),
     ("openhands", "OpenHands evaluation output JSONL and runtime trajectory JSON"),
 )
 MAX_BAD_LINES_SHOWN = 20
+
+DESCRIPTION = """\
+Read the agent logs you already have into the store, so baselines and presets
+come from real history on day one.
+
+Files are streamed. A second import of the same files adds nothing. A line with
+a malformed value (or longer than --max-line-mb) is reported as
+file:line: reason and skipped. Files that hold nothing of the format are
+counted, not imported. A bad BUDGETLENS_PRICES_FILE stops the import before it
+starts.
+"""
+EPILOG = """\
+A directory is searched recursively for the format's files.
+Task type: --task-type, else derived (project folder, cwd, benchmark or agent).
+"""
 
 
 def register(subparsers) -> None:
@@ -23,16 +38,8 @@ def register(subparsers) -> None:
     parser = subparsers.add_parser(
         "import",
         help="import agent logs (Claude Code, Codex, SWE-agent, OpenHands, OTLP/JSON)",
-        description=(
-            "Read the agent logs you already have into the store, so baselines and presets come "
-            "from real history on day one. Files are streamed; a second import of the same files "
-            "adds nothing; a line with a malformed value (or longer than --max-line-mb) is "
-            "reported as file:line: reason and skipped; files that hold nothing of the format "
-            "are counted, not imported. A bad BUDGETLENS_PRICES_FILE stops the import before it "
-            "starts."
-        ),
-        epilog=f"formats:\n{formats}\n\nA directory is searched recursively for the format's "
-        "files. Task type: --task-type, else derived (project folder, cwd, benchmark or agent).",
+        description=DESCRIPTION,
+        epilog=f"formats:\n{formats}\n\n{EPILOG}",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("format", metavar="FORMAT", choices=[name for name, _ in FORMAT_HELP],
@@ -41,9 +48,9 @@ def register(subparsers) -> None:
     add_db_argument(parser)
     parser.add_argument("--task-type", default=None,
                         help="task type for every imported run (default: derived per format)")
-    parser.add_argument("--chunk-size", type=int, default=5000,
+    parser.add_argument("--chunk-size", type=positive_int, default=5000,
                         help="rows per write transaction (default 5000)")
-    parser.add_argument("--max-line-mb", type=float, default=64.0,
+    parser.add_argument("--max-line-mb", type=line_limit_mib, default=64.0,
                         help="longest line (or one-document file) read, in MiB; longer ones are "
                         "reported as file:line: line too long and skipped (default 64)")
     parser.add_argument("--no-progress", action="store_true", help="do not show a progress bar")
@@ -57,9 +64,6 @@ def run(args: argparse.Namespace) -> int:
     from collector.importers import import_paths
 
     db_path = resolve_db_path(args.db)
-    if not 0 < args.max_line_mb < 1 << 20:  # also rejects nan and inf
-        raise ValueError(f"--max-line-mb must be a number of MiB > 0 and < 1048576, "
-                         f"got {args.max_line_mb}")
     max_line_bytes = max(1, int(args.max_line_mb * 1024 * 1024))
     bars = []
 

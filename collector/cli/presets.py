@@ -6,11 +6,14 @@ import sys
 
 from collector.cli._analysis import (
     WINDOW_HELP,
-    add_format_argument,
     add_window_arguments,
     analysis_session,
 )
 from collector.cli._common import positive_float
+
+
+#: The preset document formats (``dashboard.presets_export.render``).
+FORMATS = ("yaml", "toml", "json")
 
 
 def register(subparsers) -> None:
@@ -22,7 +25,8 @@ def register(subparsers) -> None:
             "(tokens to the next 1,000; turns and tool calls to the next integer; seconds to "
             "the next 5; USD up to 2 significant figures, e.g. 0.01365 -> 0.014), never 0: a "
             "P95 of 0 gives one step (1,000 tokens, 1 turn or tool call, 5 s) and a $0 cost "
-            "leaves max_cost_usd out. Cost limits use only runs whose cost is fully known. The "
+            "leaves max_cost_usd out. Cost limits use only runs whose cost is fully known. A "
+            "limit whose P95 is unknown (e.g. tool calls no source counted) is left out. The "
             "file loads straight back into RunBudget.from_preset. Exit status 1 when no run "
             "matches (nothing is written). " + WINDOW_HELP
         ),
@@ -31,7 +35,10 @@ def register(subparsers) -> None:
     add_window_arguments(parser)
     parser.add_argument("--multiplier", type=positive_float, default=1.5,
                         help="preset = P95 x this (default: 1.5)")
-    add_format_argument(parser, choices=("yaml", "toml", "json"), default="yaml")
+    parser.add_argument(
+        "--format", choices=FORMATS, default="yaml",
+        help="output format (default: yaml) of the preset document: per task type its max_* "
+             "limits and their basis (runs, P50/P95); the same keys in every format")
     parser.add_argument("-o", "--output", metavar="FILE", help="write to FILE instead of stdout")
     parser.set_defaults(func=run)
 

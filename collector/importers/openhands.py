@@ -15,6 +15,9 @@ issue resolver's ``{issue, metrics, success, error, ...}``). Quirks handled (SOU
   instead and the run cost is NULL when that fails too (never $0).
 - Resolver runs have costs but no tokens: their calls have unknown usage and the source's cost.
 - ``accumulated_token_usage.model`` is the placeholder ``default``: models come from the calls.
+- Tool calls are counted from ``history`` (``_tool_calls``): agent actions with
+  ``tool_call_metadata`` or a tool action (``TOOL_ACTIONS``: the resolver's output has no
+  metadata); a line without ``history`` has unknown tool calls (NULL, never 0).
 
 Runtime trajectories repeat the same ``model_response`` (same id and usage) on an action, its
 observation and every action of a multi-tool response: calls are deduplicated by
@@ -139,14 +142,37 @@ def _history_span(history: object) -> tuple:
     return (min(stamps), max(stamps)) if stamps else (None, None)
 
 
-def _tool_calls(events: object) -> int:
-    ids = set()
-    for event in events if isinstance(events, list) else ():
-        if isinstance(event, dict) and "action" in event:
-            meta = event.get("tool_call_metadata")
-            if isinstance(meta, dict):
-                ids.add(meta.get("tool_call_id") or (id(meta)))
-    return len(ids)
+#: Actions that run a tool (OpenHands ``ActionType``): counted even without
+#: ``tool_call_metadata`` (the resolver's older CodeAct output has none). ``message``,
+#: ``finish``, ``think``, ``system``, ``recall`` and state changes are not tool runs by themselves.
+TOOL_ACTIONS = frozenset({
+    "run", "run_ipython", "edit", "str_replace_editor", "browse", "browse_interactive", "read",
+    "write", "mcp",
+})
+
+
+def _tool_calls(events: object) -> int | None:
+    """The tool calls of a run's events (``history`` or a trajectory), None without an event list.
+
+    An agent action event is a tool call when it carries ``tool_call_metadata`` (a function call
+    of the model: each ``tool_call_id`` counted once) or when its ``action`` is in
+    ``TOOL_ACTIONS``. Observations (``observation`` events, which repeat the metadata) and
+    user/environment events are not counted.
+    """
+    if not isinstance(events, list):
+        return None
+    ids, plain = set(), 0
+    for index, event in enumerate(events):
+        if not isinstance(event, dict) or event.get("action") is None:
+            continue
+        if event.get("source") not in (None, "agent"):
+            continue
+        meta = event.get("tool_call_metadata")
+        if isinstance(meta, dict):
+            ids.add(meta.get("tool_call_id") or ("event", index))
+        elif event.get("action") in TOOL_ACTIONS:
+            plain += 1
+    return len(ids) + plain
 
 
 def _eval_run(path: Path, lineno: int, obj: dict, options: ImportOptions, report: ImportReport):

@@ -12,7 +12,9 @@ Registered relations (pyarrow tables, see ``collector.store.writer``):
 The rollup rule (one definition, used by the incremental merge and the full rebuild alike): a
 value in ``run_records`` wins; otherwise it is aggregated from the run's calls and events. Unknown
 usage is never 0: a run with an unknown call has usage_status 'unknown' and its calls count their
-reservation. cost_usd sums the priced calls (NULL when none is priced); unpriced_calls counts the
+reservation. Counts no source gives are unknown too: ``turns`` is NULL without a recorded
+count or a call, ``tool_calls`` NULL without a recorded count or a ``budgetlens.tool_call``
+event (an importer that knows a run made no tool call records 0). cost_usd sums the priced calls (NULL when none is priced); unpriced_calls counts the
 calls with reported usage but no price. Text taken from calls (trace id, source, service, task
 type) is the smallest non-NULL value among the run's calls.
 """
@@ -157,7 +159,7 @@ SELECT
              epoch(coalesce(end_utc, c_end_utc)) - epoch(coalesce(start_utc, c_start_utc)))
         AS duration_s,
     coalesce(turns, nullif(c_model_calls, 0)) AS turns,  -- NULL when no source gives turns or calls
-    coalesce(tool_calls, e_tool_calls, 0) AS tool_calls,
+    coalesce(tool_calls, nullif(e_tool_calls, 0)) AS tool_calls,  -- NULL: no source counts them
     coalesce(c_model_calls, 0) AS model_calls,
     coalesce(input_tokens, c_input_tokens) AS input_tokens,
     coalesce(output_tokens, c_output_tokens) AS output_tokens,
