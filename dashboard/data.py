@@ -9,6 +9,8 @@ When the store is momentarily unavailable (the writer holds the file past the sh
 timeout, an I/O hiccup) the last good result of the same query is returned instead and
 ``stale()`` says so; without one, ``DataUnavailable`` is raised and the entrypoint shows a
 "data unavailable, retrying" notice. A lock error, empty tiles or $0 never stand in for it.
+A path that is not a budgetlens store (a file DuckDB cannot open) raises DataUnavailable with
+``invalid`` set: the entrypoint shows the reason as an error and does not retry.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import streamlit as st
 
 from collector.config import resolve_db_path
 from collector.store import StoreError, StoreMissing, read_connection
+from collector.store.connection import is_lock_conflict
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +40,8 @@ CACHE_TTL_S = 60
 LAST_GOOD_ENTRIES = 256
 #: Session-state key of the filters chosen in the sidebar (set by the entrypoint).
 FILTERS_KEY = "app_filters"
-#: Session-state key of the store's state in this run: None (read fine), "busy" or "missing".
+#: Session-state key of the store's state in this run: None (read fine), "busy", "missing" or
+#: "invalid" (not a budgetlens store: shown as an error, never retried in a loop).
 UNAVAILABLE_KEY = "app_unavailable"
 _STALE_KEY = "app_stale_since"
 
@@ -48,12 +52,30 @@ _last_good_lock = threading.Lock()
 class DataUnavailable(RuntimeError):
     """The store cannot be read right now and there is no earlier result to show.
 
-    ``missing`` is True when no store file exists yet (nothing to retry until one appears).
+    ``missing`` is True when no store file exists yet (nothing to retry until one appears);
+    ``invalid`` is True when the path is not a budgetlens store at all (a file DuckDB cannot
+    open, a directory, no permission): retrying cannot help, the message says why.
     """
 
-    def __init__(self, message: str, *, missing: bool = False):
+    def __init__(self, message: str, *, missing: bool = False, invalid: bool = False):
         super().__init__(message)
         self.missing = missing
+        self.invalid = invalid
+
+    @property
+    def state(self) -> str:
+        """``"missing"``, ``"invalid"`` or ``"busy"`` (the value of ``UNAVAILABLE_KEY``)."""
+        return "missing" if self.missing else "invalid" if self.invalid else "busy"
+
+
+def is_busy(error: BaseException) -> bool:
+    """True when ``error`` (a StoreError or DuckDB error) is a lock conflict with a writer, or
+    an I/O hiccup while reading: worth a retry. False for a StoreError saying the file cannot
+    be opened at all (not a DuckDB file, a directory, no permission, a newer schema)."""
+    if isinstance(error, StoreError):
+        cause = error.__cause__
+        return cause is not None and is_lock_conflict(cause)
+    return isinstance(error, (duckdb.IOException, duckdb.ConnectionException))
 
 
 @dataclass(frozen=True)
@@ -97,7 +119,8 @@ def query(name: str, *args, **kwargs):
 
     Returns the analysis result (DataFrame or dataclass). Falls back to the last good result of
     the same call while the store is busy (``stale()`` turns true). Raises DataUnavailable when
-    the store is missing or busy and nothing was read before; other errors propagate.
+    the store is missing or busy and nothing was read before, and (``invalid``, no retry)
+    when the path is not a budgetlens store; other errors propagate.
     """
     path = db_path()
     key = (name, str(path), args, tuple(sorted(kwargs.items())))
@@ -108,22 +131,31 @@ def query(name: str, *args, **kwargs):
     except duckdb.CatalogException as error:  # a file whose first migration is not committed
         raise DataUnavailable(f"{path}: the store has no budgetlens tables yet",
                               missing=True) from error
-    except (StoreError, duckdb.IOException, duckdb.ConnectionException) as error:
-        log.warning("store busy for %s, falling back: %s", name, error)
-        with _last_good_lock:
-            previous = _last_good.get(key)
-        if previous is None:
-            raise DataUnavailable(
-                "The store is busy (the collector is committing); retrying in a moment."
-            ) from error
-        _mark_stale(previous[0])
-        return previous[1]
+    except StoreError as error:
+        if not is_busy(error):
+            raise DataUnavailable(str(error), invalid=True) from error
+        return _fallback(name, key, error)
+    except (duckdb.IOException, duckdb.ConnectionException) as error:
+        return _fallback(name, key, error)
     with _last_good_lock:
         _last_good.pop(key, None)
         _last_good[key] = (time.time(), value)
         while len(_last_good) > LAST_GOOD_ENTRIES:  # drop the least recently read
             _last_good.pop(next(iter(_last_good)))
     return value
+
+
+def _fallback(name: str, key: tuple, error: BaseException):
+    """The last good result of ``key`` while the store is busy; DataUnavailable without one."""
+    log.warning("store busy for %s, falling back: %s", name, error)
+    with _last_good_lock:
+        previous = _last_good.get(key)
+    if previous is None:
+        raise DataUnavailable(
+            "The store is busy (the collector is committing); retrying in a moment."
+        ) from error
+    _mark_stale(previous[0])
+    return previous[1]
 
 
 def _mark_stale(since: float) -> None:

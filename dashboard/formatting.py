@@ -6,6 +6,8 @@ an empty table cell ``MISSING`` (an em dash).
 
 from __future__ import annotations
 
+import math
+
 import pandas as pd
 
 
@@ -29,13 +31,33 @@ def _missing(value) -> bool:
         return False
 
 
-def format_usd(value: float | None, *, unpriced: str = "unpriced") -> str:
-    """``$1,234.56`` (cents; four decimals below $1), or ``unpriced`` when ``value`` is None/NaN."""
+#: Significant figures of a cost below $1, as the CLI's tables print costs (``TABLE_COST_DIGITS``).
+USD_DIGITS = 4
+
+
+def format_usd(value: float | None, *, unpriced: str = "unpriced", digits: int = USD_DIGITS) -> str:
+    """A cost in USD as text, by the CLI's rule: enough significant figures, never ``$0.00`` for
+    a non-zero value.
+
+    From $1 up: cents with thousands separators (``$1,234.50``). Below $1: ``digits``
+    significant figures with trailing zeros dropped down to cents (``$0.0039``, ``$0.014``,
+    ``$0.44``, ``$0.009165``, ``$0.50``). Exactly 0 is ``$0.00``. ``unpriced`` (default
+    ``"unpriced"``) when ``value`` is None/NaN/NA.
+    """
     if _missing(value):
         return unpriced
-    if abs(value) < 1:
-        return f"${value:,.4f}"
-    return f"${value:,.2f}"
+    value = float(value)
+    if value == 0:
+        return "$0.00"
+    if abs(value) >= 1:
+        return f"${value:,.2f}"
+    decimals = max(2, digits - 1 - math.floor(math.log10(abs(value))))
+    body = f"{abs(value):.{decimals}f}"
+    if abs(float(body)) >= 1:          # 0.99996 rounds up to 1.000
+        body = f"{abs(value):.2f}"
+    whole, frac = body.split(".")
+    frac = frac.rstrip("0").ljust(2, "0")
+    return f"{'-' if value < 0 else ''}${whole}.{frac}"
 
 
 def format_tokens(value: float | None) -> str:
@@ -50,11 +72,46 @@ def format_tokens(value: float | None) -> str:
     return f"{value:,.0f}"
 
 
-def format_percent(value: float | None) -> str:
-    """A rate in 0..1 as ``12.3 %``, ``n/a`` when there is no finished run."""
+def format_percent(value: float | None, *, none: str = "n/a") -> str:
+    """A rate in 0..1 as ``12.3 %`` (one decimal, a space before the sign: the dashboard's one
+    percent format), ``none`` (default ``n/a``) when there is no rate."""
     if _missing(value):
-        return "n/a"
-    return f"{value * 100:.1f} %"
+        return none
+    return f"{float(value) * 100:,.1f} %"
+
+
+#: What a hit-rate tile or cell shows when the runs ran without any budget limit (the hit rate
+#: counts only budgeted runs, so it has no value there; never 0 %).
+NO_BUDGET = "no budget"
+
+
+def format_hit_rate(value: float | None, runs: int | None = None) -> str:
+    """A hit rate as ``12.3 %``; when it is None: ``NO_BUDGET`` if there were ``runs`` (> 0, so
+    none of them ran under a limit), else ``n/a`` (no finished run at all)."""
+    if not _missing(value):
+        return format_percent(value)
+    return NO_BUDGET if runs else "n/a"
+
+
+def format_number(value, decimals: int = 1) -> str:
+    """A number with thousands separators and up to ``decimals`` decimals, ``.0`` dropped when
+    it is whole (``1,242``, ``56,463.5``); ``MISSING`` when missing."""
+    if _missing(value):
+        return MISSING
+    value = float(value)
+    if value == round(value):
+        return f"{value:,.0f}"
+    return f"{value:,.{decimals}f}"
+
+
+def format_compact(value: float) -> str:
+    """An axis tick as ``200K``, ``1.5M``, ``950`` (no trailing ``.0``)."""
+    value = float(value)
+    for size, suffix in ((1e9, "B"), (1e6, "M"), (1e3, "K")):
+        if abs(value) >= size:
+            text = f"{value / size:.1f}".removesuffix(".0")
+            return text + suffix
+    return f"{value:,.0f}" if value == round(value) else f"{value:g}"
 
 
 def format_change(value: float | None, current=0.0, recommended=0.0) -> str:
@@ -99,3 +156,37 @@ def number_format(column: str) -> str | None:
         return "%,.0f"
     return None
 
+
+
+#: Human labels of the analysis frames' columns (the CLI keeps the machine names).
+COLUMN_LABELS = {
+    "task_type": "Task type", "run_id": "Run ID", "service_name": "Service", "models": "Models",
+    "model": "Model", "n": "Runs", "n_cost": "Priced runs", "runs": "Runs",
+    "cost_usd": "Cost (USD)", "stop_reason": "Stop reason", "usage_status": "Usage",
+    "low_sample": "Sample", "finished_runs": "Finished runs", "budget_stops": "Budget stops",
+    "limit_total_tokens": "Token limit", "ts_utc": "Time", "start_utc": "Start",
+    "tool_name": "Tool", "percent": "Used (%)", "key": "Limit", "current": "Current limit",
+    "recommended": "Recommended", "change": "Change", "name": "Event", "turn": "Turn",
+}
+_PREFIXES = (("p50_", "P50 "), ("p95_", "P95 "), ("max_", "Max "), ("limit_", "Limit "))
+
+
+def column_label(column: str) -> str:
+    """The human label of a table column: ``p50_total_tokens`` -> ``P50 total tokens``,
+    ``max_cost_usd`` -> ``Max cost (USD)``, ``duration_s`` -> ``Duration (s)``,
+    ``task_type`` -> ``Task type`` (``COLUMN_LABELS`` first)."""
+    if column in COLUMN_LABELS:
+        return COLUMN_LABELS[column]
+    head, rest = "", column
+    for prefix, text_ in _PREFIXES:
+        if column.startswith(prefix):
+            head, rest = text_, column[len(prefix):]
+            break
+    unit = ""
+    if rest.endswith("_usd"):
+        rest, unit = rest[:-4], " (USD)"
+    elif rest.endswith("_s"):
+        rest, unit = rest[:-2], " (s)"
+    words = rest.replace("_", " ")
+    label = f"{head}{words}{unit}"
+    return label[:1].upper() + label[1:]

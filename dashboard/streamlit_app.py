@@ -19,13 +19,16 @@ from dashboard import data
 HERE = Path(__file__).resolve().parent
 
 WINDOWS = {
-    "All data": None,
+    "Last 14 days": 14,
     "Last 24 hours": 1,
     "Last 7 days": 7,
-    "Last 14 days": 14,
     "Last 30 days": 30,
+    "All data": None,
     "Custom range": "custom",
 }
+#: The window the dashboard opens with: the CLI's default (``analysis.window_filters`` with
+#: ``--window-days`` 14, ending at the newest run), so both show the same numbers by default.
+DEFAULT_WINDOW = "Last 14 days"
 REFRESH = {"Off": None, "5 s": 5, "30 s": 30}
 #: While the store is unavailable the app retries this often (seconds), refresh on or off.
 RETRY_S = 2
@@ -87,7 +90,7 @@ def _initial_refresh() -> str:
 
 def sidebar_filters():
     """Draw the shared filters; return a ``Filters`` (raises data.DataUnavailable)."""
-    from dashboard.analysis import Filters
+    from dashboard.analysis import Filters, window_filters
 
     extent = data.query("data_extent")
     options = data.query("filter_options")
@@ -97,8 +100,11 @@ def sidebar_filters():
         st.caption(f"Store `{data.db_path().name}` · {n_runs:,} runs")
         tz = st.selectbox("Time zone", _zones(), key="app_tz",
                           help="Days and hours are bucketed in this zone; stored times are UTC.")
-        window = st.selectbox("Time window", list(WINDOWS), key="app_window",
-                              help="'All data' spans the data's extent, new runs included.")
+        window = st.selectbox(
+            "Time window", list(WINDOWS), key="app_window",
+            index=list(WINDOWS).index(DEFAULT_WINDOW),
+            help="The last N days ending at the newest run (as the CLI's --window-days: an old "
+                 "store still shows); 'All data' spans the data's whole extent.")
         start_utc = end_utc = None
         if WINDOWS[window] == "custom":
             today = dt.date.today()
@@ -109,8 +115,9 @@ def sidebar_filters():
                 start_utc = _local_midnight_utc(chosen[0], tz)
                 end_utc = _local_midnight_utc(chosen[1] + dt.timedelta(days=1), tz)
         elif WINDOWS[window]:
-            anchor = last or dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)
-            start_utc = anchor - dt.timedelta(days=WINDOWS[window])
+            # The CLI's window: [newest - N days, newest]; the end stays open so runs committed
+            # after this read show at the next refresh instead of being cut off.
+            start_utc = window_filters(WINDOWS[window], now_utc=last).start_utc
         if first and last:
             st.caption(f"Data: {_to_local(first, tz):%Y-%m-%d %H:%M} → "
                        f"{_to_local(last, tz):%Y-%m-%d %H:%M} ({tz})")
@@ -173,9 +180,12 @@ def main() -> None:
         st.session_state[data.FILTERS_KEY] = sidebar_filters()
         page.run()
     except data.DataUnavailable as error:
-        st.session_state[data.UNAVAILABLE_KEY] = "missing" if error.missing else "busy"
+        st.session_state[data.UNAVAILABLE_KEY] = error.state
         if error.missing:
             st.info(f"**No data yet.** {error}", icon=":material/database:")
+        elif error.invalid:
+            st.error(f"**This file is not a budgetlens store:** {error}",
+                     icon=":material/error:")
         else:
             st.warning(f"**Data unavailable, retrying…** {error}",
                        icon=":material/hourglass_top:")

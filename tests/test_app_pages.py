@@ -107,10 +107,15 @@ def test_every_page_renders_its_charts_without_an_exception(sample_store, monkey
     assert at.title[0].value
 
 
+def _cli_window(conn) -> analysis.Filters:
+    """The CLI's default window: the last 14 days ending at the newest run."""
+    return analysis.window_filters(14, now_utc=analysis.data_extent(conn)[1])
+
+
 def test_overview_tiles_show_the_analysis_numbers(sample_store, monkeypatch):
     at = _app(sample_store, monkeypatch)
     with read_connection(sample_store) as conn:
-        expected = analysis.overview(conn, analysis.Filters())
+        expected = analysis.overview(conn, _cli_window(conn))
     tiles = _metrics(at)
     assert tiles["Runs"] == f"{expected.runs:,}"
     assert tiles["Cost"] == charts.format_usd(expected.cost_usd)
@@ -189,7 +194,7 @@ def test_fully_priced_runs_show_no_unpriced_note(controlled_store, monkeypatch):
 def test_presets_follow_the_multiplier_control(sample_store, monkeypatch):
     at = _app(sample_store, monkeypatch, "presets")
     with read_connection(sample_store) as conn:
-        baselines = analysis.baselines(conn, analysis.Filters())
+        baselines = analysis.baselines(conn, _cli_window(conn))
     table = at.dataframe[0].value
     expected = analysis.presets(baselines, 1.5)["max_total_tokens"]
     assert list(table["max_total_tokens"]) == list(expected)
@@ -417,3 +422,100 @@ def null_heavy_tasks() -> tuple[str, ...]:
     from browser.live_writer import NULL_HEAVY_TASKS
 
     return NULL_HEAVY_TASKS
+
+
+# --- review fixes: the default window, a file that is not a store, formats and labels -----------
+def test_the_default_window_is_the_clis_last_14_days_so_both_show_the_same_numbers(
+        tmp_path, monkeypatch):
+    path = tmp_path / "long.duckdb"
+    write_sample(path, days=30, seed=5, runs_per_day=6)
+    at = _app(path, monkeypatch)
+    assert at.selectbox(key="app_window").value == "Last 14 days"
+    with read_connection(path) as conn:
+        windowed = analysis.overview(conn, _cli_window(conn))
+        everything = analysis.overview(conn, analysis.Filters())
+    assert windowed.runs < everything.runs  # the window really leaves older runs out
+    assert _metrics(at)["Runs"] == f"{windowed.runs:,}"
+    at.selectbox(key="app_window").set_value("All data").run()
+    assert _metrics(at)["Runs"] == f"{everything.runs:,}"
+
+
+@pytest.mark.parametrize("content", [b"run_id,task_type\nr1,qa\n", b"\x00" * 4096])
+def test_a_file_that_is_not_a_duckdb_store_is_an_error_not_a_retry_loop(tmp_path, monkeypatch,
+                                                                       content):
+    path = tmp_path / "runs.csv"
+    path.write_bytes(content)
+    at = _app(path, monkeypatch)
+    assert not at.exception
+    assert at.error and at.error[0].value.startswith("**This file is not a budgetlens store:**")
+    assert str(path) in at.error[0].value
+    assert not at.warning  # no "retrying…"
+    assert at.session_state[data.UNAVAILABLE_KEY] == "invalid"
+    assert not at.metric
+
+
+def _column_configs(frame_element) -> dict:
+    import json
+
+    return json.loads(frame_element.proto.columns)
+
+
+def test_preset_costs_use_the_clis_usd_format_never_zero_dollars(null_heavy_store, monkeypatch):
+    at = _app(null_heavy_store, monkeypatch, "presets")
+    with read_connection(null_heavy_store) as conn:
+        baselines = analysis.baselines(conn, _cli_window(conn))
+    expected = analysis.presets(baselines, 1.5).set_index("task_type")["max_cost_usd"]
+    shown = at.dataframe[0].value.set_index("task_type")["max_cost_usd"]
+    for task, value in expected.items():
+        assert shown[task] == charts.format_usd(value, unpriced="—")
+        assert shown[task] != "$0.00"
+
+
+@pytest.mark.parametrize("page, frame, wanted", [
+    ("overview", 0, {"task_type": "Task type", "p95_total_tokens": "P95 total tokens",
+                     "cost_usd": "Cost (USD)"}),
+    ("cost", 0, {"run_id": "Run ID", "cost_usd": "Cost (USD)", "total_tokens": "Total tokens"}),
+    ("baselines", 0, {"p50_total_tokens": "P50 total tokens", "low_sample": "Sample",
+                      "p95_cost_usd": "P95 cost (USD)"}),
+    ("presets", 0, {"max_total_tokens": "Max total tokens", "max_cost_usd": "Max cost (USD)"}),
+    ("runs", 0, {"run_id": "Run ID", "start_utc": "Start (UTC)", "cost_usd": "Cost (USD)"}),
+])
+def test_tables_show_human_labels_with_the_key_columns_first(sample_store, monkeypatch, page,
+                                                             frame, wanted):
+    at = _app(sample_store, monkeypatch, page)
+    element = at.dataframe[frame]
+    configs = _column_configs(element)
+    labels = {name: config.get("label") for name, config in configs.items()}
+    for column, label in wanted.items():
+        assert labels.get(column) == label, labels
+    order = list(element.proto.column_order)
+    assert "cost_usd" not in order or order.index("cost_usd") <= 5  # never behind the long tail
+
+
+def test_low_sample_is_a_text_badge_not_a_checkbox(null_heavy_store, monkeypatch):
+    at = _app(null_heavy_store, monkeypatch, "baselines")
+    table = at.dataframe[0].value.set_index("task_type")
+    assert set(table["low_sample"]) <= {"low sample", ""}
+    assert table.loc["rare_task", "low_sample"] == "low sample"
+    config = _column_configs(at.dataframe[0])["low_sample"]
+    assert config.get("type_config", {}).get("type") != "checkbox"
+
+
+def test_rates_read_as_one_decimal_percent_in_tables(controlled_store, monkeypatch):
+    at = _app(controlled_store, monkeypatch, "hit_rate")
+    daily = at.dataframe[0]
+    configs = _column_configs(daily)
+    assert configs["hit_rate"]["type_config"]["format"] == "%.1f %%"
+    assert max(daily.value["hit_rate"]) == pytest.approx(30.0)  # 6 of 20 runs, shown as 30.0 %
+
+
+def test_runs_without_any_limit_read_no_budget_not_a_zero_hit_rate(imported_store, monkeypatch):
+    import json
+
+    for page, tile in (("overview", "Budget hit rate"), ("hit_rate", "Hit rate")):
+        at = _app(imported_store, monkeypatch, page)
+        assert _metrics(at)[tile] == "no budget"
+    spec = json.loads(at.get("plotly_chart")[0].proto.spec)  # the daily hit-rate lines
+    drawn = [v for trace in spec["data"] if trace.get("mode") == "lines+markers"
+             for v in _values(trace["y"]) if v is not None and v == v]
+    assert drawn == []  # gaps, never a line at 0 %

@@ -142,7 +142,8 @@ def test_preset_comparison_puts_current_limit_next_to_the_recommendation():
     assert list(recommended.y) == [264_000, 43_000]
     assert list(recommended.text) == ["+76 %", ""]  # only changes are printed on the bars
     assert list(recommended.hovertext) == ["+76 %", "no current limit"]
-    assert fig.layout.yaxis.title.text == "max_total_tokens (tokens)"
+    assert fig.layout.yaxis.title.text == "Max total tokens (tokens)"  # a human label
+    assert list(fig.layout.yaxis.ticktext)[:3] == ["0", "100K", "200K"]  # not Plotly's 200k
 
 
 @pytest.mark.parametrize(
@@ -250,3 +251,45 @@ def test_preset_comparison_says_when_no_run_had_the_limit():
     fig = charts.preset_comparison(changes, "max_turns")
     assert [t.name for t in fig.data] == ["recommended preset"]
     assert _annotations(fig) == ["No run ran under a max_turns limit: recommendations only"]
+
+
+def test_days_without_a_budgeted_run_are_gaps_in_the_hit_rate_line_not_zero():
+    daily = pd.DataFrame({
+        "day": [dt.date(2026, 11, d) for d in (20, 21, 22)],
+        "task_type": ["qa"] * 3, "finished_runs": [10, 4, 10], "budget_stops": [2, 0, 1],
+        "interventions": [2, 0, 1], "hit_rate": [0.2, None, 0.1],
+        "intervention_rate": [0.2, None, 0.1],
+    })
+    line = charts.hit_rate_daily(daily).data[0]
+    values = list(line.y)
+    assert values[0] == pytest.approx(20.0) and values[2] == pytest.approx(10.0)
+    assert math.isnan(values[1])  # a gap, never 0 %
+    assert line.connectgaps is False
+
+
+def test_a_task_type_without_budgeted_runs_reads_no_budget_instead_of_a_zero_bar():
+    per_task = pd.DataFrame({"task_type": ["imported", "qa"], "hit_rate": [None, 0.3],
+                             "intervention_rate": [None, 0.4]})
+    fig = charts.rate_by_task(per_task)
+    hit = next(t for t in fig.data if t.name == "hit rate (budget stops)")
+    assert math.isnan(list(hit.x)[list(hit.y).index("imported")])
+    note = next(t for t in fig.data if t.type == "scatter")
+    assert list(note.y) == ["imported"] and list(note.text) == ["no budget"]
+    assert fig.layout.yaxis.automargin  # long task-type names are never cut off
+
+
+@pytest.mark.parametrize("top, labels", [(210_000, ["0", "50K", "100K", "150K", "200K"]),
+                                         (1_600_000, ["0", "500K", "1M", "1.5M"])])
+def test_token_axes_read_like_the_tiles(top, labels):
+    calls = pd.DataFrame({"turn": [1, 2], "cumulative_tokens": [top / 2, top],
+                          "reserved_tokens": [None, None]})
+    fig = charts.run_turns(calls)
+    assert list(fig.layout.yaxis.ticktext)[:len(labels)] == labels
+
+
+def test_cost_axes_never_round_a_small_cost_to_zero_dollars():
+    df = pd.DataFrame({"period_start": [dt.datetime(2026, 11, 20)], "key": ["m"],
+                       "cost_usd": [0.0039], "runs": [1], "unpriced_calls": [0]})
+    fig = charts.cost_stacked(df)
+    assert fig.layout.yaxis.tickformat == "$,.3~g"
+    assert "$,.2f" not in fig.data[0].hovertemplate

@@ -228,3 +228,32 @@ def test_another_dashboard_answering_on_the_port_is_not_taken_for_the_demos_own(
     assert result.returncode == 1
     assert "Dashboard:" not in result.stdout  # no banner pointing at someone else's server
     assert f"the dashboard did not start on 127.0.0.1:{port}: the port is in use" in result.stderr
+
+
+def _dashboard(tmp_path, *args) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "collector.cli", "dashboard", *args],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=60)
+
+
+def test_dashboard_fails_naming_the_port_before_printing_an_address_when_it_is_taken(tmp_path):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = _dashboard(tmp_path, "--db", str(tmp_path / "none.duckdb"), "--port", str(port))
+    assert result.returncode == 1
+    assert "http://" not in result.stdout  # no address that is not ours
+    lines = [line for line in result.stderr.splitlines() if "error" in line]
+    assert len(lines) == 1 and f"port {port} is in use" in lines[0]
+
+
+@pytest.mark.parametrize("content", [b"run_id,task_type\nr1,qa\n", b"\x00" * 4096])
+def test_dashboard_refuses_a_file_that_is_not_a_duckdb_store_in_one_line(tmp_path, free_port,
+                                                                        content):
+    path = tmp_path / "runs.csv"
+    path.write_bytes(content)
+    result = _dashboard(tmp_path, "--db", str(path), "--port", str(free_port))
+    assert result.returncode == 1
+    assert result.stdout == ""
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "not a budgetlens store" in lines[0] and str(path) in lines[0]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import socket
 import sys
 from pathlib import Path
 
@@ -67,6 +68,45 @@ def streamlit_command(db: Path, host: str, port: int) -> tuple[list[str], dict[s
     return argv, env
 
 
+def port_in_use(host: str, port: int) -> bool:
+    """True when something already listens on ``host:port`` (a bind with SO_REUSEADDR fails).
+
+    SO_REUSEADDR, as the servers use it, lets a port in TIME_WAIT count as free; an unknown
+    host counts as free (the server reports it itself).
+    """
+    address = "127.0.0.1" if host in ("0.0.0.0", "") else host
+    try:
+        infos = socket.getaddrinfo(address, port, type=socket.SOCK_STREAM)
+    except socket.gaierror:
+        return False
+    family, _, _, _, sockaddr = infos[0]
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(sockaddr)
+        except OSError:
+            return True
+    return False
+
+
+def store_problem(db: Path) -> str | None:
+    """Why ``db`` cannot be served, or None when it can: a missing file is fine (the dashboard
+    waits for it), so is a DuckDB file another process holds; a path DuckDB cannot open (not a
+    DuckDB file, a directory, no permission) gives the store's one-line reason."""
+    from collector.store import StoreError, StoreMissing, read_connection
+    from collector.store.connection import is_lock_conflict
+
+    try:
+        with read_connection(db, timeout_s=1.0):
+            return None
+    except StoreMissing:
+        return None
+    except StoreError as error:
+        if error.__cause__ is not None and is_lock_conflict(error.__cause__):
+            return None
+        return str(error)
+
+
 def url(host: str, port: int) -> str:
     """The address a browser opens (``localhost`` for a wildcard bind)."""
     shown = "localhost" if host in ("0.0.0.0", "::", "") else host
@@ -91,7 +131,21 @@ def register(subparsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
     db = config.resolve_db_path(args.db)
-    host, port = resolve_server(args)
+    try:
+        host, port = resolve_server(args)
+    except ValueError as error:
+        print(f"budgetlens dashboard: error: {error}", file=sys.stderr)
+        return 1
+    if db.exists():
+        problem = store_problem(db)
+        if problem:
+            print(f"budgetlens dashboard: error: not a budgetlens store: {problem}",
+                  file=sys.stderr)
+            return 1
+    if port_in_use(host, port):
+        print(f"budgetlens dashboard: error: port {port} is in use on {host} (another "
+              "dashboard or demo?); pick another with --port", file=sys.stderr)
+        return 1
     argv, env = streamlit_command(db, host, port)
     if not db.exists():
         print(f"budgetlens dashboard: no store at {db} yet; the dashboard will show it once "

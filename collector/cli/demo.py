@@ -16,18 +16,25 @@ from pathlib import Path
 
 from collector import config
 from collector.cli._common import add_db_argument
-from collector.cli.dashboard_cmd import add_server_arguments, resolve_server, streamlit_command, url
+from collector.cli.dashboard_cmd import (
+    add_server_arguments, port_in_use, resolve_server, streamlit_command, url,
+)
 
 DEFAULT_COLLECTOR_PORT = 4318
 READY_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 10.0
 
 DESCRIPTION = """\
-Try budgetlens in one command. Builds the store from the committed sample
-(sample_data/, 14 days of agent runs) when the store is missing or empty, starts the OTLP/HTTP
-collector on that store (budgetlens collector) and the dashboard (budgetlens dashboard), and
-prints both addresses: open the dashboard in a browser, and point an agent at the collector
-with OTEL_EXPORTER_OTLP_ENDPOINT. New runs show in the dashboard with auto-refresh on.
+Try budgetlens in one command.
+
+- Builds the store from the committed sample (sample_data/, 14 days of agent
+  runs) when the store is missing or empty.
+- Starts the OTLP/HTTP collector on that store (budgetlens collector) and the
+  dashboard (budgetlens dashboard), and prints both addresses.
+- Open the dashboard in a browser; point an agent at the collector with
+  OTEL_EXPORTER_OTLP_ENDPOINT. New runs show in the dashboard (auto-refresh
+  on).
+
 Ctrl-C stops both.
 """
 
@@ -57,24 +64,8 @@ def _free_port(host: str) -> int:
         return sock.getsockname()[1]
 
 
-def _port_in_use(host: str, port: int) -> bool:
-    """True when something already listens on ``host:port`` (a bind with SO_REUSEADDR fails).
-
-    SO_REUSEADDR, as the servers use it, lets a port in TIME_WAIT count as free.
-    """
-    address = "127.0.0.1" if host in ("0.0.0.0", "") else host
-    try:
-        infos = socket.getaddrinfo(address, port, type=socket.SOCK_STREAM)
-    except socket.gaierror:
-        return False  # let the server report the unknown host itself
-    family, _, _, _, sockaddr = infos[0]
-    with socket.socket(family, socket.SOCK_STREAM) as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind(sockaddr)
-        except OSError:
-            return True
-    return False
+#: Kept for callers of the old private name; ``dashboard_cmd.port_in_use`` is the one check.
+_port_in_use = port_in_use
 
 
 def _answers(address: str, timeout_s: float = 1.0) -> bool:
@@ -125,7 +116,7 @@ def _start_dashboard(db: Path, host: str, port: int, deadline: float):
     Raises RuntimeError naming the dashboard and the port when the port is already taken (by
     another demo, say: its answer must not pass for ours) or the process exits or stays silent.
     """
-    if _port_in_use(host, port):
+    if port_in_use(host, port):
         raise RuntimeError(f"the dashboard did not start on {host}:{port}: the port is in use "
                            "(another dashboard or demo?); pick another with --port")
     argv, env = streamlit_command(db, host, port)

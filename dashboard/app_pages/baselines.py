@@ -28,12 +28,11 @@ else:
         st.warning(f"Low sample (< {analysis.LOW_SAMPLE_RUNS} runs): {', '.join(low)}. Their P95 "
                    "is a rough guide; collect more runs before adopting a preset.",
                    icon=":material/science:")
-    shown = table.copy()
-    for column in [c for c in shown.columns if c.endswith("_cost_usd")]:
-        shown[column] = [charts.format_usd(v, unpriced=MISSING) for v in shown[column]]
     st.caption("P50 and P95 are interpolated (quantile_cont) and shown with one decimal; "
                "cost columns use only fully priced runs (n_cost); — = no value.")
-    _ui.table(shown, column_config={"low_sample": st.column_config.CheckboxColumn("low sample")})
+    _ui.table(table, unpriced=MISSING, first=(
+        "task_type", "model", "n", "low_sample", "p50_total_tokens", "p95_total_tokens",
+        "max_total_tokens", "n_cost", "p50_cost_usd", "p95_cost_usd", "max_cost_usd"))
     presets = analysis.presets(per_task, multiplier).set_index("task_type")
     limit_by_task = (limits.set_index("task_type")["limit_total_tokens"].to_dict()
                      if not limits.empty else {})

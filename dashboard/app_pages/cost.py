@@ -52,5 +52,5 @@ else:
                                       colors=_ui.task_colors()), "cost_by_task")
     _ui.chart(charts.cost_per_run(per_run, colors=_ui.task_colors()), "cost_per_run")
     st.subheader("Most expensive runs")
-    shown = _ui.local_time(_ui.usd_column(top), "start_utc", f.tz)
-    _ui.table(shown.rename(columns={"start_utc": f"start ({f.tz})"}))
+    _ui.table(top, tz=f.tz, first=("run_id", "cost_usd", "task_type", "total_tokens",
+                                   "stop_reason", "models", "start_utc"))

@@ -7,6 +7,7 @@ import streamlit as st
 
 from dashboard import charts, data
 from dashboard.app_pages import _ui
+from dashboard.formatting import format_hit_rate
 
 f = data.filters()
 ov = data.query("overview", f)
@@ -19,12 +20,14 @@ _ui.alarm_banner(ov.per_task, daily)
 stops = int(daily["budget_stops"].sum()) if not daily.empty else 0
 interventions = int(daily["interventions"].sum()) if not daily.empty else 0
 _ui.tiles([
-    ("Hit rate", charts.format_percent(ov.hit_rate), "Budget stops / finished runs"),
+    ("Hit rate", format_hit_rate(ov.hit_rate, ov.finished_runs),
+     "Budget stops / finished budgeted runs; no budget = none of the runs ran under a limit"),
     ("Budget stops", f"{stops:,}", None),
-    ("Intervention rate", charts.format_percent(ov.intervention_rate),
+    ("Intervention rate", format_hit_rate(ov.intervention_rate, ov.finished_runs),
      "Budget stops plus downgraded or summarized runs"),
     ("Interventions", f"{interventions:,}", None),
-    ("Finished runs", f"{ov.finished_runs:,}", None),
+    ("Budgeted runs", f"{ov.budgeted_runs:,} of {ov.finished_runs:,}",
+     "Finished runs that ran under a budget (at least one limit): the rates' denominator"),
 ])
 if ov.runs == 0:
     _ui.no_runs(f)
@@ -39,8 +42,5 @@ else:
     _ui.chart(charts.hit_rate_daily(daily, rate="intervention_rate", colors=colors),
               "hit_rate_interventions")
     with st.expander("Daily figures"):
-        _ui.table(daily, column_config={
-            "hit_rate": st.column_config.NumberColumn("hit rate", format="percent"),
-            "intervention_rate": st.column_config.NumberColumn("intervention rate",
-                                                               format="percent"),
-        })
+        _ui.table(daily, first=("day", "task_type", "hit_rate", "budgeted_runs",
+                                 "finished_runs"))

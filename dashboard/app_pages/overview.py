@@ -7,6 +7,7 @@ import streamlit as st
 
 from dashboard import charts, data
 from dashboard.app_pages import _ui
+from dashboard.formatting import format_hit_rate
 
 f = data.filters()
 ov = data.query("overview", f)
@@ -17,18 +18,20 @@ _ui.header("Overview", "What the agents cost and how often their budgets stop th
 _ui.alarm_banner(ov.per_task, daily)
 no_runs = ov.runs == 0
 _ui.tiles([
-    ("Runs", f"{ov.runs:,}", f"{ov.finished_runs:,} finished"),
+    ("Runs", f"{ov.runs:,}", f"{ov.finished_runs:,} finished, {ov.budgeted_runs:,} of them "
+     "under a budget (the hit rate's denominator)"),
     ("Cost", "—" if no_runs else charts.format_usd(ov.cost_usd),
      f"Known spend: the priced calls of {ov.priced_runs:,} runs (USD, prices from "
      "genai-prices); unpriced usage is not included, never counted as $0"),
-    ("Budget hit rate", charts.format_percent(ov.hit_rate),
-     "Finished runs stopped by a budget (stop reason budget_*); alarm above 20 %"),
+    ("Budget hit rate", format_hit_rate(ov.hit_rate, ov.finished_runs),
+     "Finished budgeted runs stopped by a budget (stop reason budget_*); alarm above 20 %; "
+     "no budget = none of the runs ran under a limit"),
     ("P95 tokens / run", charts.format_tokens(ov.p95_total_tokens),
      "95th percentile of total tokens per run (quantile_cont): "
      + ("n/a" if ov.p95_total_tokens is None else f"{ov.p95_total_tokens:,.1f}")),
 ])
 _ui.tiles([
-    ("Intervention rate", charts.format_percent(ov.intervention_rate),
+    ("Intervention rate", format_hit_rate(ov.intervention_rate, ov.finished_runs),
      "Budget stops plus downgraded or summarized runs"),
     ("Priced runs", f"{ov.priced_runs:,}",
      f"Runs with a cost; {ov.partially_priced_runs:,} of them also had unpriced calls or "
@@ -57,17 +60,14 @@ else:
                                       colors=_ui.task_colors()), "overview_cost")
     _ui.chart(charts.runs_per_day(daily, colors=_ui.task_colors()), "overview_runs_per_day")
     st.subheader("Per task type")
-    table = _ui.usd_column(ov.per_task)
     _ui.table(
-        table,
+        ov.per_task,  # rates become 0..100 in _ui.display_frame
+        first=("task_type", "runs", "budgeted_runs", "hit_rate", "intervention_rate", "cost_usd"),
         column_config={
-            "task_type": "Task type",
-            "runs": st.column_config.NumberColumn("Runs", format="%d"),
-            "hit_rate": st.column_config.ProgressColumn("Hit rate", format="percent",
-                                                        min_value=0.0, max_value=1.0),
+            "hit_rate": st.column_config.ProgressColumn(
+                "Hit rate", format="%.1f %%", min_value=0.0, max_value=100.0,
+                help="Budget stops / finished budgeted runs; — = no budgeted run"),
             "intervention_rate": st.column_config.ProgressColumn(
-                "Intervention rate", format="percent", min_value=0.0, max_value=1.0),
-            "p95_total_tokens": st.column_config.NumberColumn("P95 tokens", format="%,.1f"),
-            "cost": "Cost (USD)",
+                "Intervention rate", format="%.1f %%", min_value=0.0, max_value=100.0),
         },
     )

@@ -9,6 +9,7 @@ import streamlit as st
 from collector.preset_format import LIMIT_KEYS
 from dashboard import analysis, charts, data, presets_export
 from dashboard.app_pages import _ui
+from dashboard.formatting import MISSING, column_label
 
 
 def render() -> None:
@@ -51,12 +52,11 @@ def render() -> None:
     st.subheader("Recommended presets")
     st.caption("— = no recommendation: no run of the task type reported that figure (a cost "
                "preset needs fully priced runs).")
-    _ui.table(recommended, column_config={
-        "low_sample": st.column_config.CheckboxColumn("low sample"),
-        "max_cost_usd": st.column_config.NumberColumn("max_cost_usd", format="$%.2f"),
-        **{k: st.column_config.NumberColumn(k, format="%,d") for k in LIMIT_KEYS
-           if not k.endswith("_usd")},
-    })
+    _ui.table(recommended, unpriced=MISSING,
+              first=("task_type", "n", "low_sample", "max_total_tokens", "max_cost_usd"),
+              column_config={k: st.column_config.NumberColumn(
+                  column_label(k), format="%,.0f", help=f"Preset file key {k}")
+                  for k in LIMIT_KEYS if not k.endswith("_usd")})
 
     st.subheader("Change against the limits the runs ran under")
     key = st.selectbox("Limit", LIMIT_KEYS, key="presets_key")
@@ -67,10 +67,15 @@ def render() -> None:
                        in zip(shown["change_pct"], shown["current"], shown["recommended"])]
     for column in ("current", "recommended"):
         shown[column] = pd.to_numeric(shown[column], errors="coerce")
-    value_format = "$%.2f" if key.endswith("_usd") else "%,.0f"
-    _ui.table(shown.drop(columns=["change_pct"]), column_config={
-        c: st.column_config.NumberColumn(c, format=value_format) for c in ("current", "recommended")
-    })
+    if key.endswith("_usd"):  # the CLI's USD format, as text
+        shown = shown.rename(columns={c: f"{c}_usd" for c in ("current", "recommended")})
+        labels = {"current_usd": "Current limit (USD)", "recommended_usd": "Recommended (USD)"}
+    else:
+        labels = {c: st.column_config.NumberColumn(column_label(c), format="%,.0f")
+                  for c in ("current", "recommended")}
+    _ui.table(shown.drop(columns=["change_pct"]), unpriced=MISSING, column_config=labels,
+              first=("task_type", "current", "current_usd", "recommended", "recommended_usd",
+                     "change", "key"))
     with st.expander("Preview of the preset file (YAML)"):
         st.code(presets_export.to_yaml(document), language="yaml")
 

@@ -32,8 +32,9 @@ def render() -> None:
 
     newest = f" (the newest {PAGE_SIZE})" if len(table) == PAGE_SIZE else ""
     st.caption(f"{len(table):,} runs shown{newest}")
-    shown = _ui.local_time(_ui.usd_column(table), "start_utc", f.tz)
-    _ui.table(shown.rename(columns={"start_utc": f"start ({f.tz})"}), height=280)
+    _ui.table(table, tz=f.tz, height=280 if len(table) > 7 else "auto", first=(
+        "run_id", "start_utc", "task_type", "cost_usd", "total_tokens", "stop_reason", "turns",
+        "tool_calls", "models", "service_name"))
 
     labels = {row.run_id: " · ".join(text(v) for v in (row.run_id, row.task_type,
                                                           row.stop_reason))
@@ -73,21 +74,24 @@ def render() -> None:
     else:
         _ui.chart(charts.run_turns(detail.calls, detail.events, limit, run_id=run_id),
                   "runs_turns")
-    left, right = st.columns([3, 2])
+    left, right = st.columns([1, 1])
     with left:
         st.markdown("**Model calls**")
-        calls = _ui.usd_column(_ui.local_time(detail.calls, "start_utc", f.tz))
-        if calls.empty:
+        if detail.calls.empty:
             st.caption("No model calls recorded.")
         else:
-            _ui.table(calls.rename(columns={"start_utc": f"start ({f.tz})"}))
+            _ui.table(detail.calls.drop(columns=["limit_total_tokens"], errors="ignore"),
+                      tz=f.tz, first=("turn", "model", "reserved_tokens", "cumulative_tokens",
+                                      "cost_usd", "input_tokens", "output_tokens"))
     with right:
         st.markdown("**Budget events**")
         if detail.events.empty:
             st.caption("No warnings, downgrades, summaries, tool calls or stops were recorded.")
         else:
-            events = _ui.local_time(detail.events, "ts_utc", f.tz)
-            _ui.table(events.rename(columns={"ts_utc": f"time ({f.tz})"}))
+            events = detail.events.assign(
+                name=detail.events["name"].str.removeprefix("budgetlens."))
+            _ui.table(events, tz=f.tz, first=("ts_utc", "name", "tool_name", "reason",
+                                              "from_model", "to_model", "used_tokens", "percent"))
 
 
 render()

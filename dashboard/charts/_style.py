@@ -9,7 +9,7 @@ from typing import Iterable, Sequence
 import pandas as pd
 import plotly.graph_objects as go
 
-from dashboard.formatting import format_tokens, is_missing
+from dashboard.formatting import format_compact, is_missing
 
 #: The alarm line of the budget hit rate (design §6): above it a budget is too tight or the
 #: agent has a bug.
@@ -103,7 +103,7 @@ def _base(title: str, x_title: str, y_title: str, *, height: int = 360) -> go.Fi
         hovermode="x unified",
     )
     fig.update_xaxes(title_text=x_title, title_standoff=6, automargin=True)
-    fig.update_yaxes(title_text=y_title, rangemode="tozero")
+    fig.update_yaxes(title_text=y_title, rangemode="tozero", automargin=True)
     return fig
 
 
@@ -124,8 +124,8 @@ def _count_axis(fig: go.Figure, top: float, axis: str = "y") -> None:
 
 
 def _log_ticks(low: float, high: float) -> tuple[list[float], list[str]]:
-    """Tick values and ``format_tokens`` labels for a log axis over [low, high]: 1-2-5 steps,
-    thinned to powers of ten when there are more than 9."""
+    """Tick values and ``format_compact`` labels (``200K``) for a log axis over [low, high]:
+    1-2-5 steps, thinned to powers of ten when there are more than 9."""
     first, last = math.floor(math.log10(low)), math.ceil(math.log10(high))
     for steps in ((1, 2, 5), (1,)):
         ticks = [m * 10 ** e for e in range(first, last + 1) for m in steps
@@ -135,7 +135,35 @@ def _log_ticks(low: float, high: float) -> tuple[list[float], list[str]]:
     if len(ticks) < 3:
         ticks = [m * 10 ** e for e in range(first, last + 1) for m in (1, 2, 3, 5, 7)
                  if low <= m * 10 ** e <= high]
-    return ticks, [format_tokens(t) for t in ticks]
+    return ticks, [format_compact(t) for t in ticks]
+
+
+def _nice_step(top: float, ticks: int = 5) -> float:
+    raw = top / ticks
+    power = 10 ** math.floor(math.log10(raw))
+    return next(m * power for m in (1, 2, 2.5, 5, 10) if m * power >= raw)
+
+
+def _token_axis(fig: go.Figure, top: float, axis: str = "y") -> None:
+    """Linear token ticks labelled like the rest of the dashboard (``200K``, ``1.5M``), not
+    Plotly's SI ``200k``. ``top``: the largest value drawn (tokens)."""
+    update = fig.update_yaxes if axis == "y" else fig.update_xaxes
+    if not top or not top > 0 or not math.isfinite(top):
+        return
+    step = _nice_step(float(top))
+    values = [k * step for k in range(0, int(top / step) + 2)]
+    update(tickvals=values, ticktext=[format_compact(v) for v in values])
+
+
+def _few_periods(fig: go.Figure, values, hours: float = 24) -> None:
+    """Keep a time axis with fewer than 4 distinct periods readable: one tick per period and a
+    period of room either side (Plotly would zoom to sub-second ticks around a single bar)."""
+    stamps = sorted(pd.to_datetime(pd.Series(list(values))).dropna().unique())
+    if not stamps or len(stamps) >= 4:
+        return
+    step = pd.Timedelta(hours=hours)
+    fig.update_xaxes(range=[stamps[0] - step, stamps[-1] + step], dtick=step.total_seconds() * 1000,
+                     tickformat="%b %d" if hours >= 24 else "%b %d %H:%M")
 
 
 def _require(df: pd.DataFrame, columns: Sequence[str], builder: str) -> None:

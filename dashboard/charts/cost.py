@@ -9,7 +9,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from dashboard.charts._style import (
-    EMPTY_TEXT, TASK_COLORS, _base, _colors, _count_axis, _empty, _require,
+    EMPTY_TEXT, TASK_COLORS, _base, _colors, _count_axis, _empty, _few_periods, _require,
 )
 from dashboard.formatting import format_usd
 
@@ -34,17 +34,18 @@ def cost_stacked(df: pd.DataFrame, *, period: str = "day", by: str = "model",
         fig.add_trace(go.Bar(
             x=part["period_start"], y=part["cost_usd"], name=str(key),
             marker_color=colors[str(key)],
-            hovertemplate="%{y:$,.2f}<extra>" + str(key) + "</extra>",
+            hovertemplate="%{y:$,.4~g}<extra>" + str(key) + "</extra>",
         ))
     fig.update_layout(barmode="stack", bargap=0.15)
-    fig.update_yaxes(tickprefix="$", tickformat=",.2f")
+    _few_periods(fig, priced["period_start"], hours=1 if period == "hour" else 24)
+    fig.update_yaxes(tickformat="$,.3~g")  # $0.005, $0.25, $12 (never $0.00 for a cost)
     return fig
 
 
 def bucket_label(low: float, high: float) -> str:
     """A cost bucket as ``$1.00–$1.78`` / ``$0.0178–$0.0316``: both edges in the dashboard's one
-    USD format (``format_usd``: cents from $1, four decimals below)."""
-    return f"{format_usd(low)}–{format_usd(high)}"
+    USD format (``format_usd``, with 3 significant figures below $1)."""
+    return f"{format_usd(low, digits=3)}–{format_usd(high, digits=3)}"
 
 
 def _two_lines(label: str) -> str:

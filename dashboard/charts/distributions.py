@@ -10,9 +10,9 @@ import plotly.graph_objects as go
 
 from dashboard.charts._style import (
     MARKER_COLORS, TASK_COLORS, _base, _count_axis, _empty, _log_ticks, _number, _require,
-    color_map,
+    _token_axis, color_map,
 )
-from dashboard.formatting import format_change, format_tokens
+from dashboard.formatting import column_label, format_change, format_tokens, is_missing
 
 
 def token_distribution(
@@ -86,7 +86,9 @@ def preset_comparison(changes: pd.DataFrame, key: str = "max_total_tokens") -> g
     _require(changes, ("task_type", "key", "current", "recommended"), "preset_comparison")
     unit = "USD" if key.endswith("_usd") else "s" if key.endswith("_s") else (
         "tokens" if key.endswith("_tokens") else "count")
-    fig = _base(f"Current limit vs recommended preset: {key}", "Task type", f"{key} ({unit})")
+    label = column_label(key).removesuffix(" (USD)").removesuffix(" (s)")
+    fig = _base(f"Current limit vs recommended preset: {label} ({key})", "Task type",
+                f"{label} ({unit})")
     part = changes[changes["key"] == key].sort_values("task_type")
     if part.empty:
         return _empty(fig)
@@ -105,4 +107,11 @@ def preset_comparison(changes: pd.DataFrame, key: str = "max_total_tokens") -> g
                          text=[t if t.endswith("%") else "" for t in texts],
                          textposition="outside", cliponaxis=False))
     fig.update_layout(barmode="group", hovermode="closest")
+    if unit == "tokens":
+        top = pd.concat([pd.to_numeric(part["current"], errors="coerce"),
+                         pd.to_numeric(part["recommended"], errors="coerce")]).max()
+        if not is_missing(top):
+            _token_axis(fig, float(top) * 1.1)
+    elif unit == "USD":
+        fig.update_yaxes(tickformat="$,.3~g")
     return fig

@@ -7,9 +7,10 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from dashboard.charts._style import (
-    HIT_RATE_ALARM, STOP_COLORS, TASK_COLORS, _alarm_line, _base, _colors, _empty, _require,
-    color_map,
+    HIT_RATE_ALARM, STOP_COLORS, TASK_COLORS, _alarm_line, _base, _colors, _count_axis, _empty,
+    _few_periods, _require, color_map,
 )
+from dashboard.formatting import NO_BUDGET
 
 
 def hit_rate_daily(df: pd.DataFrame, *, rate: str = "hit_rate",
@@ -18,7 +19,9 @@ def hit_rate_daily(df: pd.DataFrame, *, rate: str = "hit_rate",
     alarm line.
 
     ``df``: [day, task_type, finished_runs, budget_stops, interventions, hit_rate,
-    intervention_rate]; rates are 0..1. ``colors``: task type -> color (see ``color_map``).
+    intervention_rate]; rates are 0..1. A missing rate (None/NaN: no budgeted run that day)
+    is a gap in the line, never drawn as 0 %. ``colors``: task type -> color (see
+    ``color_map``).
     """
     _require(df, ("day", "task_type", rate, "finished_runs"), "hit_rate_daily")
     title = "Budget hit rate per day" if rate == "hit_rate" else "Intervention rate per day"
@@ -26,17 +29,22 @@ def hit_rate_daily(df: pd.DataFrame, *, rate: str = "hit_rate",
     if df.empty:
         return _empty(fig)
     colors = _colors(df["task_type"], colors, TASK_COLORS)
+    base = "budgeted_runs" if "budgeted_runs" in df.columns else "finished_runs"
+    noun = "budgeted runs" if base == "budgeted_runs" else "runs"
     for task, part in df.groupby("task_type", sort=True):
         part = part.sort_values("day")
         fig.add_trace(go.Scatter(
-            x=part["day"], y=part[rate] * 100, name=str(task), mode="lines+markers",
+            x=part["day"], y=pd.to_numeric(part[rate], errors="coerce") * 100, name=str(task),
+            mode="lines+markers", connectgaps=False,
             line={"color": colors[str(task)], "width": 2}, marker={"size": 5},
-            customdata=part[["finished_runs"]].to_numpy(),
-            hovertemplate="%{y:.1f} % of %{customdata[0]} runs<extra>" + str(task) + "</extra>",
+            customdata=part[[base]].to_numpy(),
+            hovertemplate="%{y:.1f} % of %{customdata[0]:,} " + noun + "<extra>" + str(task)
+            + "</extra>",
         ))
     _alarm_line(fig)
-    top = max(25.0, float((df[rate].fillna(0) * 100).max()) * 1.1)
+    top = max(25.0, float((pd.to_numeric(df[rate], errors="coerce").fillna(0) * 100).max()) * 1.1)
     fig.update_yaxes(range=[0, top], ticksuffix=" %")
+    _few_periods(fig, df["day"])
     return fig
 
 
@@ -44,18 +52,28 @@ def rate_by_task(df: pd.DataFrame) -> go.Figure:
     """Horizontal grouped bars of hit rate and intervention rate per task type, in %, with the
     20 % alarm line (vertical).
 
-    ``df``: [task_type, hit_rate, intervention_rate, ...] (e.g. ``Overview.per_task``).
+    ``df``: [task_type, hit_rate, intervention_rate, ...] (e.g. ``Overview.per_task``). A
+    task type without a hit rate (None/NaN: none of its runs ran under a limit) has no bar and
+    reads "no budget", never 0 %.
     """
     _require(df, ("task_type", "hit_rate", "intervention_rate"), "rate_by_task")
     fig = _base("Hit and intervention rate by task type", "Share of finished runs (%)", "")
     if df.empty:
         return _empty(fig)
-    df = df.sort_values("task_type", ascending=False)
+    df = df.sort_values("task_type", ascending=False).assign(
+        hit_rate=lambda d: pd.to_numeric(d["hit_rate"], errors="coerce"),
+        intervention_rate=lambda d: pd.to_numeric(d["intervention_rate"], errors="coerce"))
     fig.add_trace(go.Bar(y=df["task_type"], x=df["intervention_rate"] * 100, orientation="h",
                          name="intervention rate (+ downgrades, summaries)",
                          marker_color="#F58518", opacity=0.6))
     fig.add_trace(go.Bar(y=df["task_type"], x=df["hit_rate"] * 100, orientation="h",
                          name="hit rate (budget stops)", marker_color="#E45756"))
+    unbudgeted = df[df["hit_rate"].isna()]
+    if not unbudgeted.empty:
+        fig.add_trace(go.Scatter(
+            y=unbudgeted["task_type"], x=[0] * len(unbudgeted), mode="text", text=[NO_BUDGET] *
+            len(unbudgeted), textposition="middle right", showlegend=False, hoverinfo="skip",
+            textfont={"color": "#888", "size": 11}, name=NO_BUDGET))
     fig.add_vline(
         x=HIT_RATE_ALARM * 100, line_dash="dash", line_color="#E45756", line_width=1.5,
         annotation_text=f"{HIT_RATE_ALARM * 100:.0f} %", annotation_position="top",
@@ -65,7 +83,7 @@ def rate_by_task(df: pd.DataFrame) -> go.Figure:
     top = max(25.0, float(highest) * 110)
     fig.update_layout(barmode="group", hovermode="closest", legend_traceorder="reversed")
     fig.update_xaxes(range=[0, top], ticksuffix=" %")
-    fig.update_yaxes(rangemode=None)
+    fig.update_yaxes(rangemode=None, automargin=True)
     return fig
 
 
@@ -91,5 +109,6 @@ def stop_reasons(df: pd.DataFrame) -> go.Figure:
             hovertemplate="%{x} runs (%{customdata[0]:.1f} %)<extra>" + str(reason) + "</extra>",
         ))
     fig.update_layout(barmode="stack", hovermode="closest")
-    fig.update_yaxes(categoryorder="category descending", rangemode=None)
+    fig.update_yaxes(categoryorder="category descending", rangemode=None, automargin=True)
+    _count_axis(fig, float(df.groupby("task_type")["runs"].sum().max()), axis="x")
     return fig

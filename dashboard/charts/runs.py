@@ -6,7 +6,10 @@ from __future__ import annotations
 import pandas as pd
 import plotly.graph_objects as go
 
-from dashboard.charts._style import TASK_COLORS, _base, _colors, _empty, _number, _require
+from dashboard.charts._style import (
+    TASK_COLORS, _base, _colors, _count_axis, _empty, _few_periods, _number, _require,
+    _token_axis,
+)
 from dashboard.formatting import format_tokens, is_missing
 
 
@@ -57,6 +60,9 @@ def run_turns(calls: pd.DataFrame, events: pd.DataFrame | None = None,
     if events is not None and not events.empty and "start_utc" in calls.columns:
         _add_events(fig, calls, turns, events)
     fig.update_layout(hovermode="closest", bargap=0.4)
+    drawn = [pd.to_numeric(calls["cumulative_tokens"], errors="coerce").max(), reserved.max(),
+             limit_total_tokens]
+    _token_axis(fig, max(float(v) for v in drawn if not is_missing(v)) * 1.05)
     fig.update_xaxes(dtick=1 if len(calls) <= 30 else None)
     return fig
 
@@ -96,4 +102,6 @@ def runs_per_day(df: pd.DataFrame, *, colors: dict[str, str] | None = None) -> g
         fig.add_trace(go.Bar(x=part["day"], y=part["finished_runs"], name=str(task),
                              marker_color=colors[str(task)]))
     fig.update_layout(barmode="stack", bargap=0.15)
+    _count_axis(fig, float(df.groupby("day")["finished_runs"].sum().max()))
+    _few_periods(fig, df["day"])
     return fig
