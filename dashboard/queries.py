@@ -18,6 +18,8 @@ Percentiles are ``quantile_cont`` (linear interpolation between closest ranks, a
 
 from __future__ import annotations
 
+from collector.store.schema import RUN_COLUMNS
+
 #: The run filter as a CTE named ``filtered`` (one row per run of ``runs``).
 FILTERED = """
 filtered AS (
@@ -43,16 +45,8 @@ _LOCAL_DAY = f"CAST(date_trunc('day', {_LOCAL_BUCKET}) AS DATE)"
 #: Run-level predicates (stop reasons from ``collector.semconv``: budget stops start 'budget_').
 _IS_BUDGET_STOP = "starts_with(stop_reason, 'budget_')"
 _IS_INTERVENTION = f"({_IS_BUDGET_STOP} OR downgrades > 0 OR summaries > 0)"
-#: The limit columns of ``runs`` (the preset keys' ``limit_*``).
-_LIMIT_COLUMNS = (
-    "limit_total_tokens",
-    "limit_input_tokens",
-    "limit_output_tokens",
-    "limit_turns",
-    "limit_tool_calls",
-    "limit_duration_s",
-    "limit_cost_usd",
-)
+#: The limit columns of ``runs`` (the preset keys' ``limit_*``), from the store schema.
+_LIMIT_COLUMNS = tuple(c for c in RUN_COLUMNS if c.startswith("limit_"))
 #: A run that ran under a budget: at least one ``limit_*`` is set, or a budget stopped it (an
 #: imported run stopped at the source's own limit, e.g. OpenHands' max iterations, whose limit
 #: value the source does not record). Runs without one (imported history, foreign traces, days
