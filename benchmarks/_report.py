@@ -31,3 +31,10 @@ def write_section(name: str, markdown: str, path: Path = BENCHMARKS_MD) -> None:
     else:
         text = text.rstrip() + "\n\n" + block + "\n"
     path.write_text(text)
+
+
+def publish(name: str, markdown: str, write: bool = True) -> None:
+    """Print a benchmark's section and, unless ``write`` is False, store it in BENCHMARKS.md."""
+    print(markdown)
+    if write:
+        write_section(name, markdown)

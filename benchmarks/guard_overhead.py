@@ -24,7 +24,7 @@ from opentelemetry.sdk.trace import TracerProvider  # noqa: E402
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult  # noqa: E402
 from opentelemetry.trace import SpanKind  # noqa: E402
 
-from benchmarks._report import machine, write_section  # noqa: E402
+from benchmarks._report import machine, publish  # noqa: E402
 from collector import RunBudget, Usage  # noqa: E402
 from collector import semconv as sc  # noqa: E402
 from collector.telemetry import usage_attributes  # noqa: E402
@@ -124,9 +124,7 @@ def main(argv: list[str] | None = None) -> int:
         f"<= 2x bare span: {f['sdk_ratio']:.2f}x, {'met' if ok_sdk else 'MISSED'} |",
     ]
     text = "\n".join(lines)
-    print(text)
-    if not args.no_write:
-        write_section("guard_overhead", text)
+    publish("guard_overhead", text, write=not args.no_write)
     return 0
 
 

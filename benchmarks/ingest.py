@@ -33,7 +33,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from opentelemetry.proto.common.v1.common_pb2 import KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
-from benchmarks._report import machine, write_section
+from benchmarks._report import machine, publish
 from collector import semconv as sc
 
 SPANS_PER_BODY = 1000
@@ -363,9 +363,7 @@ def main(argv: list[str] | None = None) -> int:
                    "DuckDB work and the client share the same 2 cores.")
               if verdict else "**All targets met.**"]
     markdown = "\n".join(lines)
-    print(markdown)
-    if not args.no_write:
-        write_section("ingest", markdown)
+    publish("ingest", markdown, write=not args.no_write)
     return 0
 
 

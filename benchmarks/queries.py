@@ -21,7 +21,7 @@ import statistics
 import time
 from pathlib import Path
 
-from benchmarks._report import machine, write_section
+from benchmarks._report import machine, publish
 from collector.config import ENV_BENCH_DIR, resolve
 from collector.store import read_connection, write_connection
 from dashboard import analysis
@@ -217,9 +217,7 @@ def main(argv=None) -> int:
         figures[n] = time_pages(path, args.repeat)
         log.info("%s runs: %s", f"{n:,}", {k: round(v, 3) for k, v in figures[n].items()})
     text = report(figures, args.repeat)
-    print(text)
-    if not args.no_write:
-        write_section("queries", text)
+    publish("queries", text, write=not args.no_write)
     return 0
 
 
