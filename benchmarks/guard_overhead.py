@@ -19,15 +19,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from opentelemetry import trace  # noqa: E402
-from opentelemetry.sdk.trace import TracerProvider  # noqa: E402
-from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult  # noqa: E402
-from opentelemetry.trace import SpanKind  # noqa: E402
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+from opentelemetry.trace import SpanKind
 
-from benchmarks._report import machine, publish  # noqa: E402
-from collector import RunBudget, Usage  # noqa: E402
-from collector import semconv as sc  # noqa: E402
-from collector.telemetry import usage_attributes  # noqa: E402
+from benchmarks._report import machine, publish
+from budgetlens import RunBudget, Usage
+from budgetlens import semconv as sc
+from budgetlens.guard.telemetry import usage_attributes
 
 USAGE = Usage(input_tokens=1_500, output_tokens=300, cache_read_tokens=1_000, reasoning_tokens=100)
 
@@ -60,6 +60,7 @@ def _guard_loop(tracer, model):
         for _ in range(n):
             record(USAGE, model=model, reservation=reserve(2_000))
         run.finish()
+
     return loop
 
 
@@ -70,16 +71,29 @@ def _bare_span_loop(tracer):
     def loop(n: int) -> None:
         for i in range(n):
             attributes = {
-                sc.GEN_AI_OPERATION_NAME: sc.OPERATION_CHAT, sc.BUDGET_RUN_ID: "r" * 32,
-                sc.BUDGET_TASK_TYPE: "default", sc.BUDGET_TURN: i, sc.BUDGET_RESERVED_TOKENS: 2_000,
-                sc.BUDGET_USED_TOKENS: 1_800 * i, sc.BUDGET_USAGE_STATUS: sc.USAGE_REPORTED,
-                sc.BUDGET_REMAINING_TOKENS: 10**15, sc.GEN_AI_PROVIDER_NAME: "openai",
-                sc.GEN_AI_REQUEST_MODEL: "gpt-4o", sc.GEN_AI_RESPONSE_MODEL: "gpt-4o",
-                sc.BUDGET_COST_USD: 0.0055, **usage_attributes(USAGE),
+                sc.GEN_AI_OPERATION_NAME: sc.OPERATION_CHAT,
+                sc.BUDGET_RUN_ID: "r" * 32,
+                sc.BUDGET_TASK_TYPE: "default",
+                sc.BUDGET_TURN: i,
+                sc.BUDGET_RESERVED_TOKENS: 2_000,
+                sc.BUDGET_USED_TOKENS: 1_800 * i,
+                sc.BUDGET_USAGE_STATUS: sc.USAGE_REPORTED,
+                sc.BUDGET_REMAINING_TOKENS: 10**15,
+                sc.GEN_AI_PROVIDER_NAME: "openai",
+                sc.GEN_AI_REQUEST_MODEL: "gpt-4o",
+                sc.GEN_AI_RESPONSE_MODEL: "gpt-4o",
+                sc.BUDGET_COST_USD: 0.0055,
+                **usage_attributes(USAGE),
             }
-            span = tracer.start_span("chat gpt-4o", context=ctx, kind=SpanKind.CLIENT,
-                                     attributes=attributes, start_time=time.time_ns())
+            span = tracer.start_span(
+                "chat gpt-4o",
+                context=ctx,
+                kind=SpanKind.CLIENT,
+                attributes=attributes,
+                start_time=time.time_ns(),
+            )
             span.end()
+
     return loop
 
 

@@ -4,7 +4,7 @@ Generates (seeded, synthetic text, no personal data) a Claude Code transcript fi
 sessions, shaped like the real ones in ../shared/realdata/claude-code-jsonl: every API response
 written as one line per content block (thinking / text / tool_use) repeating the message id and
 usage, tool results as user lines, ``progress`` lines in between. Then it runs the real import
-(``collector.importers.import_paths``: parse, dedupe, normalize, price, write in batches) and
+(``budgetlens.importers.import_paths``: parse, dedupe, normalize, price, write in batches) and
 reports MB/s and runs/s. Target (issue 5): >= 20 MB/s.
 
 Usage: ``python -m benchmarks.import_throughput [--size-mb 100] [--keep]``; writes the section
@@ -26,8 +26,26 @@ from benchmarks._report import machine, write_section
 
 TARGET_MB_S = 20.0
 MODELS = ("claude-opus-4-6", "claude-sonnet-4-5-20250929", "claude-haiku-4-5-20251001")
-WORDS = ("budget", "token", "agent", "run", "limit", "preset", "cache", "tool", "model", "call",
-         "store", "baseline", "usage", "trace", "span", "import", "session", "query")
+WORDS = (
+    "budget",
+    "token",
+    "agent",
+    "run",
+    "limit",
+    "preset",
+    "cache",
+    "tool",
+    "model",
+    "call",
+    "store",
+    "baseline",
+    "usage",
+    "trace",
+    "span",
+    "import",
+    "session",
+    "query",
+)
 
 
 def _text(rng: random.Random, n_words: int) -> str:
@@ -36,9 +54,18 @@ def _text(rng: random.Random, n_words: int) -> str:
 
 def _base(session: str, cwd: str, ts: float, line_type: str) -> dict:
     stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ts)) + f".{int(ts * 1000) % 1000:03d}Z"
-    return {"parentUuid": None, "isSidechain": False, "userType": "external", "cwd": cwd,
-            "sessionId": session, "version": "2.1.39", "gitBranch": "main", "type": line_type,
-            "uuid": str(uuid.UUID(int=random.getrandbits(128))), "timestamp": stamp}
+    return {
+        "parentUuid": None,
+        "isSidechain": False,
+        "userType": "external",
+        "cwd": cwd,
+        "sessionId": session,
+        "version": "2.1.39",
+        "gitBranch": "main",
+        "type": line_type,
+        "uuid": str(uuid.UUID(int=random.getrandbits(128))),
+        "timestamp": stamp,
+    }
 
 
 def _session_lines(rng: random.Random, session: str, start: float, n_calls: int):
@@ -48,17 +75,21 @@ def _session_lines(rng: random.Random, session: str, start: float, n_calls: int)
     first["message"] = {"role": "user", "content": _text(rng, 60)}
     yield first
     cache_read = 0
-    for call in range(n_calls):
+    for _call in range(n_calls):
         model = rng.choice(MODELS)
         message_id = f"msg_{rng.getrandbits(96):024x}"
         request_id = f"req_{rng.getrandbits(96):024x}"
         blocks = ["thinking", "text"] + ["tool_use"] * rng.randint(0, 3)
         created = rng.randint(100, 4000)
-        usage = {"input_tokens": rng.randint(1, 20), "cache_creation_input_tokens": created,
-                 "cache_read_input_tokens": cache_read,
-                 "cache_creation": {"ephemeral_5m_input_tokens": created,
-                                    "ephemeral_1h_input_tokens": 0},
-                 "output_tokens": 1, "service_tier": "standard", "inference_geo": "not_available"}
+        usage = {
+            "input_tokens": rng.randint(1, 20),
+            "cache_creation_input_tokens": created,
+            "cache_read_input_tokens": cache_read,
+            "cache_creation": {"ephemeral_5m_input_tokens": created, "ephemeral_1h_input_tokens": 0},
+            "output_tokens": 1,
+            "service_tier": "standard",
+            "inference_geo": "not_available",
+        }
         cache_read += created
         final_output = rng.randint(20, 2000)
         for index, block in enumerate(blocks):
@@ -71,24 +102,36 @@ def _session_lines(rng: random.Random, session: str, start: float, n_calls: int)
             elif block == "text":
                 content["text"] = _text(rng, 50)
             else:
-                content.update(id=f"toolu_{rng.getrandbits(96):024x}", name="Bash",
-                               input={"command": _text(rng, 8)})
+                content.update(
+                    id=f"toolu_{rng.getrandbits(96):024x}", name="Bash", input={"command": _text(rng, 8)}
+                )
             last = index == len(blocks) - 1
             line["message"] = {
-                "model": model, "id": message_id, "type": "message", "role": "assistant",
-                "content": [content], "stop_reason": None, "stop_sequence": None,
+                "model": model,
+                "id": message_id,
+                "type": "message",
+                "role": "assistant",
+                "content": [content],
+                "stop_reason": None,
+                "stop_sequence": None,
                 "usage": {**usage, "output_tokens": final_output if last else rng.randint(1, 13)},
             }
             yield line
             if block == "tool_use":
                 result = _base(session, cwd, ts + 0.5, "user")
-                result["message"] = {"role": "user", "content": [
-                    {"tool_use_id": content["id"], "type": "tool_result",
-                     "content": _text(rng, 300)}]}
+                result["message"] = {
+                    "role": "user",
+                    "content": [
+                        {"tool_use_id": content["id"], "type": "tool_result", "content": _text(rng, 300)}
+                    ],
+                }
                 yield result
                 progress = _base(session, cwd, ts + 0.6, "progress")
-                progress["data"] = {"type": "hook_progress", "hookEvent": "PostToolUse",
-                                    "command": "hooks/post.sh"}
+                progress["data"] = {
+                    "type": "hook_progress",
+                    "hookEvent": "PostToolUse",
+                    "command": "hooks/post.sh",
+                }
                 yield progress
 
 
@@ -117,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
 
-    from collector.importers import ImportReport, import_paths, read_rows
+    from budgetlens.importers import ImportReport, import_paths, read_rows
 
     workdir = Path(tempfile.mkdtemp(prefix="budgetlens-import-bench-"))
     source = workdir / "bench-project" / "sessions.jsonl"
@@ -129,8 +172,9 @@ def main(argv: list[str] | None = None) -> int:
 
     t0 = time.perf_counter()
     parse_report = ImportReport()
-    parsed_calls = sum(1 for kind, _ in read_rows("claude-code", [source], report=parse_report)
-                       if kind == "call")
+    parsed_calls = sum(
+        1 for kind, _ in read_rows("claude-code", [source], report=parse_report) if kind == "call"
+    )
     parse_s = time.perf_counter() - t0
 
     db = workdir / "bench.duckdb"

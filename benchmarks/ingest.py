@@ -34,7 +34,7 @@ from opentelemetry.proto.common.v1.common_pb2 import KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
 from benchmarks._report import machine, publish
-from collector import semconv as sc
+from budgetlens import semconv as sc
 
 SPANS_PER_BODY = 1000
 CALLS_PER_RUN = 9
@@ -70,33 +70,60 @@ def make_body(seed: int) -> bytes:
         for turn in range(1, CALLS_PER_RUN + 1):
             inp, out = 1000 + 37 * turn, 100 + turn
             used += inp + out
-            span = Span(trace_id=trace_id, span_id=(seed * 100_000 + run * 16 + 1 + turn)
-                        .to_bytes(8, "big"), parent_span_id=run_span_id,
-                        name="chat gpt-4o-mini", kind=Span.SPAN_KIND_CLIENT,
-                        start_time_unix_nano=now + turn * 1000, end_time_unix_nano=now + turn * 1000 + 900)
-            span.attributes.extend([
-                _kv(sc.GEN_AI_OPERATION_NAME, "chat"), _kv(sc.GEN_AI_PROVIDER_NAME, "openai"),
-                _kv(sc.GEN_AI_REQUEST_MODEL, "gpt-4o-mini"),
-                _kv(sc.GEN_AI_RESPONSE_MODEL, "gpt-4o-mini-2024-07-18"),
-                _kv(sc.GEN_AI_USAGE_INPUT_TOKENS, inp), _kv(sc.GEN_AI_USAGE_OUTPUT_TOKENS, out),
-                _kv(sc.GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS, inp // 2),
-                _kv(sc.BUDGET_RUN_ID, run_id), _kv(sc.BUDGET_TASK_TYPE, task),
-                _kv(sc.BUDGET_TURN, turn), _kv(sc.BUDGET_RESERVED_TOKENS, 4000),
-                _kv(sc.BUDGET_USED_TOKENS, used), _kv(sc.BUDGET_REMAINING_TOKENS, 100_000 - used),
-                _kv(sc.BUDGET_USAGE_STATUS, "reported"), _kv(sc.BUDGET_COST_USD, used * 1.5e-7),
-            ])
+            span = Span(
+                trace_id=trace_id,
+                span_id=(seed * 100_000 + run * 16 + 1 + turn).to_bytes(8, "big"),
+                parent_span_id=run_span_id,
+                name="chat gpt-4o-mini",
+                kind=Span.SPAN_KIND_CLIENT,
+                start_time_unix_nano=now + turn * 1000,
+                end_time_unix_nano=now + turn * 1000 + 900,
+            )
+            span.attributes.extend(
+                [
+                    _kv(sc.GEN_AI_OPERATION_NAME, "chat"),
+                    _kv(sc.GEN_AI_PROVIDER_NAME, "openai"),
+                    _kv(sc.GEN_AI_REQUEST_MODEL, "gpt-4o-mini"),
+                    _kv(sc.GEN_AI_RESPONSE_MODEL, "gpt-4o-mini-2024-07-18"),
+                    _kv(sc.GEN_AI_USAGE_INPUT_TOKENS, inp),
+                    _kv(sc.GEN_AI_USAGE_OUTPUT_TOKENS, out),
+                    _kv(sc.GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS, inp // 2),
+                    _kv(sc.BUDGET_RUN_ID, run_id),
+                    _kv(sc.BUDGET_TASK_TYPE, task),
+                    _kv(sc.BUDGET_TURN, turn),
+                    _kv(sc.BUDGET_RESERVED_TOKENS, 4000),
+                    _kv(sc.BUDGET_USED_TOKENS, used),
+                    _kv(sc.BUDGET_REMAINING_TOKENS, 100_000 - used),
+                    _kv(sc.BUDGET_USAGE_STATUS, "reported"),
+                    _kv(sc.BUDGET_COST_USD, used * 1.5e-7),
+                ]
+            )
             spans.append(span)
-        run_span = Span(trace_id=trace_id, span_id=run_span_id, name=f"invoke_agent {task}",
-                        start_time_unix_nano=now, end_time_unix_nano=now + 20_000)
-        run_span.attributes.extend([
-            _kv(sc.GEN_AI_OPERATION_NAME, "invoke_agent"), _kv(sc.BUDGET_RUN_ID, run_id),
-            _kv(sc.BUDGET_TASK_TYPE, task), _kv(sc.BUDGET_LIMIT_TOTAL_TOKENS, 100_000),
-            _kv(sc.BUDGET_LIMIT_TURNS, 20), _kv(sc.BUDGET_TURNS, CALLS_PER_RUN),
-            _kv(sc.BUDGET_TOOL_CALLS, 1), _kv(sc.BUDGET_USED_TOKENS, used),
-            _kv(sc.GEN_AI_USAGE_INPUT_TOKENS, used - 1000), _kv(sc.GEN_AI_USAGE_OUTPUT_TOKENS, 1000),
-            _kv(sc.BUDGET_COST_USD, used * 1.5e-7), _kv(sc.BUDGET_STOP_REASON, "completed"),
-            _kv(sc.BUDGET_USAGE_STATUS, "reported"), _kv(sc.BUDGET_RETRYABLE, False),
-        ])
+        run_span = Span(
+            trace_id=trace_id,
+            span_id=run_span_id,
+            name=f"invoke_agent {task}",
+            start_time_unix_nano=now,
+            end_time_unix_nano=now + 20_000,
+        )
+        run_span.attributes.extend(
+            [
+                _kv(sc.GEN_AI_OPERATION_NAME, "invoke_agent"),
+                _kv(sc.BUDGET_RUN_ID, run_id),
+                _kv(sc.BUDGET_TASK_TYPE, task),
+                _kv(sc.BUDGET_LIMIT_TOTAL_TOKENS, 100_000),
+                _kv(sc.BUDGET_LIMIT_TURNS, 20),
+                _kv(sc.BUDGET_TURNS, CALLS_PER_RUN),
+                _kv(sc.BUDGET_TOOL_CALLS, 1),
+                _kv(sc.BUDGET_USED_TOKENS, used),
+                _kv(sc.GEN_AI_USAGE_INPUT_TOKENS, used - 1000),
+                _kv(sc.GEN_AI_USAGE_OUTPUT_TOKENS, 1000),
+                _kv(sc.BUDGET_COST_USD, used * 1.5e-7),
+                _kv(sc.BUDGET_STOP_REASON, "completed"),
+                _kv(sc.BUDGET_USAGE_STATUS, "reported"),
+                _kv(sc.BUDGET_RETRYABLE, False),
+            ]
+        )
         for index, name in enumerate((sc.EVENT_TOOL_CALL, sc.EVENT_WARNING)):
             event = run_span.events.add(name=name, time_unix_nano=now + 10_000 + index)
             event.attributes.extend([_kv(sc.BUDGET_USED_TOKENS, used), _kv(sc.BUDGET_PERCENT, 80.0)])
@@ -116,12 +143,12 @@ def floor_spans_per_s(bodies: list[bytes]) -> float:
                 for span in scope_spans.spans:
                     count += 1
                     for kv in span.attributes:
-                        kv.key
+                        _ = kv.key
                         value = kv.value
                         getattr(value, value.WhichOneof("value"))
                     for event in span.events:
                         for kv in event.attributes:
-                            kv.key
+                            _ = kv.key
                             value = kv.value
                             getattr(value, value.WhichOneof("value"))
     return count / (time.perf_counter() - started)
@@ -129,8 +156,11 @@ def floor_spans_per_s(bodies: list[bytes]) -> float:
 
 def _start_collector(db_path: Path) -> tuple[subprocess.Popen, str]:
     process = subprocess.Popen(
-        [sys.executable, "-m", "collector.cli", "collector", "--db", str(db_path), "--port", "0"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        [sys.executable, "-m", "budgetlens.cli", "collector", "--db", str(db_path), "--port", "0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     line = process.stdout.readline()
     if "listening on" not in line:
         raise RuntimeError(f"collector did not start: {line}{process.stderr.read()}")
@@ -153,8 +183,9 @@ def durable_spans_per_s(bodies: list[bytes], clients: int) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         process, url = _start_collector(Path(tmp) / "bench.duckdb")
         try:
-            warm = requests.post(f"{url}/v1/traces", data=make_body(10**6),
-                                 headers={"Content-Type": "application/x-protobuf"})
+            warm = requests.post(
+                f"{url}/v1/traces", data=make_body(10**6), headers={"Content-Type": "application/x-protobuf"}
+            )
             warm.raise_for_status()
             while requests.get(f"{url}/healthz").json()["backlog_spans"]:
                 time.sleep(0.01)
@@ -164,8 +195,9 @@ def durable_spans_per_s(bodies: list[bytes], clients: int) -> dict:
             def client(share):
                 session = requests.Session()
                 for body in share:
-                    response = session.post(f"{url}/v1/traces", data=body,
-                                            headers={"Content-Type": "application/x-protobuf"})
+                    response = session.post(
+                        f"{url}/v1/traces", data=body, headers={"Content-Type": "application/x-protobuf"}
+                    )
                     if response.status_code != 200:
                         failures.append(response.status_code)
 
@@ -196,15 +228,14 @@ def durable_spans_per_s(bodies: list[bytes], clients: int) -> dict:
         "loads": int(loads),
         "load_ms": 1000 * _metric(text, "budgetlens_commit_duration_seconds_sum") / max(loads, 1),
         "fsyncs": int(fsyncs),
-        "fsync_ms": 1000 * _metric(text, "budgetlens_journal_fsync_duration_seconds_sum")
-        / max(fsyncs, 1),
+        "fsync_ms": 1000 * _metric(text, "budgetlens_journal_fsync_duration_seconds_sum") / max(fsyncs, 1),
     }
 
 
 def _mapped_tables(body: bytes):
-    from collector.ingest import _to_batch
-    from collector.mapping import map_request
-    from collector.otlp_decode import decode_protobuf
+    from budgetlens.ingest.queue import _to_batch
+    from budgetlens.otlp.decode import decode_protobuf
+    from budgetlens.otlp.mapping import map_request
 
     batch = _to_batch(map_request(decode_protobuf(body).request))
     return batch.calls, batch.records, batch.events
@@ -212,7 +243,7 @@ def _mapped_tables(body: bytes):
 
 def load_ms(path: Path, bodies: list[bytes]) -> float:
     """Mean ms of one load (open + write_batch of one 1,000-span body + close) into ``path``."""
-    from collector.store import write_batch, write_connection
+    from budgetlens.store import write_batch, write_connection
 
     tables = [_mapped_tables(body) for body in bodies]
     started = time.perf_counter()
@@ -224,30 +255,34 @@ def load_ms(path: Path, bodies: list[bytes]) -> float:
 
 def big_store(path: Path, calls: int) -> None:
     """A store holding ``calls`` generated model calls (10 per run) with its rollup rebuilt."""
-    from collector.store import rebuild_runs, write_connection
+    from budgetlens.store import rebuild_runs, write_connection
 
     with write_connection(path) as conn:
-        conn.execute("""
+        conn.execute(
+            """
             INSERT INTO model_calls (span_id, run_id, source, task_type, request_model, start_utc,
                 end_utc, turn, input_tokens, output_tokens, cost_usd, usage_status)
             SELECT 'big-' || i, 'big-run-' || (i // 10), 'bench', 'task-' || (i % 5),
-                'gpt-4o-mini', TIMESTAMP '2026-01-01' + to_seconds(i), 
+                'gpt-4o-mini', TIMESTAMP '2026-01-01' + to_seconds(i),
                 TIMESTAMP '2026-01-01' + to_seconds(i + 1), i % 10, 1000, 100, 0.0002,
                 'reported'
-            FROM range(?) t(i)""", [calls])
+            FROM range(?) t(i)""",
+            [calls],
+        )
         rebuild_runs(conn)
 
 
 def stage_breakdown_ms(bodies: list[bytes]) -> dict:
     """Mean milliseconds per 1,000-span body of each stage, in this process."""
-    from collector.ingest import _to_batch
-    from collector.journal import Journal, encode_batch
-    from collector.mapping import map_request
-    from collector.otlp_decode import decode_protobuf
+    from budgetlens.ingest.journal import Journal, encode_batch
+    from budgetlens.ingest.queue import _to_batch
+    from budgetlens.otlp.decode import decode_protobuf
+    from budgetlens.otlp.mapping import map_request
 
     _to_batch(map_request(decode_protobuf(bodies[0]).request))  # warm the imports
-    totals = dict.fromkeys(("decode", "map", "rows to Arrow + journal encode",
-                            "journal append + fsync (1 body per fsync)"), 0.0)
+    totals = dict.fromkeys(
+        ("decode", "map", "rows to Arrow + journal encode", "journal append + fsync (1 body per fsync)"), 0.0
+    )
     with tempfile.TemporaryDirectory() as tmp:
         journal = Journal(Path(tmp) / "j")
         for body in bodies:
@@ -275,8 +310,9 @@ def _load_average() -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--bodies", type=int, default=40, help="bodies of 1,000 spans per run")
-    parser.add_argument("--big-calls", type=int, default=1_000_000,
-                        help="model calls in the store of the commit-cost check")
+    parser.add_argument(
+        "--big-calls", type=int, default=1_000_000, help="model calls in the store of the commit-cost check"
+    )
     parser.add_argument("--no-write", action="store_true", help="print only")
     args = parser.parse_args(argv)
     load_before = _load_average()
@@ -314,8 +350,7 @@ def main(argv: list[str] | None = None) -> int:
         "",
         "| measure | value | target |",
         "|---|---|---|",
-        f"| durable (acknowledged) spans/s, 1 client | {one['spans_per_s']:,.0f} | "
-        f">= {target:,} |",
+        f"| durable (acknowledged) spans/s, 1 client | {one['spans_per_s']:,.0f} | >= {target:,} |",
         f"| durable (acknowledged) spans/s, 4 clients | {four['spans_per_s']:,.0f} | |",
         f"| end-to-end spans/s until all are in DuckDB, 1 / 4 clients | "
         f"{one['e2e_spans_per_s']:,.0f} / {four['e2e_spans_per_s']:,.0f} | |",
@@ -354,14 +389,20 @@ def main(argv: list[str] | None = None) -> int:
     if max(one["rss_mb"], four["rss_mb"]) > 300:
         verdict.append("RSS above 300 MB")
     floor_ms = 1000 * SPANS_PER_BODY / floor
-    lines += ["", ("**Targets not reached:** " + "; ".join(verdict) + ". "
-                   f"The floor costs {floor_ms:.1f} ms per body; the request path in-process "
-                   f"costs {sum(stages.values()):.1f} ms, of which reading the allow-listed "
-                   "attributes through the protobuf runtime is about the floor itself (every "
-                   "attribute of these spans is allow-listed); 50 % leaves one floor for all "
-                   "the rest (decode, row building, Arrow, journal, HTTP) while the loader's "
-                   "DuckDB work and the client share the same 2 cores.")
-              if verdict else "**All targets met.**"]
+    lines += [
+        "",
+        (
+            "**Targets not reached:** " + "; ".join(verdict) + ". "
+            f"The floor costs {floor_ms:.1f} ms per body; the request path in-process "
+            f"costs {sum(stages.values()):.1f} ms, of which reading the allow-listed "
+            "attributes through the protobuf runtime is about the floor itself (every "
+            "attribute of these spans is allow-listed); 50 % leaves one floor for all "
+            "the rest (decode, row building, Arrow, journal, HTTP) while the loader's "
+            "DuckDB work and the client share the same 2 cores."
+        )
+        if verdict
+        else "**All targets met.**",
+    ]
     markdown = "\n".join(lines)
     publish("ingest", markdown, write=not args.no_write)
     return 0

@@ -22,9 +22,9 @@ import time
 from pathlib import Path
 
 from benchmarks._report import machine, publish
-from collector.config import ENV_BENCH_DIR, resolve
-from collector.store import read_connection, write_connection
-from dashboard import analysis
+from budgetlens.analysis import views as analysis
+from budgetlens.config import ENV_BENCH_DIR, resolve
+from budgetlens.store import read_connection, write_connection
 
 log = logging.getLogger(__name__)
 
@@ -133,21 +133,34 @@ def build_store(n_runs: int, directory: Path = BENCH_DIR) -> Path:
 def page_calls(f: analysis.Filters, run_id: str):
     """Each page's analysis calls, as the dashboard pages make them: {page: [callable(conn)]}."""
     return {
-        "Overview": [lambda c: analysis.overview(c, f), lambda c: analysis.hit_rate_daily(c, f),
-                     lambda c: analysis.cost_by_period(c, f, "day", "task_type")],
-        "Cost": [lambda c: analysis.overview(c, f),
-                 lambda c: analysis.cost_by_period(c, f, "day", "model"),
-                 lambda c: analysis.cost_by_period(c, f, "day", "task_type"),
-                 lambda c: analysis.cost_per_run(c, f), lambda c: analysis.top_runs(c, f, 20)],
-        "Hit rate": [lambda c: analysis.overview(c, f), lambda c: analysis.hit_rate_daily(c, f),
-                     lambda c: analysis.stop_reasons(c, f)],
-        "Baselines": [lambda c: analysis.baselines(c, f),
-                      lambda c: analysis.token_distribution(c, f),
-                      lambda c: analysis.current_limits(c, f)],
-        "Presets": [lambda c: analysis.presets(analysis.baselines(c, f)),
-                    lambda c: analysis.current_limits(c, f), analysis.data_extent],
-        "Runs": [lambda c: analysis.runs_table(c, f, limit=200),
-                 lambda c: analysis.run_detail(c, run_id)],
+        "Overview": [
+            lambda c: analysis.overview(c, f),
+            lambda c: analysis.hit_rate_daily(c, f),
+            lambda c: analysis.cost_by_period(c, f, "day", "task_type"),
+        ],
+        "Cost": [
+            lambda c: analysis.overview(c, f),
+            lambda c: analysis.cost_by_period(c, f, "day", "model"),
+            lambda c: analysis.cost_by_period(c, f, "day", "task_type"),
+            lambda c: analysis.cost_per_run(c, f),
+            lambda c: analysis.top_runs(c, f, 20),
+        ],
+        "Hit rate": [
+            lambda c: analysis.overview(c, f),
+            lambda c: analysis.hit_rate_daily(c, f),
+            lambda c: analysis.stop_reasons(c, f),
+        ],
+        "Baselines": [
+            lambda c: analysis.baselines(c, f),
+            lambda c: analysis.token_distribution(c, f),
+            lambda c: analysis.current_limits(c, f),
+        ],
+        "Presets": [
+            lambda c: analysis.presets(analysis.baselines(c, f)),
+            lambda c: analysis.current_limits(c, f),
+            analysis.data_extent,
+        ],
+        "Runs": [lambda c: analysis.runs_table(c, f, limit=200), lambda c: analysis.run_detail(c, run_id)],
     }
 
 
@@ -156,7 +169,7 @@ def time_pages(path: Path, repeat: int) -> dict[str, float]:
     with read_connection(path) as conn:
         first, last, _ = analysis.data_extent(conn)
         run_id = analysis.top_runs(conn, analysis.Filters(), 1)["run_id"].iloc[0]
-    end = last + dt.timedelta(microseconds=1)          # the newest run included
+    end = last + dt.timedelta(microseconds=1)  # the newest run included
     f = analysis.Filters(start_utc=first, end_utc=end, tz="Europe/Berlin")
     results = {}
     for page, calls in page_calls(f, run_id).items():
@@ -195,12 +208,17 @@ def report(figures: dict[int, dict[str, float]], repeat: int) -> str:
     largest = sizes[-1]
     worst = max(figures[largest].values())
     verdict = "met" if worst < TARGET_S else "NOT met"
-    lines += ["", f"Target: every page under {TARGET_S:.0f} s at {largest:,} runs: **{verdict}** "
-              f"(slowest page {worst:.3f} s)."]
+    lines += [
+        "",
+        f"Target: every page under {TARGET_S:.0f} s at {largest:,} runs: **{verdict}** "
+        f"(slowest page {worst:.3f} s).",
+    ]
     if {100_000, 1_000_000} <= set(sizes):
         ratio = max(figures[1_000_000][p] / figures[100_000][p] for p in pages)
-        lines.append(f"Growth 100k -> 1M: at most {ratio:.1f}x for 10x the runs "
-                     f"({'no faster than linear' if ratio <= 10.5 else 'FASTER than linear'}).")
+        lines.append(
+            f"Growth 100k -> 1M: at most {ratio:.1f}x for 10x the runs "
+            f"({'no faster than linear' if ratio <= 10.5 else 'FASTER than linear'})."
+        )
     return "\n".join(lines)
 
 

@@ -1,9 +1,20 @@
 """budgetlens: hard budgets for LLM agent runs.
 
-The names an agent loop imports. Everything else in the package is private.
+The names an agent loop imports. Everything else in the package is private. Importing
+``budgetlens`` loads the guard only (no DuckDB, pandas, Plotly or Streamlit): the in-process
+exporter ``DuckDBSpanExporter`` is imported on first use.
+
+Wings (design §8): ``guard`` (the run budget), ``otlp`` (OTLP -> rows), ``ingest`` (the collector
+service), ``importers`` (agent logs), ``store`` (DuckDB), ``analysis`` (baselines, presets, hit
+rate), ``sample``, ``cli``; ``dashboard`` is the UI. ``usage``, ``pricing``, ``semconv`` and
+``config`` are the shared contract.
 """
 
-from collector.actions import (
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from budgetlens.guard.results import (
     Action,
     BudgetEvent,
     BudgetExceeded,
@@ -11,11 +22,13 @@ from collector.actions import (
     Reservation,
     RunResult,
 )
-from collector.exporter import DuckDBSpanExporter
-from collector.guard import RunBudget
-from collector.pricing import cost_usd
-from collector.spend import SpendAlert, SpendTracker
-from collector.usage import Usage, UsageAccumulator, normalize_usage
+from budgetlens.guard.run_budget import RunBudget
+from budgetlens.guard.spend import SpendAlert, SpendTracker
+from budgetlens.pricing import cost_usd
+from budgetlens.usage import Usage, UsageAccumulator, normalize_usage
+
+if TYPE_CHECKING:
+    from budgetlens.ingest.exporter import DuckDBSpanExporter
 
 __all__ = [
     "Action",
@@ -33,3 +46,12 @@ __all__ = [
     "cost_usd",
     "normalize_usage",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """``DuckDBSpanExporter`` on first use (it loads the OTel SDK and the store)."""
+    if name == "DuckDBSpanExporter":
+        from budgetlens.ingest.exporter import DuckDBSpanExporter
+
+        return DuckDBSpanExporter
+    raise AttributeError(f"module 'budgetlens' has no attribute {name!r}")

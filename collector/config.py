@@ -25,7 +25,7 @@ ENV_DASHBOARD_HOST = "BUDGETLENS_DASHBOARD_HOST"
 DEFAULT_DASHBOARD_PORT = 8501
 DEFAULT_DASHBOARD_HOST = "127.0.0.1"
 
-#: Optional user price file (YAML/JSON/TOML) that overrides or adds model prices (collector.pricing).
+#: Optional user price file (YAML/JSON/TOML) that overrides or adds model prices (budgetlens.pricing).
 ENV_PRICES_FILE = "BUDGETLENS_PRICES_FILE"
 
 

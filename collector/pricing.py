@@ -34,19 +34,26 @@ import math
 import os
 import re
 from dataclasses import dataclass
+from datetime import UTC
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from collector.docfile import load_document
-
-from collector.config import ENV_PRICES_FILE
-from collector.usage import Usage
+from budgetlens.config import ENV_PRICES_FILE
+from budgetlens.docfile import load_document
+from budgetlens.usage import Usage
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ModelRates", "check_prices_file", "clear_price_cache", "cost_usd", "load_price_file",
-           "model_rates", "paid_call_cost_usd"]
+__all__ = [
+    "ModelRates",
+    "check_prices_file",
+    "clear_price_cache",
+    "cost_usd",
+    "load_price_file",
+    "model_rates",
+    "paid_call_cost_usd",
+]
 
 #: A rate schedule: ((threshold_input_tokens, usd_per_token), ...) ascending; the first has -1.
 Schedule = tuple[tuple[int, float], ...]
@@ -145,7 +152,7 @@ def _name_variants(model: str) -> list[str]:
 
 
 def _genai_rates(model: str, provider: str | None) -> ModelRates | None:
-    from datetime import datetime, timezone
+    from datetime import datetime
 
     from genai_prices import data_snapshot
 
@@ -159,7 +166,7 @@ def _genai_rates(model: str, provider: str | None) -> ModelRates | None:
                 found_provider, info = snapshot.find_provider_model(name, None, pid, None)
             except LookupError:
                 continue
-            price = info.get_prices(datetime.now(tz=timezone.utc))
+            price = info.get_prices(datetime.now(tz=UTC))
             inp, out = _schedule_from_genai(price.input_mtok), _schedule_from_genai(price.output_mtok)
             if inp is None or out is None:
                 continue
@@ -189,8 +196,12 @@ def _parse_price_entry(model: str, entry: Any, path: str) -> ModelRates:
                 f"{path}: models.{model}: unknown key {key!r}; expected <kind>_usd_per_<unit> with "
                 f"kind in {_KINDS} and unit in {tuple(u[9:] for u in _UNITS)}"
             )
-        if (isinstance(value, bool) or not isinstance(value, (int, float))
-                or not math.isfinite(value) or value < 0):
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, (int, float))
+            or not math.isfinite(value)
+            or value < 0
+        ):
             raise ValueError(f"{path}: models.{model}.{key} must be a finite number >= 0, got {value!r}")
         if kind in rates:
             raise ValueError(f"{path}: models.{model}: {kind} price given twice (key {key!r})")
@@ -199,7 +210,11 @@ def _parse_price_entry(model: str, entry: Any, path: str) -> ModelRates:
     if missing:
         raise ValueError(f"{path}: models.{model}: missing {', '.join(m + '_usd_per_mtok' for m in missing)}")
     return ModelRates(
-        rates["input"], rates["output"], rates.get("cache_read"), rates.get("cache_write"), 0.0,
+        rates["input"],
+        rates["output"],
+        rates.get("cache_read"),
+        rates.get("cache_write"),
+        0.0,
         f"user:{path}",
     )
 
@@ -283,7 +298,7 @@ def cost_usd(
 ) -> float | None:
     """Cost of one call in USD (float >= 0), or None when the model is unpriced or usage unknown.
 
-    ``usage`` is a normalized :class:`~collector.usage.Usage`; ``provider`` an OTel
+    ``usage`` is a normalized :class:`~budgetlens.usage.Usage`; ``provider`` an OTel
     ``gen_ai.provider.name`` or genai-prices provider id that narrows the lookup. Prices from the
     user price file (``prices_file`` or ``BUDGETLENS_PRICES_FILE``), else genai-prices.
     """
@@ -293,9 +308,7 @@ def cost_usd(
     return None if rates is None else rates.cost(usage)
 
 
-def paid_call_cost_usd(
-    model: str | None, usage: Usage | None, provider: str | None = None
-) -> float | None:
+def paid_call_cost_usd(model: str | None, usage: Usage | None, provider: str | None = None) -> float | None:
     """:func:`cost_usd` of a call that was already paid for: a pricing failure (e.g. a price file
     that became unreadable) is logged and gives None (unpriced) instead of raising, so the
     caller can still count the call's tokens."""

@@ -37,8 +37,9 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, fields
-from typing import Any, Mapping
+from typing import Any
 
 log = logging.getLogger(__name__)
 
@@ -122,8 +123,11 @@ def _int(value: Any, field: str) -> int:
     infinity."""
     if value is None:
         return 0
-    if (isinstance(value, bool) or not isinstance(value, (int, float, str))
-            or (isinstance(value, float) and not math.isfinite(value))):
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float, str))
+        or (isinstance(value, float) and not math.isfinite(value))
+    ):
         raise ValueError(f"usage field {field!r} must be a finite token count, got {value!r}")
     try:
         number = int(value)
@@ -239,13 +243,19 @@ _ANTHROPIC_PROVIDERS = {"anthropic", "aws.bedrock", "bedrock", "gcp.vertex_ai.an
 
 
 #: Per shape: the counts of which at least one must be non-null for the payload to carry usage.
-_GEMINI_KEYS = ("promptTokenCount", "prompt_token_count", "candidatesTokenCount",
-                "candidates_token_count", "thoughtsTokenCount", "thoughts_token_count",
-                "toolUsePromptTokenCount", "tool_use_prompt_token_count")
+_GEMINI_KEYS = (
+    "promptTokenCount",
+    "prompt_token_count",
+    "candidatesTokenCount",
+    "candidates_token_count",
+    "thoughtsTokenCount",
+    "thoughts_token_count",
+    "toolUsePromptTokenCount",
+    "tool_use_prompt_token_count",
+)
 _BEDROCK_KEYS = ("inputTokens", "outputTokens", "cacheReadInputTokens", "cacheWriteInputTokens")
 _CHAT_KEYS = ("prompt_tokens", "completion_tokens")
-_ANTHROPIC_KEYS = ("input_tokens", "output_tokens", "cache_read_input_tokens",
-                   "cache_creation_input_tokens")
+_ANTHROPIC_KEYS = ("input_tokens", "output_tokens", "cache_read_input_tokens", "cache_creation_input_tokens")
 _LANGFUSE_KEYS = ("input", "output")
 
 

@@ -1,9 +1,9 @@
 """The dashboard's only cached layer: read-only queries on the store through the analysis code.
 
-Pages call ``query("overview", filters)``; it opens ``collector.store.read_connection`` for the
+Pages call ``query("overview", filters)``; it opens ``budgetlens.store.read_connection`` for the
 length of one analysis call, caches the result with ``st.cache_data`` keyed by the arguments and
 the store's *data version* (size and mtime of the DuckDB file and its WAL, so a commit by the
-collector invalidates the cache at once), and returns what ``dashboard.analysis.<name>`` returns.
+collector invalidates the cache at once), and returns what ``budgetlens.analysis.views.<name>`` returns.
 
 When the store is momentarily unavailable (the writer holds the file past the short read
 timeout, an I/O hiccup) the last good result of the same query is returned instead and
@@ -26,9 +26,9 @@ from typing import Any
 import duckdb
 import streamlit as st
 
-from collector.config import resolve_db_path
-from collector.store import StoreError, StoreMissing, read_connection
-from collector.store.connection import is_lock_conflict
+from budgetlens.config import resolve_db_path
+from budgetlens.store import StoreError, StoreMissing, read_connection
+from budgetlens.store.connection import is_lock_conflict
 
 log = logging.getLogger(__name__)
 
@@ -107,7 +107,7 @@ def data_version(path: Path | None = None) -> DataVersion:
 
 @st.cache_data(ttl=CACHE_TTL_S, max_entries=512, show_spinner=False)
 def _cached_query(name: str, path: str, version: DataVersion, args: tuple, kwargs: tuple):
-    from dashboard import analysis
+    from budgetlens.analysis import views as analysis
 
     function = getattr(analysis, name)
     with read_connection(path, timeout_s=READ_TIMEOUT_S) as conn:
@@ -115,7 +115,7 @@ def _cached_query(name: str, path: str, version: DataVersion, args: tuple, kwarg
 
 
 def query(name: str, *args, **kwargs):
-    """Run ``dashboard.analysis.<name>(conn, *args, **kwargs)`` on a read-only connection, cached.
+    """Run ``budgetlens.analysis.views.<name>(conn, *args, **kwargs)`` on a read-only connection, cached.
 
     Returns the analysis result (DataFrame or dataclass). Falls back to the last good result of
     the same call while the store is busy (``stale()`` turns true). Raises DataUnavailable when
@@ -129,8 +129,7 @@ def query(name: str, *args, **kwargs):
     except StoreMissing as error:
         raise DataUnavailable(str(error), missing=True) from error
     except duckdb.CatalogException as error:  # a file whose first migration is not committed
-        raise DataUnavailable(f"{path}: the store has no budgetlens tables yet",
-                              missing=True) from error
+        raise DataUnavailable(f"{path}: the store has no budgetlens tables yet", missing=True) from error
     except StoreError as error:
         if not is_busy(error):
             raise DataUnavailable(str(error), invalid=True) from error
@@ -178,8 +177,8 @@ def begin_run() -> None:
 
 
 def filters():
-    """The ``dashboard.analysis.Filters`` chosen in the sidebar (default: no bound, UTC)."""
-    from dashboard.analysis import Filters
+    """The ``budgetlens.analysis.views.Filters`` chosen in the sidebar (default: no bound, UTC)."""
+    from budgetlens.analysis.views import Filters
 
     return st.session_state.get(FILTERS_KEY) or Filters()
 

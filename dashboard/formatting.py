@@ -10,7 +10,6 @@ import math
 
 import pandas as pd
 
-
 #: What a table cell or a label shows for a missing value (never ``None``, ``nan`` or ``<NA>``).
 MISSING = "—"
 #: The label of a preset key whose runs ran without such a limit, and of one with no data.
@@ -53,7 +52,7 @@ def format_usd(value: float | None, *, unpriced: str = "unpriced", digits: int =
         return f"${value:,.2f}"
     decimals = max(2, digits - 1 - math.floor(math.log10(abs(value))))
     body = f"{abs(value):.{decimals}f}"
-    if abs(float(body)) >= 1:          # 0.99996 rounds up to 1.000
+    if abs(float(body)) >= 1:  # 0.99996 rounds up to 1.000
         body = f"{abs(value):.2f}"
     whole, frac = body.split(".")
     frac = frac.rstrip("0").ljust(2, "0")
@@ -152,21 +151,43 @@ def number_format(column: str) -> str | None:
     if column.startswith(PERCENTILE_PREFIXES) or column.endswith("_s"):
         return "%,.1f"
     if column.endswith(("_tokens", "_turns", "_tool_calls")) or column in (
-            "turns", "tool_calls", "n", "n_cost", "runs"):
+        "turns",
+        "tool_calls",
+        "n",
+        "n_cost",
+        "runs",
+    ):
         return "%,.0f"
     return None
 
 
-
 #: Human labels of the analysis frames' columns (the CLI keeps the machine names).
 COLUMN_LABELS = {
-    "task_type": "Task type", "run_id": "Run ID", "service_name": "Service", "models": "Models",
-    "model": "Model", "n": "Runs", "n_cost": "Priced runs", "runs": "Runs",
-    "cost_usd": "Cost (USD)", "stop_reason": "Stop reason", "usage_status": "Usage",
-    "low_sample": "Sample", "finished_runs": "Finished runs", "budget_stops": "Budget stops",
-    "limit_total_tokens": "Token limit", "ts_utc": "Time", "start_utc": "Start",
-    "tool_name": "Tool", "percent": "Used (%)", "key": "Limit", "current": "Current limit",
-    "recommended": "Recommended", "change": "Change", "name": "Event", "turn": "Turn",
+    "task_type": "Task type",
+    "run_id": "Run ID",
+    "service_name": "Service",
+    "models": "Models",
+    "model": "Model",
+    "n": "Runs",
+    "n_cost": "Priced runs",
+    "runs": "Runs",
+    "cost_usd": "Cost (USD)",
+    "stop_reason": "Stop reason",
+    "usage_status": "Usage",
+    "low_sample": "Sample",
+    "finished_runs": "Finished runs",
+    "budget_stops": "Budget stops",
+    "limit_total_tokens": "Token limit",
+    "ts_utc": "Time",
+    "start_utc": "Start",
+    "tool_name": "Tool",
+    "percent": "Used (%)",
+    "key": "Limit",
+    "current": "Current limit",
+    "recommended": "Recommended",
+    "change": "Change",
+    "name": "Event",
+    "turn": "Turn",
 }
 _PREFIXES = (("p50_", "P50 "), ("p95_", "P95 "), ("max_", "Max "), ("limit_", "Limit "))
 
@@ -180,7 +201,7 @@ def column_label(column: str) -> str:
     head, rest = "", column
     for prefix, text_ in _PREFIXES:
         if column.startswith(prefix):
-            head, rest = text_, column[len(prefix):]
+            head, rest = text_, column[len(prefix) :]
             break
     unit = ""
     if rest.endswith("_usd"):

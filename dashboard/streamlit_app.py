@@ -2,7 +2,7 @@
 
 Run with ``budgetlens dashboard --db PATH`` (or ``BUDGETLENS_DB=PATH streamlit run`` on this
 file). Pages live in ``dashboard/app_pages/``, one file each; they read the chosen
-``dashboard.analysis.Filters`` through ``dashboard.data.filters()``. Session-state keys of this
+``budgetlens.analysis.views.Filters`` through ``budgetlens.dashboard.data.filters()``. Session-state keys of this
 file start with ``app_``; URL query parameter ``refresh`` (``5`` or ``30``) presets auto-refresh.
 """
 
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import streamlit as st
 
-from dashboard import data
+from budgetlens.dashboard import data
 
 HERE = Path(__file__).resolve().parent
 
@@ -34,8 +34,16 @@ REFRESH = {"Off": None, "5 s": 5, "30 s": 30}
 RETRY_S = 2
 #: While no store file exists the app checks this often (seconds) whether one appeared.
 MISSING_CHECK_S = 5
-COMMON_ZONES = ("UTC", "Europe/London", "Europe/Berlin", "America/New_York",
-                "America/Los_Angeles", "Asia/Tokyo", "Asia/Kolkata", "Australia/Sydney")
+COMMON_ZONES = (
+    "UTC",
+    "Europe/London",
+    "Europe/Berlin",
+    "America/New_York",
+    "America/Los_Angeles",
+    "Asia/Tokyo",
+    "Asia/Kolkata",
+    "Australia/Sydney",
+)
 
 #: Less empty space above the page title than Streamlit's default (a denser, tool-like layout).
 COMPACT_CSS = """<style>
@@ -45,24 +53,41 @@ COMPACT_CSS = """<style>
 
 #: The default page lives at ``/`` (Streamlit gives the default page the empty pathname; its
 #: ``url_path`` only names it internally). ``/overview`` reaches it through OVERVIEW_ALIAS.
-OVERVIEW = st.Page(str(HERE / "app_pages" / "overview.py"), title="Overview",
-                   icon=":material/dashboard:", url_path="home", default=True)
+OVERVIEW = st.Page(
+    str(HERE / "app_pages" / "overview.py"),
+    title="Overview",
+    icon=":material/dashboard:",
+    url_path="home",
+    default=True,
+)
 #: A hidden page answering ``/overview``: the app switches from it to OVERVIEW (at ``/``), so a
 #: bookmarked or typed ``/overview`` shows the Overview, never "Page not found".
-OVERVIEW_ALIAS = st.Page(str(HERE / "app_pages" / "overview.py"), title="Overview",
-                         icon=":material/dashboard:", url_path="overview", visibility="hidden")
+OVERVIEW_ALIAS = st.Page(
+    str(HERE / "app_pages" / "overview.py"),
+    title="Overview",
+    icon=":material/dashboard:",
+    url_path="overview",
+    visibility="hidden",
+)
 PAGES = [
     OVERVIEW,
-    st.Page(str(HERE / "app_pages" / "cost.py"), title="Cost", icon=":material/payments:",
-            url_path="cost"),
-    st.Page(str(HERE / "app_pages" / "hit_rate.py"), title="Hit rate", icon=":material/block:",
-            url_path="hit_rate"),
-    st.Page(str(HERE / "app_pages" / "baselines.py"), title="Baselines",
-            icon=":material/insights:", url_path="baselines"),
-    st.Page(str(HERE / "app_pages" / "presets.py"), title="Presets", icon=":material/tune:",
-            url_path="presets"),
-    st.Page(str(HERE / "app_pages" / "runs.py"), title="Runs", icon=":material/list:",
-            url_path="runs"),
+    st.Page(str(HERE / "app_pages" / "cost.py"), title="Cost", icon=":material/payments:", url_path="cost"),
+    st.Page(
+        str(HERE / "app_pages" / "hit_rate.py"),
+        title="Hit rate",
+        icon=":material/block:",
+        url_path="hit_rate",
+    ),
+    st.Page(
+        str(HERE / "app_pages" / "baselines.py"),
+        title="Baselines",
+        icon=":material/insights:",
+        url_path="baselines",
+    ),
+    st.Page(
+        str(HERE / "app_pages" / "presets.py"), title="Presets", icon=":material/tune:", url_path="presets"
+    ),
+    st.Page(str(HERE / "app_pages" / "runs.py"), title="Runs", icon=":material/list:", url_path="runs"),
 ]
 
 
@@ -73,11 +98,11 @@ def _zones() -> list[str]:
 
 def _local_midnight_utc(day: dt.date, tz: str) -> dt.datetime:
     local = dt.datetime.combine(day, dt.time(), tzinfo=zoneinfo.ZoneInfo(tz))
-    return local.astimezone(dt.timezone.utc).replace(tzinfo=None)
+    return local.astimezone(dt.UTC).replace(tzinfo=None)
 
 
 def _to_local(ts_utc: dt.datetime, tz: str) -> dt.datetime:
-    return ts_utc.replace(tzinfo=dt.timezone.utc).astimezone(zoneinfo.ZoneInfo(tz))
+    return ts_utc.replace(tzinfo=dt.UTC).astimezone(zoneinfo.ZoneInfo(tz))
 
 
 def _initial_refresh() -> str:
@@ -90,7 +115,7 @@ def _initial_refresh() -> str:
 
 def sidebar_filters():
     """Draw the shared filters; return a ``Filters`` (raises data.DataUnavailable)."""
-    from dashboard.analysis import Filters, window_filters
+    from budgetlens.analysis.views import Filters, window_filters
 
     extent = data.query("data_extent")
     options = data.query("filter_options")
@@ -98,13 +123,20 @@ def sidebar_filters():
     with st.sidebar:
         st.markdown("### budgetlens")
         st.caption(f"Store `{data.db_path().name}` · {n_runs:,} runs")
-        tz = st.selectbox("Time zone", _zones(), key="app_tz",
-                          help="Days and hours are bucketed in this zone; stored times are UTC.")
+        tz = st.selectbox(
+            "Time zone",
+            _zones(),
+            key="app_tz",
+            help="Days and hours are bucketed in this zone; stored times are UTC.",
+        )
         window = st.selectbox(
-            "Time window", list(WINDOWS), key="app_window",
+            "Time window",
+            list(WINDOWS),
+            key="app_window",
             index=list(WINDOWS).index(DEFAULT_WINDOW),
             help="The last N days ending at the newest run (as the CLI's --window-days: an old "
-                 "store still shows); 'All data' spans the data's whole extent.")
+            "store still shows); 'All data' spans the data's whole extent.",
+        )
         start_utc = end_utc = None
         if WINDOWS[window] == "custom":
             today = dt.date.today()
@@ -119,16 +151,24 @@ def sidebar_filters():
             # after this read show at the next refresh instead of being cut off.
             start_utc = window_filters(WINDOWS[window], now_utc=last).start_utc
         if first and last:
-            st.caption(f"Data: {_to_local(first, tz):%Y-%m-%d %H:%M} → "
-                       f"{_to_local(last, tz):%Y-%m-%d %H:%M} ({tz})")
-        task_types = st.multiselect("Task type", options["task_types"], key="app_task_types",
-                                    placeholder="All task types")
-        models = st.multiselect("Model", options["models"], key="app_models",
-                                placeholder="All models")
-        services = st.multiselect("Service", options["services"], key="app_services",
-                                  placeholder="All services")
-    return Filters(start_utc=start_utc, end_utc=end_utc, task_types=tuple(task_types),
-                   models=tuple(models), services=tuple(services), tz=tz)
+            st.caption(
+                f"Data: {_to_local(first, tz):%Y-%m-%d %H:%M} → {_to_local(last, tz):%Y-%m-%d %H:%M} ({tz})"
+            )
+        task_types = st.multiselect(
+            "Task type", options["task_types"], key="app_task_types", placeholder="All task types"
+        )
+        models = st.multiselect("Model", options["models"], key="app_models", placeholder="All models")
+        services = st.multiselect(
+            "Service", options["services"], key="app_services", placeholder="All services"
+        )
+    return Filters(
+        start_utc=start_utc,
+        end_utc=end_utc,
+        task_types=tuple(task_types),
+        models=tuple(models),
+        services=tuple(services),
+        tz=tz,
+    )
 
 
 def _poll() -> None:
@@ -152,9 +192,14 @@ def refresh_control() -> None:
     """
     with st.sidebar:
         st.divider()
-        choice = st.radio("Auto-refresh", list(REFRESH), horizontal=True, key="app_refresh",
-                          index=list(REFRESH).index(_initial_refresh()),
-                          help="Re-read the store when the collector commits new runs.")
+        choice = st.radio(
+            "Auto-refresh",
+            list(REFRESH),
+            horizontal=True,
+            key="app_refresh",
+            index=list(REFRESH).index(_initial_refresh()),
+            help="Re-read the store when the collector commits new runs.",
+        )
         if st.button("Reload now", key="app_reload", icon=":material/refresh:"):
             data.clear_cache()
         interval = REFRESH[choice] / 2 if REFRESH[choice] else None
@@ -184,16 +229,16 @@ def main() -> None:
         if error.missing:
             st.info(f"**No data yet.** {error}", icon=":material/database:")
         elif error.invalid:
-            st.error(f"**This file is not a budgetlens store:** {error}",
-                     icon=":material/error:")
+            st.error(f"**This file is not a budgetlens store:** {error}", icon=":material/error:")
         else:
-            st.warning(f"**Data unavailable, retrying…** {error}",
-                       icon=":material/hourglass_top:")
+            st.warning(f"**Data unavailable, retrying…** {error}", icon=":material/hourglass_top:")
     stale_since = data.stale()
     if stale_since:
         st.session_state[data.UNAVAILABLE_KEY] = "busy"  # retry soon, refresh on or off
-        st.caption(f"Store busy: showing results read at "
-                   f"{dt.datetime.fromtimestamp(stale_since):%H:%M:%S}; retrying.")
+        st.caption(
+            f"Store busy: showing results read at "
+            f"{dt.datetime.fromtimestamp(stale_since):%H:%M:%S}; retrying."
+        )
     refresh_control()
 
 

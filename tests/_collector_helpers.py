@@ -17,7 +17,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode
 
-from collector import semconv as sc
+from budgetlens import semconv as sc
 
 _KINDS = {"internal": SpanKind.INTERNAL, "client": SpanKind.CLIENT, "server": SpanKind.SERVER}
 
@@ -34,45 +34,68 @@ class SpanRecorder:
     def spans(self) -> list[ReadableSpan]:
         return list(self.memory.get_finished_spans())
 
-    def guard_run(self, run_id: str, task_type: str, calls: list[tuple[str, int, int]],
-                  stop_reason: str = sc.STOP_COMPLETED, tools: int = 0, warnings: int = 0,
-                  limit_total_tokens: int = 100_000, content: str | None = None) -> None:
+    def guard_run(
+        self,
+        run_id: str,
+        task_type: str,
+        calls: list[tuple[str, int, int]],
+        stop_reason: str = sc.STOP_COMPLETED,
+        tools: int = 0,
+        warnings: int = 0,
+        limit_total_tokens: int = 100_000,
+        content: str | None = None,
+    ) -> None:
         """Emit one run the way the guard does (design §4): run span, call spans, events."""
         used = 0
         with self.tracer.start_as_current_span(f"invoke_agent {task_type}") as run:
-            run.set_attributes({
-                sc.GEN_AI_OPERATION_NAME: sc.OPERATION_INVOKE_AGENT, sc.BUDGET_RUN_ID: run_id,
-                sc.BUDGET_TASK_TYPE: task_type, sc.BUDGET_LIMIT_TOTAL_TOKENS: limit_total_tokens,
-            })
+            run.set_attributes(
+                {
+                    sc.GEN_AI_OPERATION_NAME: sc.OPERATION_INVOKE_AGENT,
+                    sc.BUDGET_RUN_ID: run_id,
+                    sc.BUDGET_TASK_TYPE: task_type,
+                    sc.BUDGET_LIMIT_TOTAL_TOKENS: limit_total_tokens,
+                }
+            )
             for turn, (model, inp, out) in enumerate(calls, start=1):
                 used += inp + out
                 with self.tracer.start_as_current_span(f"chat {model}", kind=SpanKind.CLIENT) as call:
-                    call.set_attributes({
-                        sc.GEN_AI_OPERATION_NAME: sc.OPERATION_CHAT,
-                        sc.GEN_AI_PROVIDER_NAME: "openai", sc.GEN_AI_REQUEST_MODEL: model,
-                        sc.GEN_AI_RESPONSE_MODEL: model, sc.GEN_AI_USAGE_INPUT_TOKENS: inp,
-                        sc.GEN_AI_USAGE_OUTPUT_TOKENS: out, sc.BUDGET_RUN_ID: run_id,
-                        sc.BUDGET_TASK_TYPE: task_type, sc.BUDGET_TURN: turn,
-                        sc.BUDGET_USED_TOKENS: used, sc.BUDGET_USAGE_STATUS: sc.USAGE_REPORTED,
-                        sc.BUDGET_COST_USD: (inp + out) * 1e-6,
-                    })
+                    call.set_attributes(
+                        {
+                            sc.GEN_AI_OPERATION_NAME: sc.OPERATION_CHAT,
+                            sc.GEN_AI_PROVIDER_NAME: "openai",
+                            sc.GEN_AI_REQUEST_MODEL: model,
+                            sc.GEN_AI_RESPONSE_MODEL: model,
+                            sc.GEN_AI_USAGE_INPUT_TOKENS: inp,
+                            sc.GEN_AI_USAGE_OUTPUT_TOKENS: out,
+                            sc.BUDGET_RUN_ID: run_id,
+                            sc.BUDGET_TASK_TYPE: task_type,
+                            sc.BUDGET_TURN: turn,
+                            sc.BUDGET_USED_TOKENS: used,
+                            sc.BUDGET_USAGE_STATUS: sc.USAGE_REPORTED,
+                            sc.BUDGET_COST_USD: (inp + out) * 1e-6,
+                        }
+                    )
                     if content:
                         call.set_attribute("gen_ai.input.messages", content)
             for _ in range(tools):
-                run.add_event(sc.EVENT_TOOL_CALL, {sc.GEN_AI_TOOL_NAME: "bash",
-                                                   sc.BUDGET_USED_TOKENS: used})
+                run.add_event(sc.EVENT_TOOL_CALL, {sc.GEN_AI_TOOL_NAME: "bash", sc.BUDGET_USED_TOKENS: used})
             for _ in range(warnings):
                 run.add_event(sc.EVENT_WARNING, {sc.BUDGET_USED_TOKENS: used, sc.BUDGET_PERCENT: 80.0})
             if stop_reason != sc.STOP_COMPLETED:
                 run.add_event(sc.EVENT_STOP, {sc.BUDGET_REASON: stop_reason})
-            run.set_attributes({
-                sc.BUDGET_TURNS: len(calls), sc.BUDGET_TOOL_CALLS: tools,
-                sc.BUDGET_USED_TOKENS: used,
-                sc.GEN_AI_USAGE_INPUT_TOKENS: sum(c[1] for c in calls),
-                sc.GEN_AI_USAGE_OUTPUT_TOKENS: sum(c[2] for c in calls),
-                sc.BUDGET_COST_USD: used * 1e-6, sc.BUDGET_STOP_REASON: stop_reason,
-                sc.BUDGET_USAGE_STATUS: sc.USAGE_REPORTED, sc.BUDGET_RETRYABLE: False,
-            })
+            run.set_attributes(
+                {
+                    sc.BUDGET_TURNS: len(calls),
+                    sc.BUDGET_TOOL_CALLS: tools,
+                    sc.BUDGET_USED_TOKENS: used,
+                    sc.GEN_AI_USAGE_INPUT_TOKENS: sum(c[1] for c in calls),
+                    sc.GEN_AI_USAGE_OUTPUT_TOKENS: sum(c[2] for c in calls),
+                    sc.BUDGET_COST_USD: used * 1e-6,
+                    sc.BUDGET_STOP_REASON: stop_reason,
+                    sc.BUDGET_USAGE_STATUS: sc.USAGE_REPORTED,
+                    sc.BUDGET_RETRYABLE: False,
+                }
+            )
             if stop_reason == sc.STOP_FAILED:
                 run.set_status(Status(StatusCode.ERROR))
 
@@ -86,17 +109,26 @@ def anyagent_spans(path: Path) -> list[ReadableSpan]:
         context = SpanContext(int(ctx["trace_id"]), int(ctx["span_id"]), is_remote=False)
         parent = None
         if item.get("parent") and item["parent"].get("span_id"):
-            parent = SpanContext(int(item["parent"]["trace_id"]), int(item["parent"]["span_id"]),
-                                 is_remote=False)
+            parent = SpanContext(
+                int(item["parent"]["trace_id"]), int(item["parent"]["span_id"]), is_remote=False
+            )
         code = item["status"]["status_code"]
-        status = Status(StatusCode.ERROR if code == "error" else
-                        StatusCode.OK if code == "ok" else StatusCode.UNSET)
-        spans.append(ReadableSpan(
-            name=item["name"], context=context, parent=parent,
-            resource=Resource.create(item["resource"]["attributes"]),
-            attributes=item["attributes"], kind=_KINDS.get(item["kind"], SpanKind.INTERNAL),
-            status=status, start_time=item["start_time"], end_time=item["end_time"],
-        ))
+        status = Status(
+            StatusCode.ERROR if code == "error" else StatusCode.OK if code == "ok" else StatusCode.UNSET
+        )
+        spans.append(
+            ReadableSpan(
+                name=item["name"],
+                context=context,
+                parent=parent,
+                resource=Resource.create(item["resource"]["attributes"]),
+                attributes=item["attributes"],
+                kind=_KINDS.get(item["kind"], SpanKind.INTERNAL),
+                status=status,
+                start_time=item["start_time"],
+                end_time=item["end_time"],
+            )
+        )
     return spans
 
 
@@ -124,8 +156,9 @@ class LiveCollector:
 
         self.app = app
         self.url = f"http://127.0.0.1:{port}"
-        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port,
-                                                    log_level="warning", lifespan="on"))
+        self.server = uvicorn.Server(
+            uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on")
+        )
         self.thread = threading.Thread(target=self.server.run, daemon=True)
 
     def __enter__(self):
@@ -144,7 +177,7 @@ class LiveCollector:
 
 @contextlib.contextmanager
 def live_collector(db_path, port, **kwargs):
-    from collector.receiver import create_app
+    from budgetlens.ingest.app import create_app
 
     with LiveCollector(create_app(db_path, **kwargs), port) as live:
         yield live
@@ -156,9 +189,11 @@ def collector_process(python: str, db_path, port: int = 0, *extra: str):
     import subprocess
 
     process = subprocess.Popen(
-        [python, "-m", "collector.cli", "collector", "--db", str(db_path), "--port", str(port),
-         *extra],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        [python, "-m", "budgetlens.cli", "collector", "--db", str(db_path), "--port", str(port), *extra],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         line = process.stdout.readline()
         if "listening on" not in line:

@@ -41,3 +41,19 @@ def realdata() -> Path:
 @pytest.fixture
 def python() -> str:
     return sys.executable
+
+
+# --- markers: fast unit tests apart from system tests -------------------------------------------
+#: Markers that make a test a system test (a real server, a browser, real data, a subprocess).
+SYSTEM_MARKERS = ("browser", "prometheus", "realdata")
+
+
+def pytest_collection_modifyitems(config, items):
+    """A test that reads ../shared/realdata (the ``realdata`` fixture) carries ``realdata``; every
+    browser, Prometheus or real-data test is also a ``system`` test, so ``-m "not system"`` runs
+    only the fast unit tests."""
+    for item in items:
+        if "realdata" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.realdata)
+        if any(item.get_closest_marker(m) for m in SYSTEM_MARKERS):
+            item.add_marker(pytest.mark.system)

@@ -8,26 +8,46 @@ import datetime as dt
 import pandas as pd
 import pytest
 
-from collector.store import read_connection, write_batch, write_connection
-from dashboard import analysis
-from dashboard.analysis import Filters
+from budgetlens.analysis import views as analysis
+from budgetlens.analysis.views import Filters
+from budgetlens.store import read_connection, write_batch, write_connection
 
 DAY = dt.datetime(2026, 11, 2)
 
 
 def _record(run_id, start, task_type="qa", **fields):
-    row = dict(run_id=run_id, source="test", task_type=task_type, service_name="svc",
-               model="gpt-4.1-mini", start_utc=start, stop_reason="completed",
-               usage_status="reported", total_tokens=1000, cost_usd=0.01)
+    row = dict(
+        run_id=run_id,
+        source="test",
+        task_type=task_type,
+        service_name="svc",
+        model="gpt-4.1-mini",
+        start_utc=start,
+        stop_reason="completed",
+        usage_status="reported",
+        total_tokens=1000,
+        cost_usd=0.01,
+    )
     row.update(fields)
     return row
 
 
 def _call(run_id, turn, start, model="gpt-4.1-mini", **fields):
-    row = dict(span_id=f"{run_id}.c{turn}", run_id=run_id, source="test", task_type="qa",
-               request_model=model, response_model=model, start_utc=start, turn=turn,
-               input_tokens=900, output_tokens=100, total_tokens=1000, cost_usd=0.01,
-               usage_status="reported")
+    row = dict(
+        span_id=f"{run_id}.c{turn}",
+        run_id=run_id,
+        source="test",
+        task_type="qa",
+        request_model=model,
+        response_model=model,
+        start_utc=start,
+        turn=turn,
+        input_tokens=900,
+        output_tokens=100,
+        total_tokens=1000,
+        cost_usd=0.01,
+        usage_status="reported",
+    )
     row.update(fields)
     return row
 
@@ -35,7 +55,7 @@ def _call(run_id, turn, start, model="gpt-4.1-mini", **fields):
 @pytest.fixture
 def conn(db_path):
     """A store with hand-made runs; see each test for the ones it counts."""
-    at = lambda h, m=0: DAY + dt.timedelta(hours=h, minutes=m)  # noqa: E731
+    at = lambda h, m=0: DAY + dt.timedelta(hours=h, minutes=m)
     records = [
         # budgeted: a, b, f (a limit) and c (stopped by the source's own turn limit, which the
         # source does not record); d and e ran without any budget (imported history)
@@ -44,25 +64,57 @@ def conn(db_path):
         _record("c", at(3), stop_reason="budget_turns"),
         _record("d", at(4), stop_reason="failed"),
         _record("e", at(23, 30), task_type="research", cost_usd=None, total_tokens=50000),
-        _record("f", at(25), task_type="research", service_name="other",
-                stop_reason="budget_cost", limit_total_tokens=90000, cost_usd=2.5,
-                total_tokens=80000),
+        _record(
+            "f",
+            at(25),
+            task_type="research",
+            service_name="other",
+            stop_reason="budget_cost",
+            limit_total_tokens=90000,
+            cost_usd=2.5,
+            total_tokens=80000,
+        ),
     ]
     calls = [
         _call("a", 1, at(1)),
         _call("e", 1, at(23, 30), model="my-llama", cost_usd=None),
         _call("e", 2, at(23, 31), model="my-llama", cost_usd=None),
         _call("f", 1, at(25), model="claude-sonnet-4-5", cost_usd=1.0),
-        _call("f", 2, at(25, 5), model="claude-haiku-4-5", cost_usd=1.5, used_tokens=80000,
-              reserved_tokens=20000),
+        _call(
+            "f",
+            2,
+            at(25, 5),
+            model="claude-haiku-4-5",
+            cost_usd=1.5,
+            used_tokens=80000,
+            reserved_tokens=20000,
+        ),
     ]
     events = [
-        dict(event_id="a.e0", run_id="a", name="budgetlens.downgrade", ts_utc=at(1),
-             from_model="gpt-4.1", to_model="gpt-4.1-mini"),
-        dict(event_id="f.e0", run_id="f", name="budgetlens.warning", ts_utc=at(25, 1),
-             used_tokens=72000, percent=80.0),
-        dict(event_id="f.e1", run_id="f", name="budgetlens.stop", ts_utc=at(25, 6),
-             reason="budget_cost", used_tokens=80000),
+        dict(
+            event_id="a.e0",
+            run_id="a",
+            name="budgetlens.downgrade",
+            ts_utc=at(1),
+            from_model="gpt-4.1",
+            to_model="gpt-4.1-mini",
+        ),
+        dict(
+            event_id="f.e0",
+            run_id="f",
+            name="budgetlens.warning",
+            ts_utc=at(25, 1),
+            used_tokens=72000,
+            percent=80.0,
+        ),
+        dict(
+            event_id="f.e1",
+            run_id="f",
+            name="budgetlens.stop",
+            ts_utc=at(25, 6),
+            reason="budget_cost",
+            used_tokens=80000,
+        ),
     ]
     with write_connection(db_path) as writer:
         write_batch(writer, calls, records, events)
@@ -72,21 +124,23 @@ def conn(db_path):
 
 def test_hit_rate_counts_budget_stops_over_finished_runs_under_a_budget(conn):
     o = analysis.overview(conn, Filters())
-    assert (o.runs, o.finished_runs, o.budgeted_runs) == (6, 6, 4)   # a, b, c, f
-    assert o.hit_rate == pytest.approx(3 / 4)                # b, c, f
-    assert o.intervention_rate == pytest.approx(4 / 4)       # + a (downgraded)
+    assert (o.runs, o.finished_runs, o.budgeted_runs) == (6, 6, 4)  # a, b, c, f
+    assert o.hit_rate == pytest.approx(3 / 4)  # b, c, f
+    assert o.intervention_rate == pytest.approx(4 / 4)  # + a (downgraded)
     per_task = o.per_task.set_index("task_type")
-    assert per_task.loc["qa", "budgeted_runs"] == 3          # a, b, c (not d)
+    assert per_task.loc["qa", "budgeted_runs"] == 3  # a, b, c (not d)
     assert per_task.loc["qa", "hit_rate"] == pytest.approx(2 / 3)
-    assert per_task.loc["research", "budgeted_runs"] == 1    # f (not e)
+    assert per_task.loc["research", "budgeted_runs"] == 1  # f (not e)
     assert per_task.loc["research", "hit_rate"] == pytest.approx(1 / 1)
     assert o.alarms() == ["qa", "research"]
 
 
 def test_runs_without_any_budget_have_no_hit_rate(conn):
     # d (failed) and e (completed) ran without a limit: nothing a budget could stop
-    for f in (Filters(start_utc=DAY + dt.timedelta(hours=4), end_utc=DAY + dt.timedelta(hours=24)),
-              Filters(task_types=("research",), end_utc=DAY + dt.timedelta(hours=24))):
+    for f in (
+        Filters(start_utc=DAY + dt.timedelta(hours=4), end_utc=DAY + dt.timedelta(hours=24)),
+        Filters(task_types=("research",), end_utc=DAY + dt.timedelta(hours=24)),
+    ):
         o = analysis.overview(conn, f)
         assert o.finished_runs > 0 and o.budgeted_runs == 0
         assert o.hit_rate is None and o.intervention_rate is None
@@ -102,7 +156,7 @@ def test_cost_sums_priced_runs_and_counts_unpriced_calls_apart(conn):
     assert o.cost_usd == pytest.approx(0.01 * 4 + 2.5)
     assert (o.priced_runs, o.unpriced_calls) == (5, 2)
     only_unpriced = analysis.overview(conn, Filters(models=("my-llama",)))
-    assert only_unpriced.cost_usd is None                    # never $0
+    assert only_unpriced.cost_usd is None  # never $0
     assert only_unpriced.unpriced_calls == 2
 
 
@@ -111,16 +165,20 @@ def test_day_buckets_follow_the_time_zone(conn):
     tokyo = analysis.hit_rate_daily(conn, Filters(task_types=("research",), tz="Asia/Tokyo"))
     # e at 23:30 UTC on Nov 2 is 08:30 on Nov 3 in Tokyo; f at 01:00 UTC Nov 3 is Nov 3 in both.
     assert utc[["day", "finished_runs"]].values.tolist() == [
-        [dt.date(2026, 11, 2), 1], [dt.date(2026, 11, 3), 1]]
+        [dt.date(2026, 11, 2), 1],
+        [dt.date(2026, 11, 3), 1],
+    ]
     assert tokyo[["day", "finished_runs", "budgeted_runs", "budget_stops"]].values.tolist() == [
-        [dt.date(2026, 11, 3), 2, 1, 1]]
-    assert tokyo["hit_rate"].tolist() == [1.0]                # f stopped; e had no budget
-    assert pd.isna(utc["hit_rate"].iloc[0])                   # Nov 2 UTC: only e, no budget
+        [dt.date(2026, 11, 3), 2, 1, 1]
+    ]
+    assert tokyo["hit_rate"].tolist() == [1.0]  # f stopped; e had no budget
+    assert pd.isna(utc["hit_rate"].iloc[0])  # Nov 2 UTC: only e, no budget
 
 
 def test_hourly_cost_is_local_time(conn):
-    frame = analysis.cost_by_period(conn, Filters(task_types=("research",),
-                                                  tz="America/New_York"), "hour", "task_type")
+    frame = analysis.cost_by_period(
+        conn, Filters(task_types=("research",), tz="America/New_York"), "hour", "task_type"
+    )
     # November 2026 in New York is UTC-5: 23:30 UTC -> 18:00 local, 01:00 UTC -> 20:00 local.
     assert frame["period_start"].dt.hour.tolist() == [18, 20]
     assert pd.isna(frame["cost_usd"].iloc[0]) and frame["unpriced_calls"].iloc[0] == 2
@@ -129,8 +187,10 @@ def test_hourly_cost_is_local_time(conn):
 def test_cost_per_day_is_the_same_by_model_and_by_task_type(conn):
     by_model = analysis.cost_by_period(conn, Filters(), "day", "model")
     by_task = analysis.cost_by_period(conn, Filters(), "day", "task_type")
-    assert by_model.groupby("period_start")["cost_usd"].sum().round(9).to_dict() == \
-        by_task.groupby("period_start")["cost_usd"].sum().round(9).to_dict()
+    assert (
+        by_model.groupby("period_start")["cost_usd"].sum().round(9).to_dict()
+        == by_task.groupby("period_start")["cost_usd"].sum().round(9).to_dict()
+    )
     keys = set(by_model["key"])
     assert {"claude-sonnet-4-5", "claude-haiku-4-5", "my-llama", "gpt-4.1-mini"} <= keys
     llama = by_model[by_model.key == "my-llama"].iloc[0]
@@ -146,7 +206,9 @@ def test_cost_by_period_refuses_unknown_period_or_key(conn, period, by):
 def test_cost_histogram_uses_log_buckets_and_skips_unpriced(conn):
     frame = analysis.cost_per_run(conn, Filters(), per_decade=1)
     assert frame[["task_type", "bucket_low_usd", "bucket_high_usd", "runs"]].values.tolist() == [
-        ["qa", 0.01, pytest.approx(0.1), 4], ["research", 1.0, 10.0, 1]]
+        ["qa", 0.01, pytest.approx(0.1), 4],
+        ["research", 1.0, 10.0, 1],
+    ]
 
 
 def test_token_histogram_counts_every_run_once(conn):
@@ -158,7 +220,11 @@ def test_token_histogram_counts_every_run_once(conn):
 def test_stop_reasons_count_runs_per_reason(conn):
     frame = analysis.stop_reasons(conn, Filters(task_types=("qa",)))
     assert dict(zip(frame.stop_reason, frame.runs)) == {
-        "completed": 1, "budget_tokens": 1, "budget_turns": 1, "failed": 1}
+        "completed": 1,
+        "budget_tokens": 1,
+        "budget_turns": 1,
+        "failed": 1,
+    }
 
 
 def test_model_filter_matches_any_model_of_a_run(conn):
@@ -181,9 +247,20 @@ def test_runs_table_is_newest_first_searchable_and_paged(conn):
     assert found == ["f", "c", "b"]
     assert analysis.runs_table(conn, Filters(), limit=2, offset=1)["run_id"].tolist() == ["e", "d"]
     assert list(analysis.runs_table(conn, Filters()).columns) == [
-        "run_id", "task_type", "service_name", "models", "start_utc", "turns", "tool_calls",
-        "input_tokens", "output_tokens", "total_tokens", "cost_usd", "stop_reason",
-        "usage_status"]
+        "run_id",
+        "task_type",
+        "service_name",
+        "models",
+        "start_utc",
+        "turns",
+        "tool_calls",
+        "input_tokens",
+        "output_tokens",
+        "total_tokens",
+        "cost_usd",
+        "stop_reason",
+        "usage_status",
+    ]
 
 
 def test_top_runs_are_the_most_expensive_priced_runs(conn):
@@ -205,7 +282,12 @@ def test_empty_selection_returns_columns_and_no_rows(conn):
     none = Filters(task_types=("nothing",))
     assert analysis.hit_rate_daily(conn, none).empty
     assert list(analysis.cost_by_period(conn, none).columns) == [
-        "period_start", "key", "cost_usd", "runs", "unpriced_calls"]
+        "period_start",
+        "key",
+        "cost_usd",
+        "runs",
+        "unpriced_calls",
+    ]
     o = analysis.overview(conn, none)
     assert (o.runs, o.hit_rate, o.cost_usd, o.p95_total_tokens) == (0, None, None, None)
 
@@ -213,13 +295,12 @@ def test_empty_selection_returns_columns_and_no_rows(conn):
 @pytest.mark.parametrize(
     "tz, midnight_utc, day_before",
     [
-        ("Asia/Kolkata", (18, 30), dt.date(2026, 11, 2)),      # UTC+5:30
-        ("Asia/Kathmandu", (18, 15), dt.date(2026, 11, 2)),    # UTC+5:45
-        ("America/St_Johns", (3, 30), dt.date(2026, 11, 1)),   # UTC-3:30 in November
+        ("Asia/Kolkata", (18, 30), dt.date(2026, 11, 2)),  # UTC+5:30
+        ("Asia/Kathmandu", (18, 15), dt.date(2026, 11, 2)),  # UTC+5:45
+        ("America/St_Johns", (3, 30), dt.date(2026, 11, 1)),  # UTC-3:30 in November
     ],
 )
-def test_day_buckets_are_exact_for_zones_with_partial_hour_offsets(
-        db_path, tz, midnight_utc, day_before):
+def test_day_buckets_are_exact_for_zones_with_partial_hour_offsets(db_path, tz, midnight_utc, day_before):
     midnight = DAY + dt.timedelta(hours=midnight_utc[0], minutes=midnight_utc[1])
     records = [_record("x", midnight - dt.timedelta(seconds=1)), _record("y", midnight)]
     with write_connection(db_path) as writer:

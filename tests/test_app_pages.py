@@ -10,14 +10,15 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from browser.live_writer import null_heavy_batches, run_rows
 from streamlit.testing.v1 import AppTest
 
-from browser.live_writer import null_heavy_batches, run_rows
-from collector.config import ENV_DB
-from collector.importers import import_paths
-from collector.sample import write_sample
-from collector.store import read_connection, write_batch, write_connection
-from dashboard import analysis, charts, data
+from budgetlens.analysis import views as analysis
+from budgetlens.config import ENV_DB
+from budgetlens.dashboard import charts, data
+from budgetlens.importers import import_paths
+from budgetlens.sample import write_sample
+from budgetlens.store import read_connection, write_batch, write_connection
 
 APP = Path(__file__).resolve().parent.parent / "dashboard" / "streamlit_app.py"
 PAGES = {  # page file -> the fewest Plotly charts it draws on a sample store
@@ -45,11 +46,14 @@ def controlled_store(tmp_path_factory) -> Path:
     batches = []
     for task, stops in (("hot", 6), ("calm", 2)):
         for index in range(20):
-            batches.append(run_rows(
-                f"{task}-{index:04d}", task_type=task,
-                start_utc=start + dt.timedelta(minutes=7 * index),
-                stop_reason="budget_tokens" if index < stops else "completed",
-            ))
+            batches.append(
+                run_rows(
+                    f"{task}-{index:04d}",
+                    task_type=task,
+                    start_utc=start + dt.timedelta(minutes=7 * index),
+                    stop_reason="budget_tokens" if index < stops else "completed",
+                )
+            )
     with write_connection(path) as conn:
         for calls, records, events in batches:
             write_batch(conn, calls, records, events)
@@ -93,14 +97,12 @@ def _metrics(at: AppTest) -> dict[str, str]:
 
 
 def _texts(at: AppTest) -> str:
-    parts = [e.value for kind in ("error", "warning", "info", "caption", "markdown")
-             for e in at.get(kind)]
+    parts = [e.value for kind in ("error", "warning", "info", "caption", "markdown") for e in at.get(kind)]
     return "\n".join(str(p) for p in parts)
 
 
 @pytest.mark.parametrize("page, charts_at_least", PAGES.items())
-def test_every_page_renders_its_charts_without_an_exception(sample_store, monkeypatch, page,
-                                                            charts_at_least):
+def test_every_page_renders_its_charts_without_an_exception(sample_store, monkeypatch, page, charts_at_least):
     at = _app(sample_store, monkeypatch, page)
     assert not at.exception, [e.value for e in at.exception]
     assert len(at.get("plotly_chart")) >= charts_at_least
@@ -124,8 +126,7 @@ def test_overview_tiles_show_the_analysis_numbers(sample_store, monkeypatch):
     assert tiles["Unpriced calls"] == f"{expected.unpriced_calls:,}"
 
 
-def test_banner_names_the_task_types_whose_hit_rate_is_above_20_percent(controlled_store,
-                                                                        monkeypatch):
+def test_banner_names_the_task_types_whose_hit_rate_is_above_20_percent(controlled_store, monkeypatch):
     for page, tile, value in (("overview", "Runs", "40"), ("hit_rate", "Budget stops", "8")):
         at = _app(controlled_store, monkeypatch, page)
         banners = [e.value for e in at.error]
@@ -153,8 +154,7 @@ def test_time_zone_moves_the_day_buckets(controlled_store, monkeypatch):
 
 def test_unpriced_usage_shows_as_unpriced_never_as_zero_dollars(tmp_path, monkeypatch):
     path = tmp_path / "unpriced.duckdb"
-    calls, records, events = run_rows("local-0001", task_type="qa", model="local-llama",
-                                      priced=False)
+    calls, records, events = run_rows("local-0001", task_type="qa", model="local-llama", priced=False)
     with write_connection(path) as conn:
         write_batch(conn, calls, records, events)
     at = _app(path, monkeypatch)
@@ -165,18 +165,16 @@ def test_unpriced_usage_shows_as_unpriced_never_as_zero_dollars(tmp_path, monkey
     assert "$0.00" not in _metrics(at).values()
 
 
-def test_a_partly_priced_run_shows_its_cost_as_known_spend_plus_unpriced_usage(tmp_path,
-                                                                            monkeypatch):
+def test_a_partly_priced_run_shows_its_cost_as_known_spend_plus_unpriced_usage(tmp_path, monkeypatch):
     path = tmp_path / "partial.duckdb"
     priced = run_rows("priced-0001", task_type="qa", start_utc=dt.datetime(2026, 11, 20, 9))
-    calls, records, events = run_rows("partial-0001", task_type="qa",
-                                      start_utc=dt.datetime(2026, 11, 20, 10))
-    calls[-1]["cost_usd"] = None                    # the last call's model has no known price
+    calls, records, events = run_rows("partial-0001", task_type="qa", start_utc=dt.datetime(2026, 11, 20, 10))
+    calls[-1]["cost_usd"] = None  # the last call's model has no known price
     with write_connection(path) as conn:
         write_batch(conn, *priced)
         write_batch(conn, calls, records, events)
     at = _app(path, monkeypatch)
-    assert _metrics(at)["Cost"] == charts.format_usd(0.006 + 0.004)   # known spend only
+    assert _metrics(at)["Cost"] == charts.format_usd(0.006 + 0.004)  # known spend only
     note = "\n".join(c.value for c in at.caption)
     assert "+ unpriced usage" in note
     assert "1 call with no known price, 1 partly priced run" in note
@@ -230,7 +228,7 @@ def _hold_write_lock(db: Path, *, commit_first: bool):
         import sys, time
         sys.path.insert(0, {str(Path(__file__).parent)!r})
         from browser.live_writer import run_rows
-        from collector.store import write_batch, write_connection
+        from budgetlens.store import write_batch, write_connection
         with write_connection({str(db)!r}) as conn:
             if {commit_first!r}:
                 write_batch(conn, *run_rows("late-0001", task_type="calm"))
@@ -242,8 +240,8 @@ def _hold_write_lock(db: Path, *, commit_first: bool):
     return process
 
 
-def test_a_store_held_by_the_writer_shows_data_unavailable_not_a_lock_error(tmp_path,
-                                                                          monkeypatch):
+@pytest.mark.system
+def test_a_store_held_by_the_writer_shows_data_unavailable_not_a_lock_error(tmp_path, monkeypatch):
     path = tmp_path / "busy.duckdb"
     with write_connection(path) as conn:
         write_batch(conn, *run_rows("calm-0001", task_type="calm"))
@@ -260,6 +258,7 @@ def test_a_store_held_by_the_writer_shows_data_unavailable_not_a_lock_error(tmp_
     assert not at.metric
 
 
+@pytest.mark.system
 def test_a_busy_store_keeps_showing_the_last_good_results(tmp_path, monkeypatch):
     path = tmp_path / "stale.duckdb"
     with write_connection(path) as conn:
@@ -280,10 +279,10 @@ def test_a_busy_store_keeps_showing_the_last_good_results(tmp_path, monkeypatch)
     assert _metrics(at)["Runs"] == "2"
 
 
-@pytest.mark.parametrize("query, choice", [(None, "Off"), ("5", "5 s"), ("30", "30 s"),
-                                           ("7", "Off")])
-def test_auto_refresh_is_off_unless_the_url_asks_for_5_or_30_seconds(controlled_store,
-                                                                     monkeypatch, query, choice):
+@pytest.mark.parametrize("query, choice", [(None, "Off"), ("5", "5 s"), ("30", "30 s"), ("7", "Off")])
+def test_auto_refresh_is_off_unless_the_url_asks_for_5_or_30_seconds(
+    controlled_store, monkeypatch, query, choice
+):
     monkeypatch.setenv(ENV_DB, str(controlled_store))
     at = AppTest.from_file(str(APP), default_timeout=30)
     if query:
@@ -301,7 +300,9 @@ def test_cost_page_switches_between_daily_and_hourly_buckets(sample_store, monke
     at.radio(key="cost_period").set_value("hour").run()
     specs = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
     assert [s["layout"]["title"]["text"] for s in specs[:2]] == [
-        "Cost per hour by model", "Cost per hour by task type"]
+        "Cost per hour by model",
+        "Cost per hour by task type",
+    ]
     assert specs[0]["layout"]["xaxis"]["title"]["text"] == "Hour"
 
 
@@ -318,8 +319,9 @@ def test_a_file_without_budgetlens_tables_reads_as_no_data_yet(tmp_path, monkeyp
 # --- stores full of NULLs: imports, foreign traces, unpriced models -----------------------------
 @pytest.mark.parametrize("page", PAGES)
 @pytest.mark.parametrize("store", ["null_heavy_store", "imported_store"])
-def test_every_page_renders_on_null_heavy_data_with_missing_values_as_a_dash(request, monkeypatch,
-                                                                            store, page):
+def test_every_page_renders_on_null_heavy_data_with_missing_values_as_a_dash(
+    request, monkeypatch, store, page
+):
     at = _app(request.getfixturevalue(store), monkeypatch, page)
     assert not at.exception, [e.value for e in at.exception]
     assert at.get("plotly_chart") or "No model calls were recorded for this run" in _texts(at)
@@ -327,14 +329,15 @@ def test_every_page_renders_on_null_heavy_data_with_missing_values_as_a_dash(req
     assert "None" not in _texts(at) and "<NA>" not in _texts(at)
 
 
-def test_baselines_draw_a_distribution_for_task_types_that_ran_without_a_limit(
-        null_heavy_store, monkeypatch):
+def test_baselines_draw_a_distribution_for_task_types_that_ran_without_a_limit(null_heavy_store, monkeypatch):
     import json
 
     at = _app(null_heavy_store, monkeypatch, "baselines")
     assert not at.exception
-    specs = {json.loads(c.proto.spec)["layout"]["title"]["text"]: json.loads(c.proto.spec)
-             for c in at.get("plotly_chart")}
+    specs = {
+        json.loads(c.proto.spec)["layout"]["title"]["text"]: json.loads(c.proto.spec)
+        for c in at.get("plotly_chart")
+    }
     imported = specs["imported_history: total tokens per run"]
     names = [trace["name"].split(" ")[0] for trace in imported["data"]]
     assert names == ["runs", "P50", "P95", "Preset"]  # no current-limit line: there was none
@@ -425,8 +428,7 @@ def null_heavy_tasks() -> tuple[str, ...]:
 
 
 # --- review fixes: the default window, a file that is not a store, formats and labels -----------
-def test_the_default_window_is_the_clis_last_14_days_so_both_show_the_same_numbers(
-        tmp_path, monkeypatch):
+def test_the_default_window_is_the_clis_last_14_days_so_both_show_the_same_numbers(tmp_path, monkeypatch):
     path = tmp_path / "long.duckdb"
     write_sample(path, days=30, seed=5, runs_per_day=6)
     at = _app(path, monkeypatch)
@@ -441,8 +443,7 @@ def test_the_default_window_is_the_clis_last_14_days_so_both_show_the_same_numbe
 
 
 @pytest.mark.parametrize("content", [b"run_id,task_type\nr1,qa\n", b"\x00" * 4096])
-def test_a_file_that_is_not_a_duckdb_store_is_an_error_not_a_retry_loop(tmp_path, monkeypatch,
-                                                                       content):
+def test_a_file_that_is_not_a_duckdb_store_is_an_error_not_a_retry_loop(tmp_path, monkeypatch, content):
     path = tmp_path / "runs.csv"
     path.write_bytes(content)
     at = _app(path, monkeypatch)
@@ -471,17 +472,29 @@ def test_preset_costs_use_the_clis_usd_format_never_zero_dollars(null_heavy_stor
         assert shown[task] != "$0.00"
 
 
-@pytest.mark.parametrize("page, frame, wanted", [
-    ("overview", 0, {"task_type": "Task type", "p95_total_tokens": "P95 total tokens",
-                     "cost_usd": "Cost (USD)"}),
-    ("cost", 0, {"run_id": "Run ID", "cost_usd": "Cost (USD)", "total_tokens": "Total tokens"}),
-    ("baselines", 0, {"p50_total_tokens": "P50 total tokens", "low_sample": "Sample",
-                      "p95_cost_usd": "P95 cost (USD)"}),
-    ("presets", 0, {"max_total_tokens": "Max total tokens", "max_cost_usd": "Max cost (USD)"}),
-    ("runs", 0, {"run_id": "Run ID", "start_utc": "Start (UTC)", "cost_usd": "Cost (USD)"}),
-])
-def test_tables_show_human_labels_with_the_key_columns_first(sample_store, monkeypatch, page,
-                                                             frame, wanted):
+@pytest.mark.parametrize(
+    "page, frame, wanted",
+    [
+        (
+            "overview",
+            0,
+            {"task_type": "Task type", "p95_total_tokens": "P95 total tokens", "cost_usd": "Cost (USD)"},
+        ),
+        ("cost", 0, {"run_id": "Run ID", "cost_usd": "Cost (USD)", "total_tokens": "Total tokens"}),
+        (
+            "baselines",
+            0,
+            {
+                "p50_total_tokens": "P50 total tokens",
+                "low_sample": "Sample",
+                "p95_cost_usd": "P95 cost (USD)",
+            },
+        ),
+        ("presets", 0, {"max_total_tokens": "Max total tokens", "max_cost_usd": "Max cost (USD)"}),
+        ("runs", 0, {"run_id": "Run ID", "start_utc": "Start (UTC)", "cost_usd": "Cost (USD)"}),
+    ],
+)
+def test_tables_show_human_labels_with_the_key_columns_first(sample_store, monkeypatch, page, frame, wanted):
     at = _app(sample_store, monkeypatch, page)
     element = at.dataframe[frame]
     configs = _column_configs(element)
@@ -516,6 +529,11 @@ def test_runs_without_any_limit_read_no_budget_not_a_zero_hit_rate(imported_stor
         at = _app(imported_store, monkeypatch, page)
         assert _metrics(at)[tile] == "no budget"
     spec = json.loads(at.get("plotly_chart")[0].proto.spec)  # the daily hit-rate lines
-    drawn = [v for trace in spec["data"] if trace.get("mode") == "lines+markers"
-             for v in _values(trace["y"]) if v is not None and v == v]
+    drawn = [
+        v
+        for trace in spec["data"]
+        if trace.get("mode") == "lines+markers"
+        for v in _values(trace["y"])
+        if v is not None and v == v
+    ]
     assert drawn == []  # gaps, never a line at 0 %

@@ -8,7 +8,7 @@ import math
 import pandas as pd
 import pytest
 
-from dashboard import charts
+from budgetlens.dashboard import charts
 
 DAY1, DAY2 = dt.date(2026, 11, 20), dt.date(2026, 11, 21)
 
@@ -18,13 +18,15 @@ def _annotations(fig) -> list[str]:
 
 
 def test_cost_bars_stack_priced_keys_and_leave_unpriced_rows_out():
-    frame = pd.DataFrame({
-        "period_start": [pd.Timestamp(DAY1)] * 3 + [pd.Timestamp(DAY2)],
-        "key": ["gpt-4.1", "claude-haiku-4-5", "local-llama", "gpt-4.1"],
-        "cost_usd": [1.5, 0.25, None, 2.0],
-        "runs": [10, 4, 3, 12],
-        "unpriced_calls": [0, 0, 9, 0],
-    })
+    frame = pd.DataFrame(
+        {
+            "period_start": [pd.Timestamp(DAY1)] * 3 + [pd.Timestamp(DAY2)],
+            "key": ["gpt-4.1", "claude-haiku-4-5", "local-llama", "gpt-4.1"],
+            "cost_usd": [1.5, 0.25, None, 2.0],
+            "runs": [10, 4, 3, 12],
+            "unpriced_calls": [0, 0, 9, 0],
+        }
+    )
     fig = charts.cost_stacked(frame, period="day", by="model")
     names = sorted(trace.name for trace in fig.data)
     assert names == ["claude-haiku-4-5", "gpt-4.1"]
@@ -35,19 +37,32 @@ def test_cost_bars_stack_priced_keys_and_leave_unpriced_rows_out():
 
 
 def test_cost_chart_of_only_unpriced_usage_says_so_instead_of_zero():
-    frame = pd.DataFrame({"period_start": [pd.Timestamp(DAY1)], "key": ["local-llama"],
-                          "cost_usd": [None], "runs": [3], "unpriced_calls": [9]})
+    frame = pd.DataFrame(
+        {
+            "period_start": [pd.Timestamp(DAY1)],
+            "key": ["local-llama"],
+            "cost_usd": [None],
+            "runs": [3],
+            "unpriced_calls": [9],
+        }
+    )
     fig = charts.cost_stacked(frame)
     assert not fig.data
     assert _annotations(fig) == ["No priced usage in this selection"]
 
 
 def test_hit_rate_chart_is_in_percent_with_the_20_percent_line():
-    frame = pd.DataFrame({
-        "day": [DAY1, DAY2, DAY1], "task_type": ["research", "research", "simple_qa"],
-        "finished_runs": [10, 20, 8], "budget_stops": [3, 2, 0], "interventions": [4, 2, 1],
-        "hit_rate": [0.3, 0.1, 0.0], "intervention_rate": [0.4, 0.1, 0.125],
-    })
+    frame = pd.DataFrame(
+        {
+            "day": [DAY1, DAY2, DAY1],
+            "task_type": ["research", "research", "simple_qa"],
+            "finished_runs": [10, 20, 8],
+            "budget_stops": [3, 2, 0],
+            "interventions": [4, 2, 1],
+            "hit_rate": [0.3, 0.1, 0.0],
+            "intervention_rate": [0.4, 0.1, 0.125],
+        }
+    )
     fig = charts.hit_rate_daily(frame)
     research = next(t for t in fig.data if t.name == "research")
     assert [round(v, 6) for v in research.y] == [30.0, 10.0]
@@ -59,14 +74,17 @@ def test_hit_rate_chart_is_in_percent_with_the_20_percent_line():
 
 
 def test_distribution_is_on_a_log_axis_with_p50_p95_and_preset_marked():
-    frame = pd.DataFrame({
-        "task_type": ["code_generation"] * 3 + ["simple_qa"],
-        "bucket_low_tokens": [10_000.0, 20_000.0, 40_000.0, 2_000.0],
-        "bucket_high_tokens": [20_000.0, 40_000.0, 80_000.0, 4_000.0],
-        "runs": [5, 12, 3, 40],
-    })
-    fig = charts.token_distribution(frame, "code_generation", p50=25_000, p95=61_000,
-                                    preset=92_000, limit=60_000)
+    frame = pd.DataFrame(
+        {
+            "task_type": ["code_generation"] * 3 + ["simple_qa"],
+            "bucket_low_tokens": [10_000.0, 20_000.0, 40_000.0, 2_000.0],
+            "bucket_high_tokens": [20_000.0, 40_000.0, 80_000.0, 4_000.0],
+            "runs": [5, 12, 3, 40],
+        }
+    )
+    fig = charts.token_distribution(
+        frame, "code_generation", p50=25_000, p95=61_000, preset=92_000, limit=60_000
+    )
     assert fig.layout.xaxis.type == "log"
     markers = {t.name.split(" ")[0]: t.x[0] for t in fig.data[1:]}
     assert markers == {"P50": 25_000, "P95": 61_000, "Preset": 92_000, "current": 60_000}
@@ -76,16 +94,29 @@ def test_distribution_is_on_a_log_axis_with_p50_p95_and_preset_marked():
 
 
 def test_distribution_skips_markers_that_are_unknown():
-    frame = pd.DataFrame({"task_type": ["tool_use"], "bucket_low_tokens": [5_000.0],
-                          "bucket_high_tokens": [6_000.0], "runs": [2]})
+    frame = pd.DataFrame(
+        {
+            "task_type": ["tool_use"],
+            "bucket_low_tokens": [5_000.0],
+            "bucket_high_tokens": [6_000.0],
+            "runs": [2],
+        }
+    )
     fig = charts.token_distribution(frame, "tool_use", p50=5_500, p95=None, preset=float("nan"))
     assert [t.name.split(" ")[0] for t in fig.data] == ["runs", "P50"]
 
 
 def test_rates_by_task_type_draw_both_rates_against_the_alarm_line():
-    frame = pd.DataFrame({"task_type": ["research", "tool_use"], "runs": [30, 50],
-                          "hit_rate": [0.3, 0.05], "intervention_rate": [0.45, 0.1],
-                          "cost_usd": [3.0, None], "p95_total_tokens": [120_000.0, 9_000.0]})
+    frame = pd.DataFrame(
+        {
+            "task_type": ["research", "tool_use"],
+            "runs": [30, 50],
+            "hit_rate": [0.3, 0.05],
+            "intervention_rate": [0.45, 0.1],
+            "cost_usd": [3.0, None],
+            "p95_total_tokens": [120_000.0, 9_000.0],
+        }
+    )
     fig = charts.rate_by_task(frame)
     hit = next(t for t in fig.data if t.name.startswith("hit rate"))
     intervention = next(t for t in fig.data if t.name.startswith("intervention rate"))
@@ -95,9 +126,13 @@ def test_rates_by_task_type_draw_both_rates_against_the_alarm_line():
 
 
 def test_stop_reasons_stack_runs_with_their_share_per_task_type():
-    frame = pd.DataFrame({"task_type": ["research", "research", "tool_use"],
-                          "stop_reason": ["completed", "budget_tokens", "completed"],
-                          "runs": [6, 2, 5]})
+    frame = pd.DataFrame(
+        {
+            "task_type": ["research", "research", "tool_use"],
+            "stop_reason": ["completed", "budget_tokens", "completed"],
+            "runs": [6, 2, 5],
+        }
+    )
     fig = charts.stop_reasons(frame)
     assert [t.name for t in fig.data] == ["completed", "budget_tokens"]
     budget = fig.data[1]
@@ -107,19 +142,32 @@ def test_stop_reasons_stack_runs_with_their_share_per_task_type():
 
 def test_run_turns_show_cumulative_tokens_reservations_limit_and_events():
     start = dt.datetime(2026, 11, 20, 10, 0, 0)
-    calls = pd.DataFrame({
-        "turn": [1, 2, 3],
-        "start_utc": [start, start + dt.timedelta(seconds=10), start + dt.timedelta(seconds=20)],
-        "model": ["gpt-4.1"] * 3, "input_tokens": [900, 1800, None],
-        "output_tokens": [100, 200, None], "reserved_tokens": [1500, 2500, 3000],
-        "cumulative_tokens": [1000, 3000, 6000], "limit_total_tokens": [8000] * 3,
-        "usage_status": ["reported", "reported", "unknown"], "cost_usd": [0.01, 0.02, None],
-    })
-    events = pd.DataFrame({
-        "ts_utc": [start + dt.timedelta(seconds=12)], "name": ["budgetlens.downgrade"],
-        "reason": [None], "from_model": ["gpt-4.1"], "to_model": ["gpt-4.1-mini"],
-        "tool_name": [None], "used_tokens": [3000], "percent": [37.5],
-    })
+    calls = pd.DataFrame(
+        {
+            "turn": [1, 2, 3],
+            "start_utc": [start, start + dt.timedelta(seconds=10), start + dt.timedelta(seconds=20)],
+            "model": ["gpt-4.1"] * 3,
+            "input_tokens": [900, 1800, None],
+            "output_tokens": [100, 200, None],
+            "reserved_tokens": [1500, 2500, 3000],
+            "cumulative_tokens": [1000, 3000, 6000],
+            "limit_total_tokens": [8000] * 3,
+            "usage_status": ["reported", "reported", "unknown"],
+            "cost_usd": [0.01, 0.02, None],
+        }
+    )
+    events = pd.DataFrame(
+        {
+            "ts_utc": [start + dt.timedelta(seconds=12)],
+            "name": ["budgetlens.downgrade"],
+            "reason": [None],
+            "from_model": ["gpt-4.1"],
+            "to_model": ["gpt-4.1-mini"],
+            "tool_name": [None],
+            "used_tokens": [3000],
+            "percent": [37.5],
+        }
+    )
     fig = charts.run_turns(calls, events, run_id="r-1")
     reserved, used, marks = fig.data
     assert list(reserved.y) == [1500, 2500, 3000]
@@ -130,12 +178,15 @@ def test_run_turns_show_cumulative_tokens_reservations_limit_and_events():
 
 
 def test_preset_comparison_puts_current_limit_next_to_the_recommendation():
-    changes = pd.DataFrame({
-        "task_type": ["research", "research", "tool_use"],
-        "key": ["max_total_tokens", "max_turns", "max_total_tokens"],
-        "current": [150_000, 30, None], "recommended": [264_000, 25, 43_000],
-        "change_pct": [76.0, -16.7, None],
-    })
+    changes = pd.DataFrame(
+        {
+            "task_type": ["research", "research", "tool_use"],
+            "key": ["max_total_tokens", "max_turns", "max_total_tokens"],
+            "current": [150_000, 30, None],
+            "recommended": [264_000, 25, 43_000],
+            "change_pct": [76.0, -16.7, None],
+        }
+    )
     fig = charts.preset_comparison(changes, "max_total_tokens")
     current, recommended = fig.data
     assert list(current.x) == ["research", "tool_use"]
@@ -174,8 +225,14 @@ def test_colors_are_stable_for_the_seed_task_types_and_distinct_for_others():
 
 
 def test_more_than_five_task_types_never_share_a_color():
-    tasks = [*charts.TASK_COLORS, "foreign_agent", "imported_history", "local_unpriced",
-             "rare_task", *[f"team_{i}" for i in range(8)]]
+    tasks = [
+        *charts.TASK_COLORS,
+        "foreign_agent",
+        "imported_history",
+        "local_unpriced",
+        "rare_task",
+        *[f"team_{i}" for i in range(8)],
+    ]
     colors = charts.color_map(tasks, charts.TASK_COLORS)
     assert len(set(colors.values())) == len(tasks) == 17
     assert colors["foreign_agent"] != colors["simple_qa"]
@@ -183,35 +240,52 @@ def test_more_than_five_task_types_never_share_a_color():
 
 def test_a_task_type_keeps_its_color_across_charts_given_the_store_wide_map():
     colors = charts.color_map(["alpha", "beta", "gamma", "simple_qa"], charts.TASK_COLORS)
-    cost = pd.DataFrame({"period_start": [pd.Timestamp(DAY1)] * 2, "key": ["gamma", "beta"],
-                         "cost_usd": [1.0, 2.0], "runs": [1, 1], "unpriced_calls": [0, 0]})
-    daily = pd.DataFrame({"day": [DAY1], "task_type": ["gamma"], "finished_runs": [3],
-                          "budget_stops": [0], "interventions": [0], "hit_rate": [0.0],
-                          "intervention_rate": [0.0]})
+    cost = pd.DataFrame(
+        {
+            "period_start": [pd.Timestamp(DAY1)] * 2,
+            "key": ["gamma", "beta"],
+            "cost_usd": [1.0, 2.0],
+            "runs": [1, 1],
+            "unpriced_calls": [0, 0],
+        }
+    )
+    daily = pd.DataFrame(
+        {
+            "day": [DAY1],
+            "task_type": ["gamma"],
+            "finished_runs": [3],
+            "budget_stops": [0],
+            "interventions": [0],
+            "hit_rate": [0.0],
+            "intervention_rate": [0.0],
+        }
+    )
     cost_fig = charts.cost_stacked(cost, by="task_type", colors=colors)
     runs_fig = charts.runs_per_day(daily, colors=colors)
-    assert {t.name: t.marker.color for t in cost_fig.data} == {"beta": colors["beta"],
-                                                               "gamma": colors["gamma"]}
+    assert {t.name: t.marker.color for t in cost_fig.data} == {
+        "beta": colors["beta"],
+        "gamma": colors["gamma"],
+    }
     assert runs_fig.data[0].marker.color == colors["gamma"]
     # a key the map lacks gets a color none of the mapped keys uses
-    other = charts.cost_stacked(cost.assign(key=["gamma", "delta"]), by="task_type",
-                                colors=colors)
+    other = charts.cost_stacked(cost.assign(key=["gamma", "delta"]), by="task_type", colors=colors)
     delta = next(t for t in other.data if t.name == "delta").marker.color
     assert delta not in colors.values()
 
 
 def test_cost_buckets_read_alike_and_empty_buckets_inside_the_range_show():
-    edges = [10 ** (k / 4) for k in range(0, 9)]  # $1 .. $100 in quarter decades
-    frame = pd.DataFrame({
-        "task_type": ["research", "research", "tool_use"],
-        "bucket_low_usd": [edges[0], edges[4], edges[2]],  # $5.62–$10 (edges[3]) is empty
-        "bucket_high_usd": [edges[1], edges[5], edges[3]],
-        "runs": [4, 2, 7],
-    })
+    edges = [10 ** (k / 4) for k in range(9)]  # $1 .. $100 in quarter decades
+    frame = pd.DataFrame(
+        {
+            "task_type": ["research", "research", "tool_use"],
+            "bucket_low_usd": [edges[0], edges[4], edges[2]],  # $5.62–$10 (edges[3]) is empty
+            "bucket_high_usd": [edges[1], edges[5], edges[3]],
+            "runs": [4, 2, 7],
+        }
+    )
     fig = charts.cost_per_run(frame)
     order = list(fig.layout.xaxis.categoryarray)
-    assert order == ["$1.00–$1.78", "$1.78–$3.16", "$3.16–$5.62", "$5.62–$10.00",
-                     "$10.00–$17.78"]
+    assert order == ["$1.00–$1.78", "$1.78–$3.16", "$3.16–$5.62", "$5.62–$10.00", "$10.00–$17.78"]
     research = next(t for t in fig.data if t.name == "research")
     assert list(research.x) == ["$1.00–$1.78", "$10.00–$17.78"]
     assert charts.bucket_label(0.01778, 0.03162) == "$0.0178–$0.0316"
@@ -219,24 +293,37 @@ def test_cost_buckets_read_alike_and_empty_buckets_inside_the_range_show():
 
 @pytest.mark.parametrize("missing", [None, float("nan"), pd.NA])
 def test_distribution_markers_accept_every_kind_of_missing_value(missing):
-    frame = pd.DataFrame({"task_type": ["imported"], "bucket_low_tokens": [5_000.0],
-                          "bucket_high_tokens": [6_000.0], "runs": [2]})
-    fig = charts.token_distribution(frame, "imported", p50=missing, p95=5_800.5,
-                                    preset=missing, limit=missing)
+    frame = pd.DataFrame(
+        {
+            "task_type": ["imported"],
+            "bucket_low_tokens": [5_000.0],
+            "bucket_high_tokens": [6_000.0],
+            "runs": [2],
+        }
+    )
+    fig = charts.token_distribution(
+        frame, "imported", p50=missing, p95=5_800.5, preset=missing, limit=missing
+    )
     assert [t.name.split(" ")[0] for t in fig.data] == ["runs", "P95"]
     assert "%{x:,.1f}" in fig.data[1].hovertemplate  # the interpolated P95, one decimal
 
 
 def test_calls_without_turn_numbers_are_numbered_in_start_order():
     start = dt.datetime(2026, 11, 20, 10, 0, 0)
-    calls = pd.DataFrame({
-        "turn": pd.array([None, None, None], dtype="Int64"),
-        "start_utc": [start + dt.timedelta(seconds=s) for s in (10, 0, 20)],
-        "model": ["m"] * 3, "input_tokens": [900, 1800, 500], "output_tokens": [100, 200, 50],
-        "reserved_tokens": pd.array([None, None, None], dtype="Int64"),
-        "cumulative_tokens": [3000, 2000, 3550], "limit_total_tokens": [None] * 3,
-        "usage_status": ["reported"] * 3, "cost_usd": [None] * 3,
-    })
+    calls = pd.DataFrame(
+        {
+            "turn": pd.array([None, None, None], dtype="Int64"),
+            "start_utc": [start + dt.timedelta(seconds=s) for s in (10, 0, 20)],
+            "model": ["m"] * 3,
+            "input_tokens": [900, 1800, 500],
+            "output_tokens": [100, 200, 50],
+            "reserved_tokens": pd.array([None, None, None], dtype="Int64"),
+            "cumulative_tokens": [3000, 2000, 3550],
+            "limit_total_tokens": [None] * 3,
+            "usage_status": ["reported"] * 3,
+            "cost_usd": [None] * 3,
+        }
+    )
     fig = charts.run_turns(calls, pd.DataFrame(), run_id="foreign")
     (used,) = fig.data  # no reservation bars: the trace reported none
     assert list(used.x) == [1, 2, 3]
@@ -246,20 +333,32 @@ def test_calls_without_turn_numbers_are_numbered_in_start_order():
 
 
 def test_preset_comparison_says_when_no_run_had_the_limit():
-    changes = pd.DataFrame({"task_type": ["imported"], "key": ["max_turns"], "current": [None],
-                            "recommended": [40], "change_pct": [None]})
+    changes = pd.DataFrame(
+        {
+            "task_type": ["imported"],
+            "key": ["max_turns"],
+            "current": [None],
+            "recommended": [40],
+            "change_pct": [None],
+        }
+    )
     fig = charts.preset_comparison(changes, "max_turns")
     assert [t.name for t in fig.data] == ["recommended preset"]
     assert _annotations(fig) == ["No run ran under a max_turns limit: recommendations only"]
 
 
 def test_days_without_a_budgeted_run_are_gaps_in_the_hit_rate_line_not_zero():
-    daily = pd.DataFrame({
-        "day": [dt.date(2026, 11, d) for d in (20, 21, 22)],
-        "task_type": ["qa"] * 3, "finished_runs": [10, 4, 10], "budget_stops": [2, 0, 1],
-        "interventions": [2, 0, 1], "hit_rate": [0.2, None, 0.1],
-        "intervention_rate": [0.2, None, 0.1],
-    })
+    daily = pd.DataFrame(
+        {
+            "day": [dt.date(2026, 11, d) for d in (20, 21, 22)],
+            "task_type": ["qa"] * 3,
+            "finished_runs": [10, 4, 10],
+            "budget_stops": [2, 0, 1],
+            "interventions": [2, 0, 1],
+            "hit_rate": [0.2, None, 0.1],
+            "intervention_rate": [0.2, None, 0.1],
+        }
+    )
     line = charts.hit_rate_daily(daily).data[0]
     values = list(line.y)
     assert values[0] == pytest.approx(20.0) and values[2] == pytest.approx(10.0)
@@ -268,8 +367,9 @@ def test_days_without_a_budgeted_run_are_gaps_in_the_hit_rate_line_not_zero():
 
 
 def test_a_task_type_without_budgeted_runs_reads_no_budget_instead_of_a_zero_bar():
-    per_task = pd.DataFrame({"task_type": ["imported", "qa"], "hit_rate": [None, 0.3],
-                             "intervention_rate": [None, 0.4]})
+    per_task = pd.DataFrame(
+        {"task_type": ["imported", "qa"], "hit_rate": [None, 0.3], "intervention_rate": [None, 0.4]}
+    )
     fig = charts.rate_by_task(per_task)
     hit = next(t for t in fig.data if t.name == "hit rate (budget stops)")
     assert math.isnan(list(hit.x)[list(hit.y).index("imported")])
@@ -278,18 +378,27 @@ def test_a_task_type_without_budgeted_runs_reads_no_budget_instead_of_a_zero_bar
     assert fig.layout.yaxis.automargin  # long task-type names are never cut off
 
 
-@pytest.mark.parametrize("top, labels", [(210_000, ["0", "50K", "100K", "150K", "200K"]),
-                                         (1_600_000, ["0", "500K", "1M", "1.5M"])])
+@pytest.mark.parametrize(
+    "top, labels", [(210_000, ["0", "50K", "100K", "150K", "200K"]), (1_600_000, ["0", "500K", "1M", "1.5M"])]
+)
 def test_token_axes_read_like_the_tiles(top, labels):
-    calls = pd.DataFrame({"turn": [1, 2], "cumulative_tokens": [top / 2, top],
-                          "reserved_tokens": [None, None]})
+    calls = pd.DataFrame(
+        {"turn": [1, 2], "cumulative_tokens": [top / 2, top], "reserved_tokens": [None, None]}
+    )
     fig = charts.run_turns(calls)
-    assert list(fig.layout.yaxis.ticktext)[:len(labels)] == labels
+    assert list(fig.layout.yaxis.ticktext)[: len(labels)] == labels
 
 
 def test_cost_axes_never_round_a_small_cost_to_zero_dollars():
-    df = pd.DataFrame({"period_start": [dt.datetime(2026, 11, 20)], "key": ["m"],
-                       "cost_usd": [0.0039], "runs": [1], "unpriced_calls": [0]})
+    df = pd.DataFrame(
+        {
+            "period_start": [dt.datetime(2026, 11, 20)],
+            "key": ["m"],
+            "cost_usd": [0.0039],
+            "runs": [1],
+            "unpriced_calls": [0],
+        }
+    )
     fig = charts.cost_stacked(df)
     assert fig.layout.yaxis.tickformat == "$,.3~g"
     assert "$,.2f" not in fig.data[0].hovertemplate

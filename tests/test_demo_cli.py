@@ -18,12 +18,13 @@ from pathlib import Path
 
 import pytest
 
-from collector import config
-from collector import semconv as sc
-from collector.cli import build_parser
-from collector.cli import dashboard_cmd
-from collector.store import read_connection
-from dashboard import analysis
+from budgetlens import config
+from budgetlens import semconv as sc
+from budgetlens.analysis import views as analysis
+from budgetlens.cli import build_parser, dashboard_cmd
+from budgetlens.store import read_connection
+
+pytestmark = pytest.mark.system
 
 READY_S = 90
 
@@ -64,8 +65,10 @@ def test_dashboard_port_comes_from_flag_then_environment_then_default(monkeypatc
 
 @pytest.mark.parametrize(
     "value, message",
-    [("eighty", "dashboard port must be an integer, got 'eighty'"),
-     ("70000", "dashboard port must be in 1..65535, got 70000")],
+    [
+        ("eighty", "dashboard port must be an integer, got 'eighty'"),
+        ("70000", "dashboard port must be in 1..65535, got 70000"),
+    ],
 )
 def test_a_bad_dashboard_port_is_named(monkeypatch, value, message):
     monkeypatch.setenv(config.ENV_DASHBOARD_PORT, value)
@@ -127,16 +130,27 @@ def _send_run(endpoint: str, run_id: str) -> None:
     provider.add_span_processor(SimpleSpanProcessor(OTLPSpanExporter(f"{endpoint}/v1/traces")))
     tracer = provider.get_tracer("tests.demo")
     with tracer.start_as_current_span("invoke_agent demo_task") as run:
-        run.set_attributes({sc.GEN_AI_OPERATION_NAME: sc.OPERATION_INVOKE_AGENT,
-                            sc.BUDGET_RUN_ID: run_id, sc.BUDGET_TASK_TYPE: "demo_task",
-                            sc.BUDGET_LIMIT_TOTAL_TOKENS: 10_000})
+        run.set_attributes(
+            {
+                sc.GEN_AI_OPERATION_NAME: sc.OPERATION_INVOKE_AGENT,
+                sc.BUDGET_RUN_ID: run_id,
+                sc.BUDGET_TASK_TYPE: "demo_task",
+                sc.BUDGET_LIMIT_TOTAL_TOKENS: 10_000,
+            }
+        )
         with tracer.start_as_current_span("chat gpt-4.1-mini", kind=SpanKind.CLIENT) as call:
-            call.set_attributes({sc.GEN_AI_OPERATION_NAME: sc.OPERATION_CHAT,
-                                 sc.GEN_AI_PROVIDER_NAME: "openai",
-                                 sc.GEN_AI_REQUEST_MODEL: "gpt-4.1-mini",
-                                 sc.GEN_AI_USAGE_INPUT_TOKENS: 1200,
-                                 sc.GEN_AI_USAGE_OUTPUT_TOKENS: 300, sc.BUDGET_RUN_ID: run_id,
-                                 sc.BUDGET_TASK_TYPE: "demo_task", sc.BUDGET_TURN: 1})
+            call.set_attributes(
+                {
+                    sc.GEN_AI_OPERATION_NAME: sc.OPERATION_CHAT,
+                    sc.GEN_AI_PROVIDER_NAME: "openai",
+                    sc.GEN_AI_REQUEST_MODEL: "gpt-4.1-mini",
+                    sc.GEN_AI_USAGE_INPUT_TOKENS: 1200,
+                    sc.GEN_AI_USAGE_OUTPUT_TOKENS: 300,
+                    sc.BUDGET_RUN_ID: run_id,
+                    sc.BUDGET_TASK_TYPE: "demo_task",
+                    sc.BUDGET_TURN: 1,
+                }
+            )
         run.set_attributes({sc.BUDGET_STOP_REASON: sc.STOP_COMPLETED, sc.BUDGET_TURNS: 1})
     provider.shutdown()
 
@@ -150,9 +164,21 @@ def _port_open(port: int) -> bool:
 def test_demo_serves_the_sample_and_a_collector_an_agent_can_send_to(tmp_path, free_port):
     db = tmp_path / "demo.duckdb"
     process = subprocess.Popen(
-        [sys.executable, "-m", "collector.cli", "demo", "--db", str(db), "--port", str(free_port),
-         "--collector-port", "0"],
-        cwd=tmp_path, stdout=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "-m",
+            "budgetlens.cli",
+            "demo",
+            "--db",
+            str(db),
+            "--port",
+            str(free_port),
+            "--collector-port",
+            "0",
+        ],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        text=True,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )
     try:
@@ -192,9 +218,24 @@ def test_demo_stops_the_collector_and_says_why_when_the_dashboard_port_is_taken(
         taken.listen()
         port = taken.getsockname()[1]
         result = subprocess.run(
-            [sys.executable, "-m", "collector.cli", "demo", "--db", str(tmp_path / "d.duckdb"),
-             "--port", str(port), "--collector-port", "0", "--ready-timeout", "60"],
-            cwd=tmp_path, capture_output=True, text=True, timeout=120,
+            [
+                sys.executable,
+                "-m",
+                "budgetlens.cli",
+                "demo",
+                "--db",
+                str(tmp_path / "d.duckdb"),
+                "--port",
+                str(port),
+                "--collector-port",
+                "0",
+                "--ready-timeout",
+                "60",
+            ],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=120,
         )
     assert result.returncode == 1
     assert f"the dashboard did not start on 127.0.0.1:{port}: the port is in use" in result.stderr
@@ -205,7 +246,7 @@ def test_another_dashboard_answering_on_the_port_is_not_taken_for_the_demos_own(
     import http.server
 
     class Health(http.server.BaseHTTPRequestHandler):
-        def do_GET(self):  # noqa: N802 (the stdlib's name)
+        def do_GET(self):
             self.send_response(200)
             self.end_headers()
             self.wfile.write(b"ok")
@@ -218,9 +259,24 @@ def test_another_dashboard_answering_on_the_port_is_not_taken_for_the_demos_own(
     port = other.server_address[1]
     try:
         result = subprocess.run(
-            [sys.executable, "-m", "collector.cli", "demo", "--db", str(tmp_path / "d.duckdb"),
-             "--port", str(port), "--collector-port", "0", "--ready-timeout", "60"],
-            cwd=tmp_path, capture_output=True, text=True, timeout=120,
+            [
+                sys.executable,
+                "-m",
+                "budgetlens.cli",
+                "demo",
+                "--db",
+                str(tmp_path / "d.duckdb"),
+                "--port",
+                str(port),
+                "--collector-port",
+                "0",
+                "--ready-timeout",
+                "60",
+            ],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=120,
         )
     finally:
         other.shutdown()
@@ -231,8 +287,13 @@ def test_another_dashboard_answering_on_the_port_is_not_taken_for_the_demos_own(
 
 
 def _dashboard(tmp_path, *args) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "collector.cli", "dashboard", *args],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "budgetlens.cli", "dashboard", *args],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 def test_dashboard_fails_naming_the_port_before_printing_an_address_when_it_is_taken(tmp_path):
@@ -248,8 +309,7 @@ def test_dashboard_fails_naming_the_port_before_printing_an_address_when_it_is_t
 
 
 @pytest.mark.parametrize("content", [b"run_id,task_type\nr1,qa\n", b"\x00" * 4096])
-def test_dashboard_refuses_a_file_that_is_not_a_duckdb_store_in_one_line(tmp_path, free_port,
-                                                                        content):
+def test_dashboard_refuses_a_file_that_is_not_a_duckdb_store_in_one_line(tmp_path, free_port, content):
     path = tmp_path / "runs.csv"
     path.write_bytes(content)
     result = _dashboard(tmp_path, "--db", str(path), "--port", str(free_port))

@@ -11,25 +11,32 @@ import signal
 import threading
 import time
 
+import pytest
 import requests
+from _collector_helpers import SpanRecorder, collector_process
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.trace.export import SpanExportResult
 
-from collector import semconv as sc
-from collector.store import read_connection
-from _collector_helpers import SpanRecorder, collector_process
+from budgetlens import semconv as sc
+from budgetlens.store import read_connection
+
+pytestmark = pytest.mark.system
 
 
 def _batches(count: int, size: int):
     recorder = SpanRecorder()
     for index in range(count * size):
         with recorder.tracer.start_as_current_span("chat gpt-4o") as span:
-            span.set_attributes({sc.GEN_AI_OPERATION_NAME: sc.OPERATION_CHAT,
-                                 sc.GEN_AI_REQUEST_MODEL: "gpt-4o",
-                                 sc.GEN_AI_USAGE_INPUT_TOKENS: index,
-                                 sc.GEN_AI_USAGE_OUTPUT_TOKENS: 1})
+            span.set_attributes(
+                {
+                    sc.GEN_AI_OPERATION_NAME: sc.OPERATION_CHAT,
+                    sc.GEN_AI_REQUEST_MODEL: "gpt-4o",
+                    sc.GEN_AI_USAGE_INPUT_TOKENS: index,
+                    sc.GEN_AI_USAGE_OUTPUT_TOKENS: 1,
+                }
+            )
     spans = recorder.spans()
-    return [spans[i:i + size] for i in range(0, len(spans), size)]
+    return [spans[i : i + size] for i in range(0, len(spans), size)]
 
 
 def _send_until_killed(url: str, batches, acknowledged: list, stop: threading.Event):
@@ -55,12 +62,14 @@ def test_kill_9_loses_no_acknowledged_span(tmp_path, python):
         before = len(acknowledged)
         stop = threading.Event()
         with collector_process(python, db_path) as (process, url):
-            sender = threading.Thread(target=_send_until_killed,
-                                      args=(url, round_batches, acknowledged, stop))
+            sender = threading.Thread(
+                target=_send_until_killed, args=(url, round_batches, acknowledged, stop)
+            )
             sender.start()
             deadline = time.monotonic() + 60
-            while time.monotonic() < deadline and (len(acknowledged) < before + 500 or (
-                    while_loading and _backlog(url) == 0)):
+            while time.monotonic() < deadline and (
+                len(acknowledged) < before + 500 or (while_loading and _backlog(url) == 0)
+            ):
                 time.sleep(0.01)
             os.kill(process.pid, signal.SIGKILL)  # mid-stream: requests are in flight
             process.wait(10)
@@ -83,8 +92,9 @@ def test_sigterm_finishes_in_flight_requests_commits_and_exits(tmp_path, python)
     acknowledged: list[str] = []
     stop = threading.Event()
     with collector_process(python, db_path) as (process, url):
-        sender = threading.Thread(target=_send_until_killed,
-                                  args=(url, _batches(count=30, size=100), acknowledged, stop))
+        sender = threading.Thread(
+            target=_send_until_killed, args=(url, _batches(count=30, size=100), acknowledged, stop)
+        )
         sender.start()
         while len(acknowledged) < 300 and sender.is_alive():
             time.sleep(0.01)

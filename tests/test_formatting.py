@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from dashboard import formatting
+from budgetlens.dashboard import formatting
 
 
 @pytest.mark.parametrize(
@@ -14,7 +14,7 @@ from dashboard import formatting
         (None, "unpriced"),
         (float("nan"), "unpriced"),
         (0.0, "$0.00"),
-        (0.0039, "$0.0039"),      # a preset cost the Presets page showed as $0.00
+        (0.0039, "$0.0039"),  # a preset cost the Presets page showed as $0.00
         (0.014, "$0.014"),
         (0.44, "$0.44"),
         (0.009165, "$0.009165"),  # 4 significant figures, as the CLI's tables
@@ -85,29 +85,38 @@ def test_percentiles_keep_one_decimal_and_counts_are_whole(column, fmt):
     assert formatting.number_format(column) == fmt
 
 
-@pytest.mark.parametrize("value, runs, text", [(0.2014, 10, "20.1 %"), (None, 10, "no budget"),
-                                               (None, 0, "n/a"), (0.0, 10, "0.0 %")])
+@pytest.mark.parametrize(
+    "value, runs, text",
+    [(0.2014, 10, "20.1 %"), (None, 10, "no budget"), (None, 0, "n/a"), (0.0, 10, "0.0 %")],
+)
 def test_hit_rate_without_budgeted_runs_reads_no_budget_not_zero(value, runs, text):
     assert formatting.format_hit_rate(value, runs) == text
 
 
-@pytest.mark.parametrize("value, text", [(1242, "1,242"), (56463.5, "56,463.5"),
-                                         (56463.0, "56,463"), (None, "—")])
+@pytest.mark.parametrize(
+    "value, text", [(1242, "1,242"), (56463.5, "56,463.5"), (56463.0, "56,463"), (None, "—")]
+)
 def test_numbers_have_thousands_separators_and_drop_a_whole_decimal(value, text):
     assert formatting.format_number(value) == text
 
 
-@pytest.mark.parametrize("value, text", [(200_000, "200K"), (1_500_000, "1.5M"), (950, "950"),
-                                         (0, "0")])
+@pytest.mark.parametrize("value, text", [(200_000, "200K"), (1_500_000, "1.5M"), (950, "950"), (0, "0")])
 def test_axis_ticks_are_compact(value, text):
     assert formatting.format_compact(value) == text
 
 
-@pytest.mark.parametrize("column, label", [
-    ("task_type", "Task type"), ("p50_total_tokens", "P50 total tokens"),
-    ("max_cost_usd", "Max cost (USD)"), ("cost_usd", "Cost (USD)"),
-    ("p95_duration_s", "P95 duration (s)"), ("reserved_tokens", "Reserved tokens"),
-    ("from_model", "From model"), ("run_id", "Run ID"),
-])
+@pytest.mark.parametrize(
+    "column, label",
+    [
+        ("task_type", "Task type"),
+        ("p50_total_tokens", "P50 total tokens"),
+        ("max_cost_usd", "Max cost (USD)"),
+        ("cost_usd", "Cost (USD)"),
+        ("p95_duration_s", "P95 duration (s)"),
+        ("reserved_tokens", "Reserved tokens"),
+        ("from_model", "From model"),
+        ("run_id", "Run ID"),
+    ],
+)
 def test_columns_get_human_labels(column, label):
     assert formatting.column_label(column) == label

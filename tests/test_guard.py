@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import threading
 
@@ -10,8 +11,8 @@ import pytest
 import tomli_w
 import yaml
 
-from collector import Action, BudgetExceeded, RunBudget, Usage
-from collector.semconv import (
+from budgetlens import Action, BudgetExceeded, RunBudget, Usage
+from budgetlens.semconv import (
     EVENT_DOWNGRADE,
     EVENT_STOP,
     EVENT_SUMMARIZE,
@@ -101,8 +102,9 @@ def test_cost_limit_stops_after_priced_spend_reaches_it():
     assert run.finish().cost_usd == pytest.approx(0.0125)
 
 
-@pytest.mark.parametrize("limit, usage", [("max_input_tokens", Usage(500, 1)),
-                                          ("max_output_tokens", Usage(1, 500))])
+@pytest.mark.parametrize(
+    "limit, usage", [("max_input_tokens", Usage(500, 1)), ("max_output_tokens", Usage(1, 500))]
+)
 def test_input_and_output_limits_stop_the_next_call(limit, usage):
     run = RunBudget(**{limit: 500})
     run.reserve(0)
@@ -132,8 +134,7 @@ def test_warn_threshold_is_configurable():
 
 def test_downgrade_happens_once_along_the_model_chain_at_60_percent():
     events = []
-    run = RunBudget(max_total_tokens=1_000, model_chain=("big", "medium", "small"),
-                    on_event=events.append)
+    run = RunBudget(max_total_tokens=1_000, model_chain=("big", "medium", "small"), on_event=events.append)
     assert run.model == "big"
     assert call(run, 599) == Action.CONTINUE
     assert call(run, 1) == Action.DOWNGRADE
@@ -171,10 +172,15 @@ def test_set_max_rejects_an_unknown_limit_by_name():
         RunBudget().set_max(max_tokens=5)
 
 
-@pytest.mark.parametrize("kwargs, named", [({"max_total_tokens": -1}, "max_total_tokens"),
-                                           ({"max_turns": 2.5}, "max_turns"),
-                                           ({"warn_at": 1.5}, "warn_at"),
-                                           ({"unknown_usage": "ignore"}, "unknown_usage")])
+@pytest.mark.parametrize(
+    "kwargs, named",
+    [
+        ({"max_total_tokens": -1}, "max_total_tokens"),
+        ({"max_turns": 2.5}, "max_turns"),
+        ({"warn_at": 1.5}, "warn_at"),
+        ({"unknown_usage": "ignore"}, "unknown_usage"),
+    ],
+)
 def test_bad_constructor_argument_is_rejected_naming_it(kwargs, named):
     with pytest.raises(ValueError, match=named):
         RunBudget(**kwargs)
@@ -258,8 +264,7 @@ def test_unknown_usage_default_policy_blocks_further_reservations():
 
 
 def test_unknown_usage_residual_policy_allows_calls_within_the_residual():
-    run = RunBudget(max_total_tokens=10_000, unknown_usage="residual",
-                    unknown_usage_residual_tokens=2_000)
+    run = RunBudget(max_total_tokens=10_000, unknown_usage="residual", unknown_usage_residual_tokens=2_000)
     run.record(None, reservation=run.reserve(1_000))
     run.record(Usage(1_400, 100), reservation=run.reserve(1_500))
     with pytest.raises(BudgetExceeded, match="residual"):
@@ -268,8 +273,9 @@ def test_unknown_usage_residual_policy_allows_calls_within_the_residual():
 
 def test_record_accepts_a_raw_provider_payload():
     run = RunBudget()
-    run.record({"input_tokens": 10, "output_tokens": 5, "cache_read_input_tokens": 100},
-               reservation=run.reserve(200))
+    run.record(
+        {"input_tokens": 10, "output_tokens": 5, "cache_read_input_tokens": 100}, reservation=run.reserve(200)
+    )
     assert run.stats().usage == Usage(110, 5, 100, 0, 0)
 
 
@@ -288,24 +294,26 @@ def test_finish_returns_completed_result_with_usage_snapshot():
     run.before_tool_call("search")
     result = run.finish()
     assert (result.stop_reason, result.turns, result.tool_calls, result.retryable) == (
-        STOP_COMPLETED, 1, 1, False)
+        STOP_COMPLETED,
+        1,
+        1,
+        False,
+    )
     assert result.usage == Usage(100, 20) and result.usage_status == USAGE_REPORTED
     assert run.finish() is result
 
 
 def test_context_manager_records_failed_on_exception():
-    with pytest.raises(RuntimeError):
-        with RunBudget() as run:
-            raise RuntimeError("boom")
+    with pytest.raises(RuntimeError), RunBudget() as run:
+        raise RuntimeError("boom")
     assert run.result.stop_reason == STOP_FAILED and run.result.retryable is True
     assert run.result.error_type == "RuntimeError"
 
 
 def test_context_manager_records_budget_stop_reason():
-    with pytest.raises(BudgetExceeded):
-        with RunBudget(max_turns=1) as run:
-            call(run, 10)
-            call(run, 10)
+    with pytest.raises(BudgetExceeded), RunBudget(max_turns=1) as run:
+        call(run, 10)
+        call(run, 10)
     assert run.result.stop_reason == STOP_BUDGET_TURNS
 
 
@@ -338,10 +346,18 @@ PRESET = {
     "generated_utc": "2026-11-29T10:00:00Z",
     "multiplier": 1.5,
     "window_days": 14,
-    "presets": {"code_generation": {
-        "max_total_tokens": 91000, "max_input_tokens": 80000, "max_output_tokens": 12000,
-        "max_turns": 31, "max_tool_calls": 45, "max_duration_s": 305, "max_cost_usd": 1.62,
-        "basis": {"n_runs": 212, "low_sample": False, "p50_total_tokens": 38211.5}}},
+    "presets": {
+        "code_generation": {
+            "max_total_tokens": 91000,
+            "max_input_tokens": 80000,
+            "max_output_tokens": 12000,
+            "max_turns": 31,
+            "max_tool_calls": 45,
+            "max_duration_s": 305,
+            "max_cost_usd": 1.62,
+            "basis": {"n_runs": 212, "low_sample": False, "p50_total_tokens": 38211.5},
+        }
+    },
 }
 
 
@@ -352,9 +368,15 @@ def test_from_preset_loads_limits_from_each_format(tmp_path, suffix):
     path.write_text(dump(PRESET))
     run = RunBudget.from_preset("code_generation", str(path))
     assert run.task_type == "code_generation"
-    assert run.limits == {"max_total_tokens": 91000, "max_input_tokens": 80000,
-                          "max_output_tokens": 12000, "max_turns": 31, "max_tool_calls": 45,
-                          "max_duration_s": 305, "max_cost_usd": 1.62}
+    assert run.limits == {
+        "max_total_tokens": 91000,
+        "max_input_tokens": 80000,
+        "max_output_tokens": 12000,
+        "max_turns": 31,
+        "max_tool_calls": 45,
+        "max_duration_s": 305,
+        "max_cost_usd": 1.62,
+    }
 
 
 @pytest.mark.parametrize("bad_key", ["max_duration_ms", "max_cost_eur", "max_tokens"])
@@ -376,7 +398,7 @@ def test_from_preset_names_a_missing_task_type(tmp_path):
 
 # --- QA regressions: pricing failures, messages, limits, reservations, misuse --------------------
 def test_record_keeps_a_calls_usage_when_pricing_fails(monkeypatch, caplog):
-    import collector.pricing as pricing
+    import budgetlens.pricing as pricing
 
     def broken(*args, **kwargs):
         raise ValueError("prices.yaml: models.gpt-4o: unknown key 'input_eur_per_mtok'")
@@ -390,13 +412,18 @@ def test_record_keeps_a_calls_usage_when_pricing_fails(monkeypatch, caplog):
     assert "could not price" in caplog.text
 
 
-@pytest.mark.parametrize("body, named", [(None, "BUDGETLENS_PRICES_FILE"),
-                                         ("models:\n  m:\n    input_eur_per_mtok: 1.0\n",
-                                          "input_eur_per_mtok")],
-                         ids=["missing_file", "unknown_unit"])
-def test_bad_price_file_fails_when_the_guard_is_built_not_after_a_paid_call(tmp_path, monkeypatch,
-                                                                            body, named):
-    from collector.pricing import clear_price_cache
+@pytest.mark.parametrize(
+    "body, named",
+    [
+        (None, "BUDGETLENS_PRICES_FILE"),
+        ("models:\n  m:\n    input_eur_per_mtok: 1.0\n", "input_eur_per_mtok"),
+    ],
+    ids=["missing_file", "unknown_unit"],
+)
+def test_bad_price_file_fails_when_the_guard_is_built_not_after_a_paid_call(
+    tmp_path, monkeypatch, body, named
+):
+    from budgetlens.pricing import clear_price_cache
 
     path = tmp_path / "eur.yaml"
     if body is not None:
@@ -417,8 +444,10 @@ def test_spent_limit_message_says_reached_never_a_false_inequality():
     assert str(info.value) == "budget_tokens: used 1,000 reached limit 1,000 (max_total_tokens)"
 
 
-@pytest.mark.parametrize("limit, step", [("max_cost_usd", "before_turn"), ("max_total_tokens", "reserve"),
-                                         ("max_turns", "before_turn")])
+@pytest.mark.parametrize(
+    "limit, step",
+    [("max_cost_usd", "before_turn"), ("max_total_tokens", "reserve"), ("max_turns", "before_turn")],
+)
 def test_limit_of_zero_allows_nothing_and_says_so(limit, step):
     run = RunBudget(**{limit: 0})
     with pytest.raises(BudgetExceeded) as info:
@@ -438,23 +467,37 @@ def test_budget_exceeded_survives_pickling_for_process_pools():
     exc = BudgetExceeded(STOP_BUDGET_TOKENS, 1_000, 900, 200, "max_total_tokens")
     back = pickle.loads(pickle.dumps(exc))
     assert (back.reason, back.limit, back.used, back.requested, back.detail, str(back)) == (
-        exc.reason, exc.limit, exc.used, exc.requested, exc.detail, str(exc))
+        exc.reason,
+        exc.limit,
+        exc.used,
+        exc.requested,
+        exc.detail,
+        str(exc),
+    )
 
 
-@pytest.mark.parametrize("make", [lambda: RunBudget(max_total_tokens=float("inf")),
-                                  lambda: RunBudget().set_max(max_turns=float("inf")),
-                                  lambda: RunBudget(max_cost_usd=float("nan"))],
-                         ids=["constructor_inf", "set_max_inf", "constructor_nan"])
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: RunBudget(max_total_tokens=float("inf")),
+        lambda: RunBudget().set_max(max_turns=float("inf")),
+        lambda: RunBudget(max_cost_usd=float("nan")),
+    ],
+    ids=["constructor_inf", "set_max_inf", "constructor_nan"],
+)
 def test_infinite_or_nan_limit_is_rejected_naming_the_rule(make):
     with pytest.raises(ValueError, match="finite number >= 0, or None for no limit"):
         make()
 
 
-@pytest.mark.parametrize("kwargs, first_admitted", [
-    ({"max_input_tokens": 1_000}, {}),
-    ({"max_output_tokens": 1_000}, {"output_tokens": 800}),
-    ({"max_output_tokens": 1_000}, {"input_tokens": 200, "output_tokens": 800}),
-])
+@pytest.mark.parametrize(
+    "kwargs, first_admitted",
+    [
+        ({"max_input_tokens": 1_000}, {}),
+        ({"max_output_tokens": 1_000}, {"output_tokens": 800}),
+        ({"max_output_tokens": 1_000}, {"input_tokens": 200, "output_tokens": 800}),
+    ],
+)
 def test_five_concurrent_reservations_respect_input_and_output_limits(kwargs, first_admitted):
     run = RunBudget(**kwargs)
     admitted = []
@@ -476,8 +519,15 @@ def test_unsplit_reservation_counts_as_input_and_output_part_only_against_output
         run.reserve(1, output_tokens=1)
 
 
-@pytest.mark.parametrize("split", [{"input_tokens": 900, "output_tokens": 200}, {"output_tokens": 2_000},
-                                   {"input_tokens": -1}, {"output_tokens": 1.5}])
+@pytest.mark.parametrize(
+    "split",
+    [
+        {"input_tokens": 900, "output_tokens": 200},
+        {"output_tokens": 2_000},
+        {"input_tokens": -1},
+        {"output_tokens": 1.5},
+    ],
+)
 def test_reservation_split_that_does_not_add_up_is_rejected(split):
     with pytest.raises(ValueError, match="input_tokens|output_tokens"):
         RunBudget().reserve(1_000, **split)
@@ -502,8 +552,9 @@ def test_unpriced_model_adds_no_estimated_cost_to_a_reservation():
     assert run.reserve(10**6).cost_usd == 0.0
 
 
-@pytest.mark.parametrize("before, charged", [(None, 4_000), (2_500, 2_500)],
-                         ids=["first_call_default", "largest_call_so_far"])
+@pytest.mark.parametrize(
+    "before, charged", [(None, 4_000), (2_500, 2_500)], ids=["first_call_default", "largest_call_so_far"]
+)
 def test_call_without_usage_or_reservation_is_charged_conservatively_never_zero(before, charged):
     run = RunBudget(max_total_tokens=100_000)
     if before is not None:
@@ -521,10 +572,15 @@ def test_zero_token_reservation_without_usage_is_charged_like_the_largest_call()
     assert run.used_tokens == 1_200 + 3_000
 
 
-@pytest.mark.parametrize("kwargs, named", [({"model_chain": "gpt-4o"}, "model_chain"),
-                                           ({"model_chain": ["big", 5]}, "model_chain"),
-                                           ({"on_event": 5}, "on_event"),
-                                           ({"on_event": [print, "x"]}, "on_event")])
+@pytest.mark.parametrize(
+    "kwargs, named",
+    [
+        ({"model_chain": "gpt-4o"}, "model_chain"),
+        ({"model_chain": ["big", 5]}, "model_chain"),
+        ({"on_event": 5}, "on_event"),
+        ({"on_event": [print, "x"]}, "on_event"),
+    ],
+)
 def test_bad_model_chain_or_on_event_is_rejected_naming_it(kwargs, named):
     with pytest.raises(ValueError, match=named):
         RunBudget(**kwargs)
@@ -534,8 +590,15 @@ def test_model_chain_may_be_any_iterable_of_names():
     assert RunBudget(model_chain=(m for m in ["big", "small"])).model == "big"
 
 
-@pytest.mark.parametrize("step", [lambda r: r.before_turn(), lambda r: r.reserve(10),
-                                  lambda r: r.record(Usage(1, 1)), lambda r: r.before_tool_call("x")])
+@pytest.mark.parametrize(
+    "step",
+    [
+        lambda r: r.before_turn(),
+        lambda r: r.reserve(10),
+        lambda r: r.record(Usage(1, 1)),
+        lambda r: r.before_tool_call("x"),
+    ],
+)
 def test_finished_run_refuses_further_steps_and_keeps_its_result(step):
     run = RunBudget()
     call(run, 10)
@@ -552,8 +615,11 @@ def test_release_after_finish_does_nothing_so_cleanup_never_raises():
     run.release(res)
 
 
-@pytest.mark.parametrize("settle_again", [lambda r, res: r.record(Usage(1, 1), reservation=res),
-                                          lambda r, res: r.release(res)], ids=["record", "release"])
+@pytest.mark.parametrize(
+    "settle_again",
+    [lambda r, res: r.record(Usage(1, 1), reservation=res), lambda r, res: r.release(res)],
+    ids=["record", "release"],
+)
 def test_settling_a_reservation_twice_is_rejected_and_counts_one_turn(settle_again):
     run = RunBudget()
     res = run.reserve(100)
@@ -594,10 +660,8 @@ def test_open_reservations_count_against_the_turn_limit():
 
 def test_caught_budget_stop_then_normal_finish_is_still_a_budget_stop():
     run = RunBudget(max_total_tokens=1_000)
-    try:
+    with contextlib.suppress(BudgetExceeded):  # the agent caught the stop and wrapped up
         run.reserve(2_000)
-    except BudgetExceeded:
-        pass  # the agent caught the stop and wrapped up
     assert run.finish().stop_reason == STOP_BUDGET_TOKENS
 
 
@@ -619,8 +683,11 @@ STOP_AFTER_REFUSAL = [
 ]
 
 
-@pytest.mark.parametrize("steps, stop_reason", STOP_AFTER_REFUSAL,
-                         ids=["recovered", "ended_at_refusal", "refused_again", "recovered_twice"])
+@pytest.mark.parametrize(
+    "steps, stop_reason",
+    STOP_AFTER_REFUSAL,
+    ids=["recovered", "ended_at_refusal", "refused_again", "recovered_twice"],
+)
 def test_budget_stop_reason_only_when_the_run_ended_at_its_last_refusal(steps, stop_reason):
     run = RunBudget(max_total_tokens=5_000)
     for step in steps:
@@ -636,11 +703,10 @@ def test_error_after_a_recovered_refusal_is_a_failure():
 
 
 def test_budget_exceeded_leaving_the_with_block_is_a_budget_stop_even_after_recovery():
-    with pytest.raises(BudgetExceeded):
-        with RunBudget(max_total_tokens=5_000) as run:
-            _refused(run)
-            _recorded(run)
-            run.reserve(6_000)
+    with pytest.raises(BudgetExceeded), RunBudget(max_total_tokens=5_000) as run:
+        _refused(run)
+        _recorded(run)
+        run.reserve(6_000)
     assert run.result.stop_reason == STOP_BUDGET_TOKENS
 
 
@@ -661,11 +727,13 @@ def test_unpriced_model_under_a_cost_limit_warns_once_and_the_run_goes_on(caplog
     assert len(warnings) == 1
     assert "my-model" in warnings[0] and "BUDGETLENS_PRICES_FILE" in warnings[0]
     assert [(e.name, e.reason, e.model) for e in events] == [
-        (EVENT_WARNING, REASON_COST_UNENFORCED, "my-model")]
+        (EVENT_WARNING, REASON_COST_UNENFORCED, "my-model")
+    ]
     stats = run.stats()
     assert stats.turns == 5 and stats.cost_usd is None
-    assert stats.status == ("budget 0.0 % (10,000 tokens, no token limit); "
-                            "max_cost_usd not enforced for my-model (no price)")
+    assert stats.status == (
+        "budget 0.0 % (10,000 tokens, no token limit); max_cost_usd not enforced for my-model (no price)"
+    )
     assert run.finish().stop_reason == STOP_COMPLETED
 
 
@@ -707,10 +775,14 @@ def write_preset(tmp_path, doc, suffix=".json"):
 
 def test_from_preset_overrides_replace_or_remove_a_limit_the_preset_sets(tmp_path):
     path = write_preset(tmp_path, PRESET)
-    run = RunBudget.from_preset("code_generation", str(path), max_total_tokens=10, max_turns=None,
-                                agent_name="fixer")
+    run = RunBudget.from_preset(
+        "code_generation", str(path), max_total_tokens=10, max_turns=None, agent_name="fixer"
+    )
     assert (run.limits["max_total_tokens"], run.limits["max_turns"], run.limits["max_tool_calls"]) == (
-        10, None, 45)
+        10,
+        None,
+        45,
+    )
 
 
 @pytest.mark.parametrize("version", [True, 1.0, "1"])
@@ -746,11 +818,15 @@ def test_preset_file_with_byte_order_mark_loads(tmp_path):
     assert RunBudget.from_preset("code_generation", str(path)).limits["max_turns"] == 31
 
 
-@pytest.mark.parametrize("suffix, raw, rule", [
-    (".yaml", b"budgetlens_presets: 1\npresets: [unclosed\n", "not a valid preset file"),
-    (".json", b'{"budgetlens_presets": 1, "presets": {"caf\xe9": {}}}', "must be UTF-8 text"),
-    (".toml", b"budgetlens_presets = \n", "not a valid preset file"),
-], ids=["yaml_syntax", "latin1", "toml_syntax"])
+@pytest.mark.parametrize(
+    "suffix, raw, rule",
+    [
+        (".yaml", b"budgetlens_presets: 1\npresets: [unclosed\n", "not a valid preset file"),
+        (".json", b'{"budgetlens_presets": 1, "presets": {"caf\xe9": {}}}', "must be UTF-8 text"),
+        (".toml", b"budgetlens_presets = \n", "not a valid preset file"),
+    ],
+    ids=["yaml_syntax", "latin1", "toml_syntax"],
+)
 def test_unparsable_preset_file_is_a_value_error_naming_the_file(tmp_path, suffix, raw, rule):
     path = tmp_path / f"presets{suffix}"
     path.write_bytes(raw)

@@ -8,9 +8,9 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 
-import collector
-from collector import semconv as sc
-from collector import BudgetExceeded, RunBudget, Usage
+import budgetlens
+from budgetlens import BudgetExceeded, RunBudget, Usage
+from budgetlens import semconv as sc
 
 SEMCONV_NAMES = {v for k, v in vars(sc).items() if k.isupper() and isinstance(v, str)}
 
@@ -26,13 +26,26 @@ def spans():
 
 def test_run_and_model_call_spans_follow_the_contract(spans):
     tracer, exporter = spans
-    run = RunBudget(max_total_tokens=10_000, max_turns=5, task_type="qa", agent_name="helper",
-                    provider="openai", tracer=tracer)
+    run = RunBudget(
+        max_total_tokens=10_000,
+        max_turns=5,
+        task_type="qa",
+        agent_name="helper",
+        provider="openai",
+        tracer=tracer,
+    )
     res = run.reserve(2_000)
-    run.record({"prompt_tokens": 1_500, "completion_tokens": 300,
-                "prompt_tokens_details": {"cached_tokens": 1_000},
-                "completion_tokens_details": {"reasoning_tokens": 100}},
-               model="gpt-4o", reservation=res, response_model="gpt-4o-2024-08-06")
+    run.record(
+        {
+            "prompt_tokens": 1_500,
+            "completion_tokens": 300,
+            "prompt_tokens_details": {"cached_tokens": 1_000},
+            "completion_tokens_details": {"reasoning_tokens": 100},
+        },
+        model="gpt-4o",
+        reservation=res,
+        response_model="gpt-4o-2024-08-06",
+    )
     run.before_tool_call("search")
     run.finish()
     call_span, run_span = exporter.get_finished_spans()
@@ -42,7 +55,11 @@ def test_run_and_model_call_spans_follow_the_contract(spans):
     assert attrs[sc.GEN_AI_OPERATION_NAME] == sc.OPERATION_INVOKE_AGENT
     assert attrs[sc.BUDGET_RUN_ID] == run.run_id and attrs[sc.GEN_AI_AGENT_NAME] == "helper"
     assert attrs[sc.BUDGET_LIMIT_TOTAL_TOKENS] == 10_000 and attrs[sc.BUDGET_LIMIT_TURNS] == 5
-    assert (attrs[sc.BUDGET_TURNS], attrs[sc.BUDGET_TOOL_CALLS], attrs[sc.BUDGET_USED_TOKENS]) == (1, 1, 1_800)
+    assert (attrs[sc.BUDGET_TURNS], attrs[sc.BUDGET_TOOL_CALLS], attrs[sc.BUDGET_USED_TOKENS]) == (
+        1,
+        1,
+        1_800,
+    )
     assert attrs[sc.GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS] == 1_000
     assert attrs[sc.BUDGET_STOP_REASON] == sc.STOP_COMPLETED
     assert attrs[sc.BUDGET_USAGE_STATUS] == sc.USAGE_REPORTED and attrs[sc.BUDGET_RETRYABLE] is False
@@ -82,9 +99,8 @@ def test_unpriced_and_unknown_calls_omit_cost_and_mark_usage_unknown(spans):
 
 def test_failed_run_span_has_error_status(spans):
     tracer, exporter = spans
-    with pytest.raises(ValueError):
-        with RunBudget(tracer=tracer):
-            raise ValueError("tool crashed")
+    with pytest.raises(ValueError), RunBudget(tracer=tracer):
+        raise ValueError("tool crashed")
     (run_span,) = exporter.get_finished_spans()
     assert run_span.status.status_code == StatusCode.ERROR
     assert run_span.attributes[sc.BUDGET_STOP_REASON] == sc.STOP_FAILED
@@ -104,7 +120,10 @@ def test_threshold_events_carry_used_remaining_percent_and_models(spans):
     assert (downgrade[sc.BUDGET_FROM_MODEL], downgrade[sc.BUDGET_TO_MODEL]) == ("big", "small")
     stop = run_span.events[3].attributes
     assert (stop[sc.BUDGET_REASON], stop[sc.BUDGET_USED_TOKENS], stop[sc.BUDGET_PERCENT]) == (
-        sc.STOP_BUDGET_TOKENS, 900, 90.0)
+        sc.STOP_BUDGET_TOKENS,
+        900,
+        90.0,
+    )
     assert stop[sc.BUDGET_REMAINING_TOKENS] == 100
     assert run_span.attributes[sc.BUDGET_STOP_REASON] == sc.STOP_BUDGET_TOKENS
 
@@ -112,14 +131,16 @@ def test_threshold_events_carry_used_remaining_percent_and_models(spans):
 def test_no_prompt_or_completion_content_reaches_spans(spans):
     tracer, exporter = spans
     run = RunBudget(tracer=tracer)
-    response = {"id": "chatcmpl-1", "choices": [{"message": {"content": "SECRET-COMPLETION"}}],
-                "usage": {"prompt_tokens": 5, "completion_tokens": 2}}
+    response = {
+        "id": "chatcmpl-1",
+        "choices": [{"message": {"content": "SECRET-COMPLETION"}}],
+        "usage": {"prompt_tokens": 5, "completion_tokens": 2},
+    }
     run.record(response, model="gpt-4o", reservation=run.reserve(10))
     run.before_tool_call("bash")
     run.finish()
     for span in exporter.get_finished_spans():
-        values = list(span.attributes.values()) + [
-            v for e in span.events for v in e.attributes.values()]
+        values = list(span.attributes.values()) + [v for e in span.events for v in e.attributes.values()]
         assert not any("SECRET" in str(v) for v in values)
 
 
@@ -130,9 +151,9 @@ def test_without_sdk_the_guard_emits_nothing_and_still_works():
     assert run.finish().used_tokens == 10
 
 
-def test_every_public_name_imports_from_collector():
-    for name in collector.__all__:
-        assert getattr(collector, name) is not None
+def test_every_public_name_imports_from_budgetlens():
+    for name in budgetlens.__all__:
+        assert getattr(budgetlens, name) is not None
 
 
 # --- never $0, never 0 tokens in place of unknown: through the real exporter into DuckDB ------------
@@ -171,12 +192,16 @@ STORED_RUNS = [
 ]
 
 
-@pytest.mark.parametrize("steps, cost, inp, out, total, status, unpriced", STORED_RUNS,
-                         ids=[row[0].__name__.strip("_") for row in STORED_RUNS])
-def test_stored_run_is_never_zero_where_cost_or_usage_is_unknown(db_path, steps, cost, inp, out,
-                                                                 total, status, unpriced):
-    from collector.exporter import DuckDBSpanExporter
-    from collector.store import read_connection
+@pytest.mark.parametrize(
+    "steps, cost, inp, out, total, status, unpriced",
+    STORED_RUNS,
+    ids=[row[0].__name__.strip("_") for row in STORED_RUNS],
+)
+def test_stored_run_is_never_zero_where_cost_or_usage_is_unknown(
+    db_path, steps, cost, inp, out, total, status, unpriced
+):
+    from budgetlens.ingest.exporter import DuckDBSpanExporter
+    from budgetlens.store import read_connection
 
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(DuckDBSpanExporter(db_path)))
@@ -187,7 +212,9 @@ def test_stored_run_is_never_zero_where_cost_or_usage_is_unknown(db_path, steps,
     with read_connection(db_path) as conn:
         row = conn.execute(
             "SELECT cost_usd, input_tokens, output_tokens, total_tokens, usage_status, "
-            "unpriced_calls FROM runs WHERE run_id = $run_id", {"run_id": run.run_id}).fetchone()
+            "unpriced_calls FROM runs WHERE run_id = $run_id",
+            {"run_id": run.run_id},
+        ).fetchone()
     assert row[1:] == (inp, out, total, status, unpriced)
     assert row[0] == (None if cost is None else pytest.approx(cost))
     assert result.cost_usd == row[0] and result.usage_status == status
@@ -200,9 +227,12 @@ def test_run_span_omits_usage_totals_and_cost_when_no_call_reported_usage(spans)
     result = run.finish()
     run_span = exporter.get_finished_spans()[-1].attributes
     assert result.cost_usd is None and sc.BUDGET_COST_USD not in run_span
-    assert not {sc.GEN_AI_USAGE_INPUT_TOKENS, sc.GEN_AI_USAGE_OUTPUT_TOKENS,
-                sc.GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS, sc.GEN_AI_USAGE_REASONING_OUTPUT_TOKENS
-                } & set(run_span)
+    assert not {
+        sc.GEN_AI_USAGE_INPUT_TOKENS,
+        sc.GEN_AI_USAGE_OUTPUT_TOKENS,
+        sc.GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS,
+        sc.GEN_AI_USAGE_REASONING_OUTPUT_TOKENS,
+    } & set(run_span)
     assert run_span[sc.BUDGET_USED_TOKENS] == 3_000
     assert run_span[sc.BUDGET_USAGE_STATUS] == sc.USAGE_UNKNOWN
 
@@ -222,9 +252,10 @@ def test_cost_limit_on_unpriced_model_emits_one_cost_unenforced_warning_per_mode
         run.record(Usage(1_000, 1_000), model=model, reservation=run.reserve(2_000))
     run.finish()
     events = [e for e in exporter.get_finished_spans()[-1].events if e.name == sc.EVENT_WARNING]
-    assert [(e.attributes[sc.BUDGET_REASON], e.attributes[sc.GEN_AI_REQUEST_MODEL])
-            for e in events] == [(sc.REASON_COST_UNENFORCED, "my-model"),
-                                 (sc.REASON_COST_UNENFORCED, "other-private-model")]
+    assert [(e.attributes[sc.BUDGET_REASON], e.attributes[sc.GEN_AI_REQUEST_MODEL]) for e in events] == [
+        (sc.REASON_COST_UNENFORCED, "my-model"),
+        (sc.REASON_COST_UNENFORCED, "other-private-model"),
+    ]
     for event in events:
         assert set(event.attributes) <= SEMCONV_NAMES
 

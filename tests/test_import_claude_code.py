@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from collector.importers import ImportReport, import_paths, read_rows
-from collector.importers.claude_code import SKIP_REPEATED_BLOCK
-from collector.pricing import cost_usd
-from collector.store import read_connection
-from collector.usage import Usage
+from budgetlens.importers import ImportReport, import_paths, read_rows
+from budgetlens.importers.claude_code import SKIP_REPEATED_BLOCK
+from budgetlens.pricing import cost_usd
+from budgetlens.store import read_connection
+from budgetlens.usage import Usage
 
 
 def _runs(db_path: Path) -> dict[str, dict]:
@@ -40,8 +40,11 @@ def _expected_from_source(files: list[Path]) -> dict[str, dict]:
         t["calls"] += 1
         t["cache_read"] += usage.get("cache_read_input_tokens", 0)
         t["cache_write"] += usage.get("cache_creation_input_tokens", 0)
-        t["input"] += (usage["input_tokens"] + usage.get("cache_read_input_tokens", 0)
-                       + usage.get("cache_creation_input_tokens", 0))
+        t["input"] += (
+            usage["input_tokens"]
+            + usage.get("cache_read_input_tokens", 0)
+            + usage.get("cache_creation_input_tokens", 0)
+        )
         t["output"] += usage["output_tokens"]
     return totals
 
@@ -114,7 +117,8 @@ def test_subagent_calls_belong_to_the_session_run_and_are_marked(transcripts):
     }
     # One session mixes opus and haiku; its subagent runs sonnet: each call keeps its model.
     assert {"claude-opus-4-6", "claude-haiku-4-5-20251001", "claude-sonnet-4-5-20250929"} <= {
-        c["request_model"] for c in calls}
+        c["request_model"] for c in calls
+    }
     marked = [c for c in calls if c["is_subagent"]]
     assert len(marked) == len(subagent_ids) > 0
     tool_uses = {
@@ -193,23 +197,39 @@ def test_cost_usd_from_the_transcript_is_kept_per_call(realdata):
 def test_lines_without_usage_keep_unknown_usage_not_zero(tmp_path):
     path = tmp_path / "proj" / "s.jsonl"
     path.parent.mkdir()
-    path.write_text(json.dumps({
-        "type": "assistant", "sessionId": "s1", "timestamp": "2026-02-10T21:11:59.186Z",
-        "requestId": "req_1", "message": {"id": "msg_1", "model": "claude-opus-4-6",
-                                          "role": "assistant", "content": []},
-    }) + "\n")
+    path.write_text(
+        json.dumps(
+            {
+                "type": "assistant",
+                "sessionId": "s1",
+                "timestamp": "2026-02-10T21:11:59.186Z",
+                "requestId": "req_1",
+                "message": {"id": "msg_1", "model": "claude-opus-4-6", "role": "assistant", "content": []},
+            }
+        )
+        + "\n"
+    )
     (call,) = [row for kind, row in read_rows("claude-code", [path]) if kind == "call"]
     assert call["usage_status"] == "unknown"
     assert call["input_tokens"] is None and call["total_tokens"] is None
     assert call["cost_usd"] is None
 
 
-def _assistant(session: str, message_id: str, ts: object = "2026-03-01T10:00:00Z",
-               usage: object = None, **extra) -> str:
-    line = {"type": "assistant", "sessionId": session, "timestamp": ts, "requestId": "req_" +
-            message_id, "message": {"id": message_id, "role": "assistant",
-                                    "model": "claude-sonnet-4-5",
-                                    "usage": usage or {"input_tokens": 10, "output_tokens": 5}}}
+def _assistant(
+    session: str, message_id: str, ts: object = "2026-03-01T10:00:00Z", usage: object = None, **extra
+) -> str:
+    line = {
+        "type": "assistant",
+        "sessionId": session,
+        "timestamp": ts,
+        "requestId": "req_" + message_id,
+        "message": {
+            "id": message_id,
+            "role": "assistant",
+            "model": "claude-sonnet-4-5",
+            "usage": usage or {"input_tokens": 10, "output_tokens": 5},
+        },
+    }
     line.update(extra)
     return json.dumps(line)
 
@@ -218,16 +238,21 @@ def test_malformed_values_reject_only_their_line_and_the_import_finishes(tmp_pat
     project = tmp_path / "-home-me-shop"
     project.mkdir()
     path = project / "s1.jsonl"
-    path.write_text("\n".join([
-        _assistant("s1", "msg_1"),
-        _assistant("s1", "msg_2", usage={"input_tokens": 1e400, "output_tokens": 1}),
-        _assistant(["a"], "msg_3"),
-        _assistant("s1", "msg_4", costUSD=float("nan")),
-        _assistant("s1", "msg_5", costUSD=-5),
-        _assistant("s1", "msg_6", ts="not a time"),
-        _assistant("s1", "msg_7", usage={"input_tokens": -3, "output_tokens": 1}),
-        _assistant("s1", "msg_8", costUSD=0.25),
-    ]) + "\n")
+    path.write_text(
+        "\n".join(
+            [
+                _assistant("s1", "msg_1"),
+                _assistant("s1", "msg_2", usage={"input_tokens": 1e400, "output_tokens": 1}),
+                _assistant(["a"], "msg_3"),
+                _assistant("s1", "msg_4", costUSD=float("nan")),
+                _assistant("s1", "msg_5", costUSD=-5),
+                _assistant("s1", "msg_6", ts="not a time"),
+                _assistant("s1", "msg_7", usage={"input_tokens": -3, "output_tokens": 1}),
+                _assistant("s1", "msg_8", costUSD=0.25),
+            ]
+        )
+        + "\n"
+    )
     report = import_paths("claude-code", [tmp_path], db_path)
     reasons = {line.split(": ", 1)[0]: line.split(": ", 1)[1] for line in report.bad_lines}
     assert set(reasons) == {f"{path}:{n}" for n in (2, 3, 4, 5, 6, 7)}
@@ -245,11 +270,16 @@ def test_malformed_values_reject_only_their_line_and_the_import_finishes(tmp_pat
 def test_timestamps_are_compared_as_datetimes_not_strings(tmp_path):
     project = tmp_path / "proj"
     project.mkdir()
-    (project / "s1.jsonl").write_text("\n".join([
-        _assistant("s1", "msg_1", ts="2026-03-01T06:00:00Z"),
-        _assistant("s1", "msg_2", ts="2026-03-01T10:00:00+05:00"),  # 05:00 UTC: the start
-        _assistant("s1", "msg_3", ts="2026-03-01T07:30:00.5+00:00"),
-    ]) + "\n")
+    (project / "s1.jsonl").write_text(
+        "\n".join(
+            [
+                _assistant("s1", "msg_1", ts="2026-03-01T06:00:00Z"),
+                _assistant("s1", "msg_2", ts="2026-03-01T10:00:00+05:00"),  # 05:00 UTC: the start
+                _assistant("s1", "msg_3", ts="2026-03-01T07:30:00.5+00:00"),
+            ]
+        )
+        + "\n"
+    )
     rows = list(read_rows("claude-code", [tmp_path]))
     record = next(row for kind, row in rows if kind == "record")
     assert record["start_utc"].isoformat() == "2026-03-01T05:00:00+00:00"

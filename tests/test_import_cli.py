@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from collector.cli import main
-from collector.cli.import_cmd import FORMAT_HELP
-from collector.importers import FORMATS, ImportReport, get_format, import_paths, read_rows
-from collector.importers.base import expand_paths, iter_json_lines
+from budgetlens.cli import main
+from budgetlens.cli.import_cmd import FORMAT_HELP
+from budgetlens.importers import FORMATS, ImportReport, get_format, import_paths, read_rows
+from budgetlens.importers.base import expand_paths, iter_json_lines
 
 
 def test_help_lists_every_format(capsys):
@@ -122,34 +122,43 @@ def test_all_real_logs_import_and_show_in_baselines(realdata, db_path, capsys):
 
 
 def _claude_line(message_id: str, pad: str = "") -> str:
-    return json.dumps({"type": "assistant", "sessionId": "s1", "timestamp": "2026-03-01T10:00:00Z",
-                       "requestId": "r" + message_id, "pad": pad,
-                       "message": {"id": message_id, "role": "assistant", "model": "gpt-4o",
-                                   "usage": {"input_tokens": 10, "output_tokens": 5}}})
+    return json.dumps(
+        {
+            "type": "assistant",
+            "sessionId": "s1",
+            "timestamp": "2026-03-01T10:00:00Z",
+            "requestId": "r" + message_id,
+            "pad": pad,
+            "message": {
+                "id": message_id,
+                "role": "assistant",
+                "model": "gpt-4o",
+                "usage": {"input_tokens": 10, "output_tokens": 5},
+            },
+        }
+    )
 
 
-def test_a_bad_price_file_fails_the_import_before_it_starts(tmp_path, db_path, monkeypatch,
-                                                           capsys):
-    from collector.pricing import clear_price_cache
+def test_a_bad_price_file_fails_the_import_before_it_starts(tmp_path, db_path, monkeypatch, capsys):
+    from budgetlens.pricing import clear_price_cache
 
     prices = tmp_path / "prices.yaml"
-    prices.write_text("models:\n  my-model:\n    input_eur_per_mtok: 1.0\n"
-                      "    output_usd_per_mtok: 2.0\n")
+    prices.write_text("models:\n  my-model:\n    input_eur_per_mtok: 1.0\n    output_usd_per_mtok: 2.0\n")
     monkeypatch.setenv("BUDGETLENS_PRICES_FILE", str(prices))
     clear_price_cache()
     path = tmp_path / "proj" / "s1.jsonl"
     path.parent.mkdir()
     path.write_text(_claude_line("m1") + "\n")
     try:
-        assert main(["import", "claude-code", str(path), "--db", str(db_path),
-                     "--no-progress"]) == 1
+        assert main(["import", "claude-code", str(path), "--db", str(db_path), "--no-progress"]) == 1
         err = capsys.readouterr().err
         assert str(prices) in err and "input_eur_per_mtok" in err
         assert not Path(db_path).exists()  # nothing imported unpriced
         with pytest.raises(ValueError, match="input_eur_per_mtok"):
             import_paths("claude-code", [path], db_path)
-        prices.write_text("models:\n  my-model:\n    input_usd_per_mtok: .nan\n"
-                          "    output_usd_per_mtok: 2.0\n")
+        prices.write_text(
+            "models:\n  my-model:\n    input_usd_per_mtok: .nan\n    output_usd_per_mtok: 2.0\n"
+        )
         clear_price_cache()
         with pytest.raises(ValueError, match=str(prices)):
             import_paths("claude-code", [path], db_path)
@@ -160,8 +169,9 @@ def test_a_bad_price_file_fails_the_import_before_it_starts(tmp_path, db_path, m
 def test_a_line_over_the_cap_is_reported_and_skipped_without_being_held(tmp_path, db_path):
     path = tmp_path / "proj" / "s1.jsonl"
     path.parent.mkdir()
-    path.write_text("\n".join([_claude_line("m1"), _claude_line("m2", pad="x" * 300_000),
-                               _claude_line("m3")]) + "\n")
+    path.write_text(
+        "\n".join([_claude_line("m1"), _claude_line("m2", pad="x" * 300_000), _claude_line("m3")]) + "\n"
+    )
     tracemalloc.start()
     try:
         report = import_paths("claude-code", [path], db_path, max_line_bytes=100_000)
@@ -177,28 +187,29 @@ def test_the_line_cap_is_a_cli_option(tmp_path, db_path, capsys):
     path = tmp_path / "proj" / "s1.jsonl"
     path.parent.mkdir()
     path.write_text(_claude_line("m1", pad="x" * 2_000_000) + "\n" + _claude_line("m2") + "\n")
-    assert main(["import", "claude-code", str(path), "--db", str(db_path), "--no-progress",
-                 "--max-line-mb", "1"]) == 0
+    assert (
+        main(
+            ["import", "claude-code", str(path), "--db", str(db_path), "--no-progress", "--max-line-mb", "1"]
+        )
+        == 0
+    )
     captured = capsys.readouterr()
     assert f"{path}:1: line too long (more than 1048576 bytes)" in captured.err
     assert "1 calls (1 new)" in captured.out
 
 
 @pytest.mark.parametrize("value", ["0", "-1", "nan", "inf", "2000000", "lots"])
-def test_a_line_cap_that_is_not_a_positive_size_is_a_usage_error(tmp_path, db_path, capsys,
-                                                                 value):
+def test_a_line_cap_that_is_not_a_positive_size_is_a_usage_error(tmp_path, db_path, capsys, value):
     with pytest.raises(SystemExit) as exit_info:
-        main(["import", "claude-code", str(tmp_path), "--db", str(db_path),
-              "--max-line-mb", value])
+        main(["import", "claude-code", str(tmp_path), "--db", str(db_path), "--max-line-mb", value])
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
-    assert f"argument --max-line-mb: must be a finite number > 0 and <= 1048576, got {value!r}" \
-        in err
+    assert f"argument --max-line-mb: must be a finite number > 0 and <= 1048576, got {value!r}" in err
     assert not db_path.exists()
 
 
 def test_import_help_lines_fit_a_terminal(capsys, monkeypatch):
-    monkeypatch.setenv("COLUMNS", "80")   # argparse wraps option help to the terminal width
+    monkeypatch.setenv("COLUMNS", "80")  # argparse wraps option help to the terminal width
     with pytest.raises(SystemExit):
         main(["import", "--help"])
     assert max(len(line) for line in capsys.readouterr().out.splitlines()) <= 80
@@ -248,7 +259,7 @@ def test_a_corrupt_gzip_is_reported_not_raised(tmp_path):
     ],
 )
 def test_rows_are_checked_against_the_store_types_before_they_are_queued(kind, row, reason):
-    from collector.importers.base import check_row
+    from budgetlens.importers.base import check_row
 
     with pytest.raises(ValueError, match=re.escape(reason)):
         check_row(kind, {"run_id": "r", "source": "import:x", **row})

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from collector.importers import ImportReport, import_paths, read_rows
-from collector.importers.codex import SKIP_HEARTBEAT, SKIP_REPEATED_TOTAL
-from collector.store import read_connection
+from budgetlens.importers import ImportReport, import_paths, read_rows
+from budgetlens.importers.codex import SKIP_HEARTBEAT, SKIP_REPEATED_TOTAL
+from budgetlens.store import read_connection
 
 
 def _runs(db_path: Path) -> dict[str, dict]:
@@ -22,15 +22,18 @@ def _runs(db_path: Path) -> dict[str, dict]:
 def _source_facts(path: Path) -> dict:
     """Session id, final cumulative total_token_usage, sum of last_token_usage, heartbeats and
     function calls, read straight from a rollout."""
-    facts = {"session": path.stem, "final": None, "sum_last_input": 0, "heartbeats": 0,
-             "tools": 0}
+    facts = {"session": path.stem, "final": None, "sum_last_input": 0, "heartbeats": 0, "tools": 0}
     for line in path.read_text().splitlines():
         obj = json.loads(line)
         payload = obj.get("payload") or {}
         if obj["type"] == "session_meta":
             facts["session"] = payload["id"]
         if obj["type"] == "response_item" and payload.get("type") in (
-                "function_call", "custom_tool_call", "web_search_call", "local_shell_call"):
+            "function_call",
+            "custom_tool_call",
+            "web_search_call",
+            "local_shell_call",
+        ):
             facts["tools"] += 1
         if obj["type"] == "event_msg" and payload.get("type") == "token_count":
             if payload.get("info") is None:
@@ -102,8 +105,11 @@ def test_each_call_takes_the_model_of_the_latest_turn_context(realdata):
 
 def test_task_type_is_the_cwd_basename(rollouts):
     path = rollouts[0]
-    cwd = next(json.loads(l)["payload"]["cwd"] for l in path.read_text().splitlines()
-               if json.loads(l)["type"] == "session_meta")
+    cwd = next(
+        json.loads(l)["payload"]["cwd"]
+        for l in path.read_text().splitlines()
+        if json.loads(l)["type"] == "session_meta"
+    )
     tasks = {row["task_type"] for _, row in read_rows("codex", [path])}
     assert tasks == {Path(cwd).name}
     assert {row["task_type"] for _, row in read_rows("codex", [path], task_type="ops")} == {"ops"}
@@ -119,15 +125,23 @@ def test_second_import_adds_nothing(rollouts, db_path):
 def test_a_counter_reset_starts_a_new_baseline(tmp_path):
     def event(total, last):
         keys = ("input_tokens", "cached_input_tokens", "output_tokens", "reasoning_output_tokens")
-        usage = lambda v: {**dict(zip(keys, v)), "total_tokens": v[0] + v[2]}  # noqa: E731
-        return {"timestamp": "2026-05-11T08:27:22.767Z", "type": "event_msg",
-                "payload": {"type": "token_count", "info": {
-                    "total_token_usage": usage(total), "last_token_usage": usage(last)}}}
+        usage = lambda v: {**dict(zip(keys, v)), "total_tokens": v[0] + v[2]}
+        return {
+            "timestamp": "2026-05-11T08:27:22.767Z",
+            "type": "event_msg",
+            "payload": {
+                "type": "token_count",
+                "info": {"total_token_usage": usage(total), "last_token_usage": usage(last)},
+            },
+        }
 
     path = tmp_path / "rollout-x.jsonl"
     lines = [
-        {"timestamp": "2026-05-11T08:27:00.000Z", "type": "session_meta",
-         "payload": {"id": "s-reset", "cwd": "/work/app"}},
+        {
+            "timestamp": "2026-05-11T08:27:00.000Z",
+            "type": "session_meta",
+            "payload": {"id": "s-reset", "cwd": "/work/app"},
+        },
         event((100, 0, 10, 0), (100, 0, 10, 0)),
         event((250, 50, 30, 5), (150, 50, 20, 5)),
         event((40, 0, 4, 0), (40, 0, 4, 0)),  # counter reset
@@ -144,15 +158,32 @@ def _rollout_line(line_type: str, payload: object, ts: object = "2026-03-01T10:0
 
 
 def _token_count(inp: object, out: object) -> dict:
-    return {"type": "token_count", "info": {"total_token_usage": {
-        "input_tokens": inp, "cached_input_tokens": 0, "output_tokens": out,
-        "reasoning_output_tokens": 0}}}
+    return {
+        "type": "token_count",
+        "info": {
+            "total_token_usage": {
+                "input_tokens": inp,
+                "cached_input_tokens": 0,
+                "output_tokens": out,
+                "reasoning_output_tokens": 0,
+            }
+        },
+    }
 
 
 def test_a_claude_transcript_is_not_imported_as_a_codex_run(tmp_path, db_path):
     path = tmp_path / "session.jsonl"
-    path.write_text(json.dumps({"type": "assistant", "sessionId": "s1", "timestamp":
-                                "2026-03-01T10:00:00Z", "message": {"role": "assistant"}}) + "\n")
+    path.write_text(
+        json.dumps(
+            {
+                "type": "assistant",
+                "sessionId": "s1",
+                "timestamp": "2026-03-01T10:00:00Z",
+                "message": {"role": "assistant"},
+            }
+        )
+        + "\n"
+    )
     report = import_paths("codex", [tmp_path], db_path)
     assert (report.runs, report.calls, report.bad_line_count) == (0, 0, 0)
     assert report.files_without_runs == [str(path)]
@@ -161,20 +192,24 @@ def test_a_claude_transcript_is_not_imported_as_a_codex_run(tmp_path, db_path):
 
 def test_malformed_rollout_lines_are_reported_and_the_rest_is_imported(tmp_path, db_path):
     path = tmp_path / "rollout-2026-03-01-abc.jsonl"
-    path.write_text("\n".join([
-        _rollout_line("session_meta", {"id": "abc", "cwd": "/work/shop"}),
-        _rollout_line("turn_context", {"model": {"a": 1}}),
-        _rollout_line("turn_context", {"model": "gpt-5"}),
-        _rollout_line("event_msg", _token_count(100, 10)),
-        _rollout_line("event_msg", _token_count(float("inf"), 20)),
-        _rollout_line("event_msg", _token_count(150, -1)),
-        _rollout_line("event_msg", _token_count(float("nan"), 30)),
-        _rollout_line("event_msg", _token_count(300, 30), ts="yesterday"),
-        _rollout_line("event_msg", _token_count(300, 30), ts="2026-03-01T10:05:00+01:00"),
-    ]) + "\n")
+    path.write_text(
+        "\n".join(
+            [
+                _rollout_line("session_meta", {"id": "abc", "cwd": "/work/shop"}),
+                _rollout_line("turn_context", {"model": {"a": 1}}),
+                _rollout_line("turn_context", {"model": "gpt-5"}),
+                _rollout_line("event_msg", _token_count(100, 10)),
+                _rollout_line("event_msg", _token_count(float("inf"), 20)),
+                _rollout_line("event_msg", _token_count(150, -1)),
+                _rollout_line("event_msg", _token_count(float("nan"), 30)),
+                _rollout_line("event_msg", _token_count(300, 30), ts="yesterday"),
+                _rollout_line("event_msg", _token_count(300, 30), ts="2026-03-01T10:05:00+01:00"),
+            ]
+        )
+        + "\n"
+    )
     report = import_paths("codex", [path], db_path)
-    assert [line.split(": ", 1)[0] for line in report.bad_lines] == [
-        f"{path}:{n}" for n in (2, 5, 6, 7, 8)]
+    assert [line.split(": ", 1)[0] for line in report.bad_lines] == [f"{path}:{n}" for n in (2, 5, 6, 7, 8)]
     assert "turn_context.payload.model must be a string" in report.bad_lines[0]
     assert "token counts must be whole numbers >= 0" in report.bad_lines[1]
     run = _runs(db_path)["codex:abc"]

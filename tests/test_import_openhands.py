@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from collector.importers import ImportReport, import_paths, read_rows
-from collector.importers.openhands import SKIP_REPEATED_RESPONSE, benchmark, stop_reason
-from collector.store import read_connection
+from budgetlens.importers import ImportReport, import_paths, read_rows
+from budgetlens.importers.openhands import SKIP_REPEATED_RESPONSE, benchmark, stop_reason
+from budgetlens.store import read_connection
 
 
 def _runs(db_path: Path) -> list[dict]:
@@ -69,8 +69,9 @@ def test_resolver_runs_keep_the_accumulated_cost_with_unknown_usage(resolver_out
     assert len(runs) == len(lines) == 2
     for line in lines:
         issue = line["issue"]
-        (run,) = [r for r in runs.values()
-                  if f"{issue['owner']}/{issue['repo']}#{issue['number']}" in r["run_id"]]
+        (run,) = [
+            r for r in runs.values() if f"{issue['owner']}/{issue['repo']}#{issue['number']}" in r["run_id"]
+        ]
         assert run["cost_usd"] == pytest.approx(line["metrics"]["accumulated_cost"])
         assert run["model_calls"] == len(line["metrics"]["costs"])
         assert run["usage_status"] == "unknown"
@@ -95,9 +96,7 @@ def test_latencies_are_seconds_on_the_calls(eval_output):
         assert call["duration_s"] == pytest.approx(latency[usage["response_id"]])
 
 
-@pytest.mark.parametrize(
-    "name", ["basic", "basic_gui_mode", "basic_interactions", "wrong_initial_state"]
-)
+@pytest.mark.parametrize("name", ["basic", "basic_gui_mode", "basic_interactions", "wrong_initial_state"])
 def test_runtime_trajectories_count_each_model_response_once(realdata, name):
     path = realdata / "openhands" / f"runtime_traj__{name}.json"
     events = json.loads(path.read_text())
@@ -114,8 +113,7 @@ def test_runtime_trajectories_count_each_model_response_once(realdata, name):
     assert report.skipped[SKIP_REPEATED_RESPONSE] == copies - len(responses)
     # LiteLLM usage for Claude: prompt_tokens already includes cache creation and reads.
     assert sum(c["input_tokens"] for c in calls) == sum(u["prompt_tokens"] for u in responses.values())
-    assert sum(c["output_tokens"] for c in calls) == sum(
-        u["completion_tokens"] for u in responses.values())
+    assert sum(c["output_tokens"] for c in calls) == sum(u["completion_tokens"] for u in responses.values())
 
 
 def test_basic_gui_mode_has_eight_copies_of_four_responses(realdata):
@@ -139,8 +137,12 @@ def test_second_import_adds_nothing(realdata, db_path):
     [
         (None, None, "completed"),
         (None, "error", "failed"),
-        ("RuntimeError: Agent reached maximum iteration in headless mode. Current iteration: 50, "
-         "max iteration: 50", None, "budget_turns"),
+        (
+            "RuntimeError: Agent reached maximum iteration in headless mode. Current iteration: 50, "
+            "max iteration: 50",
+            None,
+            "budget_turns",
+        ),
         ("RuntimeError: Agent reached maximum budget for conversation", None, "budget_cost"),
         ("AgentStuckInLoopError: Agent got stuck in a loop", None, "failed"),
     ],
@@ -152,8 +154,10 @@ def test_error_maps_to_a_stop_reason(error, final_state, expected):
 @pytest.mark.parametrize(
     "dataset, expected",
     [
-        ("__home__USER__MopenHands__data__multi_swe_bench_c_changed_debug.jsonl-train",
-         "multi_swe_bench_c_changed_debug-train"),
+        (
+            "__home__USER__MopenHands__data__multi_swe_bench_c_changed_debug.jsonl-train",
+            "multi_swe_bench_c_changed_debug-train",
+        ),
         ("princeton-nlp__SWE-bench_Lite-test", "SWE-bench_Lite-test"),
         (None, None),
     ],
@@ -163,24 +167,40 @@ def test_benchmark_from_metadata_dataset(dataset, expected):
 
 
 def _eval_line(instance: str, metrics: dict) -> str:
-    return json.dumps({"instance_id": instance, "metadata": {"llm_config": {"model": "gpt-4o"}},
-                       "history": [], "metrics": metrics, "error": None})
+    return json.dumps(
+        {
+            "instance_id": instance,
+            "metadata": {"llm_config": {"model": "gpt-4o"}},
+            "history": [],
+            "metrics": metrics,
+            "error": None,
+        }
+    )
 
 
 def test_malformed_eval_lines_are_reported_and_the_other_runs_imported(tmp_path, db_path):
     usage = {"model": "gpt-4o", "prompt_tokens": 10, "completion_tokens": 5, "response_id": "r1"}
     path = tmp_path / "output.jsonl"
-    path.write_text("\n".join([
-        _eval_line("ok", {"accumulated_cost": 0.5, "token_usages": [usage], "costs": [0.5]}),
-        _eval_line("dict-id", {"accumulated_cost": 0.5,
-                               "token_usages": [{**usage, "response_id": {"a": 1}}]}),
-        _eval_line("nan-cost", {"accumulated_cost": float("nan"), "token_usages": [usage]}),
-        _eval_line("negative-cost", {"accumulated_cost": 0.5, "token_usages": [usage],
-                                     "costs": [-0.5]}),
-        _eval_line("inf-tokens", {"accumulated_cost": 0.5,
-                                  "token_usages": [{**usage, "prompt_tokens": float("inf")}]}),
-        _eval_line("not-a-list", {"accumulated_cost": 0.5, "token_usages": "z"}),
-    ]) + "\n")
+    path.write_text(
+        "\n".join(
+            [
+                _eval_line("ok", {"accumulated_cost": 0.5, "token_usages": [usage], "costs": [0.5]}),
+                _eval_line(
+                    "dict-id", {"accumulated_cost": 0.5, "token_usages": [{**usage, "response_id": {"a": 1}}]}
+                ),
+                _eval_line("nan-cost", {"accumulated_cost": float("nan"), "token_usages": [usage]}),
+                _eval_line(
+                    "negative-cost", {"accumulated_cost": 0.5, "token_usages": [usage], "costs": [-0.5]}
+                ),
+                _eval_line(
+                    "inf-tokens",
+                    {"accumulated_cost": 0.5, "token_usages": [{**usage, "prompt_tokens": float("inf")}]},
+                ),
+                _eval_line("not-a-list", {"accumulated_cost": 0.5, "token_usages": "z"}),
+            ]
+        )
+        + "\n"
+    )
     report = import_paths("openhands", [path], db_path)
     bad = dict(line.split(": ", 1) for line in report.bad_lines)
     assert sorted(bad) == [f"{path}:{n}" for n in (2, 3, 4, 5, 6)]
@@ -193,12 +213,27 @@ def test_malformed_eval_lines_are_reported_and_the_other_runs_imported(tmp_path,
 
 def test_a_trajectory_with_a_malformed_response_id_is_reported_not_raised(tmp_path):
     path = tmp_path / "trajectory.json"
-    path.write_text(json.dumps([{"id": 1, "tool_call_metadata": {"model_response": {
-        "id": ["x"], "model": "gpt-4o", "usage": {"prompt_tokens": 1, "completion_tokens": 1}}}}]))
+    path.write_text(
+        json.dumps(
+            [
+                {
+                    "id": 1,
+                    "tool_call_metadata": {
+                        "model_response": {
+                            "id": ["x"],
+                            "model": "gpt-4o",
+                            "usage": {"prompt_tokens": 1, "completion_tokens": 1},
+                        }
+                    },
+                }
+            ]
+        )
+    )
     report = ImportReport()
     assert list(read_rows("openhands", [path], report=report)) == []
     assert report.bad_lines == [
-        f"{path}: events[0].tool_call_metadata.model_response.id must be a string, got list"]
+        f"{path}: events[0].tool_call_metadata.model_response.id must be a string, got list"
+    ]
 
 
 # Observations that are not the result of a tool run (state changes, errors, memory recalls).
@@ -207,8 +242,9 @@ _NOT_TOOL_RESULTS = {"agent_state_changed", "null", "error", "recall"}
 
 def _tool_results(history: list) -> int:
     """Tool runs counted another way than the importer: every tool run ends in one observation."""
-    return sum(1 for e in history
-               if e.get("observation") is not None and e["observation"] not in _NOT_TOOL_RESULTS)
+    return sum(
+        1 for e in history if e.get("observation") is not None and e["observation"] not in _NOT_TOOL_RESULTS
+    )
 
 
 def _records(path: Path) -> list[dict]:
@@ -227,25 +263,49 @@ def test_resolver_runs_count_tool_actions_from_history(resolver_output, db_path)
 def test_eval_runs_count_each_tool_call_id_once(eval_output):
     lines = [json.loads(line) for line in eval_output.read_text().splitlines()]
     # Actions and their observations share the tool_call_id; `finish` has no observation.
-    expected = sorted(len({e["tool_call_metadata"]["tool_call_id"] for e in line["history"]
-                           if e.get("tool_call_metadata")}) for line in lines)
+    expected = sorted(
+        len({e["tool_call_metadata"]["tool_call_id"] for e in line["history"] if e.get("tool_call_metadata")})
+        for line in lines
+    )
     assert all(n > 0 for n in expected)
     assert sorted(r["tool_calls"] for r in _records(eval_output)) == expected
 
 
-@pytest.mark.parametrize("history, expected", [
-    ([{"action": "run", "source": "agent"}, {"observation": "run", "source": "agent"},
-      {"action": "run_ipython"}, {"action": "message", "source": "agent"},
-      {"action": "finish"}], 2),
-    ([{"action": "str_replace_editor"}, {"action": "browse_interactive"},
-      {"action": "message", "source": "user"}, {"action": "read", "source": "user"}], 2),
-    ([{"action": "think", "tool_call_metadata": {"tool_call_id": "a"}},
-      {"action": "edit", "tool_call_metadata": {"tool_call_id": "b"}},
-      {"action": "edit", "tool_call_metadata": {"tool_call_id": "b"}},
-      {"observation": "edit", "tool_call_metadata": {"tool_call_id": "b"}}], 2),
-    ([], 0),
-    (None, None),
-])
+@pytest.mark.parametrize(
+    "history, expected",
+    [
+        (
+            [
+                {"action": "run", "source": "agent"},
+                {"observation": "run", "source": "agent"},
+                {"action": "run_ipython"},
+                {"action": "message", "source": "agent"},
+                {"action": "finish"},
+            ],
+            2,
+        ),
+        (
+            [
+                {"action": "str_replace_editor"},
+                {"action": "browse_interactive"},
+                {"action": "message", "source": "user"},
+                {"action": "read", "source": "user"},
+            ],
+            2,
+        ),
+        (
+            [
+                {"action": "think", "tool_call_metadata": {"tool_call_id": "a"}},
+                {"action": "edit", "tool_call_metadata": {"tool_call_id": "b"}},
+                {"action": "edit", "tool_call_metadata": {"tool_call_id": "b"}},
+                {"observation": "edit", "tool_call_metadata": {"tool_call_id": "b"}},
+            ],
+            2,
+        ),
+        ([], 0),
+        (None, None),
+    ],
+)
 def test_tool_calls_of_a_history_and_unknown_without_one(tmp_path, history, expected):
     usage = {"model": "gpt-4o", "prompt_tokens": 10, "completion_tokens": 5, "response_id": "r1"}
     line = {"instance_id": "t", "metadata": {}, "metrics": {"token_usages": [usage]}}

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 from _collector_helpers import SpanRecorder, anyagent_spans, otlp_json
 
-from collector.importers import ImportReport, import_paths, read_rows
-from collector.importers.otlp_json import SKIP_NOT_TRACES, SOURCE
-from collector.mapping import map_otlp_json
-from collector.store import read_connection
+from budgetlens.importers import ImportReport, import_paths, read_rows
+from budgetlens.importers.otlp_json import SKIP_NOT_TRACES, SOURCE
+from budgetlens.otlp.mapping import map_otlp_json
+from budgetlens.store import read_connection
 
 
 @pytest.fixture
@@ -64,11 +64,16 @@ def test_guard_shaped_spans_import_as_runs(db_path, tmp_path):
     report = import_paths("otlp-json", [path], db_path)
     assert report.new_calls == 3 and report.bad_line_count == 0
     with read_connection(db_path) as conn:
-        runs = dict(conn.execute(
-            "SELECT run_id, list_value(task_type, stop_reason, CAST(total_tokens AS VARCHAR), "
-            "CAST(tool_calls AS VARCHAR)) FROM runs").fetchall())
-    assert runs == {"run-a": ["triage", "completed", "2900", "2"],
-                    "run-b": ["triage", "budget_tokens", "940", "0"]}
+        runs = dict(
+            conn.execute(
+                "SELECT run_id, list_value(task_type, stop_reason, CAST(total_tokens AS VARCHAR), "
+                "CAST(tool_calls AS VARCHAR)) FROM runs"
+            ).fetchall()
+        )
+    assert runs == {
+        "run-a": ["triage", "completed", "2900", "2"],
+        "run-b": ["triage", "budget_tokens", "940", "0"],
+    }
 
 
 def test_task_type_option_overrides_the_spans(db_path, tmp_path):
@@ -93,12 +98,17 @@ def test_bad_lines_and_rejected_spans_are_reported_with_file_and_line(documents,
     broken_span = json.loads(json.dumps(documents[0]))
     broken_span["resourceSpans"][0]["scopeSpans"][0]["spans"][0]["traceId"] = "zz" * 16
     path = tmp_path / "export.jsonl"
-    path.write_text("\n".join([
-        json.dumps(documents[1]),
-        '{"resourceSpans": [',
-        json.dumps({"spans": []}),
-        json.dumps(broken_span),
-    ]) + "\n")
+    path.write_text(
+        "\n".join(
+            [
+                json.dumps(documents[1]),
+                '{"resourceSpans": [',
+                json.dumps({"spans": []}),
+                json.dumps(broken_span),
+            ]
+        )
+        + "\n"
+    )
     report = ImportReport()
     calls = [r for k, r in read_rows("otlp-json", [path], report=report) if k == "call"]
     assert report.bad_lines[0].startswith(f"{path}:2: invalid JSON")

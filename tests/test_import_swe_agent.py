@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from collector.importers import ImportReport, import_paths, read_rows
-from collector.importers.swe_agent import stop_reason
-from collector.store import read_connection
+from budgetlens.importers import ImportReport, import_paths, read_rows
+from budgetlens.importers.swe_agent import stop_reason
+from budgetlens.store import read_connection
 
 
 def _runs(db_path: Path) -> dict[str, dict]:
@@ -64,8 +64,7 @@ def test_mini_swe_agent_runs_equal_instance_cost_and_api_calls(mini_trajs, db_pa
     for path in mini_trajs:
         doc = json.loads(path.read_text())
         stats = doc["info"]["model_stats"]
-        usages = [m["extra"]["response"]["usage"] for m in doc["messages"]
-                  if m["role"] == "assistant"]
+        usages = [m["extra"]["response"]["usage"] for m in doc["messages"] if m["role"] == "assistant"]
         run = runs[_run_id("mini-swe-agent", path)]
         assert run["cost_usd"] == pytest.approx(stats["instance_cost"]), path.name
         assert run["model_calls"] == run["turns"] == stats["api_calls"], path.name
@@ -73,15 +72,18 @@ def test_mini_swe_agent_runs_equal_instance_cost_and_api_calls(mini_trajs, db_pa
         assert (run["input_tokens"] or 0) == sum(u["prompt_tokens"] for u in usages), path.name
         assert (run["output_tokens"] or 0) == sum(u["completion_tokens"] for u in usages)
         assert (run["cache_read_tokens"] or 0) == sum(
-            (u.get("prompt_tokens_details") or {}).get("cached_tokens", 0) for u in usages)
+            (u.get("prompt_tokens_details") or {}).get("cached_tokens", 0) for u in usages
+        )
         # completion_tokens_details is null for deepseek-chat, {reasoning_tokens} for the reasoner.
         assert (run["reasoning_tokens"] or 0) == sum(
-            (u.get("completion_tokens_details") or {}).get("reasoning_tokens", 0) for u in usages)
+            (u.get("completion_tokens_details") or {}).get("reasoning_tokens", 0) for u in usages
+        )
         failed = stats["api_calls"] - len(usages)
         assert run["unknown_usage_calls"] == failed
         assert run["usage_status"] == ("unknown" if failed else "reported")
-        assert run["tool_calls"] == sum(len(m.get("tool_calls") or []) for m in doc["messages"]
-                                        if m["role"] == "assistant")
+        assert run["tool_calls"] == sum(
+            len(m.get("tool_calls") or []) for m in doc["messages"] if m["role"] == "assistant"
+        )
         assert run["task_type"] == "swebench"
 
 
@@ -109,8 +111,12 @@ def test_mini_exit_status_maps_to_a_stop_reason(realdata, name, stop, retryable)
 
 
 def test_a_timeout_with_no_assistant_message_is_one_unknown_call(realdata):
-    path = (realdata / "mini-swe-agent-deepseek" / "trajectories"
-            / "deepseek_reasoner_dev__pvlib__pvlib-python-1154.traj.json")
+    path = (
+        realdata
+        / "mini-swe-agent-deepseek"
+        / "trajectories"
+        / "deepseek_reasoner_dev__pvlib__pvlib-python-1154.traj.json"
+    )
     doc = json.loads(path.read_text())
     assert doc["info"]["model_stats"]["api_calls"] == 1
     (call,) = [r for k, r in read_rows("swe-agent", [path]) if k == "call"]
@@ -139,8 +145,10 @@ def test_exit_status_table(status, expected):
 
 def test_limits_exceeded_names_the_limit_that_was_hit():
     assert stop_reason("LimitsExceeded", cost=3.1, cost_limit=3.0) == ("budget_cost", False)
-    assert stop_reason("LimitsExceeded", steps=250, step_limit=250, cost=0.4,
-                       cost_limit=3.0) == ("budget_turns", False)
+    assert stop_reason("LimitsExceeded", steps=250, step_limit=250, cost=0.4, cost_limit=3.0) == (
+        "budget_turns",
+        False,
+    )
 
 
 def test_task_type_comes_from_the_swe_agent_output_folder(realdata, tmp_path):
@@ -167,44 +175,69 @@ def test_a_file_that_is_not_json_is_reported_and_the_rest_imported(realdata, tmp
     broken = tmp_path / "broken.traj"
     broken.write_text('{"trajectory": [')
     good = realdata / "swe-agent-traj" / "test_data__pydicom__pydicom-1458.traj"
-    from collector.importers import ImportReport
+    from budgetlens.importers import ImportReport
 
     report = ImportReport()
-    records = [r for k, r in read_rows("swe-agent", [broken, good], report=report)
-               if k == "record"]
+    records = [r for k, r in read_rows("swe-agent", [broken, good], report=report) if k == "record"]
     assert len(records) == 1
     assert report.bad_lines[0].startswith(f"{broken}:1: invalid JSON")
 
 
-def _mini_doc(usage: object, model: object = "gpt-4o", cost: object = 0.01,
-              api_calls: object = 1, instance_cost: object = 0.01) -> dict:
-    return {"info": {"exit_status": "Submitted",
-                     "model_stats": {"api_calls": api_calls, "instance_cost": instance_cost},
-                     "config": {"model": {"model_name": "gpt-4o"}}},
-            "messages": [{"role": "assistant", "content": "ls", "extra": {
-                "cost": cost, "response": {"id": "r1", "model": model, "usage": usage}}}],
-            "trajectory_format": "mini-swe-agent-1"}
+def _mini_doc(
+    usage: object,
+    model: object = "gpt-4o",
+    cost: object = 0.01,
+    api_calls: object = 1,
+    instance_cost: object = 0.01,
+) -> dict:
+    return {
+        "info": {
+            "exit_status": "Submitted",
+            "model_stats": {"api_calls": api_calls, "instance_cost": instance_cost},
+            "config": {"model": {"model_name": "gpt-4o"}},
+        },
+        "messages": [
+            {
+                "role": "assistant",
+                "content": "ls",
+                "extra": {"cost": cost, "response": {"id": "r1", "model": model, "usage": usage}},
+            }
+        ],
+        "trajectory_format": "mini-swe-agent-1",
+    }
 
 
 @pytest.mark.parametrize(
     ("name", "doc", "reason"),
     [
-        ("inf", _mini_doc({"prompt_tokens": 1e400, "completion_tokens": 1}),
-         "messages[0].extra.response.usage"),
-        ("model-dict", _mini_doc({"prompt_tokens": 1, "completion_tokens": 1}, model={"x": 1}),
-         "messages[0].extra.response.model must be a string, got dict"),
-        ("nan-cost", _mini_doc({"prompt_tokens": 1, "completion_tokens": 1}, cost=float("nan")),
-         "messages[0].extra.cost must be a finite number >= 0, got nan"),
-        ("negative-instance-cost", _mini_doc({"prompt_tokens": 1, "completion_tokens": 1},
-                                             instance_cost=-1),
-         "info.model_stats.instance_cost must be a finite number >= 0, got -1"),
-        ("huge-api-calls", _mini_doc({"prompt_tokens": 1, "completion_tokens": 1},
-                                     api_calls=10**30),
-         "api_calls is not a plausible run"),
+        (
+            "inf",
+            _mini_doc({"prompt_tokens": 1e400, "completion_tokens": 1}),
+            "messages[0].extra.response.usage",
+        ),
+        (
+            "model-dict",
+            _mini_doc({"prompt_tokens": 1, "completion_tokens": 1}, model={"x": 1}),
+            "messages[0].extra.response.model must be a string, got dict",
+        ),
+        (
+            "nan-cost",
+            _mini_doc({"prompt_tokens": 1, "completion_tokens": 1}, cost=float("nan")),
+            "messages[0].extra.cost must be a finite number >= 0, got nan",
+        ),
+        (
+            "negative-instance-cost",
+            _mini_doc({"prompt_tokens": 1, "completion_tokens": 1}, instance_cost=-1),
+            "info.model_stats.instance_cost must be a finite number >= 0, got -1",
+        ),
+        (
+            "huge-api-calls",
+            _mini_doc({"prompt_tokens": 1, "completion_tokens": 1}, api_calls=10**30),
+            "api_calls is not a plausible run",
+        ),
     ],
 )
-def test_a_malformed_trajectory_is_reported_and_the_next_file_imported(tmp_path, db_path, name,
-                                                                       doc, reason):
+def test_a_malformed_trajectory_is_reported_and_the_next_file_imported(tmp_path, db_path, name, doc, reason):
     bad = tmp_path / f"{name}.traj.json"
     bad.write_text(json.dumps(doc))
     good = tmp_path / "good.traj.json"
@@ -219,11 +252,27 @@ def test_a_malformed_trajectory_is_reported_and_the_next_file_imported(tmp_path,
 
 def test_swe_agent_nan_cost_or_infinite_tokens_reject_the_file(tmp_path):
     path = tmp_path / "run.traj"
-    path.write_text(json.dumps({"trajectory": [], "info": {"model_stats": {
-        "instance_cost": float("nan"), "tokens_sent": 10, "tokens_received": 5}}}))
+    path.write_text(
+        json.dumps(
+            {
+                "trajectory": [],
+                "info": {
+                    "model_stats": {"instance_cost": float("nan"), "tokens_sent": 10, "tokens_received": 5}
+                },
+            }
+        )
+    )
     other = tmp_path / "other.traj"
-    other.write_text(json.dumps({"trajectory": [], "info": {"model_stats": {
-        "instance_cost": 0.1, "tokens_sent": float("inf"), "tokens_received": 5}}}))
+    other.write_text(
+        json.dumps(
+            {
+                "trajectory": [],
+                "info": {
+                    "model_stats": {"instance_cost": 0.1, "tokens_sent": float("inf"), "tokens_received": 5}
+                },
+            }
+        )
+    )
     report = ImportReport()
     assert list(read_rows("swe-agent", [path, other], report=report)) == []
     assert report.bad_lines == [

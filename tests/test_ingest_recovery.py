@@ -11,16 +11,18 @@ import time
 
 import pytest
 import requests
+from _collector_helpers import SpanRecorder, collector_process
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 
-from collector import semconv as sc
-from collector.ingest import IngestQueue, journal_dir
-from collector.journal import Journal, encode_batch
-from collector.mapped import CALL_KEYS
-from collector.mapping import map_request
-from collector.metrics import CollectorMetrics
-from collector.store import read_connection
-from _collector_helpers import SpanRecorder, collector_process
+from budgetlens import semconv as sc
+from budgetlens.ingest.journal import Journal, encode_batch
+from budgetlens.ingest.metrics import CollectorMetrics
+from budgetlens.ingest.queue import IngestQueue, journal_dir
+from budgetlens.otlp.mapping import map_request
+from budgetlens.otlp.rows import CALL_KEYS
+from budgetlens.store import read_connection
+
+pytestmark = pytest.mark.system
 
 
 def _calls(prefix: str, count: int):
@@ -28,10 +30,16 @@ def _calls(prefix: str, count: int):
     recorder = SpanRecorder()
     for index in range(count):
         with recorder.tracer.start_as_current_span("chat gpt-4o") as span:
-            span.set_attributes({sc.GEN_AI_OPERATION_NAME: sc.OPERATION_CHAT,
-                                 sc.GEN_AI_REQUEST_MODEL: "gpt-4o", sc.BUDGET_RUN_ID: prefix,
-                                 sc.GEN_AI_USAGE_INPUT_TOKENS: 10 + index,
-                                 sc.GEN_AI_USAGE_OUTPUT_TOKENS: 1, sc.BUDGET_TURN: index + 1})
+            span.set_attributes(
+                {
+                    sc.GEN_AI_OPERATION_NAME: sc.OPERATION_CHAT,
+                    sc.GEN_AI_REQUEST_MODEL: "gpt-4o",
+                    sc.BUDGET_RUN_ID: prefix,
+                    sc.GEN_AI_USAGE_INPUT_TOKENS: 10 + index,
+                    sc.GEN_AI_USAGE_OUTPUT_TOKENS: 1,
+                    sc.BUDGET_TURN: index + 1,
+                }
+            )
     return map_request(encode_spans(recorder.spans()), price=False)
 
 
@@ -44,8 +52,7 @@ def _wait_loaded(queue: IngestQueue, timeout_s: float = 20.0) -> None:
 
 def _stored_runs(db_path) -> dict:
     with read_connection(db_path) as conn:
-        return dict(conn.execute(
-            "SELECT run_id, count(*) FROM model_calls GROUP BY run_id").fetchall())
+        return dict(conn.execute("SELECT run_id, count(*) FROM model_calls GROUP BY run_id").fetchall())
 
 
 def test_a_journal_write_failure_fails_that_request_and_the_next_one_is_journaled(db_path):
@@ -109,7 +116,7 @@ def test_a_row_the_store_refuses_is_dead_lettered_and_the_rest_loads(db_path):
     bad = _calls("run-bad", 5)
     turn = CALL_KEYS.index("turn")
     row = bad.call_rows[2]  # bypass the mapping's range check: INTEGER overflows in DuckDB
-    bad.call_rows[2] = (*row[:turn], 3_000_000_000, *row[turn + 1:])
+    bad.call_rows[2] = (*row[:turn], 3_000_000_000, *row[turn + 1 :])
     metrics = CollectorMetrics()
     queue = IngestQueue(db_path, metrics=metrics, load_interval_s=0.05).start()
     try:
@@ -130,27 +137,35 @@ def test_a_row_the_store_refuses_is_dead_lettered_and_the_rest_loads(db_path):
 
 
 def _doc(attributes: dict) -> dict:
-    span = {"traceId": "ab" * 16, "spanId": "cd" * 8, "name": "chat gpt-4o",
-            "startTimeUnixNano": "1700000000000000000", "endTimeUnixNano": "1700000001000000000",
-            "attributes": [{"key": k, "value": v} for k, v in attributes.items()]}
+    span = {
+        "traceId": "ab" * 16,
+        "spanId": "cd" * 8,
+        "name": "chat gpt-4o",
+        "startTimeUnixNano": "1700000000000000000",
+        "endTimeUnixNano": "1700000001000000000",
+        "attributes": [{"key": k, "value": v} for k, v in attributes.items()],
+    }
     return {"resourceSpans": [{"scopeSpans": [{"spans": [span]}]}]}
 
 
-_CHAT = {"gen_ai.operation.name": {"stringValue": "chat"},
-         "gen_ai.request.model": {"stringValue": "gpt-4o"},
-         "gen_ai.usage.input_tokens": {"intValue": "10"},
-         "gen_ai.usage.output_tokens": {"intValue": "5"}}
+_CHAT = {
+    "gen_ai.operation.name": {"stringValue": "chat"},
+    "gen_ai.request.model": {"stringValue": "gpt-4o"},
+    "gen_ai.usage.input_tokens": {"intValue": "10"},
+    "gen_ai.usage.output_tokens": {"intValue": "5"},
+}
 
 
 def test_poison_values_are_rejected_and_the_collector_keeps_serving_and_stops(db_path, python):
-    poison = [{"gen_ai.usage.input_tokens": {"doubleValue": 1e30}},
-              {"gen_ai.usage.input_tokens": {"stringValue": "1" * 30}},
-              {"budgetlens.turn": {"intValue": "3000000000"}},
-              {"gen_ai.usage.input_tokens": {"intValue": str(2**63 - 1)}}]
+    poison = [
+        {"gen_ai.usage.input_tokens": {"doubleValue": 1e30}},
+        {"gen_ai.usage.input_tokens": {"stringValue": "1" * 30}},
+        {"budgetlens.turn": {"intValue": "3000000000"}},
+        {"gen_ai.usage.input_tokens": {"intValue": str(2**63 - 1)}},
+    ]
     with collector_process(python, db_path) as (process, url):
         for attributes in poison:
-            response = requests.post(f"{url}/v1/traces", json=_doc({**_CHAT, **attributes}),
-                                     timeout=10)
+            response = requests.post(f"{url}/v1/traces", json=_doc({**_CHAT, **attributes}), timeout=10)
             assert response.status_code == 200
             assert response.json()["partialSuccess"]["rejectedSpans"] == "1"
         good = requests.post(f"{url}/v1/traces", json=_doc(_CHAT), timeout=10)
@@ -159,15 +174,17 @@ def test_poison_values_are_rejected_and_the_collector_keeps_serving_and_stops(db
         process.send_signal(signal.SIGTERM)
         assert process.wait(30) in (0, -signal.SIGTERM)
     with read_connection(db_path) as conn:
-        assert conn.execute("SELECT span_id, input_tokens FROM model_calls").fetchall() == [
-            ("cd" * 8, 10)]
+        assert conn.execute("SELECT span_id, input_tokens FROM model_calls").fetchall() == [("cd" * 8, 10)]
 
 
 def test_a_second_collector_on_the_same_database_refuses_to_start(db_path, python):
     with collector_process(python, db_path) as (process, url):
         second = subprocess.run(
-            [python, "-m", "collector.cli", "collector", "--db", str(db_path), "--port", "0"],
-            capture_output=True, text=True, timeout=60)
+            [python, "-m", "budgetlens.cli", "collector", "--db", str(db_path), "--port", "0"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert second.returncode == 2 and "in use by another process" in second.stderr
         assert "Traceback" not in second.stderr
         assert requests.get(f"{url}/healthz", timeout=5).status_code == 200

@@ -5,15 +5,25 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
-from collector.journal import Journal, JournalError, decode_batch, encode_batch
-from collector.store.schema import BUDGET_EVENT_COLUMNS, MODEL_CALL_COLUMNS, RUN_RECORD_COLUMNS
-from collector.store.writer import rows_to_table
+from budgetlens.ingest.journal import Journal, JournalError, decode_batch, encode_batch
+from budgetlens.store.schema import BUDGET_EVENT_COLUMNS, MODEL_CALL_COLUMNS, RUN_RECORD_COLUMNS
+from budgetlens.store.writer import rows_to_table
 
 
 def _payload(run: str) -> bytes:
-    calls = rows_to_table("model_calls", MODEL_CALL_COLUMNS, [
-        {"span_id": f"{run}.c1", "run_id": run, "source": "t", "usage_status": "reported",
-         "input_tokens": 5}])
+    calls = rows_to_table(
+        "model_calls",
+        MODEL_CALL_COLUMNS,
+        [
+            {
+                "span_id": f"{run}.c1",
+                "run_id": run,
+                "source": "t",
+                "usage_status": "reported",
+                "input_tokens": 5,
+            }
+        ],
+    )
     records = rows_to_table("run_records", RUN_RECORD_COLUMNS, [{"run_id": run, "source": "t"}])
     events = rows_to_table("budget_events", BUDGET_EVENT_COLUMNS, [])
     return encode_batch(calls, records, events)
@@ -41,8 +51,7 @@ def test_a_torn_last_record_is_ignored_and_later_appends_survive(tmp_path):
     assert [b.calls["run_id"].to_pylist() for b in reopened.unloaded()] == [["r0"]]
     reopened.append(_payload("r2"))
     reopened.close()
-    assert [b.calls["run_id"].to_pylist() for b in Journal(tmp_path / "j").unloaded()] == [
-        ["r0"], ["r2"]]
+    assert [b.calls["run_id"].to_pylist() for b in Journal(tmp_path / "j").unloaded()] == [["r0"], ["r2"]]
 
 
 def test_a_corrupt_record_fails_its_crc_and_is_ignored(tmp_path):

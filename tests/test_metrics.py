@@ -6,14 +6,14 @@ import shutil
 import subprocess
 
 import pytest
+from _collector_helpers import SpanRecorder
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from prometheus_client import CollectorRegistry, generate_latest
 
-from collector import semconv as sc
-from collector.ingest import IngestQueue
-from collector.mapping import map_request
-from collector.metrics import TOKEN_BUCKETS, CollectorMetrics, LabelCap
-from _collector_helpers import SpanRecorder
+from budgetlens import semconv as sc
+from budgetlens.ingest.metrics import TOKEN_BUCKETS, CollectorMetrics, LabelCap
+from budgetlens.ingest.queue import IngestQueue
+from budgetlens.otlp.mapping import map_request
 
 
 def _commit(db_path, metrics, spans):
@@ -30,12 +30,14 @@ def test_budget_metrics_count_committed_runs_calls_tokens_and_hits(db_path):
     _commit(db_path, metrics, recorder.spans())
     value = metrics.registry.get_sample_value
     assert value("budgetlens_runs_total", {"task_type": "triage", "stop_reason": "completed"}) == 1
-    assert value("budgetlens_budget_hits_total",
-                 {"task_type": "triage", "stop_reason": "budget_tokens"}) == 1
-    assert value("budgetlens_tokens_total",
-                 {"task_type": "triage", "model": "gpt-4o", "token_type": "input"}) == 400
-    assert value("budgetlens_cost_usd_total", {"task_type": "triage", "model": "gpt-4o"}) == \
-        pytest.approx(500e-6)
+    assert value("budgetlens_budget_hits_total", {"task_type": "triage", "stop_reason": "budget_tokens"}) == 1
+    assert (
+        value("budgetlens_tokens_total", {"task_type": "triage", "model": "gpt-4o", "token_type": "input"})
+        == 400
+    )
+    assert value("budgetlens_cost_usd_total", {"task_type": "triage", "model": "gpt-4o"}) == pytest.approx(
+        500e-6
+    )
     assert value("budgetlens_interventions_total", {"task_type": "triage", "kind": "warning"}) == 1
     assert value("budgetlens_run_tokens_count", {"task_type": "triage"}) == 2
     assert value("budgetlens_run_tokens_bucket", {"task_type": "triage", "le": "256.0"}) == 1
@@ -48,11 +50,19 @@ def test_a_resent_batch_does_not_count_twice(db_path):
     recorder.guard_run("r1", "triage", [("gpt-4o", 100, 20)])
     _commit(db_path, metrics, recorder.spans())
     _commit(db_path, metrics, recorder.spans())
-    assert metrics.registry.get_sample_value(
-        "budgetlens_runs_total", {"task_type": "triage", "stop_reason": "completed"}) == 1
-    assert metrics.registry.get_sample_value(
-        "budgetlens_model_calls_total",
-        {"task_type": "triage", "model": "gpt-4o", "usage_status": "reported"}) == 1
+    assert (
+        metrics.registry.get_sample_value(
+            "budgetlens_runs_total", {"task_type": "triage", "stop_reason": "completed"}
+        )
+        == 1
+    )
+    assert (
+        metrics.registry.get_sample_value(
+            "budgetlens_model_calls_total",
+            {"task_type": "triage", "model": "gpt-4o", "usage_status": "reported"},
+        )
+        == 1
+    )
 
 
 def test_label_values_past_the_cap_fold_into_other_and_run_ids_are_never_labels(db_path):
@@ -65,8 +75,12 @@ def test_label_values_past_the_cap_fold_into_other_and_run_ids_are_never_labels(
     assert 'task_type="task-0"' in text and 'task_type="task-1"' in text
     assert 'task_type="task-2"' not in text and 'task_type="other"' in text
     assert "run-0" not in text and "run_id" not in text
-    assert metrics.registry.get_sample_value(
-        "budgetlens_runs_total", {"task_type": "other", "stop_reason": "completed"}) == 2
+    assert (
+        metrics.registry.get_sample_value(
+            "budgetlens_runs_total", {"task_type": "other", "stop_reason": "completed"}
+        )
+        == 2
+    )
 
 
 def test_label_cap_maps_empty_to_unknown_and_rejects_a_zero_cap():
@@ -80,6 +94,7 @@ def test_token_buckets_are_powers_of_four():
     assert TOKEN_BUCKETS[:4] == (1.0, 4.0, 16.0, 64.0) and TOKEN_BUCKETS[-1] == 4.0**13
 
 
+@pytest.mark.prometheus
 def test_promtool_finds_the_exposition_clean(db_path):
     promtool = shutil.which("promtool")
     assert promtool, "promtool is installed by .ci/test (Debian package prometheus)"
@@ -88,7 +103,11 @@ def test_promtool_finds_the_exposition_clean(db_path):
     recorder.guard_run("r1", "triage", [("gpt-4o", 100, 20)], warnings=1)
     _commit(db_path, metrics, recorder.spans())
     metrics.observe_received(3, 1)
-    result = subprocess.run([promtool, "check", "metrics"], input=generate_latest(metrics.registry),
-                            capture_output=True, timeout=60)
+    result = subprocess.run(
+        [promtool, "check", "metrics"],
+        input=generate_latest(metrics.registry),
+        capture_output=True,
+        timeout=60,
+    )
     assert result.returncode == 0, result.stdout.decode() + result.stderr.decode()
     assert result.stdout.decode().strip() == "" and result.stderr.decode().strip() == ""

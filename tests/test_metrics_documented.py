@@ -6,7 +6,7 @@ from pathlib import Path
 
 from prometheus_client import CollectorRegistry
 
-from collector.metrics import CollectorMetrics
+from budgetlens.ingest.metrics import CollectorMetrics
 
 README = (Path(__file__).resolve().parent.parent / "README.md").read_text()
 

@@ -8,18 +8,23 @@ import pytest
 from genai_prices import Usage as GenaiUsage
 from genai_prices import calc_price
 
-from collector.config import ENV_PRICES_FILE
-from collector.pricing import (
+from budgetlens.config import ENV_PRICES_FILE
+from budgetlens.pricing import (
     check_prices_file,
     clear_price_cache,
     cost_usd,
     load_price_file,
     model_rates,
 )
-from collector.usage import Usage
+from budgetlens.usage import Usage
 
-CACHED = Usage(input_tokens=250_000, output_tokens=5_000, cache_read_tokens=100_000,
-               cache_write_tokens=20_000, reasoning_tokens=1_000)
+CACHED = Usage(
+    input_tokens=250_000,
+    output_tokens=5_000,
+    cache_read_tokens=100_000,
+    cache_write_tokens=20_000,
+    reasoning_tokens=1_000,
+)
 SMALL = Usage(input_tokens=1_200, output_tokens=300, cache_read_tokens=1_000, reasoning_tokens=100)
 
 
@@ -35,9 +40,12 @@ def _fresh_cache(monkeypatch):
 @pytest.mark.parametrize("usage", [CACHED, SMALL], ids=["tiered_cache_write", "small_cache_read"])
 def test_cost_matches_genai_prices_calculation(model, usage):
     reference = calc_price(
-        GenaiUsage(input_tokens=usage.input_tokens, output_tokens=usage.output_tokens,
-                   cache_read_tokens=usage.cache_read_tokens,
-                   cache_write_tokens=usage.cache_write_tokens),
+        GenaiUsage(
+            input_tokens=usage.input_tokens,
+            output_tokens=usage.output_tokens,
+            cache_read_tokens=usage.cache_read_tokens,
+            cache_write_tokens=usage.cache_write_tokens,
+        ),
         model,
     )
     assert cost_usd(model, usage) == pytest.approx(float(reference.total_price), rel=1e-12)
@@ -45,8 +53,9 @@ def test_cost_matches_genai_prices_calculation(model, usage):
 
 def test_each_token_is_charged_once_at_its_own_rate():
     rates = model_rates("gpt-4o")
-    usage = Usage(input_tokens=1_000_000, output_tokens=1_000_000, cache_read_tokens=400_000,
-                  reasoning_tokens=300_000)
+    usage = Usage(
+        input_tokens=1_000_000, output_tokens=1_000_000, cache_read_tokens=400_000, reasoning_tokens=300_000
+    )
     per_tok_in, per_tok_out, per_tok_cr = rates.input[0][1], rates.output[0][1], rates.cache_read[0][1]
     expected = 600_000 * per_tok_in + 400_000 * per_tok_cr + 1_000_000 * per_tok_out
     assert cost_usd("gpt-4o", usage) == pytest.approx(expected)
@@ -91,14 +100,29 @@ def test_zero_usage_of_priced_model_costs_zero():
 def test_user_price_file_adds_a_model_in_each_format(tmp_path, suffix):
     path = tmp_path / f"prices{suffix}"
     if suffix == ".yaml":
-        path.write_text("models:\n  my-finetune:\n    input_usd_per_mtok: 2\n"
-                        "    output_usd_per_mtok: 8\n    cache_read_usd_per_mtok: 0.5\n")
+        path.write_text(
+            "models:\n  my-finetune:\n    input_usd_per_mtok: 2\n"
+            "    output_usd_per_mtok: 8\n    cache_read_usd_per_mtok: 0.5\n"
+        )
     elif suffix == ".json":
-        path.write_text(json.dumps({"models": {"my-finetune": {
-            "input_usd_per_mtok": 2, "output_usd_per_mtok": 8, "cache_read_usd_per_mtok": 0.5}}}))
+        path.write_text(
+            json.dumps(
+                {
+                    "models": {
+                        "my-finetune": {
+                            "input_usd_per_mtok": 2,
+                            "output_usd_per_mtok": 8,
+                            "cache_read_usd_per_mtok": 0.5,
+                        }
+                    }
+                }
+            )
+        )
     else:
-        path.write_text('[models.my-finetune]\ninput_usd_per_mtok = 2\n'
-                        'output_usd_per_mtok = 8\ncache_read_usd_per_mtok = 0.5\n')
+        path.write_text(
+            "[models.my-finetune]\ninput_usd_per_mtok = 2\n"
+            "output_usd_per_mtok = 8\ncache_read_usd_per_mtok = 0.5\n"
+        )
     usage = Usage(input_tokens=1_000_000, output_tokens=1_000_000, cache_read_tokens=500_000)
     assert cost_usd("my-finetune", usage, prices_file=path) == pytest.approx(1.0 + 0.25 + 8.0)
     assert cost_usd("vendor/my-finetune-20250101", usage, prices_file=path) == pytest.approx(9.25)
@@ -117,8 +141,10 @@ def test_user_price_file_from_env_overrides_genai_prices(tmp_path, monkeypatch):
 @pytest.mark.parametrize(
     "body, named",
     [
-        ("models:\n  m:\n    input_usd_per_mtok: 1\n    output_usd_per_mtok: 1\n    input_eur_per_mtok: 1\n",
-         "input_eur_per_mtok"),
+        (
+            "models:\n  m:\n    input_usd_per_mtok: 1\n    output_usd_per_mtok: 1\n    input_eur_per_mtok: 1\n",
+            "input_eur_per_mtok",
+        ),
         ("models:\n  m:\n    input_usd_per_mtok: 1\n", "output_usd_per_mtok"),
         ("models:\n  m:\n    input_usd_per_mtok: -1\n    output_usd_per_mtok: 1\n", "input_usd_per_mtok"),
         ("prices:\n  m: {}\n", "prices"),
@@ -162,10 +188,14 @@ def test_price_file_with_byte_order_mark_loads(tmp_path):
     assert cost_usd("m", Usage(1_000_000, 0), prices_file=path) == pytest.approx(1.0)
 
 
-@pytest.mark.parametrize("suffix, raw, rule", [
-    (".yaml", "models:\n  m: {input_usd_per_mtok: 1\n".encode(), "not a valid price file"),
-    (".yaml", "models:\n  caf\xe9:\n    input_usd_per_mtok: 1\n".encode("latin-1"), "UTF-8"),
-], ids=["yaml_syntax", "latin1"])
+@pytest.mark.parametrize(
+    "suffix, raw, rule",
+    [
+        (".yaml", b"models:\n  m: {input_usd_per_mtok: 1\n", "not a valid price file"),
+        (".yaml", "models:\n  caf\xe9:\n    input_usd_per_mtok: 1\n".encode("latin-1"), "UTF-8"),
+    ],
+    ids=["yaml_syntax", "latin1"],
+)
 def test_unparsable_price_file_is_a_value_error_naming_the_file(tmp_path, suffix, raw, rule):
     path = tmp_path / f"prices{suffix}"
     path.write_bytes(raw)
@@ -185,7 +215,8 @@ def test_check_prices_file_does_nothing_without_a_price_file():
     assert model_rates("gpt-4o").source.startswith("genai-prices:")
 
 
-@pytest.mark.parametrize("output_tokens, expected", [(None, 1_000 * 10e-6), (200, 800 * 2.5e-6 + 200 * 10e-6),
-                                                     (0, 1_000 * 2.5e-6)])
+@pytest.mark.parametrize(
+    "output_tokens, expected", [(None, 1_000 * 10e-6), (200, 800 * 2.5e-6 + 200 * 10e-6), (0, 1_000 * 2.5e-6)]
+)
 def test_reservation_estimate_is_worst_case_without_a_split(output_tokens, expected):
     assert model_rates("gpt-4o").estimate(1_000, output_tokens) == pytest.approx(expected)

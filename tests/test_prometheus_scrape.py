@@ -8,12 +8,12 @@ import time
 
 import pytest
 import requests
+from _collector_helpers import SpanRecorder, collector_process
+from conftest import find_free_port
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.trace.export import SpanExportResult
 
-from collector import semconv as sc
-from _collector_helpers import SpanRecorder, collector_process
-from conftest import find_free_port
+from budgetlens import semconv as sc
 
 pytestmark = pytest.mark.prometheus
 
@@ -44,12 +44,16 @@ def _query(base: str, promql: str):
 def test_prometheus_scrapes_the_collector_and_computes_the_hit_rate(tmp_path, python):
     prometheus = shutil.which("prometheus")
     assert prometheus, "prometheus is installed by .ci/test (Debian package prometheus)"
-    stops = [sc.STOP_COMPLETED, sc.STOP_BUDGET_TOKENS, sc.STOP_COMPLETED, sc.STOP_COMPLETED,
-             sc.STOP_BUDGET_TURNS]
+    stops = [
+        sc.STOP_COMPLETED,
+        sc.STOP_BUDGET_TOKENS,
+        sc.STOP_COMPLETED,
+        sc.STOP_COMPLETED,
+        sc.STOP_BUDGET_TURNS,
+    ]
     recorder = SpanRecorder()
     for index, stop in enumerate(stops):
-        recorder.guard_run(f"run-{index}", "triage", [("gpt-4o", 100 * (index + 1), 10)],
-                           stop_reason=stop)
+        recorder.guard_run(f"run-{index}", "triage", [("gpt-4o", 100 * (index + 1), 10)], stop_reason=stop)
     expected = sum(stop in sc.BUDGET_STOP_REASONS for stop in stops) / len(stops)
 
     with collector_process(python, tmp_path / "store.duckdb") as (_, url):
@@ -61,15 +65,26 @@ def test_prometheus_scrapes_the_collector_and_computes_the_hit_rate(tmp_path, py
             "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
             "rule_files:\n  - alerts.yml\n"
             f"scrape_configs:\n  - job_name: budgetlens\n    static_configs:\n"
-            f"      - targets: ['{target}']\n")
-        check = subprocess.run(["promtool", "check", "config", str(tmp_path / "prometheus.yml")],
-                               capture_output=True, text=True, timeout=60)
+            f"      - targets: ['{target}']\n"
+        )
+        check = subprocess.run(
+            ["promtool", "check", "config", str(tmp_path / "prometheus.yml")],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert check.returncode == 0, check.stdout + check.stderr
         port = find_free_port()
         server = subprocess.Popen(
-            [prometheus, f"--config.file={tmp_path / 'prometheus.yml'}",
-             f"--storage.tsdb.path={tmp_path / 'tsdb'}", f"--web.listen-address=127.0.0.1:{port}"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+            [
+                prometheus,
+                f"--config.file={tmp_path / 'prometheus.yml'}",
+                f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+                f"--web.listen-address=127.0.0.1:{port}",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
         base = f"http://127.0.0.1:{port}"
         try:
             result, deadline = [], time.monotonic() + 90

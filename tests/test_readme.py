@@ -6,9 +6,9 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-import collector
-from collector import config, semconv
-from collector.cli import build_parser
+import budgetlens
+from budgetlens import config, semconv
+from budgetlens.cli import build_parser
 
 README = (Path(__file__).resolve().parent.parent / "README.md").read_text()
 
@@ -34,7 +34,9 @@ def test_ci_runs_the_readme_test_command():
 
 def test_every_cli_command_is_in_the_readme():
     commands = _subcommands()
-    assert {"demo", "collector", "dashboard", "import", "sample", "baselines", "presets", "runs"} <= set(commands)
+    assert {"demo", "collector", "dashboard", "import", "sample", "baselines", "presets", "runs"} <= set(
+        commands
+    )
     missing = [name for name in commands if f"budgetlens {name}" not in README]
     assert not missing, f"README does not show: {missing}"
 
@@ -47,7 +49,7 @@ def test_every_environment_variable_is_in_the_readme():
 
 
 def test_every_public_name_is_in_the_readme():
-    missing = [name for name in collector.__all__ if name not in README]
+    missing = [name for name in budgetlens.__all__ if name not in README]
     assert not missing, f"README does not mention: {missing}"
 
 
@@ -55,7 +57,7 @@ def test_every_budget_attribute_and_event_name_is_in_the_readme():
     names = [
         value
         for key, value in vars(semconv).items()
-        if isinstance(value, str) and value.startswith("budgetlens.")
+        if not key.startswith("__") and isinstance(value, str) and value.startswith("budgetlens.")
     ]
     missing = [name for name in names if f"`{name}`" not in README]
     assert not missing, f"README does not list: {missing}"

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from collector.semconv import STOP_BUDGET_TURNS, STOP_COMPLETED
+from budgetlens.semconv import STOP_BUDGET_TURNS, STOP_COMPLETED
 
 EXAMPLES = Path(__file__).parent / "examples"
 
@@ -20,13 +20,19 @@ def load(name: str):
     return module
 
 
+@pytest.mark.system
 @pytest.mark.parametrize(
     "name, last_line",
     [("openai_loop", "completed 3 2 7650"), ("anthropic_loop", "budget_turns 4 4 20408")],
 )
 def test_example_runs_as_a_script(python, name, last_line):
-    proc = subprocess.run([python, str(EXAMPLES / f"{name}.py")], capture_output=True, text=True,
-                          timeout=60, cwd=EXAMPLES.parent.parent)
+    proc = subprocess.run(
+        [python, str(EXAMPLES / f"{name}.py")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=EXAMPLES.parent.parent,
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip().splitlines()[-1] == last_line
 

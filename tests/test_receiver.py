@@ -8,23 +8,26 @@ import threading
 
 import pytest
 import requests
+from _collector_helpers import SpanRecorder, live_collector, otlp_json, otlp_protobuf
 from opentelemetry.exporter.otlp.proto.http import Compression
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
 from opentelemetry.sdk.trace.export import SpanExportResult
 
-from collector import semconv as sc
-from collector.ingest import IngestQueue
-from collector.metrics import CollectorMetrics
-from collector.otlp import JSON, PROTOBUF
-from collector.store import read_connection
-from _collector_helpers import SpanRecorder, live_collector, otlp_json, otlp_protobuf
+from budgetlens import semconv as sc
+from budgetlens.ingest.metrics import CollectorMetrics
+from budgetlens.ingest.queue import IngestQueue
+from budgetlens.otlp import JSON, PROTOBUF
+from budgetlens.store import read_connection
+
+pytestmark = pytest.mark.system
 
 
 def _runs(db_path):
     with read_connection(db_path) as conn:
-        return conn.execute("SELECT run_id, task_type, turns, tool_calls, total_tokens, stop_reason "
-                            "FROM runs ORDER BY run_id").fetchall()
+        return conn.execute(
+            "SELECT run_id, task_type, turns, tool_calls, total_tokens, stop_reason FROM runs ORDER BY run_id"
+        ).fetchall()
 
 
 def _recorded_runs():
@@ -40,15 +43,20 @@ def test_sdk_exporter_spans_become_runs(db_path, free_port, compression):
         exporter = OTLPSpanExporter(endpoint=f"{live.url}/v1/traces", compression=compression)
         assert exporter.export(_recorded_runs()) == SpanExportResult.SUCCESS
         exporter.shutdown()
-    assert _runs(db_path) == [("run-a", "triage", 2, 1, 350, sc.STOP_COMPLETED),
-                              ("run-b", "triage", 1, 0, 1000, sc.STOP_BUDGET_TOKENS)]
+    assert _runs(db_path) == [
+        ("run-a", "triage", 2, 1, 350, sc.STOP_COMPLETED),
+        ("run-b", "triage", 1, 0, 1000, sc.STOP_BUDGET_TOKENS),
+    ]
 
 
 def test_json_body_is_accepted_and_answered_in_json(db_path, free_port):
     body = json.dumps(otlp_json(_recorded_runs())).encode()
     with live_collector(db_path, free_port) as live:
-        response = requests.post(f"{live.url}/v1/traces", data=gzip.compress(body),
-                                 headers={"Content-Type": JSON, "Content-Encoding": "gzip"})
+        response = requests.post(
+            f"{live.url}/v1/traces",
+            data=gzip.compress(body),
+            headers={"Content-Type": JSON, "Content-Encoding": "gzip"},
+        )
     assert response.status_code == 200 and response.headers["content-type"].startswith(JSON)
     assert response.json() == {}
     assert [run[0] for run in _runs(db_path)] == ["run-a", "run-b"]
@@ -64,8 +72,13 @@ def test_same_spans_sent_twice_are_stored_once(db_path, free_port):
     with read_connection(db_path) as conn:
         assert conn.execute("SELECT count(*) FROM model_calls").fetchone()[0] == 3
         assert conn.execute("SELECT count(*) FROM run_records").fetchone()[0] == 2
-    assert metrics.registry.get_sample_value("budgetlens_model_calls_total", {
-        "task_type": "triage", "model": "gpt-4o", "usage_status": "reported"}) == 3
+    assert (
+        metrics.registry.get_sample_value(
+            "budgetlens_model_calls_total",
+            {"task_type": "triage", "model": "gpt-4o", "usage_status": "reported"},
+        )
+        == 3
+    )
     assert metrics.registry.get_sample_value("budgetlens_spans_received_total") == 10
 
 
@@ -90,16 +103,20 @@ def test_invalid_spans_are_rejected_with_partial_success_and_valid_ones_stored(d
     assert [run[0] for run in _runs(db_path)] == ["run-p"]
 
 
-@pytest.mark.parametrize("headers, body, status", [
-    ({"Content-Type": "text/plain"}, b"hello", 415),
-    ({"Content-Type": PROTOBUF}, b"\x0a\xff\xff\xff\xff", 400),
-    ({"Content-Type": JSON}, b'{"resourceSpans": [', 400),
-    ({"Content-Type": PROTOBUF}, b"\0" * 5000, 413),
-    ({"Content-Type": PROTOBUF, "Content-Encoding": "gzip"}, gzip.compress(b"\0" * 50_000_000), 413),
-    ({"Content-Type": PROTOBUF, "Content-Encoding": "gzip"}, b"\x1f\x8b broken", 400),
-])
-def test_bad_requests_get_a_clear_status_and_the_server_keeps_serving(db_path, free_port, headers,
-                                                                      body, status):
+@pytest.mark.parametrize(
+    "headers, body, status",
+    [
+        ({"Content-Type": "text/plain"}, b"hello", 415),
+        ({"Content-Type": PROTOBUF}, b"\x0a\xff\xff\xff\xff", 400),
+        ({"Content-Type": JSON}, b'{"resourceSpans": [', 400),
+        ({"Content-Type": PROTOBUF}, b"\0" * 5000, 413),
+        ({"Content-Type": PROTOBUF, "Content-Encoding": "gzip"}, gzip.compress(b"\0" * 50_000_000), 413),
+        ({"Content-Type": PROTOBUF, "Content-Encoding": "gzip"}, b"\x1f\x8b broken", 400),
+    ],
+)
+def test_bad_requests_get_a_clear_status_and_the_server_keeps_serving(
+    db_path, free_port, headers, body, status
+):
     with live_collector(db_path, free_port, max_body_bytes=4096) as live:
         response = requests.post(f"{live.url}/v1/traces", data=body, headers=headers)
         assert response.status_code == status and response.text
@@ -130,8 +147,11 @@ def test_full_queue_answers_503_with_retry_after(db_path, free_port):
     ingest = IngestQueue(db_path, metrics=CollectorMetrics(), max_queue_spans=3, commit=slow_commit)
     body = otlp_protobuf(_recorded_runs())
     with live_collector(db_path, free_port, ingest=ingest) as live:
-        first = threading.Thread(target=requests.post, args=(f"{live.url}/v1/traces",),
-                                 kwargs={"data": body, "headers": {"Content-Type": PROTOBUF}})
+        first = threading.Thread(
+            target=requests.post,
+            args=(f"{live.url}/v1/traces",),
+            kwargs={"data": body, "headers": {"Content-Type": PROTOBUF}},
+        )
         first.start()
         assert entered.wait(10)
         busy = requests.post(f"{live.url}/v1/traces", data=body, headers={"Content-Type": PROTOBUF})
@@ -144,26 +164,33 @@ def test_store_failure_answers_503_so_the_exporter_retries(tmp_path, free_port):
     blocked = tmp_path / "not-a-file"
     blocked.mkdir()
     with live_collector(blocked, free_port) as live:
-        response = requests.post(f"{live.url}/v1/traces", data=otlp_protobuf(_recorded_runs()),
-                                 headers={"Content-Type": PROTOBUF})
+        response = requests.post(
+            f"{live.url}/v1/traces", data=otlp_protobuf(_recorded_runs()), headers={"Content-Type": PROTOBUF}
+        )
         metrics_text = requests.get(f"{live.url}/metrics").text
     assert response.status_code == 503 and "Retry-After" in response.headers
     assert "budgetlens_commit_failures_total 1.0" in metrics_text
 
 
 def test_bearer_scheme_is_case_insensitive_and_errors_are_a_status_in_the_request_encoding(
-        db_path, free_port):
+    db_path, free_port
+):
     from google.rpc.status_pb2 import Status
 
     body = otlp_protobuf(_recorded_runs())
     with live_collector(db_path, free_port, token="s3cret") as live:
         url = f"{live.url}/v1/traces"
-        lower = requests.post(url, data=body, headers={"Content-Type": PROTOBUF,
-                                                       "Authorization": "bearer s3cret"})
-        wrong = requests.post(url, data=body, headers={"Content-Type": PROTOBUF,
-                                                       "Authorization": "Bearer nope"})
-        bad_json = requests.post(url, data=b'{"resourceSpans": [{"scopeSpans": 5}]}',
-                                 headers={"Content-Type": JSON, "Authorization": "BEARER s3cret"})
+        lower = requests.post(
+            url, data=body, headers={"Content-Type": PROTOBUF, "Authorization": "bearer s3cret"}
+        )
+        wrong = requests.post(
+            url, data=body, headers={"Content-Type": PROTOBUF, "Authorization": "Bearer nope"}
+        )
+        bad_json = requests.post(
+            url,
+            data=b'{"resourceSpans": [{"scopeSpans": 5}]}',
+            headers={"Content-Type": JSON, "Authorization": "BEARER s3cret"},
+        )
     assert lower.status_code == 200
     assert wrong.status_code == 401 and wrong.headers["content-type"] == PROTOBUF
     assert Status.FromString(wrong.content).message == "missing or wrong bearer token"
@@ -176,8 +203,11 @@ def test_a_port_outside_0_to_65535_is_a_usage_error(db_path, python, port):
     import subprocess
 
     result = subprocess.run(
-        [python, "-m", "collector.cli", "collector", "--db", str(db_path), "--port", port],
-        capture_output=True, text=True, timeout=60)
+        [python, "-m", "budgetlens.cli", "collector", "--db", str(db_path), "--port", port],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.returncode == 2
     assert f"argument --port: must be an integer >= 0 and <= 65535, got {port!r}" in result.stderr
     assert "Traceback" not in result.stderr
@@ -193,8 +223,11 @@ def test_a_port_in_use_is_one_line_and_leaves_no_journal(db_path, python):
         busy.listen()
         port = busy.getsockname()[1]
         result = subprocess.run(
-            [python, "-m", "collector.cli", "collector", "--db", str(db_path),
-             "--port", str(port)], capture_output=True, text=True, timeout=60)
+            [python, "-m", "budgetlens.cli", "collector", "--db", str(db_path), "--port", str(port)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
     assert result.returncode == 1
     lines = result.stderr.splitlines()
     assert len(lines) == 1 and f"port {port}" in lines[0] and "in use" in lines[0]
@@ -203,9 +236,9 @@ def test_a_port_in_use_is_one_line_and_leaves_no_journal(db_path, python):
 
 
 def test_collector_help_lines_fit_a_terminal(capsys, monkeypatch):
-    from collector.cli import main
+    from budgetlens.cli import main
 
-    monkeypatch.setenv("COLUMNS", "80")   # argparse wraps option help to the terminal width
+    monkeypatch.setenv("COLUMNS", "80")  # argparse wraps option help to the terminal width
     with pytest.raises(SystemExit):
         main(["collector", "--help"])
     out = capsys.readouterr().out

@@ -8,16 +8,32 @@ import subprocess
 
 import numpy as np
 import pytest
+from _collector_helpers import SpanRecorder, anyagent_spans, collector_process
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.trace.export import SpanExportResult
 
-from _collector_helpers import SpanRecorder, anyagent_spans, collector_process
+pytestmark = pytest.mark.system
 
 
 def _baselines(python, db_path) -> dict:
     """All runs (the any-agent traces date from 2025, the guard runs from now)."""
-    out = subprocess.run([python, "-m", "collector.cli", "baselines", "--db", str(db_path),
-                          "--format", "json", "--window-days", "0"], capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [
+            python,
+            "-m",
+            "budgetlens.cli",
+            "baselines",
+            "--db",
+            str(db_path),
+            "--format",
+            "json",
+            "--window-days",
+            "0",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stderr
     return {row["task_type"]: row for row in json.loads(out.stdout)}
 
@@ -45,10 +61,14 @@ def test_stock_exporter_spans_become_runs_that_baselines_report(tmp_path, python
     foreign_totals = []
     for path in frameworks:
         spans = json.loads(path.read_text())["spans"]
-        foreign_totals.append(sum(s["attributes"].get("gen_ai.usage.input_tokens", 0)
-                                  + s["attributes"].get("gen_ai.usage.output_tokens", 0)
-                                  for s in spans
-                                  if s["attributes"].get("gen_ai.operation.name") == "call_llm"))
+        foreign_totals.append(
+            sum(
+                s["attributes"].get("gen_ai.usage.input_tokens", 0)
+                + s["attributes"].get("gen_ai.usage.output_tokens", 0)
+                for s in spans
+                if s["attributes"].get("gen_ai.operation.name") == "call_llm"
+            )
+        )
     agent = baselines["any_agent"]
     assert agent["n"] == len(frameworks) and agent["low_sample"] is True
     assert agent["p50_total_tokens"] == pytest.approx(np.percentile(foreign_totals, 50))

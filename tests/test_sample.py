@@ -7,10 +7,11 @@ import datetime as dt
 
 import pytest
 
-from collector import sample
-from collector.pricing import cost_usd
-from collector.store import read_connection
-from collector.usage import Usage
+from budgetlens import sample
+from budgetlens.pricing import cost_usd
+from budgetlens.sample import generator
+from budgetlens.store import read_connection
+from budgetlens.usage import Usage
 
 #: The issue's typical total tokens per run, per task type.
 SIZES = {
@@ -56,13 +57,16 @@ def test_two_generations_with_the_same_seed_sit_side_by_side_in_one_store(tmp_pa
     db = tmp_path / "two.duckdb"
     first = _generation(db, dt.datetime(2026, 1, 10))
     second = _generation(db, dt.datetime(2026, 1, 20))
-    runs, mismatched, mixed = _rows(db, """
+    runs, mismatched, mixed = _rows(
+        db,
+        """
         WITH c AS (SELECT run_id, count(*) AS calls,
                           count(DISTINCT coalesce(response_model, request_model)) AS models
                    FROM model_calls GROUP BY run_id)
         SELECT count(*), count(*) FILTER (WHERE r.turns <> coalesce(c.calls, 0)),
                count(*) FILTER (WHERE c.models > 1 AND NOT contains(r.models, ','))
-        FROM runs r LEFT JOIN c USING (run_id)""")[0]
+        FROM runs r LEFT JOIN c USING (run_id)""",
+    )[0]
     assert runs == first + second
     assert mismatched == 0 and mixed == 0
     prefixes = {run_id.rsplit("-", 1)[0] for (run_id,) in _rows(db, "SELECT run_id FROM runs")}
@@ -72,17 +76,25 @@ def test_two_generations_with_the_same_seed_sit_side_by_side_in_one_store(tmp_pa
 def test_writing_the_same_generation_again_adds_nothing(tmp_path):
     db = tmp_path / "again.duckdb"
     runs = _generation(db, dt.datetime(2026, 1, 10))
-    counts = "SELECT (SELECT count(*) FROM runs), (SELECT count(*) FROM model_calls), " \
-             "(SELECT count(*) FROM budget_events)"
+    counts = (
+        "SELECT (SELECT count(*) FROM runs), (SELECT count(*) FROM model_calls), "
+        "(SELECT count(*) FROM budget_events)"
+    )
     before = _rows(db, counts)
     assert _generation(db, dt.datetime(2026, 1, 10)) == runs
     assert _rows(db, counts) == before and before[0][0] == runs
 
 
-@pytest.mark.parametrize("changed", [
-    dict(seed=4), dict(end_utc=dt.datetime(2026, 1, 11)), dict(days=3), dict(runs_per_day=31),
-    dict(end_utc=dt.datetime(2026, 1, 10, 6)),
-])
+@pytest.mark.parametrize(
+    "changed",
+    [
+        dict(seed=4),
+        dict(end_utc=dt.datetime(2026, 1, 11)),
+        dict(days=3),
+        dict(runs_per_day=31),
+        dict(end_utc=dt.datetime(2026, 1, 10, 6)),
+    ],
+)
 def test_every_argument_that_changes_the_rows_changes_the_ids(changed):
     base = dict(seed=3, end_utc=dt.datetime(2026, 1, 10), days=2, runs_per_day=30)
     ids = {
@@ -94,15 +106,16 @@ def test_every_argument_that_changes_the_rows_changes_the_ids(changed):
 
 
 def test_ids_of_calls_events_and_traces_belong_to_their_run():
-    calls, records, events = next(sample.generate_sample(
-        days=1, seed=7, runs_per_day=20, end_utc=sample.SAMPLE_END_UTC))
+    calls, records, events = next(
+        sample.generate_sample(days=1, seed=7, runs_per_day=20, end_utc=sample.SAMPLE_END_UTC)
+    )
     run_ids = {r["run_id"] for r in records}
     assert all(r.startswith("sample-20261128-s7-d1-r20-") for r in run_ids)
     assert all(c["span_id"].startswith(c["run_id"] + ".c") for c in calls)
     assert all(e["event_id"].startswith(e["run_id"] + ".e") for e in events)
     traces = {r["trace_id"] for r in records}
     assert len(traces) == len(records) and all(len(t) == 32 for t in traces)
-    int(next(iter(traces)), 16)             # hex: a valid OTel trace id
+    int(next(iter(traces)), 16)  # hex: a valid OTel trace id
 
 
 def test_committed_sample_ids_name_its_generation(store):
@@ -117,9 +130,13 @@ def test_committed_sample_file_is_what_the_generator_writes_byte_for_byte(tmp_pa
     with gzip.open(sample.SAMPLE_FILE, "rt", encoding="utf-8") as lines:
         header = json.loads(next(lines))
     again = tmp_path / "again.jsonl.gz"
-    sample.export_sample_jsonl(again, days=header["days"], seed=header["seed"],
-                               runs_per_day=header["runs_per_day"],
-                               end_utc=dt.datetime.fromisoformat(header["end_utc"]))
+    sample.export_sample_jsonl(
+        again,
+        days=header["days"],
+        seed=header["seed"],
+        runs_per_day=header["runs_per_day"],
+        end_utc=dt.datetime.fromisoformat(header["end_utc"]),
+    )
     assert (header["seed"], header["end_utc"]) == (sample.SAMPLE_SEED, "2026-11-28T00:00:00")
     assert again.read_bytes() == sample.SAMPLE_FILE.read_bytes()
 
@@ -140,95 +157,130 @@ def test_task_types_have_their_typical_sizes(store):
 
 
 def test_runaway_loops_are_one_to_three_percent_of_unlimited_runs(store):
-    unlimited, runaways = _rows(store, """
+    unlimited, runaways = _rows(
+        store,
+        """
         WITH m AS (SELECT task_type, median(total_tokens) AS med FROM runs GROUP BY 1)
         SELECT count(*), count(*) FILTER (WHERE total_tokens > 8 * med)
-        FROM runs JOIN m USING (task_type) WHERE limit_total_tokens IS NULL""")[0]
+        FROM runs JOIN m USING (task_type) WHERE limit_total_tokens IS NULL""",
+    )[0]
     assert 0.01 <= runaways / unlimited <= 0.03
 
 
 def test_runs_under_a_limit_never_use_more_than_it(store):
-    over = _rows(store, """SELECT count(*) FROM runs
+    over = _rows(
+        store,
+        """SELECT count(*) FROM runs
                            WHERE total_tokens > limit_total_tokens OR turns > limit_turns
-                              OR tool_calls > limit_tool_calls""")[0][0]
+                              OR tool_calls > limit_tool_calls""",
+    )[0][0]
     limited = _rows(store, "SELECT count(*) FROM runs WHERE limit_total_tokens IS NOT NULL")[0][0]
     assert over == 0 and limited > 0
 
 
 def test_every_budget_stop_has_one_stop_event_with_its_reason(store):
-    mismatched = _rows(store, """
+    mismatched = _rows(
+        store,
+        """
         SELECT r.run_id FROM runs r
         LEFT JOIN budget_events e ON e.run_id = r.run_id AND e.name = 'budgetlens.stop'
         WHERE starts_with(r.stop_reason, 'budget_')
         GROUP BY r.run_id, r.stop_reason
-        HAVING count(e.event_id) <> 1 OR any_value(e.reason) <> r.stop_reason""")
+        HAVING count(e.event_id) <> 1 OR any_value(e.reason) <> r.stop_reason""",
+    )
     stops = dict(_rows(store, "SELECT stop_reason, count(*) FROM runs GROUP BY 1"))
     assert mismatched == []
     assert {"budget_tokens", "budget_turns", "budget_tools", "failed", "completed"} <= set(stops)
 
 
 def test_downgraded_runs_switch_to_the_next_model(store):
-    rows = _rows(store, """SELECT e.from_model, e.to_model, r.models FROM budget_events e
-                           JOIN runs r USING (run_id) WHERE e.name = 'budgetlens.downgrade'""")
+    rows = _rows(
+        store,
+        """SELECT e.from_model, e.to_model, r.models FROM budget_events e
+                           JOIN runs r USING (run_id) WHERE e.name = 'budgetlens.downgrade'""",
+    )
     assert rows
     for from_model, to_model, models in rows:
-        assert sample.DOWNGRADE_CHAIN[from_model] == to_model
+        assert generator.DOWNGRADE_CHAIN[from_model] == to_model
         # a downgrade after the run's last call leaves only the first model
         assert from_model in models.split(",") and set(models.split(",")) <= {from_model, to_model}
     assert any("," in models for _, _, models in rows), "some runs go on with the cheaper model"
 
 
 def test_calls_carry_cache_reasoning_and_a_little_unknown_usage(store):
-    cache, reasoning, unknown, calls = _rows(store, """
+    cache, reasoning, unknown, calls = _rows(
+        store,
+        """
         SELECT sum(cache_read_tokens + cache_write_tokens), sum(reasoning_tokens),
-               count(*) FILTER (WHERE usage_status = 'unknown'), count(*) FROM model_calls""")[0]
+               count(*) FILTER (WHERE usage_status = 'unknown'), count(*) FROM model_calls""",
+    )[0]
     assert cache > 0 and reasoning > 0
     assert 0 < unknown / calls < 0.02
-    nulls = _rows(store, """SELECT count(*) FROM model_calls WHERE usage_status = 'unknown'
-                            AND (total_tokens IS NOT NULL OR reserved_tokens IS NULL)""")[0][0]
+    nulls = _rows(
+        store,
+        """SELECT count(*) FROM model_calls WHERE usage_status = 'unknown'
+                            AND (total_tokens IS NOT NULL OR reserved_tokens IS NULL)""",
+    )[0][0]
     assert nulls == 0, "unknown usage keeps NULL tokens and its reservation"
 
 
 def test_priced_calls_cost_what_genai_prices_says_and_one_model_is_unpriced(store):
-    rows = _rows(store, """SELECT response_model, provider_name, input_tokens, output_tokens,
+    rows = _rows(
+        store,
+        """SELECT response_model, provider_name, input_tokens, output_tokens,
                                   cache_read_tokens, cache_write_tokens, reasoning_tokens, cost_usd
                            FROM model_calls WHERE usage_status = 'reported'
-                           QUALIFY row_number() OVER (ORDER BY span_id) % 50 = 0""")
+                           QUALIFY row_number() OVER (ORDER BY span_id) % 50 = 0""",
+    )
     assert len(rows) > 100
     for model, provider, i, o, cr, cw, rs, cost in rows:
         expected = cost_usd(model, Usage(i, o, cr, cw, rs), provider=provider)
         assert cost == (None if expected is None else pytest.approx(expected)), model
-    unpriced = _rows(store, "SELECT DISTINCT response_model FROM model_calls WHERE cost_usd IS NULL"
-                            " AND usage_status = 'reported'")
+    unpriced = _rows(
+        store,
+        "SELECT DISTINCT response_model FROM model_calls WHERE cost_usd IS NULL"
+        " AND usage_status = 'reported'",
+    )
     assert unpriced == [("llama-3.1-8b-instruct",)]
 
 
 def test_cumulative_used_tokens_grow_to_the_run_total(store):
-    bad = _rows(store, """
+    bad = _rows(
+        store,
+        """
         WITH c AS (SELECT run_id, used_tokens,
                           lag(used_tokens) OVER (PARTITION BY run_id ORDER BY turn) AS prev,
                           last_value(used_tokens) OVER (PARTITION BY run_id ORDER BY turn
                               ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING) AS last
                    FROM model_calls)
         SELECT count(*) FROM c JOIN runs r USING (run_id)
-        WHERE c.used_tokens < c.prev OR c.last <> r.total_tokens""")[0][0]
+        WHERE c.used_tokens < c.prev OR c.last <> r.total_tokens""",
+    )[0][0]
     assert bad == 0
 
 
 def test_weekdays_are_busier_than_weekends(store):
-    per_day = dict(_rows(store, """
+    per_day = dict(
+        _rows(
+            store,
+            """
         SELECT dayofweek(start_utc) IN (0, 6),
                count(*) / count(DISTINCT CAST(start_utc AS DATE))
-        FROM runs GROUP BY 1"""))
+        FROM runs GROUP BY 1""",
+        )
+    )
     assert per_day[False] > 2 * per_day[True]
 
 
 def test_the_incident_day_has_the_highest_hit_rate(store):
-    limited_days = _rows(store, """
+    limited_days = _rows(
+        store,
+        """
         SELECT CAST(start_utc AS DATE) AS day,
                count(*) FILTER (WHERE starts_with(stop_reason, 'budget_')) / count(*) AS rate
-        FROM runs WHERE limit_total_tokens IS NOT NULL GROUP BY day ORDER BY rate DESC""")
-    incident = sample.SAMPLE_END_UTC - dt.timedelta(days=sample.INCIDENT["day_from_end"])
+        FROM runs WHERE limit_total_tokens IS NOT NULL GROUP BY day ORDER BY rate DESC""",
+    )
+    incident = sample.SAMPLE_END_UTC - dt.timedelta(days=generator.INCIDENT["day_from_end"])
     assert limited_days[0][0] == incident.date()
     assert limited_days[0][1] > 1.5 * limited_days[len(limited_days) // 2][1]
 
@@ -236,8 +288,9 @@ def test_the_incident_day_has_the_highest_hit_rate(store):
 def test_exported_file_loads_into_the_same_runs_as_a_direct_write(tmp_path):
     end = dt.datetime(2026, 3, 2)
     direct, loaded, path = tmp_path / "d.duckdb", tmp_path / "l.duckdb", tmp_path / "s.jsonl.gz"
-    assert sample.write_sample(direct, days=2, seed=11, runs_per_day=30, end_utc=end) == \
-        sample.export_sample_jsonl(path, days=2, seed=11, runs_per_day=30, end_utc=end)
+    assert sample.write_sample(
+        direct, days=2, seed=11, runs_per_day=30, end_utc=end
+    ) == sample.export_sample_jsonl(path, days=2, seed=11, runs_per_day=30, end_utc=end)
     sample.load_sample_file(path, loaded)
     query = "SELECT * FROM runs ORDER BY run_id"
     assert _rows(direct, query) == _rows(loaded, query)
@@ -259,33 +312,34 @@ def test_a_file_that_is_not_a_sample_is_refused(tmp_path):
         sample.load_sample_file(path, tmp_path / "db.duckdb")
 
 
-@pytest.mark.parametrize("kwargs, message", [(dict(days=0), "days"), (dict(runs_per_day=0),
-                                                                      "runs_per_day")])
+@pytest.mark.parametrize("kwargs, message", [(dict(days=0), "days"), (dict(runs_per_day=0), "runs_per_day")])
 def test_generator_refuses_bad_arguments(kwargs, message):
     with pytest.raises(ValueError, match=message):
         next(sample.generate_sample(**kwargs))
 
 
-@pytest.mark.parametrize("content, message", [
-    (b"name,value\n", "not a gzip-compressed budgetlens sample file"),
-    (b"\x1f\x8b\x08\x00garbage", "not a gzip-compressed budgetlens sample file"),
-    (b"", "line 1 is not a budgetlens sample header"),
-])
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        (b"name,value\n", "not a gzip-compressed budgetlens sample file"),
+        (b"\x1f\x8b\x08\x00garbage", "not a gzip-compressed budgetlens sample file"),
+        (b"", "line 1 is not a budgetlens sample header"),
+    ],
+)
 def test_a_sample_file_that_is_not_gzip_is_a_value_error_naming_it(tmp_path, content, message):
     path = tmp_path / "x.jsonl.gz"
     path.write_bytes(content)
     with pytest.raises(ValueError, match=message) as error:
         sample.load_sample_file(path, tmp_path / "db.duckdb")
     assert str(error.value).startswith(f"{path}: ")
-    assert not (tmp_path / "db.duckdb").exists()       # nothing written
+    assert not (tmp_path / "db.duckdb").exists()  # nothing written
 
 
 def test_a_sample_run_line_of_the_wrong_shape_names_the_line(tmp_path):
     import gzip
 
     path = tmp_path / "x.jsonl.gz"
-    path.write_bytes(gzip.compress(b'{"budgetlens_sample": 1}\n{"record": {"run_id": "r"}, '
-                                   b'"calls": [5]}\n'))
+    path.write_bytes(gzip.compress(b'{"budgetlens_sample": 1}\n{"record": {"run_id": "r"}, "calls": [5]}\n'))
     with pytest.raises(ValueError, match=r"x.jsonl.gz: line 2: not a sample run"):
         sample.load_sample_file(path, tmp_path / "db.duckdb")
 

@@ -7,8 +7,8 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from collector import BudgetExceeded, RunBudget, SpendTracker, Usage
-from collector.semconv import STOP_BUDGET_COST
+from budgetlens import BudgetExceeded, RunBudget, SpendTracker, Usage
+from budgetlens.semconv import STOP_BUDGET_COST
 
 
 def ts(text: str, tz: str = "UTC") -> float:
@@ -82,8 +82,9 @@ def test_rolling_24h_window_drops_spend_older_than_24_hours():
     tracker.check()
 
 
-@pytest.mark.parametrize("limits, named", [({"weekly": 5}, "weekly"), ({"daily": 0}, "daily"),
-                                           ({}, "at least one")])
+@pytest.mark.parametrize(
+    "limits, named", [({"weekly": 5}, "weekly"), ({"daily": 0}, "daily"), ({}, "at least one")]
+)
 def test_bad_windows_are_rejected_naming_them(limits, named):
     with pytest.raises(ValueError, match=named):
         SpendTracker(limits)

@@ -10,7 +10,7 @@ import textwrap
 
 import pytest
 
-from collector.store import (
+from budgetlens.store import (
     StoreError,
     StoreMissing,
     migrate,
@@ -20,19 +20,29 @@ from collector.store import (
     write_batch,
     write_connection,
 )
-from collector.store.schema import RUN_COLUMNS, SCHEMA_VERSION
-from collector.store.writer import rows_to_table
+from budgetlens.store.schema import RUN_COLUMNS, SCHEMA_VERSION
+from budgetlens.store.writer import rows_to_table
 
 T0 = dt.datetime(2026, 11, 2, 9, 0, 0)
 
 
 def _call(run_id, turn, **fields):
-    row = dict(span_id=f"{run_id}.c{turn}", run_id=run_id, source="test", task_type="qa",
-               request_model="gpt-4.1-mini", response_model="gpt-4.1-mini",
-               start_utc=T0 + dt.timedelta(seconds=10 * turn),
-               end_utc=T0 + dt.timedelta(seconds=10 * turn + 5), turn=turn,
-               input_tokens=1000, output_tokens=100, total_tokens=1100, cost_usd=0.001,
-               usage_status="reported")
+    row = dict(
+        span_id=f"{run_id}.c{turn}",
+        run_id=run_id,
+        source="test",
+        task_type="qa",
+        request_model="gpt-4.1-mini",
+        response_model="gpt-4.1-mini",
+        start_utc=T0 + dt.timedelta(seconds=10 * turn),
+        end_utc=T0 + dt.timedelta(seconds=10 * turn + 5),
+        turn=turn,
+        input_tokens=1000,
+        output_tokens=100,
+        total_tokens=1100,
+        cost_usd=0.001,
+        usage_status="reported",
+    )
     row.update(fields)
     return row
 
@@ -58,34 +68,33 @@ def test_migrating_twice_applies_nothing_new(db_path):
 
 def test_store_with_newer_schema_is_refused(db_path):
     with write_connection(db_path) as conn:
-        conn.execute("INSERT INTO schema_migrations VALUES (?, now()::TIMESTAMP)",
-                     [SCHEMA_VERSION + 1])
-    with pytest.raises(StoreError, match="newer"):
-        with write_connection(db_path):
-            pass
+        conn.execute("INSERT INTO schema_migrations VALUES (?, now()::TIMESTAMP)", [SCHEMA_VERSION + 1])
+    with pytest.raises(StoreError, match="newer"), write_connection(db_path):
+        pass
 
 
 @pytest.mark.parametrize("opener", [read_connection, write_connection])
-@pytest.mark.parametrize("what, expected", [
-    ("directory", "expected a DuckDB database file, not a directory"),
-    ("text file", "expected a DuckDB database file (a budgetlens store)"),
-])
+@pytest.mark.parametrize(
+    "what, expected",
+    [
+        ("directory", "expected a DuckDB database file, not a directory"),
+        ("text file", "expected a DuckDB database file (a budgetlens store)"),
+    ],
+)
 def test_a_path_duckdb_cannot_open_is_a_store_error_naming_it(tmp_path, opener, what, expected):
     path = tmp_path / "store"
     if what == "directory":
         path.mkdir()
     else:
         path.write_text("name,value\n")
-    with pytest.raises(StoreError, match="cannot open the store") as error:
-        with opener(path):
-            pass
+    with pytest.raises(StoreError, match="cannot open the store") as error, opener(path):
+        pass
     assert str(error.value).startswith(f"{path}: ") and expected in str(error.value)
 
 
 def test_reading_a_missing_store_raises_store_missing(db_path):
-    with pytest.raises(StoreMissing, match="no budgetlens store"):
-        with read_connection(db_path):
-            pass
+    with pytest.raises(StoreMissing, match="no budgetlens store"), read_connection(db_path):
+        pass
 
 
 def test_same_batch_twice_is_stored_once(db_path):
@@ -96,37 +105,49 @@ def test_same_batch_twice_is_stored_once(db_path):
         second = write_batch(conn, calls, [], events)
         counts = conn.execute(
             "SELECT (SELECT count(*) FROM model_calls), (SELECT count(*) FROM budget_events),"
-            " (SELECT count(*) FROM runs)").fetchone()
+            " (SELECT count(*) FROM runs)"
+        ).fetchone()
     assert (first.calls, first.events) == (2, 1)
     assert (second.calls, second.events) == (0, 0)
     assert counts == (2, 1, 1)
 
 
 def test_run_record_values_win_over_call_aggregates(db_path):
-    record = dict(run_id="r1", source="test", task_type="research", total_tokens=9999,
-                  turns=7, stop_reason="budget_tokens", limit_total_tokens=10000)
+    record = dict(
+        run_id="r1",
+        source="test",
+        task_type="research",
+        total_tokens=9999,
+        turns=7,
+        stop_reason="budget_tokens",
+        limit_total_tokens=10000,
+    )
     with write_connection(db_path) as conn:
         write_batch(conn, [_call("r1", 1), _call("r1", 2)], [record], [])
         run = _run(conn, "r1")
     assert run["total_tokens"] == 9999
     assert run["turns"] == 7
-    assert run["input_tokens"] == 2000          # not in the record: aggregated from calls
+    assert run["input_tokens"] == 2000  # not in the record: aggregated from calls
     assert run["model_calls"] == 2
     assert run["stop_reason"] == "budget_tokens"
     assert run["limit_total_tokens"] == 10000
 
 
-@pytest.mark.parametrize("record_tool_calls, tool_events, expected", [
-    (None, 0, None),     # no source counts tool calls: unknown, not 0
-    (0, 0, 0),           # a source that knows the run made none
-    (None, 2, 2),        # counted from budgetlens.tool_call events
-    (5, 2, 5),           # the run record wins
-])
-def test_tool_calls_are_unknown_when_no_source_counts_them(
-        db_path, record_tool_calls, tool_events, expected):
+@pytest.mark.parametrize(
+    "record_tool_calls, tool_events, expected",
+    [
+        (None, 0, None),  # no source counts tool calls: unknown, not 0
+        (0, 0, 0),  # a source that knows the run made none
+        (None, 2, 2),  # counted from budgetlens.tool_call events
+        (5, 2, 5),  # the run record wins
+    ],
+)
+def test_tool_calls_are_unknown_when_no_source_counts_them(db_path, record_tool_calls, tool_events, expected):
     record = dict(run_id="r1", source="test", tool_calls=record_tool_calls)
-    events = [dict(event_id=f"e{i}", run_id="r1", name="budgetlens.tool_call", ts_utc=T0,
-                   tool_name="shell") for i in range(tool_events)]
+    events = [
+        dict(event_id=f"e{i}", run_id="r1", name="budgetlens.tool_call", ts_utc=T0, tool_name="shell")
+        for i in range(tool_events)
+    ]
     with write_connection(db_path) as conn:
         write_batch(conn, [_call("r1", 1)], [record], events)
         incremental = _run(conn, "r1")["tool_calls"]
@@ -136,8 +157,16 @@ def test_tool_calls_are_unknown_when_no_source_counts_them(
 
 
 def test_unknown_usage_is_charged_its_reservation_never_zero(db_path):
-    unknown = _call("r1", 2, input_tokens=None, output_tokens=None, total_tokens=None,
-                    cost_usd=None, usage_status="unknown", reserved_tokens=4000)
+    unknown = _call(
+        "r1",
+        2,
+        input_tokens=None,
+        output_tokens=None,
+        total_tokens=None,
+        cost_usd=None,
+        usage_status="unknown",
+        reserved_tokens=4000,
+    )
     with write_connection(db_path) as conn:
         write_batch(conn, [_call("r1", 1), unknown], [], [])
         run = _run(conn, "r1")
@@ -164,13 +193,15 @@ def test_failed_call_without_record_makes_the_run_failed(db_path):
 @pytest.mark.parametrize(
     "row, message",
     [
-        ({"span_id": "s", "run_id": "r", "source": "t", "usage_status": "reported",
-          "prompt": "hi"}, "unknown field"),
+        (
+            {"span_id": "s", "run_id": "r", "source": "t", "usage_status": "reported", "prompt": "hi"},
+            "unknown field",
+        ),
         ({"span_id": "s", "run_id": "r", "source": "t"}, "usage_status"),
     ],
 )
 def test_malformed_call_row_is_refused_naming_the_field(row, message):
-    from collector.store.schema import MODEL_CALL_COLUMNS
+    from budgetlens.store.schema import MODEL_CALL_COLUMNS
 
     with pytest.raises(ValueError, match=message):
         rows_to_table("model_calls", MODEL_CALL_COLUMNS, [row])
@@ -178,7 +209,7 @@ def test_malformed_call_row_is_refused_naming_the_field(row, message):
 
 _WRITER = textwrap.dedent("""
     import datetime as dt, os, sys, time
-    from collector.store import write_batch, write_connection
+    from budgetlens.store import write_batch, write_connection
     path, batches, per_batch, ready = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
     t0 = dt.datetime(2026, 11, 2)
     while not os.path.exists(ready):      # start once the reader is up
@@ -196,7 +227,7 @@ _WRITER = textwrap.dedent("""
 
 _READER = textwrap.dedent("""
     import json, pathlib, sys, time
-    from collector.store import StoreMissing, read_connection
+    from budgetlens.store import StoreMissing, read_connection
     path, expected = sys.argv[1], int(sys.argv[2])
     pathlib.Path(sys.argv[3]).touch()     # imports done: the writer may start
     seen, deadline = [], time.monotonic() + 120
@@ -217,6 +248,7 @@ _READER = textwrap.dedent("""
 """)
 
 
+@pytest.mark.system
 def test_writer_and_reader_processes_share_one_file_without_errors(db_path, python, tmp_path):
     batches, per_batch = 40, 25
     writer_py, reader_py = tmp_path / "writer.py", tmp_path / "reader.py"
@@ -225,10 +257,16 @@ def test_writer_and_reader_processes_share_one_file_without_errors(db_path, pyth
     ready = tmp_path / "reader.ready"
     reader = subprocess.Popen(
         [python, str(reader_py), str(db_path), str(batches * per_batch), str(ready)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     writer = subprocess.Popen(
         [python, str(writer_py), str(db_path), str(batches), str(per_batch), str(ready)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     w_out, w_err = writer.communicate(timeout=180)
     r_out, r_err = reader.communicate(timeout=180)
     assert writer.returncode == 0, w_err

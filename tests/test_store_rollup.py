@@ -8,14 +8,18 @@ import random
 import pyarrow as pa
 import pytest
 
-from collector.store import rebuild_runs, write_batch, write_connection
-from collector.store.schema import RUN_COLUMNS
-from collector.store.writer import rows_to_table
-from collector.store.schema import MODEL_CALL_COLUMNS
+from budgetlens.store import rebuild_runs, write_batch, write_connection
+from budgetlens.store.schema import MODEL_CALL_COLUMNS, RUN_COLUMNS
+from budgetlens.store.writer import rows_to_table
 
 T0 = dt.datetime(2026, 11, 2, 9, 0, 0)
-EVENT_NAMES = ("budgetlens.warning", "budgetlens.downgrade", "budgetlens.summarize",
-               "budgetlens.tool_call", "budgetlens.stop")
+EVENT_NAMES = (
+    "budgetlens.warning",
+    "budgetlens.downgrade",
+    "budgetlens.summarize",
+    "budgetlens.tool_call",
+    "budgetlens.stop",
+)
 
 
 def _maybe(rng, value, p=0.3):
@@ -26,41 +30,65 @@ def _call(rng, run, index):
     status = rng.choice(["reported"] * 4 + ["unknown"])
     reported = status == "reported"
     return dict(
-        span_id=f"{run}.c{index}", run_id=run, trace_id=_maybe(rng, f"t-{run}"), source="test",
+        span_id=f"{run}.c{index}",
+        run_id=run,
+        trace_id=_maybe(rng, f"t-{run}"),
+        source="test",
         service_name=_maybe(rng, rng.choice(["svc-a", "svc-b"])),
         task_type=_maybe(rng, rng.choice(["qa", "triage"]), 0.5),
         request_model=_maybe(rng, rng.choice(["gpt-4o", "claude", "llama"])),
         response_model=_maybe(rng, rng.choice(["gpt-4o-2024", "claude-x"]), 0.6),
         start_utc=T0 + dt.timedelta(seconds=rng.randint(0, 3600)),
         end_utc=_maybe(rng, T0 + dt.timedelta(seconds=rng.randint(3600, 7200)), 0.1),
-        turn=index, input_tokens=rng.randint(0, 5000) if reported else None,
+        turn=index,
+        input_tokens=rng.randint(0, 5000) if reported else None,
         output_tokens=_maybe(rng, rng.randint(0, 900), 0.1) if reported else None,
         total_tokens=_maybe(rng, rng.randint(0, 9000), 0.7) if reported else None,
-        cache_read_tokens=_maybe(rng, rng.randint(0, 100)), reasoning_tokens=_maybe(rng, 7),
+        cache_read_tokens=_maybe(rng, rng.randint(0, 100)),
+        reasoning_tokens=_maybe(rng, 7),
         reserved_tokens=_maybe(rng, 4000, 0.2),
         # multiples of 1/1024 add up exactly in any order, so sums compare exactly
         cost_usd=_maybe(rng, rng.randint(1, 500) / 1024, 0.4) if reported else None,
-        usage_status=status, error_type=_maybe(rng, "RateLimitError", 0.9))
+        usage_status=status,
+        error_type=_maybe(rng, "RateLimitError", 0.9),
+    )
 
 
 def _record(rng, run):
     return dict(
-        run_id=run, source="test", trace_id=_maybe(rng, f"t-{run}"),
-        task_type=_maybe(rng, "research"), agent_name=_maybe(rng, "agent-x"),
-        service_name=_maybe(rng, "svc-r"), model=_maybe(rng, "gpt-4o"),
-        start_utc=_maybe(rng, T0), end_utc=_maybe(rng, T0 + dt.timedelta(minutes=5)),
-        duration_s=_maybe(rng, 12.5), turns=_maybe(rng, rng.randint(1, 9)),
-        tool_calls=_maybe(rng, 2), input_tokens=_maybe(rng, 100), output_tokens=_maybe(rng, 10),
-        total_tokens=_maybe(rng, 120, 0.6), cost_usd=_maybe(rng, 0.5),
+        run_id=run,
+        source="test",
+        trace_id=_maybe(rng, f"t-{run}"),
+        task_type=_maybe(rng, "research"),
+        agent_name=_maybe(rng, "agent-x"),
+        service_name=_maybe(rng, "svc-r"),
+        model=_maybe(rng, "gpt-4o"),
+        start_utc=_maybe(rng, T0),
+        end_utc=_maybe(rng, T0 + dt.timedelta(minutes=5)),
+        duration_s=_maybe(rng, 12.5),
+        turns=_maybe(rng, rng.randint(1, 9)),
+        tool_calls=_maybe(rng, 2),
+        input_tokens=_maybe(rng, 100),
+        output_tokens=_maybe(rng, 10),
+        total_tokens=_maybe(rng, 120, 0.6),
+        cost_usd=_maybe(rng, 0.5),
         stop_reason=_maybe(rng, rng.choice(["completed", "budget_tokens", "failed"])),
         usage_status=_maybe(rng, rng.choice(["reported", "unknown"])),
-        retryable=_maybe(rng, rng.random() < 0.5), limit_total_tokens=_maybe(rng, 10_000),
-        limit_turns=_maybe(rng, 20), limit_cost_usd=_maybe(rng, 1.0))
+        retryable=_maybe(rng, rng.random() < 0.5),
+        limit_total_tokens=_maybe(rng, 10_000),
+        limit_turns=_maybe(rng, 20),
+        limit_cost_usd=_maybe(rng, 1.0),
+    )
 
 
 def _event(rng, run, index):
-    return dict(event_id=f"{run}.e{index}", run_id=run, name=rng.choice(EVENT_NAMES),
-                ts_utc=T0 + dt.timedelta(seconds=index), used_tokens=_maybe(rng, 100))
+    return dict(
+        event_id=f"{run}.e{index}",
+        run_id=run,
+        name=rng.choice(EVENT_NAMES),
+        ts_utc=T0 + dt.timedelta(seconds=index),
+        used_tokens=_maybe(rng, 100),
+    )
 
 
 def _stream(seed: int, runs: int = 40, batches: int = 30):
@@ -80,13 +108,15 @@ def _stream(seed: int, runs: int = 40, batches: int = 30):
     sent = []
     for index in range(batches):
         size = len(rows) // batches + 1
-        batch = rows[index * size:(index + 1) * size]
+        batch = rows[index * size : (index + 1) * size]
         if sent and rng.random() < 0.5:
             batch += rng.sample(sent, min(len(sent), rng.randint(1, 8)))  # exporter retries
         sent += batch
-        yield ([row for kind, row in batch if kind == "call"],
-               [row for kind, row in batch if kind == "record"],
-               [row for kind, row in batch if kind == "event"])
+        yield (
+            [row for kind, row in batch if kind == "call"],
+            [row for kind, row in batch if kind == "record"],
+            [row for kind, row in batch if kind == "event"],
+        )
 
 
 def _runs(conn):
@@ -125,11 +155,22 @@ def test_a_batch_of_only_duplicates_changes_nothing(db_path):
         before = _runs(conn)
         again = write_batch(conn, calls, records, events)
         assert _runs(conn) == before
-    assert first.calls == len(calls) and (again.calls, again.records, again.events, again.runs) == (0, 0, 0, 0)
+    assert first.calls == len(calls) and (again.calls, again.records, again.events, again.runs) == (
+        0,
+        0,
+        0,
+        0,
+    )
 
 
 def test_arrow_batch_with_a_missing_required_field_is_refused_naming_it(db_path):
-    table = pa.table({"span_id": ["s1"], "run_id": ["r1"], "source": ["t"],
-                      "usage_status": pa.array([None], type=pa.string())})
+    table = pa.table(
+        {
+            "span_id": ["s1"],
+            "run_id": ["r1"],
+            "source": ["t"],
+            "usage_status": pa.array([None], type=pa.string()),
+        }
+    )
     with write_connection(db_path) as conn, pytest.raises(ValueError, match="usage_status"):
         write_batch(conn, table)

@@ -36,11 +36,12 @@ def build_parser() -> argparse.ArgumentParser:
         ),
         epilog="The database path comes from --db, else BUDGETLENS_DB, else budgetlens.duckdb.",
     )
-    parser.add_argument("-v", "--verbose", action="store_true",
-                        help="log debug details (and show the traceback of an error)")
+    parser.add_argument(
+        "-v", "--verbose", action="store_true", help="log debug details (and show the traceback of an error)"
+    )
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMANDS:
-        module = importlib.import_module(f"collector.cli.{name}")
+        module = importlib.import_module(f"budgetlens.cli.{name}")
         module.register(subparsers)
     return parser
 
@@ -63,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
     except Exception as error:  # a clear one-line error instead of a traceback (-v keeps it)
-        from collector.store import StoreError
+        from budgetlens.store import StoreError
 
         if isinstance(error, (StoreError, ValueError, OSError)) and not args.verbose:
             print(f"budgetlens {args.command}: error: {_describe(error)}", file=sys.stderr)

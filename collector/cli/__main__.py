@@ -1,5 +1,5 @@
 import sys
 
-from collector.cli import main
+from budgetlens.cli import main
 
 sys.exit(main())

@@ -20,7 +20,7 @@ import math
 import sys
 from contextlib import contextmanager
 
-from collector.cli._common import add_db_argument, non_negative_float
+from budgetlens.cli._common import add_db_argument, non_negative_float
 
 WINDOW_HELP = (
     "The window is the last --window-days days of the data, ending at the newest run in the "
@@ -31,33 +31,55 @@ WINDOW_HELP = (
 CSV_DIGITS = 6
 TABLE_COST_DIGITS = 4
 #: The filter options and their names in the notes.
-_SCOPES = (("task_type", "task_types", "task type"), ("model", "models", "model"),
-           ("service", "services", "service"))
+_SCOPES = (
+    ("task_type", "task_types", "task type"),
+    ("model", "models", "model"),
+    ("service", "services", "service"),
+)
 
 
 def add_window_arguments(parser: argparse.ArgumentParser) -> None:
     add_db_argument(parser)
     parser.add_argument(
-        "--window-days", type=non_negative_float, default=14.0, metavar="DAYS",
+        "--window-days",
+        type=non_negative_float,
+        default=14.0,
+        metavar="DAYS",
         help="days of data ending at the newest run (default: 14; 0 = all runs)",
     )
-    parser.add_argument("--task-type", action="append", default=[], metavar="NAME",
-                        help="only this task type (repeatable)")
-    parser.add_argument("--model", action="append", default=[], metavar="NAME",
-                        help="only runs that used this model (repeatable)")
-    parser.add_argument("--service", action="append", default=[], metavar="NAME",
-                        help="only this service (repeatable)")
+    parser.add_argument(
+        "--task-type", action="append", default=[], metavar="NAME", help="only this task type (repeatable)"
+    )
+    parser.add_argument(
+        "--model",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="only runs that used this model (repeatable)",
+    )
+    parser.add_argument(
+        "--service", action="append", default=[], metavar="NAME", help="only this service (repeatable)"
+    )
 
 
-def add_format_argument(parser: argparse.ArgumentParser, choices=("table", "json", "csv"),
-                        default: str = "table") -> None:
+def add_format_argument(
+    parser: argparse.ArgumentParser, choices=("table", "json", "csv"), default: str = "table"
+) -> None:
     """``--format``: the table is for reading; JSON (records) and CSV carry every column."""
-    helps = {"table": "aligned columns for reading (a selection of columns)",
-             "json": "JSON records, every column", "csv": "CSV with a header, every column",
-             "yaml": "YAML", "toml": "TOML (no nulls: unknown limits are left out)"}
-    parser.add_argument("--format", choices=choices, default=default,
-                        help=f"output format (default: {default}): " + "; ".join(
-                            f"{name}: {helps[name]}" for name in choices))
+    helps = {
+        "table": "aligned columns for reading (a selection of columns)",
+        "json": "JSON records, every column",
+        "csv": "CSV with a header, every column",
+        "yaml": "YAML",
+        "toml": "TOML (no nulls: unknown limits are left out)",
+    }
+    parser.add_argument(
+        "--format",
+        choices=choices,
+        default=default,
+        help=f"output format (default: {default}): "
+        + "; ".join(f"{name}: {helps[name]}" for name in choices),
+    )
 
 
 def _note(text: str) -> None:
@@ -73,11 +95,11 @@ def analysis_session(args):
     --task-type/--model/--service value matches no run, and one when the window leaves runs out:
     ``window: last 14 days ending 2026-05-11 (2 of 41 runs); use --window-days 0 for all``.
     """
-    from collector.config import resolve_db_path
-    from collector.store import StoreError, read_connection, schema_version
-    from dashboard import analysis
+    from budgetlens.analysis import views as analysis
+    from budgetlens.config import resolve_db_path
+    from budgetlens.store import StoreError, read_connection, schema_version
 
-    if not args.window_days >= 0:   # also NaN (argparse already refuses both)
+    if not args.window_days >= 0:  # also NaN (argparse already refuses both)
         raise ValueError(f"--window-days must be a finite number >= 0, got {args.window_days:g}")
     db = resolve_db_path(args.db)
     with read_connection(db) as conn:
@@ -89,23 +111,24 @@ def analysis_session(args):
                 f"{db}: the store has no runs yet; add some with `budgetlens sample`, "
                 "`budgetlens import` or `budgetlens collector`"
             )
-        scope = dict(task_types=tuple(args.task_type), models=tuple(args.model),
-                     services=tuple(args.service))
+        scope = dict(task_types=tuple(args.task_type), models=tuple(args.model), services=tuple(args.service))
         _note_unknown_scope(conn, args)
         filters = analysis.Filters(**scope)
         if args.window_days:
             windowed = analysis.window_filters(args.window_days, now_utc=last, **scope)
             kept, every = analysis.count_runs(conn, windowed), analysis.count_runs(conn, filters)
             if kept < every:
-                _note(f"window: last {args.window_days:g} days ending {last:%Y-%m-%d} "
-                      f"({kept} of {every} runs); use --window-days 0 for all")
+                _note(
+                    f"window: last {args.window_days:g} days ending {last:%Y-%m-%d} "
+                    f"({kept} of {every} runs); use --window-days 0 for all"
+                )
             filters = windowed
         yield conn, filters
 
 
 def _note_unknown_scope(conn, args) -> None:
     """A note per filter option whose values match no run, naming the values that exist."""
-    from dashboard import analysis
+    from budgetlens.analysis import views as analysis
 
     asked = {option: getattr(args, option) for option, _, _ in _SCOPES}
     if not any(asked.values()):
@@ -114,8 +137,10 @@ def _note_unknown_scope(conn, args) -> None:
     for option, key, noun in _SCOPES:
         unknown = [value for value in asked[option] if value not in options[key]]
         if unknown:
-            _note(f"no runs of {noun} {', '.join(unknown)}; the store has "
-                  f"{len(options[key])} {noun}s: {', '.join(options[key]) or '(none)'}")
+            _note(
+                f"no runs of {noun} {', '.join(unknown)}; the store has "
+                f"{len(options[key])} {noun}s: {', '.join(options[key]) or '(none)'}"
+            )
 
 
 # --- formatting ---------------------------------------------------------------------------------
@@ -141,7 +166,7 @@ def _whole(series) -> bool:
 def _for_machines(frame):
     """A copy of ``frame`` for JSON/CSV: ISO-8601 "Z" times, token percentiles to 1 decimal,
     other floats to ``CSV_DIGITS`` significant digits (NaN stays missing)."""
-    from dashboard.presets import round_significant
+    from budgetlens.analysis.presets import round_significant
 
     out = frame.copy()
     for column in out.columns:
@@ -179,7 +204,7 @@ def _for_reading(frame, float_format: str):
             shown[column] = series.map(lambda v: _iso_z(v) or "").astype(object)
         elif kind in "iuf" and _is_tokens(column):
             pattern = "{:,.0f}" if kind in "iu" or _whole(series) else "{:,.1f}"
-            shown[column] = series.map(lambda v: "" if _missing(v) else pattern.format(v))
+            shown[column] = series.map(lambda v, p=pattern: "" if _missing(v) else p.format(v))
         elif kind == "f" and _is_cost(column):
             shown[column] = series.map(lambda v: "" if _missing(v) else _cost_text(v))
         elif kind == "f":

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import argparse
 import math
-from typing import Callable
+from collections.abc import Callable
 
 
 def add_db_argument(parser: argparse.ArgumentParser) -> None:
@@ -19,8 +19,9 @@ def add_db_argument(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _number(kind: type, minimum: float, strict: bool,
-            maximum: float | None = None) -> Callable[[str], float | int]:
+def _number(
+    kind: type, minimum: float, strict: bool, maximum: float | None = None
+) -> Callable[[str], float | int]:
     """An argparse ``type=`` that parses ``kind`` (int or float) and requires a finite value
     > ``minimum`` (``strict``) or >= ``minimum``, and <= ``maximum`` when given; raises
     ArgumentTypeError naming the rule."""
@@ -34,8 +35,11 @@ def _number(kind: type, minimum: float, strict: bool,
             value = kind(text)
         except (TypeError, ValueError):
             raise argparse.ArgumentTypeError(f"{rule}, got {text!r}") from None
-        if not math.isfinite(value) or (value <= minimum if strict else value < minimum) \
-                or (maximum is not None and value > maximum):
+        if (
+            not math.isfinite(value)
+            or (value <= minimum if strict else value < minimum)
+            or (maximum is not None and value > maximum)
+        ):
             raise argparse.ArgumentTypeError(f"{rule}, got {text!r}")
         return value
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collector.cli._analysis import (
+from budgetlens.cli._analysis import (
     WINDOW_HELP,
     add_format_argument,
     add_window_arguments,
@@ -12,8 +12,18 @@ from collector.cli._analysis import (
 
 #: Columns of the table format (json and csv carry every column).
 TABLE_COLUMNS = (
-    "task_type", "model", "n", "low_sample", "p50_total_tokens", "p95_total_tokens",
-    "max_total_tokens", "p95_turns", "p95_tool_calls", "p95_duration_s", "n_cost", "p95_cost_usd",
+    "task_type",
+    "model",
+    "n",
+    "low_sample",
+    "p50_total_tokens",
+    "p95_total_tokens",
+    "max_total_tokens",
+    "p95_turns",
+    "p95_tool_calls",
+    "p95_duration_s",
+    "n_cost",
+    "p95_cost_usd",
 )
 
 
@@ -31,13 +41,12 @@ def register(subparsers) -> None:
     )
     add_window_arguments(parser)
     add_format_argument(parser)
-    parser.add_argument("--by-model", action="store_true",
-                        help="one row per task type and model combination")
+    parser.add_argument("--by-model", action="store_true", help="one row per task type and model combination")
     parser.set_defaults(func=run)
 
 
 def run(args) -> int:
-    from dashboard import analysis
+    from budgetlens.analysis import views as analysis
 
     with analysis_session(args) as (conn, filters):
         frame = analysis.baselines(conn, filters, by_model=args.by_model)

@@ -1,10 +1,10 @@
-"""``budgetlens collector``: the OTLP/HTTP collector (uvicorn serving ``collector.receiver``)."""
+"""``budgetlens collector``: the OTLP/HTTP collector (uvicorn serving ``budgetlens.ingest.app``)."""
 
 from __future__ import annotations
 
 import argparse
 
-from collector.cli._common import add_db_argument, positive_float, positive_int, tcp_port
+from budgetlens.cli._common import add_db_argument, positive_float, positive_int, tcp_port
 
 DESCRIPTION = """\
 Receive OpenTelemetry traces over OTLP/HTTP and store budget telemetry in
@@ -29,21 +29,41 @@ one line, exit status 1, before the journal is opened.
 
 def register(subparsers) -> None:
     parser = subparsers.add_parser(
-        "collector", help="run the OTLP/HTTP collector (traces -> DuckDB, /metrics)",
-        description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
+        "collector",
+        help="run the OTLP/HTTP collector (traces -> DuckDB, /metrics)",
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     add_db_argument(parser)
-    parser.add_argument("--host", default="127.0.0.1",
-                        help="bind address (default 127.0.0.1; 0.0.0.0 exposes it to the network)")
-    parser.add_argument("--port", type=tcp_port, default=4318,
-                        help="TCP port (default 4318, the OTLP/HTTP port; 0 picks a free one)")
-    parser.add_argument("--token", default=None,
-                        help="require 'Authorization: Bearer TOKEN' on /v1/traces "
-                             "(default: $BUDGETLENS_COLLECTOR_TOKEN, else no authentication)")
-    parser.add_argument("--max-body-mib", type=positive_float, default=16.0,
-                        help="request body limit in MiB, compressed and inflated (default 16)")
-    parser.add_argument("--max-queue-spans", type=positive_int, default=200_000,
-                        help="rows acknowledged but not yet in DuckDB before answering 503 "
-                             "(default 200000)")
+    parser.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="bind address (default 127.0.0.1; 0.0.0.0 exposes it to the network)",
+    )
+    parser.add_argument(
+        "--port",
+        type=tcp_port,
+        default=4318,
+        help="TCP port (default 4318, the OTLP/HTTP port; 0 picks a free one)",
+    )
+    parser.add_argument(
+        "--token",
+        default=None,
+        help="require 'Authorization: Bearer TOKEN' on /v1/traces "
+        "(default: $BUDGETLENS_COLLECTOR_TOKEN, else no authentication)",
+    )
+    parser.add_argument(
+        "--max-body-mib",
+        type=positive_float,
+        default=16.0,
+        help="request body limit in MiB, compressed and inflated (default 16)",
+    )
+    parser.add_argument(
+        "--max-queue-spans",
+        type=positive_int,
+        default=200_000,
+        help="rows acknowledged but not yet in DuckDB before answering 503 (default 200000)",
+    )
     parser.set_defaults(func=run)
 
 
@@ -53,9 +73,9 @@ def run(args) -> int:
     import pyarrow as pa
     import uvicorn
 
-    from collector.config import ENV_COLLECTOR_TOKEN, resolve, resolve_db_path
-    from collector.journal import JournalError
-    from collector.receiver import create_app
+    from budgetlens.config import ENV_COLLECTOR_TOKEN, resolve, resolve_db_path
+    from budgetlens.ingest.app import create_app
+    from budgetlens.ingest.journal import JournalError
 
     # the system allocator hands freed Arrow buffers back to the OS: keeps the RSS of a
     # long-running collector near its working set (mimalloc keeps ~40 MB more under load)
@@ -66,20 +86,25 @@ def run(args) -> int:
         sock = bind_socket(args.host, args.port)
     except OSError as error:
         reason = error.strerror or str(error)
-        print(f"budgetlens collector: cannot listen on {args.host} port {args.port}: {reason}",
-              file=sys.stderr)
+        print(
+            f"budgetlens collector: cannot listen on {args.host} port {args.port}: {reason}", file=sys.stderr
+        )
         return 1
     with sock:
-        app = create_app(db_path, token=token,
-                         max_body_bytes=int(args.max_body_mib * 1024 * 1024),
-                         max_queue_spans=args.max_queue_spans)
+        app = create_app(
+            db_path,
+            token=token,
+            max_body_bytes=int(args.max_body_mib * 1024 * 1024),
+            max_queue_spans=args.max_queue_spans,
+        )
         try:  # open (and lock) the journal and replay it before serving; lifespan start no-op
             app.state.ingest.start()
         except (JournalError, OSError) as error:
             print(f"budgetlens collector: cannot start: {error}", file=sys.stderr)
             return 2
-        config = uvicorn.Config(app, host=args.host, port=args.port, log_level="warning",
-                                access_log=False, lifespan="on")
+        config = uvicorn.Config(
+            app, host=args.host, port=args.port, log_level="warning", access_log=False, lifespan="on"
+        )
         server = _announcing_server(config, db_path=db_path, token_set=bool(token))
         server.run(sockets=[sock])
     return 0 if server.started else 1
@@ -119,10 +144,12 @@ def _announcing_server(config, *, db_path, token_set):
             host, port = self.servers[0].sockets[0].getsockname()[:2]
             endpoint = f"http://{host}:{port}"
             print(f"budgetlens collector listening on {endpoint}", flush=True)
-            print(f"  OTLP/HTTP traces: {endpoint}/v1/traces   metrics: {endpoint}/metrics"
-                  f"   health: {endpoint}/healthz", flush=True)
-            print(f"  store: {db_path}   auth: {'bearer token' if token_set else 'none'}",
-                  flush=True)
+            print(
+                f"  OTLP/HTTP traces: {endpoint}/v1/traces   metrics: {endpoint}/metrics"
+                f"   health: {endpoint}/healthz",
+                flush=True,
+            )
+            print(f"  store: {db_path}   auth: {'bearer token' if token_set else 'none'}", flush=True)
             print(f"  export OTEL_EXPORTER_OTLP_ENDPOINT={endpoint}", flush=True)
 
     return Server(config)

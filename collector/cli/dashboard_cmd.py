@@ -3,29 +3,35 @@
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import socket
 import sys
 from pathlib import Path
 
-from collector import config
-from collector.cli._common import add_db_argument
+from budgetlens import config
+from budgetlens.cli._common import add_db_argument
 
-#: The Streamlit entrypoint the command serves.
-ENTRYPOINT = Path(__file__).resolve().parents[2] / "dashboard" / "streamlit_app.py"
+#: The Streamlit entrypoint the command serves (found without importing the dashboard).
+_DASHBOARD_SPEC = importlib.util.find_spec("budgetlens.dashboard")
+assert _DASHBOARD_SPEC is not None and _DASHBOARD_SPEC.origin is not None
+ENTRYPOINT = Path(_DASHBOARD_SPEC.origin).resolve().parent / "streamlit_app.py"
 
 
 def add_server_arguments(parser: argparse.ArgumentParser, port_flag: str = "--port") -> None:
     """``--port`` and ``--host`` of the dashboard (shared with ``budgetlens demo``)."""
     parser.add_argument(
-        port_flag, dest="port", type=int, default=None,
-        help=f"dashboard port (default: ${config.ENV_DASHBOARD_PORT}, else "
-             f"{config.DEFAULT_DASHBOARD_PORT})",
+        port_flag,
+        dest="port",
+        type=int,
+        default=None,
+        help=f"dashboard port (default: ${config.ENV_DASHBOARD_PORT}, else {config.DEFAULT_DASHBOARD_PORT})",
     )
     parser.add_argument(
-        "--host", default=None,
+        "--host",
+        default=None,
         help=f"address to bind (default: ${config.ENV_DASHBOARD_HOST}, else "
-             f"{config.DEFAULT_DASHBOARD_HOST}; 0.0.0.0 to share on the network)",
+        f"{config.DEFAULT_DASHBOARD_HOST}; 0.0.0.0 to share on the network)",
     )
 
 
@@ -52,16 +58,29 @@ def streamlit_command(db: Path, host: str, port: int) -> tuple[list[str], dict[s
     reaches the app as ``BUDGETLENS_DB`` (absolute).
     """
     argv = [
-        sys.executable, "-m", "streamlit", "run", str(ENTRYPOINT),
-        "--server.port", str(port),
-        "--server.address", host,
-        "--server.headless", "true",
-        "--browser.gatherUsageStats", "false",
-        "--server.fileWatcherType", "none",
-        "--global.showWarningOnDirectExecution", "false",
-        "--client.toolbarMode", "minimal",
-        "--theme.base", "light",
-        "--theme.primaryColor", "#4C78A8",
+        sys.executable,
+        "-m",
+        "streamlit",
+        "run",
+        str(ENTRYPOINT),
+        "--server.port",
+        str(port),
+        "--server.address",
+        host,
+        "--server.headless",
+        "true",
+        "--browser.gatherUsageStats",
+        "false",
+        "--server.fileWatcherType",
+        "none",
+        "--global.showWarningOnDirectExecution",
+        "false",
+        "--client.toolbarMode",
+        "minimal",
+        "--theme.base",
+        "light",
+        "--theme.primaryColor",
+        "#4C78A8",
     ]
     env = dict(os.environ)
     env[config.ENV_DB] = str(Path(db).resolve())
@@ -93,8 +112,8 @@ def store_problem(db: Path) -> str | None:
     """Why ``db`` cannot be served, or None when it can: a missing file is fine (the dashboard
     waits for it), so is a DuckDB file another process holds; a path DuckDB cannot open (not a
     DuckDB file, a directory, no permission) gives the store's one-line reason."""
-    from collector.store import StoreError, StoreMissing, read_connection
-    from collector.store.connection import is_lock_conflict
+    from budgetlens.store import StoreError, StoreMissing, read_connection
+    from budgetlens.store.connection import is_lock_conflict
 
     try:
         with read_connection(db, timeout_s=1.0):
@@ -139,17 +158,22 @@ def run(args: argparse.Namespace) -> int:
     if db.exists():
         problem = store_problem(db)
         if problem:
-            print(f"budgetlens dashboard: error: not a budgetlens store: {problem}",
-                  file=sys.stderr)
+            print(f"budgetlens dashboard: error: not a budgetlens store: {problem}", file=sys.stderr)
             return 1
     if port_in_use(host, port):
-        print(f"budgetlens dashboard: error: port {port} is in use on {host} (another "
-              "dashboard or demo?); pick another with --port", file=sys.stderr)
+        print(
+            f"budgetlens dashboard: error: port {port} is in use on {host} (another "
+            "dashboard or demo?); pick another with --port",
+            file=sys.stderr,
+        )
         return 1
     argv, env = streamlit_command(db, host, port)
     if not db.exists():
-        print(f"budgetlens dashboard: no store at {db} yet; the dashboard will show it once "
-              "a collector, import or `budgetlens sample` creates it", file=sys.stderr)
+        print(
+            f"budgetlens dashboard: no store at {db} yet; the dashboard will show it once "
+            "a collector, import or `budgetlens sample` creates it",
+            file=sys.stderr,
+        )
     print(f"budgetlens dashboard: {url(host, port)} (store {db.resolve()})", flush=True)
     sys.stdout.flush()
     os.execve(argv[0], argv, env)

@@ -14,10 +14,14 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from collector import config
-from collector.cli._common import add_db_argument
-from collector.cli.dashboard_cmd import (
-    add_server_arguments, port_in_use, resolve_server, streamlit_command, url,
+from budgetlens import config
+from budgetlens.cli._common import add_db_argument
+from budgetlens.cli.dashboard_cmd import (
+    add_server_arguments,
+    port_in_use,
+    resolve_server,
+    streamlit_command,
+    url,
 )
 
 DEFAULT_COLLECTOR_PORT = 4318
@@ -41,18 +45,23 @@ Ctrl-C stops both.
 
 def register(subparsers) -> None:
     parser = subparsers.add_parser(
-        "demo", help="sample store + collector + dashboard in one command",
-        description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter,
+        "demo",
+        help="sample store + collector + dashboard in one command",
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_db_argument(parser)
     add_server_arguments(parser)
     parser.add_argument(
-        "--collector-port", type=int, default=DEFAULT_COLLECTOR_PORT,
-        help=f"collector port (default {DEFAULT_COLLECTOR_PORT}, the OTLP/HTTP port; "
-             "0 = a free one)",
+        "--collector-port",
+        type=int,
+        default=DEFAULT_COLLECTOR_PORT,
+        help=f"collector port (default {DEFAULT_COLLECTOR_PORT}, the OTLP/HTTP port; 0 = a free one)",
     )
     parser.add_argument(
-        "--ready-timeout", type=float, default=READY_TIMEOUT_S,
+        "--ready-timeout",
+        type=float,
+        default=READY_TIMEOUT_S,
         help=f"seconds to wait for both servers to answer (default {READY_TIMEOUT_S:.0f})",
     )
     parser.set_defaults(func=run)
@@ -84,8 +93,18 @@ def _read_lines(stream, sink: queue.Queue) -> None:
 
 def _start_collector(db: Path, host: str, port: int, deadline: float):
     """Start ``budgetlens collector``; return (process, endpoint) once it listens."""
-    argv = [sys.executable, "-m", "collector.cli", "collector", "--db", str(db),
-            "--host", host, "--port", str(port)]
+    argv = [
+        sys.executable,
+        "-m",
+        "budgetlens.cli",
+        "collector",
+        "--db",
+        str(db),
+        "--host",
+        host,
+        "--port",
+        str(port),
+    ]
     process = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True, bufsize=1)
     lines: queue.Queue = queue.Queue()
     threading.Thread(target=_read_lines, args=(process.stdout, lines), daemon=True).start()
@@ -101,8 +120,9 @@ def _start_collector(db: Path, host: str, port: int, deadline: float):
         if "listening on " in line:
             return process, line.split("listening on ", 1)[1].split()[0]
     _stop([process])
-    raise RuntimeError(f"the collector did not start on {host}:{port} "
-                       f"(exit code {process.poll()}); is the port in use?")
+    raise RuntimeError(
+        f"the collector did not start on {host}:{port} (exit code {process.poll()}); is the port in use?"
+    )
 
 
 #: Seconds the dashboard must stay up after its first answer: a Streamlit that lost the race
@@ -117,8 +137,10 @@ def _start_dashboard(db: Path, host: str, port: int, deadline: float):
     another demo, say: its answer must not pass for ours) or the process exits or stays silent.
     """
     if port_in_use(host, port):
-        raise RuntimeError(f"the dashboard did not start on {host}:{port}: the port is in use "
-                           "(another dashboard or demo?); pick another with --port")
+        raise RuntimeError(
+            f"the dashboard did not start on {host}:{port}: the port is in use "
+            "(another dashboard or demo?); pick another with --port"
+        )
     argv, env = streamlit_command(db, host, port)
     process = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL)
     health = url("127.0.0.1" if host in ("0.0.0.0", "") else host, port) + "/_stcore/health"
@@ -132,8 +154,9 @@ def _start_dashboard(db: Path, host: str, port: int, deadline: float):
             break
         time.sleep(0.25)
     _stop([process])
-    raise RuntimeError(f"the dashboard did not start on {host}:{port} "
-                       f"(exit code {process.poll()}); is the port in use?")
+    raise RuntimeError(
+        f"the dashboard did not start on {host}:{port} (exit code {process.poll()}); is the port in use?"
+    )
 
 
 def _stop(processes) -> None:
@@ -155,7 +178,7 @@ def _raise_interrupt(signum, frame):
 
 
 def run(args: argparse.Namespace) -> int:
-    from collector.sample import ensure_demo_store
+    from budgetlens.sample import ensure_demo_store
 
     db = config.resolve_db_path(args.db).resolve()
     host, port = resolve_server(args)
@@ -184,8 +207,10 @@ def run(args: argparse.Namespace) -> int:
         while all(p.poll() is None for p in processes):
             time.sleep(0.5)
         dead = [p for p in processes if p.poll() is not None]
-        print(f"budgetlens demo: the {names[id(dead[0])]} exited (code {dead[0].returncode}); "
-              "stopping", file=sys.stderr)
+        print(
+            f"budgetlens demo: the {names[id(dead[0])]} exited (code {dead[0].returncode}); stopping",
+            file=sys.stderr,
+        )
         return 1
     except KeyboardInterrupt:
         print("budgetlens demo: stopping the collector and the dashboard", flush=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from collector.cli._common import add_db_argument, line_limit_mib, positive_int
+from budgetlens.cli._common import add_db_argument, line_limit_mib, positive_int
 
 #: Formats listed by ``--help`` (kept here so --help does not import the importers).
 FORMAT_HELP = (
@@ -42,17 +42,27 @@ def register(subparsers) -> None:
         epilog=f"formats:\n{formats}\n\n{EPILOG}",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("format", metavar="FORMAT", choices=[name for name, _ in FORMAT_HELP],
-                        help="log format: " + ", ".join(name for name, _ in FORMAT_HELP))
+    parser.add_argument(
+        "format",
+        metavar="FORMAT",
+        choices=[name for name, _ in FORMAT_HELP],
+        help="log format: " + ", ".join(name for name, _ in FORMAT_HELP),
+    )
     parser.add_argument("paths", metavar="PATH", nargs="+", help="files or directories to import")
     add_db_argument(parser)
-    parser.add_argument("--task-type", default=None,
-                        help="task type for every imported run (default: derived per format)")
-    parser.add_argument("--chunk-size", type=positive_int, default=5000,
-                        help="rows per write transaction (default 5000)")
-    parser.add_argument("--max-line-mb", type=line_limit_mib, default=64.0,
-                        help="longest line (or one-document file) read, in MiB; longer ones are "
-                        "reported as file:line: line too long and skipped (default 64)")
+    parser.add_argument(
+        "--task-type", default=None, help="task type for every imported run (default: derived per format)"
+    )
+    parser.add_argument(
+        "--chunk-size", type=positive_int, default=5000, help="rows per write transaction (default 5000)"
+    )
+    parser.add_argument(
+        "--max-line-mb",
+        type=line_limit_mib,
+        default=64.0,
+        help="longest line (or one-document file) read, in MiB; longer ones are "
+        "reported as file:line: line too long and skipped (default 64)",
+    )
     parser.add_argument("--no-progress", action="store_true", help="do not show a progress bar")
     parser.set_defaults(func=run)
 
@@ -60,24 +70,38 @@ def register(subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
-    from collector.config import resolve_db_path
-    from collector.importers import import_paths
+    from budgetlens.config import resolve_db_path
+    from budgetlens.importers import import_paths
 
     db_path = resolve_db_path(args.db)
     max_line_bytes = max(1, int(args.max_line_mb * 1024 * 1024))
     bars = []
 
     def progress(total_bytes: int, n_files: int):
-        bar = tqdm(total=total_bytes, unit="B", unit_scale=True, unit_divisor=1024,
-                   desc=f"import {args.format} ({n_files} files)", file=sys.stderr,
-                   disable=args.no_progress or None, delay=0.5, leave=False)
+        bar = tqdm(
+            total=total_bytes,
+            unit="B",
+            unit_scale=True,
+            unit_divisor=1024,
+            desc=f"import {args.format} ({n_files} files)",
+            file=sys.stderr,
+            disable=args.no_progress or None,
+            delay=0.5,
+            leave=False,
+        )
         bars.append(bar)
         return bar.update
 
     try:
-        report = import_paths(args.format, args.paths, db_path, task_type=args.task_type,
-                              chunk_size=args.chunk_size, progress=progress,
-                              max_line_bytes=max_line_bytes)
+        report = import_paths(
+            args.format,
+            args.paths,
+            db_path,
+            task_type=args.task_type,
+            chunk_size=args.chunk_size,
+            progress=progress,
+            max_line_bytes=max_line_bytes,
+        )
     finally:
         for bar in bars:
             bar.close()

@@ -4,15 +4,14 @@ from __future__ import annotations
 
 import sys
 
-from collector.cli._analysis import (
+from budgetlens.cli._analysis import (
     WINDOW_HELP,
     add_window_arguments,
     analysis_session,
 )
-from collector.cli._common import positive_float
+from budgetlens.cli._common import positive_float
 
-
-#: The preset document formats (``dashboard.presets_export.render``).
+#: The preset document formats (``budgetlens.analysis.preset_export.render``).
 FORMATS = ("yaml", "toml", "json")
 
 
@@ -33,24 +32,31 @@ def register(subparsers) -> None:
         epilog="Example: budgetlens presets --db budgetlens.duckdb --format yaml -o presets.yaml",
     )
     add_window_arguments(parser)
-    parser.add_argument("--multiplier", type=positive_float, default=1.5,
-                        help="preset = P95 x this (default: 1.5)")
     parser.add_argument(
-        "--format", choices=FORMATS, default="yaml",
+        "--multiplier", type=positive_float, default=1.5, help="preset = P95 x this (default: 1.5)"
+    )
+    parser.add_argument(
+        "--format",
+        choices=FORMATS,
+        default="yaml",
         help="output format (default: yaml) of the preset document: per task type its max_* "
-             "limits and their basis (runs, P50/P95); the same keys in every format")
+        "limits and their basis (runs, P50/P95); the same keys in every format",
+    )
     parser.add_argument("-o", "--output", metavar="FILE", help="write to FILE instead of stdout")
     parser.set_defaults(func=run)
 
 
 def run(args) -> int:
-    from dashboard import analysis, presets_export
+    from budgetlens.analysis import preset_export as presets_export
+    from budgetlens.analysis import views as analysis
 
     with analysis_session(args) as (conn, filters):
         base = analysis.baselines(conn, filters)
     if base.empty:
-        print("budgetlens presets: error: no runs match the filters in the window; "
-              "nothing written", file=sys.stderr)
+        print(
+            "budgetlens presets: error: no runs match the filters in the window; nothing written",
+            file=sys.stderr,
+        )
         return 1
     table = analysis.presets(base, args.multiplier)
     window = args.window_days or None
@@ -60,14 +66,18 @@ def run(args) -> int:
     text = presets_export.render(document, args.format)
     low = table.loc[table["low_sample"], "task_type"].tolist()
     if low:
-        print(f"note: fewer than {analysis.LOW_SAMPLE_RUNS} runs for {', '.join(low)}: "
-              "their P95 is low-sample", file=sys.stderr)
+        print(
+            f"note: fewer than {analysis.LOW_SAMPLE_RUNS} runs for {', '.join(low)}: their P95 is low-sample",
+            file=sys.stderr,
+        )
     short = base[base["n_cost"] < base["n"]] if "n_cost" in base.columns else base.iloc[:0]
     if len(short):
-        counts = ", ".join(f"{r.task_type} {int(r.n_cost)} of {int(r.n)}"
-                           for r in short.itertuples())
-        print(f"note: max_cost_usd uses only runs whose cost is fully known ({counts}); the "
-              "others had unpriced calls or unknown usage", file=sys.stderr)
+        counts = ", ".join(f"{r.task_type} {int(r.n_cost)} of {int(r.n)}" for r in short.itertuples())
+        print(
+            f"note: max_cost_usd uses only runs whose cost is fully known ({counts}); the "
+            "others had unpriced calls or unknown usage",
+            file=sys.stderr,
+        )
     if args.output:
         with open(args.output, "w", encoding="utf-8") as out:
             out.write(text)

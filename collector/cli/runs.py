@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from collector.cli._analysis import (
+from budgetlens.cli._analysis import (
     WINDOW_HELP,
     add_format_argument,
     add_window_arguments,
     analysis_session,
     write_frame,
 )
-from collector.cli._common import non_negative_int
+from budgetlens.cli._common import non_negative_int
 
 
 def register(subparsers) -> None:
@@ -26,24 +26,29 @@ def register(subparsers) -> None:
     )
     add_window_arguments(parser)
     add_format_argument(parser)
-    parser.add_argument("--limit", type=non_negative_int, default=50,
-                        help="at most this many runs (default 50; 0 = every run)")
-    parser.add_argument("--offset", type=non_negative_int, default=0,
-                        help="skip this many runs first")
-    parser.add_argument("--search", default="",
-                        help="case-insensitive substring of the run id, task type, service, "
-                             "model, stop reason or usage status (e.g. unknown)")
+    parser.add_argument(
+        "--limit",
+        type=non_negative_int,
+        default=50,
+        help="at most this many runs (default 50; 0 = every run)",
+    )
+    parser.add_argument("--offset", type=non_negative_int, default=0, help="skip this many runs first")
+    parser.add_argument(
+        "--search",
+        default="",
+        help="case-insensitive substring of the run id, task type, service, "
+        "model, stop reason or usage status (e.g. unknown)",
+    )
     parser.set_defaults(func=run)
 
 
 def run(args) -> int:
-    from dashboard import analysis
+    from budgetlens.analysis import views as analysis
 
     if args.limit < 0 or args.offset < 0:
         raise ValueError("--limit and --offset must be >= 0")
     with analysis_session(args) as (conn, filters):
         limit = args.limit if args.limit > 0 else 2**62
-        frame = analysis.runs_table(conn, filters, search=args.search, limit=limit,
-                                    offset=args.offset)
+        frame = analysis.runs_table(conn, filters, search=args.search, limit=limit, offset=args.offset)
     write_frame(frame, args.format)
     return 0

@@ -15,7 +15,7 @@ def _date(text: str) -> dt.datetime:
 
 
 def register(subparsers) -> None:
-    from collector.cli._common import add_db_argument, positive_int
+    from budgetlens.cli._common import add_db_argument, positive_int
 
     parser = subparsers.add_parser(
         "sample",
@@ -35,24 +35,34 @@ def register(subparsers) -> None:
         epilog="Example: budgetlens sample --db budgetlens.duckdb --days 14 --seed 7",
     )
     add_db_argument(parser)
-    parser.add_argument("--days", type=positive_int, default=14,
-                        help="days to simulate (default 14)")
+    parser.add_argument("--days", type=positive_int, default=14, help="days to simulate (default 14)")
     parser.add_argument("--seed", type=int, default=7, help="random seed (default 7)")
-    parser.add_argument("--runs-per-day", type=positive_int, default=300,
-                        help="runs on a weekday (weekends run at about a third; default 300)")
-    parser.add_argument("--end-date", type=_date, default=None, metavar="YYYY-MM-DD",
-                        help="the days end at this UTC midnight (default: today)")
+    parser.add_argument(
+        "--runs-per-day",
+        type=positive_int,
+        default=300,
+        help="runs on a weekday (weekends run at about a third; default 300)",
+    )
+    parser.add_argument(
+        "--end-date",
+        type=_date,
+        default=None,
+        metavar="YYYY-MM-DD",
+        help="the days end at this UTC midnight (default: today)",
+    )
     group = parser.add_mutually_exclusive_group()
-    group.add_argument("--export", metavar="FILE",
-                       help="write the portable sample (gzip JSONL) to FILE, not to the store")
-    group.add_argument("--load", metavar="FILE",
-                       help="load a portable sample file into the store instead of generating")
+    group.add_argument(
+        "--export", metavar="FILE", help="write the portable sample (gzip JSONL) to FILE, not to the store"
+    )
+    group.add_argument(
+        "--load", metavar="FILE", help="load a portable sample file into the store instead of generating"
+    )
     parser.set_defaults(func=run)
 
 
 def run(args) -> int:
-    from collector import sample
-    from collector.config import resolve_db_path
+    from budgetlens import sample
+    from budgetlens.config import resolve_db_path
 
     if args.load:
         db = resolve_db_path(args.db)

@@ -16,14 +16,14 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
-from collector.importers import claude_code, codex, openhands, otlp_json, swe_agent
-from collector.importers.base import ImporterFormat, ImportOptions
-from collector.importers.reading import MAX_LINE_BYTES, expand_paths, file_size
-from collector.importers.report import ImportReport
-from collector.importers.rows import check_price_file
-from collector.importers.writer import DEFAULT_CHUNK_SIZE, ChunkedWriter
+from budgetlens.importers import claude_code, codex, openhands, otlp_json, swe_agent
+from budgetlens.importers.base import ImporterFormat, ImportOptions
+from budgetlens.importers.reading import MAX_LINE_BYTES, expand_paths, file_size
+from budgetlens.importers.report import ImportReport
+from budgetlens.importers.rows import check_price_file
+from budgetlens.importers.writer import DEFAULT_CHUNK_SIZE, ChunkedWriter
 
 log = logging.getLogger(__name__)
 
@@ -55,9 +55,7 @@ def get_format(name: str) -> ImporterFormat:
     try:
         return FORMATS[name]
     except KeyError:
-        raise ValueError(
-            f"unknown import format {name!r}; choose one of: {', '.join(FORMATS)}"
-        ) from None
+        raise ValueError(f"unknown import format {name!r}; choose one of: {', '.join(FORMATS)}") from None
 
 
 def read_rows(
@@ -95,7 +93,7 @@ def import_paths(
 ) -> ImportReport:
     """Import the files under ``paths`` (format ``format_name``) into the store at ``db_path``.
 
-    Rows are written in batches of ``chunk_size`` rows through ``collector.store.write_batch``
+    Rows are written in batches of ``chunk_size`` rows through ``budgetlens.store.write_batch``
     (idempotent: a second import of the same files inserts nothing). ``progress``, if given, is
     called once with (total bytes, number of files) and returns a callable fed with the bytes
     read (e.g. a tqdm bar's ``update``). Returns the :class:`ImportReport` (runs, calls, new
@@ -106,7 +104,7 @@ def import_paths(
     Raises, before anything is read or written: ValueError for an unknown format, a bad
     ``chunk_size`` or ``max_line_bytes``, or a bad price file (``BUDGETLENS_PRICES_FILE``, the
     message names the file and the rule); FileNotFoundError for a missing path or price file.
-    ``collector.store.StoreError`` when the store cannot be written.
+    ``budgetlens.store.StoreError`` when the store cannot be written.
     """
     fmt = get_format(format_name)
     options = ImportOptions(task_type=task_type, max_line_bytes=max_line_bytes)
@@ -120,7 +118,12 @@ def import_paths(
     writer.close()
     log.info(
         "imported %s: %d files, %d runs (%d new), %d calls (%d new), %d bad lines",
-        fmt.name, report.files, report.runs, report.new_runs, report.calls, report.new_calls,
+        fmt.name,
+        report.files,
+        report.runs,
+        report.new_runs,
+        report.calls,
+        report.new_calls,
         report.bad_line_count,
     )
     return report

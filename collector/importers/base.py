@@ -4,10 +4,10 @@ format honours (:class:`ImportOptions`).
 An importer turns files into store rows. A format's ``read`` generator takes the list of files
 and yields ``(kind, row)`` pairs, ``kind`` being ``"call"`` (a ``model_calls`` row), ``"record"``
 (a ``run_records`` row) or ``"event"`` (a ``budget_events`` row). Rows are dicts keyed by the
-column names of ``collector.store.schema``. What formats share lives beside this module:
+column names of ``budgetlens.store.schema``. What formats share lives beside this module:
 
 - ``reading``: file discovery and reading. JSONL is streamed line by line
-  (:func:`~collector.importers.reading.iter_json_lines`), never loaded whole; only formats whose
+  (:func:`~budgetlens.importers.reading.iter_json_lines`), never loaded whole; only formats whose
   files are one JSON document each (``.traj``, ``.traj.json``, OpenHands runtime trajectories)
   load a file whole. A line longer than ``ImportOptions.max_line_bytes`` (64 MiB by default; a
   one-document file larger than that) is reported as ``line too long`` and skipped without
@@ -32,18 +32,20 @@ column names of ``collector.store.schema``. What formats share lives beside this
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator, Sequence
 
-from collector import semconv
-from collector.importers.reading import MAX_LINE_BYTES
-from collector.importers.report import ImportReport
-from collector.importers.validation import Kind, Row
+from budgetlens import semconv
 
 # Re-exported for callers that import them from here (tests).
-from collector.importers.reading import expand_paths, iter_json_lines  # noqa: F401
-from collector.importers.validation import check_row  # noqa: F401
+from budgetlens.importers.reading import MAX_LINE_BYTES, expand_paths, iter_json_lines  # noqa: F401
+from budgetlens.importers.report import ImportReport
+from budgetlens.importers.validation import (
+    Kind,
+    Row,
+    check_row,  # noqa: F401
+)
 
 ReadFn = Callable[[Sequence[Path], "ImportOptions", ImportReport], Iterator[tuple[Kind, Row]]]
 

@@ -13,12 +13,12 @@ Quirks handled (see ../shared/realdata/SOURCES.md §3):
   other lines are counted as skipped. Lines of one response are consecutive within a
   transcript, so at most one response per transcript context is held in memory.
 - ``input_tokens`` excludes the cache buckets: usage is normalized as Anthropic usage
-  (``collector.usage.normalize_usage``), input = input + cache creation + cache read.
+  (``budgetlens.usage.normalize_usage``), input = input + cache creation + cache read.
 - ``progress`` lines (``agent_progress``) repeat subagent messages: ignored (the subagent
   transcript has them). Synthetic assistant lines (model ``<synthetic>``, API error notices) are
   not model calls.
 - There is no cost field in real transcripts; when a line has ``costUSD`` (older versions) that
-  is the call's cost, otherwise the call is priced with ``collector.pricing``.
+  is the call's cost, otherwise the call is priced with ``budgetlens.pricing``.
 - No exit status exists: a session's stop reason is ``completed``.
 - Timestamps are parsed to UTC datetimes once per line and compared as datetimes (offsets and
   ``Z`` mix). A line with a malformed value (an unparseable timestamp, a ``sessionId`` or model
@@ -36,16 +36,16 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import re
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator, Sequence
 
-from collector import semconv
-from collector.importers.base import ImporterFormat, ImportOptions
-from collector.importers.reading import iter_json_lines
-from collector.importers.report import ImportReport
-from collector.importers.rows import extend_span, price, seconds_between, stable_id, usage_columns
-from collector.importers.validation import (
+from budgetlens import semconv
+from budgetlens.importers.base import ImporterFormat, ImportOptions
+from budgetlens.importers.reading import iter_json_lines
+from budgetlens.importers.report import ImportReport
+from budgetlens.importers.rows import extend_span, price, seconds_between, stable_id, usage_columns
+from budgetlens.importers.validation import (
     attempt,
     check_row,
     checked_rows,
@@ -53,7 +53,7 @@ from collector.importers.validation import (
     source_number,
     text,
 )
-from collector.usage import Usage, normalize_usage
+from budgetlens.usage import Usage, normalize_usage
 
 log = logging.getLogger(__name__)
 
@@ -150,38 +150,41 @@ def read(paths: Sequence[Path], options: ImportOptions, report: ImportReport) ->
 
 
 def _record(session: _Session, options: ImportOptions) -> Iterator[tuple]:
-    yield "record", {
-        "run_id": f"{NAME}:{session.session_id}",
-        "source": SOURCE,
-        "service_name": SERVICE,
-        "task_type": session.task_type or _task_type(session, options),
-        "agent_name": SERVICE,
-        "start_utc": session.first,
-        "end_utc": session.last,
-        "duration_s": seconds_between(session.first, session.last),
-        "tool_calls": session.tool_calls,
-        "stop_reason": semconv.STOP_COMPLETED,
-    }
+    yield (
+        "record",
+        {
+            "run_id": f"{NAME}:{session.session_id}",
+            "source": SOURCE,
+            "service_name": SERVICE,
+            "task_type": session.task_type or _task_type(session, options),
+            "agent_name": SERVICE,
+            "start_utc": session.first,
+            "end_utc": session.last,
+            "duration_s": seconds_between(session.first, session.last),
+            "tool_calls": session.tool_calls,
+            "stop_reason": semconv.STOP_COMPLETED,
+        },
+    )
 
 
-def _read_file(path: Path, options: ImportOptions, report: ImportReport,
-               sessions: dict[str, _Session]) -> Iterator[tuple]:
+def _read_file(
+    path: Path, options: ImportOptions, report: ImportReport, sessions: dict[str, _Session]
+) -> Iterator[tuple]:
     folder, layout_session = _project_folder(path)
     state = _File(path, folder, layout_session or path.stem)
     for lineno, obj in iter_json_lines(path, report, options.max_line_bytes):
         done = attempt(report, path, lineno, _line, state, sessions, lineno, obj, report)
         if done is not None:
-            yield from checked_rows(report, path, done.lineno,
-                                    _finish(done, sessions, options, state.turns))
+            yield from checked_rows(report, path, done.lineno, _finish(done, sessions, options, state.turns))
     for call in state.pending.values():
-        yield from checked_rows(report, path, call.lineno,
-                                _finish(call, sessions, options, state.turns))
+        yield from checked_rows(report, path, call.lineno, _finish(call, sessions, options, state.turns))
     if not state.seen:
         report.files_without_runs.append(str(path))
 
 
-def _line(state: _File, sessions: dict[str, _Session], lineno: int, obj: dict,
-          report: ImportReport) -> _Call | None:
+def _line(
+    state: _File, sessions: dict[str, _Session], lineno: int, obj: dict, report: ImportReport
+) -> _Call | None:
     """Fold one transcript line into ``state``; returns the previous response of the same
     context when this line starts a new one (it is complete), else None.
 
@@ -234,8 +237,15 @@ def _line(state: _File, sessions: dict[str, _Session], lineno: int, obj: dict,
     return current
 
 
-def _new_call(state: _File, session_id: str, lineno: int, obj: dict, message: dict,
-              model: str | None, when: dt.datetime | None) -> _Call:
+def _new_call(
+    state: _File,
+    session_id: str,
+    lineno: int,
+    obj: dict,
+    message: dict,
+    model: str | None,
+    when: dt.datetime | None,
+) -> _Call:
     """The response one assistant line belongs to, read and validated (raises ValueError)."""
     is_subagent = bool(obj.get("isSidechain"))
     if is_subagent:
@@ -270,8 +280,9 @@ def _new_call(state: _File, session_id: str, lineno: int, obj: dict, message: di
     )
 
 
-def _finish(call: _Call, sessions: dict[str, _Session], options: ImportOptions,
-            turns: dict[tuple, int]) -> Iterator[tuple]:
+def _finish(
+    call: _Call, sessions: dict[str, _Session], options: ImportOptions, turns: dict[tuple, int]
+) -> Iterator[tuple]:
     """The ``model_calls`` row of a complete response; the session counts it once it is valid."""
     session = sessions[call.session_id]
     task_type = session.task_type or _task_type(session, options)

@@ -12,9 +12,9 @@ Quirks handled (see ../shared/realdata/SOURCES.md §4):
   adds nothing and is counted as skipped (summing ``last_token_usage`` would double the usage).
 - The first ``token_count`` is often a heartbeat with ``info: null`` (rate limits only): skipped.
 - ``cached_input_tokens`` is part of ``input_tokens`` and ``reasoning_output_tokens`` part of
-  ``output_tokens`` (normalized with ``collector.usage.normalize_usage``).
+  ``output_tokens`` (normalized with ``budgetlens.usage.normalize_usage``).
 - The model is only in ``turn_context`` events; each call takes the latest one.
-- No cost field exists: calls are priced with ``collector.pricing`` (NULL when unpriced).
+- No cost field exists: calls are priced with ``budgetlens.pricing`` (NULL when unpriced).
 - A rollout without any ``token_count`` has unknown usage: its run record says usage_status
   ``unknown`` and its tokens stay NULL.
 - A cumulative total that goes down (a counter reset) starts a new baseline: the call's usage is
@@ -35,17 +35,17 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator, Sequence
 
-from collector import semconv
-from collector.importers.base import ImporterFormat, ImportOptions
-from collector.importers.reading import iter_json_lines
-from collector.importers.report import ImportReport
-from collector.importers.rows import extend_span, price, seconds_between, stable_id, usage_columns
-from collector.importers.validation import checked_rows, parse_timestamp, text
-from collector.usage import normalize_usage
+from budgetlens import semconv
+from budgetlens.importers.base import ImporterFormat, ImportOptions
+from budgetlens.importers.reading import iter_json_lines
+from budgetlens.importers.report import ImportReport
+from budgetlens.importers.rows import extend_span, price, seconds_between, stable_id, usage_columns
+from budgetlens.importers.validation import checked_rows, parse_timestamp, text
+from budgetlens.usage import normalize_usage
 
 log = logging.getLogger(__name__)
 
@@ -115,8 +115,9 @@ def _read_file(path: Path, options: ImportOptions, report: ImportReport) -> Iter
     yield from checked_rows(report, path, None, _finish(state, options))
 
 
-def _line(state: _Rollout, lineno: int, obj: dict, options: ImportOptions,
-          report: ImportReport) -> Iterator[tuple]:
+def _line(
+    state: _Rollout, lineno: int, obj: dict, options: ImportOptions, report: ImportReport
+) -> Iterator[tuple]:
     """The rows of one rollout line. Everything is read and validated before ``state`` changes,
     so a rejected line leaves no trace."""
     when = parse_timestamp(obj.get("timestamp"), "timestamp")
@@ -152,9 +153,8 @@ def _line(state: _Rollout, lineno: int, obj: dict, options: ImportOptions,
     elif line_type == "turn_context":
         state.model = model or state.model
         state.cwd = state.cwd or cwd
-    elif line_type == "response_item":
-        if payload.get("type") in _TOOL_ITEMS:
-            state.tool_calls += 1
+    elif line_type == "response_item" and payload.get("type") in _TOOL_ITEMS:
+        state.tool_calls += 1
     if row is None:
         return
     usage_row, total = row
@@ -171,8 +171,14 @@ def _line(state: _Rollout, lineno: int, obj: dict, options: ImportOptions,
     yield "call", _finish_row(state, usage_row, options)
 
 
-def _token_count(state: _Rollout, lineno: int, raw_ts: object, when: dt.datetime | None,
-                 payload: dict, report: ImportReport) -> tuple[dict, tuple] | None:
+def _token_count(
+    state: _Rollout,
+    lineno: int,
+    raw_ts: object,
+    when: dt.datetime | None,
+    payload: dict,
+    report: ImportReport,
+) -> tuple[dict, tuple] | None:
     """(call row without run id, cumulative total) of a token_count event, or None when it adds
     nothing (a heartbeat or a repeated total, counted as skipped). Raises ValueError when the
     usage is malformed."""
@@ -182,8 +188,9 @@ def _token_count(state: _Rollout, lineno: int, raw_ts: object, when: dt.datetime
         return None
     total = _counts(info.get("total_token_usage") if isinstance(info, dict) else None)
     if total is None:
-        raise ValueError("token_count without a valid total_token_usage "
-                         "(token counts must be whole numbers >= 0)")
+        raise ValueError(
+            "token_count without a valid total_token_usage (token counts must be whole numbers >= 0)"
+        )
     previous = state.previous
     if total == previous:
         state.usage_seen = True
@@ -225,20 +232,23 @@ def _finish_row(state: _Rollout, row: dict, options: ImportOptions) -> dict:
 def _finish(state: _Rollout, options: ImportOptions) -> Iterator[tuple]:
     for pending in state.waiting:
         yield "call", _finish_row(state, pending, options)
-    yield "record", {
-        "run_id": f"{NAME}:{state.run_key}",
-        "source": SOURCE,
-        "service_name": SERVICE,
-        "task_type": _task_type(state.cwd, options),
-        "agent_name": SERVICE,
-        "model": state.model,
-        "start_utc": state.first,
-        "end_utc": state.last,
-        "duration_s": seconds_between(state.first, state.last),
-        "tool_calls": state.tool_calls,
-        "stop_reason": semconv.STOP_COMPLETED,
-        "usage_status": None if state.usage_seen else semconv.USAGE_UNKNOWN,
-    }
+    yield (
+        "record",
+        {
+            "run_id": f"{NAME}:{state.run_key}",
+            "source": SOURCE,
+            "service_name": SERVICE,
+            "task_type": _task_type(state.cwd, options),
+            "agent_name": SERVICE,
+            "model": state.model,
+            "start_utc": state.first,
+            "end_utc": state.last,
+            "duration_s": seconds_between(state.first, state.last),
+            "tool_calls": state.tool_calls,
+            "stop_reason": semconv.STOP_COMPLETED,
+            "usage_status": None if state.usage_seen else semconv.USAGE_UNKNOWN,
+        },
+    )
 
 
 def _task_type(cwd: str | None, options: ImportOptions) -> str:

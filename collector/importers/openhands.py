@@ -11,7 +11,7 @@ issue resolver's ``{issue, metrics, success, error, ...}``). Quirks handled (SOU
   Latencies are seconds and become the calls' ``duration_s``.
 - ``metrics.costs`` are per-call costs (floats, or ``{cost, ...}``); the run's cost is
   ``accumulated_cost``. When ``accumulated_cost`` is 0 with no cost entries although tokens are
-  present, the model was unpriced by OpenHands: calls are priced with ``collector.pricing``
+  present, the model was unpriced by OpenHands: calls are priced with ``budgetlens.pricing``
   instead and the run cost is NULL when that fails too (never $0).
 - Resolver runs have costs but no tokens: their calls have unknown usage and the source's cost.
 - ``accumulated_token_usage.model`` is the placeholder ``default``: models come from the calls.
@@ -37,14 +37,14 @@ budget_cost; any other error -> failed. Task type: ``--task-type``, else the ben
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Iterator, Sequence
 
-from collector import semconv
-from collector.importers.base import ImporterFormat, ImportOptions
-from collector.importers.reading import iter_json_lines, load_json_document
-from collector.importers.report import ImportReport
-from collector.importers.rows import (
+from budgetlens import semconv
+from budgetlens.importers.base import ImporterFormat, ImportOptions
+from budgetlens.importers.reading import iter_json_lines, load_json_document
+from budgetlens.importers.report import ImportReport
+from budgetlens.importers.rows import (
     from_unix,
     parse_iso,
     price,
@@ -53,7 +53,7 @@ from collector.importers.rows import (
     stable_id,
     usage_columns,
 )
-from collector.importers.validation import checked_rows, source_number, source_usage, text
+from budgetlens.importers.validation import checked_rows, source_number, source_usage, text
 
 log = logging.getLogger(__name__)
 
@@ -101,8 +101,7 @@ def read(paths: Sequence[Path], options: ImportOptions, report: ImportReport) ->
                     report.skip(SKIP_NOT_A_RUN)
                     continue
                 runs += 1
-                yield from checked_rows(report, path, lineno,
-                                        _eval_run(path, lineno, obj, options, report))
+                yield from checked_rows(report, path, lineno, _eval_run(path, lineno, obj, options, report))
             if not runs:
                 report.files_without_runs.append(str(path))
         else:
@@ -113,8 +112,7 @@ def read(paths: Sequence[Path], options: ImportOptions, report: ImportReport) ->
                 report.skip(SKIP_NOT_TRAJECTORY)
                 report.files_without_runs.append(str(path))
                 continue
-            yield from checked_rows(report, path, None,
-                                    _trajectory(path, events, options, report))
+            yield from checked_rows(report, path, None, _trajectory(path, events, options, report))
 
 
 def _objects(value: object, name: str) -> list:
@@ -136,8 +134,11 @@ def _cost_of(entry: object, name: str) -> float | None:
 
 
 def _history_span(history: object) -> tuple:
-    stamps = [parse_iso(e.get("timestamp")) for e in history if isinstance(e, dict)] \
-        if isinstance(history, list) else []
+    stamps = (
+        [parse_iso(e.get("timestamp")) for e in history if isinstance(e, dict)]
+        if isinstance(history, list)
+        else []
+    )
     stamps = [s for s in stamps if s is not None]
     return (min(stamps), max(stamps)) if stamps else (None, None)
 
@@ -145,10 +146,19 @@ def _history_span(history: object) -> tuple:
 #: Actions that run a tool (OpenHands ``ActionType``): counted even without
 #: ``tool_call_metadata`` (the resolver's older CodeAct output has none). ``message``,
 #: ``finish``, ``think``, ``system``, ``recall`` and state changes are not tool runs by themselves.
-TOOL_ACTIONS = frozenset({
-    "run", "run_ipython", "edit", "str_replace_editor", "browse", "browse_interactive", "read",
-    "write", "mcp",
-})
+TOOL_ACTIONS = frozenset(
+    {
+        "run",
+        "run_ipython",
+        "edit",
+        "str_replace_editor",
+        "browse",
+        "browse_interactive",
+        "read",
+        "write",
+        "mcp",
+    }
+)
 
 
 def _tool_calls(events: object) -> int | None:
@@ -182,8 +192,7 @@ def _eval_run(path: Path, lineno: int, obj: dict, options: ImportOptions, report
     metadata = metadata if isinstance(metadata, dict) else {}
     issue = obj.get("issue") if isinstance(obj.get("issue"), dict) else None
     instance_id = obj.get("instance_id")
-    if instance_id is not None and (isinstance(instance_id, bool)
-                                    or not isinstance(instance_id, (str, int))):
+    if instance_id is not None and (isinstance(instance_id, bool) or not isinstance(instance_id, (str, int))):
         raise ValueError(f"instance_id must be a string, got {type(instance_id).__name__}")
     if instance_id:
         instance = str(instance_id)
@@ -193,13 +202,18 @@ def _eval_run(path: Path, lineno: int, obj: dict, options: ImportOptions, report
         instance = f"{path.name}:{lineno}"
     llm = metadata.get("llm_config") if isinstance(metadata.get("llm_config"), dict) else {}
     configured_model = text(llm.get("model"), "metadata.llm_config.model")
-    run_key = stable_id(instance, metadata.get("eval_output_dir"), configured_model,
-                        metadata.get("start_time"))
+    run_key = stable_id(
+        instance, metadata.get("eval_output_dir"), configured_model, metadata.get("start_time")
+    )
     run_id = f"{NAME}:{instance}:{run_key[:12]}"
-    task_type = options.task_type or benchmark(metadata) or (
-        "openhands-resolver" if issue else SERVICE)
-    base = {"run_id": run_id, "source": SOURCE, "service_name": SERVICE, "task_type": task_type,
-            "operation_name": semconv.OPERATION_CHAT}
+    task_type = options.task_type or benchmark(metadata) or ("openhands-resolver" if issue else SERVICE)
+    base = {
+        "run_id": run_id,
+        "source": SOURCE,
+        "service_name": SERVICE,
+        "task_type": task_type,
+        "operation_name": semconv.OPERATION_CHAT,
+    }
 
     usages = _objects(metrics.get("token_usages"), "metrics.token_usages")
     raw_costs = metrics.get("costs")
@@ -207,8 +221,7 @@ def _eval_run(path: Path, lineno: int, obj: dict, options: ImportOptions, report
         raise ValueError(f"metrics.costs must be a list, got {type(raw_costs).__name__}")
     costs = [_cost_of(c, f"metrics.costs[{i}]") for i, c in enumerate(raw_costs or [])]
     latencies = {}
-    for i, entry in enumerate(_objects(metrics.get("response_latencies"),
-                                       "metrics.response_latencies")):
+    for i, entry in enumerate(_objects(metrics.get("response_latencies"), "metrics.response_latencies")):
         name = f"metrics.response_latencies[{i}]"
         text(entry.get("model"), f"{name}.model")
         source_number(entry.get("latency"), f"{name}.latency")
@@ -226,24 +239,30 @@ def _eval_run(path: Path, lineno: int, obj: dict, options: ImportOptions, report
         usage = source_usage(entry, name)
         response_id = text(entry.get("response_id"), f"{name}.response_id") or None
         seen_ids.add(response_id)
-        latency = source_number((latencies.get(response_id) or {}).get("latency"), "latency") \
-            if response_id else None
+        latency = (
+            source_number((latencies.get(response_id) or {}).get("latency"), "latency")
+            if response_id
+            else None
+        )
         if per_call_costs:
             cost = per_call_costs[index]
         else:
             cost = None if source_priced else price(model, usage, provider)
         calls += 1
-        yield "call", {
-            **base,
-            "span_id": stable_id(run_id, "token_usage", index, response_id),
-            "provider_name": provider,
-            "request_model": configured_model,
-            "response_model": model,
-            "duration_s": latency,
-            "turn": calls,
-            "cost_usd": cost,
-            **usage_columns(usage),
-        }
+        yield (
+            "call",
+            {
+                **base,
+                "span_id": stable_id(run_id, "token_usage", index, response_id),
+                "provider_name": provider,
+                "request_model": configured_model,
+                "response_model": model,
+                "duration_s": latency,
+                "turn": calls,
+                "cost_usd": cost,
+                **usage_columns(usage),
+            },
+        )
     # Calls with a latency but no usage (failed mid-way), or with a cost but no tokens (resolver).
     unmatched = [l for rid, l in latencies.items() if rid not in seen_ids]
     extra = max(len(unmatched), len(costs) - len(usages))
@@ -251,36 +270,42 @@ def _eval_run(path: Path, lineno: int, obj: dict, options: ImportOptions, report
         latency = unmatched[index] if index < len(unmatched) else {}
         cost_index = len(usages) + index
         calls += 1
-        yield "call", {
-            **base,
-            "span_id": stable_id(run_id, "no_usage", index, latency.get("response_id")),
-            "provider_name": provider_from_model(latency.get("model") or configured_model),
-            "request_model": configured_model,
-            "response_model": latency.get("model"),
-            "duration_s": source_number(latency.get("latency"), "latency"),
-            "turn": calls,
-            "cost_usd": costs[cost_index] if cost_index < len(costs) else None,
-            **usage_columns(None),
-        }
+        yield (
+            "call",
+            {
+                **base,
+                "span_id": stable_id(run_id, "no_usage", index, latency.get("response_id")),
+                "provider_name": provider_from_model(latency.get("model") or configured_model),
+                "request_model": configured_model,
+                "response_model": latency.get("model"),
+                "duration_s": source_number(latency.get("latency"), "latency"),
+                "turn": calls,
+                "cost_usd": costs[cost_index] if cost_index < len(costs) else None,
+                **usage_columns(None),
+            },
+        )
     if not calls:
         report.skip("OpenHands run without model calls")
     start, end = _history_span(obj.get("history"))
     start = start or parse_iso(metadata.get("start_time"))
-    yield "record", {
-        "run_id": run_id,
-        "source": SOURCE,
-        "service_name": SERVICE,
-        "task_type": task_type,
-        "agent_name": text(metadata.get("agent_class"), "metadata.agent_class") or SERVICE,
-        "model": configured_model,
-        "start_utc": start,
-        "end_utc": end,
-        "duration_s": seconds_between(start, end),
-        "tool_calls": _tool_calls(obj.get("history")),
-        "cost_usd": accumulated if source_priced else None,
-        "stop_reason": stop_reason(obj.get("error")),
-        "usage_status": None if calls else semconv.USAGE_UNKNOWN,
-    }
+    yield (
+        "record",
+        {
+            "run_id": run_id,
+            "source": SOURCE,
+            "service_name": SERVICE,
+            "task_type": task_type,
+            "agent_name": text(metadata.get("agent_class"), "metadata.agent_class") or SERVICE,
+            "model": configured_model,
+            "start_utc": start,
+            "end_utc": end,
+            "duration_s": seconds_between(start, end),
+            "tool_calls": _tool_calls(obj.get("history")),
+            "cost_usd": accumulated if source_priced else None,
+            "stop_reason": stop_reason(obj.get("error")),
+            "usage_status": None if calls else semconv.USAGE_UNKNOWN,
+        },
+    )
 
 
 def _trajectory(path: Path, events: list, options: ImportOptions, report: ImportReport):
@@ -314,37 +339,43 @@ def _trajectory(path: Path, events: list, options: ImportOptions, report: Import
         when = parse_iso(event.get("timestamp")) or from_unix(response.get("created"))
         provider = provider_from_model(model)
         calls += 1
-        yield "call", {
+        yield (
+            "call",
+            {
+                "run_id": run_id,
+                "source": SOURCE,
+                "service_name": SERVICE,
+                "task_type": task_type,
+                "operation_name": semconv.OPERATION_CHAT,
+                "span_id": stable_id(run_id, response_id, index if response_id is None else ""),
+                "provider_name": provider,
+                "request_model": model,
+                "response_model": model,
+                "start_utc": when,
+                "end_utc": when,
+                "turn": calls,
+                "cost_usd": price(model, usage, provider),
+                **usage_columns(usage),
+            },
+        )
+    start, end = _history_span(events)
+    yield (
+        "record",
+        {
             "run_id": run_id,
             "source": SOURCE,
             "service_name": SERVICE,
             "task_type": task_type,
-            "operation_name": semconv.OPERATION_CHAT,
-            "span_id": stable_id(run_id, response_id, index if response_id is None else ""),
-            "provider_name": provider,
-            "request_model": model,
-            "response_model": model,
-            "start_utc": when,
-            "end_utc": when,
-            "turn": calls,
-            "cost_usd": price(model, usage, provider),
-            **usage_columns(usage),
-        }
-    start, end = _history_span(events)
-    yield "record", {
-        "run_id": run_id,
-        "source": SOURCE,
-        "service_name": SERVICE,
-        "task_type": task_type,
-        "agent_name": SERVICE,
-        "model": models[0] if models else None,
-        "start_utc": start,
-        "end_utc": end,
-        "duration_s": seconds_between(start, end),
-        "tool_calls": _tool_calls(events),
-        "stop_reason": stop_reason(None, final_state),
-        "usage_status": None if calls else semconv.USAGE_UNKNOWN,
-    }
+            "agent_name": SERVICE,
+            "model": models[0] if models else None,
+            "start_utc": start,
+            "end_utc": end,
+            "duration_s": seconds_between(start, end),
+            "tool_calls": _tool_calls(events),
+            "stop_reason": stop_reason(None, final_state),
+            "usage_status": None if calls else semconv.USAGE_UNKNOWN,
+        },
+    )
 
 
 FORMAT = ImporterFormat(

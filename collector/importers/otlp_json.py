@@ -1,7 +1,7 @@
 """OTLP/JSON trace files: one ``ExportTraceServiceRequest`` per file (pretty-printed or not), or
 one per line as the OpenTelemetry Collector's ``file`` exporter writes them.
 
-Spans are mapped by the collector's own mapping (``collector.mapping.map_otlp_json``): the same
+Spans are mapped by the collector's own mapping (``budgetlens.otlp.mapping.map_otlp_json``): the same
 rows as spans sent to ``POST /v1/traces``, with ``source = import:otlp-json``. A file whose first
 non-blank line is a complete JSON object is read line by line (constant memory); otherwise it
 is one document and is loaded whole.
@@ -23,14 +23,14 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Iterator, Sequence
 
-from collector import semconv
-from collector.importers.base import ImporterFormat, ImportOptions
-from collector.importers.reading import MAX_LINE_BYTES, iter_json_lines, load_json_document
-from collector.importers.report import MAX_BAD_LINES_KEPT, ImportReport
-from collector.importers.validation import checked_rows
+from budgetlens import semconv
+from budgetlens.importers.base import ImporterFormat, ImportOptions
+from budgetlens.importers.reading import MAX_LINE_BYTES, iter_json_lines, load_json_document
+from budgetlens.importers.report import MAX_BAD_LINES_KEPT, ImportReport
+from budgetlens.importers.validation import checked_rows
 
 log = logging.getLogger(__name__)
 
@@ -87,8 +87,9 @@ def read(paths: Sequence[Path], options: ImportOptions, report: ImportReport) ->
                     for earlier in foreign:
                         report.bad_line(path, earlier, _NOT_OTLP)
                     report.bad_line_count += n_foreign - len(foreign)
-                yield from checked_rows(report, path, lineno,
-                                        _document(path, lineno, document, options, report))
+                yield from checked_rows(
+                    report, path, lineno, _document(path, lineno, document, options, report)
+                )
             if not recognised:
                 report.skip(SKIP_NOT_OTLP, n_foreign)
                 report.files_without_runs.append(str(path))
@@ -100,14 +101,14 @@ def read(paths: Sequence[Path], options: ImportOptions, report: ImportReport) ->
                 report.skip(SKIP_NOT_OTLP)
                 report.files_without_runs.append(str(path))
                 continue
-            yield from checked_rows(report, path, None,
-                                    _document(path, None, document, options, report))
+            yield from checked_rows(report, path, None, _document(path, None, document, options, report))
 
 
-def _document(path: Path, lineno: int | None, document: dict, options: ImportOptions,
-              report: ImportReport) -> Iterator[tuple]:
-    from collector.mapping import map_otlp_json
-    from collector.otlp_decode import OtlpError
+def _document(
+    path: Path, lineno: int | None, document: dict, options: ImportOptions, report: ImportReport
+) -> Iterator[tuple]:
+    from budgetlens.otlp.decode import OtlpError
+    from budgetlens.otlp.mapping import map_otlp_json
 
     if "resourceSpans" not in document:
         if "resourceLogs" in document or "resourceMetrics" in document:
@@ -122,8 +123,7 @@ def _document(path: Path, lineno: int | None, document: dict, options: ImportOpt
         return
     for reason in mapped.errors:
         report.bad_line(path, lineno, f"span rejected: {reason}")
-    for kind, rows in (("call", mapped.calls), ("record", mapped.records),
-                       ("event", mapped.events)):
+    for kind, rows in (("call", mapped.calls), ("record", mapped.records), ("event", mapped.events)):
         for row in rows:
             if options.task_type and kind != "event":
                 row = {**row, "task_type": options.task_type}

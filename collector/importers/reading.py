@@ -15,10 +15,10 @@ import gzip
 import json
 import os
 import zlib
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Iterable, Iterator, Sequence
 
-from collector.importers.report import ImportReport, shorten
+from budgetlens.importers.report import ImportReport, shorten
 
 #: Longest line (or one-document file) read, in bytes; longer ones are reported and skipped.
 MAX_LINE_BYTES = 64 * 1024 * 1024
@@ -66,8 +66,9 @@ def _open_binary(path: Path):
     return gzip.open(path, "rb") if path.name.endswith(".gz") else open(path, "rb")
 
 
-def iter_json_lines(path: Path, report: ImportReport,
-                    max_line_bytes: int = MAX_LINE_BYTES) -> Iterator[tuple[int, dict]]:
+def iter_json_lines(
+    path: Path, report: ImportReport, max_line_bytes: int = MAX_LINE_BYTES
+) -> Iterator[tuple[int, dict]]:
     """Yield ``(line_number, object)`` for each JSON-object line of a JSONL file, in constant memory.
 
     Blank lines are ignored; a line that is not valid JSON or not a JSON object is reported as
@@ -100,8 +101,9 @@ def iter_json_lines(path: Path, report: ImportReport,
                         pending += len(piece)
                         if not piece or piece.endswith(b"\n"):
                             break
-                    report.bad_line(path, lineno,
-                                    f"line too long (more than {max_line_bytes} bytes); skipped")
+                    report.bad_line(
+                        path, lineno, f"line too long (more than {max_line_bytes} bytes); skipped"
+                    )
                     continue
                 if not line.strip():
                     continue
@@ -111,8 +113,7 @@ def iter_json_lines(path: Path, report: ImportReport,
                     report.bad_line(path, lineno, f"invalid JSON ({shorten(error)})")
                     continue
                 if not isinstance(obj, dict):
-                    report.bad_line(path, lineno,
-                                    f"expected a JSON object, got {type(obj).__name__}")
+                    report.bad_line(path, lineno, f"expected a JSON object, got {type(obj).__name__}")
                     continue
                 yield lineno, obj
     except _READ_ERRORS as error:
@@ -136,8 +137,7 @@ def load_json_document(path: Path, report: ImportReport, max_line_bytes: int = M
         return None
     if len(data) > max_line_bytes:
         report.advance(file_size(path))
-        report.bad_line(path, None,
-                        f"document too long (more than {max_line_bytes} bytes); skipped")
+        report.bad_line(path, None, f"document too long (more than {max_line_bytes} bytes); skipped")
         return None
     report.advance(len(data))
     try:

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 log = logging.getLogger(__name__)
 
@@ -20,7 +20,7 @@ _MAX_REASON_CHARS = 120
 def shorten(reason: object) -> str:
     """``str(reason)``, cut to 120 characters (ending in ``...``) so one bad line stays one line."""
     text = str(reason)
-    return text if len(text) <= _MAX_REASON_CHARS else text[:_MAX_REASON_CHARS - 3] + "..."
+    return text if len(text) <= _MAX_REASON_CHARS else text[: _MAX_REASON_CHARS - 3] + "..."
 
 
 @dataclass

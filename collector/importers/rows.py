@@ -11,9 +11,9 @@ import datetime as dt
 import hashlib
 import logging
 
-from collector import semconv
-from collector.importers.validation import parse_timestamp
-from collector.usage import Usage
+from budgetlens import semconv
+from budgetlens.importers.validation import parse_timestamp
+from budgetlens.usage import Usage
 
 log = logging.getLogger(__name__)
 
@@ -27,7 +27,7 @@ def stable_id(*parts: object) -> str:
 def parse_iso(value: object) -> dt.datetime | None:
     """An ISO-8601 timestamp (``Z`` or offset; naive means UTC) as an aware UTC datetime, or None
     when the value is missing or unparseable (lenient; see
-    :func:`collector.importers.validation.parse_timestamp`)."""
+    :func:`budgetlens.importers.validation.parse_timestamp`)."""
     try:
         return parse_timestamp(value, "timestamp")
     except ValueError:
@@ -40,7 +40,7 @@ def from_unix(value: object) -> dt.datetime | None:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
         return None
     try:
-        return dt.datetime.fromtimestamp(value, tz=dt.timezone.utc)
+        return dt.datetime.fromtimestamp(value, tz=dt.UTC)
     except (ValueError, OverflowError, OSError):
         raise ValueError(f"unix timestamp out of range: {value!r}") from None
 
@@ -90,7 +90,7 @@ def usage_columns(usage: Usage | None) -> dict:
 
 
 def price(model: str | None, usage: Usage | None, provider: str | None = None) -> float | None:
-    """Cost in USD of one call from ``collector.pricing`` (genai-prices), or None when the usage is
+    """Cost in USD of one call from ``budgetlens.pricing`` (genai-prices), or None when the usage is
     unknown or the model is unpriced (never $0 for "no price").
 
     The user price file (``BUDGETLENS_PRICES_FILE``) is validated once at the start of an import
@@ -98,7 +98,7 @@ def price(model: str | None, usage: Usage | None, provider: str | None = None) -
     """
     if usage is None or not model:
         return None
-    from collector.pricing import cost_usd
+    from budgetlens.pricing import cost_usd
 
     try:
         return cost_usd(model, usage, provider=provider)
@@ -113,9 +113,9 @@ def check_price_file() -> None:
 
     Raises ValueError naming the file, the variable and the rule broken (missing or unreadable
     file, unknown key or unit, a price that is not a finite number >= 0, a syntax error);
-    delegates to ``collector.pricing.check_prices_file``.
+    delegates to ``budgetlens.pricing.check_prices_file``.
     """
-    from collector.pricing import check_prices_file
+    from budgetlens.pricing import check_prices_file
 
     check_prices_file()
 

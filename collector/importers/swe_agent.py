@@ -30,21 +30,21 @@ else ``swe-agent`` / ``mini-swe-agent``.
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Iterator, Sequence
 
-from collector import semconv
-from collector.importers.base import ImporterFormat, ImportOptions
-from collector.importers.reading import load_json_document
-from collector.importers.report import ImportReport
-from collector.importers.rows import (
+from budgetlens import semconv
+from budgetlens.importers.base import ImporterFormat, ImportOptions
+from budgetlens.importers.reading import load_json_document
+from budgetlens.importers.report import ImportReport
+from budgetlens.importers.rows import (
     from_unix,
     price,
     provider_from_model,
     stable_id,
     usage_columns,
 )
-from collector.importers.validation import checked_rows, source_number, source_usage, text
+from budgetlens.importers.validation import checked_rows, source_number, source_usage, text
 
 log = logging.getLogger(__name__)
 
@@ -58,8 +58,14 @@ MAX_FAILED_CALLS = 10_000
 _RETRYABLE_WORDS = ("internalservererror", "timeout", "ratelimit", "apiconnection", "serviceunavailable")
 
 
-def stop_reason(exit_status: object, *, steps: int | None = None, step_limit: object = None,
-                cost: float | None = None, cost_limit: object = None) -> tuple[str, bool | None]:
+def stop_reason(
+    exit_status: object,
+    *,
+    steps: int | None = None,
+    step_limit: object = None,
+    cost: float | None = None,
+    cost_limit: object = None,
+) -> tuple[str, bool | None]:
     """Map a SWE-agent / mini-swe-agent exit status to (stop reason, retryable).
 
     ``steps``/``step_limit`` and ``cost``/``cost_limit`` decide which limit a generic
@@ -95,8 +101,7 @@ def read(paths: Sequence[Path], options: ImportOptions, report: ImportReport) ->
         if isinstance(document, dict) and isinstance(document.get("messages"), list):
             yield from checked_rows(report, path, None, _mini(path, document, options, report))
         elif isinstance(document, dict) and isinstance(document.get("trajectory"), list):
-            yield from checked_rows(report, path, None,
-                                    _swe_agent(path, document, options, report))
+            yield from checked_rows(report, path, None, _swe_agent(path, document, options, report))
         else:
             report.skip(SKIP_NOT_TRAJECTORY)
             report.files_without_runs.append(str(path))
@@ -124,30 +129,32 @@ def _swe_agent(path: Path, doc: dict, options: ImportOptions, report: ImportRepo
     stats = info.get("model_stats") if isinstance(info.get("model_stats"), dict) else {}
     model, dataset = _folder_dataset(path)
     sent = source_number(stats.get("tokens_sent"), "info.model_stats.tokens_sent", integer=True)
-    received = source_number(stats.get("tokens_received"), "info.model_stats.tokens_received",
-                             integer=True)
+    received = source_number(stats.get("tokens_received"), "info.model_stats.tokens_received", integer=True)
     api_calls = source_number(stats.get("api_calls"), "info.model_stats.api_calls", integer=True)
     cost = source_number(stats.get("instance_cost"), "info.model_stats.instance_cost")
     known = bool(sent or received)  # replays and demonstrations report 0 tokens: no usage
     reason, retryable = stop_reason(info.get("exit_status"))
     run_id = f"{NAME}:{path.parent.name}/{_stem(path)}"
-    yield "record", {
-        "run_id": run_id,
-        "source": SOURCE,
-        "service_name": SWE_AGENT,
-        "task_type": options.task_type or dataset or SWE_AGENT,
-        "agent_name": SWE_AGENT,
-        "model": model,
-        "turns": int(api_calls) if api_calls is not None else None,
-        "tool_calls": len(doc["trajectory"]),
-        "input_tokens": int(sent) if known and sent is not None else None,
-        "output_tokens": int(received) if known and received is not None else None,
-        "total_tokens": int((sent or 0) + (received or 0)) if known else None,
-        "cost_usd": cost if known else None,
-        "stop_reason": reason,
-        "retryable": retryable,
-        "usage_status": semconv.USAGE_REPORTED if known else semconv.USAGE_UNKNOWN,
-    }
+    yield (
+        "record",
+        {
+            "run_id": run_id,
+            "source": SOURCE,
+            "service_name": SWE_AGENT,
+            "task_type": options.task_type or dataset or SWE_AGENT,
+            "agent_name": SWE_AGENT,
+            "model": model,
+            "turns": int(api_calls) if api_calls is not None else None,
+            "tool_calls": len(doc["trajectory"]),
+            "input_tokens": int(sent) if known and sent is not None else None,
+            "output_tokens": int(received) if known and received is not None else None,
+            "total_tokens": int((sent or 0) + (received or 0)) if known else None,
+            "cost_usd": cost if known else None,
+            "stop_reason": reason,
+            "retryable": retryable,
+            "usage_status": semconv.USAGE_REPORTED if known else semconv.USAGE_UNKNOWN,
+        },
+    )
 
 
 def _mini_task_type(info: dict, path: Path) -> str | None:
@@ -169,8 +176,13 @@ def _mini(path: Path, doc: dict, options: ImportOptions, report: ImportReport):
     instance = doc.get("instance_id") or _stem(path)
     run_id = f"{MINI}:{path.parent.name}/{_stem(path)}"
     task_type = options.task_type or _mini_task_type(info, path) or MINI
-    base = {"run_id": run_id, "source": SOURCE, "service_name": MINI, "task_type": task_type,
-            "operation_name": semconv.OPERATION_CHAT}
+    base = {
+        "run_id": run_id,
+        "source": SOURCE,
+        "service_name": MINI,
+        "task_type": task_type,
+        "operation_name": semconv.OPERATION_CHAT,
+    }
     calls = tool_calls = 0
     first = last = None
     for index, message in enumerate(doc["messages"]):
@@ -188,18 +200,21 @@ def _mini(path: Path, doc: dict, options: ImportOptions, report: ImportReport):
         first = when if first is None or (when and when < first) else first
         last = when if last is None or (when and when > last) else last
         calls += 1
-        yield "call", {
-            **base,
-            "span_id": stable_id(MINI, run_id, response.get("id"), index),
-            "provider_name": provider,
-            "request_model": configured_model,
-            "response_model": model,
-            "start_utc": when,
-            "end_utc": when,
-            "turn": calls,
-            "cost_usd": cost if cost is not None else price(model, usage, provider),
-            **usage_columns(usage),
-        }
+        yield (
+            "call",
+            {
+                **base,
+                "span_id": stable_id(MINI, run_id, response.get("id"), index),
+                "provider_name": provider,
+                "request_model": configured_model,
+                "response_model": model,
+                "start_utc": when,
+                "end_utc": when,
+                "turn": calls,
+                "cost_usd": cost if cost is not None else price(model, usage, provider),
+                **usage_columns(usage),
+            },
+        )
     api_calls = source_number(stats.get("api_calls"), "info.model_stats.api_calls", integer=True)
     failed = int(api_calls) - calls if api_calls is not None and api_calls > calls else 0
     if failed > MAX_FAILED_CALLS:
@@ -209,36 +224,45 @@ def _mini(path: Path, doc: dict, options: ImportOptions, report: ImportReport):
         )
     for extra_index in range(failed):
         calls += 1
-        yield "call", {
-            **base,
-            "span_id": stable_id(MINI, run_id, "failed-call", extra_index),
-            "provider_name": provider_from_model(configured_model),
-            "request_model": configured_model,
-            "turn": calls,
-            "error_type": str(exit_status or "error"),
-            "cost_usd": None,
-            **usage_columns(None),
-        }
+        yield (
+            "call",
+            {
+                **base,
+                "span_id": stable_id(MINI, run_id, "failed-call", extra_index),
+                "provider_name": provider_from_model(configured_model),
+                "request_model": configured_model,
+                "turn": calls,
+                "error_type": str(exit_status or "error"),
+                "cost_usd": None,
+                **usage_columns(None),
+            },
+        )
     cost = source_number(stats.get("instance_cost"), "info.model_stats.instance_cost")
     reason, retryable = stop_reason(
-        exit_status, steps=calls, step_limit=agent_config.get("step_limit"),
-        cost=cost, cost_limit=agent_config.get("cost_limit"),
+        exit_status,
+        steps=calls,
+        step_limit=agent_config.get("step_limit"),
+        cost=cost,
+        cost_limit=agent_config.get("cost_limit"),
     )
-    yield "record", {
-        "run_id": run_id,
-        "source": SOURCE,
-        "service_name": MINI,
-        "task_type": task_type,
-        "agent_name": MINI,
-        "model": configured_model,
-        "start_utc": first,
-        "end_utc": last,
-        "turns": int(api_calls) if api_calls is not None else calls,
-        "tool_calls": tool_calls,
-        "cost_usd": cost,
-        "stop_reason": reason,
-        "retryable": retryable,
-    }
+    yield (
+        "record",
+        {
+            "run_id": run_id,
+            "source": SOURCE,
+            "service_name": MINI,
+            "task_type": task_type,
+            "agent_name": MINI,
+            "model": configured_model,
+            "start_utc": first,
+            "end_utc": last,
+            "turns": int(api_calls) if api_calls is not None else calls,
+            "tool_calls": tool_calls,
+            "cost_usd": cost,
+            "stop_reason": reason,
+            "retryable": retryable,
+        },
+    )
     log.debug("mini-swe-agent %s: %d calls (%d failed)", instance, calls, failed)
 
 

@@ -12,20 +12,19 @@ from __future__ import annotations
 
 import datetime as dt
 import math
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Callable, Iterable, Mapping
 
-from collector.importers.report import ImportReport, shorten
-from collector.store.schema import BUDGET_EVENT_COLUMNS, MODEL_CALL_COLUMNS, RUN_RECORD_COLUMNS
-from collector.usage import Usage, normalize_usage
+from budgetlens.importers.report import ImportReport, shorten
+from budgetlens.store.schema import BUDGET_EVENT_COLUMNS, MODEL_CALL_COLUMNS, RUN_RECORD_COLUMNS
+from budgetlens.usage import Usage, normalize_usage
 
 Row = dict
 Kind = str  # "call" | "record" | "event"
 
 #: Errors a malformed value raises while a line is turned into rows (caught per line by
 #: :func:`attempt`). pyarrow's ArrowTypeError/ArrowInvalid subclass TypeError/ValueError.
-DATA_ERRORS = (TypeError, ValueError, ArithmeticError, LookupError, AttributeError,
-               RecursionError)
+DATA_ERRORS = (TypeError, ValueError, ArithmeticError, LookupError, AttributeError, RecursionError)
 
 
 # --- source values ---------------------------------------------------------------------------
@@ -73,14 +72,14 @@ def parse_timestamp(value: object, name: str) -> dt.datetime | None:
     try:
         parsed = dt.datetime.fromisoformat(value)
         if parsed.tzinfo is None:
-            return parsed.replace(tzinfo=dt.timezone.utc)
-        return parsed.astimezone(dt.timezone.utc)
+            return parsed.replace(tzinfo=dt.UTC)
+        return parsed.astimezone(dt.UTC)
     except (ValueError, OverflowError):
         raise ValueError(f"{name} is not an ISO-8601 timestamp: {shorten(repr(value))}") from None
 
 
 def source_usage(payload: object, name: str, provider: str | None = None) -> Usage | None:
-    """``collector.usage.normalize_usage(payload, provider=provider)``: the call's usage, or None
+    """``budgetlens.usage.normalize_usage(payload, provider=provider)``: the call's usage, or None
     when the payload carries none (unknown, never 0).
 
     Raises ValueError prefixed with ``name`` (the field holding the payload) when a count is
@@ -116,8 +115,9 @@ def attempt(report: ImportReport, path: Path | str, lineno: int | None, fn: Call
         return None
 
 
-def checked_rows(report: ImportReport, path: Path | str, lineno: int | None,
-                 rows: Iterable[tuple[Kind, Row]]) -> list[tuple[Kind, Row]]:
+def checked_rows(
+    report: ImportReport, path: Path | str, lineno: int | None, rows: Iterable[tuple[Kind, Row]]
+) -> list[tuple[Kind, Row]]:
     """All ``(kind, row)`` pairs of one line or document, each validated with
     :func:`check_row`; ``rows`` is usually a generator, run here. When producing or validating
     any of them raises a data error, the line is reported as ``file:line: reason`` and NONE of
@@ -134,8 +134,11 @@ def _checked_list(rows: Iterable[tuple[Kind, Row]]) -> list[tuple[Kind, Row]]:
 
 # --- store column types ----------------------------------------------------------------------
 
-_COLUMNS = {"call": frozenset(MODEL_CALL_COLUMNS), "record": frozenset(RUN_RECORD_COLUMNS),
-            "event": frozenset(BUDGET_EVENT_COLUMNS)}
+_COLUMNS = {
+    "call": frozenset(MODEL_CALL_COLUMNS),
+    "record": frozenset(RUN_RECORD_COLUMNS),
+    "event": frozenset(BUDGET_EVENT_COLUMNS),
+}
 _INT32_COLUMNS = frozenset({"turn", "turns", "tool_calls", "limit_turns", "limit_tool_calls"})
 _SIGNED_COLUMNS = frozenset({"remaining_tokens"})
 _BOOL_COLUMNS = frozenset({"is_subagent", "retryable"})
@@ -187,8 +190,9 @@ def check_row(kind: Kind, row: Mapping) -> None:
                     continue
             problem = "a whole number >= 0 in range"
         elif rule == "float":
-            if (type(value) is float and math.isfinite(value)
-                    or type(value) is int and value <= _INT64_MAX) and value >= 0:
+            if (
+                type(value) is float and math.isfinite(value) or type(value) is int and value <= _INT64_MAX
+            ) and value >= 0:
                 continue
             problem = "a finite number >= 0"
         elif rule == "datetime":

@@ -4,25 +4,26 @@ running collector or dashboard can interleave, with distinct and inserted counts
 from __future__ import annotations
 
 import os
-from typing import Mapping
+from collections.abc import Mapping
 
-from collector.importers.report import ImportReport
-from collector.importers.validation import Kind
+from budgetlens.importers.report import ImportReport
+from budgetlens.importers.validation import Kind
 
 #: Rows per written batch (model calls); records and events are flushed with them.
 DEFAULT_CHUNK_SIZE = 5000
 
 
 class ChunkedWriter:
-    """Collect rows and write them with ``collector.store.write_batch`` every ``chunk_size`` calls.
+    """Collect rows and write them with ``budgetlens.store.write_batch`` every ``chunk_size`` calls.
 
     Each flush opens the store with ``write_connection`` (the file is held only for one batch, so a
     running collector or dashboard can interleave). Counts of distinct and inserted rows go to
     ``report``.
     """
 
-    def __init__(self, db_path: str | os.PathLike, report: ImportReport,
-                 chunk_size: int = DEFAULT_CHUNK_SIZE) -> None:
+    def __init__(
+        self, db_path: str | os.PathLike, report: ImportReport, chunk_size: int = DEFAULT_CHUNK_SIZE
+    ) -> None:
         if chunk_size < 1:
             raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
         self.db_path = db_path
@@ -46,7 +47,7 @@ class ChunkedWriter:
         """Write the queued rows in one transaction (no-op when nothing is queued)."""
         if not any(self._rows.values()):
             return
-        from collector.store import write_batch, write_connection
+        from budgetlens.store import write_batch, write_connection
 
         with write_connection(self.db_path) as conn:
             result = write_batch(conn, self._rows["call"], self._rows["record"], self._rows["event"])

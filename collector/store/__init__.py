@@ -1,6 +1,6 @@
 """The DuckDB store: schema and migrations, the connection protocol, batch writes."""
 
-from collector.store.connection import (
+from budgetlens.store.connection import (
     StoreError,
     StoreMissing,
     migrate,
@@ -8,7 +8,7 @@ from collector.store.connection import (
     schema_version,
     write_connection,
 )
-from collector.store.writer import WriteResult, rebuild_runs, write_batch
+from budgetlens.store.writer import WriteResult, rebuild_runs, write_batch
 
 __all__ = [
     "StoreError",

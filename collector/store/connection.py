@@ -17,14 +17,14 @@ import logging
 import os
 import random
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
 
 import duckdb
 
-from collector.store import sql
-from collector.store.schema import MIGRATIONS, SCHEMA_VERSION
+from budgetlens.store import sql
+from budgetlens.store.schema import MIGRATIONS, SCHEMA_VERSION
 
 log = logging.getLogger(__name__)
 
@@ -45,9 +45,7 @@ class StoreMissing(StoreError):
 def is_lock_conflict(error: BaseException) -> bool:
     """True when ``error`` is DuckDB's "could not set lock on file" conflict between processes."""
     text = str(error)
-    return isinstance(error, duckdb.Error) and (
-        "Could not set lock" in text or "Conflicting lock" in text
-    )
+    return isinstance(error, duckdb.Error) and ("Could not set lock" in text or "Conflicting lock" in text)
 
 
 def _connect_with_retry(path: Path, read_only: bool, timeout_s: float) -> duckdb.DuckDBPyConnection:
@@ -75,7 +73,8 @@ def _cannot_open(path: Path, read_only: bool, error: duckdb.Error) -> StoreError
         expected = "a DuckDB database file, not a directory"
     elif path.exists():
         expected = "a DuckDB database file (a budgetlens store) it can " + (
-            "read" if read_only else "read and write")
+            "read" if read_only else "read and write"
+        )
     else:
         expected = "a path where a new DuckDB file can be created"
     return StoreError(f"{path}: cannot open the store: expected {expected} ({reason})")
@@ -116,7 +115,7 @@ def write_connection(
 ) -> Iterator[duckdb.DuckDBPyConnection]:
     """Open ``path`` for writing (creating and migrating it), yield the connection, close it.
 
-    The caller runs its statements inside one transaction (see ``collector.store.writer``).
+    The caller runs its statements inside one transaction (see ``budgetlens.store.writer``).
     Raises StoreError when DuckDB cannot open ``path`` (a directory, not a DuckDB file, no
     permission) or another process holds the file for longer than ``timeout_s`` seconds, OSError
     when the parent directory cannot be created.

@@ -9,7 +9,7 @@ naive ``TIMESTAMP`` values in UTC):
   stop reason, retryable, and totals when the source has them. Primary key ``run_id``.
 - ``budget_events``: warnings, downgrades, summaries, tool calls and stops. Primary key ``event_id``.
 - ``runs``: the rollup the dashboard and CLI read, one row per run (primary key ``run_id``),
-  upserted for the runs a batch changes (see ``collector.store.sql``). Values from ``run_records``
+  upserted for the runs a batch changes (see ``budgetlens.store.sql``). Values from ``run_records``
   win over values aggregated from ``model_calls``.
 - ``run_totals``: the incremental state behind ``runs``, one row per run (primary key
   ``run_id``): the run's record as a STRUCT (``record``, NULL until one arrives; fields = the

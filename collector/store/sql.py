@@ -2,7 +2,7 @@
 
 Column names in generated statements come from the schema constants, never from request data.
 
-Registered relations (pyarrow tables, see ``collector.store.writer``):
+Registered relations (pyarrow tables, see ``budgetlens.store.writer``):
 
 - ``batch_calls``, ``batch_records``, ``batch_events``: the rows of one batch;
 - ``new_calls``, ``new_records``, ``new_events``: what the inserts returned, i.e. only the rows
@@ -21,7 +21,7 @@ type) is the smallest non-NULL value among the run's calls.
 
 from __future__ import annotations
 
-from collector.store.schema import RUN_COLUMNS, RUN_RECORD_COLUMNS
+from budgetlens.store.schema import RUN_COLUMNS, RUN_RECORD_COLUMNS
 
 CREATE_MIGRATIONS_TABLE = """
 CREATE TABLE IF NOT EXISTS schema_migrations (
@@ -30,12 +30,8 @@ CREATE TABLE IF NOT EXISTS schema_migrations (
 )
 """
 SELECT_APPLIED_VERSIONS = "SELECT version FROM schema_migrations ORDER BY version"
-RECORD_MIGRATION = (
-    "INSERT INTO schema_migrations VALUES (?, CAST(now() AT TIME ZONE 'UTC' AS TIMESTAMP))"
-)
-HAS_MIGRATIONS_TABLE = (
-    "SELECT count(*) FROM information_schema.tables WHERE table_name = 'schema_migrations'"
-)
+RECORD_MIGRATION = "INSERT INTO schema_migrations VALUES (?, CAST(now() AT TIME ZONE 'UTC' AS TIMESTAMP))"
+HAS_MIGRATIONS_TABLE = "SELECT count(*) FROM information_schema.tables WHERE table_name = 'schema_migrations'"
 
 _RECORD_FIELDS = [c for c in RUN_RECORD_COLUMNS if c != "run_id"]
 
@@ -111,10 +107,22 @@ LEFT JOIN e ON e.run_id = ids.run_id
 """
 
 
-_ADDED = ("c_model_calls", "c_input_tokens", "c_output_tokens", "c_total_tokens",
-          "c_cache_read_tokens", "c_cache_write_tokens", "c_reasoning_tokens", "c_cost_usd",
-          "c_unpriced_calls", "c_unknown_usage_calls", "e_warnings", "e_downgrades",
-          "e_summaries", "e_tool_calls")
+_ADDED = (
+    "c_model_calls",
+    "c_input_tokens",
+    "c_output_tokens",
+    "c_total_tokens",
+    "c_cache_read_tokens",
+    "c_cache_write_tokens",
+    "c_reasoning_tokens",
+    "c_cost_usd",
+    "c_unpriced_calls",
+    "c_unknown_usage_calls",
+    "e_warnings",
+    "e_downgrades",
+    "e_summaries",
+    "e_tool_calls",
+)
 _SMALLEST = ("c_trace_id", "c_source", "c_service_name", "c_task_type", "c_start_utc")
 
 
@@ -126,11 +134,14 @@ def _merge_totals() -> str:
     sets.append(
         f"c_models = CASE WHEN {new}.c_models IS NULL THEN {old}.c_models "
         f"WHEN {old}.c_models IS NULL THEN {new}.c_models "
-        f"ELSE list_sort(list_distinct(list_concat({old}.c_models, {new}.c_models))) END")
+        f"ELSE list_sort(list_distinct(list_concat({old}.c_models, {new}.c_models))) END"
+    )
     # NULL + x stays x, NULL + NULL stays NULL (a sum over no known value is unknown, not 0)
     sets += [f"{c} = coalesce({old}.{c} + {new}.{c}, {old}.{c}, {new}.{c})" for c in _ADDED]
-    sets.append(f"c_any_error = coalesce({old}.c_any_error OR {new}.c_any_error, "
-                f"{old}.c_any_error, {new}.c_any_error)")
+    sets.append(
+        f"c_any_error = coalesce({old}.c_any_error OR {new}.c_any_error, "
+        f"{old}.c_any_error, {new}.c_any_error)"
+    )
     return (
         "INSERT INTO run_totals BY NAME "
         + _totals_from("new_calls", "new_records", "new_events")
@@ -192,7 +203,8 @@ FROM t
 def _upsert_runs() -> str:
     assignments = ", ".join(f"{c} = excluded.{c}" for c in RUN_COLUMNS if c != "run_id")
     return (
-        "INSERT INTO runs BY NAME " + _RUNS_FROM_TOTALS.format(totals="touched")
+        "INSERT INTO runs BY NAME "
+        + _RUNS_FROM_TOTALS.format(totals="touched")
         + f" ON CONFLICT (run_id) DO UPDATE SET {assignments} "
         "RETURNING run_id, task_type, stop_reason, total_tokens"
     )
@@ -204,7 +216,8 @@ UPSERT_TOUCHED_RUNS = _upsert_runs()
 #: The full rebuild (after a bulk load; also the reference the incremental merge must equal).
 DELETE_ALL_RUN_TOTALS = "DELETE FROM run_totals"
 INSERT_ALL_RUN_TOTALS = "INSERT INTO run_totals BY NAME " + _totals_from(
-    "model_calls", "run_records", "budget_events")
+    "model_calls", "run_records", "budget_events"
+)
 DELETE_ALL_RUNS = "DELETE FROM runs"
 INSERT_ALL_RUNS = "INSERT INTO runs BY NAME " + _RUNS_FROM_TOTALS.format(totals="run_totals")
 COUNT_RUNS = "SELECT count(*) FROM runs"

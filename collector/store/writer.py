@@ -1,6 +1,6 @@
 """Write rows into the store: one batch, one transaction, idempotent, incremental rollup.
 
-Rows are plain dicts keyed by the column names in ``collector.store.schema`` (missing keys are
+Rows are plain dicts keyed by the column names in ``budgetlens.store.schema`` (missing keys are
 NULL), or pyarrow tables with (a subset of) those columns. ``write_batch`` inserts calls and
 events with ``ON CONFLICT DO NOTHING`` (a span or event sent twice is stored once) and upserts
 run records (the same record twice changes nothing; a newer record of a run replaces the stored
@@ -13,16 +13,15 @@ commit). ``rebuild_runs`` recomputes both from scratch and gives the same ``runs
 
 from __future__ import annotations
 
-import datetime as dt
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Iterable, Mapping, Sequence, Union
 
 import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from collector.store import sql
-from collector.store.schema import BUDGET_EVENT_COLUMNS, MODEL_CALL_COLUMNS, RUN_RECORD_COLUMNS
+from budgetlens.store import sql
+from budgetlens.store.schema import BUDGET_EVENT_COLUMNS, MODEL_CALL_COLUMNS, RUN_RECORD_COLUMNS
 
 _INT_COLUMNS = {"turn", "turns", "tool_calls", "limit_turns", "limit_tool_calls"}
 _BOOL_COLUMNS = {"is_subagent", "retryable"}
@@ -37,7 +36,7 @@ _TABLES = (  # (store table, columns, key, registered batch name)
     ("budget_events", BUDGET_EVENT_COLUMNS, "event_id", "batch_events"),
 )
 
-Rows = Union[Sequence[Mapping], pa.Table]
+Rows = Sequence[Mapping] | pa.Table
 
 
 def _arrow_type(column: str) -> pa.DataType:
@@ -128,13 +127,15 @@ def write_batch(
 ) -> WriteResult:
     """Insert one batch and merge its new rows into the ``runs`` rollup; commit.
 
-    ``conn`` is a writable connection (``collector.store.write_connection``). Each of ``calls``,
+    ``conn`` is a writable connection (``budgetlens.store.write_connection``). Each of ``calls``,
     ``records``, ``events`` is a sequence of dicts or a pyarrow table. Duplicates within the batch
     or of stored rows are skipped. Raises ValueError for malformed rows (before anything is
     written) and re-raises DuckDB errors after rolling back.
     """
-    batches = {name: _as_table(table, columns, key, rows)
-               for (table, columns, key, name), rows in zip(_TABLES, (calls, records, events))}
+    batches = {
+        name: _as_table(table, columns, key, rows)
+        for (table, columns, key, name), rows in zip(_TABLES, (calls, records, events))
+    }
     if not any(len(batch) for batch in batches.values()):
         return WriteResult()
     for name, batch in batches.items():
@@ -164,10 +165,15 @@ def write_batch(
         for name in registered:
             conn.unregister(name)
     return WriteResult(
-        calls=len(new["new_calls"]), records=len(new["new_records"]),
-        events=len(new["new_events"]), runs=0 if runs_rows is None else len(runs_rows),
-        new_calls=new["new_calls"], new_records=new["new_records"],
-        new_events=new["new_events"], runs_rows=runs_rows)
+        calls=len(new["new_calls"]),
+        records=len(new["new_records"]),
+        events=len(new["new_events"]),
+        runs=0 if runs_rows is None else len(runs_rows),
+        new_calls=new["new_calls"],
+        new_records=new["new_records"],
+        new_events=new["new_events"],
+        runs_rows=runs_rows,
+    )
 
 
 def rebuild_runs(conn: duckdb.DuckDBPyConnection) -> int:

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import pandas as pd
 import streamlit as st
 
-from dashboard import charts, data
-from dashboard.analysis import LOW_SAMPLE_RUNS
-from dashboard.formatting import (
-    MISSING, column_label, format_percent, format_usd, is_missing, number_format,
+from budgetlens.analysis.views import LOW_SAMPLE_RUNS
+from budgetlens.dashboard import charts, data
+from budgetlens.dashboard.formatting import (
+    MISSING,
+    column_label,
+    format_usd,
+    is_missing,
+    number_format,
 )
 
 #: Plotly's own toolbar is hidden: it covered the chart titles, and Streamlit's element toolbar
@@ -52,9 +56,12 @@ def chart(fig, key: str) -> None:
     st.plotly_chart(fig, key=key, config=PLOTLY_CONFIG)
 
 
-def split_alarms(per_task: pd.DataFrame, daily: pd.DataFrame,
-                 threshold: float = charts.HIT_RATE_ALARM,
-                 min_runs: int = LOW_SAMPLE_RUNS) -> tuple[pd.DataFrame, pd.DataFrame]:
+def split_alarms(
+    per_task: pd.DataFrame,
+    daily: pd.DataFrame,
+    threshold: float = charts.HIT_RATE_ALARM,
+    min_runs: int = LOW_SAMPLE_RUNS,
+) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(alarms, low-sample) rows of ``per_task`` whose hit rate is above ``threshold``.
 
     ``per_task``: [task_type, hit_rate, (budgeted_runs,) ...] (``Overview.per_task``); the
@@ -69,8 +76,9 @@ def split_alarms(per_task: pd.DataFrame, daily: pd.DataFrame,
     if "budgeted_runs" in per_task.columns:
         counts = pd.to_numeric(per_task["budgeted_runs"], errors="coerce").fillna(0).astype(int)
     else:
-        finished = (daily.groupby("task_type")["finished_runs"].sum() if not daily.empty
-                    else pd.Series(dtype="int64"))
+        finished = (
+            daily.groupby("task_type")["finished_runs"].sum() if not daily.empty else pd.Series(dtype="int64")
+        )
         counts = [int(finished.get(t, 0)) for t in per_task["task_type"]]
     frame = per_task.assign(rate_runs=list(counts))
     rates = pd.to_numeric(frame["hit_rate"], errors="coerce").fillna(0)
@@ -79,8 +87,9 @@ def split_alarms(per_task: pd.DataFrame, daily: pd.DataFrame,
     return hot[enough], hot[~enough]
 
 
-def alarm_banner(per_task: pd.DataFrame, daily: pd.DataFrame,
-                 threshold: float = charts.HIT_RATE_ALARM) -> None:
+def alarm_banner(
+    per_task: pd.DataFrame, daily: pd.DataFrame, threshold: float = charts.HIT_RATE_ALARM
+) -> None:
     """One error banner per task type whose budget hit rate is above ``threshold`` over at least
     LOW_SAMPLE_RUNS finished runs; one softer note naming the low-sample task types above it."""
     hot, low = split_alarms(per_task, daily, threshold)
@@ -93,11 +102,15 @@ def alarm_banner(per_task: pd.DataFrame, daily: pd.DataFrame,
             icon=":material/warning:",
         )
     if not low.empty:
-        names = ", ".join(f"**{row['task_type']}** {charts.format_percent(row['hit_rate'])} "
-                          f"of {row['rate_runs']:,}" for _, row in low.iterrows())
-        st.info(f"Above the {line} line on a low sample (< {LOW_SAMPLE_RUNS} budgeted "
-                f"finished runs): {names}. Too few runs to call an alarm yet.",
-                icon=":material/science:")
+        names = ", ".join(
+            f"**{row['task_type']}** {charts.format_percent(row['hit_rate'])} of {row['rate_runs']:,}"
+            for _, row in low.iterrows()
+        )
+        st.info(
+            f"Above the {line} line on a low sample (< {LOW_SAMPLE_RUNS} budgeted "
+            f"finished runs): {names}. Too few runs to call an alarm yet.",
+            icon=":material/science:",
+        )
 
 
 def task_colors() -> dict[str, str]:
@@ -121,8 +134,9 @@ def _whole(series: pd.Series) -> bool:
     return bool(((values - values.round()).abs() < 1e-9).all())
 
 
-def display_frame(frame: pd.DataFrame, *, unpriced: str = "unpriced",
-                  tz: str | None = None) -> tuple[pd.DataFrame, dict]:
+def display_frame(
+    frame: pd.DataFrame, *, unpriced: str = "unpriced", tz: str | None = None
+) -> tuple[pd.DataFrame, dict]:
     """(frame, column_config) for ``st.dataframe`` with the dashboard's one display rule.
 
     Every column gets its human label (``formatting.column_label``). USD columns (``*_usd``)
@@ -145,10 +159,10 @@ def display_frame(frame: pd.DataFrame, *, unpriced: str = "unpriced",
             shown[column] = [format_usd(v, unpriced=unpriced) for v in series]
             config[column] = st.column_config.TextColumn(label, alignment="right")
         elif name == "low_sample":
-            shown[column] = [LOW_SAMPLE_BADGE if not is_missing(v) and bool(v) else ""
-                             for v in series]
+            shown[column] = [LOW_SAMPLE_BADGE if not is_missing(v) and bool(v) else "" for v in series]
             config[column] = st.column_config.TextColumn(
-                label, help=f"low sample = fewer than {LOW_SAMPLE_RUNS} runs: a rough guide")
+                label, help=f"low sample = fewer than {LOW_SAMPLE_RUNS} runs: a rough guide"
+            )
         elif name.endswith("_rate") and numeric:
             shown[column] = series * 100
             config[column] = st.column_config.NumberColumn(label, format="%.1f %%")
@@ -159,12 +173,16 @@ def display_frame(frame: pd.DataFrame, *, unpriced: str = "unpriced",
                 values = pd.to_datetime(series)
                 shown[column] = values.dt.tz_localize("UTC").dt.tz_convert(tz).dt.tz_localize(None)
             config[column] = st.column_config.DatetimeColumn(
-                f"{label} ({tz or 'UTC'})", format="YYYY-MM-DD HH:mm:ss")
+                f"{label} ({tz or 'UTC'})", format="YYYY-MM-DD HH:mm:ss"
+            )
         elif name == "run_id":
             longest = max((len(str(v)) for v in series if not is_missing(v)), default=8)
             config[column] = st.column_config.TextColumn(  # wide enough for the whole id
-                label, width=int(min(RUN_ID_MAX_PX, 7.2 * longest + 26)), pinned=True,
-                help="The run's id (hover a cell or widen the column to read a long one)")
+                label,
+                width=int(min(RUN_ID_MAX_PX, 7.2 * longest + 26)),
+                pinned=True,
+                help="The run's id (hover a cell or widen the column to read a long one)",
+            )
         elif numeric and number_format(name):
             fmt = number_format(name)
             if fmt == "%,.1f" and _whole(series):
@@ -177,8 +195,15 @@ def display_frame(frame: pd.DataFrame, *, unpriced: str = "unpriced",
     return shown, config
 
 
-def table(frame: pd.DataFrame, column_config: dict | None = None, *, first: Sequence[str] = (),
-          unpriced: str = "unpriced", tz: str | None = None, **kwargs) -> None:
+def table(
+    frame: pd.DataFrame,
+    column_config: dict | None = None,
+    *,
+    first: Sequence[str] = (),
+    unpriced: str = "unpriced",
+    tz: str | None = None,
+    **kwargs,
+) -> None:
     """``st.dataframe`` without the index, missing values as an em dash (never ``None``),
     columns labelled and formatted by ``display_frame``; ``first`` names the columns shown
     first (the most important ones), the others follow in their order; ``column_config``
@@ -187,8 +212,9 @@ def table(frame: pd.DataFrame, column_config: dict | None = None, *, first: Sequ
     config.update(column_config or {})
     order = [c for c in first if c in shown.columns]
     order += [c for c in shown.columns if c not in order]
-    st.dataframe(shown, hide_index=True, column_config=config, column_order=order,
-                 placeholder=MISSING, **kwargs)
+    st.dataframe(
+        shown, hide_index=True, column_config=config, column_order=order, placeholder=MISSING, **kwargs
+    )
 
 
 def usd_column(frame: pd.DataFrame, column: str = "cost_usd", label: str = "cost") -> pd.DataFrame:
@@ -211,6 +237,7 @@ def local_time(frame: pd.DataFrame, column: str, tz: str) -> pd.DataFrame:
 
 
 def no_runs(f) -> None:
-    st.info("No runs match these filters. Widen the time window or clear a filter.",
-            icon=":material/filter_alt_off:")
-
+    st.info(
+        "No runs match these filters. Widen the time window or clear a filter.",
+        icon=":material/filter_alt_off:",
+    )

@@ -6,13 +6,18 @@ from __future__ import annotations
 
 import streamlit as st
 
-from dashboard import analysis, charts, data
-from dashboard.app_pages import _ui
-from dashboard.formatting import MISSING, is_missing
+from budgetlens.analysis import views as analysis
+from budgetlens.dashboard import charts, data
+from budgetlens.dashboard.app_pages import _ui
+from budgetlens.dashboard.formatting import MISSING, is_missing
 
 f = data.filters()
-_ui.header("Baselines", "What a run of each task type really uses: P50 / P95 / max "
-           "(quantile_cont; fewer than 20 runs = low sample).", f)
+_ui.header(
+    "Baselines",
+    "What a run of each task type really uses: P50 / P95 / max "
+    "(quantile_cont; fewer than 20 runs = low sample).",
+    f,
+)
 by_model = st.toggle("Split by model", key="baselines_by_model")
 multiplier = float(st.session_state.get("presets_multiplier", analysis.DEFAULT_MULTIPLIER))
 table = data.query("baselines", f, by_model=by_model)
@@ -25,30 +30,53 @@ if table.empty:
 else:
     low = table.loc[table["low_sample"], "task_type"].unique().tolist()
     if low:
-        st.warning(f"Low sample (< {analysis.LOW_SAMPLE_RUNS} runs): {', '.join(low)}. Their P95 "
-                   "is a rough guide; collect more runs before adopting a preset.",
-                   icon=":material/science:")
-    st.caption("P50 and P95 are interpolated (quantile_cont) and shown with one decimal; "
-               "cost columns use only fully priced runs (n_cost); — = no value.")
-    _ui.table(table, unpriced=MISSING, first=(
-        "task_type", "model", "n", "low_sample", "p50_total_tokens", "p95_total_tokens",
-        "max_total_tokens", "n_cost", "p50_cost_usd", "p95_cost_usd", "max_cost_usd"))
+        st.warning(
+            f"Low sample (< {analysis.LOW_SAMPLE_RUNS} runs): {', '.join(low)}. Their P95 "
+            "is a rough guide; collect more runs before adopting a preset.",
+            icon=":material/science:",
+        )
+    st.caption(
+        "P50 and P95 are interpolated (quantile_cont) and shown with one decimal; "
+        "cost columns use only fully priced runs (n_cost); — = no value."
+    )
+    _ui.table(
+        table,
+        unpriced=MISSING,
+        first=(
+            "task_type",
+            "model",
+            "n",
+            "low_sample",
+            "p50_total_tokens",
+            "p95_total_tokens",
+            "max_total_tokens",
+            "n_cost",
+            "p50_cost_usd",
+            "p95_cost_usd",
+            "max_cost_usd",
+        ),
+    )
     presets = analysis.presets(per_task, multiplier).set_index("task_type")
-    limit_by_task = (limits.set_index("task_type")["limit_total_tokens"].to_dict()
-                     if not limits.empty else {})
+    limit_by_task = limits.set_index("task_type")["limit_total_tokens"].to_dict() if not limits.empty else {}
     colors = _ui.task_colors()
     st.subheader("Total tokens per run")
-    st.caption(f"Log axis. Preset = P95 × {multiplier:g} rounded up to the next 1,000 tokens "
-               "(change the multiplier on the Presets page). The current limit is drawn when "
-               "the runs ran under one.")
+    st.caption(
+        f"Log axis. Preset = P95 × {multiplier:g} rounded up to the next 1,000 tokens "
+        "(change the multiplier on the Presets page). The current limit is drawn when "
+        "the runs ran under one."
+    )
     columns = st.columns(2)
     for index, (_, row) in enumerate(per_task.sort_values("task_type").iterrows()):
         task = row["task_type"]
         limit = limit_by_task.get(task)
         fig = charts.token_distribution(
-            distribution, task, p50=row["p50_total_tokens"], p95=row["p95_total_tokens"],
+            distribution,
+            task,
+            p50=row["p50_total_tokens"],
+            p95=row["p95_total_tokens"],
             preset=presets.loc[task, "max_total_tokens"] if task in presets.index else None,
-            limit=None if is_missing(limit) else float(limit), color=colors.get(str(task)),
+            limit=None if is_missing(limit) else float(limit),
+            color=colors.get(str(task)),
         )
         with columns[index % 2]:
             _ui.chart(fig, f"baselines_dist_{index}")

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import streamlit as st
 
-from dashboard import charts, data
-from dashboard.app_pages import _ui
+from budgetlens.dashboard import charts, data
+from budgetlens.dashboard.app_pages import _ui
 
 f = data.filters()
 _ui.header("Cost", "Spend per period, model and task type (USD; prices from genai-prices).", f)
-period = st.radio("Period", ["day", "hour"], horizontal=True, key="cost_period",
-                  format_func=lambda p: f"per {p}")
+period = st.radio(
+    "Period", ["day", "hour"], horizontal=True, key="cost_period", format_func=lambda p: f"per {p}"
+)
 ov = data.query("overview", f)
 by_model = data.query("cost_by_period", f, period=period, by="model")
 by_task = data.query("cost_by_period", f, period=period, by="task_type")
@@ -20,37 +21,62 @@ top = data.query("top_runs", f, limit=20)
 
 no_runs = ov.runs == 0
 mean = ov.cost_usd / ov.priced_runs if ov.cost_usd is not None and ov.priced_runs else None
-_ui.tiles([
-    ("Total cost", "—" if no_runs else charts.format_usd(ov.cost_usd),
-     "Known spend: the sum of the priced calls; unpriced usage is not included"),
-    ("Priced runs", f"{ov.priced_runs:,} of {ov.runs:,}",
-     f"Runs with a cost; {ov.partially_priced_runs:,} of them are only partly priced"),
-    ("Mean cost / priced run", "—" if no_runs else charts.format_usd(mean),
-     "Known spend per run with a cost (a partly priced run counts its priced calls)"),
-    ("Unpriced calls", f"{ov.unpriced_calls:,}",
-     "Calls whose model has no known price; left out of the cost, shown as unpriced"),
-])
+_ui.tiles(
+    [
+        (
+            "Total cost",
+            "—" if no_runs else charts.format_usd(ov.cost_usd),
+            "Known spend: the sum of the priced calls; unpriced usage is not included",
+        ),
+        (
+            "Priced runs",
+            f"{ov.priced_runs:,} of {ov.runs:,}",
+            f"Runs with a cost; {ov.partially_priced_runs:,} of them are only partly priced",
+        ),
+        (
+            "Mean cost / priced run",
+            "—" if no_runs else charts.format_usd(mean),
+            "Known spend per run with a cost (a partly priced run counts its priced calls)",
+        ),
+        (
+            "Unpriced calls",
+            f"{ov.unpriced_calls:,}",
+            "Calls whose model has no known price; left out of the cost, shown as unpriced",
+        ),
+    ]
+)
 if ov.cost_is_lower_bound:
     notes = []
     if ov.unpriced_calls:
-        notes.append(f"{ov.unpriced_calls:,} calls used a model with no known price: their cost "
-                     "is **unpriced** and not included above (never counted as $0). Add the "
-                     "model to a price file (BUDGETLENS_PRICES_FILE) to price it.")
+        notes.append(
+            f"{ov.unpriced_calls:,} calls used a model with no known price: their cost "
+            "is **unpriced** and not included above (never counted as $0). Add the "
+            "model to a price file (BUDGETLENS_PRICES_FILE) to price it."
+        )
     if ov.partially_priced_runs:
-        notes.append(f"Partly priced runs: {ov.partially_priced_runs:,} (unpriced calls or "
-                     "unknown usage); their cost is known spend **+ unpriced usage**.")
+        notes.append(
+            f"Partly priced runs: {ov.partially_priced_runs:,} (unpriced calls or "
+            "unknown usage); their cost is known spend **+ unpriced usage**."
+        )
     st.warning(" ".join(notes), icon=":material/money_off:")
 if no_runs:
     _ui.no_runs(f)
 else:
     left, right = st.columns(2)
     with left:
-        _ui.chart(charts.cost_stacked(by_model, period=period, by="model",
-                                      colors=_ui.model_colors()), "cost_by_model")
+        _ui.chart(
+            charts.cost_stacked(by_model, period=period, by="model", colors=_ui.model_colors()),
+            "cost_by_model",
+        )
     with right:
-        _ui.chart(charts.cost_stacked(by_task, period=period, by="task_type",
-                                      colors=_ui.task_colors()), "cost_by_task")
+        _ui.chart(
+            charts.cost_stacked(by_task, period=period, by="task_type", colors=_ui.task_colors()),
+            "cost_by_task",
+        )
     _ui.chart(charts.cost_per_run(per_run, colors=_ui.task_colors()), "cost_per_run")
     st.subheader("Most expensive runs")
-    _ui.table(top, tz=f.tz, first=("run_id", "cost_usd", "task_type", "total_tokens",
-                                   "stop_reason", "models", "start_utc"))
+    _ui.table(
+        top,
+        tz=f.tz,
+        first=("run_id", "cost_usd", "task_type", "total_tokens", "stop_reason", "models", "start_utc"),
+    )

@@ -5,30 +5,42 @@ from __future__ import annotations
 
 import streamlit as st
 
-from dashboard import charts, data
-from dashboard.app_pages import _ui
-from dashboard.formatting import format_hit_rate
+from budgetlens.dashboard import charts, data
+from budgetlens.dashboard.app_pages import _ui
+from budgetlens.dashboard.formatting import format_hit_rate
 
 f = data.filters()
 ov = data.query("overview", f)
 daily = data.query("hit_rate_daily", f)
 reasons = data.query("stop_reasons", f)
 
-_ui.header("Budget hit rate",
-           "Above 20 % a budget is too tight or the agent has a bug (stop reasons budget_*).", f)
+_ui.header(
+    "Budget hit rate", "Above 20 % a budget is too tight or the agent has a bug (stop reasons budget_*).", f
+)
 _ui.alarm_banner(ov.per_task, daily)
 stops = int(daily["budget_stops"].sum()) if not daily.empty else 0
 interventions = int(daily["interventions"].sum()) if not daily.empty else 0
-_ui.tiles([
-    ("Hit rate", format_hit_rate(ov.hit_rate, ov.finished_runs),
-     "Budget stops / finished budgeted runs; no budget = none of the runs ran under a limit"),
-    ("Budget stops", f"{stops:,}", None),
-    ("Intervention rate", format_hit_rate(ov.intervention_rate, ov.finished_runs),
-     "Budget stops plus downgraded or summarized runs"),
-    ("Interventions", f"{interventions:,}", None),
-    ("Budgeted runs", f"{ov.budgeted_runs:,} of {ov.finished_runs:,}",
-     "Finished runs that ran under a budget (at least one limit): the rates' denominator"),
-])
+_ui.tiles(
+    [
+        (
+            "Hit rate",
+            format_hit_rate(ov.hit_rate, ov.finished_runs),
+            "Budget stops / finished budgeted runs; no budget = none of the runs ran under a limit",
+        ),
+        ("Budget stops", f"{stops:,}", None),
+        (
+            "Intervention rate",
+            format_hit_rate(ov.intervention_rate, ov.finished_runs),
+            "Budget stops plus downgraded or summarized runs",
+        ),
+        ("Interventions", f"{interventions:,}", None),
+        (
+            "Budgeted runs",
+            f"{ov.budgeted_runs:,} of {ov.finished_runs:,}",
+            "Finished runs that ran under a budget (at least one limit): the rates' denominator",
+        ),
+    ]
+)
 if ov.runs == 0:
     _ui.no_runs(f)
 else:
@@ -39,8 +51,6 @@ else:
         _ui.chart(charts.stop_reasons(reasons), "hit_rate_reasons")
     with right:
         _ui.chart(charts.rate_by_task(ov.per_task), "hit_rate_by_task")
-    _ui.chart(charts.hit_rate_daily(daily, rate="intervention_rate", colors=colors),
-              "hit_rate_interventions")
+    _ui.chart(charts.hit_rate_daily(daily, rate="intervention_rate", colors=colors), "hit_rate_interventions")
     with st.expander("Daily figures"):
-        _ui.table(daily, first=("day", "task_type", "hit_rate", "budgeted_runs",
-                                 "finished_runs"))
+        _ui.table(daily, first=("day", "task_type", "hit_rate", "budgeted_runs", "finished_runs"))

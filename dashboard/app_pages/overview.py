@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import streamlit as st
 
-from dashboard import charts, data
-from dashboard.app_pages import _ui
-from dashboard.formatting import format_hit_rate
+from budgetlens.dashboard import charts, data
+from budgetlens.dashboard.app_pages import _ui
+from budgetlens.dashboard.formatting import format_hit_rate
 
 f = data.filters()
 ov = data.query("overview", f)
@@ -17,38 +17,73 @@ cost_daily = data.query("cost_by_period", f, period="day", by="task_type")
 _ui.header("Overview", "What the agents cost and how often their budgets stop them.", f)
 _ui.alarm_banner(ov.per_task, daily)
 no_runs = ov.runs == 0
-_ui.tiles([
-    ("Runs", f"{ov.runs:,}", f"{ov.finished_runs:,} finished, {ov.budgeted_runs:,} of them "
-     "under a budget (the hit rate's denominator)"),
-    ("Cost", "—" if no_runs else charts.format_usd(ov.cost_usd),
-     f"Known spend: the priced calls of {ov.priced_runs:,} runs (USD, prices from "
-     "genai-prices); unpriced usage is not included, never counted as $0"),
-    ("Budget hit rate", format_hit_rate(ov.hit_rate, ov.finished_runs),
-     "Finished budgeted runs stopped by a budget (stop reason budget_*); alarm above 20 %; "
-     "no budget = none of the runs ran under a limit"),
-    ("P95 tokens / run", charts.format_tokens(ov.p95_total_tokens),
-     "95th percentile of total tokens per run (quantile_cont): "
-     + ("n/a" if ov.p95_total_tokens is None else f"{ov.p95_total_tokens:,.1f}")),
-])
-_ui.tiles([
-    ("Intervention rate", format_hit_rate(ov.intervention_rate, ov.finished_runs),
-     "Budget stops plus downgraded or summarized runs"),
-    ("Priced runs", f"{ov.priced_runs:,}",
-     f"Runs with a cost; {ov.partially_priced_runs:,} of them also had unpriced calls or "
-     "unknown usage, so their cost is partial"),
-    ("Unpriced calls", f"{ov.unpriced_calls:,}",
-     "Calls with reported usage but no known price: not in the cost, never counted as $0"),
-    ("Unknown-usage runs", f"{ov.unknown_usage_runs:,}",
-     "Runs with a call whose usage was not reported; the reservation was charged"),
-])
+_ui.tiles(
+    [
+        (
+            "Runs",
+            f"{ov.runs:,}",
+            f"{ov.finished_runs:,} finished, {ov.budgeted_runs:,} of them "
+            "under a budget (the hit rate's denominator)",
+        ),
+        (
+            "Cost",
+            "—" if no_runs else charts.format_usd(ov.cost_usd),
+            f"Known spend: the priced calls of {ov.priced_runs:,} runs (USD, prices from "
+            "genai-prices); unpriced usage is not included, never counted as $0",
+        ),
+        (
+            "Budget hit rate",
+            format_hit_rate(ov.hit_rate, ov.finished_runs),
+            "Finished budgeted runs stopped by a budget (stop reason budget_*); alarm above 20 %; "
+            "no budget = none of the runs ran under a limit",
+        ),
+        (
+            "P95 tokens / run",
+            charts.format_tokens(ov.p95_total_tokens),
+            "95th percentile of total tokens per run (quantile_cont): "
+            + ("n/a" if ov.p95_total_tokens is None else f"{ov.p95_total_tokens:,.1f}"),
+        ),
+    ]
+)
+_ui.tiles(
+    [
+        (
+            "Intervention rate",
+            format_hit_rate(ov.intervention_rate, ov.finished_runs),
+            "Budget stops plus downgraded or summarized runs",
+        ),
+        (
+            "Priced runs",
+            f"{ov.priced_runs:,}",
+            f"Runs with a cost; {ov.partially_priced_runs:,} of them also had unpriced calls or "
+            "unknown usage, so their cost is partial",
+        ),
+        (
+            "Unpriced calls",
+            f"{ov.unpriced_calls:,}",
+            "Calls with reported usage but no known price: not in the cost, never counted as $0",
+        ),
+        (
+            "Unknown-usage runs",
+            f"{ov.unknown_usage_runs:,}",
+            "Runs with a call whose usage was not reported; the reservation was charged",
+        ),
+    ]
+)
 if ov.cost_usd is not None and ov.cost_is_lower_bound:
-    parts = [f"{n:,} {one if n == 1 else many}" for n, one, many in (
-        (ov.unpriced_calls, "call with no known price", "calls with no known price"),
-        (ov.partially_priced_runs, "partly priced run", "partly priced runs"),
-        (ov.unknown_usage_runs, "run with unknown usage", "runs with unknown usage"),
-    ) if n]
-    st.caption(f"Cost {charts.format_usd(ov.cost_usd)} is known spend **+ unpriced usage** "
-               f"({', '.join(parts)}): the unpriced part is not in the sum, never counted as $0.")
+    parts = [
+        f"{n:,} {one if n == 1 else many}"
+        for n, one, many in (
+            (ov.unpriced_calls, "call with no known price", "calls with no known price"),
+            (ov.partially_priced_runs, "partly priced run", "partly priced runs"),
+            (ov.unknown_usage_runs, "run with unknown usage", "runs with unknown usage"),
+        )
+        if n
+    ]
+    st.caption(
+        f"Cost {charts.format_usd(ov.cost_usd)} is known spend **+ unpriced usage** "
+        f"({', '.join(parts)}): the unpriced part is not in the sum, never counted as $0."
+    )
 if no_runs:
     _ui.no_runs(f)
 else:
@@ -56,8 +91,10 @@ else:
     with left:
         _ui.chart(charts.rate_by_task(ov.per_task), "overview_rates")
     with right:
-        _ui.chart(charts.cost_stacked(cost_daily, period="day", by="task_type",
-                                      colors=_ui.task_colors()), "overview_cost")
+        _ui.chart(
+            charts.cost_stacked(cost_daily, period="day", by="task_type", colors=_ui.task_colors()),
+            "overview_cost",
+        )
     _ui.chart(charts.runs_per_day(daily, colors=_ui.task_colors()), "overview_runs_per_day")
     st.subheader("Per task type")
     _ui.table(
@@ -65,9 +102,14 @@ else:
         first=("task_type", "runs", "budgeted_runs", "hit_rate", "intervention_rate", "cost_usd"),
         column_config={
             "hit_rate": st.column_config.ProgressColumn(
-                "Hit rate", format="%.1f %%", min_value=0.0, max_value=100.0,
-                help="Budget stops / finished budgeted runs; — = no budgeted run"),
+                "Hit rate",
+                format="%.1f %%",
+                min_value=0.0,
+                max_value=100.0,
+                help="Budget stops / finished budgeted runs; — = no budgeted run",
+            ),
             "intervention_rate": st.column_config.ProgressColumn(
-                "Intervention rate", format="%.1f %%", min_value=0.0, max_value=100.0),
+                "Intervention rate", format="%.1f %%", min_value=0.0, max_value=100.0
+            ),
         },
     )

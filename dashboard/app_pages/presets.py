@@ -6,18 +6,30 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from collector.preset_format import LIMIT_KEYS
-from dashboard import analysis, charts, data, presets_export
-from dashboard.app_pages import _ui
-from dashboard.formatting import MISSING, column_label
+from budgetlens.analysis import preset_export as presets_export
+from budgetlens.analysis import views as analysis
+from budgetlens.dashboard import charts, data
+from budgetlens.dashboard.app_pages import _ui
+from budgetlens.dashboard.formatting import MISSING, column_label
+from budgetlens.guard.preset_file import LIMIT_KEYS
 
 
 def render() -> None:
     f = data.filters()
-    _ui.header("Presets", "Recommended budgets: P95 × multiplier, rounded up (tokens to 1,000, "
-               "counts to 1, seconds to 5, USD to 2 significant figures).", f)
-    multiplier = st.slider("Multiplier (preset = P95 × multiplier)", min_value=1.0, max_value=3.0,
-                           value=analysis.DEFAULT_MULTIPLIER, step=0.1, key="presets_multiplier")
+    _ui.header(
+        "Presets",
+        "Recommended budgets: P95 × multiplier, rounded up (tokens to 1,000, "
+        "counts to 1, seconds to 5, USD to 2 significant figures).",
+        f,
+    )
+    multiplier = st.slider(
+        "Multiplier (preset = P95 × multiplier)",
+        min_value=1.0,
+        max_value=3.0,
+        value=analysis.DEFAULT_MULTIPLIER,
+        step=0.1,
+        key="presets_multiplier",
+    )
     baselines = data.query("baselines", f)
     limits = data.query("current_limits", f)
     first, last, _ = data.query("data_extent")
@@ -30,8 +42,9 @@ def render() -> None:
     changes = analysis.preset_changes(recommended, limits)
     low = recommended.loc[recommended["low_sample"], "task_type"].tolist()
     if low:
-        st.warning(f"Low sample (< {analysis.LOW_SAMPLE_RUNS} runs): {', '.join(low)}.",
-                   icon=":material/science:")
+        st.warning(
+            f"Low sample (< {analysis.LOW_SAMPLE_RUNS} runs): {', '.join(low)}.", icon=":material/science:"
+        )
 
     start = f.start_utc or first
     end = f.end_utc or last
@@ -45,37 +58,57 @@ def render() -> None:
         ("TOML", presets_export.to_toml, "application/toml", "toml"),
         ("JSON", presets_export.to_json, "application/json", "json"),
     ):
-        buttons.download_button(label, to_text(document), file_name=f"presets.{ext}", mime=mime,
-                                key=f"presets_download_{ext}", icon=":material/download:",
-                                help=f"Download presets.{ext}", width="content")
+        buttons.download_button(
+            label,
+            to_text(document),
+            file_name=f"presets.{ext}",
+            mime=mime,
+            key=f"presets_download_{ext}",
+            icon=":material/download:",
+            help=f"Download presets.{ext}",
+            width="content",
+        )
 
     st.subheader("Recommended presets")
-    st.caption("— = no recommendation: no run of the task type reported that figure (a cost "
-               "preset needs fully priced runs).")
-    _ui.table(recommended, unpriced=MISSING,
-              first=("task_type", "n", "low_sample", "max_total_tokens", "max_cost_usd"),
-              column_config={k: st.column_config.NumberColumn(
-                  column_label(k), format="%,.0f", help=f"Preset file key {k}")
-                  for k in LIMIT_KEYS if not k.endswith("_usd")})
+    st.caption(
+        "— = no recommendation: no run of the task type reported that figure (a cost "
+        "preset needs fully priced runs)."
+    )
+    _ui.table(
+        recommended,
+        unpriced=MISSING,
+        first=("task_type", "n", "low_sample", "max_total_tokens", "max_cost_usd"),
+        column_config={
+            k: st.column_config.NumberColumn(column_label(k), format="%,.0f", help=f"Preset file key {k}")
+            for k in LIMIT_KEYS
+            if not k.endswith("_usd")
+        },
+    )
 
     st.subheader("Change against the limits the runs ran under")
     key = st.selectbox("Limit", LIMIT_KEYS, key="presets_key")
     _ui.chart(charts.preset_comparison(changes, key), "presets_comparison")
     shown = changes[changes["key"] == key].copy()
-    shown["change"] = [charts.format_change(change, current=current, recommended=recommended)
-                       for change, current, recommended
-                       in zip(shown["change_pct"], shown["current"], shown["recommended"])]
+    shown["change"] = [
+        charts.format_change(change, current=current, recommended=recommended)
+        for change, current, recommended in zip(shown["change_pct"], shown["current"], shown["recommended"])
+    ]
     for column in ("current", "recommended"):
         shown[column] = pd.to_numeric(shown[column], errors="coerce")
     if key.endswith("_usd"):  # the CLI's USD format, as text
         shown = shown.rename(columns={c: f"{c}_usd" for c in ("current", "recommended")})
         labels = {"current_usd": "Current limit (USD)", "recommended_usd": "Recommended (USD)"}
     else:
-        labels = {c: st.column_config.NumberColumn(column_label(c), format="%,.0f")
-                  for c in ("current", "recommended")}
-    _ui.table(shown.drop(columns=["change_pct"]), unpriced=MISSING, column_config=labels,
-              first=("task_type", "current", "current_usd", "recommended", "recommended_usd",
-                     "change", "key"))
+        labels = {
+            c: st.column_config.NumberColumn(column_label(c), format="%,.0f")
+            for c in ("current", "recommended")
+        }
+    _ui.table(
+        shown.drop(columns=["change_pct"]),
+        unpriced=MISSING,
+        column_config=labels,
+        first=("task_type", "current", "current_usd", "recommended", "recommended_usd", "change", "key"),
+    )
     with st.expander("Preview of the preset file (YAML)"):
         st.code(presets_export.to_yaml(document), language="yaml")
 

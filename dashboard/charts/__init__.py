@@ -1,9 +1,9 @@
 """Plotly figure builders for the dashboard (pure: no streamlit import, no database access).
 
 Each builder takes the pandas DataFrame an analysis function returns (columns as documented in
-``dashboard.analysis``) and returns a ``plotly.graph_objects.Figure`` with titled axes that carry
+``budgetlens.analysis.views``) and returns a ``plotly.graph_objects.Figure`` with titled axes that carry
 their units. An empty frame gives an empty figure that says "No runs in this selection", never a
-misleading zero. Text formatting (``"unpriced"``, never ``$0``) lives in ``dashboard.formatting``.
+misleading zero. Text formatting (``"unpriced"``, never ``$0``) lives in ``budgetlens.dashboard.formatting``.
 
 One module per concern: ``cost``, ``rates`` (hit rate, intervention rate, stop reasons),
 ``distributions`` (token distribution, preset comparison), ``runs`` (one run, runs per day) and
@@ -13,7 +13,7 @@ One module per concern: ``cost``, ``rates`` (hit rate, intervention rate, stop r
 
 from __future__ import annotations
 
-from dashboard.charts._style import (
+from budgetlens.dashboard.charts._style import (
     EMPTY_TEXT,
     HIT_RATE_ALARM,
     MARKER_COLORS,
@@ -23,11 +23,11 @@ from dashboard.charts._style import (
     TEMPLATE,
     color_map,
 )
-from dashboard.charts.cost import bucket_label, cost_per_run, cost_stacked, top_runs_table
-from dashboard.charts.distributions import preset_comparison, token_distribution
-from dashboard.charts.rates import hit_rate_daily, rate_by_task, stop_reasons
-from dashboard.charts.runs import run_turns, runs_per_day
-from dashboard.formatting import (  # re-exported for the pages
+from budgetlens.dashboard.charts.cost import bucket_label, cost_per_run, cost_stacked, top_runs_table
+from budgetlens.dashboard.charts.distributions import preset_comparison, token_distribution
+from budgetlens.dashboard.charts.rates import hit_rate_daily, rate_by_task, stop_reasons
+from budgetlens.dashboard.charts.runs import run_turns, runs_per_day
+from budgetlens.dashboard.formatting import (  # re-exported for the pages
     format_change,
     format_percent,
     format_tokens,

@@ -4,12 +4,12 @@ layout (``_base``), the empty-figure note and small axis helpers (pure Plotly, n
 from __future__ import annotations
 
 import math
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 import pandas as pd
 import plotly.graph_objects as go
 
-from dashboard.formatting import format_compact, is_missing
+from budgetlens.dashboard.formatting import format_compact, is_missing
 
 #: The alarm line of the budget hit rate (design §6): above it a budget is too tight or the
 #: agent has a bug.
@@ -28,10 +28,26 @@ TASK_COLORS = {
 #: Twenty distinct colors (Tableau 10 without its grey, then darker and lighter hues); keys beyond
 #: twenty cycle. Grey (#BAB0AC) is kept for "current limit" and reservations.
 PALETTE = (
-    "#4C78A8", "#F58518", "#54A24B", "#B279A2", "#72B7B2",
-    "#E45756", "#EECA3B", "#FF9DA6", "#9D755D", "#17BECF",
-    "#BCBD22", "#393B79", "#E377C2", "#8C6D31", "#637939",
-    "#843C39", "#5254A3", "#9EDAE5", "#CEDB9C", "#7B4173",
+    "#4C78A8",
+    "#F58518",
+    "#54A24B",
+    "#B279A2",
+    "#72B7B2",
+    "#E45756",
+    "#EECA3B",
+    "#FF9DA6",
+    "#9D755D",
+    "#17BECF",
+    "#BCBD22",
+    "#393B79",
+    "#E377C2",
+    "#8C6D31",
+    "#637939",
+    "#843C39",
+    "#5254A3",
+    "#9EDAE5",
+    "#CEDB9C",
+    "#7B4173",
 )
 STOP_COLORS = {
     "completed": "#54A24B",
@@ -88,7 +104,6 @@ def _number(value) -> float | None:
         return None
 
 
-
 def _base(title: str, x_title: str, y_title: str, *, height: int = 360) -> go.Figure:
     fig = go.Figure()
     fig.update_layout(
@@ -98,8 +113,15 @@ def _base(title: str, x_title: str, y_title: str, *, height: int = 360) -> go.Fi
         margin={"l": 60, "r": 20, "t": 45, "b": 10},
         # Below the plot, anchored to the figure's bottom edge (not the plot area's), so long or
         # tilted tick labels and the axis title never run into it.
-        legend={"orientation": "h", "yref": "container", "yanchor": "bottom", "y": 0.0,
-                "xanchor": "left", "x": 0.0, "font": {"size": 11}},
+        legend={
+            "orientation": "h",
+            "yref": "container",
+            "yanchor": "bottom",
+            "y": 0.0,
+            "xanchor": "left",
+            "x": 0.0,
+            "font": {"size": 11},
+        },
         hovermode="x unified",
     )
     fig.update_xaxes(title_text=x_title, title_standoff=6, automargin=True)
@@ -109,7 +131,12 @@ def _base(title: str, x_title: str, y_title: str, *, height: int = 360) -> go.Fi
 
 def _empty(fig: go.Figure, text: str = EMPTY_TEXT) -> go.Figure:
     fig.add_annotation(
-        text=text, xref="paper", yref="paper", x=0.5, y=0.5, showarrow=False,
+        text=text,
+        xref="paper",
+        yref="paper",
+        x=0.5,
+        y=0.5,
+        showarrow=False,
         font={"size": 14, "color": "#888"},
     )
     fig.update_xaxes(showticklabels=False)
@@ -128,13 +155,13 @@ def _log_ticks(low: float, high: float) -> tuple[list[float], list[str]]:
     1-2-5 steps, thinned to powers of ten when there are more than 9."""
     first, last = math.floor(math.log10(low)), math.ceil(math.log10(high))
     for steps in ((1, 2, 5), (1,)):
-        ticks = [m * 10 ** e for e in range(first, last + 1) for m in steps
-                 if low <= m * 10 ** e <= high]
+        ticks = [m * 10**e for e in range(first, last + 1) for m in steps if low <= m * 10**e <= high]
         if len(ticks) <= 9:
             break
     if len(ticks) < 3:
-        ticks = [m * 10 ** e for e in range(first, last + 1) for m in (1, 2, 3, 5, 7)
-                 if low <= m * 10 ** e <= high]
+        ticks = [
+            m * 10**e for e in range(first, last + 1) for m in (1, 2, 3, 5, 7) if low <= m * 10**e <= high
+        ]
     return ticks, [format_compact(t) for t in ticks]
 
 
@@ -151,7 +178,7 @@ def _token_axis(fig: go.Figure, top: float, axis: str = "y") -> None:
     if not top or not top > 0 or not math.isfinite(top):
         return
     step = _nice_step(float(top))
-    values = [k * step for k in range(0, int(top / step) + 2)]
+    values = [k * step for k in range(int(top / step) + 2)]
     update(tickvals=values, ticktext=[format_compact(v) for v in values])
 
 
@@ -162,8 +189,11 @@ def _few_periods(fig: go.Figure, values, hours: float = 24) -> None:
     if not stamps or len(stamps) >= 4:
         return
     step = pd.Timedelta(hours=hours)
-    fig.update_xaxes(range=[stamps[0] - step, stamps[-1] + step], dtick=step.total_seconds() * 1000,
-                     tickformat="%b %d" if hours >= 24 else "%b %d %H:%M")
+    fig.update_xaxes(
+        range=[stamps[0] - step, stamps[-1] + step],
+        dtick=step.total_seconds() * 1000,
+        tickformat="%b %d" if hours >= 24 else "%b %d %H:%M",
+    )
 
 
 def _require(df: pd.DataFrame, columns: Sequence[str], builder: str) -> None:
@@ -174,7 +204,11 @@ def _require(df: pd.DataFrame, columns: Sequence[str], builder: str) -> None:
 
 def _alarm_line(fig: go.Figure, y: float = HIT_RATE_ALARM * 100) -> None:
     fig.add_hline(
-        y=y, line_dash="dash", line_color="#E45756", line_width=1.5,
-        annotation_text=f"{y:.0f} % alarm line", annotation_position="top left",
+        y=y,
+        line_dash="dash",
+        line_color="#E45756",
+        line_width=1.5,
+        annotation_text=f"{y:.0f} % alarm line",
+        annotation_position="top left",
         annotation_font_color="#E45756",
     )

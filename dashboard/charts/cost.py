@@ -8,14 +8,22 @@ import math
 import pandas as pd
 import plotly.graph_objects as go
 
-from dashboard.charts._style import (
-    EMPTY_TEXT, TASK_COLORS, _base, _colors, _count_axis, _empty, _few_periods, _require,
+from budgetlens.dashboard.charts._style import (
+    EMPTY_TEXT,
+    TASK_COLORS,
+    _base,
+    _colors,
+    _count_axis,
+    _empty,
+    _few_periods,
+    _require,
 )
-from dashboard.formatting import format_usd
+from budgetlens.dashboard.formatting import format_usd
 
 
-def cost_stacked(df: pd.DataFrame, *, period: str = "day", by: str = "model",
-                 colors: dict[str, str] | None = None) -> go.Figure:
+def cost_stacked(
+    df: pd.DataFrame, *, period: str = "day", by: str = "model", colors: dict[str, str] | None = None
+) -> go.Figure:
     """Stacked bars of cost per period, one color per ``key`` (a model or a task type).
 
     ``df``: [period_start, key, cost_usd, runs, unpriced_calls]. Rows with NULL cost (unpriced)
@@ -31,11 +39,15 @@ def cost_stacked(df: pd.DataFrame, *, period: str = "day", by: str = "model",
     colors = _colors(priced["key"], colors, TASK_COLORS if by == "task_type" else None)
     for key, part in priced.groupby("key", sort=True):
         part = part.sort_values("period_start")
-        fig.add_trace(go.Bar(
-            x=part["period_start"], y=part["cost_usd"], name=str(key),
-            marker_color=colors[str(key)],
-            hovertemplate="%{y:$,.4~g}<extra>" + str(key) + "</extra>",
-        ))
+        fig.add_trace(
+            go.Bar(
+                x=part["period_start"],
+                y=part["cost_usd"],
+                name=str(key),
+                marker_color=colors[str(key)],
+                hovertemplate="%{y:$,.4~g}<extra>" + str(key) + "</extra>",
+            )
+        )
     fig.update_layout(barmode="stack", bargap=0.15)
     _few_periods(fig, priced["period_start"], hours=1 if period == "hour" else 24)
     fig.update_yaxes(tickformat="$,.3~g")  # $0.005, $0.25, $12 (never $0.00 for a cost)
@@ -78,18 +90,36 @@ def cost_per_run(df: pd.DataFrame, *, colors: dict[str, str] | None = None) -> g
     df = df.sort_values("bucket_low_usd")
     order = [bucket_label(lo, hi) for lo, hi in _cost_buckets(df)]
     colors = _colors(df["task_type"], colors, TASK_COLORS)
-    fig.add_trace(go.Bar(x=order, y=[0] * len(order), showlegend=False, hoverinfo="skip",
-                         name="buckets", marker_color="rgba(0,0,0,0)"))  # keeps empty buckets
+    fig.add_trace(
+        go.Bar(
+            x=order,
+            y=[0] * len(order),
+            showlegend=False,
+            hoverinfo="skip",
+            name="buckets",
+            marker_color="rgba(0,0,0,0)",
+        )
+    )  # keeps empty buckets
     for task, part in df.groupby("task_type", sort=True):
-        labels = [bucket_label(lo, hi)
-                  for lo, hi in zip(part["bucket_low_usd"], part["bucket_high_usd"])]
-        fig.add_trace(go.Bar(x=labels, y=part["runs"], name=str(task),
-                             marker_color=colors[str(task)],
-                             hovertemplate="%{x}: %{y} runs<extra>" + str(task) + "</extra>"))
+        labels = [bucket_label(lo, hi) for lo, hi in zip(part["bucket_low_usd"], part["bucket_high_usd"])]
+        fig.add_trace(
+            go.Bar(
+                x=labels,
+                y=part["runs"],
+                name=str(task),
+                marker_color=colors[str(task)],
+                hovertemplate="%{x}: %{y} runs<extra>" + str(task) + "</extra>",
+            )
+        )
     fig.update_layout(barmode="stack", bargap=0.05, hovermode="closest")
-    fig.update_xaxes(categoryorder="array", categoryarray=order, tickangle=0,
-                     tickvals=order, ticktext=[_two_lines(label) for label in order],
-                     tickfont={"size": 10})
+    fig.update_xaxes(
+        categoryorder="array",
+        categoryarray=order,
+        tickangle=0,
+        tickvals=order,
+        ticktext=[_two_lines(label) for label in order],
+        tickfont={"size": 10},
+    )
     _count_axis(fig, float(df.groupby("bucket_low_usd")["runs"].sum().max()))
     return fig
 

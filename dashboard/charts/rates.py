@@ -6,15 +6,25 @@ from __future__ import annotations
 import pandas as pd
 import plotly.graph_objects as go
 
-from dashboard.charts._style import (
-    HIT_RATE_ALARM, STOP_COLORS, TASK_COLORS, _alarm_line, _base, _colors, _count_axis, _empty,
-    _few_periods, _require, color_map,
+from budgetlens.dashboard.charts._style import (
+    HIT_RATE_ALARM,
+    STOP_COLORS,
+    TASK_COLORS,
+    _alarm_line,
+    _base,
+    _colors,
+    _count_axis,
+    _empty,
+    _few_periods,
+    _require,
+    color_map,
 )
-from dashboard.formatting import NO_BUDGET
+from budgetlens.dashboard.formatting import NO_BUDGET
 
 
-def hit_rate_daily(df: pd.DataFrame, *, rate: str = "hit_rate",
-                   colors: dict[str, str] | None = None) -> go.Figure:
+def hit_rate_daily(
+    df: pd.DataFrame, *, rate: str = "hit_rate", colors: dict[str, str] | None = None
+) -> go.Figure:
     """Lines of the daily hit rate (or ``intervention_rate``) per task type, in %, with the 20 %
     alarm line.
 
@@ -33,14 +43,19 @@ def hit_rate_daily(df: pd.DataFrame, *, rate: str = "hit_rate",
     noun = "budgeted runs" if base == "budgeted_runs" else "runs"
     for task, part in df.groupby("task_type", sort=True):
         part = part.sort_values("day")
-        fig.add_trace(go.Scatter(
-            x=part["day"], y=pd.to_numeric(part[rate], errors="coerce") * 100, name=str(task),
-            mode="lines+markers", connectgaps=False,
-            line={"color": colors[str(task)], "width": 2}, marker={"size": 5},
-            customdata=part[[base]].to_numpy(),
-            hovertemplate="%{y:.1f} % of %{customdata[0]:,} " + noun + "<extra>" + str(task)
-            + "</extra>",
-        ))
+        fig.add_trace(
+            go.Scatter(
+                x=part["day"],
+                y=pd.to_numeric(part[rate], errors="coerce") * 100,
+                name=str(task),
+                mode="lines+markers",
+                connectgaps=False,
+                line={"color": colors[str(task)], "width": 2},
+                marker={"size": 5},
+                customdata=part[[base]].to_numpy(),
+                hovertemplate="%{y:.1f} % of %{customdata[0]:,} " + noun + "<extra>" + str(task) + "</extra>",
+            )
+        )
     _alarm_line(fig)
     top = max(25.0, float((pd.to_numeric(df[rate], errors="coerce").fillna(0) * 100).max()) * 1.1)
     fig.update_yaxes(range=[0, top], ticksuffix=" %")
@@ -62,21 +77,49 @@ def rate_by_task(df: pd.DataFrame) -> go.Figure:
         return _empty(fig)
     df = df.sort_values("task_type", ascending=False).assign(
         hit_rate=lambda d: pd.to_numeric(d["hit_rate"], errors="coerce"),
-        intervention_rate=lambda d: pd.to_numeric(d["intervention_rate"], errors="coerce"))
-    fig.add_trace(go.Bar(y=df["task_type"], x=df["intervention_rate"] * 100, orientation="h",
-                         name="intervention rate (+ downgrades, summaries)",
-                         marker_color="#F58518", opacity=0.6))
-    fig.add_trace(go.Bar(y=df["task_type"], x=df["hit_rate"] * 100, orientation="h",
-                         name="hit rate (budget stops)", marker_color="#E45756"))
+        intervention_rate=lambda d: pd.to_numeric(d["intervention_rate"], errors="coerce"),
+    )
+    fig.add_trace(
+        go.Bar(
+            y=df["task_type"],
+            x=df["intervention_rate"] * 100,
+            orientation="h",
+            name="intervention rate (+ downgrades, summaries)",
+            marker_color="#F58518",
+            opacity=0.6,
+        )
+    )
+    fig.add_trace(
+        go.Bar(
+            y=df["task_type"],
+            x=df["hit_rate"] * 100,
+            orientation="h",
+            name="hit rate (budget stops)",
+            marker_color="#E45756",
+        )
+    )
     unbudgeted = df[df["hit_rate"].isna()]
     if not unbudgeted.empty:
-        fig.add_trace(go.Scatter(
-            y=unbudgeted["task_type"], x=[0] * len(unbudgeted), mode="text", text=[NO_BUDGET] *
-            len(unbudgeted), textposition="middle right", showlegend=False, hoverinfo="skip",
-            textfont={"color": "#888", "size": 11}, name=NO_BUDGET))
+        fig.add_trace(
+            go.Scatter(
+                y=unbudgeted["task_type"],
+                x=[0] * len(unbudgeted),
+                mode="text",
+                text=[NO_BUDGET] * len(unbudgeted),
+                textposition="middle right",
+                showlegend=False,
+                hoverinfo="skip",
+                textfont={"color": "#888", "size": 11},
+                name=NO_BUDGET,
+            )
+        )
     fig.add_vline(
-        x=HIT_RATE_ALARM * 100, line_dash="dash", line_color="#E45756", line_width=1.5,
-        annotation_text=f"{HIT_RATE_ALARM * 100:.0f} %", annotation_position="top",
+        x=HIT_RATE_ALARM * 100,
+        line_dash="dash",
+        line_color="#E45756",
+        line_width=1.5,
+        annotation_text=f"{HIT_RATE_ALARM * 100:.0f} %",
+        annotation_position="top",
         annotation_font_color="#E45756",
     )
     highest = pd.concat([df["hit_rate"], df["intervention_rate"]]).fillna(0).max()
@@ -103,11 +146,17 @@ def stop_reasons(df: pd.DataFrame) -> go.Figure:
     order += sorted(set(df["stop_reason"]) - set(order))
     for reason in order:
         part = df[df["stop_reason"] == reason]
-        fig.add_trace(go.Bar(
-            y=part["task_type"], x=part["runs"], name=str(reason), orientation="h",
-            marker_color=colors[str(reason)], customdata=part[["share"]].to_numpy(),
-            hovertemplate="%{x} runs (%{customdata[0]:.1f} %)<extra>" + str(reason) + "</extra>",
-        ))
+        fig.add_trace(
+            go.Bar(
+                y=part["task_type"],
+                x=part["runs"],
+                name=str(reason),
+                orientation="h",
+                marker_color=colors[str(reason)],
+                customdata=part[["share"]].to_numpy(),
+                hovertemplate="%{x} runs (%{customdata[0]:.1f} %)<extra>" + str(reason) + "</extra>",
+            )
+        )
     fig.update_layout(barmode="stack", hovermode="closest")
     fig.update_yaxes(categoryorder="category descending", rangemode=None, automargin=True)
     _count_axis(fig, float(df.groupby("task_type")["runs"].sum().max()), axis="x")

@@ -6,15 +6,26 @@ from __future__ import annotations
 import pandas as pd
 import plotly.graph_objects as go
 
-from dashboard.charts._style import (
-    TASK_COLORS, _base, _colors, _count_axis, _empty, _few_periods, _number, _require,
+from budgetlens.dashboard.charts._style import (
+    TASK_COLORS,
+    _base,
+    _colors,
+    _count_axis,
+    _empty,
+    _few_periods,
+    _number,
+    _require,
     _token_axis,
 )
-from dashboard.formatting import format_tokens, is_missing
+from budgetlens.dashboard.formatting import format_tokens, is_missing
 
 
-def run_turns(calls: pd.DataFrame, events: pd.DataFrame | None = None,
-              limit_total_tokens: float | None = None, run_id: str = "") -> go.Figure:
+def run_turns(
+    calls: pd.DataFrame,
+    events: pd.DataFrame | None = None,
+    limit_total_tokens: float | None = None,
+    run_id: str = "",
+) -> go.Figure:
     """One run: cumulative used tokens per turn (line), each turn's reservation (bars), the run's
     total-token limit (red line) and its budget events (markers at the turn they happened in).
 
@@ -28,47 +39,69 @@ def run_turns(calls: pd.DataFrame, events: pd.DataFrame | None = None,
     numbered = calls.empty or bool(calls["turn"].notna().all())
     unit = "turn" if numbered else "model call"
     title = f"Cumulative tokens per {unit}"
-    fig = _base(f"Run {run_id}: {title.lower()}" if run_id else title,
-                "Turn" if numbered else "Model call (in start order)", "Tokens", height=380)
+    fig = _base(
+        f"Run {run_id}: {title.lower()}" if run_id else title,
+        "Turn" if numbered else "Model call (in start order)",
+        "Tokens",
+        height=380,
+    )
     if calls.empty:
         return _empty(fig, "This run has no model calls")
     if not numbered and "start_utc" in calls.columns:
         calls = calls.sort_values("start_utc", kind="stable", na_position="last")
     calls = calls.reset_index(drop=True)
-    turns = (pd.Series(calls["turn"].astype(float).astype(int)) if numbered
-             else pd.Series(range(1, len(calls) + 1)))
+    turns = (
+        pd.Series(calls["turn"].astype(float).astype(int))
+        if numbered
+        else pd.Series(range(1, len(calls) + 1))
+    )
     reserved = pd.to_numeric(calls["reserved_tokens"], errors="coerce")
     if reserved.notna().any():
-        fig.add_trace(go.Bar(x=turns, y=reserved, name="reserved before the call",
-                             marker_color="#BAB0AC", opacity=0.6))
+        fig.add_trace(
+            go.Bar(x=turns, y=reserved, name="reserved before the call", marker_color="#BAB0AC", opacity=0.6)
+        )
     unknown = calls.get("usage_status", pd.Series(["reported"] * len(calls))) == "unknown"
-    fig.add_trace(go.Scatter(
-        x=turns, y=calls["cumulative_tokens"], name="cumulative used", mode="lines+markers",
-        line={"color": "#4C78A8", "width": 2.5},
-        marker={"size": [11 if u else 7 for u in unknown],
-                "symbol": ["x" if u else "circle" for u in unknown]},
-        hovertemplate=unit + " %{x}: %{y:,.0f} tokens<extra></extra>",
-    ))
+    fig.add_trace(
+        go.Scatter(
+            x=turns,
+            y=calls["cumulative_tokens"],
+            name="cumulative used",
+            mode="lines+markers",
+            line={"color": "#4C78A8", "width": 2.5},
+            marker={
+                "size": [11 if u else 7 for u in unknown],
+                "symbol": ["x" if u else "circle" for u in unknown],
+            },
+            hovertemplate=unit + " %{x}: %{y:,.0f} tokens<extra></extra>",
+        )
+    )
     limit_total_tokens = _number(limit_total_tokens)
     if limit_total_tokens is None and "limit_total_tokens" in calls.columns:
         limits = calls["limit_total_tokens"].dropna()
         limit_total_tokens = _number(limits.iloc[0]) if len(limits) else None
     if limit_total_tokens:
-        fig.add_hline(y=limit_total_tokens, line_color="#E45756", line_width=2,
-                      annotation_text=f"limit {format_tokens(limit_total_tokens)}",
-                      annotation_position="top left", annotation_font_color="#E45756")
+        fig.add_hline(
+            y=limit_total_tokens,
+            line_color="#E45756",
+            line_width=2,
+            annotation_text=f"limit {format_tokens(limit_total_tokens)}",
+            annotation_position="top left",
+            annotation_font_color="#E45756",
+        )
     if events is not None and not events.empty and "start_utc" in calls.columns:
         _add_events(fig, calls, turns, events)
     fig.update_layout(hovermode="closest", bargap=0.4)
-    drawn = [pd.to_numeric(calls["cumulative_tokens"], errors="coerce").max(), reserved.max(),
-             limit_total_tokens]
+    drawn = [
+        pd.to_numeric(calls["cumulative_tokens"], errors="coerce").max(),
+        reserved.max(),
+        limit_total_tokens,
+    ]
     _token_axis(fig, max(float(v) for v in drawn if not is_missing(v)) * 1.05)
     fig.update_xaxes(dtick=1 if len(calls) <= 30 else None)
     return fig
 
 
-def _add_events(fig: go.Figure, calls: pd.DataFrame, turns: pd.Series,
-                events: pd.DataFrame) -> None:
+def _add_events(fig: go.Figure, calls: pd.DataFrame, turns: pd.Series, events: pd.DataFrame) -> None:
     starts = pd.to_datetime(calls["start_utc"]).tolist()
     xs, ys, texts = [], [], []
     for _, event in events.sort_values("ts_utc").iterrows():
@@ -78,15 +111,31 @@ def _add_events(fig: go.Figure, calls: pd.DataFrame, turns: pd.Series,
         used = event.get("used_tokens")
         ys.append(used if pd.notna(used) else calls["cumulative_tokens"].iloc[index])
         name = str(event["name"]).removeprefix("budgetlens.")
-        detail = next((str(event[c]) for c in ("reason", "to_model", "tool_name")
-                       if c in event and not is_missing(event[c])), "")
+        detail = next(
+            (
+                str(event[c])
+                for c in ("reason", "to_model", "tool_name")
+                if c in event and not is_missing(event[c])
+            ),
+            "",
+        )
         texts.append(f"{name}: {detail}" if detail else name)
-    fig.add_trace(go.Scatter(
-        x=xs, y=ys, mode="markers", name="budget events", text=texts,
-        marker={"symbol": "diamond", "size": 11, "color": "#F58518",
-                "line": {"width": 1, "color": "#333"}},
-        hovertemplate="%{text}<br>%{y:,.0f} tokens<extra></extra>",
-    ))
+    fig.add_trace(
+        go.Scatter(
+            x=xs,
+            y=ys,
+            mode="markers",
+            name="budget events",
+            text=texts,
+            marker={
+                "symbol": "diamond",
+                "size": 11,
+                "color": "#F58518",
+                "line": {"width": 1, "color": "#333"},
+            },
+            hovertemplate="%{text}<br>%{y:,.0f} tokens<extra></extra>",
+        )
+    )
 
 
 def runs_per_day(df: pd.DataFrame, *, colors: dict[str, str] | None = None) -> go.Figure:
@@ -99,8 +148,9 @@ def runs_per_day(df: pd.DataFrame, *, colors: dict[str, str] | None = None) -> g
     colors = _colors(df["task_type"], colors, TASK_COLORS)
     for task, part in df.groupby("task_type", sort=True):
         part = part.sort_values("day")
-        fig.add_trace(go.Bar(x=part["day"], y=part["finished_runs"], name=str(task),
-                             marker_color=colors[str(task)]))
+        fig.add_trace(
+            go.Bar(x=part["day"], y=part["finished_runs"], name=str(task), marker_color=colors[str(task)])
+        )
     fig.update_layout(barmode="stack", bargap=0.15)
     _count_axis(fig, float(df.groupby("day")["finished_runs"].sum().max()))
     _few_periods(fig, df["day"])

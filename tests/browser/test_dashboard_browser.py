@@ -21,12 +21,12 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from conftest import find_free_port
 
 from browser.live_writer import null_heavy_batches, run_rows
-from collector.config import ENV_DB
-from collector.sample import write_sample
-from collector.store import write_batch, write_connection
-from conftest import find_free_port
+from budgetlens.config import ENV_DB
+from budgetlens.sample import write_sample
+from budgetlens.store import write_batch, write_connection
 
 pytestmark = pytest.mark.browser
 log = logging.getLogger(__name__)
@@ -48,18 +48,29 @@ LOCK_ERROR = re.compile(r"\block(ed)?\b|IO Error|IOException|Conflicting", re.IG
 def browser():
     missing = [str(p) for p in (CHROMIUM, CHROMEDRIVER) if not p.exists()]
     if missing:
-        pytest.fail(f"{', '.join(missing)} missing: install the Debian packages chromium and "
-                    "chromium-driver (`bash .ci/test` does)", pytrace=False)
+        pytest.fail(
+            f"{', '.join(missing)} missing: install the Debian packages chromium and "
+            "chromium-driver (`bash .ci/test` does)",
+            pytrace=False,
+        )
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 
     options = webdriver.ChromeOptions()
     options.binary_location = str(CHROMIUM)
     profile = tempfile.mkdtemp(prefix="budgetlens-chromium-")
-    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic",
-                 "--no-first-run", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync", "--window-size=1500,1250",
-                 f"--user-data-dir={profile}"):
+    for flag in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--window-size=1500,1250",
+        f"--user-data-dir={profile}",
+    ):
         options.add_argument(flag)
     driver = webdriver.Chrome(service=Service(str(CHROMEDRIVER)), options=options)
     driver.set_page_load_timeout(READY_TIMEOUT_S)
@@ -73,8 +84,11 @@ def dashboard(db: Path):
     port = find_free_port()
     env = {**os.environ, ENV_DB: "/nonexistent-the-flag-must-win.duckdb"}
     process = subprocess.Popen(
-        [sys.executable, "-m", "collector.cli", "dashboard", "--db", str(db), "--port", str(port)],
-        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        [sys.executable, "-m", "budgetlens.cli", "dashboard", "--db", str(db), "--port", str(port)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     base = f"http://127.0.0.1:{port}"
     try:
@@ -106,8 +120,9 @@ def _settled(driver, timeout_s: float = READY_TIMEOUT_S) -> None:
     from selenium.webdriver.support.ui import WebDriverWait
 
     wait = WebDriverWait(driver, timeout_s, poll_frequency=0.2)
-    wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, CHART)
-               or d.find_elements(By.CSS_SELECTOR, EXCEPTION))
+    wait.until(
+        lambda d: d.find_elements(By.CSS_SELECTOR, CHART) or d.find_elements(By.CSS_SELECTOR, EXCEPTION)
+    )
     wait.until(lambda d: not d.find_elements(By.CSS_SELECTOR, RUNNING))
     time.sleep(1.0)  # let Plotly finish drawing the last chart before the screenshot
 
@@ -156,8 +171,7 @@ def null_heavy_dashboard(tmp_path_factory):
 
 
 @pytest.mark.parametrize("page", PAGES)
-def test_null_heavy_data_renders_every_page_without_an_exception_or_none(
-        browser, null_heavy_dashboard, page):
+def test_null_heavy_data_renders_every_page_without_an_exception_or_none(browser, null_heavy_dashboard, page):
     from selenium.webdriver.common.by import By
 
     browser.get(f"{null_heavy_dashboard}/{'' if page == 'overview' else page}")
@@ -186,18 +200,19 @@ def test_live_overview_shows_new_runs_while_another_process_writes(browser, tmp_
     from selenium.webdriver.common.by import By
 
     db = tmp_path / "live.duckdb"
-    start = dt.datetime.now(dt.timezone.utc).replace(tzinfo=None) - dt.timedelta(hours=1)
+    start = dt.datetime.now(dt.UTC).replace(tzinfo=None) - dt.timedelta(hours=1)
     with write_connection(db) as conn:
         for index in range(5):
             write_batch(conn, *run_rows(f"seed-{index}", start_utc=start))
     writer = subprocess.Popen(
-        [sys.executable, str(HERE / "live_writer.py"), str(db), "--count", "400",
-         "--interval", "0.25"],
-        stdout=subprocess.PIPE, text=True,
+        [sys.executable, str(HERE / "live_writer.py"), str(db), "--count", "400", "--interval", "0.25"],
+        stdout=subprocess.PIPE,
+        text=True,
     )
     committed: queue.Queue = queue.Queue()
-    threading.Thread(target=lambda: [committed.put(time.monotonic()) for _ in writer.stdout],
-                     daemon=True).start()
+    threading.Thread(
+        target=lambda: [committed.put(time.monotonic()) for _ in writer.stdout], daemon=True
+    ).start()
     try:
         with dashboard(db) as base:
             browser.get(f"{base}/?refresh=5")
@@ -222,8 +237,11 @@ def test_live_overview_shows_new_runs_while_another_process_writes(browser, tmp_
                     time.sleep(0.2)
                 assert seen[-1] >= target, f"runs tile stuck at {seen[-5:]}, wanted {target}"
                 latencies.append(time.monotonic() - target_at)
-            log.info("new runs showed %s s after their commit (tile values %s)",
-                     [round(x, 1) for x in latencies], sorted(set(seen)))
+            log.info(
+                "new runs showed %s s after their commit (tile values %s)",
+                [round(x, 1) for x in latencies],
+                sorted(set(seen)),
+            )
             assert seen == sorted(seen)  # never dropped back to an empty or smaller tile
             SCREENSHOTS.mkdir(exist_ok=True)
             browser.save_screenshot(str(SCREENSHOTS / "live_overview.png"))

@@ -2,7 +2,7 @@
 
 from types import SimpleNamespace
 
-from collector import Action, BudgetExceeded, RunBudget
+from budgetlens import Action, BudgetExceeded, RunBudget
 
 
 class FakeOpenAI:
@@ -15,22 +15,33 @@ class FakeOpenAI:
     def _create(self, model, messages, tools=None):
         self.calls += 1
         if self.calls < 3:
-            call = SimpleNamespace(id=f"call_{self.calls}", type="function",
-                                   function=SimpleNamespace(name="search", arguments='{"q": "x"}'))
+            call = SimpleNamespace(
+                id=f"call_{self.calls}",
+                type="function",
+                function=SimpleNamespace(name="search", arguments='{"q": "x"}'),
+            )
             message = SimpleNamespace(role="assistant", content=None, tool_calls=[call])
         else:
             message = SimpleNamespace(role="assistant", content="done", tool_calls=None)
-        usage = {"prompt_tokens": 1200 * self.calls, "completion_tokens": 150,
-                 "prompt_tokens_details": {"cached_tokens": 1024 if self.calls > 1 else 0},
-                 "completion_tokens_details": {"reasoning_tokens": 64}}
+        usage = {
+            "prompt_tokens": 1200 * self.calls,
+            "completion_tokens": 150,
+            "prompt_tokens_details": {"cached_tokens": 1024 if self.calls > 1 else 0},
+            "completion_tokens_details": {"reasoning_tokens": 64},
+        }
         return SimpleNamespace(model=model, choices=[SimpleNamespace(message=message)], usage=usage)
 
 
 def run_agent(client, task):
     messages = [{"role": "user", "content": task}]
-    with RunBudget(max_total_tokens=20_000, max_turns=8, max_tool_calls=10,
-                   task_type="research", provider="openai",
-                   model_chain=("gpt-4o", "gpt-4o-mini")) as run:
+    with RunBudget(
+        max_total_tokens=20_000,
+        max_turns=8,
+        max_tool_calls=10,
+        task_type="research",
+        provider="openai",
+        model_chain=("gpt-4o", "gpt-4o-mini"),
+    ) as run:
         try:
             while True:
                 if run.before_turn() is Action.SUMMARIZE:
@@ -38,7 +49,8 @@ def run_agent(client, task):
                 reservation = run.reserve(4_000)  # estimated input + output tokens
                 try:
                     response = client.chat.completions.create(
-                        model=run.model, messages=messages, tools=[{"type": "function"}])
+                        model=run.model, messages=messages, tools=[{"type": "function"}]
+                    )
                 except Exception:
                     run.release(reservation)  # nothing was spent
                     raise

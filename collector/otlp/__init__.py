@@ -1,8 +1,8 @@
 """OTLP/HTTP trace bodies → store rows: the collector's pure ingest path in one import.
 
-Decoding (protobuf / JSON, gzip with a cap) lives in ``collector.otlp_decode``; the span mapping
+Decoding (protobuf / JSON, gzip with a cap) lives in ``budgetlens.otlp.decode``; the span mapping
 (budgetlens, GenAI semconv current and deprecated, OpenInference, OpenLLMetry) in
-``collector.mapping``. This module joins them:
+``budgetlens.otlp.mapping``. This module joins them:
 
     kind, decoded = decode(body, content_type, content_encoding, max_bytes)
     mapped = map_spans(decoded)          # Mapped(calls, records, events, spans, rejected, errors)
@@ -10,8 +10,7 @@ Decoding (protobuf / JSON, gzip with a cap) lives in ``collector.otlp_decode``; 
 
 from __future__ import annotations
 
-from collector.mapping import ALLOWED_ATTRIBUTES, Mapped, map_otlp_json, map_request
-from collector.otlp_decode import (
+from budgetlens.otlp.decode import (
     DEFAULT_MAX_BODY_BYTES,
     JSON,
     PROTOBUF,
@@ -20,6 +19,7 @@ from collector.otlp_decode import (
     decode,
     encode_response,
 )
+from budgetlens.otlp.mapping import ALLOWED_ATTRIBUTES, Mapped, map_otlp_json, map_request
 
 
 def map_spans(decoded: Decoded, *, source: str = "otlp", price: bool = True) -> Mapped:

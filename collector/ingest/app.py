@@ -5,7 +5,7 @@ Routes:
 - ``POST /v1/traces``: OTLP/HTTP, ``application/x-protobuf`` or ``application/json``, optionally
   ``Content-Encoding: gzip``. Answers 200 with an ``ExportTraceServiceResponse`` (in the request's
   encoding; ``partial_success`` when some spans were invalid) only after the valid spans are
-  durable: appended to the collector's journal and fsynced (``collector.ingest``; they are
+  durable: appended to the collector's journal and fsynced (``budgetlens.ingest.queue``; they are
   queryable in DuckDB about 0.25 s later). 400 malformed body, 401 missing/wrong bearer token
   (when one is configured; the scheme ``Bearer`` is case-insensitive), 413 body over
   ``max_body_bytes`` (compressed or inflated), 415 wrong content type or encoding, 503 +
@@ -28,22 +28,22 @@ import hmac
 import logging
 import os
 
+from google.rpc.status_pb2 import Status
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.applications import Starlette
 from starlette.requests import Request
-from google.rpc.status_pb2 import Status
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
-from collector.ingest import (
+from budgetlens.ingest.metrics import CollectorMetrics
+from budgetlens.ingest.queue import (
     DEFAULT_MAX_QUEUE_SPANS,
     IngestClosed,
     IngestQueue,
     QueueFull,
     StoreUnavailable,
 )
-from collector.metrics import CollectorMetrics
-from collector.otlp import (
+from budgetlens.otlp import (
     DEFAULT_MAX_BODY_BYTES,
     JSON,
     PROTOBUF,
@@ -52,7 +52,7 @@ from collector.otlp import (
     encode_response,
     map_spans,
 )
-from collector.otlp_decode import media_type
+from budgetlens.otlp.decode import media_type
 
 log = logging.getLogger(__name__)
 
@@ -61,11 +61,15 @@ RETRY_AFTER_S = 1
 _RPC_CODES = {400: 3, 401: 16, 413: 8, 415: 3, 503: 14}
 
 
-def create_app(db_path: str | os.PathLike, *, token: str | None = None,
-               max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
-               max_queue_spans: int = DEFAULT_MAX_QUEUE_SPANS,
-               metrics: CollectorMetrics | None = None,
-               ingest: IngestQueue | None = None) -> Starlette:
+def create_app(
+    db_path: str | os.PathLike,
+    *,
+    token: str | None = None,
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    max_queue_spans: int = DEFAULT_MAX_QUEUE_SPANS,
+    metrics: CollectorMetrics | None = None,
+    ingest: IngestQueue | None = None,
+) -> Starlette:
     """Build the ASGI app writing to the DuckDB file ``db_path``.
 
     ``token``: when set, ``/v1/traces`` requires ``Authorization: Bearer <token>``.
@@ -86,15 +90,17 @@ def create_app(db_path: str | os.PathLike, *, token: str | None = None,
         kind = _request_kind(request.headers.get("content-type"))
         if expected is not None:
             scheme, _, given = request.headers.get("authorization", "").strip().partition(" ")
-            if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(),
-                                                                     expected):
-                return _error(kind, 401, "missing or wrong bearer token",
-                              {"WWW-Authenticate": "Bearer"})
+            if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(), expected):
+                return _error(kind, 401, "missing or wrong bearer token", {"WWW-Authenticate": "Bearer"})
         try:
             media_type(request.headers.get("content-type"))
             body = await _read_body(request, max_body_bytes)
-            kind, decoded = decode(body, request.headers.get("content-type"),
-                                   request.headers.get("content-encoding"), max_body_bytes)
+            kind, decoded = decode(
+                body,
+                request.headers.get("content-type"),
+                request.headers.get("content-encoding"),
+                max_body_bytes,
+            )
             try:
                 mapped = map_spans(decoded)
             except RecursionError:
@@ -103,8 +109,7 @@ def create_app(db_path: str | os.PathLike, *, token: str | None = None,
             return _error(kind, error.status, error.reason)
         metrics.observe_received(mapped.spans, mapped.rejected)
         if mapped.rejected:
-            log.info("rejected %d of %d spans: %s", mapped.rejected, mapped.spans,
-                     mapped.error_message(2))
+            log.info("rejected %d of %d spans: %s", mapped.rejected, mapped.spans, mapped.error_message(2))
         if mapped.rows:
             try:
                 await asyncio.wrap_future(ingest.submit(mapped))
@@ -114,8 +119,7 @@ def create_app(db_path: str | os.PathLike, *, token: str | None = None,
                 return _retry_later(kind, str(error))
             except Exception as error:  # the journal failed; the exporter retries, PK dedupes
                 return _retry_later(kind, f"journal unavailable: {type(error).__name__}")
-        return Response(encode_response(kind, mapped.rejected, mapped.error_message()),
-                        media_type=kind)
+        return Response(encode_response(kind, mapped.rejected, mapped.error_message()), media_type=kind)
 
     async def metrics_endpoint(request: Request) -> Response:
         metrics.queue_spans.set(ingest.depth)
@@ -124,9 +128,13 @@ def create_app(db_path: str | os.PathLike, *, token: str | None = None,
 
     async def healthz(request: Request) -> Response:
         ok = ingest.alive
-        body = {"status": "ok" if ok else "writer stopped", "queue_spans": ingest.depth,
-                "backlog_spans": ingest.depth, "loader_lag_s": round(ingest.lag_s, 3),
-                "store_error": ingest.store_error}
+        body = {
+            "status": "ok" if ok else "writer stopped",
+            "queue_spans": ingest.depth,
+            "backlog_spans": ingest.depth,
+            "loader_lag_s": round(ingest.lag_s, 3),
+            "store_error": ingest.store_error,
+        }
         return JSONResponse(body, status_code=200 if ok else 503)
 
     @contextlib.asynccontextmanager
@@ -137,11 +145,14 @@ def create_app(db_path: str | os.PathLike, *, token: str | None = None,
         finally:
             await asyncio.get_running_loop().run_in_executor(None, ingest.close)
 
-    app = Starlette(routes=[
-        Route("/v1/traces", traces, methods=["POST"]),
-        Route("/metrics", metrics_endpoint, methods=["GET"]),
-        Route("/healthz", healthz, methods=["GET"]),
-    ], lifespan=lifespan)
+    app = Starlette(
+        routes=[
+            Route("/v1/traces", traces, methods=["POST"]),
+            Route("/metrics", metrics_endpoint, methods=["GET"]),
+            Route("/healthz", healthz, methods=["GET"]),
+        ],
+        lifespan=lifespan,
+    )
     app.state.ingest = ingest
     app.state.metrics = metrics
     return app
@@ -176,8 +187,7 @@ def _error(kind: str | None, status: int, message: str, headers: dict | None = N
         body = Status(code=code, message=message).SerializeToString()
         return Response(body, status_code=status, media_type=PROTOBUF, headers=headers)
     if kind == JSON:
-        return JSONResponse({"code": code, "message": message}, status_code=status,
-                            headers=headers)
+        return JSONResponse({"code": code, "message": message}, status_code=status, headers=headers)
     return PlainTextResponse(message, status_code=status, headers=headers)
 
 

@@ -1,20 +1,20 @@
 """The collector's ingest path: journal first (group commit), then load into DuckDB in groups.
 
 ``submit`` hands a request's mapped rows to the journal thread, which converts them to Arrow,
-appends one record per request to the write-ahead journal (``collector.journal``, next to the
+appends one record per request to the write-ahead journal (``budgetlens.ingest.journal``, next to the
 database in ``<db>.journal/``) and fsyncs once for every group of requests waiting together
 (group commit); only then does the request's future resolve and the receiver answer 200. An
 acknowledged span is therefore on disk: ``kill -9`` at any moment loses none.
 
 The loader thread moves journaled batches into DuckDB in larger groups (every ``load_interval_s``
 seconds or ``max_group_spans`` rows, whichever comes first), each through
-``collector.store.write_connection`` + ``write_batch`` (the file is held only while committing, so
+``budgetlens.store.write_connection`` + ``write_batch`` (the file is held only while committing, so
 dashboard readers get in between), counts the Prometheus metrics from the rows actually inserted,
 then marks the batches loaded in the journal (deleting fully loaded segments). On ``start``,
 every journaled batch not yet marked loaded is replayed into DuckDB first (replaying one already
 loaded is harmless: primary keys and upserts make it a no-op). So a span is queryable in DuckDB
 about ``load_interval_s`` after it is acknowledged. The loader thread and the replay live in
-``collector.loader``; this module holds intake, backpressure and the journal thread.
+``budgetlens.ingest.loader``; this module holds intake, backpressure and the journal thread.
 
 Backpressure: ``submit`` raises ``QueueFull`` while more than ``max_queue_spans`` rows are
 accepted but not yet loaded (the receiver answers 503 with Retry-After), ``StoreUnavailable``
@@ -30,16 +30,16 @@ import os
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from concurrent.futures import Future
 from pathlib import Path
-from typing import Callable
 
 import pyarrow as pa
 
-from collector.journal import Batch, Journal, encode_batch
-from collector.loader import Loader
-from collector.mapping import Mapped
-from collector.metrics import CollectorMetrics
+from budgetlens.ingest.journal import Batch, Journal, encode_batch
+from budgetlens.ingest.loader import Loader
+from budgetlens.ingest.metrics import CollectorMetrics
+from budgetlens.otlp.mapping import Mapped
 
 log = logging.getLogger(__name__)
 
@@ -72,18 +72,23 @@ def journal_dir(db_path: str | os.PathLike) -> Path:
 
 class IngestQueue(Loader):
     """Journal + loader for the DuckDB file ``db_path`` (see the module docstring; the loader
-    thread and replay are inherited from ``collector.loader.Loader``).
+    thread and replay are inherited from ``budgetlens.ingest.loader.Loader``).
 
     ``metrics`` (``CollectorMetrics``) is updated after each load; ``commit`` replaces the store
     write (tests inject one; metrics are then not counted). Raises ValueError for a non-positive
     ``max_queue_spans``, ``max_group_spans`` or ``load_interval_s``.
     """
 
-    def __init__(self, db_path: str | os.PathLike, *, metrics: CollectorMetrics | None = None,
-                 max_queue_spans: int = DEFAULT_MAX_QUEUE_SPANS,
-                 max_group_spans: int = DEFAULT_MAX_GROUP_SPANS,
-                 load_interval_s: float = DEFAULT_LOAD_INTERVAL_S,
-                 commit: CommitFn | None = None):
+    def __init__(
+        self,
+        db_path: str | os.PathLike,
+        *,
+        metrics: CollectorMetrics | None = None,
+        max_queue_spans: int = DEFAULT_MAX_QUEUE_SPANS,
+        max_group_spans: int = DEFAULT_MAX_GROUP_SPANS,
+        load_interval_s: float = DEFAULT_LOAD_INTERVAL_S,
+        commit: CommitFn | None = None,
+    ):
         if max_queue_spans < 1:
             raise ValueError(f"max_queue_spans must be >= 1 (got {max_queue_spans})")
         if max_group_spans < 1:
@@ -104,10 +109,12 @@ class IngestQueue(Loader):
         self._store_error: BaseException | None = None
         self._closing = False
         self._started = False
-        self._journal_thread = threading.Thread(target=self._journal_loop,
-                                                name="budgetlens-journal", daemon=True)
-        self._loader_thread = threading.Thread(target=self._loader_loop,
-                                               name="budgetlens-loader", daemon=True)
+        self._journal_thread = threading.Thread(
+            target=self._journal_loop, name="budgetlens-journal", daemon=True
+        )
+        self._loader_thread = threading.Thread(
+            target=self._loader_loop, name="budgetlens-loader", daemon=True
+        )
 
     # --- state ----------------------------------------------------------------------------
     @property
@@ -134,18 +141,18 @@ class IngestQueue(Loader):
         return None if error is None else f"{type(error).__name__}: {error}"
 
     # --- intake ---------------------------------------------------------------------------
-    def start(self) -> "IngestQueue":
+    def start(self) -> IngestQueue:
         """Open the journal, replay what it holds into the store, start both threads
         (idempotent); return self. A store that cannot be written is logged, not raised: the
         replayed batches stay queued and the collector answers 503 until the loader's retry
-        succeeds. Raises ``collector.journal.JournalError`` when the journal directory is a
+        succeeds. Raises ``budgetlens.ingest.journal.JournalError`` when the journal directory is a
         file or another collector holds it, OSError when it cannot be created."""
         with self._cond:
             if self._started:
                 return self
             self._journal = Journal(journal_dir(self.db_path))
             self._started = True
-        self._replay()  # collector.loader
+        self._replay()  # budgetlens.ingest.loader
         self._journal_thread.start()
         self._loader_thread.start()
         return self
@@ -181,9 +188,13 @@ class IngestQueue(Loader):
             if thread.is_alive():
                 thread.join(timeout_s)
                 if thread.is_alive():
-                    log.error("%s did not finish within %.0f s; %d spans not loaded (they stay "
-                              "in the journal and load at the next start)", thread.name,
-                              timeout_s, self._backlog)
+                    log.error(
+                        "%s did not finish within %.0f s; %d spans not loaded (they stay "
+                        "in the journal and load at the next start)",
+                        thread.name,
+                        timeout_s,
+                        self._backlog,
+                    )
         if self._journal is not None:
             self._journal.close()
 
@@ -200,8 +211,9 @@ class IngestQueue(Loader):
                 self._journal_group(group)
             except BaseException as error:  # never let the thread die: fail what is left
                 log.exception("journal thread error")
-                self._fail_requests([(future, spans, error) for _, future, spans in group
-                                     if not future.done()])
+                self._fail_requests(
+                    [(future, spans, error) for _, future, spans in group if not future.done()]
+                )
 
     def _journal_group(self, group: list[tuple[Mapped, Future, int]]) -> None:
         """Append ``group`` to the journal, fsync once, then resolve the futures.
@@ -221,8 +233,7 @@ class IngestQueue(Loader):
         done = []
         try:
             for batch, future, spans in ready:
-                batch.seq = self._journal.append(encode_batch(batch.calls, batch.records,
-                                                              batch.events))
+                batch.seq = self._journal.append(encode_batch(batch.calls, batch.records, batch.events))
                 done.append((batch, future, spans))
             if done:
                 self._journal.sync()

@@ -1,4 +1,4 @@
-"""Named, parameterised SQL of the analysis layer (design §6), read by ``dashboard.analysis``.
+"""Named, parameterised SQL of the analysis layer (design §6), read by ``budgetlens.analysis.views``.
 
 Every statement reads the ``runs`` rollup (and ``model_calls`` / ``budget_events`` where a page
 needs per-call detail) and aggregates in DuckDB; no statement returns raw rows except the paged
@@ -18,7 +18,7 @@ Percentiles are ``quantile_cont`` (linear interpolation between closest ranks, a
 
 from __future__ import annotations
 
-from collector.store.schema import RUN_COLUMNS
+from budgetlens.store.schema import RUN_COLUMNS
 
 #: The run filter as a CTE named ``filtered`` (one row per run of ``runs``).
 FILTERED = """
@@ -42,7 +42,7 @@ _BUCKET = "time_bucket(INTERVAL 15 minutes, start_utc)"
 _LOCAL_BUCKET = "timezone($tz, timezone('UTC', bucket))"
 _LOCAL_DAY = f"CAST(date_trunc('day', {_LOCAL_BUCKET}) AS DATE)"
 
-#: Run-level predicates (stop reasons from ``collector.semconv``: budget stops start 'budget_').
+#: Run-level predicates (stop reasons from ``budgetlens.semconv``: budget stops start 'budget_').
 _IS_BUDGET_STOP = "starts_with(stop_reason, 'budget_')"
 _IS_INTERVENTION = f"({_IS_BUDGET_STOP} OR downgrades > 0 OR summaries > 0)"
 #: The limit columns of ``runs`` (the preset keys' ``limit_*``), from the store schema.
@@ -51,8 +51,7 @@ _LIMIT_COLUMNS = tuple(c for c in RUN_COLUMNS if c.startswith("limit_"))
 #: imported run stopped at the source's own limit, e.g. OpenHands' max iterations, whose limit
 #: value the source does not record). Runs without one (imported history, foreign traces, days
 #: before limits existed) cannot be stopped by a budget and are left out of the rates.
-IS_BUDGETED = "(" + " OR ".join(f"{c} IS NOT NULL" for c in _LIMIT_COLUMNS) + \
-    f" OR {_IS_BUDGET_STOP})"
+IS_BUDGETED = "(" + " OR ".join(f"{c} IS NOT NULL" for c in _LIMIT_COLUMNS) + f" OR {_IS_BUDGET_STOP})"
 #: The rates' denominator: finished runs (a stop reason) that ran under a budget.
 _IS_BUDGETED_FINISHED = f"(stop_reason IS NOT NULL AND {IS_BUDGETED})"
 #: Hit rate = budget stops / budgeted finished runs; intervention rate = budgeted finished runs
@@ -68,18 +67,14 @@ _RATES = f"""
 #: A run whose cost is fully known: it has a cost, every call with reported usage was priced and
 #: no call's usage was unknown. ``runs.cost_usd`` of any other run is the sum of its priced calls
 #: (known spend, a lower bound), so cost percentiles use only these runs (``n_cost`` of them).
-COST_KNOWN = (
-    "(cost_usd IS NOT NULL AND coalesce(unpriced_calls, 0) = 0 AND usage_status = 'reported')"
-)
+COST_KNOWN = "(cost_usd IS NOT NULL AND coalesce(unpriced_calls, 0) = 0 AND usage_status = 'reported')"
 
 DATA_EXTENT = "SELECT min(start_utc), max(start_utc), count(*) FROM runs"
 
 #: The number of runs the filter keeps.
 COUNT_FILTERED = f"WITH {FILTERED} SELECT count(*) AS runs FROM filtered"
 
-OPTION_TASK_TYPES = (
-    "SELECT DISTINCT task_type FROM runs WHERE task_type IS NOT NULL ORDER BY task_type"
-)
+OPTION_TASK_TYPES = "SELECT DISTINCT task_type FROM runs WHERE task_type IS NOT NULL ORDER BY task_type"
 OPTION_MODELS = """
 SELECT DISTINCT model FROM (
     SELECT unnest(string_split(models, ',')) AS model FROM runs WHERE models IS NOT NULL
@@ -265,6 +260,7 @@ b AS (
     FROM per_run GROUP BY ALL
 )
 {_PERIOD_TOTALS}"""
+
 
 def _log_histogram(column: str, unit: str) -> str:
     # ``column`` and ``unit`` are fixed identifiers from this module, never request data.

@@ -1,11 +1,11 @@
 """The analysis layer (design §6): baselines, presets, hit rate, cost — one definition for the
 dashboard and the CLI.
 
-Every query function takes an open read-only DuckDB connection (``collector.store.read_connection``)
-and a ``Filters``; aggregation runs in DuckDB with the named statements of ``dashboard.queries``
+Every query function takes an open read-only DuckDB connection (``budgetlens.store.read_connection``)
+and a ``Filters``; aggregation runs in DuckDB with the named statements of ``budgetlens.analysis.queries``
 and comes back as a small pandas DataFrame (or a small dataclass). An empty result is a frame
 with the documented columns and zero rows. ``presets`` and ``preset_changes`` (pure; defined in
-``dashboard.presets`` with their rounding rules, ``PRESET_RULES``, and re-exported here) turn a
+``budgetlens.analysis.presets`` with their rounding rules, ``PRESET_RULES``, and re-exported here) turn a
 baseline into recommended limits.
 
 Definitions:
@@ -16,7 +16,7 @@ Definitions:
   unknown usage counts its conservative charge in ``total_tokens``;
 - hit rate = runs stopped by the budget (stop_reason ``budget_*``) / finished runs that ran
   under a budget (``budgeted_runs``: at least one ``limit_*`` set, or stopped by a budget;
-  ``dashboard.queries.IS_BUDGETED``). Runs without any limit (imported history, foreign traces,
+  ``budgetlens.analysis.queries.IS_BUDGETED``). Runs without any limit (imported history, foreign traces,
   days before limits existed) cannot be stopped by a budget and are left out; the rate is None
   when no finished run was budgeted. The intervention rate, over the same runs, also counts runs
   that were downgraded or summarized;
@@ -24,7 +24,7 @@ Definitions:
   a run's ``cost_usd`` is the sum of its priced calls (known spend), so a run with unpriced calls
   or unknown usage has a partial cost: sums and charts show it as known spend (the Overview counts
   such runs in ``partially_priced_runs``), but cost baselines and presets use only runs whose
-  cost is fully known (``n_cost`` of them; ``dashboard.queries.COST_KNOWN``);
+  cost is fully known (``n_cost`` of them; ``budgetlens.analysis.queries.COST_KNOWN``);
 - times are stored in UTC; day/hour buckets are local to ``Filters.tz``.
 """
 
@@ -41,9 +41,10 @@ from dataclasses import dataclass, field
 import duckdb
 import pandas as pd
 
-from dashboard import queries as q
-# Presets and their rounding live in dashboard.presets; re-exported: one analysis namespace.
-from dashboard.presets import (  # noqa: F401
+from budgetlens.analysis import queries as q
+
+# Presets and their rounding live in budgetlens.analysis.presets; re-exported: one analysis namespace.
+from budgetlens.analysis.presets import (  # noqa: F401
     DEFAULT_MULTIPLIER,
     LIMIT_COLUMNS,
     OMIT_WHEN_ZERO,
@@ -90,7 +91,7 @@ class Filters:
             if value is not None and not isinstance(value, dt.datetime):
                 raise ValueError(f"Filters.{name} must be a datetime or None, got {value!r}")
             if value is not None and value.tzinfo is not None:
-                naive = value.astimezone(dt.timezone.utc).replace(tzinfo=None)
+                naive = value.astimezone(dt.UTC).replace(tzinfo=None)
                 object.__setattr__(self, name, naive)
         for name in ("task_types", "models", "services"):
             object.__setattr__(self, name, tuple(getattr(self, name) or ()))
@@ -102,7 +103,7 @@ class Filters:
             raise ValueError("Filters: start_utc must be before end_utc")
 
     def params(self) -> dict:
-        """The named parameters of ``dashboard.queries.FILTERED`` (and ``$tz``)."""
+        """The named parameters of ``budgetlens.analysis.queries.FILTERED`` (and ``$tz``)."""
         return {
             "start_utc": self.start_utc,
             "end_utc": self.end_utc,
@@ -113,9 +114,7 @@ class Filters:
         }
 
 
-def window_filters(
-    days: float = DEFAULT_WINDOW_DAYS, now_utc: dt.datetime | None = None, **kw
-) -> Filters:
+def window_filters(days: float = DEFAULT_WINDOW_DAYS, now_utc: dt.datetime | None = None, **kw) -> Filters:
     """Filters for the last ``days`` days ending at ``now_utc`` (inclusive; default: now).
 
     Pass the newest run's start (``data_extent``) as ``now_utc`` to window old data such as the
@@ -126,14 +125,14 @@ def window_filters(
     if isinstance(days, bool) or not isinstance(days, numbers.Real) or not days > 0:
         raise ValueError(f"days must be a number > 0, got {days!r}")
     if now_utc is None:
-        now_utc = dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)
+        now_utc = dt.datetime.now(dt.UTC).replace(tzinfo=None)
     elif now_utc.tzinfo is not None:
-        now_utc = now_utc.astimezone(dt.timezone.utc).replace(tzinfo=None)
+        now_utc = now_utc.astimezone(dt.UTC).replace(tzinfo=None)
     # The store keeps microseconds: +1 µs makes the exclusive end include now_utc itself.
     end = now_utc + dt.timedelta(microseconds=1)
     try:
         start = now_utc - dt.timedelta(days=days)
-    except OverflowError:       # longer than datetime can count back: every run up to now
+    except OverflowError:  # longer than datetime can count back: every run up to now
         start = None
     return Filters(start_utc=start, end_utc=end, **kw)
 
@@ -213,8 +212,15 @@ def overview(conn, f: Filters) -> Overview:
     params = f.params()
     totals = _query(conn, q.OVERVIEW_TOTALS, params).iloc[0]
     per_task = _query(conn, q.OVERVIEW_PER_TASK, params)[
-        ["task_type", "runs", "budgeted_runs", "hit_rate", "intervention_rate", "cost_usd",
-         "p95_total_tokens"]
+        [
+            "task_type",
+            "runs",
+            "budgeted_runs",
+            "hit_rate",
+            "intervention_rate",
+            "cost_usd",
+            "p95_total_tokens",
+        ]
     ]
     return Overview(
         runs=int(totals["runs"]),
@@ -262,9 +268,19 @@ def hit_rate_daily(conn, f: Filters) -> pd.DataFrame:
     budgeted_runs (finished under a budget: the rates' denominator), budget_stops,
     interventions, hit_rate, intervention_rate (0..1; None on a day without budgeted runs)."""
     frame = _query(conn, q.HIT_RATE_DAILY, f.params())
-    frame["day"] = pd.to_datetime(frame["day"]).dt.date   # DuckDB DATE -> datetime.date
-    return frame[["day", "task_type", "finished_runs", "budgeted_runs", "budget_stops",
-                  "interventions", "hit_rate", "intervention_rate"]]
+    frame["day"] = pd.to_datetime(frame["day"]).dt.date  # DuckDB DATE -> datetime.date
+    return frame[
+        [
+            "day",
+            "task_type",
+            "finished_runs",
+            "budgeted_runs",
+            "budget_stops",
+            "interventions",
+            "hit_rate",
+            "intervention_rate",
+        ]
+    ]
 
 
 def stop_reasons(conn, f: Filters) -> pd.DataFrame:

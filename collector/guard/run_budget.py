@@ -25,26 +25,25 @@ import uuid
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from collector import limits as lim
-from collector import semconv as sc
-from collector.actions import (
+from budgetlens import semconv as sc
+from budgetlens.guard import limits as lim
+from budgetlens.guard.events import EventDispatcher, OnEvent, as_callbacks
+from budgetlens.guard.ledger import RunLedger
+from budgetlens.guard.limits import DEFAULT_MAX_TOTAL_TOKENS, UNKNOWN_USAGE_POLICIES
+from budgetlens.guard.results import (
     EVENT_NAME_TOOL_CALL,
     Action,
-    BudgetExceeded,  # re-exported: `from collector.guard import BudgetExceeded` works
     BudgetStats,
     Reservation,
     RunResult,
 )
-from collector.events import EventDispatcher, OnEvent, as_callbacks
-from collector.ledger import RunLedger
-from collector.limits import DEFAULT_MAX_TOTAL_TOKENS, UNKNOWN_USAGE_POLICIES
-from collector.pricing import check_prices_file, model_rates, paid_call_cost_usd
-from collector.telemetry import RunTelemetry
-from collector.usage import Usage, normalize_usage
+from budgetlens.guard.telemetry import RunTelemetry
+from budgetlens.pricing import check_prices_file, model_rates, paid_call_cost_usd
+from budgetlens.usage import Usage, normalize_usage
 
 log = logging.getLogger(__name__)
 
-# DEFAULT_MAX_TOTAL_TOKENS and UNKNOWN_USAGE_POLICIES live in collector.limits; re-exported here.
+# DEFAULT_MAX_TOTAL_TOKENS and UNKNOWN_USAGE_POLICIES live in budgetlens.guard.limits; re-exported here.
 __all__ = ["RunBudget", "DEFAULT_MAX_TOTAL_TOKENS", "UNKNOWN_USAGE_POLICIES"]
 
 _PROBE = Usage(0, 0)  # prices nothing: tells whether a model has a price (not None)
@@ -56,7 +55,7 @@ class RunBudget:
     Limits (any may be None; with none given ``max_total_tokens`` is 64,000): ``max_total_tokens``,
     ``max_input_tokens``, ``max_output_tokens`` (tokens), ``max_turns`` (model calls: a limit of
     n allows exactly n), ``max_tool_calls``, ``max_duration_s`` (seconds of wall time, from
-    construction), ``max_cost_usd`` (USD, priced with :func:`collector.cost_usd`; calls of a
+    construction), ``max_cost_usd`` (USD, priced with :func:`budgetlens.cost_usd`; calls of a
     model without a price add no cost: the run goes on, with one WARNING log and one
     ``budgetlens.warning`` event (reason ``cost_unenforced``) per model, and ``stats().status``
     names the model).
@@ -72,42 +71,63 @@ class RunBudget:
     10 % of ``max_total_tokens``) bounds the ``residual`` policy. ``clock``: a monotonic clock in
     seconds (injectable for tests). ``tracer``: an OTel tracer (default
     ``opentelemetry.trace.get_tracer("budgetlens")``). ``spend``: an optional
-    :class:`collector.spend.SpendTracker` shared by runs of this process. ``provider``: the
+    :class:`budgetlens.guard.spend.SpendTracker` shared by runs of this process. ``provider``: the
     default ``gen_ai.provider.name``. ``model_chain``: model names (strings), best first.
     Raises ``ValueError`` naming a bad argument, and naming the user price file
     (``BUDGETLENS_PRICES_FILE``) when it is missing or invalid: it is read here, before any
     call is paid for, not at the first ``record``.
 
-    Validation and stop/threshold decisions are in :mod:`collector.limits`, counters (and the
-    refusal that would be the run's stop) in :class:`collector.ledger.RunLedger`, building and
-    delivering events in :mod:`collector.events`; this class holds the lock, the model chain
+    Validation and stop/threshold decisions are in :mod:`budgetlens.guard.limits`, counters (and the
+    refusal that would be the run's stop) in :class:`budgetlens.guard.ledger.RunLedger`, building and
+    delivering events in :mod:`budgetlens.guard.events`; this class holds the lock, the model chain
     and the order of checks, records and events.
     """
 
     def __init__(
         self,
-        max_total_tokens: int | None = None, max_input_tokens: int | None = None,
-        max_output_tokens: int | None = None, max_turns: int | None = None,
-        max_tool_calls: int | None = None, max_duration_s: float | None = None,
+        max_total_tokens: int | None = None,
+        max_input_tokens: int | None = None,
+        max_output_tokens: int | None = None,
+        max_turns: int | None = None,
+        max_tool_calls: int | None = None,
+        max_duration_s: float | None = None,
         max_cost_usd: float | None = None,
         *,
-        task_type: str = "default", run_id: str | None = None, agent_name: str | None = None,
+        task_type: str = "default",
+        run_id: str | None = None,
+        agent_name: str | None = None,
         provider: str | None = None,
-        warn_at: float = 0.8, model_chain: Iterable[str] = (), downgrade_at: float = 0.6,
-        summarize_at: float = 0.85, on_event: OnEvent = None,
-        unknown_usage: str = "block", unknown_usage_residual_tokens: int | None = None,
-        clock: Callable[[], float] = time.monotonic, tracer: Any = None, spend: Any = None,
+        warn_at: float = 0.8,
+        model_chain: Iterable[str] = (),
+        downgrade_at: float = 0.6,
+        summarize_at: float = 0.85,
+        on_event: OnEvent = None,
+        unknown_usage: str = "block",
+        unknown_usage_residual_tokens: int | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        tracer: Any = None,
+        spend: Any = None,
     ) -> None:
-        limits = lim.resolve_limits({
-            "max_total_tokens": max_total_tokens, "max_input_tokens": max_input_tokens,
-            "max_output_tokens": max_output_tokens, "max_turns": max_turns,
-            "max_tool_calls": max_tool_calls, "max_duration_s": max_duration_s,
-            "max_cost_usd": max_cost_usd,
-        })
-        chain = lim.check_options(task_type=task_type, warn_at=warn_at, downgrade_at=downgrade_at,
-                                  summarize_at=summarize_at, unknown_usage=unknown_usage,
-                                  unknown_usage_residual_tokens=unknown_usage_residual_tokens,
-                                  model_chain=model_chain)
+        limits = lim.resolve_limits(
+            {
+                "max_total_tokens": max_total_tokens,
+                "max_input_tokens": max_input_tokens,
+                "max_output_tokens": max_output_tokens,
+                "max_turns": max_turns,
+                "max_tool_calls": max_tool_calls,
+                "max_duration_s": max_duration_s,
+                "max_cost_usd": max_cost_usd,
+            }
+        )
+        chain = lim.check_options(
+            task_type=task_type,
+            warn_at=warn_at,
+            downgrade_at=downgrade_at,
+            summarize_at=summarize_at,
+            unknown_usage=unknown_usage,
+            unknown_usage_residual_tokens=unknown_usage_residual_tokens,
+            model_chain=model_chain,
+        )
         callbacks = as_callbacks(on_event)
         check_prices_file()
         self._limits = limits
@@ -166,8 +186,9 @@ class RunBudget:
 
     def _check_open(self) -> None:
         if self._finished is not None:
-            raise RuntimeError(f"run {self.run_id} is finished: no turn, reservation, record or "
-                               "tool call after finish()")
+            raise RuntimeError(
+                f"run {self.run_id} is finished: no turn, reservation, record or tool call after finish()"
+            )
 
     def _check_time(self) -> None:
         limit = self._limits["max_duration_s"]
@@ -199,8 +220,14 @@ class RunBudget:
             self._check_turns()
             return lim.advice(self._use.share(self._limits), self.summarize_at)
 
-    def reserve(self, estimated_tokens: int, model: str | None = None, *,
-                input_tokens: int | None = None, output_tokens: int | None = None) -> Reservation:
+    def reserve(
+        self,
+        estimated_tokens: int,
+        model: str | None = None,
+        *,
+        input_tokens: int | None = None,
+        output_tokens: int | None = None,
+    ) -> Reservation:
         """Reserve ``estimated_tokens`` (int >= 0, input + output) for one model call, atomically;
         it counts as a turn until released.
 
@@ -208,14 +235,18 @@ class RunBudget:
         ``input_tokens`` / ``output_tokens`` split the estimate (give one, the other is the rest;
         e.g. ``output_tokens`` = the request's ``max_tokens``); unsplit, it counts as input, like
         an unknown-usage charge. Its cost is estimated at ``model``'s price (default
-        :attr:`model`; see :meth:`collector.pricing.ModelRates.estimate`; 0 when unpriced, and
+        :attr:`model`; see :meth:`budgetlens.pricing.ModelRates.estimate`; 0 when unpriced, and
         under ``max_cost_usd`` the ``cost_unenforced`` warning is given).
         Raises BudgetExceeded before the call is sent when it does not fit, a limit is spent or
         the unknown-usage policy refuses; ValueError for a bad estimate or split; RuntimeError
         after ``finish()``.
         """
-        if input_tokens is None and output_tokens is None and estimated_tokens.__class__ is int \
-                and estimated_tokens >= 0:
+        if (
+            input_tokens is None
+            and output_tokens is None
+            and estimated_tokens.__class__ is int
+            and estimated_tokens >= 0
+        ):
             output = None  # the common case, checked inline (hot path)
         else:
             output = lim.split_estimate(estimated_tokens, input_tokens, output_tokens)
@@ -231,13 +262,22 @@ class RunBudget:
                 self._dispatch.cost_unenforced(model, self._use, self._limits)
             self._check_spent()
             use, limits = self._use, self._limits
-            self._stop_on(lim.unknown_usage_stop(self.unknown_usage, self._residual, limits, use,
-                                                 estimated_tokens)
-                          or lim.reserve_stop(limits, use, estimated_tokens, output or 0, cost))
+            self._stop_on(
+                lim.unknown_usage_stop(self.unknown_usage, self._residual, limits, use, estimated_tokens)
+                or lim.reserve_stop(limits, use, estimated_tokens, output or 0, cost)
+            )
             self._check_turns()
             self._next_id += 1
-            res = Reservation(self._next_id, estimated_tokens, use.turns + len(use.reservations) + 1,
-                              model, time.time_ns(), output or 0, cost, self.run_id)
+            res = Reservation(
+                self._next_id,
+                estimated_tokens,
+                use.turns + len(use.reservations) + 1,
+                model,
+                time.time_ns(),
+                output or 0,
+                cost,
+                self.run_id,
+            )
             use.reserve(res)
             return res
 
@@ -250,16 +290,23 @@ class RunBudget:
         with self._lock:
             self._check_open()
             self._check_time()
-            self._stop_on(lim.count_stop(sc.STOP_BUDGET_TOOLS, self._limits["max_tool_calls"],
-                                         self._use.tool_calls))
+            self._stop_on(
+                lim.count_stop(sc.STOP_BUDGET_TOOLS, self._limits["max_tool_calls"], self._use.tool_calls)
+            )
             self._use.tool_calls += 1
-            self._dispatch.emit(None, self._use, self._limits, name=EVENT_NAME_TOOL_CALL,
-                                tool_name=str(name))
+            self._dispatch.emit(None, self._use, self._limits, name=EVENT_NAME_TOOL_CALL, tool_name=str(name))
 
     # --- recording (never raises for budget reasons) ----------------------------------------
-    def record(self, usage: Any, model: str | None = None, *, reservation: Reservation | None = None,
-               provider: str | None = None, response_model: str | None = None,
-               error_type: str | None = None) -> Action:
+    def record(
+        self,
+        usage: Any,
+        model: str | None = None,
+        *,
+        reservation: Reservation | None = None,
+        provider: str | None = None,
+        response_model: str | None = None,
+        error_type: str | None = None,
+    ) -> Action:
         """Record one model call (one turn); returns the advised :class:`Action`.
 
         ``usage``: a :class:`Usage`, a raw provider payload or response (see
@@ -290,18 +337,31 @@ class RunBudget:
                 log.warning("run %s: call without usage; charged %d tokens", self.run_id, first_unknown)
             if cost is not None and self._spend is not None:
                 self._spend.add(cost)
-            elif cost is None and self._limits["max_cost_usd"] is not None and (
-                    normalized is not None or paid_call_cost_usd(model, _PROBE, provider) is None):
+            elif (
+                cost is None
+                and self._limits["max_cost_usd"] is not None
+                and (normalized is not None or paid_call_cost_usd(model, _PROBE, provider) is None)
+            ):
                 self._dispatch.cost_unenforced(model, use, self._limits)  # no price for model
-            action = self._dispatch.thresholds(use, self._limits, self.model_chain, self.warn_at,
-                                               self.downgrade_at, self.summarize_at)
+            action = self._dispatch.thresholds(
+                use, self._limits, self.model_chain, self.warn_at, self.downgrade_at, self.summarize_at
+            )
             used, turn = use.used_tokens, use.turns
             remaining = use.remaining(self._limits["max_total_tokens"])
         if self._telemetry.recording:
             self._telemetry.model_call(
-                model=model, response_model=response_model, provider=provider, turn=turn,
-                start_ns=res.start_ns if res else None, usage=normalized, reserved_tokens=reserved,
-                used_tokens=used, remaining_tokens=remaining, cost_usd=cost, error_type=error_type)
+                model=model,
+                response_model=response_model,
+                provider=provider,
+                turn=turn,
+                start_ns=res.start_ns if res else None,
+                usage=normalized,
+                reserved_tokens=reserved,
+                used_tokens=used,
+                remaining_tokens=remaining,
+                cost_usd=cost,
+                error_type=error_type,
+            )
         return action
 
     def release(self, reservation: Reservation) -> None:
@@ -338,8 +398,9 @@ class RunBudget:
         """A snapshot: used/max/remaining tokens, percent (one decimal), counters, status line
         (naming models whose cost the cost limit cannot enforce)."""
         with self._lock:
-            return self._use.stats(self._limits, self._clock() - self._started,
-                                   self._dispatch.cost_unenforced_models)
+            return self._use.stats(
+                self._limits, self._clock() - self._started, self._dispatch.cost_unenforced_models
+            )
 
     @property
     def result(self) -> RunResult | None:
@@ -353,17 +414,18 @@ class RunBudget:
         ``stop_reason`` defaults to: the reason of a BudgetExceeded ``error``; ``failed`` for
         another ``error``; the budget refusal the run ended at (one after its last recorded call;
         a refusal the run recovered from, recording a call after it, is no stop: see
-        :func:`collector.limits.final_stop_reason`); else ``completed``. The ``budgetlens.stop``
+        :func:`budgetlens.guard.limits.final_stop_reason`); else ``completed``. The ``budgetlens.stop``
         event is still emitted at each refusal. Raises ValueError for a reason outside
-        :data:`collector.semconv.STOP_REASONS`.
+        :data:`budgetlens.semconv.STOP_REASONS`.
         """
         lim.check_stop_reason(stop_reason)
         with self._lock:
             if self._finished is not None:
                 return self._finished
             stop_reason = lim.final_stop_reason(stop_reason, error, self._use.refusal)
-            result = self._use.result(self.run_id, self.task_type, stop_reason,
-                                      self._clock() - self._started, error)
+            result = self._use.result(
+                self.run_id, self.task_type, stop_reason, self._clock() - self._started, error
+            )
             self._finished = result
         try:
             self._telemetry.finish(result, self._limits, self._use.usage_known)
@@ -391,6 +453,6 @@ class RunBudget:
 
         Raises ValueError naming unknown keys or units, KeyError naming a missing task type.
         """
-        from collector.presets_loader import load_preset
+        from budgetlens.guard.preset_file import load_preset
 
         return cls(**{**load_preset(task_type, path), **overrides}, task_type=task_type)

@@ -1,6 +1,6 @@
 """``Mapped``: the store rows one OTLP request maps to, held as tuples, readable as dicts or Arrow.
 
-The mapping (``collector.mapping``) appends one tuple per row in the column order below
+The mapping (``budgetlens.otlp.mapping``) appends one tuple per row in the column order below
 (``CALL_KEYS``, ``RECORD_KEYS``, ``EVENT_KEYS``; ``*_utc`` values as integer microseconds since
 the Unix epoch, UTC). ``Mapped.calls``/``records``/``events`` give the rows as dicts keyed by
 store columns (``*_utc`` as naive UTC datetimes; each row has the keys its kind of span sets),
@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
-from collector.store.schema import BUDGET_EVENT_COLUMNS, MODEL_CALL_COLUMNS, RUN_RECORD_COLUMNS
+from budgetlens.store.schema import BUDGET_EVENT_COLUMNS, MODEL_CALL_COLUMNS, RUN_RECORD_COLUMNS
 
 _EPOCH = dt.datetime(1970, 1, 1)
 
@@ -24,8 +24,19 @@ CALL_KEYS = tuple(column for column in MODEL_CALL_COLUMNS if column != "is_subag
 RECORD_KEYS = RUN_RECORD_COLUMNS
 EVENT_KEYS = BUDGET_EVENT_COLUMNS
 #: Dict keys of the narrower rows: a foreign root span's run record, a tool span's event.
-ROOT_RECORD_KEYS = ("run_id", "trace_id", "source", "service_name", "task_type", "agent_name",
-                    "model", "start_utc", "end_utc", "duration_s", "stop_reason")
+ROOT_RECORD_KEYS = (
+    "run_id",
+    "trace_id",
+    "source",
+    "service_name",
+    "task_type",
+    "agent_name",
+    "model",
+    "start_utc",
+    "end_utc",
+    "duration_s",
+    "stop_reason",
+)
 TOOL_EVENT_KEYS = ("event_id", "run_id", "span_id", "ts_utc", "name", "tool_name")
 
 _LAYOUTS = {  # store table -> (store columns, tuple layout)
@@ -44,7 +55,7 @@ _SCHEMAS: dict[str, pa.Schema] = {}
 def _schema(table: str) -> pa.Schema:
     """The store's Arrow schema of ``table`` (from ``rows_to_table``, imported on first use)."""
     if table not in _SCHEMAS:
-        from collector.store.writer import rows_to_table
+        from budgetlens.store.writer import rows_to_table
 
         _SCHEMAS[table] = rows_to_table(table, _LAYOUTS[table][0], []).schema
     return _SCHEMAS[table]
@@ -93,7 +104,7 @@ def rows_table(table: str, rows: list) -> pa.Table:
 
 @dataclass
 class Mapped:
-    """Rows for ``collector.store.write_batch`` plus what was rejected.
+    """Rows for ``budgetlens.store.write_batch`` plus what was rejected.
 
     ``calls``/``records``/``events`` are lists of dicts keyed by store columns (built on first
     access); ``tables()`` gives the same rows as pyarrow tables; ``spans`` is the number of spans
@@ -132,15 +143,19 @@ class Mapped:
 
     def tables(self) -> tuple[pa.Table, pa.Table, pa.Table]:
         """``(calls, records, events)`` as pyarrow tables with the store's columns and types."""
-        return (rows_table("model_calls", self.call_rows),
-                rows_table("run_records", self.record_rows),
-                rows_table("budget_events", self.event_rows))
+        return (
+            rows_table("model_calls", self.call_rows),
+            rows_table("run_records", self.record_rows),
+            rows_table("budget_events", self.event_rows),
+        )
 
     def error_message(self, limit: int = 5, reason_chars: int = 200) -> str:
         """A short message for OTLP ``partial_success.error_message``: the first ``limit``
         reasons, each cut to ``reason_chars`` characters, then "and K more" (so the answer
         stays about 1 KB however large the rejected values were)."""
-        shown = "; ".join(reason if len(reason) <= reason_chars else reason[:reason_chars] + "..."
-                          for reason in self.errors[:limit])
+        shown = "; ".join(
+            reason if len(reason) <= reason_chars else reason[:reason_chars] + "..."
+            for reason in self.errors[:limit]
+        )
         more = len(self.errors) - limit
         return f"{shown}; and {more} more" if more > 0 else shown

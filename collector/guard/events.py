@@ -1,8 +1,8 @@
 """A guarded run's budget events: built from the run's ledger, delivered as a span event on the
 run span, then to ``on_event``; and the once-per-model notice that a cost limit cannot be enforced.
 
-What each event means is in :mod:`collector.actions` (:class:`BudgetEvent`); when the guard emits
-one is :class:`collector.guard.RunBudget`'s concern. Delivery never raises into the agent: a
+What each event means is in :mod:`budgetlens.guard.results` (:class:`BudgetEvent`); when the guard emits
+one is :class:`budgetlens.guard.run_budget.RunBudget`'s concern. Delivery never raises into the agent: a
 failing exporter or callback is logged and the others still run.
 """
 
@@ -12,10 +12,10 @@ import logging
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from collector import semconv as sc
-from collector.actions import EVENT_FOR_ACTION, Action, BudgetEvent
-from collector.config import ENV_PRICES_FILE
-from collector.limits import cross_thresholds
+from budgetlens import semconv as sc
+from budgetlens.config import ENV_PRICES_FILE
+from budgetlens.guard.limits import cross_thresholds
+from budgetlens.guard.results import EVENT_FOR_ACTION, Action, BudgetEvent
 
 log = logging.getLogger(__name__)
 
@@ -36,15 +36,17 @@ def as_callbacks(on_event: OnEvent) -> tuple[Callable[[BudgetEvent], Any], ...]:
     if isinstance(on_event, Iterable) and not isinstance(on_event, (str, bytes)):
         callbacks = tuple(on_event)
     if callbacks is None or not all(callable(c) for c in callbacks):
-        raise ValueError("on_event must be a callable taking a BudgetEvent, an iterable of such "
-                         f"callables, or None; got {on_event!r}")
+        raise ValueError(
+            "on_event must be a callable taking a BudgetEvent, an iterable of such "
+            f"callables, or None; got {on_event!r}"
+        )
     return callbacks
 
 
 class EventDispatcher:
     """Builds one run's :class:`BudgetEvent` objects (:meth:`emit`, :meth:`thresholds`,
     :meth:`cost_unenforced`) and delivers each, in order: ``telemetry.event(event)`` (a
-    :class:`collector.telemetry.RunTelemetry`), then each ``on_event`` callback.
+    :class:`budgetlens.guard.telemetry.RunTelemetry`), then each ``on_event`` callback.
 
     Exceptions from either are logged with the run id and the event name, never raised.
     Raises ValueError when ``on_event`` is neither None, a callable nor an iterable of callables.
@@ -53,8 +55,7 @@ class EventDispatcher:
     DOWNGRADE, see :meth:`thresholds`).
     """
 
-    __slots__ = ("_telemetry", "_callbacks", "_run_id", "_fired", "chain_position",
-                 "cost_unenforced_models")
+    __slots__ = ("_telemetry", "_callbacks", "_run_id", "_fired", "chain_position", "cost_unenforced_models")
 
     def __init__(self, telemetry: Any, on_event: OnEvent, run_id: str) -> None:
         self._telemetry = telemetry
@@ -68,27 +69,48 @@ class EventDispatcher:
         self._fired: set[Action] = set()
         self.chain_position = 0
 
-    def emit(self, action: Action | None, use: Any, limits: Mapping[str, float | None], *,
-             name: str | None = None, **fields: Any) -> None:
+    def emit(
+        self,
+        action: Action | None,
+        use: Any,
+        limits: Mapping[str, float | None],
+        *,
+        name: str | None = None,
+        **fields: Any,
+    ) -> None:
         """Build and deliver one event: ``action``'s event (or ``name``, for events without an
         action), with the run's used and remaining tokens and percent taken from ``use`` (a
-        :class:`collector.ledger.RunLedger`) against ``limits``; ``fields``: the other
+        :class:`budgetlens.guard.ledger.RunLedger`) against ``limits``; ``fields``: the other
         :class:`BudgetEvent` fields (reason, models, tool name)."""
-        self(BudgetEvent(
-            name=name or EVENT_FOR_ACTION[action], action=action, run_id=self._run_id,
-            used_tokens=use.used_tokens, remaining_tokens=use.remaining(limits["max_total_tokens"]),
-            percent=round(100 * use.share(limits), 1), **fields,
-        ))
+        self(
+            BudgetEvent(
+                name=name or EVENT_FOR_ACTION[action],
+                action=action,
+                run_id=self._run_id,
+                used_tokens=use.used_tokens,
+                remaining_tokens=use.remaining(limits["max_total_tokens"]),
+                percent=round(100 * use.share(limits), 1),
+                **fields,
+            )
+        )
 
-    def thresholds(self, use: Any, limits: Mapping[str, float | None], chain: tuple[str, ...],
-                   warn_at: float, downgrade_at: float, summarize_at: float) -> Action:
+    def thresholds(
+        self,
+        use: Any,
+        limits: Mapping[str, float | None],
+        chain: tuple[str, ...],
+        warn_at: float,
+        downgrade_at: float,
+        summarize_at: float,
+    ) -> Action:
         """Emit the thresholds (fractions) crossed after a recorded call, each once until
-        :meth:`clear_thresholds` (see :func:`collector.limits.cross_thresholds`); a DOWNGRADE
+        :meth:`clear_thresholds` (see :func:`budgetlens.guard.limits.cross_thresholds`); a DOWNGRADE
         moves :attr:`chain_position` to the next model of ``chain``. Returns the advised
         :class:`Action`."""
         position = self.chain_position
-        advised, crossed = cross_thresholds(use.share(limits), self._fired, warn_at, downgrade_at,
-                                            summarize_at, position + 1 < len(chain))
+        advised, crossed = cross_thresholds(
+            use.share(limits), self._fired, warn_at, downgrade_at, summarize_at, position + 1 < len(chain)
+        )
         for action in crossed:
             if action is Action.DOWNGRADE:
                 self.chain_position = position = position + 1
@@ -107,9 +129,14 @@ class EventDispatcher:
         if label in self.cost_unenforced_models:
             return
         self.cost_unenforced_models += (label,)
-        log.warning("run %s: max_cost_usd=%s is not enforced for model %s: it has no price; add "
-                    "one in a price file named by %s", self._run_id, limits["max_cost_usd"], label,
-                    ENV_PRICES_FILE)
+        log.warning(
+            "run %s: max_cost_usd=%s is not enforced for model %s: it has no price; add "
+            "one in a price file named by %s",
+            self._run_id,
+            limits["max_cost_usd"],
+            label,
+            ENV_PRICES_FILE,
+        )
         self.emit(Action.WARN, use, limits, reason=sc.REASON_COST_UNENFORCED, model=model)
 
     def __call__(self, event: BudgetEvent) -> None:

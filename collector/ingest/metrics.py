@@ -3,7 +3,7 @@
 Budget metrics move only after a batch is committed (``CollectorMetrics.observe_commit`` is called
 with the rows the commit actually inserted), so a retried span is never counted twice and a
 rejected or failed batch is never counted; ``observe_write`` does the same from the pyarrow tables
-``collector.store.write_batch`` returns, aggregated per label set, without a loop per row).
+``budgetlens.store.write_batch`` returns, aggregated per label set, without a loop per row).
 Ingest-health metrics (spans received/rejected, journal fsync and load latency, backlog of rows
 journaled but not yet loaded, loader lag) describe the collector itself.
 
@@ -17,12 +17,12 @@ label. Counters are process-local: a restart starts them at 0 again (Prometheus 
 from __future__ import annotations
 
 import threading
-from typing import Iterable, Mapping
+from collections.abc import Iterable, Mapping
 
 import pyarrow as pa
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from collector import semconv as sc
+from budgetlens import semconv as sc
 
 #: Run-token buckets: powers of 4 from 1 to 4**13 (≈ 67 M), as the GenAI semconv advises for
 #: ``gen_ai.client.token.usage``.
@@ -93,64 +93,111 @@ class CollectorMetrics:
     journal could not be written, e.g. a full disk).
     """
 
-    def __init__(self, registry: CollectorRegistry | None = None,
-                 max_label_values: int = DEFAULT_MAX_LABEL_VALUES):
+    def __init__(
+        self, registry: CollectorRegistry | None = None, max_label_values: int = DEFAULT_MAX_LABEL_VALUES
+    ):
         self.registry = registry if registry is not None else CollectorRegistry()
         self.cap = LabelCap(max_label_values)
         r = self.registry
-        self.runs = Counter("budgetlens_runs", "Finished runs (run records committed).",
-                            ["task_type", "stop_reason"], registry=r)
+        self.runs = Counter(
+            "budgetlens_runs",
+            "Finished runs (run records committed).",
+            ["task_type", "stop_reason"],
+            registry=r,
+        )
         self.budget_hits = Counter(
-            "budgetlens_budget_hits", "Runs the budget stopped, by stop reason (budget_*).",
-            ["task_type", "stop_reason"], registry=r)
+            "budgetlens_budget_hits",
+            "Runs the budget stopped, by stop reason (budget_*).",
+            ["task_type", "stop_reason"],
+            registry=r,
+        )
         self.run_tokens = Histogram(
-            "budgetlens_run_tokens", "Total tokens per finished run.", ["task_type"],
-            buckets=TOKEN_BUCKETS, registry=r)
-        self.model_calls = Counter("budgetlens_model_calls", "Model calls committed.",
-                                   ["task_type", "model", "usage_status"], registry=r)
-        self.tokens = Counter("budgetlens_tokens", "Tokens of committed model calls by type "
-                              "(cache and reasoning are parts of input and output).",
-                              ["task_type", "model", "token_type"], registry=r)
-        self.cost = Counter("budgetlens_cost_usd", "Cost of committed priced model calls (USD).",
-                            ["task_type", "model"], registry=r)
-        self.unpriced = Counter("budgetlens_unpriced_calls",
-                                "Model calls with reported usage but no known price.",
-                                ["task_type", "model"], registry=r)
-        self.unknown_usage = Counter("budgetlens_unknown_usage_calls",
-                                     "Model calls whose usage was not reported.",
-                                     ["task_type", "model"], registry=r)
-        self.interventions = Counter("budgetlens_interventions",
-                                     "Budget warnings, downgrades and summaries.",
-                                     ["task_type", "kind"], registry=r)
-        self.spans_received = Counter("budgetlens_spans_received",
-                                      "Spans received on /v1/traces (before validation).",
-                                      registry=r)
-        self.spans_rejected = Counter("budgetlens_spans_rejected",
-                                      "Spans rejected as invalid (partial_success).", registry=r)
-        self.commit_duration = Histogram("budgetlens_commit_duration_seconds",
-                                         "Time to open the store, commit one group and close it.",
-                                         buckets=COMMIT_BUCKETS, registry=r)
-        self.commit_failures = Counter("budgetlens_commit_failures",
-                                       "Group commits that failed (clients were told to retry).",
-                                       registry=r)
-        self.queue_spans = Gauge("budgetlens_ingest_queue_spans",
-                                 "Rows accepted but not yet loaded into DuckDB (the journal "
-                                 "backlog).", registry=r)
+            "budgetlens_run_tokens",
+            "Total tokens per finished run.",
+            ["task_type"],
+            buckets=TOKEN_BUCKETS,
+            registry=r,
+        )
+        self.model_calls = Counter(
+            "budgetlens_model_calls",
+            "Model calls committed.",
+            ["task_type", "model", "usage_status"],
+            registry=r,
+        )
+        self.tokens = Counter(
+            "budgetlens_tokens",
+            "Tokens of committed model calls by type (cache and reasoning are parts of input and output).",
+            ["task_type", "model", "token_type"],
+            registry=r,
+        )
+        self.cost = Counter(
+            "budgetlens_cost_usd",
+            "Cost of committed priced model calls (USD).",
+            ["task_type", "model"],
+            registry=r,
+        )
+        self.unpriced = Counter(
+            "budgetlens_unpriced_calls",
+            "Model calls with reported usage but no known price.",
+            ["task_type", "model"],
+            registry=r,
+        )
+        self.unknown_usage = Counter(
+            "budgetlens_unknown_usage_calls",
+            "Model calls whose usage was not reported.",
+            ["task_type", "model"],
+            registry=r,
+        )
+        self.interventions = Counter(
+            "budgetlens_interventions",
+            "Budget warnings, downgrades and summaries.",
+            ["task_type", "kind"],
+            registry=r,
+        )
+        self.spans_received = Counter(
+            "budgetlens_spans_received", "Spans received on /v1/traces (before validation).", registry=r
+        )
+        self.spans_rejected = Counter(
+            "budgetlens_spans_rejected", "Spans rejected as invalid (partial_success).", registry=r
+        )
+        self.commit_duration = Histogram(
+            "budgetlens_commit_duration_seconds",
+            "Time to open the store, commit one group and close it.",
+            buckets=COMMIT_BUCKETS,
+            registry=r,
+        )
+        self.commit_failures = Counter(
+            "budgetlens_commit_failures",
+            "Group commits that failed (clients were told to retry).",
+            registry=r,
+        )
+        self.queue_spans = Gauge(
+            "budgetlens_ingest_queue_spans",
+            "Rows accepted but not yet loaded into DuckDB (the journal backlog).",
+            registry=r,
+        )
         self.journal_fsync_duration = Histogram(
             "budgetlens_journal_fsync_duration_seconds",
             "Time to append one group of requests to the journal and fsync it.",
-            buckets=COMMIT_BUCKETS, registry=r)
+            buckets=COMMIT_BUCKETS,
+            registry=r,
+        )
         self.dead_lettered = Counter(
             "budgetlens_spans_dead_lettered",
             "Rows the store refused for their data (e.g. a value out of a column's range), "
-            "moved to the dead-letter file <db>.journal/dead-letter.jsonl.", registry=r)
+            "moved to the dead-letter file <db>.journal/dead-letter.jsonl.",
+            registry=r,
+        )
         self.journal_failures = Counter(
             "budgetlens_journal_failures",
             "Requests answered 503 because the journal could not be written (disk full, I/O).",
-            registry=r)
-        self.loader_lag = Gauge("budgetlens_ingest_loader_lag_seconds",
-                                "Age of the oldest journaled batch not yet loaded into DuckDB.",
-                                registry=r)
+            registry=r,
+        )
+        self.loader_lag = Gauge(
+            "budgetlens_ingest_loader_lag_seconds",
+            "Age of the oldest journaled batch not yet loaded into DuckDB.",
+            registry=r,
+        )
 
     def observe_received(self, spans: int, rejected: int) -> None:
         """Count ``spans`` received, of which ``rejected`` were invalid."""
@@ -159,7 +206,7 @@ class CollectorMetrics:
             self.spans_rejected.inc(rejected)
 
     def observe_write(self, calls, events, records, runs) -> None:
-        """Update the budget metrics from what ``collector.store.write_batch`` returned.
+        """Update the budget metrics from what ``budgetlens.store.write_batch`` returned.
 
         ``calls``/``events``: pyarrow tables of the inserted rows (``WriteResult.new_calls`` /
         ``new_events``); ``records``: the inserted or changed run records; ``runs``: the upserted
@@ -170,13 +217,15 @@ class CollectorMetrics:
 
         cap = self.cap
         if calls is not None and len(calls):
-            table = pa.table({
-                "task": pc.coalesce(calls["task_type"], calls["service_name"]),
-                "model": pc.coalesce(calls["response_model"], calls["request_model"]),
-                "status": calls["usage_status"],
-                **{column: calls[column] for _, column in _TOKEN_TYPES},
-                "cost_usd": calls["cost_usd"],
-            })
+            table = pa.table(
+                {
+                    "task": pc.coalesce(calls["task_type"], calls["service_name"]),
+                    "model": pc.coalesce(calls["response_model"], calls["request_model"]),
+                    "status": calls["usage_status"],
+                    **{column: calls[column] for _, column in _TOKEN_TYPES},
+                    "cost_usd": calls["cost_usd"],
+                }
+            )
             aggregates = [(column, "sum") for _, column in _TOKEN_TYPES]
             aggregates += [("cost_usd", "sum"), ("cost_usd", "count"), ("status", "count")]
             grouped = table.group_by(["task", "model", "status"]).aggregate(aggregates)
@@ -201,15 +250,19 @@ class CollectorMetrics:
             for (run_id, name), count in _counts(events["run_id"], events["name"]).items():
                 kind = _INTERVENTIONS.get(name)
                 if kind:
-                    self.interventions.labels(cap("task_type", task_by_run.get(run_id)),
-                                              kind).inc(count)
+                    self.interventions.labels(cap("task_type", task_by_run.get(run_id)), kind).inc(count)
         if records is not None and len(records):
             written = set(records["run_id"].to_pylist())
             rows = runs.select(["run_id", "task_type", "stop_reason", "total_tokens"]).to_pylist()
             self.observe_commit((), (), [row for row in rows if row["run_id"] in written])
 
-    def observe_commit(self, calls: Iterable[Mapping], events: Iterable[Mapping],
-                       runs: Iterable[Mapping], task_by_run: Mapping[str, str] | None = None) -> None:
+    def observe_commit(
+        self,
+        calls: Iterable[Mapping],
+        events: Iterable[Mapping],
+        runs: Iterable[Mapping],
+        task_by_run: Mapping[str, str] | None = None,
+    ) -> None:
         """Update the budget metrics from rows a commit inserted.
 
         ``calls``/``events`` are store rows; ``runs`` are rows of the ``runs`` rollup (``task_type``,

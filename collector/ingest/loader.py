@@ -1,12 +1,12 @@
 """The collector's loader thread: journaled batches → DuckDB in groups, and replay at start.
 
-The loader half of ``collector.ingest.IngestQueue`` (the journal thread and intake live there).
+The loader half of ``budgetlens.ingest.queue.IngestQueue`` (the journal thread and intake live there).
 Journaled batches move into DuckDB in groups (every ``load_interval_s`` seconds or
-``max_group_spans`` rows, whichever comes first), each through ``collector.store.write_connection``
+``max_group_spans`` rows, whichever comes first), each through ``budgetlens.store.write_connection``
 + ``write_batch`` (the file is held only while committing, so dashboard readers get in between).
 The Prometheus metrics are counted from the rows actually inserted, then the batches are marked
 loaded in the journal (deleting fully loaded segments). A group the store refuses for its data is
-loaded around the bad rows (``collector.dead_letter``).
+loaded around the bad rows (``budgetlens.ingest.dead_letter``).
 
 On ``start`` every journaled batch not yet marked loaded is replayed into DuckDB first (replaying
 one already loaded is harmless: primary keys and upserts make it a no-op). While the store cannot
@@ -24,9 +24,9 @@ import time
 
 import pyarrow as pa
 
-from collector.dead_letter import DEAD_LETTER_FILE, is_data_error, load_around_bad_rows
-from collector.journal import Batch
-from collector.store import write_batch, write_connection
+from budgetlens.ingest.dead_letter import DEAD_LETTER_FILE, is_data_error, load_around_bad_rows
+from budgetlens.ingest.journal import Batch
+from budgetlens.store import write_batch, write_connection
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +40,7 @@ class Loader:
 
     Shares the queue's state, all guarded by ``_cond`` (a ``threading.Condition``): ``db_path``,
     ``metrics`` (``CollectorMetrics``), ``max_group_spans`` (rows), ``load_interval_s`` (s),
-    ``_commit`` (injected commit or None), ``_journal`` (``collector.journal.Journal``, open),
+    ``_commit`` (injected commit or None), ``_journal`` (``budgetlens.ingest.journal.Journal``, open),
     ``_incoming`` (requests waiting for the journal), ``_journaled`` (deque of
     ``(Batch, journaled_at monotonic s)`` waiting for the loader), ``_backlog`` (rows accepted
     and not yet loaded), ``_store_error`` (exception or None), ``_closing`` and
@@ -61,8 +61,9 @@ class Loader:
             self._journaled.append((batch, now))
             self._backlog += batch.spans
         if replay:
-            log.info("replaying %d journaled batches (%d rows) into %s", len(replay),
-                     self._backlog, self.db_path)
+            log.info(
+                "replaying %d journaled batches (%d rows) into %s", len(replay), self._backlog, self.db_path
+            )
         group: list = []
         try:
             if replay:
@@ -90,9 +91,11 @@ class Loader:
                     if self._closing and not self._journaled and drained:
                         return
                     if self._journaled and (
-                            self._closing or self._store_error is not None
-                            or self._pending_rows() >= self.max_group_spans
-                            or time.monotonic() - self._journaled[0][1] >= self.load_interval_s):
+                        self._closing
+                        or self._store_error is not None
+                        or self._pending_rows() >= self.max_group_spans
+                        or time.monotonic() - self._journaled[0][1] >= self.load_interval_s
+                    ):
                         break
                     if self._store_error is not None and not self._journaled:
                         break  # probe the store so intake can resume
@@ -119,8 +122,7 @@ class Loader:
                 else:
                     self._store_error = error
                 if self._closing and not self._journal_thread.is_alive():
-                    log.error("giving up loading at shutdown: %s (the journal keeps the rows)",
-                              error)
+                    log.error("giving up loading at shutdown: %s (the journal keeps the rows)", error)
                     return
                 time.sleep(retry_s)
                 retry_s = min(retry_s * 2, _RETRY_MAX_S)
@@ -131,8 +133,7 @@ class Loader:
     def _take_group(self) -> list[tuple[Batch, float]]:
         """Pop journaled batches up to ``max_group_spans`` rows (at least one). Caller locks."""
         group, size = [], 0
-        while self._journaled and (not group or size + self._journaled[0][0].spans
-                                   <= self.max_group_spans):
+        while self._journaled and (not group or size + self._journaled[0][0].spans <= self.max_group_spans):
             item = self._journaled.popleft()
             group.append(item)
             size += item[0].spans
@@ -142,15 +143,18 @@ class Loader:
         """Commit ``group`` to the store, count metrics, mark it loaded in the journal.
 
         A group the store refuses for its data is loaded around the bad rows
-        (``collector.dead_letter``); any other error propagates (the caller retries).
+        (``budgetlens.ingest.dead_letter``); any other error propagates (the caller retries).
         """
         batches = [batch for batch, _ in group]
         started = time.perf_counter()
         try:
-            self._observe(self._commit_tables(
-                pa.concat_tables([b.calls for b in batches]),
-                pa.concat_tables([b.records for b in batches]),
-                pa.concat_tables([b.events for b in batches])))
+            self._observe(
+                self._commit_tables(
+                    pa.concat_tables([b.calls for b in batches]),
+                    pa.concat_tables([b.records for b in batches]),
+                    pa.concat_tables([b.events for b in batches]),
+                )
+            )
         except Exception as error:
             if not is_data_error(error):
                 raise
@@ -161,8 +165,8 @@ class Loader:
                 with write_connection(self.db_path) as conn:
                     conn.execute("SET threads TO 1")
                     dead = load_around_bad_rows(
-                        batches, lambda *tables: write_batch(conn, *tables), dead_letter,
-                        self._observe)
+                        batches, lambda *tables: write_batch(conn, *tables), dead_letter, self._observe
+                    )
             if dead:
                 self.metrics.dead_lettered.inc(dead)
         self.metrics.commit_duration.observe(time.perf_counter() - started)
@@ -188,12 +192,12 @@ class Loader:
 
     def _observe(self, result) -> None:
         if result is not None:
-            self.metrics.observe_write(result.new_calls, result.new_events, result.new_records,
-                                       result.runs_rows)
+            self.metrics.observe_write(
+                result.new_calls, result.new_events, result.new_records, result.runs_rows
+            )
 
     def _failed(self, error: BaseException) -> None:
-        log.error("loading into %s failed (the journal keeps the rows; retrying): %s",
-                  self.db_path, error)
+        log.error("loading into %s failed (the journal keeps the rows; retrying): %s", self.db_path, error)
         self.metrics.commit_failures.inc()
         self._store_error = error
 
@@ -204,7 +208,6 @@ def _lower_priority() -> None:
     cores are busy, acknowledging requests goes first; the backlog bound still applies."""
     try:
         tid = threading.get_native_id()
-        os.setpriority(os.PRIO_PROCESS, tid, os.getpriority(os.PRIO_PROCESS, tid)
-                       + LOADER_NICENESS)
+        os.setpriority(os.PRIO_PROCESS, tid, os.getpriority(os.PRIO_PROCESS, tid) + LOADER_NICENESS)
     except (AttributeError, OSError) as error:  # not Linux, or not permitted: keep the priority
         log.debug("loader priority unchanged: %s", error)

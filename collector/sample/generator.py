@@ -4,8 +4,8 @@
 typical sizes (tables below), turn by turn under a ``RunBudget``-like guard: a reservation that
 does not fit stops the run before the call (``budget_tokens``), as do the turn, tool-call, time
 and cost limits; a warning at 80 %, a downgrade along a model chain and context summaries are
-span events. It yields store rows (dicts keyed by ``collector.store.schema`` columns) with
-``source = "sample"``. Costs come from ``collector.pricing.cost_usd`` (genai-prices); one model
+span events. It yields store rows (dicts keyed by ``budgetlens.store.schema`` columns) with
+``source = "sample"``. Costs come from ``budgetlens.pricing.cost_usd`` (genai-prices); one model
 is deliberately unpriced. The same ``seed``, ``days``, ``runs_per_day`` and ``end_utc`` give the
 same rows.
 
@@ -22,8 +22,7 @@ reasoning tokens, a little unknown usage (streams without usage, failed calls: t
 is kept, never 0), a weekday/weekend and day/night rhythm, and one incident day (a bad deploy:
 more runs and many runaways in ``code_generation`` and ``tool_use``).
 
-The committed portable sample ``SAMPLE_FILE`` is gzip JSONL (format and loader in
-``collector.sample_file``, re-exported here).
+The committed portable sample (gzip JSONL) is written and read by ``budgetlens.sample.file``.
 """
 
 from __future__ import annotations
@@ -33,37 +32,27 @@ import hashlib
 import logging
 import math
 import random
-from typing import Iterator
+from collections.abc import Iterator
 
-from collector import semconv as sc
-from collector.pricing import cost_usd
-from collector.sample_file import (
-    SAMPLE_END_UTC,
-    SAMPLE_FILE,
-    SAMPLE_SEED,
-    ensure_demo_store,
-    export_sample_jsonl,
-    load_sample_file,
-    read_sample_file,
-)
-from collector.usage import Usage
+from budgetlens import semconv as sc
+from budgetlens.pricing import cost_usd
+from budgetlens.usage import Usage
 
 __all__ = [
     "SAMPLE_END_UTC",
-    "SAMPLE_FILE",
     "SAMPLE_SEED",
     "TASK_TYPES",
     "default_end_utc",
-    "ensure_demo_store",
-    "export_sample_jsonl",
     "generate_sample",
     "generation_id",
-    "load_sample_file",
-    "read_sample_file",
     "write_sample",
 ]
 
 log = logging.getLogger(__name__)
+
+#: The committed sample ends here (exclusive), so the demo is the same on every machine.
+SAMPLE_END_UTC = dt.datetime(2026, 11, 28)
+SAMPLE_SEED = 7
 
 # --- the tables: task types, sizes, rhythms ----------------------------------------------------
 #: weight: share of runs; tokens: 10th-90th percentile of a run's total tokens (lognormal);
@@ -71,32 +60,55 @@ log = logging.getLogger(__name__)
 #: models: (model, provider, weight); limits: the limits in force from day LIMITS_FROM_DAY.
 TASK_TYPES: dict[str, dict] = {
     "simple_qa": dict(
-        weight=0.34, tokens=(2_000, 5_000), turns=(1, 3), tools=0.3, out=0.25,
+        weight=0.34,
+        tokens=(2_000, 5_000),
+        turns=(1, 3),
+        tools=0.3,
+        out=0.25,
         service="support-bot",
-        models=[("gpt-4.1-mini", "openai", 0.6), ("claude-haiku-4-5", "anthropic", 0.3),
-                ("llama-3.1-8b-instruct", "vllm", 0.1)],
+        models=[
+            ("gpt-4.1-mini", "openai", 0.6),
+            ("claude-haiku-4-5", "anthropic", 0.3),
+            ("llama-3.1-8b-instruct", "vllm", 0.1),
+        ],
         limits=dict(total_tokens=7_000, turns=5, tool_calls=8, duration_s=60.0),
     ),
     "tool_use": dict(
-        weight=0.25, tokens=(5_000, 10_000), turns=(2, 5), tools=1.3, out=0.15,
+        weight=0.25,
+        tokens=(5_000, 10_000),
+        turns=(2, 5),
+        tools=1.3,
+        out=0.15,
         service="ops-agent",
         models=[("gpt-4.1-mini", "openai", 0.5), ("gemini-2.5-flash", "google", 0.5)],
         limits=dict(total_tokens=12_000, turns=8, tool_calls=12, duration_s=120.0),
     ),
     "complex_reasoning": dict(
-        weight=0.15, tokens=(15_000, 40_000), turns=(3, 8), tools=0.5, out=0.35,
+        weight=0.15,
+        tokens=(15_000, 40_000),
+        turns=(3, 8),
+        tools=0.5,
+        out=0.35,
         service="analyst",
         models=[("o4-mini", "openai", 0.6), ("claude-sonnet-4-5", "anthropic", 0.4)],
         limits=dict(total_tokens=48_000, turns=12, cost_usd=0.60),
     ),
     "code_generation": dict(
-        weight=0.16, tokens=(20_000, 60_000), turns=(5, 14), tools=1.5, out=0.3,
+        weight=0.16,
+        tokens=(20_000, 60_000),
+        turns=(5, 14),
+        tools=1.5,
+        out=0.3,
         service="coder",
         models=[("claude-sonnet-4-5", "anthropic", 0.7), ("gpt-4.1", "openai", 0.3)],
         limits=dict(total_tokens=60_000, turns=24, tool_calls=40, duration_s=600.0),
     ),
     "research": dict(
-        weight=0.10, tokens=(50_000, 150_000), turns=(8, 20), tools=2.0, out=0.1,
+        weight=0.10,
+        tokens=(50_000, 150_000),
+        turns=(8, 20),
+        tools=2.0,
+        out=0.1,
         service="research-assistant",
         models=[("gemini-2.5-flash", "google", 0.5), ("claude-sonnet-4-5", "anthropic", 0.5)],
         limits=dict(total_tokens=105_000, turns=30, tool_calls=60, cost_usd=1.50),
@@ -104,8 +116,11 @@ TASK_TYPES: dict[str, dict] = {
 }
 #: The guard's actions (fractions of the token limit): downgrade once along the chain; summarize
 #: (halves the context of later turns) for research; a warning for everyone.
-DOWNGRADE_CHAIN = {"claude-sonnet-4-5": "claude-haiku-4-5", "gpt-4.1": "gpt-4.1-mini",
-                   "o4-mini": "gpt-4.1-mini"}
+DOWNGRADE_CHAIN = {
+    "claude-sonnet-4-5": "claude-haiku-4-5",
+    "gpt-4.1": "gpt-4.1-mini",
+    "o4-mini": "gpt-4.1-mini",
+}
 DOWNGRADE_AT = {"code_generation": 0.7, "complex_reasoning": 0.75}
 SUMMARIZE_AT = {"research": 0.6}
 WARNING_AT = 0.8
@@ -120,22 +135,20 @@ RUNAWAY_FACTOR = (10, 50)
 TAIL_SHARE = 0.08
 LIMITS_FROM_DAY = 4
 #: The incident day (index from the first day): a bad deploy of these task types.
-INCIDENT = dict(day_from_end=5, volume=1.6, runaway_share=0.3,
-                task_types=("code_generation", "tool_use"))
-FAIL_SHARE = 0.0015          # calls that fail (usage unknown, the run ends 'failed')
-NO_USAGE_SHARE = 0.004       # streamed calls that report no usage (usage unknown, run goes on)
+INCIDENT = dict(day_from_end=5, volume=1.6, runaway_share=0.3, task_types=("code_generation", "tool_use"))
+FAIL_SHARE = 0.0015  # calls that fail (usage unknown, the run ends 'failed')
+NO_USAGE_SHARE = 0.004  # streamed calls that report no usage (usage unknown, run goes on)
 ERRORS = ("RateLimitError", "APITimeoutError", "InternalServerError")
 
 SOURCE = "sample"
 
 
 def default_end_utc() -> dt.datetime:
-    today = dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)
+    today = dt.datetime.now(dt.UTC).replace(tzinfo=None)
     return dt.datetime(today.year, today.month, today.day)
 
 
-def generation_id(seed: int, end_utc: dt.datetime, days: int = 14,
-                  runs_per_day: int = 300) -> str:
+def generation_id(seed: int, end_utc: dt.datetime, days: int = 14, runs_per_day: int = 300) -> str:
     """The id prefix of one generation, e.g. ``sample-20261128-s7`` (end date, seed).
 
     ``end_utc`` is the exclusive end (naive UTC); a time other than midnight adds it
@@ -155,7 +168,9 @@ def generation_id(seed: int, end_utc: dt.datetime, days: int = 14,
 
 
 def generate_sample(
-    days: int = 14, seed: int = SAMPLE_SEED, runs_per_day: int = 300,
+    days: int = 14,
+    seed: int = SAMPLE_SEED,
+    runs_per_day: int = 300,
     end_utc: dt.datetime | None = None,
 ) -> Iterator[tuple[list[dict], list[dict], list[dict]]]:
     """Yield one (calls, records, events) batch of store rows per simulated day.
@@ -172,8 +187,7 @@ def generate_sample(
     try:
         first = end - dt.timedelta(days=days)
     except OverflowError:
-        raise ValueError(
-            f"days must reach no further back than the year 1, got {days!r}") from None
+        raise ValueError(f"days must reach no further back than the year 1, got {days!r}") from None
     rng = random.Random(seed)
     prefix = generation_id(seed, end, days, runs_per_day)
     # trace ids: 32 hex digits (OTel), the generation's hash then the run number
@@ -188,14 +202,20 @@ def generate_sample(
         if day == incident_day:
             volume *= INCIDENT["volume"]
         calls, records, events = [], [], []
-        for _ in range(max(1, round(rng.gauss(volume, volume ** 0.5)))):
+        for _ in range(max(1, round(rng.gauss(volume, volume**0.5)))):
             number += 1
             hour = rng.choices(range(24), HOURLY)[0]
             start = day_start + dt.timedelta(hours=hour, seconds=rng.uniform(0, 3600))
             task = rng.choices(names, weights)[0]
-            run = _Run(rng, f"{prefix}-{number:06d}", f"{trace_prefix}{number:016x}", task,
-                       start, day >= LIMITS_FROM_DAY,
-                       incident=(day == incident_day and task in INCIDENT["task_types"]))
+            run = _Run(
+                rng,
+                f"{prefix}-{number:06d}",
+                f"{trace_prefix}{number:016x}",
+                task,
+                start,
+                day >= LIMITS_FROM_DAY,
+                incident=(day == incident_day and task in INCIDENT["task_types"]),
+            )
             run.simulate()
             calls += run.calls
             records.append(run.record())
@@ -245,10 +265,19 @@ class _Run:
         return None if limit is None else round(100.0 * self.used / limit, 1)
 
     def _event(self, name, **fields):
-        self.events.append(dict(
-            event_id=f"{self.run_id}.e{len(self.events):03d}", run_id=self.run_id,
-            span_id=self.span_id, ts_utc=self.now, name=name, used_tokens=self.used,
-            remaining_tokens=self._remaining(), percent=self._percent(), **fields))
+        self.events.append(
+            dict(
+                event_id=f"{self.run_id}.e{len(self.events):03d}",
+                run_id=self.run_id,
+                span_id=self.span_id,
+                ts_utc=self.now,
+                name=name,
+                used_tokens=self.used,
+                remaining_tokens=self._remaining(),
+                percent=self._percent(),
+                **fields,
+            )
+        )
 
     def _end(self, reason, **fields):
         self.stop = reason
@@ -292,15 +321,25 @@ class _Run:
         rng = self.rng
         latency = 0.4 + output / 80 + input_ / 20_000
         row = dict(
-            span_id=f"{self.run_id}.c{turn:03d}", run_id=self.run_id, trace_id=self.trace_id,
-            parent_span_id=self.span_id, source=SOURCE, service_name=self.spec["service"],
-            task_type=self.task, operation_name=sc.OPERATION_CHAT, provider_name=self.provider,
-            request_model=self.model, start_utc=self.now, turn=turn, reserved_tokens=reserved)
+            span_id=f"{self.run_id}.c{turn:03d}",
+            run_id=self.run_id,
+            trace_id=self.trace_id,
+            parent_span_id=self.span_id,
+            source=SOURCE,
+            service_name=self.spec["service"],
+            task_type=self.task,
+            operation_name=sc.OPERATION_CHAT,
+            provider_name=self.provider,
+            request_model=self.model,
+            start_utc=self.now,
+            turn=turn,
+            reserved_tokens=reserved,
+        )
         draw = rng.random()
         if draw < FAIL_SHARE + NO_USAGE_SHARE:
             failed = draw < FAIL_SHARE
             latency = latency * rng.uniform(0.1, 1.0) if failed else latency
-            self.used += reserved            # unknown usage: the reservation is kept
+            self.used += reserved  # unknown usage: the reservation is kept
             self.unknown = True
             row.update(usage_status=sc.USAGE_UNKNOWN)
             if failed:
@@ -322,13 +361,23 @@ class _Run:
                 self.cost = (self.cost or 0.0) + cost
             self.used += usage.total_tokens
             row.update(
-                response_model=self.model, input_tokens=input_, output_tokens=output,
-                total_tokens=usage.total_tokens, cache_read_tokens=cache_read,
-                cache_write_tokens=cache_write, reasoning_tokens=reasoning, cost_usd=cost,
-                usage_status=sc.USAGE_REPORTED)
+                response_model=self.model,
+                input_tokens=input_,
+                output_tokens=output,
+                total_tokens=usage.total_tokens,
+                cache_read_tokens=cache_read,
+                cache_write_tokens=cache_write,
+                reasoning_tokens=reasoning,
+                cost_usd=cost,
+                usage_status=sc.USAGE_REPORTED,
+            )
         end = self.now + dt.timedelta(seconds=latency)
-        row.update(end_utc=end, duration_s=round(latency, 3), used_tokens=self.used,
-                   remaining_tokens=self._remaining())
+        row.update(
+            end_utc=end,
+            duration_s=round(latency, 3),
+            used_tokens=self.used,
+            remaining_tokens=self._remaining(),
+        )
         self.calls.append(row)
         self.now = end
         if row.get("error_type"):
@@ -364,19 +413,30 @@ class _Run:
         end = self.calls[-1]["end_utc"] if self.calls else self.start
         limits = {f"limit_{k}": v for k, v in self.limits.items()}
         return dict(
-            run_id=self.run_id, trace_id=self.trace_id, source=SOURCE,
-            service_name=self.spec["service"], task_type=self.task,
-            agent_name=self.spec["service"], model=self.first_model, start_utc=self.start,
-            end_utc=end, duration_s=round((end - self.start).total_seconds(), 3),
-            turns=len(self.calls), tool_calls=self.tools, input_tokens=total("input_tokens"),
-            output_tokens=total("output_tokens"), total_tokens=self.used,
+            run_id=self.run_id,
+            trace_id=self.trace_id,
+            source=SOURCE,
+            service_name=self.spec["service"],
+            task_type=self.task,
+            agent_name=self.spec["service"],
+            model=self.first_model,
+            start_utc=self.start,
+            end_utc=end,
+            duration_s=round((end - self.start).total_seconds(), 3),
+            turns=len(self.calls),
+            tool_calls=self.tools,
+            input_tokens=total("input_tokens"),
+            output_tokens=total("output_tokens"),
+            total_tokens=self.used,
             cache_read_tokens=total("cache_read_tokens"),
             cache_write_tokens=total("cache_write_tokens"),
             reasoning_tokens=total("reasoning_tokens"),
             cost_usd=None if self.cost is None else round(self.cost, 8),
             stop_reason=self.stop,
             usage_status=sc.USAGE_UNKNOWN if self.unknown else sc.USAGE_REPORTED,
-            retryable=self.retryable if self.stop == sc.STOP_FAILED else False, **limits)
+            retryable=self.retryable if self.stop == sc.STOP_FAILED else False,
+            **limits,
+        )
 
 
 def _poisson(rng: random.Random, mean: float) -> int:
@@ -388,14 +448,19 @@ def _poisson(rng: random.Random, mean: float) -> int:
 
 
 # --- writing to the store -----------------------------------------------------------------------
-def write_sample(db_path, days: int = 14, seed: int = SAMPLE_SEED, runs_per_day: int = 300,
-                 end_utc: dt.datetime | None = None) -> int:
+def write_sample(
+    db_path,
+    days: int = 14,
+    seed: int = SAMPLE_SEED,
+    runs_per_day: int = 300,
+    end_utc: dt.datetime | None = None,
+) -> int:
     """Generate a sample into the store at ``db_path`` (created if missing); return the runs.
 
-    Writes one batch per day through ``collector.store`` (idempotent: the same arguments twice add
+    Writes one batch per day through ``budgetlens.store`` (idempotent: the same arguments twice add
     nothing). Raises StoreError when another process holds the file too long.
     """
-    from collector.store import write_batch, write_connection
+    from budgetlens.store import write_batch, write_connection
 
     runs = 0
     for calls, records, events in generate_sample(days, seed, runs_per_day, end_utc):

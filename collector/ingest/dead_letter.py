@@ -17,8 +17,8 @@ import datetime as dt
 import json
 import logging
 import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import duckdb
 import pyarrow as pa
@@ -28,8 +28,15 @@ log = logging.getLogger(__name__)
 DEAD_LETTER_FILE = "dead-letter.jsonl"
 
 #: Errors that say "this data cannot be stored" (as opposed to "the store is busy/broken").
-DATA_ERRORS = (duckdb.DataError, duckdb.IntegrityError, duckdb.InvalidInputException,
-               ValueError, TypeError, OverflowError, pa.ArrowException)
+DATA_ERRORS = (
+    duckdb.DataError,
+    duckdb.IntegrityError,
+    duckdb.InvalidInputException,
+    ValueError,
+    TypeError,
+    OverflowError,
+    pa.ArrowException,
+)
 
 #: ``commit(calls, records, events)`` with pyarrow tables; returns a ``WriteResult`` or None.
 Commit = Callable[[pa.Table, pa.Table, pa.Table], object]
@@ -40,8 +47,9 @@ def is_data_error(error: BaseException) -> bool:
     return isinstance(error, DATA_ERRORS)
 
 
-def load_around_bad_rows(batches, commit: Commit, dead_letter_path: Path,
-                         on_result: Callable[[object], None]) -> int:
+def load_around_bad_rows(
+    batches, commit: Commit, dead_letter_path: Path, on_result: Callable[[object], None]
+) -> int:
     """Commit each of ``batches`` (objects with ``calls``/``records``/``events`` pyarrow tables
     and ``seq``) alone; a batch refused for its data is committed row by row and the refused
     rows go to ``dead_letter_path``. ``on_result`` gets each commit's result (metrics).
@@ -58,16 +66,15 @@ def load_around_bad_rows(batches, commit: Commit, dead_letter_path: Path,
         except Exception as error:
             if not is_data_error(error):
                 raise
-            log.error("journal batch %d refused by the store (%s); loading it row by row",
-                      batch.seq, error)
-        for position, (name, table) in enumerate(zip(("model_calls", "run_records",
-                                                       "budget_events"), tables)):
+            log.error("journal batch %d refused by the store (%s); loading it row by row", batch.seq, error)
+        for position, (name, table) in enumerate(
+            zip(("model_calls", "run_records", "budget_events"), tables)
+        ):
             dead += _bisect(tables, position, name, table, commit, dead_letter_path, on_result)
     return dead
 
 
-def _bisect(tables, position: int, name: str, rows: pa.Table, commit: Commit, path: Path,
-            on_result) -> int:
+def _bisect(tables, position: int, name: str, rows: pa.Table, commit: Commit, path: Path, on_result) -> int:
     """Commit ``rows`` (of table number ``position``; the other tables empty), halving on a
     data error down to single rows, which go to the dead-letter file. Returns rows
     dead-lettered (a bad row costs about 2 log2(n) commits)."""
@@ -85,20 +92,23 @@ def _bisect(tables, position: int, name: str, rows: pa.Table, commit: Commit, pa
             _append(path, name, rows.to_pylist()[0], error)
             return 1
     half = len(rows) // 2
-    return (_bisect(tables, position, name, rows.slice(0, half), commit, path, on_result)
-            + _bisect(tables, position, name, rows.slice(half), commit, path, on_result))
+    return _bisect(tables, position, name, rows.slice(0, half), commit, path, on_result) + _bisect(
+        tables, position, name, rows.slice(half), commit, path, on_result
+    )
 
 
 def _append(path: Path, table: str, row: dict, error: BaseException) -> None:
     """Append one refused row to the dead-letter file and fsync it."""
-    line = json.dumps({"table": table, "error": f"{type(error).__name__}: {error}"[:500],
-                       "row": row}, default=_plain, ensure_ascii=False)
+    line = json.dumps(
+        {"table": table, "error": f"{type(error).__name__}: {error}"[:500], "row": row},
+        default=_plain,
+        ensure_ascii=False,
+    )
     with open(path, "a", encoding="utf-8") as file:
         file.write(line + "\n")
         file.flush()
         os.fsync(file.fileno())
-    log.error("dead-lettered a %s row (run_id %r) to %s: %s", table, str(row.get("run_id"))[:80],
-              path, error)
+    log.error("dead-lettered a %s row (run_id %r) to %s: %s", table, str(row.get("run_id"))[:80], path, error)
 
 
 def _plain(value):

@@ -1,4 +1,4 @@
-"""Recommended presets as a preset document (``collector.preset_format``) in YAML, TOML or JSON.
+"""Recommended presets as a preset document (``budgetlens.guard.preset_file``) in YAML, TOML or JSON.
 
 The dashboard's download buttons and ``budgetlens presets`` write the same document; the guard
 loads it back (``RunBudget.from_preset``). Keys whose value is unknown are omitted (TOML has no
@@ -13,14 +13,21 @@ import math
 
 import pandas as pd
 
-from collector.preset_format import BASIS_KEY, FORMAT_KEY, FORMAT_VERSION, LIMIT_KEYS
-from dashboard.presets import round_significant
+from budgetlens.analysis.presets import round_significant
+from budgetlens.guard.preset_file import BASIS_KEY, FORMAT_KEY, FORMAT_VERSION, LIMIT_KEYS
 
 #: Formats and their file suffixes (the CLI's --format and the dashboard's downloads).
 FORMATS = {"yaml": ".yaml", "toml": ".toml", "json": ".json"}
 #: Baseline columns copied into each preset's ``basis`` (the evidence; ignored by the guard).
-BASIS_COLUMNS = ("p50_total_tokens", "p95_total_tokens", "max_total_tokens",
-                 "p95_turns", "p95_tool_calls", "p95_duration_s", "p95_cost_usd")
+BASIS_COLUMNS = (
+    "p50_total_tokens",
+    "p95_total_tokens",
+    "max_total_tokens",
+    "p95_turns",
+    "p95_tool_calls",
+    "p95_duration_s",
+    "p95_cost_usd",
+)
 
 
 def _plain(value):
@@ -46,7 +53,7 @@ def build_document(
     baselines_df: pd.DataFrame | None = None,
     generated_utc: dt.datetime | None = None,
 ) -> dict:
-    """Return the preset document for ``presets_df`` (from ``dashboard.analysis.presets``).
+    """Return the preset document for ``presets_df`` (from ``budgetlens.analysis.views.presets``).
 
     Shape: ``{budgetlens_presets: 1, generated_utc: ISO-8601 "Z", multiplier, window_days,
     presets: {task_type: {max_*: value, basis: {n_runs, low_sample, p50_total_tokens, ...}}}}``.
@@ -59,9 +66,9 @@ def build_document(
     for column in ("task_type", "n", "low_sample"):
         if column not in presets_df.columns:
             raise ValueError(f"presets_df: column {column!r} is required")
-    stamp = generated_utc or dt.datetime.now(dt.timezone.utc)
+    stamp = generated_utc or dt.datetime.now(dt.UTC)
     if stamp.tzinfo is not None:
-        stamp = stamp.astimezone(dt.timezone.utc).replace(tzinfo=None)
+        stamp = stamp.astimezone(dt.UTC).replace(tzinfo=None)
     evidence = {}
     if baselines_df is not None and len(baselines_df):
         evidence = {row["task_type"]: row for _, row in baselines_df.iterrows()}

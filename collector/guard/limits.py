@@ -1,10 +1,10 @@
 """A run's limits: their names and units, their validation, and the stop decisions against them.
 
-The one owner of "is this a valid limit" (used by :class:`collector.guard.RunBudget` and by
-:mod:`collector.presets_loader`) and of "is this limit spent" (pure functions that return a
+The one owner of "is this a valid limit" (used by :class:`budgetlens.guard.run_budget.RunBudget` and by
+:mod:`budgetlens.guard.preset_file`) and of "is this limit spent" (pure functions that return a
 :class:`Stop`, or None when the limit allows the step). ``RunBudget`` keeps the state and the lock
-and raises :class:`collector.actions.BudgetExceeded` from a :class:`Stop`. Stop reasons are the
-closed vocabulary of :mod:`collector.semconv`.
+and raises :class:`budgetlens.guard.results.BudgetExceeded` from a :class:`Stop`. Stop reasons are the
+closed vocabulary of :mod:`budgetlens.semconv`.
 """
 
 from __future__ import annotations
@@ -13,9 +13,8 @@ import math
 from collections.abc import Iterable, Mapping
 from typing import Any, NamedTuple
 
-from collector import semconv as sc
-from collector.actions import Action, BudgetExceeded
-from collector.preset_format import LIMIT_KEYS
+from budgetlens import semconv as sc
+from budgetlens.guard.results import Action, BudgetExceeded
 
 __all__ = [
     "DEFAULT_MAX_TOTAL_TOKENS",
@@ -46,6 +45,16 @@ __all__ = [
     "unknown_usage_stop",
 ]
 
+#: Limit keys of one preset, in the guard's constructor argument names (units in the names).
+LIMIT_KEYS = (
+    "max_total_tokens",
+    "max_input_tokens",
+    "max_output_tokens",
+    "max_turns",
+    "max_tool_calls",
+    "max_duration_s",
+    "max_cost_usd",
+)
 #: A bare guard (no limit given) allows this many tokens.
 DEFAULT_MAX_TOTAL_TOKENS = 64_000
 #: ``block``: after a call with unknown usage no new reservation is admitted (the safe default);
@@ -72,8 +81,12 @@ def check_limit(name: str, value: Any, *, label: str | None = None) -> None:
     if value is None:
         return
     label = label or name
-    if (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)
-            or value < 0):
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not math.isfinite(value)
+        or value < 0
+    ):
         raise ValueError(f"{label} must be a finite number >= 0, or None for no limit; got {value!r}")
     if name not in _FRACTIONAL_LIMITS and value != int(value):
         raise ValueError(f"{label} must be a whole number, got {value!r}")
@@ -107,13 +120,19 @@ def check_fraction(name: str, value: Any) -> None:
         raise ValueError(f"{name} must be a fraction in (0, 1], got {value!r}")
 
 
-def check_options(*, task_type: Any, warn_at: Any, downgrade_at: Any, summarize_at: Any,
-                  unknown_usage: Any, unknown_usage_residual_tokens: Any,
-                  model_chain: Any) -> tuple[str, ...]:
+def check_options(
+    *,
+    task_type: Any,
+    warn_at: Any,
+    downgrade_at: Any,
+    summarize_at: Any,
+    unknown_usage: Any,
+    unknown_usage_residual_tokens: Any,
+    model_chain: Any,
+) -> tuple[str, ...]:
     """Check ``RunBudget``'s other options (as its constructor documents them); returns the model
     chain as a tuple. Raises ValueError naming the bad option and the rule."""
-    for name, value in (("warn_at", warn_at), ("downgrade_at", downgrade_at),
-                        ("summarize_at", summarize_at)):
+    for name, value in (("warn_at", warn_at), ("downgrade_at", downgrade_at), ("summarize_at", summarize_at)):
         check_fraction(name, value)
     if unknown_usage not in UNKNOWN_USAGE_POLICIES:
         raise ValueError(f"unknown_usage must be one of {UNKNOWN_USAGE_POLICIES}, got {unknown_usage!r}")
@@ -124,8 +143,9 @@ def check_options(*, task_type: Any, warn_at: Any, downgrade_at: Any, summarize_
     if isinstance(model_chain, Iterable) and not isinstance(model_chain, (str, bytes)):
         chain = tuple(model_chain)
     if chain is None or not all(isinstance(m, str) and m for m in chain):
-        raise ValueError("model_chain must be an iterable of model names (non-empty strings), "
-                         f"got {model_chain!r}")
+        raise ValueError(
+            f"model_chain must be an iterable of model names (non-empty strings), got {model_chain!r}"
+        )
     return chain
 
 
@@ -136,15 +156,20 @@ def check_model(model: Any) -> None:
 
 
 def check_stop_reason(stop_reason: str | None) -> None:
-    """Check a stop reason given by the caller: None or one of :data:`collector.semconv.STOP_REASONS`.
+    """Check a stop reason given by the caller: None or one of :data:`budgetlens.semconv.STOP_REASONS`.
     Raises ValueError naming the allowed reasons."""
     if stop_reason is not None and stop_reason not in sc.STOP_REASONS:
         raise ValueError(f"stop_reason must be one of {sc.STOP_REASONS}, got {stop_reason!r}")
 
 
 # --- use against the limits ---------------------------------------------------------------------
-def limit_share(limits: Mapping[str, float | None], input_tokens: int, output_tokens: int,
-                unknown_tokens: int, cost_usd: float) -> float:
+def limit_share(
+    limits: Mapping[str, float | None],
+    input_tokens: int,
+    output_tokens: int,
+    unknown_tokens: int,
+    cost_usd: float,
+) -> float:
     """The share (float, ≥ 0; 1.0 = spent) of the most-used token or cost limit.
 
     ``unknown_tokens``: charges of calls without usage, counted as input. A limit of 0 is spent at
@@ -180,8 +205,14 @@ def advice(share: float, summarize_at: float) -> Action:
     return Action.CONTINUE
 
 
-def cross_thresholds(share: float, fired: set[Action], warn_at: float, downgrade_at: float,
-                     summarize_at: float, can_downgrade: bool) -> tuple[Action, list[Action]]:
+def cross_thresholds(
+    share: float,
+    fired: set[Action],
+    warn_at: float,
+    downgrade_at: float,
+    summarize_at: float,
+    can_downgrade: bool,
+) -> tuple[Action, list[Action]]:
     """The thresholds (fractions, as ``share``) crossed after a recorded call.
 
     Returns (the advised action, the actions to emit now, least severe first) and adds them to
@@ -242,15 +273,19 @@ def cost_stop(max_cost_usd: float | None, cost_usd: float) -> Stop | None:
     return None
 
 
-def token_stop(limits: Mapping[str, float | None], total_tokens: int, input_tokens: int,
-               output_tokens: int) -> Stop | None:
+def token_stop(
+    limits: Mapping[str, float | None], total_tokens: int, input_tokens: int, output_tokens: int
+) -> Stop | None:
     """``budget_tokens`` for the first of the total, input and output token limits that is spent
     (the detail names it).
 
     ``total_tokens`` includes open reservations; ``input_tokens`` includes unknown-usage charges.
     """
-    for key, used in (("max_total_tokens", total_tokens), ("max_input_tokens", input_tokens),
-                      ("max_output_tokens", output_tokens)):
+    for key, used in (
+        ("max_total_tokens", total_tokens),
+        ("max_input_tokens", input_tokens),
+        ("max_output_tokens", output_tokens),
+    ):
         limit = limits[key]
         if limit is not None and used >= limit:
             return Stop(sc.STOP_BUDGET_TOKENS, limit, used, 0, key)
@@ -259,17 +294,18 @@ def token_stop(limits: Mapping[str, float | None], total_tokens: int, input_toke
 
 def spent_stop(limits: Mapping[str, float | None], use: Any, spend: Any = None) -> Stop | None:
     """The first spent limit before a step, in order: ``max_cost_usd`` (:func:`cost_stop`), the
-    spend windows of ``spend`` (a :class:`collector.spend.SpendTracker` or None; its refusal
+    spend windows of ``spend`` (a :class:`budgetlens.guard.spend.SpendTracker` or None; its refusal
     becomes a Stop with detail ``spend window``), the token limits (:func:`token_stop`, open
-    reservations included). ``use``: a :class:`collector.ledger.RunLedger`."""
+    reservations included). ``use``: a :class:`budgetlens.guard.ledger.RunLedger`."""
     stop = cost_stop(limits["max_cost_usd"], use.cost_usd)
     if stop is None and spend is not None:
         try:
             spend.check()
         except BudgetExceeded as exc:
             stop = Stop(exc.reason, exc.limit, exc.used, 0, "spend window")
-    return stop or token_stop(limits, use.committed_tokens, use.input_tokens + use.unknown_tokens,
-                              use.output_tokens)
+    return stop or token_stop(
+        limits, use.committed_tokens, use.input_tokens + use.unknown_tokens, use.output_tokens
+    )
 
 
 def count_stop(reason: str, limit: int | None, count: int) -> Stop | None:
@@ -288,8 +324,11 @@ def split_estimate(estimated_tokens: Any, input_tokens: Any, output_tokens: Any)
     Every value is an int >= 0; given one part, the other is the rest of ``estimated_tokens``;
     given both, they must add up to it. Raises ValueError naming the argument and the rule.
     """
-    for name, value in (("estimated_tokens", estimated_tokens), ("input_tokens", input_tokens),
-                        ("output_tokens", output_tokens)):
+    for name, value in (
+        ("estimated_tokens", estimated_tokens),
+        ("input_tokens", input_tokens),
+        ("output_tokens", output_tokens),
+    ):
         if value is None and name != "estimated_tokens":
             continue
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
@@ -301,15 +340,17 @@ def split_estimate(estimated_tokens: Any, input_tokens: Any, output_tokens: Any)
     if output < 0 or inp < 0 or inp + output != estimated_tokens:
         raise ValueError(
             f"input_tokens + output_tokens must equal estimated_tokens ({estimated_tokens}), got "
-            f"input_tokens={input_tokens!r}, output_tokens={output_tokens!r}")
+            f"input_tokens={input_tokens!r}, output_tokens={output_tokens!r}"
+        )
     return output
 
 
-def reserve_stop(limits: Mapping[str, float | None], use: Any, tokens: int, output_tokens: int,
-                 cost_usd: float) -> Stop | None:
+def reserve_stop(
+    limits: Mapping[str, float | None], use: Any, tokens: int, output_tokens: int, cost_usd: float
+) -> Stop | None:
     """The first limit a reservation does not fit, next to use and open reservations.
 
-    ``use``: a :class:`collector.ledger.RunLedger`; ``tokens``: the estimate (input + output);
+    ``use``: a :class:`budgetlens.guard.ledger.RunLedger`; ``tokens``: the estimate (input + output);
     ``output_tokens``: its output part (the rest counts as input); ``cost_usd``: its estimated
     cost (USD; 0.0 when unknown). Checks, in order: ``max_total_tokens``, ``max_input_tokens``,
     ``max_output_tokens`` (``budget_tokens``, the detail names the limit), ``max_cost_usd``
@@ -321,24 +362,36 @@ def reserve_stop(limits: Mapping[str, float | None], use: Any, tokens: int, outp
         return Stop(sc.STOP_BUDGET_TOKENS, limit, use.committed_tokens, tokens, "max_total_tokens")
     limit = limits["max_input_tokens"]
     if limit is not None and use.committed_input_tokens + tokens - output_tokens > limit:
-        return Stop(sc.STOP_BUDGET_TOKENS, limit, use.committed_input_tokens, tokens - output_tokens,
-                    "max_input_tokens")
+        return Stop(
+            sc.STOP_BUDGET_TOKENS,
+            limit,
+            use.committed_input_tokens,
+            tokens - output_tokens,
+            "max_input_tokens",
+        )
     limit = limits["max_output_tokens"]
     if limit is not None and use.committed_output_tokens + output_tokens > limit:
-        return Stop(sc.STOP_BUDGET_TOKENS, limit, use.committed_output_tokens, output_tokens,
-                    "max_output_tokens")
+        return Stop(
+            sc.STOP_BUDGET_TOKENS, limit, use.committed_output_tokens, output_tokens, "max_output_tokens"
+        )
     limit = limits["max_cost_usd"]
     if limit is not None and use.cost_usd + use.reserved_cost_usd + cost_usd > limit:
-        return Stop(sc.STOP_BUDGET_COST, limit, round(use.cost_usd + use.reserved_cost_usd, 6),
-                    round(cost_usd, 6), "max_cost_usd")
+        return Stop(
+            sc.STOP_BUDGET_COST,
+            limit,
+            round(use.cost_usd + use.reserved_cost_usd, 6),
+            round(cost_usd, 6),
+            "max_cost_usd",
+        )
     return None
 
 
-def unknown_usage_stop(policy: str, residual_tokens: int | None,
-                       limits: Mapping[str, float | None], use: Any, requested: int) -> Stop | None:
+def unknown_usage_stop(
+    policy: str, residual_tokens: int | None, limits: Mapping[str, float | None], use: Any, requested: int
+) -> Stop | None:
     """The :data:`UNKNOWN_USAGE_POLICIES` decision for a reservation of ``requested`` tokens.
 
-    ``use``: a :class:`collector.ledger.RunLedger`; its ``unknown_at``: used tokens when the first
+    ``use``: a :class:`budgetlens.guard.ledger.RunLedger`; its ``unknown_at``: used tokens when the first
     call without usage was recorded (None: none was). ``block`` refuses every reservation after
     it; ``residual`` allows ``residual_tokens`` more (default 10 % of ``max_total_tokens``, 0
     without one), counting use and open reservations.
@@ -349,24 +402,35 @@ def unknown_usage_stop(policy: str, residual_tokens: int | None,
     used_tokens, reserved_tokens = use.used_tokens, use.reserved_tokens
     max_total_tokens = limits["max_total_tokens"]
     if policy == "block":
-        return Stop(sc.STOP_BUDGET_TOKENS, used_tokens, used_tokens, requested,
-                    "a previous call's usage is unknown; unknown_usage='block'")
+        return Stop(
+            sc.STOP_BUDGET_TOKENS,
+            used_tokens,
+            used_tokens,
+            requested,
+            "a previous call's usage is unknown; unknown_usage='block'",
+        )
     if residual_tokens is None:
         residual_tokens = int(0.1 * max_total_tokens) if max_total_tokens is not None else 0
     spent_since = used_tokens + reserved_tokens - unknown_at
     if spent_since + requested > residual_tokens:
-        return Stop(sc.STOP_BUDGET_TOKENS, unknown_at + residual_tokens, unknown_at + spent_since,
-                    requested, "residual allowance after unknown usage")
+        return Stop(
+            sc.STOP_BUDGET_TOKENS,
+            unknown_at + residual_tokens,
+            unknown_at + spent_since,
+            requested,
+            "residual allowance after unknown usage",
+        )
     return None
 
 
 # --- how a run ended ----------------------------------------------------------------------------
-def final_stop_reason(stop_reason: str | None, error: BaseException | None,
-                      budget_stop: BudgetExceeded | None) -> str:
+def final_stop_reason(
+    stop_reason: str | None, error: BaseException | None, budget_stop: BudgetExceeded | None
+) -> str:
     """The run's stop reason: ``stop_reason`` when given; else the reason of a ``BudgetExceeded``
     ``error`` (one that left a ``with`` block is a budget stop); ``failed`` for any other error;
     else the reason of ``budget_stop``, the refusal the run ended at (the first refusal after its
-    last recorded call; :attr:`collector.ledger.RunLedger.refusal`); else ``completed``.
+    last recorded call; :attr:`budgetlens.guard.ledger.RunLedger.refusal`); else ``completed``.
 
     A run the budget refused and that stopped there is a budget stop even when the agent caught
     the BudgetExceeded and finished normally. A run that recorded a model call after a refusal

@@ -1,10 +1,10 @@
 """The portable sample file: gzip JSONL of store rows, written from the seeded generator
-(``collector.sample``) and loaded into a store; the committed ``SAMPLE_FILE`` is what
+(``budgetlens.sample.generator``) and loaded into a store; the committed ``SAMPLE_FILE`` is what
 ``budgetlens demo`` loads into an empty store.
 
 Format (``SAMPLE_FORMAT`` 1): line 1 is a header ``{"budgetlens_sample": 1, "seed", "days",
 "end_utc", "runs_per_day"}``; then one line per run ``{"record": {...}, "calls": [...],
-"events": [...]}`` with store column names (``collector.store.schema``), ISO-8601 UTC
+"events": [...]}`` with store column names (``budgetlens.store.schema``), ISO-8601 UTC
 timestamps, NULLs omitted, and the run's shared fields (run_id, trace_id, source, service_name,
 task_type) omitted from its calls and events.
 """
@@ -20,12 +20,18 @@ import os
 import zlib
 from pathlib import Path
 
+from budgetlens.sample.generator import (
+    SAMPLE_END_UTC,
+    SAMPLE_SEED,
+    default_end_utc,
+    generate_sample,
+    write_sample,
+)
+
 log = logging.getLogger(__name__)
 
-SAMPLE_FILE = Path(__file__).resolve().parent.parent / "sample_data" / "budgetlens_sample.jsonl.gz"
-#: The committed sample ends here (exclusive), so the demo is the same on every machine.
-SAMPLE_END_UTC = dt.datetime(2026, 11, 28)
-SAMPLE_SEED = 7
+#: The committed sample: ``sample_data/`` at the repository root (absent from a wheel install).
+SAMPLE_FILE = Path(__file__).resolve().parents[2] / "sample_data" / "budgetlens_sample.jsonl.gz"
 SAMPLE_FORMAT = 1
 #: Fields every call of a run shares with its run record (omitted per call in the file).
 _SHARED_CALL_FIELDS = ("run_id", "trace_id", "source", "service_name", "task_type")
@@ -44,21 +50,31 @@ def _decode(row: dict) -> dict:
     return {k: dt.datetime.fromisoformat(v) if k.endswith("_utc") else v for k, v in row.items()}
 
 
-def export_sample_jsonl(path, days: int = 14, seed: int = SAMPLE_SEED, runs_per_day: int = 300,
-                        end_utc: dt.datetime | None = SAMPLE_END_UTC) -> int:
-    """Write a sample from ``collector.sample.generate_sample`` as gzip JSONL (format in the
+def export_sample_jsonl(
+    path,
+    days: int = 14,
+    seed: int = SAMPLE_SEED,
+    runs_per_day: int = 300,
+    end_utc: dt.datetime | None = SAMPLE_END_UTC,
+) -> int:
+    """Write a sample from ``budgetlens.sample.generator.generate_sample`` as gzip JSONL (format in the
     module docstring) to ``path``; return the number of runs. The same arguments (and prices)
     give the same bytes. ``end_utc`` None means today 00:00 UTC."""
-    from collector.sample import default_end_utc, generate_sample
-
     end = end_utc or default_end_utc()
-    header = {"budgetlens_sample": SAMPLE_FORMAT, "seed": seed, "days": days,
-              "end_utc": end.isoformat(), "runs_per_day": runs_per_day}
+    header = {
+        "budgetlens_sample": SAMPLE_FORMAT,
+        "seed": seed,
+        "days": days,
+        "end_utc": end.isoformat(),
+        "runs_per_day": runs_per_day,
+    }
     runs = 0
     # mtime=0 and no file name in the gzip header: the same arguments give the same bytes.
-    with open(path, "wb") as raw, gzip.GzipFile(
-        filename="", fileobj=raw, mode="wb", compresslevel=9, mtime=0
-    ) as packed, io.TextIOWrapper(packed, encoding="utf-8", newline="\n") as out:
+    with (
+        open(path, "wb") as raw,
+        gzip.GzipFile(filename="", fileobj=raw, mode="wb", compresslevel=9, mtime=0) as packed,
+        io.TextIOWrapper(packed, encoding="utf-8", newline="\n") as out,
+    ):
         out.write(json.dumps(header, separators=(",", ":")) + "\n")
         for calls, records, events in generate_sample(days, seed, runs_per_day, end):
             by_run: dict[str, dict] = {r["run_id"]: {"calls": [], "events": []} for r in records}
@@ -83,11 +99,11 @@ def read_sample_file(path=SAMPLE_FILE, batch_runs: int = 1000):
     try:
         yield from _read_sample_lines(path, batch_runs)
     except (gzip.BadGzipFile, EOFError, zlib.error) as error:
-        raise ValueError(f"{path}: not a gzip-compressed budgetlens sample file "
-                         f"(gzip JSONL expected: {error})") from None
+        raise ValueError(
+            f"{path}: not a gzip-compressed budgetlens sample file (gzip JSONL expected: {error})"
+        ) from None
     except UnicodeDecodeError as error:
-        raise ValueError(f"{path}: not a budgetlens sample file (not UTF-8 text: "
-                         f"{error.reason})") from None
+        raise ValueError(f"{path}: not a budgetlens sample file (not UTF-8 text: {error.reason})") from None
 
 
 def _read_sample_lines(path, batch_runs: int):
@@ -97,8 +113,9 @@ def _read_sample_lines(path, batch_runs: int):
         except ValueError:
             header = None
         if not isinstance(header, dict) or header.get("budgetlens_sample") != SAMPLE_FORMAT:
-            raise ValueError(f"{path}: line 1 is not a budgetlens sample header "
-                             f"(budgetlens_sample: {SAMPLE_FORMAT})")
+            raise ValueError(
+                f"{path}: line 1 is not a budgetlens sample header (budgetlens_sample: {SAMPLE_FORMAT})"
+            )
         calls, records, events = [], [], []
         for number, text in enumerate(lines, start=2):
             try:
@@ -106,8 +123,7 @@ def _read_sample_lines(path, batch_runs: int):
                 record = _decode(item["record"])
                 shared = {k: record.get(k) for k in _SHARED_CALL_FIELDS}
                 run_calls = [{**shared, **_decode(c)} for c in item.get("calls", ())]
-                run_events = [{"run_id": record["run_id"], **_decode(e)}
-                              for e in item.get("events", ())]
+                run_events = [{"run_id": record["run_id"], **_decode(e)} for e in item.get("events", ())]
             except (ValueError, KeyError, TypeError, AttributeError) as error:
                 raise ValueError(f"{path}: line {number}: not a sample run ({error})") from None
             records.append(record)
@@ -122,8 +138,8 @@ def _read_sample_lines(path, batch_runs: int):
 
 def load_sample_file(path=SAMPLE_FILE, db_path=None) -> int:
     """Load a portable sample file into the store at ``db_path``; return the runs read."""
-    from collector.config import resolve_db_path
-    from collector.store import write_batch, write_connection
+    from budgetlens.config import resolve_db_path
+    from budgetlens.store import write_batch, write_connection
 
     db = resolve_db_path(db_path)
     runs = 0
@@ -142,19 +158,18 @@ def ensure_demo_store(db_path) -> bool:
     ``SAMPLE_FILE`` is not on disk (a wheel install has no ``sample_data/``), the same sample is
     generated from its seed instead.
     """
-    from collector.store import StoreMissing, read_connection, schema_version
+    from budgetlens.store import StoreMissing, read_connection, schema_version
 
     try:
         with read_connection(db_path) as conn:
-            has_runs = schema_version(conn) > 0 and conn.execute(
-                "SELECT count(*) FROM runs").fetchone()[0] > 0
+            has_runs = (
+                schema_version(conn) > 0 and conn.execute("SELECT count(*) FROM runs").fetchone()[0] > 0
+            )
     except StoreMissing:
         has_runs = False
     if has_runs:
         return False
     if not os.path.exists(SAMPLE_FILE):
-        from collector.sample import write_sample
-
         log.warning("%s not found; generating the sample from seed %d", SAMPLE_FILE, SAMPLE_SEED)
         write_sample(db_path, days=14, seed=SAMPLE_SEED, end_utc=SAMPLE_END_UTC)
         return True

@@ -4,14 +4,15 @@
 keeping only allow-listed keys (content attributes such as prompts are never materialised).
 The validators (``count``, ``amount``, ``choice``, ``text``) check one value and raise
 ``SpanRejected`` with a message naming the attribute and the rule. Used by
-``collector.mapping``; no I/O.
+``budgetlens.otlp.mapping``; no I/O.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 
-from collector import semconv as sc
+from budgetlens import semconv as sc
 
 #: Largest token count (and token limit / reserved / used / remaining) a span may carry: 10^12.
 #: Far above any model call, and low enough that per-run sums stay inside DuckDB's BIGINT.
@@ -25,17 +26,31 @@ MAX_ID_CHARS = 256
 
 #: (row field, attribute names in precedence order).
 TOKEN_SOURCES = (
-    ("input_tokens", (sc.GEN_AI_USAGE_INPUT_TOKENS, sc.GEN_AI_USAGE_PROMPT_TOKENS,
-                      sc.LLM_TOKEN_COUNT_PROMPT)),
-    ("output_tokens", (sc.GEN_AI_USAGE_OUTPUT_TOKENS, sc.GEN_AI_USAGE_COMPLETION_TOKENS,
-                       sc.LLM_TOKEN_COUNT_COMPLETION)),
+    (
+        "input_tokens",
+        (sc.GEN_AI_USAGE_INPUT_TOKENS, sc.GEN_AI_USAGE_PROMPT_TOKENS, sc.LLM_TOKEN_COUNT_PROMPT),
+    ),
+    (
+        "output_tokens",
+        (sc.GEN_AI_USAGE_OUTPUT_TOKENS, sc.GEN_AI_USAGE_COMPLETION_TOKENS, sc.LLM_TOKEN_COUNT_COMPLETION),
+    ),
     ("total_tokens", (sc.LLM_USAGE_TOTAL_TOKENS, sc.LLM_TOKEN_COUNT_TOTAL)),
-    ("cache_read_tokens", (sc.GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS,
-                           sc.GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS_OPENLLMETRY,
-                           sc.LLM_TOKEN_COUNT_CACHE_READ)),
-    ("cache_write_tokens", (sc.GEN_AI_USAGE_CACHE_CREATION_INPUT_TOKENS,
-                            sc.GEN_AI_USAGE_CACHE_CREATION_INPUT_TOKENS_OPENLLMETRY,
-                            sc.LLM_TOKEN_COUNT_CACHE_WRITE)),
+    (
+        "cache_read_tokens",
+        (
+            sc.GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS,
+            sc.GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS_OPENLLMETRY,
+            sc.LLM_TOKEN_COUNT_CACHE_READ,
+        ),
+    ),
+    (
+        "cache_write_tokens",
+        (
+            sc.GEN_AI_USAGE_CACHE_CREATION_INPUT_TOKENS,
+            sc.GEN_AI_USAGE_CACHE_CREATION_INPUT_TOKENS_OPENLLMETRY,
+            sc.LLM_TOKEN_COUNT_CACHE_WRITE,
+        ),
+    ),
     ("reasoning_tokens", (sc.GEN_AI_USAGE_REASONING_OUTPUT_TOKENS, sc.LLM_TOKEN_COUNT_REASONING)),
 )
 USAGE_KEYS = frozenset(name for _, names in TOKEN_SOURCES for name in names)
@@ -49,8 +64,9 @@ LIMITS = (
     ("limit_duration_s", sc.BUDGET_LIMIT_DURATION_S, False),
     ("limit_cost_usd", sc.BUDGET_LIMIT_COST_USD, False),
 )
-_INT32_KEYS = frozenset((sc.BUDGET_TURN, sc.BUDGET_TURNS, sc.BUDGET_TOOL_CALLS,
-                         sc.BUDGET_LIMIT_TURNS, sc.BUDGET_LIMIT_TOOL_CALLS))
+_INT32_KEYS = frozenset(
+    (sc.BUDGET_TURN, sc.BUDGET_TURNS, sc.BUDGET_TOOL_CALLS, sc.BUDGET_LIMIT_TURNS, sc.BUDGET_LIMIT_TOOL_CALLS)
+)
 
 
 def maximum_of(key: str) -> int:
@@ -64,18 +80,43 @@ EVENT_COUNTS = (
     ("remaining_tokens", sc.BUDGET_REMAINING_TOKENS),
 )
 _TEXT_KEYS = (
-    sc.GEN_AI_OPERATION_NAME, sc.GEN_AI_PROVIDER_NAME, sc.GEN_AI_SYSTEM, sc.GEN_AI_REQUEST_MODEL,
-    sc.GEN_AI_RESPONSE_MODEL, sc.GEN_AI_AGENT_NAME, sc.GEN_AI_TOOL_NAME, sc.ERROR_TYPE,
-    sc.OPENINFERENCE_SPAN_KIND, sc.LLM_MODEL_NAME, sc.LLM_PROVIDER, sc.LLM_SYSTEM,
-    sc.LLM_REQUEST_MODEL, sc.LLM_RESPONSE_MODEL, sc.TOOL_NAME, sc.BUDGET_RUN_ID,
-    sc.BUDGET_TASK_TYPE, sc.BUDGET_STOP_REASON, sc.BUDGET_USAGE_STATUS, sc.BUDGET_FROM_MODEL,
-    sc.BUDGET_TO_MODEL, sc.BUDGET_REASON,
+    sc.GEN_AI_OPERATION_NAME,
+    sc.GEN_AI_PROVIDER_NAME,
+    sc.GEN_AI_SYSTEM,
+    sc.GEN_AI_REQUEST_MODEL,
+    sc.GEN_AI_RESPONSE_MODEL,
+    sc.GEN_AI_AGENT_NAME,
+    sc.GEN_AI_TOOL_NAME,
+    sc.ERROR_TYPE,
+    sc.OPENINFERENCE_SPAN_KIND,
+    sc.LLM_MODEL_NAME,
+    sc.LLM_PROVIDER,
+    sc.LLM_SYSTEM,
+    sc.LLM_REQUEST_MODEL,
+    sc.LLM_RESPONSE_MODEL,
+    sc.TOOL_NAME,
+    sc.BUDGET_RUN_ID,
+    sc.BUDGET_TASK_TYPE,
+    sc.BUDGET_STOP_REASON,
+    sc.BUDGET_USAGE_STATUS,
+    sc.BUDGET_FROM_MODEL,
+    sc.BUDGET_TO_MODEL,
+    sc.BUDGET_REASON,
 )
-_AMOUNT_KEYS = (sc.GEN_AI_USAGE_INPUT_COST, sc.GEN_AI_USAGE_OUTPUT_COST, sc.BUDGET_COST_USD,
-                sc.BUDGET_PERCENT, sc.BUDGET_LIMIT_DURATION_S, sc.BUDGET_LIMIT_COST_USD)
-_COUNT_KEYS = (tuple(USAGE_KEYS) + tuple(key for _, key, integral in LIMITS if integral)
-               + tuple(key for _, key in EVENT_COUNTS)
-               + (sc.BUDGET_TURN, sc.BUDGET_TURNS, sc.BUDGET_TOOL_CALLS))
+_AMOUNT_KEYS = (
+    sc.GEN_AI_USAGE_INPUT_COST,
+    sc.GEN_AI_USAGE_OUTPUT_COST,
+    sc.BUDGET_COST_USD,
+    sc.BUDGET_PERCENT,
+    sc.BUDGET_LIMIT_DURATION_S,
+    sc.BUDGET_LIMIT_COST_USD,
+)
+_COUNT_KEYS = (
+    tuple(USAGE_KEYS)
+    + tuple(key for _, key, integral in LIMITS if integral)
+    + tuple(key for _, key in EVENT_COUNTS)
+    + (sc.BUDGET_TURN, sc.BUDGET_TURNS, sc.BUDGET_TOOL_CALLS)
+)
 
 #: allow-listed key -> the ``AnyValue`` field its value usually arrives in (the fast path of
 #: ``read_attributes``; a value of another type is still read, through ``WhichOneof``).
@@ -135,13 +176,13 @@ def count(attrs: dict, key: str, maximum: int | None = None):
     elif kind is float:
         if math.isfinite(value) and value.is_integer():
             number = int(value)
-    elif kind is str:
-        if value.isascii() and value.isdigit() and len(value) <= 20:
-            number = int(value)
+    elif kind is str and value.isascii() and value.isdigit() and len(value) <= 20:
+        number = int(value)
     if number is not None and 0 <= number <= maximum:
         return number
-    raise SpanRejected(f"attribute {key} must be a non-negative integer of at most {maximum} "
-                       f"(got {str(value)[:40]!r})")
+    raise SpanRejected(
+        f"attribute {key} must be a non-negative integer of at most {maximum} (got {str(value)[:40]!r})"
+    )
 
 
 def first_count(attrs: dict, keys):
@@ -166,8 +207,11 @@ def token_counts(attrs: dict) -> tuple:
         for key in names:
             if key in attrs:
                 value = attrs[key]
-                found = (value if type(value) is int and 0 <= value <= MAX_TOKENS
-                         else count(attrs, key, MAX_TOKENS))
+                found = (
+                    value
+                    if type(value) is int and 0 <= value <= MAX_TOKENS
+                    else count(attrs, key, MAX_TOKENS)
+                )
                 break
         out.append(found)
     return tuple(out)
@@ -184,14 +228,13 @@ def amount(attrs: dict, key: str):
     if kind is float or kind is int:
         number = value
     elif kind is str:
-        try:
+        with contextlib.suppress(ValueError):
             number = float(value) if len(value) <= 64 else -1.0
-        except ValueError:
-            pass
     if 0 <= number <= MAX_AMOUNT:  # False for NaN; inf is above the maximum
         return float(number)
-    raise SpanRejected(f"attribute {key} must be a non-negative number of at most {MAX_AMOUNT:.0e} "
-                       f"(got {str(value)[:40]!r})")
+    raise SpanRejected(
+        f"attribute {key} must be a non-negative number of at most {MAX_AMOUNT:.0e} (got {str(value)[:40]!r})"
+    )
 
 
 def choice(attrs: dict, key: str, allowed: tuple):
@@ -199,8 +242,7 @@ def choice(attrs: dict, key: str, allowed: tuple):
     value = attrs.get(key)
     if value is None or value in allowed:
         return value
-    raise SpanRejected(
-        f"attribute {key} must be one of {', '.join(allowed)} (got {str(value)[:40]!r})")
+    raise SpanRejected(f"attribute {key} must be one of {', '.join(allowed)} (got {str(value)[:40]!r})")
 
 
 def _scalar_text(key: str, value) -> str:

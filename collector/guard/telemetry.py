@@ -8,7 +8,7 @@
 - Model-call span ``chat {model}`` (CLIENT, child of the run span) per recorded call.
 - Span events on the run span: warning, downgrade, summarize, tool_call, stop.
 
-Attribute names come only from :mod:`collector.semconv`. Never prompts, completions, messages,
+Attribute names come only from :mod:`budgetlens.semconv`. Never prompts, completions, messages,
 tool arguments or results. With no SDK configured the tracer is a no-op: attributes are only
 built when the span is recording, so the cost is a few attribute lookups.
 """
@@ -22,9 +22,9 @@ from typing import Any
 from opentelemetry import trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
-from collector import semconv as sc
-from collector.actions import BudgetEvent, RunResult
-from collector.usage import Usage
+from budgetlens import semconv as sc
+from budgetlens.guard.results import BudgetEvent, RunResult
+from budgetlens.usage import Usage
 
 log = logging.getLogger(__name__)
 

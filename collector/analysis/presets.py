@@ -1,5 +1,5 @@
 """Recommended presets (design §6): P95 x multiplier, rounded up, never 0; and how they compare
-with the limits the runs ran under. Pure functions over the frames of ``dashboard.analysis``
+with the limits the runs ran under. Pure functions over the frames of ``budgetlens.analysis.views``
 (which re-exports every name here).
 
 Rounding (``PRESET_RULES``), always up so that a preset never falls below P95 x multiplier:
@@ -21,7 +21,7 @@ import numbers
 
 import pandas as pd
 
-from collector.preset_format import LIMIT_KEYS
+from budgetlens.guard.preset_file import LIMIT_KEYS
 
 __all__ = [
     "DEFAULT_MULTIPLIER",
@@ -56,7 +56,7 @@ PRESET_RULES = {
 #: a $0 cost limit would stop every run before its first call.
 OMIT_WHEN_ZERO = frozenset({"max_cost_usd"})
 #: Preset key -> the ``runs`` column holding the limit the run ran under.
-LIMIT_COLUMNS = {key: "limit_" + key[len("max_"):] for key in LIMIT_KEYS}
+LIMIT_COLUMNS = {key: "limit_" + key[len("max_") :] for key in LIMIT_KEYS}
 #: Relative tolerance: float noise (60000.0000001, 0.44000000000000006) does not add a step.
 _NOISE = 1e-9
 
@@ -96,7 +96,7 @@ def round_up_significant(value: float | None, digits: int = 2) -> float | None:
     if value <= 0:
         return float(value)
     exponent = math.floor(math.log10(value)) - digits + 1
-    step = 10.0 ** exponent
+    step = 10.0**exponent
     units = math.ceil(value / step - _NOISE)
     return round(units * step, max(0, -exponent))
 
@@ -123,8 +123,10 @@ def preset_limit(key: str, p95: float | None, multiplier: float) -> float | int 
     metric, rounding = PRESET_RULES[key]
     value = float(p95) * multiplier
     if not math.isfinite(value):
-        raise ValueError(f"{key}: P95 of {metric} ({p95:g}) x multiplier ({multiplier:g}) "
-                         "is not a finite number; use a smaller multiplier")
+        raise ValueError(
+            f"{key}: P95 of {metric} ({p95:g}) x multiplier ({multiplier:g}) "
+            "is not a finite number; use a smaller multiplier"
+        )
     if rounding == SIGNIFICANT:
         limit = round_up_significant(value)
     else:
@@ -135,23 +137,26 @@ def preset_limit(key: str, p95: float | None, multiplier: float) -> float | int 
 
 
 def presets(baselines_df: pd.DataFrame, multiplier: float = DEFAULT_MULTIPLIER) -> pd.DataFrame:
-    """Recommended presets from a ``dashboard.analysis.baselines`` frame: P95 x ``multiplier``,
+    """Recommended presets from a ``budgetlens.analysis.views.baselines`` frame: P95 x ``multiplier``,
     rounded up and never 0 per ``PRESET_RULES`` / ``preset_limit`` (tokens to the next 1,000;
     counts to the next integer; seconds to the next 5; USD to 2 significant figures; a 0
     token/count/second limit becomes one step, a $0 cost limit is left out).
 
-    Columns: task_type, n, low_sample, then the keys of ``collector.preset_format.LIMIT_KEYS``
+    Columns: task_type, n, low_sample, then the keys of ``budgetlens.guard.preset_file.LIMIT_KEYS``
     (object dtype; None where the P95 is unknown). The cost limit rests on the baseline's
     ``n_cost`` fully priced runs. Raises ValueError when ``multiplier`` is not a finite number
     > 0 or a limit overflows. Pure.
     """
-    if (isinstance(multiplier, bool) or not isinstance(multiplier, numbers.Real)
-            or not math.isfinite(multiplier) or not multiplier > 0):
+    if (
+        isinstance(multiplier, bool)
+        or not isinstance(multiplier, numbers.Real)
+        or not math.isfinite(multiplier)
+        or not multiplier > 0
+    ):
         raise ValueError(f"multiplier must be a finite number > 0, got {multiplier!r}")
     rows = []
     for _, row in baselines_df.iterrows():
-        out = {"task_type": row["task_type"], "n": int(row["n"]),
-               "low_sample": bool(row["low_sample"])}
+        out = {"task_type": row["task_type"], "n": int(row["n"]), "low_sample": bool(row["low_sample"])}
         for key, (metric, _rounding) in PRESET_RULES.items():
             out[key] = preset_limit(key, _scalar(row.get(f"p95_{metric}")), multiplier)
         rows.append(out)
@@ -162,7 +167,7 @@ def presets(baselines_df: pd.DataFrame, multiplier: float = DEFAULT_MULTIPLIER) 
 def preset_changes(presets_df: pd.DataFrame, current_df: pd.DataFrame) -> pd.DataFrame:
     """Compare recommended presets with the current limits, one row per task type and key.
 
-    ``current_df`` is ``dashboard.analysis.current_limits``. Columns: task_type, key (a preset
+    ``current_df`` is ``budgetlens.analysis.views.current_limits``. Columns: task_type, key (a preset
     key such as ``max_total_tokens``), current (None when the runs had no such limit),
     recommended, change_pct ((recommended - current) / current x 100; None when either side is
     missing). Pure.
@@ -177,7 +182,14 @@ def preset_changes(presets_df: pd.DataFrame, current_df: pd.DataFrame) -> pd.Dat
             change = None
             if recommended is not None and now not in (None, 0):
                 change = (float(recommended) - float(now)) / float(now) * 100.0
-            rows.append({"task_type": preset["task_type"], "key": key, "current": now,
-                         "recommended": recommended, "change_pct": change})
+            rows.append(
+                {
+                    "task_type": preset["task_type"],
+                    "key": key,
+                    "current": now,
+                    "recommended": recommended,
+                    "change_pct": change,
+                }
+            )
     columns = ["task_type", "key", "current", "recommended", "change_pct"]
     return pd.DataFrame(rows, columns=columns)

@@ -1,8 +1,8 @@
 """The values a budget guard hands to an agent loop: actions, events, the stop, the result.
 
-Kept apart from :mod:`collector.guard` (the bookkeeping) so an agent can import and match on them
+Kept apart from :mod:`budgetlens.guard.run_budget` (the bookkeeping) so an agent can import and match on them
 without the rest. Stop reasons and usage statuses are the closed vocabularies of
-:mod:`collector.semconv`.
+:mod:`budgetlens.semconv`.
 """
 
 from __future__ import annotations
@@ -11,14 +11,14 @@ import enum
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from collector.semconv import (
+from budgetlens.semconv import (
     EVENT_DOWNGRADE,
     EVENT_STOP,
     EVENT_SUMMARIZE,
     EVENT_TOOL_CALL,
     EVENT_WARNING,
 )
-from collector.usage import Usage
+from budgetlens.usage import Usage
 
 __all__ = ["Action", "BudgetEvent", "BudgetExceeded", "BudgetStats", "Reservation", "RunResult"]
 
@@ -58,7 +58,7 @@ EVENT_NAME_TOOL_CALL = EVENT_TOOL_CALL
 class BudgetEvent:
     """One budget event, given to ``on_event`` callbacks and emitted as a span event.
 
-    ``name`` is a span event name from :mod:`collector.semconv` (``budgetlens.warning``, ...);
+    ``name`` is a span event name from :mod:`budgetlens.semconv` (``budgetlens.warning``, ...);
     ``action`` the matching :class:`Action` (None for tool calls); token counts in tokens;
     ``percent`` 0-100+ (one decimal) of the most-used token/cost limit; ``reason``: the stop
     reason of a stop, ``cost_unenforced`` on the warning that a ``model`` has no price under
@@ -162,8 +162,7 @@ class BudgetStats:
         else:
             line = f"budget {self.percent:.1f} % ({self.used_tokens:,} / {self.max_tokens:,} tokens)"
         if self.cost_unenforced_models:
-            line += (f"; max_cost_usd not enforced for {', '.join(self.cost_unenforced_models)} "
-                     "(no price)")
+            line += f"; max_cost_usd not enforced for {', '.join(self.cost_unenforced_models)} (no price)"
         return line
 
     def __str__(self) -> str:
@@ -174,7 +173,7 @@ class BudgetStats:
 class RunResult:
     """How a run ended, returned by ``RunBudget.finish``.
 
-    ``stop_reason``: one of :data:`collector.semconv.STOP_REASONS`; ``usage``: the run's summed
+    ``stop_reason``: one of :data:`budgetlens.semconv.STOP_REASONS`; ``usage``: the run's summed
     usage (unknown calls counted at their reservation in ``used_tokens``, not in ``usage``);
     ``usage_status``: ``reported`` or ``unknown`` (some call had no usage); ``retryable``: True when
     a retry could succeed (a failure, or a stop caused by unknown usage), False for a budget stop
@@ -182,7 +181,7 @@ class RunResult:
     calls and none was priced (unpriced model or unknown usage; never $0 in place of unknown);
     calls with reported usage but no price are not in it (the collector counts them unpriced).
     A budget ``stop_reason`` means the run ended at a refusal: one it recovered from (a call
-    recorded after it) does not count (see :func:`collector.limits.final_stop_reason`).
+    recorded after it) does not count (see :func:`budgetlens.guard.limits.final_stop_reason`).
     """
 
     run_id: str

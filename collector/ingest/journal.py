@@ -31,9 +31,9 @@ import re
 import struct
 import threading
 import zlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
 
 import pyarrow as pa
 
@@ -103,8 +103,7 @@ def _read_segment(path: Path) -> Iterator[tuple[int, bytes]]:
             return
         payload = data[start:end]
         if zlib.crc32(payload, zlib.crc32(_SEQ.pack(seq))) != crc:
-            log.warning("%s: record at byte %d fails its CRC (never acknowledged); ignored",
-                        path, offset)
+            log.warning("%s: record at byte %d fails its CRC (never acknowledged); ignored", path, offset)
             return
         yield seq, payload
         offset = end
@@ -119,14 +118,14 @@ class Journal:
     Raises OSError when the directory cannot be created or written.
     """
 
-    def __init__(self, directory: str | os.PathLike, *,
-                 segment_bytes: int = DEFAULT_SEGMENT_BYTES):
+    def __init__(self, directory: str | os.PathLike, *, segment_bytes: int = DEFAULT_SEGMENT_BYTES):
         if segment_bytes < 1:
             raise ValueError(f"segment_bytes must be >= 1 (got {segment_bytes})")
         self.directory = Path(directory)
         if self.directory.exists() and not self.directory.is_dir():
-            raise JournalError(f"{self.directory} exists but is not a directory (the journal "
-                               "needs it; move the file away)")
+            raise JournalError(
+                f"{self.directory} exists but is not a directory (the journal needs it; move the file away)"
+            )
         self.directory.mkdir(parents=True, exist_ok=True)
         self._lock_file = _lock_exclusive(self.directory / "lock")
         self.segment_bytes = segment_bytes
@@ -175,8 +174,12 @@ class Journal:
                     try:
                         batch = decode_batch(seq, payload)
                     except (ValueError, struct.error, pa.ArrowException) as error:
-                        log.error("%s: record %d passes its CRC but cannot be decoded; "
-                                  "skipped: %s", path, seq, error)
+                        log.error(
+                            "%s: record %d passes its CRC but cannot be decoded; skipped: %s",
+                            path,
+                            seq,
+                            error,
+                        )
                         continue
                     yield batch
 
@@ -241,8 +244,7 @@ class Journal:
             marker, temp = self.directory / "loaded", self.directory / "loaded.tmp"
             temp.write_text(str(seq))
             os.replace(temp, marker)
-            done = [path for path, last in self._segments.items()
-                    if last <= seq and path != self._current]
+            done = [path for path, last in self._segments.items() if last <= seq and path != self._current]
             for path in done:
                 del self._segments[path]
                 path.unlink(missing_ok=True)
@@ -270,8 +272,10 @@ def _lock_exclusive(path: Path):
         fcntl.flock(file.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         file.close()
-        raise JournalError(f"{path.parent} is in use by another process (is a second "
-                           "collector running on the same database?)") from None
+        raise JournalError(
+            f"{path.parent} is in use by another process (is a second "
+            "collector running on the same database?)"
+        ) from None
     return file
 
 

@@ -57,9 +57,7 @@ def media_type(content_type: str | None) -> str:
     base = (content_type or "").split(";", 1)[0].strip().lower()
     if base in (PROTOBUF, JSON):
         return base
-    raise OtlpError(
-        415, f"Content-Type must be {PROTOBUF} or {JSON} (got {content_type or 'none'!r})"
-    )
+    raise OtlpError(415, f"Content-Type must be {PROTOBUF} or {JSON} (got {content_type or 'none'!r})")
 
 
 def inflate(body: bytes, content_encoding: str | None, max_bytes: int) -> bytes:
@@ -123,8 +121,7 @@ def decode_json_document(document: dict) -> Decoded:
         raise OtlpError(400, "OTLP/JSON body must be an object with a resourceSpans list")
     decoded = Decoded(ExportTraceServiceRequest())
     try:
-        _decode_resource_spans(document["resourceSpans"] if "resourceSpans" in document else [],
-                               decoded)
+        _decode_resource_spans(document.get("resourceSpans", []), decoded)
     except RecursionError:
         raise OtlpError(400, "OTLP/JSON body is nested too deeply") from None
     return decoded
@@ -153,16 +150,15 @@ def _decode_resource_spans(items: list, decoded: Decoded) -> None:
         where = f"resourceSpans[{r_index}]"
         resource_spans = _object(resource_spans, where)
         out = decoded.request.resource_spans.add()
-        _parse_part(_object(resource_spans.get("resource"), f"{where}.resource"), out.resource,
-                    f"{where}.resource")
+        _parse_part(
+            _object(resource_spans.get("resource"), f"{where}.resource"), out.resource, f"{where}.resource"
+        )
         out.schema_url = str(resource_spans.get("schemaUrl", ""))[:1000]
-        for s_index, scope_spans in enumerate(_list(resource_spans.get("scopeSpans"),
-                                                    f"{where}.scopeSpans")):
+        for s_index, scope_spans in enumerate(_list(resource_spans.get("scopeSpans"), f"{where}.scopeSpans")):
             at = f"{where}.scopeSpans[{s_index}]"
             scope_spans = _object(scope_spans, at)
             scope_out = out.scope_spans.add()
-            _parse_part(_object(scope_spans.get("scope"), f"{at}.scope"), scope_out.scope,
-                        f"{at}.scope")
+            _parse_part(_object(scope_spans.get("scope"), f"{at}.scope"), scope_out.scope, f"{at}.scope")
             for index, span in enumerate(_list(scope_spans.get("spans"), f"{at}.spans")):
                 reason = _add_json_span(span, scope_out.spans)
                 if reason:
@@ -219,8 +215,12 @@ def _add_json_span(span, spans) -> str | None:
     return None
 
 
-def decode(body: bytes, content_type: str | None, content_encoding: str | None,
-           max_bytes: int = DEFAULT_MAX_BODY_BYTES) -> tuple[str, Decoded]:
+def decode(
+    body: bytes,
+    content_type: str | None,
+    content_encoding: str | None,
+    max_bytes: int = DEFAULT_MAX_BODY_BYTES,
+) -> tuple[str, Decoded]:
     """Check the media type, inflate and decode; return ``(media_type, Decoded)``.
 
     Raises OtlpError with status 415, 413 or 400 (see the module docstring).
@@ -241,9 +241,7 @@ def encode_response(kind: str, rejected: int = 0, message: str = "") -> bytes:
         return response.SerializeToString()
     if not rejected:
         return b"{}"
-    return json.dumps(
-        {"partialSuccess": {"rejectedSpans": str(rejected), "errorMessage": message}}
-    ).encode()
+    return json.dumps({"partialSuccess": {"rejectedSpans": str(rejected), "errorMessage": message}}).encode()
 
 
 __all__ = [

@@ -2,7 +2,7 @@
 
 For single-process use (no collector): add it to a ``TracerProvider`` with a
 ``BatchSpanProcessor`` and the guard's spans (and any GenAI spans of the same process) become rows
-of the store, mapped exactly as the collector maps OTLP (``collector.mapping``). Each ``export``
+of the store, mapped exactly as the collector maps OTLP (``budgetlens.otlp.mapping``). Each ``export``
 call opens the file, commits one batch and closes it, so a dashboard can read in between.
 """
 
@@ -11,12 +11,12 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from typing import Sequence
+from collections.abc import Sequence
 
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
-from collector.config import resolve_db_path
+from budgetlens.config import resolve_db_path
 
 log = logging.getLogger(__name__)
 
@@ -42,16 +42,15 @@ class DuckDBSpanExporter(SpanExporter):
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
         """Map and commit ``spans``; SUCCESS when committed, FAILURE otherwise (never raises)."""
         if self._shut_down:
-            log.warning("DuckDBSpanExporter.export called after shutdown; %d spans dropped",
-                        len(spans))
+            log.warning("DuckDBSpanExporter.export called after shutdown; %d spans dropped", len(spans))
             return SpanExportResult.FAILURE
         if not spans:
             return SpanExportResult.SUCCESS
         try:
             from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 
-            from collector.mapping import map_request
-            from collector.store import write_batch, write_connection
+            from budgetlens.otlp.mapping import map_request
+            from budgetlens.store import write_batch, write_connection
 
             mapped = map_request(encode_spans(spans), source=self.source)
             if mapped.rejected:
@@ -61,8 +60,7 @@ class DuckDBSpanExporter(SpanExporter):
                     write_batch(conn, mapped.calls, mapped.records, mapped.events)
             return SpanExportResult.SUCCESS
         except Exception:  # the OTel contract: report FAILURE, never raise into the agent
-            log.exception("DuckDBSpanExporter could not write %d spans to %s", len(spans),
-                          self.db_path)
+            log.exception("DuckDBSpanExporter could not write %d spans to %s", len(spans), self.db_path)
             return SpanExportResult.FAILURE
 
     def shutdown(self) -> None:

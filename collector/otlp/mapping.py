@@ -18,11 +18,11 @@ Run id: ``budgetlens.run_id``, else the trace id (hex). Task type: ``budgetlens.
 ``gen_ai.agent.name`` (from any span of the trace in the same request), else ``service.name``
 (applied by the ``runs`` rollup). Only allow-listed attributes are read, so prompts, completions,
 messages and tool arguments/results never reach a row. Foreign calls without a cost attribute
-are priced with ``collector.pricing.cost_usd`` (genai-prices); unpriced stays NULL.
+are priced with ``budgetlens.pricing.cost_usd`` (genai-prices); unpriced stays NULL.
 
 Module layout: the allow-list, attribute readers and validators are in
-``collector.span_attributes``; ``Mapped`` (rows as tuples, readable as dicts or Arrow) in
-``collector.mapped``.
+``budgetlens.otlp.attributes``; ``Mapped`` (rows as tuples, readable as dicts or Arrow) in
+``budgetlens.otlp.rows``.
 
 A span with a bad value (missing or malformed ids, negative or non-numeric token counts, an
 unknown stop reason or usage status) is rejected alone with a reason naming the attribute.
@@ -32,22 +32,14 @@ from __future__ import annotations
 
 import logging
 
-from collector import semconv as sc
-from collector.mapped import (
-    CALL_KEYS,
-    EVENT_KEYS,
-    RECORD_KEYS,
-    ROOT_RECORD_KEYS,
-    TOOL_EVENT_KEYS,
-    Mapped,
-)
-from collector.span_attributes import (
+from budgetlens import semconv as sc
+from budgetlens.otlp.attributes import (
     ALLOWED_ATTRIBUTES,
     EVENT_COUNTS,
     LIMITS,
     MAX_AMOUNT,
-    NO_TOKENS,
     MAX_ID_CHARS,
+    NO_TOKENS,
     TOKEN_SOURCES,
     USAGE_KEYS,
     SpanRejected,
@@ -61,6 +53,14 @@ from collector.span_attributes import (
     text,
     token_counts,
 )
+from budgetlens.otlp.rows import (
+    CALL_KEYS,
+    EVENT_KEYS,
+    RECORD_KEYS,
+    ROOT_RECORD_KEYS,
+    TOOL_EVENT_KEYS,
+    Mapped,
+)
 
 log = logging.getLogger(__name__)
 
@@ -70,30 +70,87 @@ _STATUS_ERROR = 2  # opentelemetry.proto.trace.v1.Status.STATUS_CODE_ERROR
 _AGENT_KINDS = ("AGENT", "CHAIN")
 _EVENT_NAMES = frozenset(sc.EVENT_NAMES)
 _RECORD_TOKENS = tuple(names for column, names in TOKEN_SOURCES if column != "total_tokens")
-_CALL_COUNTS = tuple((key, maximum_of(key)) for key in (
-    sc.BUDGET_TURN, sc.BUDGET_RESERVED_TOKENS, sc.BUDGET_USED_TOKENS, sc.BUDGET_REMAINING_TOKENS))
+_CALL_COUNTS = tuple(
+    (key, maximum_of(key))
+    for key in (sc.BUDGET_TURN, sc.BUDGET_RESERVED_TOKENS, sc.BUDGET_USED_TOKENS, sc.BUDGET_REMAINING_TOKENS)
+)
 _CALL_TASK = CALL_KEYS.index("task_type")
 _CALL_TRACE = CALL_KEYS.index("trace_id")
 
 # The tuples below are written in these column orders; fail loudly if the schema moves.
 _EXPECTED = {
-    "call": ("span_id", "run_id", "trace_id", "parent_span_id", "source", "service_name",
-             "task_type", "operation_name", "provider_name", "request_model", "response_model",
-             "start_utc", "end_utc", "duration_s", "turn", "input_tokens", "output_tokens",
-             "total_tokens", "cache_read_tokens", "cache_write_tokens", "reasoning_tokens",
-             "reserved_tokens", "used_tokens", "remaining_tokens", "cost_usd", "usage_status",
-             "error_type"),
-    "record": ("run_id", "trace_id", "source", "service_name", "task_type", "agent_name",
-               "model", "start_utc", "end_utc", "duration_s", "turns", "tool_calls",
-               "input_tokens", "output_tokens", "total_tokens", "cache_read_tokens",
-               "cache_write_tokens", "reasoning_tokens", "cost_usd", "stop_reason",
-               "usage_status", "retryable", *(column for column, _, _ in LIMITS)),
-    "event": ("event_id", "run_id", "span_id", "ts_utc", "name", "reason", "from_model",
-              "to_model", "tool_name", "reserved_tokens", "used_tokens", "remaining_tokens",
-              "percent"),
+    "call": (
+        "span_id",
+        "run_id",
+        "trace_id",
+        "parent_span_id",
+        "source",
+        "service_name",
+        "task_type",
+        "operation_name",
+        "provider_name",
+        "request_model",
+        "response_model",
+        "start_utc",
+        "end_utc",
+        "duration_s",
+        "turn",
+        "input_tokens",
+        "output_tokens",
+        "total_tokens",
+        "cache_read_tokens",
+        "cache_write_tokens",
+        "reasoning_tokens",
+        "reserved_tokens",
+        "used_tokens",
+        "remaining_tokens",
+        "cost_usd",
+        "usage_status",
+        "error_type",
+    ),
+    "record": (
+        "run_id",
+        "trace_id",
+        "source",
+        "service_name",
+        "task_type",
+        "agent_name",
+        "model",
+        "start_utc",
+        "end_utc",
+        "duration_s",
+        "turns",
+        "tool_calls",
+        "input_tokens",
+        "output_tokens",
+        "total_tokens",
+        "cache_read_tokens",
+        "cache_write_tokens",
+        "reasoning_tokens",
+        "cost_usd",
+        "stop_reason",
+        "usage_status",
+        "retryable",
+        *(column for column, _, _ in LIMITS),
+    ),
+    "event": (
+        "event_id",
+        "run_id",
+        "span_id",
+        "ts_utc",
+        "name",
+        "reason",
+        "from_model",
+        "to_model",
+        "tool_name",
+        "reserved_tokens",
+        "used_tokens",
+        "remaining_tokens",
+        "percent",
+    ),
 }
-if (CALL_KEYS, RECORD_KEYS, EVENT_KEYS) != tuple(_EXPECTED.values()):
-    raise RuntimeError("collector.mapping: store columns changed; update the row tuples")
+if tuple(_EXPECTED.values()) != (CALL_KEYS, RECORD_KEYS, EVENT_KEYS):
+    raise RuntimeError("budgetlens.otlp.mapping: store columns changed; update the row tuples")
 
 
 def _is_text(value) -> bool:
@@ -142,10 +199,13 @@ class _Mapper:
         op = get(sc.GEN_AI_OPERATION_NAME)
         kind = get(sc.OPENINFERENCE_SPAN_KIND)
         budget_run = get(sc.BUDGET_RUN_ID)
-        if budget_run is not None and (type(budget_run) is not str or not budget_run
-                                       or len(budget_run) > MAX_ID_CHARS):
-            raise SpanRejected(f"attribute {sc.BUDGET_RUN_ID} must be a non-empty string of at "
-                               f"most {MAX_ID_CHARS} characters")
+        if budget_run is not None and (
+            type(budget_run) is not str or not budget_run or len(budget_run) > MAX_ID_CHARS
+        ):
+            raise SpanRejected(
+                f"attribute {sc.BUDGET_RUN_ID} must be a non-empty string of at "
+                f"most {MAX_ID_CHARS} characters"
+            )
         run_id = budget_run or trace_hex
         agent = get(sc.GEN_AI_AGENT_NAME)
         if agent is not None and not _is_text(agent):
@@ -154,41 +214,108 @@ class _Mapper:
             self.agent_by_trace.setdefault(trace_hex, agent)
         agentish = op == sc.OPERATION_INVOKE_AGENT or kind in _AGENT_KINDS
         start_ns, end_ns = span.start_time_unix_nano, span.end_time_unix_nano
-        times = (start_ns // 1000 if start_ns else None, end_ns // 1000 if end_ns else None,
-                 (end_ns - start_ns) / 1e9 if start_ns and end_ns else None)
+        times = (
+            start_ns // 1000 if start_ns else None,
+            end_ns // 1000 if end_ns else None,
+            (end_ns - start_ns) / 1e9 if start_ns and end_ns else None,
+        )
         failed = span.status.code == _STATUS_ERROR
         out = self.out
         # (rows, keys list or None, row, narrow keys, foreign call?): built fully before
         # anything is appended, so a rejected span adds nothing
         rows = []
         if budget_run and (op == sc.OPERATION_INVOKE_AGENT or span.name.startswith("invoke_agent")):
-            rows.append((out.record_rows, out.record_keys,
-                         self.run_record(attrs, run_id, trace_hex, service, times, failed),
-                         None, False))
-        elif not agentish and (op in sc.MODEL_CALL_OPERATIONS or kind == "LLM"
-                               or not USAGE_KEYS.isdisjoint(attrs)):
+            rows.append(
+                (
+                    out.record_rows,
+                    out.record_keys,
+                    self.run_record(attrs, run_id, trace_hex, service, times, failed),
+                    None,
+                    False,
+                )
+            )
+        elif not agentish and (
+            op in sc.MODEL_CALL_OPERATIONS or kind == "LLM" or not USAGE_KEYS.isdisjoint(attrs)
+        ):
             foreign = not budget_run
-            rows.append((out.call_rows, None, self.call(attrs, span_hex, run_id, trace_hex,
-                                                        parent, service, times, failed,
-                                                        foreign), None, foreign))
+            rows.append(
+                (
+                    out.call_rows,
+                    None,
+                    self.call(attrs, span_hex, run_id, trace_hex, parent, service, times, failed, foreign),
+                    None,
+                    foreign,
+                )
+            )
         elif op == sc.OPERATION_EXECUTE_TOOL or kind == "TOOL":
-            rows.append((out.event_rows, out.event_keys, (
-                span_hex, run_id, span_hex, times[0], sc.EVENT_TOOL_CALL, None, None, None,
-                first_text(attrs, sc.GEN_AI_TOOL_NAME, sc.TOOL_NAME), None, None, None, None),
-                TOOL_EVENT_KEYS, False))
+            rows.append(
+                (
+                    out.event_rows,
+                    out.event_keys,
+                    (
+                        span_hex,
+                        run_id,
+                        span_hex,
+                        times[0],
+                        sc.EVENT_TOOL_CALL,
+                        None,
+                        None,
+                        None,
+                        first_text(attrs, sc.GEN_AI_TOOL_NAME, sc.TOOL_NAME),
+                        None,
+                        None,
+                        None,
+                        None,
+                    ),
+                    TOOL_EVENT_KEYS,
+                    False,
+                )
+            )
         if not parent and not budget_run and (op or agent or kind or rows):
-            rows.append((out.record_rows, out.record_keys, (
-                run_id, trace_hex, self.source, service, agent, agent,
-                first_text(attrs, sc.GEN_AI_REQUEST_MODEL, sc.LLM_MODEL_NAME), *times,
-                None, None, None, None, None, None, None, None, None,
-                sc.STOP_FAILED if failed else None, None, None, *(None,) * len(LIMITS)),
-                ROOT_RECORD_KEYS, False))
+            rows.append(
+                (
+                    out.record_rows,
+                    out.record_keys,
+                    (
+                        run_id,
+                        trace_hex,
+                        self.source,
+                        service,
+                        agent,
+                        agent,
+                        first_text(attrs, sc.GEN_AI_REQUEST_MODEL, sc.LLM_MODEL_NAME),
+                        *times,
+                        None,
+                        None,
+                        None,
+                        None,
+                        None,
+                        None,
+                        None,
+                        None,
+                        None,
+                        sc.STOP_FAILED if failed else None,
+                        None,
+                        None,
+                        *(None,) * len(LIMITS),
+                    ),
+                    ROOT_RECORD_KEYS,
+                    False,
+                )
+            )
         events = span.events
         if events:
             for index, event in enumerate(events):
                 if event.name in _EVENT_NAMES:
-                    rows.append((out.event_rows, out.event_keys,
-                                 self.event(event, index, span_hex, run_id), None, False))
+                    rows.append(
+                        (
+                            out.event_rows,
+                            out.event_keys,
+                            self.event(event, index, span_hex, run_id),
+                            None,
+                            False,
+                        )
+                    )
         for target, keys, row, narrow, foreign in rows:
             if foreign:
                 self.foreign_calls.append(len(target))
@@ -201,21 +328,41 @@ class _Mapper:
         retryable = attrs.get(sc.BUDGET_RETRYABLE)
         if retryable is not None and type(retryable) is not bool:
             raise SpanRejected(f"attribute {sc.BUDGET_RETRYABLE} must be a boolean")
-        head = (run_id, trace_hex, self.source, service, text(attrs, sc.BUDGET_TASK_TYPE),
-                text(attrs, sc.GEN_AI_AGENT_NAME), text(attrs, sc.GEN_AI_REQUEST_MODEL), *times,
-                count(attrs, sc.BUDGET_TURNS), count(attrs, sc.BUDGET_TOOL_CALLS))
+        head = (
+            run_id,
+            trace_hex,
+            self.source,
+            service,
+            text(attrs, sc.BUDGET_TASK_TYPE),
+            text(attrs, sc.GEN_AI_AGENT_NAME),
+            text(attrs, sc.GEN_AI_REQUEST_MODEL),
+            *times,
+            count(attrs, sc.BUDGET_TURNS),
+            count(attrs, sc.BUDGET_TOOL_CALLS),
+        )
         total = count(attrs, sc.BUDGET_USED_TOKENS)
         cost = amount(attrs, sc.BUDGET_COST_USD)
         status = choice(attrs, sc.BUDGET_USAGE_STATUS, sc.USAGE_STATUSES)
         inp, outp, cache_read, cache_write, reasoning = (
-            first_count(attrs, names) for names in _RECORD_TOKENS)
-        limits = tuple(count(attrs, key) if integral else amount(attrs, key)
-                       for _, key, integral in LIMITS)
-        return (*head, inp, outp, total, cache_read, cache_write, reasoning, cost,
-                stop or (sc.STOP_FAILED if failed else None), status, retryable, *limits)
+            first_count(attrs, names) for names in _RECORD_TOKENS
+        )
+        limits = tuple(count(attrs, key) if integral else amount(attrs, key) for _, key, integral in LIMITS)
+        return (
+            *head,
+            inp,
+            outp,
+            total,
+            cache_read,
+            cache_write,
+            reasoning,
+            cost,
+            stop or (sc.STOP_FAILED if failed else None),
+            status,
+            retryable,
+            *limits,
+        )
 
-    def call(self, attrs, span_hex, run_id, trace_hex, parent, service, times, failed,
-             foreign) -> tuple:
+    def call(self, attrs, span_hex, run_id, trace_hex, parent, service, times, failed, foreign) -> tuple:
         # Each value is taken as it is when it already has the form the row needs (the common
         # case); anything else goes through the validator, which converts it or rejects the span
         # with the same message, in the same order as the row's fields.
@@ -231,21 +378,22 @@ class _Mapper:
             choice(attrs, sc.BUDGET_USAGE_STATUS, sc.USAGE_STATUSES)
         request_model = get(sc.GEN_AI_REQUEST_MODEL)
         if not _is_text(request_model):
-            request_model = first_text(attrs, sc.GEN_AI_REQUEST_MODEL, sc.LLM_MODEL_NAME,
-                                       sc.LLM_REQUEST_MODEL)
+            request_model = first_text(
+                attrs, sc.GEN_AI_REQUEST_MODEL, sc.LLM_MODEL_NAME, sc.LLM_REQUEST_MODEL
+            )
         response_model = get(sc.GEN_AI_RESPONSE_MODEL)
         if not _is_text(response_model):
             response_model = first_text(attrs, sc.GEN_AI_RESPONSE_MODEL, sc.LLM_RESPONSE_MODEL)
         provider = get(sc.GEN_AI_PROVIDER_NAME)
         if not _is_text(provider):
-            provider = first_text(attrs, sc.GEN_AI_PROVIDER_NAME, sc.GEN_AI_SYSTEM,
-                                  sc.LLM_PROVIDER, sc.LLM_SYSTEM)
+            provider = first_text(
+                attrs, sc.GEN_AI_PROVIDER_NAME, sc.GEN_AI_SYSTEM, sc.LLM_PROVIDER, sc.LLM_SYSTEM
+            )
         cost = get(sc.BUDGET_COST_USD)
         if cost is not None and not (type(cost) is float and 0 <= cost <= MAX_AMOUNT):
             cost = amount(attrs, sc.BUDGET_COST_USD)
         if cost is None and foreign and status == sc.USAGE_REPORTED:
-            parts = (amount(attrs, sc.GEN_AI_USAGE_INPUT_COST),
-                     amount(attrs, sc.GEN_AI_USAGE_OUTPUT_COST))
+            parts = (amount(attrs, sc.GEN_AI_USAGE_INPUT_COST), amount(attrs, sc.GEN_AI_USAGE_OUTPUT_COST))
             if None not in parts:
                 cost = parts[0] + parts[1]
             elif self.price:
@@ -268,17 +416,43 @@ class _Mapper:
                 value = count(attrs, key, maximum)
             counts.append(value)
         turn, reserved, used, remaining = counts
-        return (span_hex, run_id, trace_hex, parent.hex() or None, self.source, service, task,
-                op, provider, request_model, response_model, *times, turn, *tokens, reserved,
-                used, remaining, cost, status, error_type)
+        return (
+            span_hex,
+            run_id,
+            trace_hex,
+            parent.hex() or None,
+            self.source,
+            service,
+            task,
+            op,
+            provider,
+            request_model,
+            response_model,
+            *times,
+            turn,
+            *tokens,
+            reserved,
+            used,
+            remaining,
+            cost,
+            status,
+            error_type,
+        )
 
     def event(self, event, index, span_hex, run_id) -> tuple:
         attrs = read_attributes(event.attributes)
         ts = event.time_unix_nano
-        head = (f"{span_hex}:{index}", run_id, span_hex, ts // 1000 if ts else None, event.name,
-                first_text(attrs, sc.BUDGET_REASON, sc.BUDGET_STOP_REASON),
-                text(attrs, sc.BUDGET_FROM_MODEL), text(attrs, sc.BUDGET_TO_MODEL),
-                text(attrs, sc.GEN_AI_TOOL_NAME))
+        head = (
+            f"{span_hex}:{index}",
+            run_id,
+            span_hex,
+            ts // 1000 if ts else None,
+            event.name,
+            first_text(attrs, sc.BUDGET_REASON, sc.BUDGET_STOP_REASON),
+            text(attrs, sc.BUDGET_FROM_MODEL),
+            text(attrs, sc.BUDGET_TO_MODEL),
+            text(attrs, sc.GEN_AI_TOOL_NAME),
+        )
         percent = amount(attrs, sc.BUDGET_PERCENT)
         return (*head, *(count(attrs, key) for _, key in EVENT_COUNTS), percent)
 
@@ -288,8 +462,7 @@ class _Mapper:
             for index in self.foreign_calls:
                 row = rows[index]
                 if row[_CALL_TASK] is None:
-                    rows[index] = (*row[:_CALL_TASK], agents.get(row[_CALL_TRACE]),
-                                   *row[_CALL_TASK + 1:])
+                    rows[index] = (*row[:_CALL_TASK], agents.get(row[_CALL_TRACE]), *row[_CALL_TASK + 1 :])
         return self.out
 
 
@@ -299,29 +472,35 @@ def _check_usage(tokens: tuple) -> None:
     a reported total that differs from input + output. Raises SpanRejected naming the fields."""
     inp, outp, total, cache_read, cache_write, reasoning = tokens
     if inp is not None and (cache_read or 0) + (cache_write or 0) > inp:
-        raise SpanRejected("cache read + cache write tokens exceed the input tokens "
-                           f"({sc.GEN_AI_USAGE_INPUT_TOKENS} includes the cached tokens)")
+        raise SpanRejected(
+            "cache read + cache write tokens exceed the input tokens "
+            f"({sc.GEN_AI_USAGE_INPUT_TOKENS} includes the cached tokens)"
+        )
     if outp is not None and (reasoning or 0) > outp:
-        raise SpanRejected("reasoning tokens exceed the output tokens "
-                           f"({sc.GEN_AI_USAGE_OUTPUT_TOKENS} includes reasoning)")
+        raise SpanRejected(
+            f"reasoning tokens exceed the output tokens ({sc.GEN_AI_USAGE_OUTPUT_TOKENS} includes reasoning)"
+        )
     if total is not None and inp is not None and outp is not None and total != inp + outp:
-        raise SpanRejected(f"total tokens ({total}) must equal input + output tokens "
-                           f"({inp} + {outp})")
+        raise SpanRejected(f"total tokens ({total}) must equal input + output tokens ({inp} + {outp})")
 
 
 def _price(model, tokens: tuple, provider):
-    """Cost in USD from ``collector.pricing.cost_usd`` (genai-prices); None when unpriced.
+    """Cost in USD from ``budgetlens.pricing.cost_usd`` (genai-prices); None when unpriced.
     ``tokens`` in ``TOKEN_SOURCES`` order."""
     if not model or tokens[0] is None or tokens[1] is None:  # a total alone cannot be priced
         return None
     try:
-        from collector.pricing import cost_usd
-        from collector.usage import Usage
+        from budgetlens.pricing import cost_usd
+        from budgetlens.usage import Usage
 
         inp, outp, _, cache_read, cache_write, reasoning = tokens
-        usage = Usage(input_tokens=inp or 0, output_tokens=outp or 0,
-                      cache_read_tokens=cache_read or 0, cache_write_tokens=cache_write or 0,
-                      reasoning_tokens=reasoning or 0)
+        usage = Usage(
+            input_tokens=inp or 0,
+            output_tokens=outp or 0,
+            cache_read_tokens=cache_read or 0,
+            cache_write_tokens=cache_write or 0,
+            reasoning_tokens=reasoning or 0,
+        )
         return cost_usd(model, usage, provider=provider)
     except Exception as error:  # pricing must never cost a span; unpriced is NULL
         log.debug("no price for %s (%s): %s", model, provider, error)
@@ -343,9 +522,9 @@ def map_otlp_json(document: dict, *, source: str = "otlp-json", price: bool = Tr
     """Map an OTLP/JSON trace document (a dict as loaded from a file) to store rows.
 
     Spans rejected while decoding (bad hex ids, wrong types) count in ``Mapped.rejected``.
-    Raises ``collector.otlp_decode.OtlpError`` when the document is not OTLP/JSON at all.
+    Raises ``budgetlens.otlp.decode.OtlpError`` when the document is not OTLP/JSON at all.
     """
-    from collector.otlp_decode import decode_json_document
+    from budgetlens.otlp.decode import decode_json_document
 
     decoded = decode_json_document(document)
     mapped = map_request(decoded.request, source=source, price=price)

@@ -1,18 +1,18 @@
 """RunLedger: what one guarded run has used so far (the bookkeeping behind ``RunBudget``).
 
-Plain counters with no limits and no lock: :class:`collector.guard.RunBudget` owns both, calls the
+Plain counters with no limits and no lock: :class:`budgetlens.guard.run_budget.RunBudget` owns both, calls the
 ledger under its lock and replaces it on ``reset()``. Limits and stop decisions are in
-:mod:`collector.limits`.
+:mod:`budgetlens.guard.limits`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
-from collector import semconv as sc
-from collector.actions import BudgetExceeded, BudgetStats, Reservation, RunResult
-from collector.limits import DEFAULT_UNKNOWN_CALL_TOKENS, limit_share, retryable
-from collector.usage import Usage
+from budgetlens import semconv as sc
+from budgetlens.guard.limits import DEFAULT_UNKNOWN_CALL_TOKENS, limit_share, retryable
+from budgetlens.guard.results import BudgetExceeded, BudgetStats, Reservation, RunResult
+from budgetlens.usage import Usage
 
 __all__ = ["RunLedger"]
 
@@ -31,11 +31,26 @@ class RunLedger:
     ``largest_call_tokens``: the largest reservation or reported call so far (tokens).
     """
 
-    __slots__ = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens",
-                 "reasoning_tokens", "unknown_tokens", "reservations", "reserved_tokens",
-                 "reserved_output_tokens", "reserved_cost_usd", "largest_call_tokens", "turns",
-                 "tool_calls", "cost_usd", "priced_calls", "unpriced_calls",
-                 "unknown_at", "refusal")
+    __slots__ = (
+        "input_tokens",
+        "output_tokens",
+        "cache_read_tokens",
+        "cache_write_tokens",
+        "reasoning_tokens",
+        "unknown_tokens",
+        "reservations",
+        "reserved_tokens",
+        "reserved_output_tokens",
+        "reserved_cost_usd",
+        "largest_call_tokens",
+        "turns",
+        "tool_calls",
+        "cost_usd",
+        "priced_calls",
+        "unpriced_calls",
+        "unknown_at",
+        "refusal",
+    )
 
     def __init__(self) -> None:
         self.input_tokens = self.output_tokens = 0
@@ -66,8 +81,7 @@ class RunLedger:
     def committed_input_tokens(self) -> int:
         """Input tokens used (unknown-usage charges included) plus the input parts of open
         reservations (an unsplit reservation counts whole as input)."""
-        return (self.input_tokens + self.unknown_tokens + self.reserved_tokens
-                - self.reserved_output_tokens)
+        return self.input_tokens + self.unknown_tokens + self.reserved_tokens - self.reserved_output_tokens
 
     @property
     def committed_output_tokens(self) -> int:
@@ -87,8 +101,13 @@ class RunLedger:
     @property
     def usage(self) -> Usage:
         """The summed reported usage (calls without usage are not in it)."""
-        return Usage(self.input_tokens, self.output_tokens, self.cache_read_tokens,
-                     self.cache_write_tokens, self.reasoning_tokens)
+        return Usage(
+            self.input_tokens,
+            self.output_tokens,
+            self.cache_read_tokens,
+            self.cache_write_tokens,
+            self.reasoning_tokens,
+        )
 
     @property
     def priced_cost_usd(self) -> float | None:
@@ -111,32 +130,46 @@ class RunLedger:
         return max(0, int(max_total_tokens) - self.committed_tokens)
 
     def share(self, limits: Mapping[str, float | None]) -> float:
-        """The share of the most-used token or cost limit (see :func:`collector.limits.limit_share`)."""
-        return limit_share(limits, self.input_tokens, self.output_tokens, self.unknown_tokens,
-                           self.cost_usd)
+        """The share of the most-used token or cost limit (see :func:`budgetlens.guard.limits.limit_share`)."""
+        return limit_share(limits, self.input_tokens, self.output_tokens, self.unknown_tokens, self.cost_usd)
 
-    def stats(self, limits: Mapping[str, float | None], elapsed_s: float,
-              cost_unenforced: tuple[str, ...] = ()) -> BudgetStats:
+    def stats(
+        self, limits: Mapping[str, float | None], elapsed_s: float, cost_unenforced: tuple[str, ...] = ()
+    ) -> BudgetStats:
         """A :class:`BudgetStats` snapshot against ``limits`` after ``elapsed_s`` seconds;
         ``cost_unenforced``: models without a price under ``max_cost_usd``."""
         max_total = limits["max_total_tokens"]
         return BudgetStats(
-            used_tokens=self.used_tokens, reserved_tokens=self.reserved_tokens, max_tokens=max_total,
-            remaining_tokens=self.remaining(max_total), percent=round(100 * self.share(limits), 1),
-            turns=self.turns, tool_calls=self.tool_calls, cost_usd=self.priced_cost_usd,
-            elapsed_s=elapsed_s, usage=self.usage, cost_unenforced_models=cost_unenforced,
+            used_tokens=self.used_tokens,
+            reserved_tokens=self.reserved_tokens,
+            max_tokens=max_total,
+            remaining_tokens=self.remaining(max_total),
+            percent=round(100 * self.share(limits), 1),
+            turns=self.turns,
+            tool_calls=self.tool_calls,
+            cost_usd=self.priced_cost_usd,
+            elapsed_s=elapsed_s,
+            usage=self.usage,
+            cost_unenforced_models=cost_unenforced,
         )
 
-    def result(self, run_id: str, task_type: str, stop_reason: str, duration_s: float,
-               error: BaseException | None) -> RunResult:
+    def result(
+        self, run_id: str, task_type: str, stop_reason: str, duration_s: float, error: BaseException | None
+    ) -> RunResult:
         """The :class:`RunResult` of a run that ended with ``stop_reason`` after ``duration_s``
         seconds; ``error_type`` names ``error``'s class when the run ``failed``."""
         unknown = self.unknown_at is not None
         cost = self.priced_cost_usd
         return RunResult(
-            run_id=run_id, task_type=task_type, stop_reason=stop_reason, usage=self.usage,
-            used_tokens=self.used_tokens, turns=self.turns, tool_calls=self.tool_calls,
-            duration_s=duration_s, cost_usd=None if cost is None else round(cost, 9),
+            run_id=run_id,
+            task_type=task_type,
+            stop_reason=stop_reason,
+            usage=self.usage,
+            used_tokens=self.used_tokens,
+            turns=self.turns,
+            tool_calls=self.tool_calls,
+            duration_s=duration_s,
+            cost_usd=None if cost is None else round(cost, 9),
             usage_status=sc.USAGE_UNKNOWN if unknown else sc.USAGE_REPORTED,
             retryable=retryable(stop_reason, unknown),
             error_type=type(error).__name__ if error is not None and stop_reason == sc.STOP_FAILED else None,
@@ -174,9 +207,11 @@ class RunLedger:
             raise ValueError(f"reservation {reservation!r} was not made by run {run_id}")
         res = self.reservations.pop(reservation.id, None)
         if res is None:
-            raise ValueError(f"reservation {reservation.id} of run {run_id} is not open: a "
-                             "reservation is settled once (by record or release); reset() drops "
-                             "open ones")
+            raise ValueError(
+                f"reservation {reservation.id} of run {run_id} is not open: a "
+                "reservation is settled once (by record or release); reset() drops "
+                "open ones"
+            )
         self.reserved_tokens -= res.tokens
         if res.output_tokens:
             self.reserved_output_tokens -= res.output_tokens

@@ -1,8 +1,27 @@
-"""Read one task type's limits from a preset file (the format in :mod:`collector.preset_format`).
+"""The preset file: its format, its reader (``RunBudget.from_preset``) and the document the
+writer (``budgetlens presets``, the dashboard's downloads) fills. The same document is written as YAML, TOML or JSON; keys whose value is unknown are
+omitted (TOML has no null).
 
-Used by ``RunBudget.from_preset``. The file is what ``budgetlens presets`` writes: YAML, TOML or
-JSON by extension (TOML through ``tomllib``). Unknown keys are rejected with their names, so a
-typo or a foreign unit (``max_duration_ms``, ``max_cost_eur``) never silently drops a limit.
+Shape::
+
+    budgetlens_presets: 1                 # format version (int)
+    generated_utc: "2026-11-29T10:00:00Z"
+    multiplier: 1.5                       # preset = P95 x multiplier, rounded up
+    window_days: 14
+    presets:
+      code_generation:                    # task type
+        max_total_tokens: 91000           # tokens, rounded up to the next 1,000
+        max_input_tokens: 80000
+        max_output_tokens: 12000
+        max_turns: 31                     # counts rounded up to the next integer
+        max_tool_calls: 45
+        max_duration_s: 305               # seconds rounded up to the next 5
+        max_cost_usd: 1.7                 # USD, rounded up to 2 significant figures
+        basis:                            # the evidence; ignored by the guard
+          n_runs: 212
+          low_sample: false               # true below 20 runs
+          p50_total_tokens: 38211.5
+          p95_total_tokens: 60400.0
 """
 
 from __future__ import annotations
@@ -11,18 +30,26 @@ import os
 from pathlib import Path
 from typing import Any
 
-from collector.docfile import load_document
+from budgetlens.docfile import load_document
+from budgetlens.guard.limits import LIMIT_KEYS, WHOLE_NUMBER_LIMITS, check_limit
 
-from collector.limits import WHOLE_NUMBER_LIMITS, check_limit
-from collector.preset_format import (
-    FORMAT_KEY,
-    FORMAT_VERSION,
-    LIMIT_KEYS,
-    PRESET_KEYS,
-    TOP_LEVEL_KEYS,
-)
+FORMAT_KEY = "budgetlens_presets"
+FORMAT_VERSION = 1
+TOP_LEVEL_KEYS = (FORMAT_KEY, "generated_utc", "multiplier", "window_days", "presets")
 
-__all__ = ["load_preset", "read_preset_document"]
+BASIS_KEY = "basis"
+PRESET_KEYS = LIMIT_KEYS + (BASIS_KEY,)
+
+__all__ = [
+    "BASIS_KEY",
+    "FORMAT_KEY",
+    "FORMAT_VERSION",
+    "LIMIT_KEYS",
+    "PRESET_KEYS",
+    "TOP_LEVEL_KEYS",
+    "load_preset",
+    "read_preset_document",
+]
 
 
 def read_preset_document(path: str | os.PathLike) -> dict[str, Any]:
@@ -30,7 +57,7 @@ def read_preset_document(path: str | os.PathLike) -> dict[str, Any]:
 
     Raises ValueError naming unknown top-level or preset keys, a wrong format version, an
     unsupported extension, or a limit that ``RunBudget`` would refuse (not a number >= 0, or not
-    a whole number for token and call counts; :func:`collector.limits.check_limit`).
+    a whole number for token and call counts; :func:`budgetlens.guard.limits.check_limit`).
     """
     p = Path(path)
     doc = load_document(p, "preset file")
@@ -72,8 +99,9 @@ def load_preset(task_type: str, path: str | os.PathLike) -> dict[str, Any]:
     preset = presets[task_type]
     limits = {k: preset[k] for k in LIMIT_KEYS if preset.get(k) is not None}
     if not limits:
-        raise ValueError(f"{path}: presets.{task_type} sets no limit; a preset sets at least one "
-                         f"of {LIMIT_KEYS}")
+        raise ValueError(
+            f"{path}: presets.{task_type} sets no limit; a preset sets at least one of {LIMIT_KEYS}"
+        )
     for key in WHOLE_NUMBER_LIMITS:  # checked whole by read_preset_document: 91000.0 -> 91000
         if key in limits:
             limits[key] = int(limits[key])

@@ -27,8 +27,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from zoneinfo import ZoneInfo
 
-from collector.actions import BudgetExceeded
-from collector.semconv import STOP_BUDGET_COST
+from budgetlens.guard.results import BudgetExceeded
+from budgetlens.semconv import STOP_BUDGET_COST
 
 log = logging.getLogger(__name__)
 
@@ -88,8 +88,12 @@ class SpendTracker:
                 "when named '24h' or '30d')"
             )
         for name, value in limits.items():
-            if (isinstance(value, bool) or not isinstance(value, (int, float))
-                    or not math.isfinite(value) or value <= 0):
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, (int, float))
+                or not math.isfinite(value)
+                or value <= 0
+            ):
                 raise ValueError(f"limits[{name!r}] must be a finite USD amount > 0, got {value!r}")
         if isinstance(alert_at, bool) or not isinstance(alert_at, (int, float)) or not 0 < alert_at <= 1:
             raise ValueError(f"alert_at must be a fraction in (0, 1], got {alert_at!r}")
@@ -122,8 +126,12 @@ class SpendTracker:
 
     def add(self, cost_usd: float, ts: float | None = None) -> list[SpendAlert]:
         """Add a cost (USD >= 0) at ``ts`` (default now). Returns the alerts this crossed."""
-        if (isinstance(cost_usd, bool) or not isinstance(cost_usd, (int, float))
-                or not math.isfinite(cost_usd) or cost_usd < 0):
+        if (
+            isinstance(cost_usd, bool)
+            or not isinstance(cost_usd, (int, float))
+            or not math.isfinite(cost_usd)
+            or cost_usd < 0
+        ):
             raise ValueError(f"cost_usd must be a finite USD amount >= 0, got {cost_usd!r}")
         now = self._clock() if ts is None else ts
         alerts = []
@@ -135,11 +143,19 @@ class SpendTracker:
                     w.entries.append((now, cost_usd))
                 if not w.alerted and w.spent >= self._alert_at * w.limit:
                     w.alerted = True
-                    alerts.append(SpendAlert(w.name, w.spent, w.limit,
-                                             round(100 * w.spent / w.limit, 1), w.period or ""))
+                    alerts.append(
+                        SpendAlert(
+                            w.name, w.spent, w.limit, round(100 * w.spent / w.limit, 1), w.period or ""
+                        )
+                    )
         for alert in alerts:
-            log.warning("spend window %s (%s) at %.1f %% of $%.2f", alert.window, alert.period,
-                        alert.percent, alert.limit_usd)
+            log.warning(
+                "spend window %s (%s) at %.1f %% of $%.2f",
+                alert.window,
+                alert.period,
+                alert.percent,
+                alert.limit_usd,
+            )
             if self._on_alert is not None:
                 try:
                     self._on_alert(alert)
@@ -163,5 +179,6 @@ class SpendTracker:
             for w in self._windows:
                 self._roll(w, now)
                 if w.spent >= w.limit:
-                    raise BudgetExceeded(STOP_BUDGET_COST, w.limit, round(w.spent, 6), 0,
-                                         f"{w.name} spend window {w.period}")
+                    raise BudgetExceeded(
+                        STOP_BUDGET_COST, w.limit, round(w.spent, 6), 0, f"{w.name} spend window {w.period}"
+                    )
