@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import gc
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -114,12 +115,49 @@ def measure(calls: int) -> dict[str, float]:
     return figures
 
 
+#: Modules an agent process must not pay for when it imports the guard.
+HEAVY_MODULES = ("duckdb", "pandas", "pyarrow", "plotly", "streamlit", "opentelemetry.sdk")
+
+
+def import_figures(repeats: int = 7) -> dict[str, float | str]:
+    """Median wall ms of ``python -c "import budgetlens"`` in a fresh interpreter, the same for a bare
+    interpreter (``python -c pass``), and the heavy modules the import loaded (should be none)."""
+
+    def median_ms(code: str) -> float:
+        times = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            subprocess.run([sys.executable, "-c", code], check=True, cwd="/", capture_output=True)
+            times.append((time.perf_counter() - start) * 1e3)
+        return statistics.median(times)
+
+    probe = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            f"import sys, budgetlens; print(','.join(m for m in {HEAVY_MODULES!r} if m in sys.modules))",
+        ],
+        check=True,
+        cwd="/",
+        capture_output=True,
+        text=True,
+    )
+    bare, guard = median_ms("pass"), median_ms("import budgetlens")
+    return {
+        "bare_ms": bare,
+        "import_ms": guard,
+        "import_only_ms": guard - bare,
+        "heavy": probe.stdout.strip() or "none",
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=20_000, help="reserve+record calls per sample")
     parser.add_argument("--no-write", action="store_true", help="print only; leave BENCHMARKS.md")
     args = parser.parse_args(argv)
     f = measure(args.calls)
+    imp = import_figures()
     ok_book = f["bookkeeping_priced_us"] <= 5.0
     ok_sdk = f["sdk_ratio"] <= 2.0
     lines = [
@@ -136,6 +174,10 @@ def main(argv: list[str] | None = None) -> int:
         "reference |",
         f"| guard with OTel SDK + BatchSpanProcessor (no-op exporter) | {f['with_sdk_us']:.2f} | "
         f"<= 2x bare span: {f['sdk_ratio']:.2f}x, {'met' if ok_sdk else 'MISSED'} |",
+        "",
+        f"`import budgetlens` in a fresh interpreter: {imp['import_ms']:.0f} ms wall "
+        f"({imp['import_only_ms']:.0f} ms above a bare `python -c pass`, {imp['bare_ms']:.0f} ms), median of 7; "
+        f"heavy modules loaded ({', '.join(HEAVY_MODULES)}): {imp['heavy']}.",
     ]
     text = "\n".join(lines)
     publish("guard_overhead", text, write=not args.no_write)

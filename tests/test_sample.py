@@ -280,7 +280,7 @@ def test_the_incident_day_has_the_highest_hit_rate(store):
                count(*) FILTER (WHERE starts_with(stop_reason, 'budget_')) / count(*) AS rate
         FROM runs WHERE limit_total_tokens IS NOT NULL GROUP BY day ORDER BY rate DESC""",
     )
-    incident = sample.SAMPLE_END_UTC - dt.timedelta(days=generator.INCIDENT["day_from_end"])
+    incident = sample.SAMPLE_END_UTC - dt.timedelta(days=generator.INCIDENT.day_from_end)
     assert limited_days[0][0] == incident.date()
     assert limited_days[0][1] > 1.5 * limited_days[len(limited_days) // 2][1]
 

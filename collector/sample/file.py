@@ -162,9 +162,8 @@ def ensure_demo_store(db_path) -> bool:
 
     try:
         with read_connection(db_path) as conn:
-            has_runs = (
-                schema_version(conn) > 0 and conn.execute("SELECT count(*) FROM runs").fetchone()[0] > 0
-            )
+            row = conn.execute("SELECT count(*) FROM runs").fetchone() if schema_version(conn) > 0 else None
+            has_runs = row is not None and row[0] > 0
     except StoreMissing:
         has_runs = False
     if has_runs:

@@ -33,6 +33,7 @@ import logging
 import math
 import random
 from collections.abc import Iterator
+from typing import NamedTuple
 
 from budgetlens import semconv as sc
 from budgetlens.pricing import cost_usd
@@ -135,7 +136,21 @@ RUNAWAY_FACTOR = (10, 50)
 TAIL_SHARE = 0.08
 LIMITS_FROM_DAY = 4
 #: The incident day (index from the first day): a bad deploy of these task types.
-INCIDENT = dict(day_from_end=5, volume=1.6, runaway_share=0.3, task_types=("code_generation", "tool_use"))
+
+
+class _Incident(NamedTuple):
+    """The incident day: ``day_from_end`` days before the end, ``volume`` x the usual runs,
+    ``runaway_share`` of the ``task_types`` runs loop away."""
+
+    day_from_end: int
+    volume: float
+    runaway_share: float
+    task_types: tuple[str, ...]
+
+
+INCIDENT = _Incident(
+    day_from_end=5, volume=1.6, runaway_share=0.3, task_types=("code_generation", "tool_use")
+)
 FAIL_SHARE = 0.0015  # calls that fail (usage unknown, the run ends 'failed')
 NO_USAGE_SHARE = 0.004  # streamed calls that report no usage (usage unknown, run goes on)
 ERRORS = ("RateLimitError", "APITimeoutError", "InternalServerError")
@@ -194,13 +209,13 @@ def generate_sample(
     trace_prefix = hashlib.sha256(prefix.encode()).hexdigest()[:16]
     names = list(TASK_TYPES)
     weights = [TASK_TYPES[t]["weight"] for t in names]
-    incident_day = days - INCIDENT["day_from_end"] if days > INCIDENT["day_from_end"] else None
+    incident_day = days - INCIDENT.day_from_end if days > INCIDENT.day_from_end else None
     number = 0
     for day in range(days):
         day_start = first + dt.timedelta(days=day)
         volume = runs_per_day * (WEEKEND_FACTOR if day_start.weekday() >= 5 else 1.0)
         if day == incident_day:
-            volume *= INCIDENT["volume"]
+            volume *= INCIDENT.volume
         calls, records, events = [], [], []
         for _ in range(max(1, round(rng.gauss(volume, volume**0.5)))):
             number += 1
@@ -214,7 +229,7 @@ def generate_sample(
                 task,
                 start,
                 day >= LIMITS_FROM_DAY,
-                incident=(day == incident_day and task in INCIDENT["task_types"]),
+                incident=(day == incident_day and task in INCIDENT.task_types),
             )
             run.simulate()
             calls += run.calls
@@ -250,7 +265,7 @@ class _Run:
         self.turns = rng.randint(*spec["turns"])
         if rng.random() < TAIL_SHARE:
             self.target *= 1 + rng.paretovariate(2.5)
-        if rng.random() < (INCIDENT["runaway_share"] if incident else RUNAWAY_SHARE):
+        if rng.random() < (INCIDENT.runaway_share if incident else RUNAWAY_SHARE):
             factor = rng.uniform(*RUNAWAY_FACTOR)
             self.target *= factor
             self.turns = min(400, max(self.turns * 3, round(self.turns * factor / 3)))
