@@ -208,6 +208,29 @@ def test_sample_export_and_load_round_trip(tmp_path, capsys):
     assert code == 0 and path.exists()
     code, out2, _ = _cli(capsys, "sample", "--db", str(db), "--load", str(path))
     assert code == 0 and out2.split()[1] == out.split()[1]
+    runs = out.split()[1]
+    assert f"loaded {runs} runs ({runs} new)" in out2
+
+
+def test_loading_the_same_sample_twice_says_nothing_was_new(tmp_path, capsys):
+    path, db = tmp_path / "s.jsonl.gz", tmp_path / "l.duckdb"
+    _cli(
+        capsys,
+        "sample",
+        "--export",
+        str(path),
+        "--days",
+        "1",
+        "--runs-per-day",
+        "10",
+        "--end-date",
+        "2026-01-10",
+    )
+    first = _cli(capsys, "sample", "--db", str(db), "--load", str(path))[1]
+    runs = first.split()[1]
+    code, again, _ = _cli(capsys, "sample", "--db", str(db), "--load", str(path))
+    assert code == 0
+    assert f"loaded {runs} runs (0 new)" in again
 
 
 @pytest.mark.system

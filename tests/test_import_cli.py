@@ -263,3 +263,12 @@ def test_rows_are_checked_against_the_store_types_before_they_are_queued(kind, r
 
     with pytest.raises(ValueError, match=re.escape(reason)):
         check_row(kind, {"run_id": "r", "source": "import:x", **row})
+
+
+def test_a_file_with_no_run_of_the_format_is_not_reported_as_imported(realdata, db_path, capsys):
+    trace = realdata / "otlp-proto-examples" / "trace.json"
+    assert main(["import", "otlp-json", str(trace), "--db", str(db_path), "--no-progress"]) == 1
+    captured = capsys.readouterr()
+    assert "imported" not in captured.out
+    assert "found no otlp-json run in 1 file(s)" in captured.err
+    assert "gen_ai.usage" in captured.err

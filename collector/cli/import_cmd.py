@@ -105,8 +105,21 @@ def run(args: argparse.Namespace) -> int:
     finally:
         for bar in bars:
             bar.close()
+    if report.files and report.runs == 0:
+        print(
+            f"found no {args.format} run in {report.files} file(s): nothing imported into {db_path}",
+            file=sys.stderr,
+        )
+        if args.format == "otlp-json":
+            print(
+                "  a run needs spans with GenAI usage (gen_ai.usage.*, llm.token_count.*) or budgetlens "
+                "attributes; see the README's 'Bring your own history'",
+                file=sys.stderr,
+            )
+        return 1
+    read = report.files - len(report.files_without_runs)
     print(
-        f"imported {report.files} file(s) into {db_path}: "
+        f"imported {read} file(s) into {db_path}: "
         f"{report.runs} runs ({report.new_runs} new), {report.calls} calls "
         f"({report.new_calls} new), {report.events} events ({report.new_events} new)"
     )

@@ -66,8 +66,8 @@ def run(args) -> int:
 
     if args.load:
         db = resolve_db_path(args.db)
-        runs = sample.load_sample_file(args.load, db)
-        print(f"loaded {runs} runs from {args.load} into {db}")
+        runs, new_runs = sample.load_sample_file(args.load, db)
+        print(f"loaded {runs} runs ({new_runs} new) from {args.load} into {db}")
         return 0
     end = args.end_date or sample.default_end_utc()
     ids = sample.generation_id(args.seed, end, args.days, args.runs_per_day)

@@ -136,19 +136,22 @@ def _read_sample_lines(path, batch_runs: int):
             yield calls, records, events
 
 
-def load_sample_file(path=SAMPLE_FILE, db_path=None) -> int:
-    """Load a portable sample file into the store at ``db_path``; return the runs read."""
+def load_sample_file(path=SAMPLE_FILE, db_path=None) -> tuple[int, int]:
+    """Load a portable sample file into the store at ``db_path``.
+
+    Returns ``(runs read, runs new to the store)``: loading the same file twice adds nothing the
+    second time (the store is idempotent), and the second figure says so."""
     from budgetlens.config import resolve_db_path
     from budgetlens.store import write_batch, write_connection
 
     db = resolve_db_path(db_path)
-    runs = 0
+    runs = new_runs = 0
     for calls, records, events in read_sample_file(path):
         with write_connection(db) as conn:
-            write_batch(conn, calls, records, events)
+            new_runs += write_batch(conn, calls, records, events).records
         runs += len(records)
-    log.info("loaded %d sample runs from %s into %s", runs, path, db)
-    return runs
+    log.info("loaded %d sample runs (%d new) from %s into %s", runs, new_runs, path, db)
+    return runs, new_runs
 
 
 def ensure_demo_store(db_path) -> bool:
