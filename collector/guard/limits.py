@@ -19,7 +19,11 @@ from budgetlens.guard.results import Action, BudgetExceeded
 __all__ = [
     "DEFAULT_MAX_TOTAL_TOKENS",
     "DEFAULT_UNKNOWN_CALL_TOKENS",
+    "LIMITS",
     "LIMIT_KEYS",
+    "LIMIT_SPECS",
+    "SIGNIFICANT",
+    "LimitSpec",
     "UNKNOWN_USAGE_POLICIES",
     "WHOLE_NUMBER_LIMITS",
     "Stop",
@@ -45,16 +49,50 @@ __all__ = [
     "unknown_usage_stop",
 ]
 
-#: Limit keys of one preset, in the guard's constructor argument names (units in the names).
-LIMIT_KEYS = (
-    "max_total_tokens",
-    "max_input_tokens",
-    "max_output_tokens",
-    "max_turns",
-    "max_tool_calls",
-    "max_duration_s",
-    "max_cost_usd",
+
+class LimitSpec(NamedTuple):
+    """One row of :data:`LIMITS`, the one limit table every limit name is derived from.
+
+    ``name``: the constructor / preset key (``max_total_tokens``); ``unit``: ``tokens``,
+    ``count``, ``s`` or ``USD``; ``whole``: True when the limit counts tokens or calls (a whole
+    number); ``metric``: the baseline metric (column of the baselines and of ``runs``) that the
+    limit bounds; ``span_attribute``: the run span attribute that carries it
+    (:mod:`budgetlens.semconv`); ``store_column``: the ``runs`` column holding the limit a run
+    ran under; ``preset_step``: the preset rounding step (a number: round up to a multiple of it;
+    :data:`SIGNIFICANT`: up to 2 significant figures).
+    """
+
+    name: str
+    unit: str
+    whole: bool
+    metric: str
+    span_attribute: str
+    store_column: str
+    preset_step: float | str
+
+
+#: The preset rounding marker for "up to 2 significant figures" (USD).
+SIGNIFICANT = "2 significant figures"
+
+
+def _row(metric: str, unit: str, whole: bool, step: float | str, attribute: str) -> LimitSpec:
+    return LimitSpec("max_" + metric, unit, whole, metric, attribute, "limit_" + metric, step)
+
+
+#: The one limit table (order: the guard's constructor order).
+LIMITS: tuple[LimitSpec, ...] = (
+    _row("total_tokens", "tokens", True, 1000, sc.BUDGET_LIMIT_TOTAL_TOKENS),
+    _row("input_tokens", "tokens", True, 1000, sc.BUDGET_LIMIT_INPUT_TOKENS),
+    _row("output_tokens", "tokens", True, 1000, sc.BUDGET_LIMIT_OUTPUT_TOKENS),
+    _row("turns", "count", True, 1, sc.BUDGET_LIMIT_TURNS),
+    _row("tool_calls", "count", True, 1, sc.BUDGET_LIMIT_TOOL_CALLS),
+    _row("duration_s", "s", False, 5, sc.BUDGET_LIMIT_DURATION_S),
+    _row("cost_usd", "USD", False, SIGNIFICANT, sc.BUDGET_LIMIT_COST_USD),
 )
+#: Limit name -> its row of :data:`LIMITS`.
+LIMIT_SPECS: dict[str, LimitSpec] = {spec.name: spec for spec in LIMITS}
+#: Limit keys of one preset, in the guard's constructor argument names (units in the names).
+LIMIT_KEYS: tuple[str, ...] = tuple(spec.name for spec in LIMITS)
 #: A bare guard (no limit given) allows this many tokens.
 DEFAULT_MAX_TOTAL_TOKENS = 64_000
 #: ``block``: after a call with unknown usage no new reservation is admitted (the safe default);
@@ -63,10 +101,11 @@ UNKNOWN_USAGE_POLICIES = ("block", "residual")
 #: Charge of a call recorded without usage, without a reservation (or with one of 0 tokens), in a
 #: run that has seen no call yet (tokens); later such calls are charged the run's largest call.
 DEFAULT_UNKNOWN_CALL_TOKENS = 4_000
-#: Limits that may carry a fraction (seconds, USD); every other limit counts tokens or calls.
-_FRACTIONAL_LIMITS = ("max_duration_s", "max_cost_usd")
 #: Limits that count tokens or calls: whole numbers (``2.0`` passes, ``2.5`` does not).
-WHOLE_NUMBER_LIMITS = tuple(k for k in LIMIT_KEYS if k not in _FRACTIONAL_LIMITS)
+WHOLE_NUMBER_LIMITS: tuple[str, ...] = tuple(spec.name for spec in LIMITS if spec.whole)
+
+
+_FRACTIONAL = frozenset(spec.name for spec in LIMITS if not spec.whole)
 
 
 # --- validation ---------------------------------------------------------------------------------
@@ -88,7 +127,7 @@ def check_limit(name: str, value: Any, *, label: str | None = None) -> None:
         or value < 0
     ):
         raise ValueError(f"{label} must be a finite number >= 0, or None for no limit; got {value!r}")
-    if name not in _FRACTIONAL_LIMITS and value != int(value):
+    if name not in _FRACTIONAL and value != int(value):
         raise ValueError(f"{label} must be a whole number, got {value!r}")
 
 

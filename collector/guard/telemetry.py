@@ -23,6 +23,7 @@ from opentelemetry import trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from budgetlens import semconv as sc
+from budgetlens.guard.limits import LIMITS
 from budgetlens.guard.results import BudgetEvent, RunResult
 from budgetlens.usage import Usage
 
@@ -30,15 +31,7 @@ log = logging.getLogger(__name__)
 
 TRACER_NAME = "budgetlens"
 
-_LIMIT_ATTRIBUTES = (
-    ("max_total_tokens", sc.BUDGET_LIMIT_TOTAL_TOKENS),
-    ("max_input_tokens", sc.BUDGET_LIMIT_INPUT_TOKENS),
-    ("max_output_tokens", sc.BUDGET_LIMIT_OUTPUT_TOKENS),
-    ("max_turns", sc.BUDGET_LIMIT_TURNS),
-    ("max_tool_calls", sc.BUDGET_LIMIT_TOOL_CALLS),
-    ("max_duration_s", sc.BUDGET_LIMIT_DURATION_S),
-    ("max_cost_usd", sc.BUDGET_LIMIT_COST_USD),
-)
+_LIMIT_ATTRIBUTES = tuple((spec.name, spec.span_attribute) for spec in LIMITS)
 
 
 def usage_attributes(usage: Usage) -> dict[str, int]:
