@@ -117,12 +117,12 @@ def preset_limit(key: str, p95: float | None, multiplier: float) -> float | int 
             f"{key}: P95 of {metric} ({p95:g}) x multiplier ({multiplier:g}) "
             "is not a finite number; use a smaller multiplier"
         )
-    if rounding == SIGNIFICANT:
+    if isinstance(rounding, str):  # SIGNIFICANT
         limit = round_up_significant(value)
-    else:
-        limit = round_up(value, rounding)
-    if limit <= 0:
-        return None if key in OMIT_WHEN_ZERO or rounding == SIGNIFICANT else rounding
+        return None if limit is None or limit <= 0 else limit
+    limit = round_up(value, rounding)
+    if limit is None or limit <= 0:
+        return None if key in OMIT_WHEN_ZERO else rounding
     return limit
 
 
