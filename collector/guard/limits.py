@@ -510,21 +510,24 @@ def retryable(stop_reason: str, stop: BudgetExceeded | None, unconfirmed_effects
     return stop is not None and stop.reason == stop_reason and stop.detail in UNKNOWN_USAGE_DETAILS
 
 
-def output_budget(limits: Mapping[str, float | None], use: Any, ceiling: int | None = None) -> int | None:
+def output_budget(
+    limits: Mapping[str, float | None], use: Any, ceiling: int | None = None, prompt_tokens: int = 0
+) -> int | None:
     """The output tokens (int, >= 0) the next call may ask for (its ``max_tokens``): the least of
-    ``max_output_tokens`` left, ``max_total_tokens`` left (use and open reservations counted) and
-    ``ceiling`` (e.g. the model's own output limit). None when none of the three is set.
-    ``use``: a :class:`budgetlens.guard.ledger.RunLedger`. Raises ValueError for a ``ceiling``
-    that is not an int >= 0."""
-    if ceiling is not None and (isinstance(ceiling, bool) or not isinstance(ceiling, int) or ceiling < 0):
-        raise ValueError(f"ceiling must be an int >= 0 (tokens) or None, got {ceiling!r}")
+    ``max_output_tokens`` left, ``max_total_tokens`` left (use and open reservations counted)
+    after the call's ``prompt_tokens``, and ``ceiling`` (e.g. the model's own output limit).
+    None when none of the three is set. ``use``: a :class:`budgetlens.guard.ledger.RunLedger`.
+    Raises ValueError for a ``ceiling`` or ``prompt_tokens`` that is not an int >= 0."""
+    for name, value in (("ceiling", ceiling), ("prompt_tokens", prompt_tokens)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+            raise ValueError(f"{name} must be an int >= 0 (tokens), got {value!r}")
     left = [] if ceiling is None else [ceiling]
     limit = limits["max_output_tokens"]
     if limit is not None:
         left.append(int(limit) - use.committed_output_tokens)
     limit = limits["max_total_tokens"]
     if limit is not None:
-        left.append(int(limit) - use.committed_tokens)
+        left.append(int(limit) - use.committed_tokens - prompt_tokens)
     return max(0, min(left)) if left else None
 
 

@@ -499,14 +499,15 @@ class RunBudget:
                     self._pool.settle(res.tokens, 0)
 
     # --- helpers for the next call -----------------------------------------------------------
-    def output_budget(self, ceiling: int | None = None) -> int | None:
+    def output_budget(self, ceiling: int | None = None, prompt_tokens: int = 0) -> int | None:
         """The ``max_tokens`` to send with the next call (int, tokens >= 0): the least of the
-        output limit left, the total limit left (open reservations counted) and ``ceiling``
-        (e.g. the model's output maximum); None when none is set. Reserve it as output
-        (``reserve(prompt + n, output_tokens=n)``) to make the token limits hard. Raises
-        ValueError for a ``ceiling`` that is not an int >= 0."""
+        output limit left, the total limit left (open reservations counted) after the call's
+        ``prompt_tokens``, and ``ceiling`` (e.g. the model's output maximum); None when none is
+        set. Reserve it as output (``reserve(prompt_tokens + n, output_tokens=n)``) to make the
+        token limits hard. Raises ValueError for a ``ceiling`` or ``prompt_tokens`` that is not
+        an int >= 0."""
         with self._lock:
-            return lim.output_budget(self._limits, self._use, ceiling)
+            return lim.output_budget(self._limits, self._use, ceiling, prompt_tokens)
 
     def cheapest_model(self) -> str | None:
         """The model of ``model_chain`` with the lowest price for 1,000 input + 1,000 output tokens

@@ -58,7 +58,12 @@ def _chat(body: dict[str, Any]) -> dict[str, Any]:
         "created": 1_764_000_000,
         "model": body["model"] + "-2025-01-01",
         "choices": [
-            {"index": 0, "message": message, "logprobs": None, "finish_reason": "tool_calls" if tool else "stop"}
+            {
+                "index": 0,
+                "message": message,
+                "logprobs": None,
+                "finish_reason": "tool_calls" if tool else "stop",
+            }
         ],
         "usage": {
             "prompt_tokens": INPUT_TOKENS,
@@ -74,7 +79,8 @@ def _chat_chunks(body: dict[str, Any]) -> list[dict[str, Any]]:
     full = _chat(body)
     base = {k: full[k] for k in ("id", "created", "model")} | {"object": "chat.completion.chunk"}
     chunks = [
-        base | {"choices": [{"index": 0, "delta": {"role": "assistant", "content": word}, "finish_reason": None}]}
+        base
+        | {"choices": [{"index": 0, "delta": {"role": "assistant", "content": word}, "finish_reason": None}]}
         for word in ("Do", "ne.")
     ]
     chunks.append(base | {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
@@ -216,7 +222,9 @@ class _Handler(BaseHTTPRequestHandler):
         model = str(body.get("model", ""))
         if model.startswith("error-"):
             status = int(model.split("-")[1])
-            self._send(status, {"type": "error", "error": {"type": "api_error", "message": f"test error {status}"}})
+            self._send(
+                status, {"type": "error", "error": {"type": "api_error", "message": f"test error {status}"}}
+            )
             return
         plain, streamed, named_events = route
         if not body.get("stream"):

@@ -30,34 +30,57 @@ class CallGuard:
         max_output_tokens: int = DEFAULT_MAX_OUTPUT_TOKENS,
     ) -> None:
         if count_tokens is not None and not callable(count_tokens):
-            raise ValueError(f"count_tokens must be a callable taking the request's kwargs, got {count_tokens!r}")
-        if isinstance(max_output_tokens, bool) or not isinstance(max_output_tokens, int) or max_output_tokens < 1:
+            raise ValueError(
+                f"count_tokens must be a callable taking the request's kwargs, got {count_tokens!r}"
+            )
+        if (
+            isinstance(max_output_tokens, bool)
+            or not isinstance(max_output_tokens, int)
+            or max_output_tokens < 1
+        ):
             raise ValueError(f"max_output_tokens must be an int >= 1 (tokens), got {max_output_tokens!r}")
         self.run, self.provider = run, provider
         self._count, self._ceiling = count_tokens, max_output_tokens
 
-    def output_cap(self, kwargs: dict[str, Any], cap_keys: tuple[str, ...], set_key: str | None) -> int:
-        """The request's output cap (tokens): the first of ``cap_keys`` it sets; else, when
-        ``set_key`` is given, the budget's output left up to ``max_output_tokens`` is written into
-        the request under ``set_key`` (so the call cannot outgrow its reservation); else the
-        ceiling is only reserved."""
-        for key in cap_keys:
-            value = kwargs.get(key)
-            if isinstance(value, int) and not isinstance(value, bool):
-                return value
-        left = self.run.output_budget(self._ceiling)
-        cap = self._ceiling if left is None or left < 1 else left
-        if set_key is not None:
+    def prompt_tokens(self, kwargs: dict[str, Any], prompt_parts: tuple[Any, ...]) -> int:
+        """The request's prompt tokens: ``count_tokens(kwargs)``, else the estimate of its parts."""
+        return self._count(kwargs) if self._count is not None else estimate_tokens(*prompt_parts)
+
+    def output_cap(self, prompt: int, given: Any = None) -> int:
+        """The output cap to reserve (tokens): ``given`` (the request's own cap) when it is an
+        int, else the budget's output left after ``prompt`` (see ``RunBudget.output_budget``),
+        at most ``max_output_tokens``; the ceiling when nothing is left (the reservation then
+        raises BudgetExceeded)."""
+        if isinstance(given, int) and not isinstance(given, bool):
+            return given
+        left = self.run.output_budget(self._ceiling, prompt)
+        return self._ceiling if left is None or left < 1 else left
+
+    def reserve(
+        self,
+        kwargs: dict[str, Any],
+        prompt_parts: tuple[Any, ...],
+        cap_keys: tuple[str, ...],
+        set_key: str | None,
+    ) -> Reservation:
+        """Reserve the request's prompt tokens + output cap (the first of ``cap_keys`` it sets;
+        else :meth:`output_cap`, written into ``kwargs[set_key]`` so the call cannot outgrow its
+        reservation) for ``kwargs['model']``. Raises BudgetExceeded before the call when it does
+        not fit."""
+        prompt = self.prompt_tokens(kwargs, prompt_parts)
+        given = next((kwargs[k] for k in cap_keys if kwargs.get(k) is not None), None)
+        cap = self.output_cap(prompt, given)
+        if given is None and set_key is not None:
             kwargs[set_key] = cap
-        return cap
+        return self.run.reserve(prompt + cap, kwargs.get("model"), output_tokens=cap)
 
-    def reserve(self, kwargs: dict[str, Any], prompt_parts: tuple[Any, ...], output_tokens: int) -> Reservation:
-        """Reserve the prompt estimate + ``output_tokens`` for ``kwargs['model']``. Raises
-        BudgetExceeded before the call when it does not fit."""
-        prompt = self._count(kwargs) if self._count is not None else estimate_tokens(*prompt_parts)
-        return self.run.reserve(prompt + output_tokens, kwargs.get("model"), output_tokens=output_tokens)
-
-    def record(self, res: Reservation, usage: Any, response_model: str | None = None, error: BaseException | None = None) -> None:
+    def record(
+        self,
+        res: Reservation,
+        usage: Any,
+        response_model: str | None = None,
+        error: BaseException | None = None,
+    ) -> None:
         """Record the call's usage (a response, a usage object, or None: unknown)."""
         self.run.record(
             usage,

@@ -68,8 +68,7 @@ class _Messages(Proxy):
 
     def _prepare(self, kwargs: dict[str, Any]) -> tuple[dict[str, Any], Any]:
         kwargs = dict(kwargs)
-        cap = self._guard.output_cap(kwargs, ("max_tokens",), "max_tokens")
-        return kwargs, self._guard.reserve(kwargs, _prompt(kwargs), cap)
+        return kwargs, self._guard.reserve(kwargs, _prompt(kwargs), ("max_tokens",), "max_tokens")
 
     def _settle(self, kwargs: dict[str, Any], res: Any, response: Any) -> Any:
         if kwargs.get("stream") is True:

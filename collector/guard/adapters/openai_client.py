@@ -98,12 +98,11 @@ class _Endpoint(Proxy):
 
     def _prepare(self, kwargs: dict[str, Any]) -> tuple[dict[str, Any], Any]:
         kwargs = dict(kwargs)
-        cap = self._guard.output_cap(kwargs, self._caps, self._caps[0])
         if kwargs.get("stream") is True and self._caps is _CHAT_CAPS:
             options = dict(kwargs.get("stream_options") or {})
             options.setdefault("include_usage", True)  # else the stream carries no usage
             kwargs["stream_options"] = options
-        return kwargs, self._guard.reserve(kwargs, self._prompt(kwargs), cap)
+        return kwargs, self._guard.reserve(kwargs, self._prompt(kwargs), self._caps, self._caps[0])
 
     def _settle(self, kwargs: dict[str, Any], res: Any, response: Any, is_async: bool) -> Any:
         if kwargs.get("stream") is True:
