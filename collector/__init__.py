@@ -14,11 +14,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from budgetlens.guard.pool import PoolAlert, TokenPool
 from budgetlens.guard.results import (
     Action,
     BudgetEvent,
     BudgetExceeded,
     BudgetStats,
+    Effect,
+    LimitChange,
     Reservation,
     RunResult,
 )
@@ -36,11 +39,15 @@ __all__ = [
     "BudgetExceeded",
     "BudgetStats",
     "DuckDBSpanExporter",
+    "Effect",
+    "LimitChange",
+    "PoolAlert",
     "Reservation",
     "RunBudget",
     "RunResult",
     "SpendAlert",
     "SpendTracker",
+    "TokenPool",
     "Usage",
     "UsageAccumulator",
     "cost_usd",

@@ -52,6 +52,17 @@ BUDGET_FROM_MODEL = "budgetlens.from_model"
 BUDGET_TO_MODEL = "budgetlens.to_model"
 BUDGET_PERCENT = "budgetlens.percent"
 BUDGET_REASON = "budgetlens.reason"
+#: On ``budgetlens.limit_changed`` events: the limit before and after (in its unit), and who
+#: changed it (free text given to ``set_max(changed_by=...)``).
+BUDGET_PREVIOUS_LIMIT = "budgetlens.previous_limit"
+BUDGET_NEW_LIMIT = "budgetlens.new_limit"
+BUDGET_CHANGED_BY = "budgetlens.changed_by"
+#: On the run span: names of external effects (tool writes) begun and never confirmed.
+BUDGET_UNCONFIRMED_EFFECTS = "budgetlens.unconfirmed_effects"
+#: On the run span: the most-used token/cost limit's share at the end (1.0 = spent) and the
+#: number of model downgrades.
+BUDGET_UTILIZATION = "budgetlens.utilization"
+BUDGET_DOWNGRADES = "budgetlens.downgrades"
 #: ``budgetlens.reason`` of a ``budgetlens.warning`` event: ``max_cost_usd`` is set but a call's
 #: model has no price (add one with ``BUDGETLENS_PRICES_FILE``), so its calls do not count against
 #: the cost limit. Once per run and model; the run is not stopped. (On ``budgetlens.stop`` events
@@ -64,7 +75,22 @@ EVENT_DOWNGRADE = "budgetlens.downgrade"
 EVENT_SUMMARIZE = "budgetlens.summarize"
 EVENT_TOOL_CALL = "budgetlens.tool_call"
 EVENT_STOP = "budgetlens.stop"
-EVENT_NAMES = (EVENT_WARNING, EVENT_DOWNGRADE, EVENT_SUMMARIZE, EVENT_TOOL_CALL, EVENT_STOP)
+#: A limit changed during the run (``RunBudget.set_max``): ``budgetlens.reason`` is the limit's
+#: name, with ``budgetlens.previous_limit`` / ``budgetlens.new_limit`` (omitted for "no limit")
+#: and ``budgetlens.changed_by``.
+EVENT_LIMIT_CHANGED = "budgetlens.limit_changed"
+#: An alert-only limit was reached (``RunBudget(alert_limits=...)``): ``budgetlens.reason`` is the
+#: limit's name; the run goes on.
+EVENT_ALERT = "budgetlens.alert"
+EVENT_NAMES = (
+    EVENT_WARNING,
+    EVENT_DOWNGRADE,
+    EVENT_SUMMARIZE,
+    EVENT_TOOL_CALL,
+    EVENT_STOP,
+    EVENT_LIMIT_CHANGED,
+    EVENT_ALERT,
+)
 
 # --- closed vocabularies -------------------------------------------------------------------
 STOP_COMPLETED = "completed"

@@ -21,7 +21,7 @@ import numbers
 
 import pandas as pd
 
-from budgetlens.guard.preset_file import LIMIT_KEYS
+from budgetlens.guard.limits import LIMIT_KEYS, LIMITS, SIGNIFICANT
 
 __all__ = [
     "DEFAULT_MULTIPLIER",
@@ -38,25 +38,15 @@ __all__ = [
 ]
 
 DEFAULT_MULTIPLIER = 1.5
-#: The rounding marker of ``PRESET_RULES`` for "up to 2 significant figures".
-SIGNIFICANT = "2 significant figures"
 #: Preset key -> (baseline metric, rounding): a number is a step (rounded up to a multiple of
 #: it, ``round_up``); ``SIGNIFICANT`` rounds up to 2 significant figures
-#: (``round_up_significant``).
-PRESET_RULES = {
-    "max_total_tokens": ("total_tokens", 1000),
-    "max_input_tokens": ("input_tokens", 1000),
-    "max_output_tokens": ("output_tokens", 1000),
-    "max_turns": ("turns", 1),
-    "max_tool_calls": ("tool_calls", 1),
-    "max_duration_s": ("duration_s", 5),
-    "max_cost_usd": ("cost_usd", SIGNIFICANT),
-}
+#: (``round_up_significant``). Derived from the guard's one limit table.
+PRESET_RULES = {spec.name: (spec.metric, spec.preset_step) for spec in LIMITS}
 #: Preset keys whose limit is left out (None) rather than rounded up when P95 x multiplier is 0:
 #: a $0 cost limit would stop every run before its first call.
 OMIT_WHEN_ZERO = frozenset({"max_cost_usd"})
 #: Preset key -> the ``runs`` column holding the limit the run ran under.
-LIMIT_COLUMNS = {key: "limit_" + key[len("max_") :] for key in LIMIT_KEYS}
+LIMIT_COLUMNS = {spec.name: spec.store_column for spec in LIMITS}
 #: Relative tolerance: float noise (60000.0000001, 0.44000000000000006) does not add a step.
 _NOISE = 1e-9
 
@@ -127,12 +117,12 @@ def preset_limit(key: str, p95: float | None, multiplier: float) -> float | int 
             f"{key}: P95 of {metric} ({p95:g}) x multiplier ({multiplier:g}) "
             "is not a finite number; use a smaller multiplier"
         )
-    if rounding == SIGNIFICANT:
+    if isinstance(rounding, str):  # SIGNIFICANT
         limit = round_up_significant(value)
-    else:
-        limit = round_up(value, rounding)
-    if limit <= 0:
-        return None if key in OMIT_WHEN_ZERO or rounding == SIGNIFICANT else rounding
+        return None if limit is None or limit <= 0 else limit
+    limit = round_up(value, rounding)
+    if limit is None or limit <= 0:
+        return None if key in OMIT_WHEN_ZERO else rounding
     return limit
 
 

@@ -14,8 +14,14 @@ from typing import Any
 
 from budgetlens import semconv as sc
 from budgetlens.config import ENV_PRICES_FILE
-from budgetlens.guard.limits import cross_thresholds
-from budgetlens.guard.results import EVENT_FOR_ACTION, Action, BudgetEvent
+from budgetlens.guard.limits import alerts_reached, cross_thresholds
+from budgetlens.guard.results import (
+    EVENT_FOR_ACTION,
+    EVENT_NAME_ALERT,
+    EVENT_NAME_LIMIT_CHANGED,
+    Action,
+    BudgetEvent,
+)
 
 log = logging.getLogger(__name__)
 
@@ -52,22 +58,43 @@ class EventDispatcher:
     Raises ValueError when ``on_event`` is neither None, a callable nor an iterable of callables.
     ``cost_unenforced_models``: the models :meth:`cost_unenforced` warned about, in order;
     ``chain_position``: the index of the model to call in the run's model chain (moved by a
-    DOWNGRADE, see :meth:`thresholds`).
+    DOWNGRADE, see :meth:`thresholds`); ``downgrades``: how many times it moved (kept across
+    :meth:`clear_thresholds`); ``downgrade_pending``: the chain moved and no ``before_turn`` has
+    reported it yet (see :meth:`take_downgrade`).
     """
 
-    __slots__ = ("_telemetry", "_callbacks", "_run_id", "_fired", "chain_position", "cost_unenforced_models")
+    __slots__ = (
+        "_telemetry",
+        "_callbacks",
+        "_run_id",
+        "_fired",
+        "chain_position",
+        "cost_unenforced_models",
+        "downgrades",
+        "downgrade_pending",
+        "alerts_fired",
+    )
 
     def __init__(self, telemetry: Any, on_event: OnEvent, run_id: str) -> None:
         self._telemetry = telemetry
         self._callbacks = as_callbacks(on_event)
         self._run_id = run_id
         self.cost_unenforced_models: tuple[str, ...] = ()
+        self.downgrades = 0
         self.clear_thresholds()
 
     def clear_thresholds(self) -> None:
-        """Forget the fired thresholds (they may fire again) and go back to the chain's first model."""
+        """Forget the fired thresholds and alerts (they may fire again) and go back to the
+        chain's first model."""
         self._fired: set[Action] = set()
+        self.alerts_fired: set[str] = set()
         self.chain_position = 0
+        self.downgrade_pending = False
+
+    def take_downgrade(self) -> bool:
+        """True once after each move along the chain (then False until the next move)."""
+        pending, self.downgrade_pending = self.downgrade_pending, False
+        return pending
 
     def emit(
         self,
@@ -84,7 +111,7 @@ class EventDispatcher:
         :class:`BudgetEvent` fields (reason, models, tool name)."""
         self(
             BudgetEvent(
-                name=name or EVENT_FOR_ACTION[action],
+                name=name or EVENT_FOR_ACTION[action],  # type: ignore[index]
                 action=action,
                 run_id=self._run_id,
                 used_tokens=use.used_tokens,
@@ -102,11 +129,11 @@ class EventDispatcher:
         warn_at: float,
         downgrade_at: float,
         summarize_at: float,
-    ) -> Action:
+    ) -> tuple[Action, tuple[Action, ...]]:
         """Emit the thresholds (fractions) crossed after a recorded call, each once until
         :meth:`clear_thresholds` (see :func:`budgetlens.guard.limits.cross_thresholds`); a DOWNGRADE
         moves :attr:`chain_position` to the next model of ``chain``. Returns the advised
-        :class:`Action`."""
+        :class:`Action` and the actions crossed now (least severe first)."""
         position = self.chain_position
         advised, crossed = cross_thresholds(
             use.share(limits), self._fired, warn_at, downgrade_at, summarize_at, position + 1 < len(chain)
@@ -114,10 +141,51 @@ class EventDispatcher:
         for action in crossed:
             if action is Action.DOWNGRADE:
                 self.chain_position = position = position + 1
+                self.downgrades += 1
+                self.downgrade_pending = True
                 self.emit(action, use, limits, from_model=chain[position - 1], to_model=chain[position])
             else:
                 self.emit(action, use, limits)
-        return advised
+        return advised, tuple(crossed)
+
+    def limit_changed(
+        self,
+        use: Any,
+        limits: Mapping[str, float | None],
+        name: str,
+        previous: float | None,
+        new: float | None,
+        changed_by: str | None,
+    ) -> None:
+        """Deliver a ``budgetlens.limit_changed`` event (reason: the limit's name) and log it."""
+        log.info(
+            "run %s: %s changed from %s to %s by %s", self._run_id, name, previous, new, changed_by or "?"
+        )
+        self.emit(
+            None,
+            use,
+            limits,
+            name=EVENT_NAME_LIMIT_CHANGED,
+            reason=name,
+            previous_limit=previous,
+            new_limit=new,
+            changed_by=changed_by,
+        )
+
+    def alerts(
+        self,
+        use: Any,
+        limits: Mapping[str, float | None],
+        alert_limits: Mapping[str, float],
+        elapsed_s: float,
+    ) -> None:
+        """Deliver a ``budgetlens.alert`` event and a WARNING log for each alert-only limit reached
+        now (once each until :meth:`clear_thresholds`); the run goes on."""
+        if not alert_limits:
+            return
+        for name, limit in alerts_reached(alert_limits, self.alerts_fired, use, elapsed_s):
+            log.warning("run %s: alert-only limit %s=%s reached", self._run_id, name, limit)
+            self.emit(None, use, limits, name=EVENT_NAME_ALERT, reason=name, new_limit=limit)
 
     def cost_unenforced(self, model: str | None, use: Any, limits: Mapping[str, float | None]) -> None:
         """Warn, once per run and model, that ``limits["max_cost_usd"]`` is not enforced for

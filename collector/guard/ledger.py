@@ -142,7 +142,7 @@ class RunLedger:
         return BudgetStats(
             used_tokens=self.used_tokens,
             reserved_tokens=self.reserved_tokens,
-            max_tokens=max_total,
+            max_tokens=None if max_total is None else int(max_total),
             remaining_tokens=self.remaining(max_total),
             percent=round(100 * self.share(limits), 1),
             turns=self.turns,
@@ -153,11 +153,38 @@ class RunLedger:
             cost_unenforced_models=cost_unenforced,
         )
 
+    def amount(self, limit: str, elapsed_s: float) -> float:
+        """The run's use in ``limit``'s unit (a :data:`budgetlens.guard.limits.LIMIT_KEYS` name),
+        as the hard limits count it: tokens with unknown-usage charges (as input), recorded
+        turns, tool calls, ``elapsed_s`` seconds, priced USD. Raises KeyError for another name."""
+        return {
+            "max_total_tokens": lambda: self.used_tokens,
+            "max_input_tokens": lambda: self.input_tokens + self.unknown_tokens,
+            "max_output_tokens": lambda: self.output_tokens,
+            "max_turns": lambda: self.turns,
+            "max_tool_calls": lambda: self.tool_calls,
+            "max_duration_s": lambda: elapsed_s,
+            "max_cost_usd": lambda: self.cost_usd,
+        }[limit]()
+
     def result(
-        self, run_id: str, task_type: str, stop_reason: str, duration_s: float, error: BaseException | None
+        self,
+        run_id: str,
+        task_type: str,
+        stop_reason: str,
+        duration_s: float,
+        error: BaseException | None,
+        *,
+        limits: Mapping[str, float | None],
+        stop: BudgetExceeded | None = None,
+        unconfirmed_effects: tuple[str, ...] = (),
+        downgrades: int = 0,
     ) -> RunResult:
         """The :class:`RunResult` of a run that ended with ``stop_reason`` after ``duration_s``
-        seconds; ``error_type`` names ``error``'s class when the run ``failed``."""
+        seconds under ``limits``; ``error_type`` names ``error``'s class when the run ``failed``;
+        ``stop``: the refusal the run ended at (for ``retryable``, see
+        :func:`budgetlens.guard.limits.retryable`); ``unconfirmed_effects``: names of external
+        effects never confirmed; ``downgrades``: model moves along the chain."""
         unknown = self.unknown_at is not None
         cost = self.priced_cost_usd
         return RunResult(
@@ -171,8 +198,12 @@ class RunLedger:
             duration_s=duration_s,
             cost_usd=None if cost is None else round(cost, 9),
             usage_status=sc.USAGE_UNKNOWN if unknown else sc.USAGE_REPORTED,
-            retryable=retryable(stop_reason, unknown),
+            retryable=retryable(stop_reason, stop, len(unconfirmed_effects)),
             error_type=type(error).__name__ if error is not None and stop_reason == sc.STOP_FAILED else None,
+            unconfirmed_effects=unconfirmed_effects,
+            limits=dict(limits),
+            utilization=round(self.share(limits), 4),
+            downgrades=downgrades,
         )
 
     # --- recording -------------------------------------------------------------------------

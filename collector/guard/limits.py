@@ -19,11 +19,21 @@ from budgetlens.guard.results import Action, BudgetExceeded
 __all__ = [
     "DEFAULT_MAX_TOTAL_TOKENS",
     "DEFAULT_UNKNOWN_CALL_TOKENS",
+    "LIMITS",
     "LIMIT_KEYS",
+    "LIMIT_SPECS",
+    "SIGNIFICANT",
+    "LimitSpec",
     "UNKNOWN_USAGE_POLICIES",
     "WHOLE_NUMBER_LIMITS",
     "Stop",
+    "DETAIL_UNKNOWN_BLOCK",
+    "DETAIL_UNKNOWN_RESIDUAL",
+    "UNKNOWN_USAGE_DETAILS",
     "advice",
+    "alerts_reached",
+    "check_alert_limits",
+    "output_budget",
     "check_fraction",
     "check_limit",
     "check_limits",
@@ -45,28 +55,67 @@ __all__ = [
     "unknown_usage_stop",
 ]
 
-#: Limit keys of one preset, in the guard's constructor argument names (units in the names).
-LIMIT_KEYS = (
-    "max_total_tokens",
-    "max_input_tokens",
-    "max_output_tokens",
-    "max_turns",
-    "max_tool_calls",
-    "max_duration_s",
-    "max_cost_usd",
+
+class LimitSpec(NamedTuple):
+    """One row of :data:`LIMITS`, the one limit table every limit name is derived from.
+
+    ``name``: the constructor / preset key (``max_total_tokens``); ``unit``: ``tokens``,
+    ``count``, ``s`` or ``USD``; ``whole``: True when the limit counts tokens or calls (a whole
+    number); ``metric``: the baseline metric (column of the baselines and of ``runs``) that the
+    limit bounds; ``span_attribute``: the run span attribute that carries it
+    (:mod:`budgetlens.semconv`); ``store_column``: the ``runs`` column holding the limit a run
+    ran under; ``preset_step``: the preset rounding step (a number: round up to a multiple of it;
+    :data:`SIGNIFICANT`: up to 2 significant figures).
+    """
+
+    name: str
+    unit: str
+    whole: bool
+    metric: str
+    span_attribute: str
+    store_column: str
+    preset_step: float | str
+
+
+#: The preset rounding marker for "up to 2 significant figures" (USD).
+SIGNIFICANT = "2 significant figures"
+
+
+def _row(metric: str, unit: str, whole: bool, step: float | str, attribute: str) -> LimitSpec:
+    return LimitSpec("max_" + metric, unit, whole, metric, attribute, "limit_" + metric, step)
+
+
+#: The one limit table (order: the guard's constructor order).
+LIMITS: tuple[LimitSpec, ...] = (
+    _row("total_tokens", "tokens", True, 1000, sc.BUDGET_LIMIT_TOTAL_TOKENS),
+    _row("input_tokens", "tokens", True, 1000, sc.BUDGET_LIMIT_INPUT_TOKENS),
+    _row("output_tokens", "tokens", True, 1000, sc.BUDGET_LIMIT_OUTPUT_TOKENS),
+    _row("turns", "count", True, 1, sc.BUDGET_LIMIT_TURNS),
+    _row("tool_calls", "count", True, 1, sc.BUDGET_LIMIT_TOOL_CALLS),
+    _row("duration_s", "s", False, 5, sc.BUDGET_LIMIT_DURATION_S),
+    _row("cost_usd", "USD", False, SIGNIFICANT, sc.BUDGET_LIMIT_COST_USD),
 )
+#: Limit name -> its row of :data:`LIMITS`.
+LIMIT_SPECS: dict[str, LimitSpec] = {spec.name: spec for spec in LIMITS}
+#: Limit keys of one preset, in the guard's constructor argument names (units in the names).
+LIMIT_KEYS: tuple[str, ...] = tuple(spec.name for spec in LIMITS)
 #: A bare guard (no limit given) allows this many tokens.
 DEFAULT_MAX_TOTAL_TOKENS = 64_000
 #: ``block``: after a call with unknown usage no new reservation is admitted (the safe default);
 #: ``residual``: the run may go on, but only within ``unknown_usage_residual_tokens`` more tokens.
 UNKNOWN_USAGE_POLICIES = ("block", "residual")
+#: ``BudgetExceeded.detail`` of a refusal by the unknown-usage policy (``block`` / ``residual``).
+DETAIL_UNKNOWN_BLOCK = "a previous call's usage is unknown; unknown_usage='block'"
+DETAIL_UNKNOWN_RESIDUAL = "residual allowance after unknown usage"
+UNKNOWN_USAGE_DETAILS = frozenset({DETAIL_UNKNOWN_BLOCK, DETAIL_UNKNOWN_RESIDUAL})
 #: Charge of a call recorded without usage, without a reservation (or with one of 0 tokens), in a
 #: run that has seen no call yet (tokens); later such calls are charged the run's largest call.
 DEFAULT_UNKNOWN_CALL_TOKENS = 4_000
-#: Limits that may carry a fraction (seconds, USD); every other limit counts tokens or calls.
-_FRACTIONAL_LIMITS = ("max_duration_s", "max_cost_usd")
 #: Limits that count tokens or calls: whole numbers (``2.0`` passes, ``2.5`` does not).
-WHOLE_NUMBER_LIMITS = tuple(k for k in LIMIT_KEYS if k not in _FRACTIONAL_LIMITS)
+WHOLE_NUMBER_LIMITS: tuple[str, ...] = tuple(spec.name for spec in LIMITS if spec.whole)
+
+
+_FRACTIONAL = frozenset(spec.name for spec in LIMITS if not spec.whole)
 
 
 # --- validation ---------------------------------------------------------------------------------
@@ -88,7 +137,7 @@ def check_limit(name: str, value: Any, *, label: str | None = None) -> None:
         or value < 0
     ):
         raise ValueError(f"{label} must be a finite number >= 0, or None for no limit; got {value!r}")
-    if name not in _FRACTIONAL_LIMITS and value != int(value):
+    if name not in _FRACTIONAL and value != int(value):
         raise ValueError(f"{label} must be a whole number, got {value!r}")
 
 
@@ -103,13 +152,13 @@ def check_limits(limits: Mapping[str, Any]) -> None:
         check_limit(name, value)
 
 
-def resolve_limits(limits: Mapping[str, Any]) -> dict[str, float | None]:
-    """All :data:`LIMIT_KEYS` (missing ones None) after :func:`check_limits`; with no limit given,
-    ``max_total_tokens`` is :data:`DEFAULT_MAX_TOTAL_TOKENS`. Raises ValueError as
-    :func:`check_limits`."""
+def resolve_limits(limits: Mapping[str, Any], *, default: bool = True) -> dict[str, float | None]:
+    """All :data:`LIMIT_KEYS` (missing ones None) after :func:`check_limits`; with no limit given
+    and ``default``, ``max_total_tokens`` is :data:`DEFAULT_MAX_TOTAL_TOKENS` (a guard with only
+    alert-only limits passes ``default=False``). Raises ValueError as :func:`check_limits`."""
     check_limits(limits)
     resolved = {name: limits.get(name) for name in LIMIT_KEYS}
-    if all(v is None for v in resolved.values()):
+    if default and all(v is None for v in resolved.values()):
         resolved["max_total_tokens"] = DEFAULT_MAX_TOTAL_TOKENS
     return resolved
 
@@ -308,7 +357,7 @@ def spent_stop(limits: Mapping[str, float | None], use: Any, spend: Any = None) 
     )
 
 
-def count_stop(reason: str, limit: int | None, count: int) -> Stop | None:
+def count_stop(reason: str, limit: float | None, count: int) -> Stop | None:
     """``reason`` (``budget_turns`` or ``budget_tools``) when one more call would pass ``limit``:
     a limit of n allows exactly n calls. ``count``: calls made (for turns: recorded calls plus
     open reservations; a released reservation is not a turn)."""
@@ -407,7 +456,7 @@ def unknown_usage_stop(
             used_tokens,
             used_tokens,
             requested,
-            "a previous call's usage is unknown; unknown_usage='block'",
+            DETAIL_UNKNOWN_BLOCK,
         )
     if residual_tokens is None:
         residual_tokens = int(0.1 * max_total_tokens) if max_total_tokens is not None else 0
@@ -418,7 +467,7 @@ def unknown_usage_stop(
             unknown_at + residual_tokens,
             unknown_at + spent_since,
             requested,
-            "residual allowance after unknown usage",
+            DETAIL_UNKNOWN_RESIDUAL,
         )
     return None
 
@@ -445,7 +494,68 @@ def final_stop_reason(
     return budget_stop.reason if budget_stop is not None else sc.STOP_COMPLETED
 
 
-def retryable(stop_reason: str, usage_unknown: bool) -> bool:
-    """True when a retry could succeed: a failure, or any stop but ``completed`` in a run where some
-    call had no usage; False for a budget stop or a completed run."""
-    return stop_reason == sc.STOP_FAILED or (usage_unknown and stop_reason != sc.STOP_COMPLETED)
+def retryable(stop_reason: str, stop: BudgetExceeded | None, unconfirmed_effects: int = 0) -> bool:
+    """The default ``RunResult.retryable``: could the same run, started again, succeed?
+
+    False while an external effect is unconfirmed (``unconfirmed_effects`` > 0: a retry could
+    send the mail or push the commit twice); else True for ``failed`` and for a budget stop made
+    by the unknown-usage policy (``stop``, the refusal the run ended at, has a detail of
+    :data:`UNKNOWN_USAGE_DETAILS`: with its usage known the retry may fit); False for
+    ``completed`` and every other budget stop (the same run would hit the same limit).
+    """
+    if unconfirmed_effects:
+        return False
+    if stop_reason == sc.STOP_FAILED:
+        return True
+    return stop is not None and stop.reason == stop_reason and stop.detail in UNKNOWN_USAGE_DETAILS
+
+
+def output_budget(
+    limits: Mapping[str, float | None], use: Any, ceiling: int | None = None, prompt_tokens: int = 0
+) -> int | None:
+    """The output tokens (int, >= 0) the next call may ask for (its ``max_tokens``): the least of
+    ``max_output_tokens`` left, ``max_total_tokens`` left (use and open reservations counted)
+    after the call's ``prompt_tokens``, and ``ceiling`` (e.g. the model's own output limit).
+    None when none of the three is set. ``use``: a :class:`budgetlens.guard.ledger.RunLedger`.
+    Raises ValueError for a ``ceiling`` or ``prompt_tokens`` that is not an int >= 0."""
+    for name, value in (("ceiling", ceiling), ("prompt_tokens", prompt_tokens)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+            raise ValueError(f"{name} must be an int >= 0 (tokens), got {value!r}")
+    left = [] if ceiling is None else [ceiling]
+    limit = limits["max_output_tokens"]
+    if limit is not None:
+        left.append(int(limit) - use.committed_output_tokens)
+    limit = limits["max_total_tokens"]
+    if limit is not None:
+        left.append(int(limit) - use.committed_tokens - prompt_tokens)
+    return max(0, min(left)) if left else None
+
+
+def check_alert_limits(alert_limits: Any) -> dict[str, float]:
+    """Check alert-only limits: a mapping of :data:`LIMIT_KEYS` names to values as
+    :func:`check_limit` (None entries dropped). Returns them as a dict. Raises ValueError naming
+    the bad key or value."""
+    if alert_limits is None:
+        return {}
+    if not isinstance(alert_limits, Mapping):
+        raise ValueError(f"alert_limits must be a mapping of limit name -> value, got {alert_limits!r}")
+    for name, value in alert_limits.items():
+        if name not in LIMIT_SPECS:
+            raise ValueError(f"alert_limits: unknown limit {name!r}; expected one of {LIMIT_KEYS}")
+        check_limit(name, value, label=f"alert_limits[{name!r}]")
+    return {k: v for k, v in alert_limits.items() if v is not None}
+
+
+def alerts_reached(
+    alert_limits: Mapping[str, float], fired: set[str], use: Any, elapsed_s: float
+) -> list[tuple[str, float]]:
+    """The alert-only limits reached now and not before: (name, limit) pairs, added to
+    ``fired``. Use is counted as the hard limits count it (tokens with unknown-usage charges,
+    recorded turns, tool calls, seconds since start, priced USD); ``use``: a
+    :class:`budgetlens.guard.ledger.RunLedger`."""
+    reached = []
+    for name, limit in alert_limits.items():
+        if name not in fired and use.amount(name, elapsed_s) >= limit:
+            fired.add(name)
+            reached.append((name, limit))
+    return reached

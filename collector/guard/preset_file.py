@@ -17,6 +17,11 @@ Shape::
         max_tool_calls: 45
         max_duration_s: 305               # seconds rounded up to the next 5
         max_cost_usd: 1.7                 # USD, rounded up to 2 significant figures
+        warn_at: 0.7                      # optional thresholds of this task type (fractions)
+        downgrade_at: 0.5
+        summarize_at: 0.9
+        alert_limits:                     # optional: alert once, never stop (research agents)
+          max_total_tokens: 2000000
         basis:                            # the evidence; ignored by the guard
           n_runs: 212
           low_sample: false               # true below 20 runs
@@ -31,17 +36,23 @@ from pathlib import Path
 from typing import Any
 
 from budgetlens.docfile import load_document
-from budgetlens.guard.limits import LIMIT_KEYS, WHOLE_NUMBER_LIMITS, check_limit
+from budgetlens.guard.limits import LIMIT_KEYS, WHOLE_NUMBER_LIMITS, check_fraction, check_limit
 
 FORMAT_KEY = "budgetlens_presets"
 FORMAT_VERSION = 1
 TOP_LEVEL_KEYS = (FORMAT_KEY, "generated_utc", "multiplier", "window_days", "presets")
 
 BASIS_KEY = "basis"
-PRESET_KEYS = LIMIT_KEYS + (BASIS_KEY,)
+#: Per-task-type thresholds a preset may carry (fractions in (0, 1], as ``RunBudget`` takes them).
+THRESHOLD_KEYS = ("warn_at", "downgrade_at", "summarize_at")
+#: A preset's alert-only limits: limit name -> value; they alert and never stop.
+ALERT_LIMITS_KEY = "alert_limits"
+PRESET_KEYS = LIMIT_KEYS + THRESHOLD_KEYS + (ALERT_LIMITS_KEY, BASIS_KEY)
 
 __all__ = [
+    "ALERT_LIMITS_KEY",
     "BASIS_KEY",
+    "THRESHOLD_KEYS",
     "FORMAT_KEY",
     "FORMAT_VERSION",
     "LIMIT_KEYS",
@@ -83,11 +94,28 @@ def read_preset_document(path: str | os.PathLike) -> dict[str, Any]:
             )
         for key in LIMIT_KEYS:
             check_limit(key, preset.get(key), label=f"{p}: presets.{task_type}.{key}")
+        for key in THRESHOLD_KEYS:
+            if key in preset:
+                check_fraction(f"{p}: presets.{task_type}.{key}", preset[key])
+        alerts = preset.get(ALERT_LIMITS_KEY)
+        if alerts is not None:
+            if not isinstance(alerts, dict):
+                raise ValueError(
+                    f"{p}: presets.{task_type}.{ALERT_LIMITS_KEY} must be a mapping of limit -> value"
+                )
+            for key, value in alerts.items():
+                if key not in LIMIT_KEYS:
+                    raise ValueError(
+                        f"{p}: presets.{task_type}.{ALERT_LIMITS_KEY}: unknown limit {key!r}; allowed: {LIMIT_KEYS}"
+                    )
+                check_limit(key, value, label=f"{p}: presets.{task_type}.{ALERT_LIMITS_KEY}.{key}")
     return doc
 
 
 def load_preset(task_type: str, path: str | os.PathLike) -> dict[str, Any]:
-    """The limits of ``task_type`` as ``RunBudget`` keyword arguments (``basis`` dropped).
+    """The limits of ``task_type`` as ``RunBudget`` keyword arguments (``basis`` dropped), with
+    the preset's thresholds (``warn_at``, ``downgrade_at``, ``summarize_at``) and
+    ``alert_limits`` when it has them.
 
     Raises KeyError naming the task type and the ones available; ValueError as
     :func:`read_preset_document`, and for a preset that sets no limit (a guard built from it would
@@ -98,11 +126,19 @@ def load_preset(task_type: str, path: str | os.PathLike) -> dict[str, Any]:
         raise KeyError(f"no preset for task type {task_type!r} in {path}; available: {sorted(presets)}")
     preset = presets[task_type]
     limits = {k: preset[k] for k in LIMIT_KEYS if preset.get(k) is not None}
-    if not limits:
+    alerts = {k: v for k, v in (preset.get(ALERT_LIMITS_KEY) or {}).items() if v is not None}
+    if not limits and not alerts:
         raise ValueError(
             f"{path}: presets.{task_type} sets no limit; a preset sets at least one of {LIMIT_KEYS}"
+            f" (or {ALERT_LIMITS_KEY})"
         )
     for key in WHOLE_NUMBER_LIMITS:  # checked whole by read_preset_document: 91000.0 -> 91000
         if key in limits:
             limits[key] = int(limits[key])
-    return limits
+        if key in alerts:
+            alerts[key] = int(alerts[key])
+    options: dict[str, Any] = dict(limits)
+    options.update({k: preset[k] for k in THRESHOLD_KEYS if k in preset})
+    if alerts:
+        options[ALERT_LIMITS_KEY] = alerts
+    return options

@@ -8,11 +8,14 @@ without the rest. Stop reasons and usage statuses are the closed vocabularies of
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from datetime import datetime
 from typing import NamedTuple
 
 from budgetlens.semconv import (
+    EVENT_ALERT,
     EVENT_DOWNGRADE,
+    EVENT_LIMIT_CHANGED,
     EVENT_STOP,
     EVENT_SUMMARIZE,
     EVENT_TOOL_CALL,
@@ -20,7 +23,16 @@ from budgetlens.semconv import (
 )
 from budgetlens.usage import Usage
 
-__all__ = ["Action", "BudgetEvent", "BudgetExceeded", "BudgetStats", "Reservation", "RunResult"]
+__all__ = [
+    "Action",
+    "BudgetEvent",
+    "BudgetExceeded",
+    "BudgetStats",
+    "Effect",
+    "LimitChange",
+    "Reservation",
+    "RunResult",
+]
 
 
 class Action(str, enum.Enum):
@@ -29,6 +41,10 @@ class Action(str, enum.Enum):
     ``WARN``: use crossed ``warn_at`` (once). ``DOWNGRADE``: switch to ``RunBudget.model``, the
     next model of the chain (once, at ``downgrade_at``). ``SUMMARIZE``: compress the context (while
     use is at or above ``summarize_at``). ``STOP``: the budget is spent; the next check raises.
+
+    Actions compare by severity (``Action.SUMMARIZE > Action.WARN``), so a loop that must see the
+    warning tests ``action >= Action.WARN``: one call that crosses several thresholds returns
+    the most severe; ``RunBudget.last_actions`` lists every one it crossed.
     """
 
     CONTINUE = "continue"
@@ -39,7 +55,30 @@ class Action(str, enum.Enum):
 
     @property
     def severity(self) -> int:
+        """0 (CONTINUE) to 4 (STOP)."""
         return _SEVERITY[self]
+
+    def __lt__(self, other: object) -> bool:
+        if not isinstance(other, Action):
+            return NotImplemented
+        return _SEVERITY[self] < _SEVERITY[other]
+
+    def __le__(self, other: object) -> bool:
+        if not isinstance(other, Action):
+            return NotImplemented
+        return _SEVERITY[self] <= _SEVERITY[other]
+
+    def __gt__(self, other: object) -> bool:
+        if not isinstance(other, Action):
+            return NotImplemented
+        return _SEVERITY[self] > _SEVERITY[other]
+
+    def __ge__(self, other: object) -> bool:
+        if not isinstance(other, Action):
+            return NotImplemented
+        return _SEVERITY[self] >= _SEVERITY[other]
+
+    __hash__ = str.__hash__
 
 
 _SEVERITY = {a: i for i, a in enumerate(Action)}
@@ -52,6 +91,8 @@ EVENT_FOR_ACTION = {
     Action.STOP: EVENT_STOP,
 }
 EVENT_NAME_TOOL_CALL = EVENT_TOOL_CALL
+EVENT_NAME_LIMIT_CHANGED = EVENT_LIMIT_CHANGED
+EVENT_NAME_ALERT = EVENT_ALERT
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,7 +103,10 @@ class BudgetEvent:
     ``action`` the matching :class:`Action` (None for tool calls); token counts in tokens;
     ``percent`` 0-100+ (one decimal) of the most-used token/cost limit; ``reason``: the stop
     reason of a stop, ``cost_unenforced`` on the warning that a ``model`` has no price under
-    ``max_cost_usd``.
+    ``max_cost_usd``, the limit's name on ``budgetlens.limit_changed`` and ``budgetlens.alert``
+    events. ``previous_limit`` / ``new_limit`` (the limit's unit, None = no limit) and
+    ``changed_by`` are set on ``budgetlens.limit_changed``; on ``budgetlens.alert``,
+    ``new_limit`` is the alert-only limit reached.
     """
 
     name: str
@@ -76,6 +120,9 @@ class BudgetEvent:
     to_model: str | None = None
     tool_name: str | None = None
     model: str | None = None
+    previous_limit: float | None = None
+    new_limit: float | None = None
+    changed_by: str | None = None
 
 
 class BudgetExceeded(Exception):
@@ -132,6 +179,31 @@ class Reservation(NamedTuple):
     run_id: str | None = None
 
 
+class Effect(NamedTuple):
+    """An external effect (a tool call that writes somewhere: sends a mail, pushes a commit) begun
+    by ``RunBudget.begin_effect`` and not yet confirmed by ``RunBudget.confirm_effect``.
+
+    ``id``: unique within the run; ``name``: the tool or effect name (never its arguments);
+    ``run_id``: the run it belongs to.
+    """
+
+    id: int
+    name: str
+    run_id: str
+
+
+class LimitChange(NamedTuple):
+    """One change of a limit by ``RunBudget.set_max``: ``limit`` (its name), ``previous`` and
+    ``new`` (in the limit's unit; None = no limit), ``changed_by`` (free text, None when not
+    given) and ``ts_utc`` (when, a timezone-aware UTC datetime)."""
+
+    limit: str
+    previous: float | None
+    new: float | None
+    changed_by: str | None
+    ts_utc: datetime
+
+
 @dataclass(frozen=True, slots=True)
 class BudgetStats:
     """A snapshot of a run's use against its total-token limit (tokens) and other counters.
@@ -175,9 +247,14 @@ class RunResult:
 
     ``stop_reason``: one of :data:`budgetlens.semconv.STOP_REASONS`; ``usage``: the run's summed
     usage (unknown calls counted at their reservation in ``used_tokens``, not in ``usage``);
-    ``usage_status``: ``reported`` or ``unknown`` (some call had no usage); ``retryable``: True when
-    a retry could succeed (a failure, or a stop caused by unknown usage), False for a budget stop
-    or a completed run; ``cost_usd``: the sum (USD) of the priced calls, None when the run made
+    ``usage_status``: ``reported`` or ``unknown`` (some call had no usage); ``retryable``: whether a
+    retry could succeed (see :func:`budgetlens.guard.limits.retryable`: a failure, or a stop by
+    the unknown-usage policy, unless an external effect is unconfirmed; False for any other budget
+    stop and a completed run; the caller may decide instead, see ``RunBudget.finish``);
+    ``unconfirmed_effects``: names of external effects begun and never confirmed (a retry could
+    repeat them); ``limits``: the limits the run ended under (constructor names, None = no
+    limit); ``utilization``: the share (float, 1.0 = spent) of the most-used token or cost limit;
+    ``downgrades``: how many times the model moved along the chain; ``cost_usd``: the sum (USD) of the priced calls, None when the run made
     calls and none was priced (unpriced model or unknown usage; never $0 in place of unknown);
     calls with reported usage but no price are not in it (the collector counts them unpriced).
     A budget ``stop_reason`` means the run ended at a refusal: one it recovered from (a call
@@ -196,3 +273,7 @@ class RunResult:
     usage_status: str
     retryable: bool
     error_type: str | None = None
+    unconfirmed_effects: tuple[str, ...] = ()
+    limits: dict[str, float | None] = field(default_factory=dict)
+    utilization: float = 0.0
+    downgrades: int = 0

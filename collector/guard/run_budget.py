@@ -18,22 +18,31 @@ run, ``RuntimeError`` for a step after ``finish()``.
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from datetime import UTC, datetime
+from typing import Any, cast
 
 from budgetlens import semconv as sc
 from budgetlens.guard import limits as lim
+from budgetlens.guard.compress import cheapest_model, client_summarizer, compress_messages
+from budgetlens.guard.effects import EffectLog
 from budgetlens.guard.events import EventDispatcher, OnEvent, as_callbacks
 from budgetlens.guard.ledger import RunLedger
 from budgetlens.guard.limits import DEFAULT_MAX_TOTAL_TOKENS, UNKNOWN_USAGE_POLICIES
+from budgetlens.guard.pool import TokenPool
 from budgetlens.guard.results import (
     EVENT_NAME_TOOL_CALL,
     Action,
+    BudgetExceeded,
     BudgetStats,
+    Effect,
+    LimitChange,
     Reservation,
     RunResult,
 )
@@ -49,10 +58,19 @@ __all__ = ["RunBudget", "DEFAULT_MAX_TOTAL_TOKENS", "UNKNOWN_USAGE_POLICIES"]
 _PROBE = Usage(0, 0)  # prices nothing: tells whether a model has a price (not None)
 
 
+def _pool_stop(draw: Callable[[], None]) -> lim.Stop | None:
+    """Run a :class:`TokenPool` check or draw; its refusal as a Stop (None: it allowed)."""
+    try:
+        draw()
+    except BudgetExceeded as exc:
+        return lim.Stop(exc.reason, exc.limit, exc.used, exc.requested, exc.detail)
+    return None
+
+
 class RunBudget:
     """A hard budget for one agent run.
 
-    Limits (any may be None; with none given ``max_total_tokens`` is 64,000): ``max_total_tokens``,
+    Limits (any may be None; with none given, and no ``alert_limits``, ``max_total_tokens`` is 64,000): ``max_total_tokens``,
     ``max_input_tokens``, ``max_output_tokens`` (tokens), ``max_turns`` (model calls: a limit of
     n allows exactly n), ``max_tool_calls``, ``max_duration_s`` (seconds of wall time, from
     construction), ``max_cost_usd`` (USD, priced with :func:`budgetlens.cost_usd`; calls of a
@@ -71,7 +89,13 @@ class RunBudget:
     10 % of ``max_total_tokens``) bounds the ``residual`` policy. ``clock``: a monotonic clock in
     seconds (injectable for tests). ``tracer``: an OTel tracer (default
     ``opentelemetry.trace.get_tracer("budgetlens")``). ``spend``: an optional
-    :class:`budgetlens.guard.spend.SpendTracker` shared by runs of this process. ``provider``: the
+    :class:`budgetlens.guard.spend.SpendTracker` shared by runs of this process. ``pool``: an
+    optional :class:`budgetlens.guard.pool.TokenPool` (tokens shared by runs: each reservation
+    draws from it too). ``alert_limits``: alert-only limits by constructor name (e.g.
+    ``{"max_total_tokens": 2_000_000}`` for a research agent): reaching one emits one
+    ``budgetlens.alert`` event and a WARNING log, and never stops the run. ``retry_policy``: a
+    callable taking the default :class:`RunResult` and returning ``retryable`` (see
+    :meth:`finish`). ``provider``: the
     default ``gen_ai.provider.name``. ``model_chain``: model names (strings), best first.
     Raises ``ValueError`` naming a bad argument, and naming the user price file
     (``BUDGETLENS_PRICES_FILE``) when it is missing or invalid: it is read here, before any
@@ -107,6 +131,9 @@ class RunBudget:
         clock: Callable[[], float] = time.monotonic,
         tracer: Any = None,
         spend: Any = None,
+        pool: TokenPool | None = None,
+        alert_limits: Mapping[str, float | None] | None = None,
+        retry_policy: Callable[[RunResult], bool] | None = None,
     ) -> None:
         limits = lim.resolve_limits(
             {
@@ -117,7 +144,8 @@ class RunBudget:
                 "max_tool_calls": max_tool_calls,
                 "max_duration_s": max_duration_s,
                 "max_cost_usd": max_cost_usd,
-            }
+            },
+            default=not alert_limits,
         )
         chain = lim.check_options(
             task_type=task_type,
@@ -129,6 +157,13 @@ class RunBudget:
             model_chain=model_chain,
         )
         callbacks = as_callbacks(on_event)
+        self._alert_limits = lim.check_alert_limits(alert_limits)
+        if pool is not None and not isinstance(pool, TokenPool):
+            raise ValueError(f"pool must be a TokenPool or None, got {pool!r}")
+        if retry_policy is not None and not callable(retry_policy):
+            raise ValueError(
+                f"retry_policy must be a callable taking a RunResult, or None; got {retry_policy!r}"
+            )
         check_prices_file()
         self._limits = limits
         self.task_type = task_type
@@ -140,6 +175,11 @@ class RunBudget:
         self._residual = unknown_usage_residual_tokens
         self._clock = clock
         self._spend = spend
+        self._pool = pool
+        self._retry_policy = retry_policy
+        self._effects = EffectLog(self.run_id)
+        self._limit_changes: list[LimitChange] = []
+        self._last_actions: tuple[Action, ...] = ()
         self._lock = threading.RLock()  # callbacks may read stats()
         self._started = clock()
         self._telemetry = RunTelemetry(tracer, self.run_id, task_type, agent_name, limits)
@@ -150,6 +190,9 @@ class RunBudget:
 
     # --- state -----------------------------------------------------------------------------
     def _clear_use(self) -> None:
+        if self._pool is not None:  # open reservations are dropped: give them back to the pool
+            for res in getattr(self, "_use", RunLedger()).reservations.values():
+                self._pool.settle(res.tokens, 0)
         self._use = RunLedger()
         self._dispatch.clear_thresholds()  # the model chain restarts too
 
@@ -162,6 +205,25 @@ class RunBudget:
     def model(self) -> str | None:
         """The model to call now: the chain's current entry (moves once on DOWNGRADE)."""
         return self.model_chain[self._dispatch.chain_position] if self.model_chain else None
+
+    @property
+    def last_actions(self) -> tuple[Action, ...]:
+        """Every threshold action the last ``before_turn`` or ``record`` crossed, least severe
+        first (e.g. ``(WARN, DOWNGRADE, SUMMARIZE)`` for one call from 0 to 90 %), plus a pending
+        DOWNGRADE reported by ``before_turn``; () when it crossed none. The method itself returns
+        only the most severe."""
+        return self._last_actions
+
+    @property
+    def limit_changes(self) -> tuple[LimitChange, ...]:
+        """Every limit change by :meth:`set_max`, oldest first."""
+        with self._lock:
+            return tuple(self._limit_changes)
+
+    @property
+    def alert_limits(self) -> dict[str, float]:
+        """The alert-only limits (constructor names; they alert once and never stop)."""
+        return dict(self._alert_limits)
 
     @property
     def used_tokens(self) -> int:
@@ -206,19 +268,36 @@ class RunBudget:
             self._check_open()
         self._check_time()
         self._stop_on(lim.spent_stop(self._limits, self._use, self._spend))
+        if self._pool is not None:
+            self._stop_on(_pool_stop(self._pool.check))
 
     def before_turn(self) -> Action:
         """Check that one more model turn may start (a turn is held by ``reserve`` until the call
-        is recorded or released, and counted by ``record``). Returns the advised :class:`Action`
-        (CONTINUE, DOWNGRADE once pending, SUMMARIZE while above ``summarize_at``).
+        is recorded or released, and counted by ``record``). Returns the advised :class:`Action`,
+        the most severe of: SUMMARIZE while use is at or above ``summarize_at``; DOWNGRADE once at
+        the first turn after the model moved along the chain (``run.model`` is the new one),
+        whether or not ``record`` returned it; WARN when this check crossed ``warn_at`` (after
+        ``set_max`` lowered a limit: thresholds are crossed here too); else CONTINUE. Every action
+        crossed is in :attr:`last_actions`. Alert-only limits (wall time) are checked too.
 
-        Raises BudgetExceeded when the turn limit, wall time, cost or a token limit is spent;
-        RuntimeError after ``finish()``.
+        Raises BudgetExceeded when the turn limit, wall time, cost, a token limit, a spend
+        window or the token pool is spent; RuntimeError after ``finish()``.
         """
         with self._lock:
             self._check_spent()
             self._check_turns()
-            return lim.advice(self._use.share(self._limits), self.summarize_at)
+            use, dispatch = self._use, self._dispatch
+            advised, crossed = dispatch.thresholds(
+                use, self._limits, self.model_chain, self.warn_at, self.downgrade_at, self.summarize_at
+            )
+            if dispatch.take_downgrade():
+                advised = max(advised, Action.DOWNGRADE)
+                if Action.DOWNGRADE not in crossed:
+                    crossed = tuple(sorted((*crossed, Action.DOWNGRADE)))
+            self._last_actions = crossed
+            if self._alert_limits:
+                dispatch.alerts(use, self._limits, self._alert_limits, self._clock() - self._started)
+            return advised
 
     def reserve(
         self,
@@ -253,7 +332,7 @@ class RunBudget:
         if model is not None and model.__class__ is not str:
             lim.check_model(model)
         model = model or self.model
-        cost, rates = 0.0, True
+        cost, rates = 0.0, cast(Any, True)  # True: not looked up
         if self._limits["max_cost_usd"] is not None and model:
             rates = model_rates(model, self.provider)
             cost = 0.0 if rates is None else rates.estimate(estimated_tokens, output)
@@ -267,6 +346,9 @@ class RunBudget:
                 or lim.reserve_stop(limits, use, estimated_tokens, output or 0, cost)
             )
             self._check_turns()
+            if self._pool is not None:
+                pool = self._pool
+                self._stop_on(_pool_stop(lambda: pool.reserve(estimated_tokens)))
             self._next_id += 1
             res = Reservation(
                 self._next_id,
@@ -281,11 +363,13 @@ class RunBudget:
             use.reserve(res)
             return res
 
-    def before_tool_call(self, name: str) -> None:
+    def before_tool_call(self, name: str, *, external_effect: bool = False) -> Effect | None:
         """Count one tool call named ``name`` (a tool call span event; arguments never recorded).
 
-        Raises BudgetExceeded when ``max_tool_calls`` calls were made or wall time is spent;
-        RuntimeError after ``finish()``.
+        ``external_effect=True``: the tool writes somewhere (see :meth:`begin_effect`); returns its
+        :class:`Effect`, to confirm with :meth:`confirm_effect` once the write is known to have
+        happened; else returns None. Raises BudgetExceeded when ``max_tool_calls`` calls were made
+        or wall time is spent (no effect is begun then); RuntimeError after ``finish()``.
         """
         with self._lock:
             self._check_open()
@@ -295,6 +379,36 @@ class RunBudget:
             )
             self._use.tool_calls += 1
             self._dispatch.emit(None, self._use, self._limits, name=EVENT_NAME_TOOL_CALL, tool_name=str(name))
+            if self._alert_limits:
+                self._dispatch.alerts(
+                    self._use, self._limits, self._alert_limits, self._clock() - self._started
+                )
+        return self._effects.begin(str(name)) if external_effect else None
+
+    # --- external effects -------------------------------------------------------------------
+    def begin_effect(self, name: str) -> Effect:
+        """Note that an external effect named ``name`` (a tool that sends, pushes, pays) starts.
+        Until :meth:`confirm_effect`, a run that ends is not ``retryable`` and its result names
+        it in ``unconfirmed_effects``. Raises ValueError for an empty name; RuntimeError after
+        ``finish()``."""
+        with self._lock:
+            self._check_open()
+        return self._effects.begin(name)
+
+    def confirm_effect(self, effect: Effect) -> None:
+        """Confirm an effect begun by :meth:`begin_effect` (its outcome is known). Raises
+        ValueError for an effect that is not open or of another run; allowed after ``finish()``
+        (the result keeps the names it ended with)."""
+        self._effects.confirm(effect)
+
+    @contextlib.contextmanager
+    def external_effect(self, name: str) -> Iterator[Effect]:
+        """``with run.external_effect("send_mail"):`` begins an effect and confirms it when the
+        block ends without an exception; an exception leaves it unconfirmed (the write may or may
+        not have happened) and propagates."""
+        effect = self.begin_effect(name)
+        yield effect
+        self.confirm_effect(effect)
 
     # --- recording (never raises for budget reasons) ----------------------------------------
     def record(
@@ -307,7 +421,10 @@ class RunBudget:
         response_model: str | None = None,
         error_type: str | None = None,
     ) -> Action:
-        """Record one model call (one turn); returns the advised :class:`Action`.
+        """Record one model call (one turn); returns the advised :class:`Action`: the most
+        severe threshold crossed now (WARN, DOWNGRADE, SUMMARIZE once each), SUMMARIZE while at or
+        above ``summarize_at``, STOP from 100 %, else CONTINUE; every action crossed is in
+        :attr:`last_actions` (one call from 0 to 90 % returns SUMMARIZE, and WARN is there).
 
         ``usage``: a :class:`Usage`, a raw provider payload or response (see
         :func:`normalize_usage`), or None when the call ended without usage: usage_status becomes
@@ -332,7 +449,10 @@ class RunBudget:
             model = model or (res.model if res else None)
             reserved = res.tokens if res else 0
             cost = None if normalized is None else paid_call_cost_usd(model, normalized, provider)
+            used_before = use.used_tokens
             first_unknown = use.add_call(normalized, cost, reserved)  # a turn; releases are not
+            if self._pool is not None:
+                self._pool.settle(reserved, use.used_tokens - used_before)
             if first_unknown:
                 log.warning("run %s: call without usage; charged %d tokens", self.run_id, first_unknown)
             if cost is not None and self._spend is not None:
@@ -343,9 +463,11 @@ class RunBudget:
                 and (normalized is not None or paid_call_cost_usd(model, _PROBE, provider) is None)
             ):
                 self._dispatch.cost_unenforced(model, use, self._limits)  # no price for model
-            action = self._dispatch.thresholds(
+            action, self._last_actions = self._dispatch.thresholds(
                 use, self._limits, self.model_chain, self.warn_at, self.downgrade_at, self.summarize_at
             )
+            if self._alert_limits:
+                self._dispatch.alerts(use, self._limits, self._alert_limits, self._clock() - self._started)
             used, turn = use.used_tokens, use.turns
             remaining = use.remaining(self._limits["max_total_tokens"])
         if self._telemetry.recording:
@@ -372,18 +494,77 @@ class RunBudget:
         """
         with self._lock:
             if self._finished is None:
-                self._use.settle(reservation, self.run_id)
+                res = self._use.settle(reservation, self.run_id)
+                if res is not None and self._pool is not None:
+                    self._pool.settle(res.tokens, 0)
+
+    # --- helpers for the next call -----------------------------------------------------------
+    def output_budget(self, ceiling: int | None = None, prompt_tokens: int = 0) -> int | None:
+        """The ``max_tokens`` to send with the next call (int, tokens >= 0): the least of the
+        output limit left, the total limit left (open reservations counted) after the call's
+        ``prompt_tokens``, and ``ceiling`` (e.g. the model's output maximum); None when none is
+        set. Reserve it as output (``reserve(prompt_tokens + n, output_tokens=n)``) to make the
+        token limits hard. Raises ValueError for a ``ceiling`` or ``prompt_tokens`` that is not
+        an int >= 0."""
+        with self._lock:
+            return lim.output_budget(self._limits, self._use, ceiling, prompt_tokens)
+
+    def cheapest_model(self) -> str | None:
+        """The model of ``model_chain`` with the lowest price for 1,000 input + 1,000 output tokens
+        (genai-prices or the user price file); the chain's last model when none is priced;
+        :attr:`model` without a chain."""
+        return cheapest_model(self.model_chain, self.provider) or self.model
+
+    def compress(
+        self,
+        messages: Any,
+        *,
+        summarize: Callable[[str | None, list], str] | None = None,
+        client: Any = None,
+        keep_last: int = 4,
+        max_summary_tokens: int = 1024,
+    ) -> list:
+        """Compress a conversation when ``SUMMARIZE`` is advised: keep the system prompt and the
+        last ``keep_last`` messages (a tool result stays with its call), replace the middle with
+        one summary message (see :func:`budgetlens.guard.compress.compress_messages`).
+
+        The summary comes from ``summarize(model, middle_messages) -> str`` when given, else from
+        ``client`` (an OpenAI or Anthropic client, plain or wrapped by ``budgetlens.adapters``),
+        called with :meth:`cheapest_model` and ``max_summary_tokens`` through this budget
+        (reserved and recorded like any call). Returns the new message list. Raises ValueError
+        when neither or both are given; BudgetExceeded when the summary call does not fit.
+        """
+        if (summarize is None) == (client is None):
+            raise ValueError("compress needs exactly one of summarize (a callable) or client")
+        if summarize is None:
+            summarize = client_summarizer(self, client, max_summary_tokens)
+        return compress_messages(messages, summarize, keep_last=keep_last, model=self.cheapest_model())
 
     # --- limits and reset -------------------------------------------------------------------
-    def set_max(self, **limits: float | None) -> None:
-        """Change limits by constructor name (``set_max(max_total_tokens=10_000)``).
+    def set_max(self, *, changed_by: str | None = None, **limits: float | None) -> None:
+        """Change limits by constructor name (``set_max(max_total_tokens=10_000,
+        changed_by="alice: review needs more")``); None removes a limit.
 
-        A limit below current use stops the next check. Raises ValueError naming an unknown
-        or invalid limit.
+        Each limit that changes value is kept in :attr:`limit_changes` and delivered as a
+        ``budgetlens.limit_changed`` event (reason: the limit's name; previous and new value;
+        ``changed_by``; the event's time) and an INFO log. A limit below current use stops the
+        next check; thresholds already crossed stay fired. Raises ValueError naming an unknown
+        or invalid limit, or a ``changed_by`` that is not a string.
         """
         lim.check_limits(limits)
+        if changed_by is not None and not isinstance(changed_by, str):
+            raise ValueError(
+                f"changed_by must be a string (who changed the limit) or None, got {changed_by!r}"
+            )
         with self._lock:
-            self._limits.update(limits)
+            now = datetime.now(UTC)
+            for name, new in limits.items():
+                previous = self._limits[name]
+                if previous == new:
+                    continue
+                self._limits[name] = new
+                self._limit_changes.append(LimitChange(name, previous, new, changed_by, now))
+                self._dispatch.limit_changed(self._use, self._limits, name, previous, new, changed_by)
         self._telemetry.set_limits(self._limits)
 
     def reset(self) -> None:
@@ -407,7 +588,13 @@ class RunBudget:
         """The RunResult once finished, else None."""
         return self._finished
 
-    def finish(self, stop_reason: str | None = None, error: BaseException | None = None) -> RunResult:
+    def finish(
+        self,
+        stop_reason: str | None = None,
+        error: BaseException | None = None,
+        *,
+        retryable: bool | None = None,
+    ) -> RunResult:
         """End the run once (later calls return the same result) and end its span; afterwards
         ``before_turn``, ``reserve``, ``record`` and ``before_tool_call`` raise RuntimeError.
 
@@ -415,17 +602,41 @@ class RunBudget:
         another ``error``; the budget refusal the run ended at (one after its last recorded call;
         a refusal the run recovered from, recording a call after it, is no stop: see
         :func:`budgetlens.guard.limits.final_stop_reason`); else ``completed``. The ``budgetlens.stop``
-        event is still emitted at each refusal. Raises ValueError for a reason outside
-        :data:`budgetlens.semconv.STOP_REASONS`.
+        event is still emitted at each refusal.
+
+        ``retryable`` (bool) sets ``RunResult.retryable``; without it the constructor's
+        ``retry_policy`` (a callable taking the default RunResult, returning bool) decides, else
+        :func:`budgetlens.guard.limits.retryable`. The result also carries the limits the run ran
+        under, the utilization, the number of downgrades and the unconfirmed external effects.
+        Raises ValueError for a reason outside :data:`budgetlens.semconv.STOP_REASONS` or a
+        ``retryable`` that is not a bool.
         """
         lim.check_stop_reason(stop_reason)
+        if retryable is not None and not isinstance(retryable, bool):
+            raise ValueError(f"retryable must be True, False or None, got {retryable!r}")
         with self._lock:
             if self._finished is not None:
                 return self._finished
+            refusal = error if isinstance(error, BudgetExceeded) else self._use.refusal
             stop_reason = lim.final_stop_reason(stop_reason, error, self._use.refusal)
             result = self._use.result(
-                self.run_id, self.task_type, stop_reason, self._clock() - self._started, error
+                self.run_id,
+                self.task_type,
+                stop_reason,
+                self._clock() - self._started,
+                error,
+                limits=self._limits,
+                stop=refusal,
+                unconfirmed_effects=self._effects.unconfirmed,
+                downgrades=self._dispatch.downgrades,
             )
+            if retryable is None and self._retry_policy is not None:
+                try:
+                    retryable = bool(self._retry_policy(result))
+                except Exception:
+                    log.exception("run %s: retry_policy failed; the default rule decides", self.run_id)
+            if retryable is not None:
+                result = dataclasses.replace(result, retryable=retryable)
             self._finished = result
         try:
             self._telemetry.finish(result, self._limits, self._use.usage_known)

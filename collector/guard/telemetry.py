@@ -6,7 +6,8 @@
   calls (omitted when none was priced), stop reason, usage status, retryable; status ERROR when
   the stop reason is ``failed``.
 - Model-call span ``chat {model}`` (CLIENT, child of the run span) per recorded call.
-- Span events on the run span: warning, downgrade, summarize, tool_call, stop.
+- Span events on the run span: warning, downgrade, summarize, tool_call, stop, limit_changed,
+  alert.
 
 Attribute names come only from :mod:`budgetlens.semconv`. Never prompts, completions, messages,
 tool arguments or results. With no SDK configured the tracer is a no-op: attributes are only
@@ -16,6 +17,7 @@ built when the span is recording, so the cost is a few attribute lookups.
 from __future__ import annotations
 
 import logging
+import math
 import time
 from typing import Any
 
@@ -23,6 +25,7 @@ from opentelemetry import trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from budgetlens import semconv as sc
+from budgetlens.guard.limits import LIMITS
 from budgetlens.guard.results import BudgetEvent, RunResult
 from budgetlens.usage import Usage
 
@@ -30,15 +33,7 @@ log = logging.getLogger(__name__)
 
 TRACER_NAME = "budgetlens"
 
-_LIMIT_ATTRIBUTES = (
-    ("max_total_tokens", sc.BUDGET_LIMIT_TOTAL_TOKENS),
-    ("max_input_tokens", sc.BUDGET_LIMIT_INPUT_TOKENS),
-    ("max_output_tokens", sc.BUDGET_LIMIT_OUTPUT_TOKENS),
-    ("max_turns", sc.BUDGET_LIMIT_TURNS),
-    ("max_tool_calls", sc.BUDGET_LIMIT_TOOL_CALLS),
-    ("max_duration_s", sc.BUDGET_LIMIT_DURATION_S),
-    ("max_cost_usd", sc.BUDGET_LIMIT_COST_USD),
-)
+_LIMIT_ATTRIBUTES = tuple((spec.name, spec.span_attribute) for spec in LIMITS)
 
 
 def usage_attributes(usage: Usage) -> dict[str, int]:
@@ -171,6 +166,12 @@ class RunTelemetry:
             attributes[sc.GEN_AI_TOOL_NAME] = event.tool_name
         if event.model:
             attributes[sc.GEN_AI_REQUEST_MODEL] = event.model
+        if event.previous_limit is not None:
+            attributes[sc.BUDGET_PREVIOUS_LIMIT] = event.previous_limit
+        if event.new_limit is not None:
+            attributes[sc.BUDGET_NEW_LIMIT] = event.new_limit
+        if event.changed_by:
+            attributes[sc.BUDGET_CHANGED_BY] = event.changed_by
         self._span.add_event(event.name, attributes=attributes, timestamp=time.time_ns())
 
     def finish(self, result: RunResult, limits: dict[str, Any], usage_known: bool = True) -> None:
@@ -188,7 +189,12 @@ class RunTelemetry:
                 sc.BUDGET_STOP_REASON: result.stop_reason,
                 sc.BUDGET_USAGE_STATUS: result.usage_status,
                 sc.BUDGET_RETRYABLE: result.retryable,
+                sc.BUDGET_DOWNGRADES: result.downgrades,
             }
+            if math.isfinite(result.utilization):  # infinite: something used under a limit of 0
+                attributes[sc.BUDGET_UTILIZATION] = result.utilization
+            if result.unconfirmed_effects:
+                attributes[sc.BUDGET_UNCONFIRMED_EFFECTS] = list(result.unconfirmed_effects)
             if usage_known:
                 attributes.update(usage_attributes(result.usage))
             if result.cost_usd is not None:

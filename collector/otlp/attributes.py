@@ -13,6 +13,7 @@ import contextlib
 import math
 
 from budgetlens import semconv as sc
+from budgetlens.guard.limits import LIMITS as GUARD_LIMITS
 
 #: Largest token count (and token limit / reserved / used / remaining) a span may carry: 10^12.
 #: Far above any model call, and low enough that per-run sums stay inside DuckDB's BIGINT.
@@ -55,15 +56,7 @@ TOKEN_SOURCES = (
 )
 USAGE_KEYS = frozenset(name for _, names in TOKEN_SOURCES for name in names)
 #: (record field, attribute, integral?); integral limits are capped by ``limit_maximum``.
-LIMITS = (
-    ("limit_total_tokens", sc.BUDGET_LIMIT_TOTAL_TOKENS, True),
-    ("limit_input_tokens", sc.BUDGET_LIMIT_INPUT_TOKENS, True),
-    ("limit_output_tokens", sc.BUDGET_LIMIT_OUTPUT_TOKENS, True),
-    ("limit_turns", sc.BUDGET_LIMIT_TURNS, True),
-    ("limit_tool_calls", sc.BUDGET_LIMIT_TOOL_CALLS, True),
-    ("limit_duration_s", sc.BUDGET_LIMIT_DURATION_S, False),
-    ("limit_cost_usd", sc.BUDGET_LIMIT_COST_USD, False),
-)
+LIMITS = tuple((spec.store_column, spec.span_attribute, spec.whole) for spec in GUARD_LIMITS)
 _INT32_KEYS = frozenset(
     (sc.BUDGET_TURN, sc.BUDGET_TURNS, sc.BUDGET_TOOL_CALLS, sc.BUDGET_LIMIT_TURNS, sc.BUDGET_LIMIT_TOOL_CALLS)
 )

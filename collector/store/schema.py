@@ -21,6 +21,11 @@ naive ``TIMESTAMP`` values in UTC):
 
 from __future__ import annotations
 
+from budgetlens.guard.limits import LIMITS
+
+#: The ``limit_*`` columns of ``run_records`` and ``runs``, from the guard's one limit table.
+LIMIT_COLUMNS: tuple[str, ...] = tuple(spec.store_column for spec in LIMITS)
+
 MODEL_CALL_COLUMNS: tuple[str, ...] = (
     "span_id",
     "run_id",
@@ -75,13 +80,7 @@ RUN_RECORD_COLUMNS: tuple[str, ...] = (
     "stop_reason",
     "usage_status",
     "retryable",
-    "limit_total_tokens",
-    "limit_input_tokens",
-    "limit_output_tokens",
-    "limit_turns",
-    "limit_tool_calls",
-    "limit_duration_s",
-    "limit_cost_usd",
+    *LIMIT_COLUMNS,
 )
 
 BUDGET_EVENT_COLUMNS: tuple[str, ...] = (
@@ -125,13 +124,7 @@ RUN_COLUMNS: tuple[str, ...] = (
     "stop_reason",
     "usage_status",
     "retryable",
-    "limit_total_tokens",
-    "limit_input_tokens",
-    "limit_output_tokens",
-    "limit_turns",
-    "limit_tool_calls",
-    "limit_duration_s",
-    "limit_cost_usd",
+    *LIMIT_COLUMNS,
     "warnings",
     "downgrades",
     "summaries",

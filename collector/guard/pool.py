@@ -1,0 +1,135 @@
+"""A token pool shared by runs: one allowance of tokens that batch agents draw from together.
+
+Where :class:`budgetlens.guard.spend.SpendTracker` bounds USD across runs, a :class:`TokenPool`
+bounds tokens: pass one pool to every run (``RunBudget(pool=pool)``). A run's reservation is
+drawn from the pool as well as from its own limits, atomically (a reservation that does not fit
+the pool raises ``BudgetExceeded`` with reason ``budget_tokens`` and detail ``token pool NAME``,
+before the call); ``record`` replaces the reservation with the call's tokens (or the
+unknown-usage charge), ``release`` gives it back. Per process and thread-safe; across processes
+the collector's Prometheus metrics carry the fleet's token use.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from budgetlens.guard.results import BudgetExceeded
+from budgetlens.semconv import STOP_BUDGET_TOKENS
+
+log = logging.getLogger(__name__)
+
+__all__ = ["PoolAlert", "TokenPool"]
+
+
+@dataclass(frozen=True, slots=True)
+class PoolAlert:
+    """The pool crossed ``alert_at``: ``used_tokens`` (recorded tokens) of
+    ``max_tokens``, ``percent`` 0-100 (one decimal)."""
+
+    pool: str
+    used_tokens: int
+    max_tokens: int
+    percent: float
+
+
+class TokenPool:
+    """``max_tokens`` (int >= 0) shared by every run given this pool.
+
+    ``name``: shown in refusals and logs; ``alert_at``: fraction in (0, 1] of recorded use at
+    which one :class:`PoolAlert` goes to ``on_alert`` (and a WARNING log), once per pool. Raises
+    ValueError naming a bad argument.
+    """
+
+    def __init__(
+        self,
+        max_tokens: int,
+        *,
+        name: str = "default",
+        alert_at: float = 0.8,
+        on_alert: Callable[[PoolAlert], object] | None = None,
+    ) -> None:
+        if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 0:
+            raise ValueError(f"max_tokens must be an int >= 0 (tokens), got {max_tokens!r}")
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"name must be a non-empty string, got {name!r}")
+        if (
+            isinstance(alert_at, bool)
+            or not isinstance(alert_at, (int, float))
+            or not math.isfinite(alert_at)
+            or not 0 < alert_at <= 1
+        ):
+            raise ValueError(f"alert_at must be a fraction in (0, 1], got {alert_at!r}")
+        if on_alert is not None and not callable(on_alert):
+            raise ValueError(f"on_alert must be a callable taking a PoolAlert, got {on_alert!r}")
+        self.max_tokens, self.name = max_tokens, name
+        self._alert_at, self._on_alert = alert_at, on_alert
+        self._used = self._reserved = 0
+        self._alerted = False
+        self._lock = threading.Lock()
+
+    @property
+    def used_tokens(self) -> int:
+        """Tokens recorded by the runs (unknown-usage charges included)."""
+        return self._used
+
+    @property
+    def reserved_tokens(self) -> int:
+        """Tokens held by open reservations."""
+        return self._reserved
+
+    @property
+    def remaining_tokens(self) -> int:
+        """Tokens left (int, >= 0) after use and open reservations."""
+        with self._lock:
+            return max(0, self.max_tokens - self._used - self._reserved)
+
+    def check(self) -> None:
+        """Raise BudgetExceeded(``budget_tokens``) when the pool is spent (use and open
+        reservations reach ``max_tokens``)."""
+        with self._lock:
+            held = self._used + self._reserved
+            if held >= self.max_tokens:
+                raise BudgetExceeded(STOP_BUDGET_TOKENS, self.max_tokens, held, 0, self._detail)
+
+    def reserve(self, tokens: int) -> None:
+        """Hold ``tokens`` (int >= 0) for one call. Raises BudgetExceeded(``budget_tokens``) when
+        they do not fit next to use and open reservations (nothing is held then)."""
+        with self._lock:
+            held = self._used + self._reserved
+            if held + tokens > self.max_tokens:
+                raise BudgetExceeded(STOP_BUDGET_TOKENS, self.max_tokens, held, tokens, self._detail)
+            self._reserved += tokens
+
+    def settle(self, reserved_tokens: int, used_tokens: int) -> None:
+        """Replace a reservation of ``reserved_tokens`` with ``used_tokens`` (0: released).
+        Never raises for budget reasons: a call that used more than it reserved is counted."""
+        with self._lock:
+            self._reserved = max(0, self._reserved - reserved_tokens)
+            self._used += used_tokens
+            alert = self._alert_locked()
+        self._deliver(alert)
+
+    @property
+    def _detail(self) -> str:
+        return f"token pool {self.name}"
+
+    def _alert_locked(self) -> PoolAlert | None:
+        if self._alerted or self._used < self._alert_at * self.max_tokens:
+            return None
+        self._alerted = True  # use only grows: one alert per pool
+        percent = round(100 * self._used / self.max_tokens, 1) if self.max_tokens else 100.0
+        return PoolAlert(self.name, self._used, self.max_tokens, percent)
+
+    def _deliver(self, alert: PoolAlert | None) -> None:
+        if alert is None:
+            return
+        log.warning("token pool %s at %.1f %% of %d tokens", alert.pool, alert.percent, alert.max_tokens)
+        if self._on_alert is not None:
+            try:
+                self._on_alert(alert)
+            except Exception:
+                log.exception("token pool on_alert callback failed")
