@@ -55,11 +55,13 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
+import json
 import logging
 import math
 import os
 import re
 import warnings
+from collections.abc import Mapping
 from dataclasses import dataclass
 from decimal import Decimal
 from functools import lru_cache
@@ -80,7 +82,10 @@ __all__ = [
     "estimate_cost_usd",
     "load_price_file",
     "price_call",
+    "price_columns",
     "price_version",
+    "usage_details",
+    "usage_from_details",
 ]
 
 #: OTel gen_ai.provider.name values (and common spellings) -> genai-prices provider ids.
@@ -133,6 +138,13 @@ _USAGE_KEYS = {
 #: Usage fields billed per count (not tokens): a model without their price leaves them unpriced.
 _COUNT_FIELDS = {"web_search_requests": "web_searches_kcount", "code_executions": "code_executions_kcount"}
 
+_TOKEN_COLUMNS = (
+    "input_tokens",
+    "output_tokens",
+    "cache_read_tokens",
+    "cache_write_tokens",
+    "reasoning_tokens",
+)
 _TOKEN_UNITS = {"mtok": 1_000_000, "ktok": 1_000, "token": 1}
 _COUNT_UNITS = {"kcount": 1_000, "count": 1}
 _ALLOW_KEY = "allow_implausible_prices"
@@ -390,6 +402,50 @@ def estimate_cost_usd(
     if as_input is None or as_output is None:
         return None
     return max(as_input, as_output)
+
+
+# --- store columns ------------------------------------------------------------------------------
+
+#: Usage fields stored in ``model_calls.usage_details`` (the token columns hold the rest).
+_DETAIL_FIELDS = (*(name for name in _USAGE_KEYS if name not in _TOKEN_COLUMNS), "service_tier")
+
+
+def usage_details(usage: Usage | None) -> str | None:
+    """``model_calls.usage_details``: a JSON object of the billing parts of ``usage`` beyond the
+    token columns (audio/image/video tokens, 1h cache writes, web searches, service tier), only
+    those reported; None when there are none."""
+    if usage is None:
+        return None
+    parts = {name: getattr(usage, name) for name in _DETAIL_FIELDS if getattr(usage, name)}
+    return json.dumps(parts, sort_keys=True) if parts else None
+
+
+def usage_from_details(columns: Mapping[str, Any]) -> Usage | None:
+    """The :class:`Usage` of a stored ``model_calls`` row (token columns + ``usage_details``), or
+    None when its input or output tokens are unknown (NULL). Raises ValueError for a malformed
+    ``usage_details``."""
+    if columns.get("input_tokens") is None or columns.get("output_tokens") is None:
+        return None
+    values = {name: int(columns.get(name) or 0) for name in _TOKEN_COLUMNS}
+    raw = columns.get("usage_details")
+    extra = json.loads(raw) if raw else {}
+    if not isinstance(extra, dict) or set(extra) - set(_DETAIL_FIELDS):
+        raise ValueError(f"usage_details must be an object with keys among {_DETAIL_FIELDS}, got {raw!r}")
+    return Usage(**values, **extra)
+
+
+def price_columns(
+    model: str | None, usage: Usage | None, provider: str | None = None, *, at: dt.datetime | None = None
+) -> dict[str, Any]:
+    """The ``model_calls`` pricing columns of one call priced by :func:`price_call`:
+    ``cost_usd``, ``price_version``, ``usage_details``, ``unpriced_parts``."""
+    priced = price_call(model, usage, provider, at=at)
+    return {
+        "cost_usd": priced.cost_usd,
+        "price_version": priced.price_version,
+        "usage_details": usage_details(usage),
+        "unpriced_parts": ",".join(priced.unpriced) or None,
+    }
 
 
 # --- user price file ----------------------------------------------------------------------------
