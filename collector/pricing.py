@@ -1,40 +1,69 @@
-"""Cost of a model call in USD (design §3).
+"""Cost of a model call in USD (design §3): one price path, genai-prices' own calculation.
 
-Prices come from genai-prices (the maintained library, bundled snapshot); a user price file can
-override or add models. Each token is charged once at its own rate: uncached input at the input
-rate, cache reads and cache writes at theirs (at the input rate when the model has none), output
-including reasoning at the output rate. Tiered prices follow genai-prices (the tier reached by
-the call's input tokens applies to all tokens of that kind).
+:func:`price_call` is the one path every caller uses (the guard's ``record`` and ``reserve``,
+the collector's mapping, the importers, ``budgetlens reprice``); :func:`cost_usd` is its public
+shortcut. The cost is ``genai_prices`` ``ModelInfo.calc_price`` / ``ModelPrice.calc_price`` over
+the whole normalized :class:`~budgetlens.usage.Usage` (tokens by kind and modality, cache writes
+by duration, server-side tool use such as web searches, per-request fees, tiers by context
+length), at the price in force at the call's time (``at``, default now) and with the call's
+service tier as the price context. budgetlens never re-derives a cost from copied rates.
 
-Model names resolve with provider prefixes (``openai/gpt-4o``, ``converse/...``) and date
-suffixes (``claude-sonnet-4-5-20250929``, ``gpt-4o-2024-08-06``, ``...@20250929``). A model with
-no known price is *unpriced*: :func:`cost_usd` returns None, never 0.
+Error policy (one, for every caller):
+
+- an unknown model is *unpriced*: ``cost_usd`` None, never $0; it is logged once per name at
+  WARNING;
+- a usage dimension the model has no price for (e.g. web searches on a model without a search
+  fee) makes the call *partly unpriced*: the cost is the priced part and
+  :attr:`CallPrice.unpriced` names the dimensions left out, never a silent $0 for them;
+- a call genai-prices cannot price (an inconsistent usage) is logged at WARNING and unpriced;
+- only a bad user price file raises (``ValueError`` naming the file, key and rule): it is read
+  when the guard is built or an import starts (:func:`check_prices_file`).
+
+Model names resolve as genai-prices matches them, then without provider and region prefixes
+(``openai/``, ``bedrock/``, ``us.``, ``global.``, ``anthropic.``) and version or date suffixes
+(``-2025-08-07``, ``-20250929``, ``-0315``, ``@20250514``, ``:0``, ``-v1:0``, ``-latest``): the
+full (dated) name first, so a dated entry wins over its base model.
 
 User price file (YAML, JSON or TOML by extension; path from the argument, else the environment
-variable ``BUDGETLENS_PRICES_FILE``)::
+variable ``BUDGETLENS_PRICES_FILE``): ``models`` maps a model name (matched case-insensitively,
+after prefix/suffix stripping) to prices keyed ``<dimension>_usd_per_<unit>``::
 
     models:
-      my-finetune:                    # matched case-insensitively, after prefix/date stripping
-        input_usd_per_mtok: 1.0       # required
-        output_usd_per_mtok: 4.0      # required
-        cache_read_usd_per_mtok: 0.1  # optional (default: input rate)
-        cache_write_usd_per_mtok: 1.25
+      my-finetune:
+        input_usd_per_mtok: 1.0              # required
+        output_usd_per_mtok: 4.0             # required
+        cache_read_usd_per_mtok: 0.1         # optional; unpriced parts fall back as in genai-prices
+        cache_write_usd_per_mtok: 1.25       # 5-minute writes; cache_write_1h_usd_per_mtok: 2.0
+        input_audio_usd_per_mtok: 40         # per modality: input_/output_ audio, image, video
+        web_searches_usd_per_kcount: 10      # server-side tool use, per 1,000
+        requests_usd_per_count: 0.001        # a per-request fee
+        input_usd_per_mtok_tiers: ...        # see below
+    allow_implausible_prices: false          # true: skip the plausibility check (also per model)
 
-Units are explicit in each key: ``_usd_per_mtok`` (per million tokens), ``_usd_per_ktok`` or
-``_usd_per_token``. Unknown keys or units raise ``ValueError`` naming them.
-
-Resolution is cached (``functools.lru_cache``): after the first call for a model, pricing a call
-is a few float multiplications.
+Dimensions are genai-prices' usage keys: token kinds without ``_tokens`` (``input``, ``output``,
+``cache_read``, ``cache_write``, ``cache_write_1h``, ``input_audio``, ``output_image``,
+``cache_audio_read``, ...) with units ``mtok`` (per million), ``ktok`` or ``token``; counts
+(``web_searches``, ``code_executions``, ``requests``, ...) with ``kcount`` (per 1,000) or
+``count``. A tiered price is a mapping ``{base: 1.25, tiers: [{above_input_tokens: 200000,
+price: 2.5}]}`` in the key's unit (genai-prices semantics: the tier reached by the call's input
+tokens applies to all its tokens of that kind). A token price above the highest any model in
+genai-prices charges (a per-million figure in a per-token key, a factor of 1,000 or 10^6 off) is
+refused with the key and the plausible unit, unless ``allow_implausible_prices: true``.
 """
 
 from __future__ import annotations
 
+import datetime as dt
+import hashlib
+import json
 import logging
 import math
 import os
 import re
+import warnings
+from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import UTC
+from decimal import Decimal
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -46,25 +75,24 @@ from budgetlens.usage import Usage
 log = logging.getLogger(__name__)
 
 __all__ = [
-    "ModelRates",
+    "CallPrice",
     "check_prices_file",
     "clear_price_cache",
     "cost_usd",
+    "estimate_cost_usd",
     "load_price_file",
-    "model_rates",
-    "paid_call_cost_usd",
+    "price_call",
+    "price_columns",
+    "price_version",
+    "usage_details",
+    "usage_from_details",
 ]
-
-#: A rate schedule: ((threshold_input_tokens, usd_per_token), ...) ascending; the first has -1.
-Schedule = tuple[tuple[int, float], ...]
-
-_KINDS = ("input", "output", "cache_read", "cache_write")
-_UNITS = {"_usd_per_mtok": 1e-6, "_usd_per_ktok": 1e-3, "_usd_per_token": 1.0}
 
 #: OTel gen_ai.provider.name values (and common spellings) -> genai-prices provider ids.
 _PROVIDER_IDS = {
     "aws.bedrock": "aws",
     "bedrock": "aws",
+    "bedrock_converse": "aws",
     "converse": "aws",
     "gcp.gemini": "google",
     "gcp.vertex_ai": "google",
@@ -77,73 +105,110 @@ _PROVIDER_IDS = {
     "x_ai": "x-ai",
     "xai": "x-ai",
 }
-_DATE_SUFFIX = re.compile(r"(-\d{8}|-\d{4}-\d{2}-\d{2}|@\d{8}|@latest|-latest)$")
-_BEDROCK_VERSION = re.compile(r"-v\d+(:\d+)?$")
+#: Version and date suffixes, stripped one at a time (the full name is always tried first).
+_SUFFIXES = (
+    re.compile(r"-v\d+(:\d+)?$"),  # Bedrock -v1:0
+    re.compile(r":\d+$"),  # Bedrock :0
+    re.compile(r"(-\d{8}|-\d{4}-\d{2}-\d{2}|@\d{8}|@latest|-latest|@\d{3})$"),
+    re.compile(r"-\d{4}$"),  # OpenAI -0314 / -0613
+)
+#: Bedrock cross-region inference profiles and vendor prefixes (``us.anthropic.claude-...``).
+_DOTTED_PREFIX = re.compile(
+    r"^(?:(?:us|eu|apac|au|jp|ca|us-gov|global)\.)?"
+    r"(?:anthropic|amazon|meta|mistral|cohere|ai21|openai|deepseek|qwen|writer)\."
+)
+_REGION_PREFIX = re.compile(r"^(?:us|eu|apac|au|jp|ca|us-gov|global)\.")
+
+#: Usage fields -> genai-prices usage keys (Usage fields not listed here are not billed).
+_USAGE_KEYS = {
+    "input_tokens": "input_tokens",
+    "output_tokens": "output_tokens",
+    "cache_read_tokens": "cache_read_tokens",
+    "cache_write_tokens": "cache_write_tokens",
+    "cache_write_1h_tokens": "cache_write_1h_tokens",
+    "input_audio_tokens": "input_audio_tokens",
+    "input_image_tokens": "input_image_tokens",
+    "input_video_tokens": "input_video_tokens",
+    "cache_read_audio_tokens": "cache_audio_read_tokens",
+    "output_audio_tokens": "output_audio_tokens",
+    "output_image_tokens": "output_image_tokens",
+    "web_search_requests": "web_searches",
+    "code_executions": "code_executions",
+}
+#: Usage fields billed per count (not tokens): a model without their price leaves them unpriced.
+_COUNT_FIELDS = {"web_search_requests": "web_searches_kcount", "code_executions": "code_executions_kcount"}
+
+_TOKEN_COLUMNS = (
+    "input_tokens",
+    "output_tokens",
+    "cache_read_tokens",
+    "cache_write_tokens",
+    "reasoning_tokens",
+)
+_TOKEN_UNITS = {"mtok": 1_000_000, "ktok": 1_000, "token": 1}
+_COUNT_UNITS = {"kcount": 1_000, "count": 1}
+_ALLOW_KEY = "allow_implausible_prices"
 
 
 @dataclass(frozen=True, slots=True)
-class ModelRates:
-    """Resolved prices of one model, USD per token. ``cache_read``/``cache_write`` None = input rate.
+class CallPrice:
+    """The price of one call.
 
-    ``source`` is ``"genai-prices:<provider>/<model id>"`` or ``"user:<file>"``;
-    ``request_usd`` is a per-request fee (0 for most models).
+    ``cost_usd``: USD (float >= 0) of the priced part, None when the model is unpriced or the
+    usage unknown. ``unpriced``: Usage fields the call reported that the model has no price for
+    (e.g. ``("web_search_requests",)``); non-empty = the call is partly unpriced. ``source``:
+    ``"genai-prices:<provider>/<model id>"`` or ``"user:<file>"``. ``price_version``: which
+    prices priced it (``"genai-prices <version>"`` or ``"user:<file>#<sha256 prefix>"``), stored
+    with the row so that only a deliberate ``budgetlens reprice`` changes old costs.
     """
 
-    input: Schedule
-    output: Schedule
-    cache_read: Schedule | None
-    cache_write: Schedule | None
-    request_usd: float
+    cost_usd: float | None
+    unpriced: tuple[str, ...] = ()
+    source: str | None = None
+    price_version: str | None = None
+
+
+_UNPRICED = CallPrice(None)
+
+
+@dataclass(frozen=True, slots=True)
+class _UserModel:
+    """One model of a user price file: genai-prices ModelPrice keyword arguments."""
+
+    prices: tuple[tuple[str, Any], ...]
     source: str
+    version: str
 
-    def cost(self, usage: Usage) -> float:
-        """USD for ``usage``: each token charged once at its own rate."""
-        inp = usage.input_tokens
-        cr = usage.cache_read_tokens if self.cache_read is not None else 0
-        cw = usage.cache_write_tokens if self.cache_write is not None else 0
-        total = _rate(self.input, inp) * (inp - cr - cw) + _rate(self.output, inp) * usage.output_tokens
-        if cr:
-            total += _rate(self.cache_read, inp) * cr
-        if cw:
-            total += _rate(self.cache_write, inp) * cw
-        return total + self.request_usd
+    def model_price(self) -> Any:
+        from genai_prices.types import ModelPrice
 
-    def estimate(self, tokens: int, output_tokens: int | None = None) -> float:
-        """Worst-case USD of a call estimated at ``tokens`` (input + output), cache ignored:
-        ``output_tokens`` of them at the output rate and the rest at the input rate; when the
-        split is unknown (None), all at the higher of the two."""
-        if output_tokens is None:
-            return max(self.cost(Usage(tokens, 0)), self.cost(Usage(0, tokens)))
-        return self.cost(Usage(tokens - output_tokens, output_tokens))
+        return ModelPrice(**dict(self.prices))
 
 
-def _rate(schedule: Schedule, input_tokens: int) -> float:
-    if len(schedule) == 1:
-        return schedule[0][1]
-    for start, price in reversed(schedule):
-        if input_tokens > start:
-            return price
-    return schedule[0][1]
+def price_version() -> str:
+    """The version of the bundled genai-prices data that prices calls (``"genai-prices 0.2.3"``)."""
+    import genai_prices
+
+    return f"genai-prices {genai_prices.__version__}"
 
 
-def _schedule_from_genai(value: Any) -> Schedule | None:
-    if value is None:
-        return None
-    tiers = getattr(value, "tiers", None)
-    if tiers is None:
-        return ((-1, float(value) / 1e6),)
-    return ((-1, float(value.base) / 1e6),) + tuple((t.start, float(t.price) / 1e6) for t in tiers)
+# --- model names --------------------------------------------------------------------------------
 
 
 def _name_variants(model: str) -> list[str]:
-    """``model`` lower-cased, then without each provider prefix, each without a date suffix."""
+    """``model`` lower-cased, then without provider/region prefixes, then without suffixes."""
     name = model.strip().lower()
     names = [name]
     while "/" in name:
         name = name.split("/", 1)[1]
         names.append(name)
     for n in list(names):
-        for pattern in (_BEDROCK_VERSION, _DATE_SUFFIX):
+        for pattern in (_DOTTED_PREFIX, _REGION_PREFIX):
+            stripped = pattern.sub("", n)
+            if stripped != n and stripped not in names:
+                names.append(stripped)
+    for n in list(names):
+        for pattern in _SUFFIXES:
             stripped = pattern.sub("", n)
             if stripped != n and stripped not in names:
                 names.append(stripped)
@@ -151,109 +216,413 @@ def _name_variants(model: str) -> list[str]:
     return names
 
 
-def _genai_rates(model: str, provider: str | None) -> ModelRates | None:
-    from datetime import datetime
+def _provider_candidates(model: str, provider: str | None) -> list[str | None]:
+    provider_id = _PROVIDER_IDS.get((provider or "").lower(), (provider or "").lower() or None)
+    prefix = model.split("/", 1)[0].lower() if "/" in model else None
+    prefix_id = _PROVIDER_IDS.get(prefix, prefix) if prefix else None
+    return list(dict.fromkeys([provider_id, prefix_id, None]))
 
+
+@lru_cache(maxsize=4096)
+def _genai_model(model: str, provider: str | None) -> tuple[Any, Any] | None:
+    """(genai-prices Provider, ModelInfo) for ``model``, or None when it has no entry."""
     from genai_prices import data_snapshot
 
     snapshot = data_snapshot.get_snapshot()
-    provider_id = _PROVIDER_IDS.get((provider or "").lower(), (provider or "").lower() or None)
-    prefix = model.split("/", 1)[0].lower() if "/" in model else None
-    provider_ids = [provider_id, _PROVIDER_IDS.get(prefix, prefix) if prefix else None, None]
     for name in _name_variants(model):
-        for pid in dict.fromkeys(provider_ids):
+        for pid in _provider_candidates(model, provider):
             try:
-                found_provider, info = snapshot.find_provider_model(name, None, pid, None)
+                return snapshot.find_provider_model(name, None, pid, None)
             except LookupError:
                 continue
-            price = info.get_prices(datetime.now(tz=UTC))
-            inp, out = _schedule_from_genai(price.input_mtok), _schedule_from_genai(price.output_mtok)
-            if inp is None or out is None:
-                continue
-            requests = getattr(price, "requests_kcount", None)
-            return ModelRates(
-                input=inp,
-                output=out,
-                cache_read=_schedule_from_genai(price.cache_read_mtok),
-                cache_write=_schedule_from_genai(price.cache_write_mtok),
-                request_usd=float(requests) / 1000 if requests is not None else 0.0,
-                source=f"genai-prices:{found_provider.id}/{info.id}",
-            )
     return None
 
 
-def _parse_price_entry(model: str, entry: Any, path: str) -> ModelRates:
-    if not isinstance(entry, dict):
-        raise ValueError(f"{path}: models.{model} must be a mapping of <kind>_usd_per_<unit> keys")
-    rates: dict[str, Schedule] = {}
-    for key, value in entry.items():
-        kind, scale = None, None
-        for suffix, factor in _UNITS.items():
-            if str(key).endswith(suffix) and str(key)[: -len(suffix)] in _KINDS:
-                kind, scale = str(key)[: -len(suffix)], factor
-        if kind is None:
-            raise ValueError(
-                f"{path}: models.{model}: unknown key {key!r}; expected <kind>_usd_per_<unit> with "
-                f"kind in {_KINDS} and unit in {tuple(u[9:] for u in _UNITS)}"
-            )
-        if (
-            isinstance(value, bool)
-            or not isinstance(value, (int, float))
-            or not math.isfinite(value)
-            or value < 0
-        ):
-            raise ValueError(f"{path}: models.{model}.{key} must be a finite number >= 0, got {value!r}")
-        if kind in rates:
-            raise ValueError(f"{path}: models.{model}: {kind} price given twice (key {key!r})")
-        rates[kind] = ((-1, float(value) * scale),)
-    missing = [k for k in ("input", "output") if k not in rates]
-    if missing:
-        raise ValueError(f"{path}: models.{model}: missing {', '.join(m + '_usd_per_mtok' for m in missing)}")
-    return ModelRates(
-        rates["input"],
-        rates["output"],
-        rates.get("cache_read"),
-        rates.get("cache_write"),
-        0.0,
-        f"user:{path}",
+_warned_unpriced: set[str] = set()
+
+
+def _warn_unpriced(model: str, provider: str | None) -> None:
+    key = f"{provider or ''}/{model}"
+    if key not in _warned_unpriced:
+        _warned_unpriced.add(key)
+        log.warning(
+            "no price for model %r (provider %r): its calls are unpriced; add it to a price file (%s)",
+            model,
+            provider,
+            ENV_PRICES_FILE,
+        )
+
+
+# --- usage -> genai-prices ----------------------------------------------------------------------
+
+
+def _genai_usage(usage: Usage) -> Any:
+    from genai_prices import Usage as GenaiUsage
+
+    values = {key: getattr(usage, name, 0) for name, key in _USAGE_KEYS.items()}
+    # cache_write_tokens holds all writes; genai-prices reads the 1h part as a child of it.
+    return GenaiUsage(**{key: value for key, value in values.items() if value})
+
+
+def _price_context(usage: Usage) -> dict[str, str] | None:
+    tier = getattr(usage, "service_tier", None)
+    if not tier:
+        return None
+    # Anthropic states batch processing as its service tier; genai-prices keys it "processing".
+    return {"service_tier": tier, "processing": "batch"} if tier == "batch" else {"service_tier": tier}
+
+
+def _unpriced_fields(usage: Usage, model_price: Any) -> tuple[str, ...]:
+    return tuple(
+        name
+        for name, price_key in _COUNT_FIELDS.items()
+        if getattr(usage, name, 0) and getattr(model_price, price_key, None) is None
     )
 
 
-def load_price_file(path: str | os.PathLike) -> dict[str, ModelRates]:
-    """Read a user price file (YAML/JSON/TOML by extension) -> {lower-case model name: rates}.
+def _as_utc(at: dt.datetime | None) -> dt.datetime:
+    if at is None:
+        return dt.datetime.now(tz=dt.UTC)
+    return at if at.tzinfo is not None else at.replace(tzinfo=dt.UTC)  # naive = UTC (the store's)
 
-    Raises ``ValueError`` naming the key for unknown keys, units or bad values, and for an
-    unsupported extension; ``FileNotFoundError`` when the file is missing.
+
+# --- the one price path -------------------------------------------------------------------------
+
+
+def price_call(
+    model: str | None,
+    usage: Usage | None,
+    provider: str | None = None,
+    *,
+    at: dt.datetime | None = None,
+    prices_file: str | os.PathLike | None = None,
+) -> CallPrice:
+    """Price one call with genai-prices' own calculation (see the module docstring).
+
+    ``usage``: a normalized :class:`~budgetlens.usage.Usage` (None = unknown usage: unpriced);
+    ``provider``: an OTel ``gen_ai.provider.name`` or genai-prices provider id that narrows the
+    lookup; ``at``: when the call was made (aware datetime, or naive UTC; default now): the price
+    in force then applies. Prices from the user price file (``prices_file``, else
+    ``BUDGETLENS_PRICES_FILE``) first, else genai-prices. Returns a :class:`CallPrice`; raises
+    only ``ValueError`` for an invalid price file.
+    """
+    if not model or usage is None:
+        return _UNPRICED
+    path = _configured(prices_file)
+    if path:
+        user = _user_model(model, path)
+        if user is not None:
+            return _price_user(model, usage, user)
+    found = _genai_model(model, provider)
+    if found is None:
+        _warn_unpriced(model, provider)
+        return _UNPRICED
+    genai_provider, info = found
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # an unknown usage key is reported as unpriced below
+            calc = info.calc_price(
+                _genai_usage(usage),
+                genai_provider,
+                genai_request_timestamp=_as_utc(at),
+                price_context=_price_context(usage),
+            )
+    except (ValueError, ArithmeticError) as error:
+        log.warning("could not price a call of %r: %s; the call counts as unpriced", model, error)
+        return _UNPRICED
+    return _priced(
+        model,
+        float(calc.total_price),
+        _unpriced_fields(usage, calc.model_price),
+        f"genai-prices:{genai_provider.id}/{info.id}",
+        price_version(),
+    )
+
+
+_warned_partly: set[tuple[str, tuple[str, ...]]] = set()
+
+
+def _priced(model: str, cost: float, unpriced: tuple[str, ...], source: str, version: str) -> CallPrice:
+    if unpriced and (model, unpriced) not in _warned_partly:
+        _warned_partly.add((model, unpriced))
+        log.warning(
+            "model %r has no price for %s (%s): those parts of its calls are unpriced",
+            model,
+            ", ".join(unpriced),
+            source,
+        )
+    return CallPrice(cost, unpriced, source, version)
+
+
+def _price_user(model: str, usage: Usage, user: _UserModel) -> CallPrice:
+    model_price = user.model_price()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            result = model_price.calc_price(_genai_usage(usage))
+    except (ValueError, ArithmeticError) as error:
+        log.warning("could not price a call of %r: %s; the call counts as unpriced", model, error)
+        return _UNPRICED
+    return _priced(
+        model, float(result["total_price"]), _unpriced_fields(usage, model_price), user.source, user.version
+    )
+
+
+def cost_usd(
+    model: str | None,
+    usage: Usage | None,
+    provider: str | None = None,
+    prices_file: str | os.PathLike | None = None,
+    *,
+    at: dt.datetime | None = None,
+) -> float | None:
+    """Cost of one call in USD (float >= 0), or None when the model is unpriced or usage unknown.
+
+    The ``cost_usd`` of :func:`price_call` (same arguments, same error policy): a partly
+    unpriced call gives its priced part; use :func:`price_call` to see what was left out.
+    """
+    return price_call(model, usage, provider, at=at, prices_file=prices_file).cost_usd
+
+
+def estimate_cost_usd(
+    model: str | None,
+    tokens: int,
+    output_tokens: int | None = None,
+    provider: str | None = None,
+    *,
+    at: dt.datetime | None = None,
+) -> float | None:
+    """Worst-case USD of a call estimated at ``tokens`` (input + output, cache ignored), through
+    :func:`price_call`: ``output_tokens`` of them as output and the rest as input; unsplit
+    (None), all at whichever of the two costs more. None when the model is unpriced."""
+    if output_tokens is not None:
+        return cost_usd(model, Usage(tokens - output_tokens, output_tokens), provider, at=at)
+    as_input = cost_usd(model, Usage(tokens, 0), provider, at=at)
+    as_output = cost_usd(model, Usage(0, tokens), provider, at=at)
+    if as_input is None or as_output is None:
+        return None
+    return max(as_input, as_output)
+
+
+# --- store columns ------------------------------------------------------------------------------
+
+#: Usage fields stored in ``model_calls.usage_details`` (the token columns hold the rest).
+_DETAIL_FIELDS = (*(name for name in _USAGE_KEYS if name not in _TOKEN_COLUMNS), "service_tier")
+
+
+def usage_details(usage: Usage | None) -> str | None:
+    """``model_calls.usage_details``: a JSON object of the billing parts of ``usage`` beyond the
+    token columns (audio/image/video tokens, 1h cache writes, web searches, service tier), only
+    those reported; None when there are none."""
+    if usage is None:
+        return None
+    parts = {name: getattr(usage, name) for name in _DETAIL_FIELDS if getattr(usage, name)}
+    return json.dumps(parts, sort_keys=True) if parts else None
+
+
+def usage_from_details(columns: Mapping[str, Any]) -> Usage | None:
+    """The :class:`Usage` of a stored ``model_calls`` row (token columns + ``usage_details``), or
+    None when its input or output tokens are unknown (NULL). Raises ValueError for a malformed
+    ``usage_details``."""
+    if columns.get("input_tokens") is None or columns.get("output_tokens") is None:
+        return None
+    values = {name: int(columns.get(name) or 0) for name in _TOKEN_COLUMNS}
+    raw = columns.get("usage_details")
+    extra = json.loads(raw) if raw else {}
+    if not isinstance(extra, dict) or set(extra) - set(_DETAIL_FIELDS):
+        raise ValueError(f"usage_details must be an object with keys among {_DETAIL_FIELDS}, got {raw!r}")
+    return Usage(**values, **extra)
+
+
+def price_columns(
+    model: str | None, usage: Usage | None, provider: str | None = None, *, at: dt.datetime | None = None
+) -> dict[str, Any]:
+    """The ``model_calls`` pricing columns of one call priced by :func:`price_call`:
+    ``cost_usd``, ``price_version``, ``usage_details``, ``unpriced_parts``."""
+    priced = price_call(model, usage, provider, at=at)
+    return {
+        "cost_usd": priced.cost_usd,
+        "price_version": priced.price_version,
+        "usage_details": usage_details(usage),
+        "unpriced_parts": ",".join(priced.unpriced) or None,
+    }
+
+
+# --- user price file ----------------------------------------------------------------------------
+
+
+@lru_cache(maxsize=1)
+def _dimensions() -> dict[str, tuple[str, dict[str, int], int]]:
+    """User-file dimension -> (genai-prices price key, units -> count per unit, genai per)."""
+    from genai_prices.units import _get_registry
+
+    out: dict[str, tuple[str, dict[str, int], int]] = {}
+    for usage_key, unit in _get_registry().units.items():
+        if unit.dimensions.get("family") == "tokens":
+            out[usage_key.removesuffix("_tokens")] = (unit.price_key, _TOKEN_UNITS, unit.per)
+        elif unit.dimensions.get("family") in ("tool_calls", "requests", "rerank"):
+            out[usage_key] = (unit.price_key, _COUNT_UNITS, unit.per)
+    return out
+
+
+@lru_cache(maxsize=1)
+def _max_public_token_usd() -> float:
+    """The highest per-token price (USD) of any token kind of any model in genai-prices."""
+    from genai_prices import data_snapshot
+    from genai_prices.types import TieredPrices
+
+    highest = Decimal(0)
+    for provider in data_snapshot.get_snapshot().providers:
+        for info in provider.models:
+            prices = [info.prices] if not isinstance(info.prices, list) else [c.prices for c in info.prices]
+            for model_price in prices:
+                for key, value in vars(model_price).items():
+                    if value is None or not key.endswith("_mtok"):
+                        continue
+                    values = (
+                        [value.base, *(t.price for t in value.tiers)]
+                        if isinstance(value, TieredPrices)
+                        else [value]
+                    )
+                    highest = max(highest, *values)
+    return float(highest) / 1e6
+
+
+def _number(value: Any, where: str) -> Decimal:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not math.isfinite(value)
+        or value < 0
+    ):
+        raise ValueError(f"{where} must be a finite number >= 0, got {value!r}")
+    return Decimal(repr(value)) if isinstance(value, float) else Decimal(value)
+
+
+def _parse_key(model: str, key: str, path: str) -> tuple[str, str, int, int]:
+    """(dimension, unit, count per unit, genai per) of a ``<dimension>_usd_per_<unit>`` key."""
+    dims = _dimensions()
+    dimension, sep, unit = key.partition("_usd_per_")
+    if sep and dimension in dims and unit in dims[dimension][1]:
+        return dimension, unit, dims[dimension][1][unit], dims[dimension][2]
+    token_dims = sorted(d for d, (_, units, _) in dims.items() if units is _TOKEN_UNITS)
+    count_dims = sorted(d for d, (_, units, _) in dims.items() if units is _COUNT_UNITS)
+    raise ValueError(
+        f"{path}: models.{model}: unknown key {key!r}; expected <dimension>_usd_per_<unit>: token "
+        f"dimensions {', '.join(token_dims[:12])}, ... with unit in {tuple(_TOKEN_UNITS)}; counts "
+        f"{', '.join(count_dims)} with unit in {tuple(_COUNT_UNITS)}"
+    )
+
+
+def _check_plausible(
+    model: str, key: str, dimension: str, unit: str, usd_per_token: float, path: str
+) -> None:
+    highest = _max_public_token_usd()
+    if _dimensions()[dimension][1] is not _TOKEN_UNITS or usd_per_token <= highest:
+        return
+    figure = usd_per_token * {"mtok": 1e6, "ktok": 1e3, "token": 1}[unit]
+    plausible = [u for u, n in _TOKEN_UNITS.items() if figure / n <= highest and n > _TOKEN_UNITS[unit]]
+    hint = f"; did you mean {dimension}_usd_per_{plausible[0]}: {figure:g}?" if plausible else ""
+    raise ValueError(
+        f"{path}: models.{model}.{key} = {figure:g} is ${usd_per_token * 1e6:,.0f} per million "
+        f"tokens, above what any public model charges (${highest * 1e6:,.0f} per million){hint} "
+        f"Set {_ALLOW_KEY}: true if it is intentional"
+    )
+
+
+def _parse_price(model: str, key: str, value: Any, path: str, allow: bool) -> tuple[str, Any]:
+    from genai_prices.types import Tier, TieredPrices
+
+    dimension, unit, count, genai_per = _parse_key(model, key, path)
+    price_key = _dimensions()[dimension][0]
+    scale = Decimal(genai_per) / Decimal(count)  # our unit -> genai-prices' unit
+
+    def convert(number: Any, where: str) -> Decimal:
+        amount = _number(number, where)
+        if not allow:
+            _check_plausible(model, key, dimension, unit, float(amount) / count, path)
+        return amount * scale
+
+    where = f"{path}: models.{model}.{key}"
+    if not isinstance(value, dict):
+        return price_key, convert(value, where)
+    if set(value) - {"base", "tiers"} or "base" not in value or not isinstance(value.get("tiers"), list):
+        raise ValueError(
+            f"{where}: a tiered price is {{base: N, tiers: [{{above_input_tokens: N, price: N}}]}}"
+        )
+    tiers = []
+    for index, tier in enumerate(value["tiers"]):
+        if not isinstance(tier, dict) or set(tier) != {"above_input_tokens", "price"}:
+            raise ValueError(f"{where}.tiers[{index}] must have keys above_input_tokens and price")
+        start = tier["above_input_tokens"]
+        if isinstance(start, bool) or not isinstance(start, int) or start < 0:
+            raise ValueError(f"{where}.tiers[{index}].above_input_tokens must be an int >= 0")
+        tiers.append(Tier(start=start, price=convert(tier["price"], f"{where}.tiers[{index}].price")))
+    if [t.start for t in tiers] != sorted(t.start for t in tiers):
+        raise ValueError(f"{where}.tiers must be in ascending above_input_tokens order")
+    return price_key, TieredPrices(base=convert(value["base"], f"{where}.base"), tiers=tiers)
+
+
+def _parse_entry(model: str, entry: Any, path: str, version: str, allow_all: bool) -> _UserModel:
+    if not isinstance(entry, dict):
+        raise ValueError(f"{path}: models.{model} must be a mapping of <dimension>_usd_per_<unit> keys")
+    allow = entry.get(_ALLOW_KEY, allow_all)
+    if not isinstance(allow, bool):
+        raise ValueError(f"{path}: models.{model}.{_ALLOW_KEY} must be true or false")
+    prices: dict[str, Any] = {}
+    for key, value in entry.items():
+        if key == _ALLOW_KEY:
+            continue
+        price_key, price = _parse_price(model, str(key), value, path, allow)
+        if price_key in prices:
+            raise ValueError(f"{path}: models.{model}: {price_key} price given twice (key {key!r})")
+        prices[price_key] = price
+    missing = [k for k in ("input", "output") if f"{k}_mtok" not in prices]
+    if missing:
+        raise ValueError(f"{path}: models.{model}: missing {', '.join(m + '_usd_per_mtok' for m in missing)}")
+    return _UserModel(tuple(prices.items()), f"user:{path}", version)
+
+
+def load_price_file(path: str | os.PathLike) -> dict[str, Any]:
+    """Read a user price file (YAML/JSON/TOML by extension) -> {lower-case model name: prices}.
+
+    Raises ``ValueError`` naming the file and key for an unknown key or unit, a bad value, an
+    implausible token price (see the module docstring) or an unsupported extension;
+    ``FileNotFoundError`` when the file is missing.
     """
     p = Path(path)
     doc = load_document(p, "price file")
-    if not isinstance(doc, dict) or set(doc) - {"models"}:
-        extra = sorted(set(doc) - {"models"}) if isinstance(doc, dict) else doc
-        raise ValueError(f"{p}: a price file has one top-level key 'models'; unknown: {extra}")
+    if not isinstance(doc, dict) or set(doc) - {"models", _ALLOW_KEY}:
+        extra = sorted(set(doc) - {"models", _ALLOW_KEY}) if isinstance(doc, dict) else doc
+        raise ValueError(
+            f"{p}: a price file has the top-level keys 'models' and '{_ALLOW_KEY}'; unknown: {extra}"
+        )
     models = doc.get("models") or {}
     if not isinstance(models, dict):
         raise ValueError(f"{p}: 'models' must be a mapping of model name -> prices")
-    return {str(name).lower(): _parse_price_entry(str(name), e, str(p)) for name, e in models.items()}
+    allow_all = doc.get(_ALLOW_KEY, False)
+    if not isinstance(allow_all, bool):
+        raise ValueError(f"{p}: {_ALLOW_KEY} must be true or false")
+    version = f"user:{p}#{hashlib.sha256(p.read_bytes()).hexdigest()[:12]}"
+    return {
+        str(name).lower(): _parse_entry(str(name), entry, str(p), version, allow_all)
+        for name, entry in models.items()
+    }
 
 
 @lru_cache(maxsize=16)
-def _user_table(path: str) -> dict[str, ModelRates]:
+def _user_table(path: str) -> dict[str, Any]:
     table = load_price_file(path)
     log.info("loaded %d model prices from %s", len(table), path)
     return table
 
 
-@lru_cache(maxsize=4096)
-def _resolve(model: str, provider: str | None, prices_file: str | None) -> ModelRates | None:
-    if prices_file:
-        table = _user_table(prices_file)
-        for name in _name_variants(model):
-            if name in table:
-                return table[name]
-    rates = _genai_rates(model, provider)
-    if rates is None:
-        log.info("no price for model %r (provider %r): unpriced", model, provider)
-    return rates
+def _user_model(model: str, path: str) -> _UserModel | None:
+    table = _user_table(path)
+    for name in _name_variants(model):
+        if name in table:
+            return table[name]
+    return None
 
 
 def _configured(prices_file: str | os.PathLike | None) -> str | None:
@@ -280,46 +649,9 @@ def check_prices_file(prices_file: str | os.PathLike | None = None) -> None:
         raise ValueError(f"{error}{origin}") from error
 
 
-def model_rates(
-    model: str, provider: str | None = None, prices_file: str | os.PathLike | None = None
-) -> ModelRates | None:
-    """The resolved prices of ``model`` (user file first, then genai-prices), or None if unpriced.
-
-    ``prices_file`` defaults to ``BUDGETLENS_PRICES_FILE``. Cached per (model, provider, file).
-    """
-    return _resolve(model, provider, _configured(prices_file))
-
-
-def cost_usd(
-    model: str | None,
-    usage: Usage | None,
-    provider: str | None = None,
-    prices_file: str | os.PathLike | None = None,
-) -> float | None:
-    """Cost of one call in USD (float >= 0), or None when the model is unpriced or usage unknown.
-
-    ``usage`` is a normalized :class:`~budgetlens.usage.Usage`; ``provider`` an OTel
-    ``gen_ai.provider.name`` or genai-prices provider id that narrows the lookup. Prices from the
-    user price file (``prices_file`` or ``BUDGETLENS_PRICES_FILE``), else genai-prices.
-    """
-    if not model or usage is None:
-        return None
-    rates = model_rates(model, provider, prices_file)
-    return None if rates is None else rates.cost(usage)
-
-
-def paid_call_cost_usd(model: str | None, usage: Usage | None, provider: str | None = None) -> float | None:
-    """:func:`cost_usd` of a call that was already paid for: a pricing failure (e.g. a price file
-    that became unreadable) is logged and gives None (unpriced) instead of raising, so the
-    caller can still count the call's tokens."""
-    try:
-        return cost_usd(model, usage, provider)
-    except Exception:
-        log.exception("could not price model %r; the call counts as unpriced", model)
-        return None
-
-
 def clear_price_cache() -> None:
-    """Forget resolved models and loaded price files (after editing a price file)."""
-    _resolve.cache_clear()
+    """Forget resolved models, loaded price files and the models already warned about."""
+    _genai_model.cache_clear()
     _user_table.cache_clear()
+    _warned_unpriced.clear()
+    _warned_partly.clear()

@@ -38,7 +38,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 log = logging.getLogger(__name__)
@@ -60,10 +60,26 @@ class Usage:
     cache_read_tokens: int = 0
     cache_write_tokens: int = 0
     reasoning_tokens: int = 0
+    # Billing dimensions beyond the five token counts (issue 9): parts of the totals above, or
+    # counts of server-side tool use; genai-prices prices each at its own rate.
+    cache_write_1h_tokens: int = 0
+    input_audio_tokens: int = 0
+    input_image_tokens: int = 0
+    input_video_tokens: int = 0
+    cache_read_audio_tokens: int = 0
+    output_audio_tokens: int = 0
+    output_image_tokens: int = 0
+    web_search_requests: int = 0
+    code_executions: int = 0
+    service_tier: str | None = None
 
     def __post_init__(self) -> None:
         for f in fields(self):
             value = getattr(self, f.name)
+            if f.name == "service_tier":
+                if value is not None and not isinstance(value, str):
+                    raise ValueError(f"Usage.service_tier must be a str or None, got {value!r}")
+                continue
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise ValueError(f"Usage.{f.name} must be an int >= 0, got {value!r}")
         if self.cache_read_tokens + self.cache_write_tokens > self.input_tokens:
@@ -77,6 +93,45 @@ class Usage:
                 "Usage.reasoning_tokens must not exceed output_tokens (output includes reasoning): "
                 f"{self.reasoning_tokens} > {self.output_tokens}"
             )
+        self._check_billing_parts()
+
+    def _check_billing_parts(self) -> None:
+        """Each billing part within its total (raises ValueError naming the fields)."""
+        parts = (
+            (
+                "cache_write_1h_tokens",
+                self.cache_write_1h_tokens,
+                "cache_write_tokens",
+                self.cache_write_tokens,
+            ),
+            (
+                "input_audio_tokens + input_image_tokens + input_video_tokens",
+                self.input_audio_tokens + self.input_image_tokens + self.input_video_tokens,
+                "input_tokens",
+                self.input_tokens,
+            ),
+            (
+                "cache_read_audio_tokens",
+                self.cache_read_audio_tokens,
+                "cache_read_tokens",
+                self.cache_read_tokens,
+            ),
+            (
+                "cache_read_audio_tokens",
+                self.cache_read_audio_tokens,
+                "input_audio_tokens",
+                self.input_audio_tokens,
+            ),
+            (
+                "output_audio_tokens + output_image_tokens",
+                self.output_audio_tokens + self.output_image_tokens,
+                "output_tokens",
+                self.output_tokens,
+            ),
+        )
+        for part, value, total, limit in parts:
+            if value > limit:
+                raise ValueError(f"Usage.{part} must not exceed {total} (a part of it): {value} > {limit}")
 
     @property
     def total_tokens(self) -> int:
@@ -86,13 +141,13 @@ class Usage:
     def __add__(self, other: Usage) -> Usage:
         if not isinstance(other, Usage):
             return NotImplemented
-        return Usage(
-            self.input_tokens + other.input_tokens,
-            self.output_tokens + other.output_tokens,
-            self.cache_read_tokens + other.cache_read_tokens,
-            self.cache_write_tokens + other.cache_write_tokens,
-            self.reasoning_tokens + other.reasoning_tokens,
-        )
+        sums = {
+            f.name: getattr(self, f.name) + getattr(other, f.name)
+            for f in fields(self)
+            if f.name != "service_tier"
+        }
+        tier = self.service_tier if self.service_tier == other.service_tier else None
+        return Usage(**sums, service_tier=tier)
 
 
 _CONTAINER_KEYS = ("usage", "usageMetadata", "usage_metadata", "usageDetails")
@@ -285,7 +340,156 @@ def _dispatch(u: Mapping[str, Any], provider: str | None) -> Usage | None:
     shape = _shape(u, provider)
     if shape is None or all(u.get(k) is None for k in shape[1]):
         return None  # no shape, or every count null: unknown usage, never 0
-    return shape[0](u)
+    return _with_billing_parts(shape[0](u), u)
+
+
+# --- billing dimensions beyond the five token counts (issue 9) -----------------------------------
+
+#: Gemini ``*TokensDetails`` lists: [{"modality": "AUDIO", "tokenCount": 900}, ...].
+_GEMINI_DETAILS = {
+    "input": (
+        "promptTokensDetails",
+        "prompt_tokens_details",
+        "toolUsePromptTokensDetails",
+        "tool_use_prompt_tokens_details",
+    ),
+    "cache": ("cacheTokensDetails", "cache_tokens_details"),
+    "output": ("candidatesTokensDetails", "candidates_tokens_details"),
+}
+
+
+def _modalities(u: Mapping[str, Any], keys: tuple[str, ...]) -> dict[str, int]:
+    """Gemini modality token counts summed over the detail lists under ``keys`` (lower-case)."""
+    out: dict[str, int] = {}
+    for key in keys:
+        items = u.get(key)
+        if not isinstance(items, list):
+            continue
+        for item in items:
+            entry = _as_mapping(item) or {}
+            modality = str(entry.get("modality", "")).lower()
+            count = _int(entry.get("tokenCount", entry.get("token_count")), f"{key}.tokenCount")
+            out[modality] = out.get(modality, 0) + count
+    return out
+
+
+def _detail(u: Mapping[str, Any], path: tuple[str, ...]) -> int:
+    """A nested count (``("prompt_tokens_details", "audio_tokens")``); absent = 0."""
+    node: Any = u
+    for key in path[:-1]:
+        node = _as_mapping(node.get(key)) or {}
+    return _int(node.get(path[-1]), ".".join(path))
+
+
+def _first(u: Mapping[str, Any], *paths: tuple[str, ...]) -> int:
+    return max((_detail(u, p) for p in paths), default=0)
+
+
+def _billing_counts(u: Mapping[str, Any]) -> dict[str, int]:
+    """The billing parts a raw usage reports, by provider spelling (0 when absent).
+
+    OpenAI Chat ``prompt_tokens_details.audio_tokens``/``image_tokens`` and
+    ``completion_tokens_details.audio_tokens``; Realtime/Responses ``input_token(s)_details``
+    (with ``cached_tokens_details.audio_tokens``) and ``output_token(s)_details``; Gemini
+    ``promptTokensDetails``/``toolUsePromptTokensDetails``/``cacheTokensDetails``/
+    ``candidatesTokensDetails`` by modality; Anthropic (and LiteLLM) ``cache_creation
+    .ephemeral_1h_input_tokens`` and ``server_tool_use.web_search_requests``; Bedrock
+    ``cacheDetails`` entries with ``ttl: "1h"``.
+    """
+    gemini_in = _modalities(u, _GEMINI_DETAILS["input"])
+    gemini_cache = _modalities(u, _GEMINI_DETAILS["cache"])
+    gemini_out = _modalities(u, _GEMINI_DETAILS["output"])
+    bedrock_1h = 0
+    details = u.get("cacheDetails")
+    if isinstance(details, list):
+        for item in details:
+            entry = _as_mapping(item) or {}
+            if str(entry.get("ttl", "")).lower() == "1h":
+                bedrock_1h += _int(entry.get("inputTokens"), "cacheDetails.inputTokens")
+    return {
+        "cache_write_1h_tokens": max(_detail(u, ("cache_creation", "ephemeral_1h_input_tokens")), bedrock_1h),
+        "input_audio_tokens": max(
+            _first(
+                u,
+                ("prompt_tokens_details", "audio_tokens"),
+                ("input_token_details", "audio_tokens"),
+                ("input_tokens_details", "audio_tokens"),
+            ),
+            gemini_in.get("audio", 0),
+        ),
+        "input_image_tokens": max(
+            _first(
+                u,
+                ("prompt_tokens_details", "image_tokens"),
+                ("input_token_details", "image_tokens"),
+                ("input_tokens_details", "image_tokens"),
+            ),
+            gemini_in.get("image", 0),
+        ),
+        "input_video_tokens": gemini_in.get("video", 0),
+        "cache_read_audio_tokens": max(
+            _first(
+                u,
+                ("input_token_details", "cached_tokens_details", "audio_tokens"),
+                ("input_tokens_details", "cached_tokens_details", "audio_tokens"),
+                ("prompt_tokens_details", "cached_tokens_details", "audio_tokens"),
+            ),
+            gemini_cache.get("audio", 0),
+        ),
+        "output_audio_tokens": max(
+            _first(
+                u,
+                ("completion_tokens_details", "audio_tokens"),
+                ("output_token_details", "audio_tokens"),
+                ("output_tokens_details", "audio_tokens"),
+            ),
+            gemini_out.get("audio", 0),
+        ),
+        "output_image_tokens": max(
+            _first(
+                u, ("completion_tokens_details", "image_tokens"), ("output_tokens_details", "image_tokens")
+            ),
+            gemini_out.get("image", 0),
+        ),
+        "web_search_requests": _detail(u, ("server_tool_use", "web_search_requests")),
+        "code_executions": _detail(u, ("server_tool_use", "code_execution_requests")),
+    }
+
+
+def _with_billing_parts(usage: Usage, u: Mapping[str, Any], service_tier: Any = None) -> Usage:
+    """``usage`` with the billing parts of the raw usage ``u`` (each clamped to its total, logged)
+    and its service tier (``u["service_tier"]``, else ``service_tier`` from the response)."""
+    counts = _billing_counts(u)
+    tier = u.get("service_tier", service_tier)
+    counts["cache_write_1h_tokens"] = _part(
+        counts["cache_write_1h_tokens"], usage.cache_write_tokens, "1h cache writes"
+    )
+    inputs = ("input_audio_tokens", "input_image_tokens", "input_video_tokens")
+    room = usage.input_tokens
+    for name in inputs:
+        counts[name] = _part(counts[name], room, name)
+        room -= counts[name]
+    counts["cache_read_audio_tokens"] = _part(
+        counts["cache_read_audio_tokens"],
+        min(usage.cache_read_tokens, counts["input_audio_tokens"]),
+        "cached audio",
+    )
+    room = usage.output_tokens
+    for name in ("output_audio_tokens", "output_image_tokens"):
+        counts[name] = _part(counts[name], room, name)
+        room -= counts[name]
+    if not any(counts.values()) and not isinstance(tier, str):
+        return usage
+    return replace(
+        usage, **counts, service_tier=tier if isinstance(tier, str) and tier else usage.service_tier
+    )
+
+
+def _part(value: int, total: int, what: str) -> int:
+    if value > total:
+        log.warning("usage: %s %d exceed their total %d; clamping", what, value, total)
+        return total
+    return value
 
 
 _RESPONSE_EVENT_PREFIX = "response."  # OpenAI Responses stream events carry usage in "response"
@@ -317,7 +521,11 @@ def normalize_usage(payload: Any, provider: str | None = None) -> Usage | None:
     for key in _CONTAINER_KEYS:
         if key in mapping:
             inner = _as_mapping(mapping.get(key))
-            return _dispatch(inner, provider) if inner else None
+            usage = _dispatch(inner, provider) if inner else None
+            tier = mapping.get("service_tier")  # OpenAI states the tier on the response
+            if usage is not None and usage.service_tier is None and isinstance(tier, str) and tier:
+                usage = replace(usage, service_tier=tier)
+            return usage
     return _dispatch(mapping, provider)
 
 

@@ -398,14 +398,14 @@ def test_from_preset_names_a_missing_task_type(tmp_path):
 
 # --- QA regressions: pricing failures, messages, limits, reservations, misuse --------------------
 def test_record_keeps_a_calls_usage_when_pricing_fails(monkeypatch, caplog):
-    import budgetlens.pricing as pricing
+    import budgetlens.guard.run_budget as run_budget
 
     def broken(*args, **kwargs):
         raise ValueError("prices.yaml: models.gpt-4o: unknown key 'input_eur_per_mtok'")
 
     run = RunBudget(max_total_tokens=10**7)
     res = run.reserve(100)
-    monkeypatch.setattr(pricing, "model_rates", broken)
+    monkeypatch.setattr(run_budget, "price_call", broken)
     run.record(Usage(10, 10), model="gpt-4o", reservation=res)
     stats = run.stats()
     assert (stats.reserved_tokens, stats.used_tokens, stats.turns, stats.cost_usd) == (0, 20, 1, None)
@@ -723,9 +723,16 @@ def test_unpriced_model_under_a_cost_limit_warns_once_and_the_run_goes_on(caplog
     run = RunBudget(max_cost_usd=0.01, on_event=events.append)
     for _ in range(5):
         call(run, 1_000, 1_000, reserve=2_000, model="my-model")
-    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    warnings = [
+        r.getMessage()
+        for r in caplog.records
+        if r.levelname == "WARNING" and r.name.startswith("budgetlens.guard")
+    ]
     assert len(warnings) == 1
     assert "my-model" in warnings[0] and "BUDGETLENS_PRICES_FILE" in warnings[0]
+    # the unresolved name itself is logged once by the one price path
+    unresolved = [r.getMessage() for r in caplog.records if r.name == "budgetlens.pricing"]
+    assert len(unresolved) == 1 and "'my-model'" in unresolved[0]
     assert [(e.name, e.reason, e.model) for e in events] == [
         (EVENT_WARNING, REASON_COST_UNENFORCED, "my-model")
     ]

@@ -47,7 +47,7 @@ from budgetlens.guard.results import (
     RunResult,
 )
 from budgetlens.guard.telemetry import RunTelemetry
-from budgetlens.pricing import check_prices_file, model_rates, paid_call_cost_usd
+from budgetlens.pricing import check_prices_file, estimate_cost_usd, price_call
 from budgetlens.usage import Usage, normalize_usage
 
 log = logging.getLogger(__name__)
@@ -65,6 +65,18 @@ def _pool_stop(draw: Callable[[], None]) -> lim.Stop | None:
     except BudgetExceeded as exc:
         return lim.Stop(exc.reason, exc.limit, exc.used, exc.requested, exc.detail)
     return None
+
+
+def _paid_cost(model: str | None, usage: Usage, provider: str | None) -> float | None:
+    """USD of a call already paid for, priced now through :func:`budgetlens.pricing.price_call`
+    (every billed dimension: tokens by kind and modality, cache writes by duration, web searches,
+    service tier). A price file that fails only now is logged and the call counts as unpriced,
+    so it is never dropped."""
+    try:
+        return price_call(model, usage, provider).cost_usd
+    except ValueError:
+        log.exception("could not price model %r; the call counts as unpriced", model)
+        return None
 
 
 class RunBudget:
@@ -314,7 +326,7 @@ class RunBudget:
         ``input_tokens`` / ``output_tokens`` split the estimate (give one, the other is the rest;
         e.g. ``output_tokens`` = the request's ``max_tokens``); unsplit, it counts as input, like
         an unknown-usage charge. Its cost is estimated at ``model``'s price (default
-        :attr:`model`; see :meth:`budgetlens.pricing.ModelRates.estimate`; 0 when unpriced, and
+        :attr:`model`; see :func:`budgetlens.pricing.estimate_cost_usd`; 0 when unpriced, and
         under ``max_cost_usd`` the ``cost_unenforced`` warning is given).
         Raises BudgetExceeded before the call is sent when it does not fit, a limit is spent or
         the unknown-usage policy refuses; ValueError for a bad estimate or split; RuntimeError
@@ -332,12 +344,12 @@ class RunBudget:
         if model is not None and model.__class__ is not str:
             lim.check_model(model)
         model = model or self.model
-        cost, rates = 0.0, cast(Any, True)  # True: not looked up
+        cost, priced = 0.0, True
         if self._limits["max_cost_usd"] is not None and model:
-            rates = model_rates(model, self.provider)
-            cost = 0.0 if rates is None else rates.estimate(estimated_tokens, output)
+            estimate = estimate_cost_usd(model, estimated_tokens, output, self.provider)
+            cost, priced = (0.0, False) if estimate is None else (estimate, True)
         with self._lock:
-            if rates is None:
+            if not priced:
                 self._dispatch.cost_unenforced(model, self._use, self._limits)
             self._check_spent()
             use, limits = self._use, self._limits
@@ -448,7 +460,7 @@ class RunBudget:
             res = use.settle(reservation, self.run_id)
             model = model or (res.model if res else None)
             reserved = res.tokens if res else 0
-            cost = None if normalized is None else paid_call_cost_usd(model, normalized, provider)
+            cost = None if normalized is None else _paid_cost(model, normalized, provider)
             used_before = use.used_tokens
             first_unknown = use.add_call(normalized, cost, reserved)  # a turn; releases are not
             if self._pool is not None:
@@ -460,7 +472,7 @@ class RunBudget:
             elif (
                 cost is None
                 and self._limits["max_cost_usd"] is not None
-                and (normalized is not None or paid_call_cost_usd(model, _PROBE, provider) is None)
+                and (normalized is not None or _paid_cost(model, _PROBE, provider) is None)
             ):
                 self._dispatch.cost_unenforced(model, use, self._limits)  # no price for model
             action, self._last_actions = self._dispatch.thresholds(

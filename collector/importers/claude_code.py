@@ -44,7 +44,14 @@ from budgetlens import semconv
 from budgetlens.importers.base import ImporterFormat, ImportOptions
 from budgetlens.importers.reading import iter_json_lines
 from budgetlens.importers.report import ImportReport
-from budgetlens.importers.rows import extend_span, price, seconds_between, stable_id, usage_columns
+from budgetlens.importers.rows import (
+    extend_span,
+    price,
+    seconds_between,
+    source_cost,
+    stable_id,
+    usage_columns,
+)
 from budgetlens.importers.validation import (
     attempt,
     check_row,
@@ -289,7 +296,11 @@ def _finish(
     counter = (call.session_id, call.is_subagent)
     turn = turns.get(counter, 0) + 1
     usage = call.usage
-    cost = call.cost_usd if call.cost_usd is not None else price(call.model, usage, call.provider)
+    cost = (
+        source_cost(call.cost_usd, usage)
+        if call.cost_usd is not None
+        else price(call.model, usage, call.provider, call.first)
+    )
     row = {
         "span_id": stable_id(NAME, call.session_id, *call.key),
         "run_id": f"{NAME}:{call.session_id}",
@@ -304,7 +315,7 @@ def _finish(
         "end_utc": call.last,
         "duration_s": seconds_between(call.first, call.last),
         "turn": turn,
-        "cost_usd": cost,
+        **cost,
         "is_subagent": call.is_subagent,
         **usage_columns(usage),
     }

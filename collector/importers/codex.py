@@ -215,7 +215,7 @@ def _token_count(
         "response_model": state.model,
         "start_utc": when,
         "end_utc": when,
-        "cost_usd": price(state.model, usage, state.provider),
+        **price(state.model, usage, state.provider, when),
         **usage_columns(usage),
     }
     return row, total

@@ -50,6 +50,7 @@ from budgetlens.importers.rows import (
     price,
     provider_from_model,
     seconds_between,
+    source_cost,
     stable_id,
     usage_columns,
 )
@@ -245,9 +246,13 @@ def _eval_run(path: Path, lineno: int, obj: dict, options: ImportOptions, report
             else None
         )
         if per_call_costs:
-            cost = per_call_costs[index]
+            cost = source_cost(per_call_costs[index], usage)
         else:
-            cost = None if source_priced else price(model, usage, provider)
+            cost = (
+                source_cost(None, usage)
+                if source_priced
+                else price(model, usage, provider, base.get("start_utc"))
+            )
         calls += 1
         yield (
             "call",
@@ -259,7 +264,7 @@ def _eval_run(path: Path, lineno: int, obj: dict, options: ImportOptions, report
                 "response_model": model,
                 "duration_s": latency,
                 "turn": calls,
-                "cost_usd": cost,
+                **cost,
                 **usage_columns(usage),
             },
         )
@@ -354,7 +359,7 @@ def _trajectory(path: Path, events: list, options: ImportOptions, report: Import
                 "start_utc": when,
                 "end_utc": when,
                 "turn": calls,
-                "cost_usd": price(model, usage, provider),
+                **price(model, usage, provider, when),
                 **usage_columns(usage),
             },
         )

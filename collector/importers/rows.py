@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import logging
+from typing import Any
 
 from budgetlens import semconv
 from budgetlens.importers.validation import parse_timestamp
@@ -89,22 +90,33 @@ def usage_columns(usage: Usage | None) -> dict:
     }
 
 
-def price(model: str | None, usage: Usage | None, provider: str | None = None) -> float | None:
-    """Cost in USD of one call from ``budgetlens.pricing`` (genai-prices), or None when the usage is
-    unknown or the model is unpriced (never $0 for "no price").
+def price(
+    model: str | None, usage: Usage | None, provider: str | None = None, at: dt.datetime | None = None
+) -> dict[str, Any]:
+    """The pricing columns of one call (``cost_usd``, ``price_version``, ``usage_details``,
+    ``unpriced_parts``) from ``budgetlens.pricing.price_columns``: genai-prices' own
+    calculation over the whole usage at the call's time ``at`` (a datetime; None = now), or a
+    NULL cost when the usage is unknown or the model unpriced (never $0 for "no price").
 
     The user price file (``BUDGETLENS_PRICES_FILE``) is validated once at the start of an import
-    (:func:`check_price_file`); a model name the price library rejects is unpriced.
+    (:func:`check_price_file`).
     """
-    if usage is None or not model:
-        return None
-    from budgetlens.pricing import cost_usd
+    from budgetlens.pricing import price_columns
 
-    try:
-        return cost_usd(model, usage, provider=provider)
-    except ValueError as error:  # a model name the price library rejects: unpriced
-        log.debug("no price for %s (%s): %s", model, provider, error)
-        return None
+    return price_columns(model, usage, provider, at=at)
+
+
+def source_cost(cost: float | None, usage: Usage | None) -> dict[str, Any]:
+    """The pricing columns of a call whose cost the source states (NULL = unknown): no
+    ``price_version`` (a re-price never changes it)."""
+    from budgetlens.pricing import usage_details
+
+    return {
+        "cost_usd": cost,
+        "price_version": None,
+        "usage_details": usage_details(usage),
+        "unpriced_parts": None,
+    }
 
 
 def check_price_file() -> None:

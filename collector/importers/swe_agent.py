@@ -41,6 +41,7 @@ from budgetlens.importers.rows import (
     from_unix,
     price,
     provider_from_model,
+    source_cost,
     stable_id,
     usage_columns,
 )
@@ -211,7 +212,7 @@ def _mini(path: Path, doc: dict, options: ImportOptions, report: ImportReport):
                 "start_utc": when,
                 "end_utc": when,
                 "turn": calls,
-                "cost_usd": cost if cost is not None else price(model, usage, provider),
+                **(source_cost(cost, usage) if cost is not None else price(model, usage, provider, when)),
                 **usage_columns(usage),
             },
         )

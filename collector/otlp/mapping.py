@@ -30,6 +30,7 @@ unknown stop reason or usage status) is rejected alone with a reason naming the 
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 
 from budgetlens import semconv as sc
@@ -107,6 +108,9 @@ _EXPECTED = {
         "cost_usd",
         "usage_status",
         "error_type",
+        "price_version",
+        "usage_details",
+        "unpriced_parts",
     ),
     "record": (
         "run_id",
@@ -392,12 +396,13 @@ class _Mapper:
         cost = get(sc.BUDGET_COST_USD)
         if cost is not None and not (type(cost) is float and 0 <= cost <= MAX_AMOUNT):
             cost = amount(attrs, sc.BUDGET_COST_USD)
+        version = unpriced = None
         if cost is None and foreign and status == sc.USAGE_REPORTED:
             parts = (amount(attrs, sc.GEN_AI_USAGE_INPUT_COST), amount(attrs, sc.GEN_AI_USAGE_OUTPUT_COST))
             if None not in parts:
                 cost = parts[0] + parts[1]
-            elif self.price:
-                cost = _price(response_model or request_model, tokens, provider)
+            elif self.price:  # at the span's start: a late or backfilled span keeps its date's price
+                cost, version, unpriced = _price(response_model or request_model, tokens, provider, times[0])
         error_type = get(sc.ERROR_TYPE)
         if error_type is not None:
             error_type = text(attrs, sc.ERROR_TYPE)
@@ -437,6 +442,9 @@ class _Mapper:
             cost,
             status,
             error_type,
+            version,
+            None,
+            unpriced,
         )
 
     def event(self, event, index, span_hex, run_id) -> tuple:
@@ -484,13 +492,14 @@ def _check_usage(tokens: tuple) -> None:
         raise SpanRejected(f"total tokens ({total}) must equal input + output tokens ({inp} + {outp})")
 
 
-def _price(model, tokens: tuple, provider):
-    """Cost in USD from ``budgetlens.pricing.cost_usd`` (genai-prices); None when unpriced.
-    ``tokens`` in ``TOKEN_SOURCES`` order."""
+def _price(model, tokens: tuple, provider, start_micros):
+    """(cost USD, price version, unpriced parts) from ``budgetlens.pricing.price_call``
+    (genai-prices' own calculation at the span's start, ``start_micros`` since the epoch, UTC;
+    None = now); (None, None, None) when unpriced. ``tokens`` in ``TOKEN_SOURCES`` order."""
     if not model or tokens[0] is None or tokens[1] is None:  # a total alone cannot be priced
-        return None
+        return None, None, None
     try:
-        from budgetlens.pricing import cost_usd
+        from budgetlens.pricing import price_call
         from budgetlens.usage import Usage
 
         inp, outp, _, cache_read, cache_write, reasoning = tokens
@@ -501,10 +510,15 @@ def _price(model, tokens: tuple, provider):
             cache_write_tokens=cache_write or 0,
             reasoning_tokens=reasoning or 0,
         )
-        return cost_usd(model, usage, provider=provider)
+        at = None if start_micros is None else _EPOCH + dt.timedelta(microseconds=start_micros)
+        priced = price_call(model, usage, provider=provider, at=at)
+        return priced.cost_usd, priced.price_version, ",".join(priced.unpriced) or None
     except Exception as error:  # pricing must never cost a span; unpriced is NULL
         log.debug("no price for %s (%s): %s", model, provider, error)
-        return None
+        return None, None, None
+
+
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 
 
 def map_request(request, *, source: str = "otlp", price: bool = True) -> Mapped:

@@ -4,7 +4,10 @@ Tables (every column carries its unit: ``_tokens``, ``_usd``, ``_s``, ``_utc``; 
 naive ``TIMESTAMP`` values in UTC):
 
 - ``model_calls``: one row per model call (an OTel GenAI span, a guard turn, an imported call).
-  Primary key ``span_id``; a re-sent span is stored once.
+  Primary key ``span_id``; a re-sent span is stored once. ``price_version`` names the prices
+  that priced a row budgetlens priced (``usage_details``: the billed usage beyond the token
+  columns, JSON; ``unpriced_parts``: what had no price), so only ``budgetlens reprice`` changes
+  an old cost.
 - ``run_records``: what a run span (or an importer's per-run summary) says about a run: limits,
   stop reason, retryable, and totals when the source has them. Primary key ``run_id``.
 - ``budget_events``: warnings, downgrades, summaries, tool calls and stops. Primary key ``event_id``.
@@ -55,6 +58,11 @@ MODEL_CALL_COLUMNS: tuple[str, ...] = (
     "usage_status",
     "is_subagent",
     "error_type",
+    # issue 9: which prices priced the row, the billed usage beyond the token columns, what
+    # had no price (see the module docstring)
+    "price_version",
+    "usage_details",
+    "unpriced_parts",
 )
 
 RUN_RECORD_COLUMNS: tuple[str, ...] = (
@@ -309,7 +317,21 @@ CREATE TABLE run_totals (
 );
 """
 
+# issue 9: model_calls.price_version ("genai-prices 0.2.3", "user:<file>#<sha>"; NULL when the
+# source gave the cost or nothing priced the call), usage_details (JSON object of the Usage
+# billing parts beyond the token columns: audio/image/video tokens, 1h cache writes, web
+# searches, service tier) and unpriced_parts (comma-separated Usage fields the model had no
+# price for: the call is partly unpriced). `budgetlens reprice` recomputes costs from them.
+_V2_PRICE_VERSION = """
+ALTER TABLE model_calls ADD COLUMN price_version VARCHAR;
+ALTER TABLE model_calls ADD COLUMN usage_details VARCHAR;
+ALTER TABLE model_calls ADD COLUMN unpriced_parts VARCHAR
+"""
+
 #: Ordered migrations: (version, SQL script). Append only; never edit an applied one.
-MIGRATIONS: tuple[tuple[int, str], ...] = ((1, _V1),)
+MIGRATIONS: tuple[tuple[int, str], ...] = (
+    (1, _V1),
+    (2, _V2_PRICE_VERSION),  # issue 9: price version of each priced call
+)
 
 SCHEMA_VERSION = MIGRATIONS[-1][0]
