@@ -26,7 +26,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import UTC, datetime
-from typing import Any, cast
+from typing import Any
 
 from budgetlens import semconv as sc
 from budgetlens.guard import limits as lim
