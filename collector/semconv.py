@@ -89,7 +89,9 @@ BUDGET_STOP_REASONS = tuple(r for r in STOP_REASONS if r.startswith("budget_"))
 #: cut call, stream without usage) and the reservation was kept as a conservative charge.
 USAGE_REPORTED = "reported"
 USAGE_UNKNOWN = "unknown"
-USAGE_STATUSES = (USAGE_REPORTED, USAGE_UNKNOWN)
+#: usage that lacked a part (e.g. input): the missing part is charged from the reservation
+USAGE_PARTIAL = "partial"
+USAGE_STATUSES = (USAGE_REPORTED, USAGE_UNKNOWN, USAGE_PARTIAL)
 
 # --- names other instrumentations send (read by the collector's mapping) ---------------------
 #: Deprecated GenAI names (semconv before 1.37).

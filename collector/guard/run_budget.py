@@ -33,13 +33,14 @@ from budgetlens.guard.limits import DEFAULT_MAX_TOTAL_TOKENS, UNKNOWN_USAGE_POLI
 from budgetlens.guard.results import (
     EVENT_NAME_TOOL_CALL,
     Action,
+    BudgetExceeded,
     BudgetStats,
     Reservation,
     RunResult,
 )
 from budgetlens.guard.telemetry import RunTelemetry
 from budgetlens.pricing import check_prices_file, model_rates, paid_call_cost_usd
-from budgetlens.usage import Usage, normalize_usage
+from budgetlens.usage import Usage, normalize_usage, usage_missing_parts
 
 log = logging.getLogger(__name__)
 
@@ -150,6 +151,9 @@ class RunBudget:
 
     # --- state -----------------------------------------------------------------------------
     def _clear_use(self) -> None:
+        old = getattr(self, "_use", None)
+        if self._spend is not None and old is not None and old.reserved_cost_usd:
+            self._spend.release(old.reserved_cost_usd)  # open reservations are dropped
         self._use = RunLedger()
         self._dispatch.clear_thresholds()  # the model chain restarts too
 
@@ -183,6 +187,13 @@ class RunBudget:
         if self._use.refuse(exc):
             self._dispatch.emit(Action.STOP, self._use, self._limits, reason=stop.reason)
         raise exc
+
+    def _reserve_spend(self, cost: float) -> None:
+        """Reserve ``cost`` (USD) in the shared spend windows; a refusal is this run's stop."""
+        try:
+            self._spend.reserve(cost)
+        except BudgetExceeded as exc:
+            self._stop_on(lim.Stop(exc.reason, exc.limit, exc.used, exc.requested, "spend window"))
 
     def _check_open(self) -> None:
         if self._finished is not None:
@@ -254,7 +265,7 @@ class RunBudget:
             lim.check_model(model)
         model = model or self.model
         cost, rates = 0.0, True
-        if self._limits["max_cost_usd"] is not None and model:
+        if (self._limits["max_cost_usd"] is not None or self._spend is not None) and model:
             rates = model_rates(model, self.provider)
             cost = 0.0 if rates is None else rates.estimate(estimated_tokens, output)
         with self._lock:
@@ -267,6 +278,8 @@ class RunBudget:
                 or lim.reserve_stop(limits, use, estimated_tokens, output or 0, cost)
             )
             self._check_turns()
+            if self._spend is not None:
+                self._reserve_spend(cost)
             self._next_id += 1
             res = Reservation(
                 self._next_id,
@@ -312,7 +325,11 @@ class RunBudget:
         ``usage``: a :class:`Usage`, a raw provider payload or response (see
         :func:`normalize_usage`), or None when the call ended without usage: usage_status becomes
         ``unknown`` and the call is charged, never 0, as :meth:`RunLedger.add_call` (its
-        reservation, else the run's largest call, else ``DEFAULT_UNKNOWN_CALL_TOKENS``).
+        reservation, else the run's largest call, else ``DEFAULT_UNKNOWN_CALL_TOKENS``). A usage
+        that lacks a part (Anthropic's final ``message_delta`` alone: output, no input; see
+        :func:`budgetlens.usage.usage_missing_parts`) is *partial*: the missing part is charged
+        from the reservation (its input part; without one, as an unknown call) and the call's and
+        run's usage_status become ``partial``.
         ``reservation``: the one settled (default: the oldest open one). ``model``/``provider``
         price the call; a pricing failure is logged and the call counts as unpriced (under
         ``max_cost_usd``, with the ``cost_unenforced`` warning once per model). Raises,
@@ -324,6 +341,7 @@ class RunBudget:
         if model is not None and model.__class__ is not str:
             lim.check_model(model)
         normalized = normalize_usage(usage, provider) if usage is not None else None
+        missing = usage_missing_parts(usage, provider) if normalized is not None else ()
         with self._lock:
             if self._finished is not None:
                 self._check_open()
@@ -331,12 +349,18 @@ class RunBudget:
             res = use.settle(reservation, self.run_id)
             model = model or (res.model if res else None)
             reserved = res.tokens if res else 0
+            if missing and normalized is not None:  # partial usage: the missing part is charged
+                normalized = use.complete_partial(normalized, missing, res)
             cost = None if normalized is None else paid_call_cost_usd(model, normalized, provider)
             first_unknown = use.add_call(normalized, cost, reserved)  # a turn; releases are not
             if first_unknown:
                 log.warning("run %s: call without usage; charged %d tokens", self.run_id, first_unknown)
-            if cost is not None and self._spend is not None:
-                self._spend.add(cost)
+            if self._spend is not None:
+                if res is not None and res.cost_usd:
+                    self._spend.release(res.cost_usd)
+                charge = cost if cost is not None else (res.cost_usd if res and normalized is None else None)
+                if charge is not None:
+                    self._spend.add(charge)
             elif (
                 cost is None
                 and self._limits["max_cost_usd"] is not None
@@ -356,6 +380,7 @@ class RunBudget:
                 turn=turn,
                 start_ns=res.start_ns if res else None,
                 usage=normalized,
+                usage_status=sc.USAGE_PARTIAL if missing else None,
                 reserved_tokens=reserved,
                 used_tokens=used,
                 remaining_tokens=remaining,
@@ -372,7 +397,9 @@ class RunBudget:
         """
         with self._lock:
             if self._finished is None:
-                self._use.settle(reservation, self.run_id)
+                res = self._use.settle(reservation, self.run_id)
+                if res is not None and res.cost_usd and self._spend is not None:
+                    self._spend.release(res.cost_usd)
 
     # --- limits and reset -------------------------------------------------------------------
     def set_max(self, **limits: float | None) -> None:
