@@ -317,3 +317,38 @@ def test_a_guard_run_span_in_the_future_is_clamped_and_flags_the_run(tmp_path):
     mapped = map_request(encode_spans(recorder.spans()), price=False)
     (run,) = _runs(_store(tmp_path, mapped))
     assert run[6] == "future_time" and run[9] <= dt.datetime.now(dt.UTC).replace(tzinfo=None)
+
+
+# --- the flags are visible --------------------------------------------------------------------
+def test_flagged_spans_are_counted_by_reason_on_a_fresh_registry():
+    from prometheus_client import CollectorRegistry
+
+    from budgetlens.ingest.metrics import CollectorMetrics
+
+    registry = CollectorRegistry()
+    metrics = CollectorMetrics(registry)
+    metrics.observe_received(3, 0, {"future_time": 2, "foreign_usage": 1, "made_up": 1})
+    value = registry.get_sample_value
+    assert value("budgetlens_ingest_flagged_spans_total", {"reason": "future_time"}) == 2
+    assert value("budgetlens_ingest_flagged_spans_total", {"reason": "foreign_usage"}) == 1
+    assert value("budgetlens_ingest_flagged_spans_total", {"reason": "other"}) == 1
+
+
+@pytest.mark.system
+def test_a_real_collector_counts_flagged_spans_and_runs_show_the_flag(tmp_path, python):
+    import requests
+
+    future = int(dt.datetime(2031, 6, 1, tzinfo=dt.UTC).timestamp() * 1e9)
+    recorder = _Recorder()
+    call = recorder.tracer.start_span("chat gpt-4o", kind=SpanKind.CLIENT, start_time=future)
+    call.set_attributes({**CHAT, sc.GEN_AI_USAGE_INPUT_TOKENS: 100, sc.GEN_AI_USAGE_OUTPUT_TOKENS: 10})
+    call.end(end_time=future + 1_000_000_000)
+    db_path = tmp_path / "store.duckdb"
+    with collector_process(python, db_path) as (process, url):
+        exporter = OTLPSpanExporter(endpoint=f"{url}/v1/traces", timeout=10)
+        assert exporter.export(recorder.spans()) == SpanExportResult.SUCCESS
+        exporter.shutdown()
+        scrape = requests.get(f"{url}/metrics", timeout=10).text
+    assert 'budgetlens_ingest_flagged_spans_total{reason="future_time"} 1.0' in scrape
+    (run,) = _runs(db_path)
+    assert run[6] == "future_time" and run[9] <= dt.datetime.now(dt.UTC).replace(tzinfo=None)
