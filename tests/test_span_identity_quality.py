@@ -352,3 +352,42 @@ def test_a_real_collector_counts_flagged_spans_and_runs_show_the_flag(tmp_path, 
     assert 'budgetlens_ingest_flagged_spans_total{reason="future_time"} 1.0' in scrape
     (run,) = _runs(db_path)
     assert run[6] == "future_time" and run[9] <= dt.datetime.now(dt.UTC).replace(tzinfo=None)
+
+
+def _calls_row(run_id: str, start: dt.datetime, tokens: int, quality: str | None = None) -> dict:
+    return {
+        "span_id": f"{run_id}-call",
+        "run_id": run_id,
+        "source": "test",
+        "task_type": "triage",
+        "start_utc": start,
+        "end_utc": start + dt.timedelta(seconds=5),
+        "input_tokens": tokens,
+        "output_tokens": 0,
+        "usage_status": sc.USAGE_REPORTED,
+        "quality": quality,
+    }
+
+
+def test_cli_runs_shows_quality_and_a_future_run_never_moves_the_default_window(tmp_path, capsys):
+    import json
+
+    from budgetlens.analysis import views
+    from budgetlens.cli import main
+
+    now = dt.datetime.now(dt.UTC).replace(tzinfo=None)
+    rows = [_calls_row(f"r{day}", now - dt.timedelta(days=day, hours=1), 100 + day) for day in range(3)]
+    rows.append(_calls_row("r-2031", dt.datetime(2031, 6, 1), 999, "future_time"))  # an importer's log
+    rows.append(_calls_row("r-flagged", now - dt.timedelta(hours=2), 50, "end_before_start,foreign_usage"))
+    db_path = tmp_path / "store.duckdb"
+    with write_connection(db_path) as conn:
+        write_batch(conn, rows)
+    assert main(["runs", "--db", str(db_path), "--format", "json"]) == 0
+    shown = {row["run_id"]: row["quality"] for row in json.loads(capsys.readouterr().out)}
+    # the window ends now: the three recent runs and the flagged one, not the 2031 one
+    assert shown == {"r0": None, "r1": None, "r2": None, "r-flagged": "end_before_start,foreign_usage"}
+    assert main(["runs", "--db", str(db_path), "--format", "json", "--search", "foreign_usage"]) == 0
+    assert [row["run_id"] for row in json.loads(capsys.readouterr().out)] == ["r-flagged"]
+    with read_connection(db_path) as conn:
+        overview = views.overview(conn, views.Filters())
+    assert overview.flagged_runs == 2
