@@ -115,7 +115,20 @@ BUDGET_STOP_REASONS = tuple(r for r in STOP_REASONS if r.startswith("budget_"))
 #: cut call, stream without usage) and the reservation was kept as a conservative charge.
 USAGE_REPORTED = "reported"
 USAGE_UNKNOWN = "unknown"
-USAGE_STATUSES = (USAGE_REPORTED, USAGE_UNKNOWN)
+#: usage that lacked a part (e.g. input): the missing part is charged from the reservation
+USAGE_PARTIAL = "partial"
+USAGE_STATUSES = (USAGE_REPORTED, USAGE_UNKNOWN, USAGE_PARTIAL)
+
+#: Data-quality flags (the ``quality`` column of calls, run records and runs; the ``reason``
+#: label of ``budgetlens_ingest_flagged_spans_total``): name -> what was repaired.
+QUALITY_FLAGS = {
+    "future_time": "a timestamp past the receive time (beyond the skew allowance), clamped to it",
+    "end_before_start": "the span ended before it started; end set to start (duration 0)",
+    "missing_time": "a zero (unset) start or end timestamp, stored as NULL",
+    "foreign_usage": "cache parts above input (or reasoning above output): input excluded them; normalized",
+    "aggregate_mismatch": "an aggregate span's usage differs from the sum of the calls below it",
+    "partial_usage": "a usage lacking its input or output part; the missing part was charged",
+}
 
 # --- names other instrumentations send (read by the collector's mapping) ---------------------
 #: Deprecated GenAI names (semconv before 1.37).

@@ -43,7 +43,7 @@ from typing import Any
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Usage", "UsageAccumulator", "normalize_usage"]
+__all__ = ["Usage", "UsageAccumulator", "normalize_usage", "usage_missing_parts"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -221,11 +221,38 @@ def _gemini(u: Mapping[str, Any]) -> Usage:
     return _clamped(prompt + tool_prompt, candidates + thoughts, cached, 0, thoughts, "gemini")
 
 
+#: Bedrock spellings per part: Converse ``usage`` (``inputTokens``...) first, then the
+#: ``*TokenCount`` spellings of InvokeModel's invocation metrics and its response headers.
+_BEDROCK_SPELLINGS = {
+    "input": ("inputTokens", "inputTokenCount"),
+    "output": ("outputTokens", "outputTokenCount"),
+    "cache_read": ("cacheReadInputTokens", "cacheReadInputTokenCount"),
+    "cache_write": ("cacheWriteInputTokens", "cacheWriteInputTokenCount"),
+}
+#: Bedrock keys that are read elsewhere or carry no count of their own (the total is the sum).
+_BEDROCK_OTHER = frozenset({"totalTokens", "totalTokenCount", "cacheDetails"})
+_BEDROCK_KNOWN = frozenset(name for names in _BEDROCK_SPELLINGS.values() for name in names) | _BEDROCK_OTHER
+
+
+def _bedrock_part(u: Mapping[str, Any], part: str) -> int:
+    """One part of a Bedrock usage under whichever spelling it has (0 when absent)."""
+    for name in _BEDROCK_SPELLINGS[part]:
+        if u.get(name) is not None:
+            return _int(u[name], name)
+    return 0
+
+
 def _bedrock(u: Mapping[str, Any]) -> Usage:
-    cr = _int(u.get("cacheReadInputTokens"), "cacheReadInputTokens")
-    cw = _int(u.get("cacheWriteInputTokens"), "cacheWriteInputTokens")
-    inp = _int(u.get("inputTokens"), "inputTokens") + cr + cw
-    return Usage(inp, _int(u.get("outputTokens"), "outputTokens"), cr, cw, 0)
+    """Bedrock Converse / InvokeModel usage: input WITHOUT the cache buckets. A token count
+    under a spelling this reader does not know is refused by name (ValueError), never dropped."""
+    unknown = sorted(k for k in u if "token" in k.lower() and k not in _BEDROCK_KNOWN)
+    if unknown:
+        raise ValueError(
+            f"Bedrock usage field(s) {unknown} are not understood; known: {sorted(_BEDROCK_KNOWN)}"
+        )
+    cr, cw = _bedrock_part(u, "cache_read"), _bedrock_part(u, "cache_write")
+    inp = _bedrock_part(u, "input") + cr + cw
+    return Usage(inp, _bedrock_part(u, "output"), cr, cw, 0)
 
 
 def _anthropic(u: Mapping[str, Any]) -> Usage:
@@ -308,7 +335,8 @@ _GEMINI_KEYS = (
     "toolUsePromptTokenCount",
     "tool_use_prompt_token_count",
 )
-_BEDROCK_KEYS = ("inputTokens", "outputTokens", "cacheReadInputTokens", "cacheWriteInputTokens")
+_BEDROCK_KEYS = tuple(name for names in _BEDROCK_SPELLINGS.values() for name in names)
+_BEDROCK_MAIN = frozenset(_BEDROCK_SPELLINGS["input"] + _BEDROCK_SPELLINGS["output"])
 _CHAT_KEYS = ("prompt_tokens", "completion_tokens")
 _ANTHROPIC_KEYS = ("input_tokens", "output_tokens", "cache_read_input_tokens", "cache_creation_input_tokens")
 _LANGFUSE_KEYS = ("input", "output")
@@ -319,7 +347,7 @@ def _shape(u: Mapping[str, Any], provider: str | None):
     keys = u.keys()
     if "promptTokenCount" in keys or "prompt_token_count" in keys or "candidatesTokenCount" in keys:
         return _gemini, _GEMINI_KEYS
-    if "inputTokens" in keys or "outputTokens" in keys:
+    if not keys.isdisjoint(_BEDROCK_MAIN):
         return _bedrock, _BEDROCK_KEYS
     if "prompt_tokens" in keys or "completion_tokens" in keys:
         return _chat, _CHAT_KEYS
@@ -495,6 +523,22 @@ def _part(value: int, total: int, what: str) -> int:
 _RESPONSE_EVENT_PREFIX = "response."  # OpenAI Responses stream events carry usage in "response"
 
 
+def _usage_mapping(payload: Any) -> tuple[Mapping[str, Any] | None, str]:
+    """The usage mapping inside ``payload`` (None: none) and the payload's event type ("")."""
+    mapping = _as_mapping(payload)
+    if not mapping:
+        return None, ""
+    kind = str(mapping.get("type", ""))
+    if kind == "message_start" and "message" in mapping:
+        mapping = _sub(mapping, "message")
+    elif kind.startswith(_RESPONSE_EVENT_PREFIX) and "response" in mapping:
+        mapping = _sub(mapping, "response")
+    for key in _CONTAINER_KEYS:
+        if key in mapping:
+            return _as_mapping(mapping.get(key)) or None, kind
+    return mapping, kind
+
+
 def normalize_usage(payload: Any, provider: str | None = None) -> Usage | None:
     """Normalize a provider usage payload to :class:`Usage`.
 
@@ -506,27 +550,75 @@ def normalize_usage(payload: Any, provider: str | None = None) -> Usage | None:
 
     Returns None when the payload carries no usage (None, no usage keys, ``usage: null``, or
     main counts that are all null): the caller must treat that as *unknown*, never as 0. Raises
-    ``ValueError`` naming the field when a count is negative, not a number, NaN or infinite.
-    An existing :class:`Usage` is returned as is.
+    ``ValueError`` naming the field when a count is negative, not a number, NaN or infinite, or
+    (Bedrock) a token count under an unknown spelling. An existing :class:`Usage` is returned as
+    is. A usage lacking its input or output part reads that part as 0: see
+    :func:`usage_missing_parts` to tell such a *partial* usage apart.
     """
     if isinstance(payload, Usage):
         return payload
-    mapping = _as_mapping(payload)
-    if not mapping:
+    mapping, _ = _usage_mapping(payload)
+    usage = _dispatch(mapping, provider) if mapping else None
+    if usage is not None and usage.service_tier is None:
+        tier = _response_service_tier(payload)  # OpenAI states the tier on the response
+        if tier is not None:
+            usage = replace(usage, service_tier=tier)
+    return usage
+
+
+def _response_service_tier(payload: Any) -> str | None:
+    """The ``service_tier`` a response states next to its usage container (None: none)."""
+    outer = _as_mapping(payload)
+    if not outer:
         return None
-    if mapping.get("type") == "message_start" and "message" in mapping:
-        mapping = _sub(mapping, "message")
-    elif str(mapping.get("type", "")).startswith(_RESPONSE_EVENT_PREFIX) and "response" in mapping:
-        mapping = _sub(mapping, "response")
-    for key in _CONTAINER_KEYS:
-        if key in mapping:
-            inner = _as_mapping(mapping.get(key))
-            usage = _dispatch(inner, provider) if inner else None
-            tier = mapping.get("service_tier")  # OpenAI states the tier on the response
-            if usage is not None and usage.service_tier is None and isinstance(tier, str) and tier:
-                usage = replace(usage, service_tier=tier)
-            return usage
-    return _dispatch(mapping, provider)
+    kind = str(outer.get("type", ""))
+    if kind.startswith(_RESPONSE_EVENT_PREFIX) and "response" in outer:
+        outer = _sub(outer, "response")
+    if not any(key in outer for key in _CONTAINER_KEYS):
+        return None
+    tier = outer.get("service_tier")
+    return tier if isinstance(tier, str) and tier else None
+
+
+#: Per part: the keys any shape reports it under (one present and non-null = the part is there).
+_PART_KEYS = {
+    "input_tokens": (
+        "input_tokens",
+        "prompt_tokens",
+        "promptTokenCount",
+        "prompt_token_count",
+        "input",
+        *_BEDROCK_SPELLINGS["input"],
+    ),
+    "output_tokens": (
+        "output_tokens",
+        "completion_tokens",
+        "candidatesTokenCount",
+        "candidates_token_count",
+        "output",
+        *_BEDROCK_SPELLINGS["output"],
+    ),
+}
+
+
+def usage_missing_parts(payload: Any, provider: str | None = None) -> tuple[str, ...]:
+    """The parts (``"input_tokens"``, ``"output_tokens"``) a payload's usage does not report.
+
+    A usage that carries counts but lacks one part is *partial*: e.g. Anthropic's final
+    ``message_delta`` carries only ``output_tokens`` (its input is in ``message_start``; an
+    input of 0 there is no report either, since no call has an empty prompt). ``()`` for a
+    complete usage, a :class:`Usage`, or a payload without usage (that one is *unknown*, see
+    :func:`normalize_usage`).
+    """
+    if isinstance(payload, Usage):
+        return ()
+    mapping, kind = _usage_mapping(payload)
+    if not mapping or _dispatch(mapping, provider) is None:
+        return ()
+    missing = [part for part, keys in _PART_KEYS.items() if all(mapping.get(k) is None for k in keys)]
+    if kind == "message_delta" and "input_tokens" not in missing and not mapping.get("input_tokens"):
+        missing.insert(0, "input_tokens")
+    return tuple(missing)
 
 
 class UsageAccumulator:

@@ -174,6 +174,7 @@ COLUMN_LABELS = {
     "cost_usd": "Cost (USD)",
     "stop_reason": "Stop reason",
     "usage_status": "Usage",
+    "quality": "Quality flags",
     "low_sample": "Sample",
     "finished_runs": "Finished runs",
     "budget_stops": "Budget stops",

@@ -260,6 +260,7 @@ def test_runs_table_is_newest_first_searchable_and_paged(conn):
         "cost_usd",
         "stop_reason",
         "usage_status",
+        "quality",
     ]
 
 

@@ -135,6 +135,7 @@ def test_runs_csv_has_one_line_per_run_with_the_documented_columns(store, capsys
             "cost_usd",
             "stop_reason",
             "usage_status",
+            "quality",
         ]
     )
     assert {r["task_type"] for r in rows} == {"simple_qa"}

@@ -465,22 +465,6 @@ def test_deeply_nested_json_is_a_400_not_a_crash(body):
     [
         (
             {
-                "gen_ai.usage.input_tokens": 10,
-                "gen_ai.usage.output_tokens": 1,
-                "gen_ai.usage.cache_read.input_tokens": 1000,
-            },
-            "cache read + cache write tokens exceed",
-        ),
-        (
-            {
-                "gen_ai.usage.input_tokens": 10,
-                "gen_ai.usage.output_tokens": 1,
-                "gen_ai.usage.reasoning.output_tokens": 5,
-            },
-            "reasoning tokens exceed the output tokens",
-        ),
-        (
-            {
                 "gen_ai.usage.input_tokens": 100,
                 "gen_ai.usage.output_tokens": 10,
                 "llm.usage.total_tokens": 5000,

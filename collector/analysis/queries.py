@@ -94,6 +94,7 @@ SELECT
     count(*) FILTER (WHERE cost_usd IS NOT NULL AND NOT {COST_KNOWN}) AS partially_priced_runs,
     CAST(coalesce(sum(unpriced_calls), 0) AS BIGINT) AS unpriced_calls,
     count(*) FILTER (WHERE usage_status = 'unknown') AS unknown_usage_runs,
+    count(*) FILTER (WHERE quality IS NOT NULL) AS flagged_runs,
     quantile_cont(total_tokens, 0.95) AS p95_total_tokens
 FROM filtered
 """
@@ -298,6 +299,7 @@ RUN_TABLE_COLUMNS = (
     "cost_usd",
     "stop_reason",
     "usage_status",
+    "quality",
 )
 _RUN_TABLE_SELECT = ", ".join(RUN_TABLE_COLUMNS)
 
@@ -323,6 +325,7 @@ WHERE $search = ''
    OR contains(lower(coalesce(models, '')), lower($search))
    OR contains(lower(coalesce(stop_reason, '')), lower($search))
    OR contains(lower(coalesce(usage_status, '')), lower($search))
+   OR contains(lower(coalesce(quality, '')), lower($search))
 ORDER BY start_utc DESC NULLS LAST, run_id
 LIMIT $limit OFFSET $offset
 """

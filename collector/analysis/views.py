@@ -183,6 +183,8 @@ class Overview:
     intervention_rate: float | None
     p95_total_tokens: float | None
     per_task: pd.DataFrame = field(repr=False)
+    #: runs with a data-quality flag (``runs.quality``: repaired times, normalized usage, ...)
+    flagged_runs: int = 0
 
     @property
     def cost_is_lower_bound(self) -> bool:
@@ -235,6 +237,7 @@ def overview(conn, f: Filters) -> Overview:
         intervention_rate=_none(totals["intervention_rate"]),
         p95_total_tokens=_none(totals["p95_total_tokens"]),
         per_task=per_task,
+        flagged_runs=int(totals["flagged_runs"]),
     )
 
 
@@ -321,8 +324,9 @@ def top_runs(conn, f: Filters, limit: int = 20) -> pd.DataFrame:
 def runs_table(conn, f: Filters, search: str = "", limit: int = 500, offset: int = 0):
     """One row per run, newest first: run_id, task_type, service_name, models, start_utc,
     turns, tool_calls, input_tokens, output_tokens, total_tokens, cost_usd, stop_reason,
-    usage_status. ``search`` is a case-insensitive substring of the id, task type, service,
-    models, stop reason or usage status (``unknown``). Raises ValueError for a negative limit
+    usage_status, quality (comma-separated data-quality flags, None when clean). ``search`` is a
+    case-insensitive substring of the id, task type, service, models, stop reason, usage status
+    (``unknown``) or quality flag (``future_time``). Raises ValueError for a negative limit
     or offset."""
     if limit < 0 or offset < 0:
         raise ValueError("limit and offset must be >= 0")

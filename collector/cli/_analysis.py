@@ -16,6 +16,7 @@ Output conventions (every format):
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import math
 import sys
 from contextlib import contextmanager
@@ -24,7 +25,7 @@ from budgetlens.cli._common import add_db_argument, non_negative_float
 
 WINDOW_HELP = (
     "The window is the last --window-days days of the data, ending at the newest run in the "
-    "store (so an old sample still shows); --window-days 0 takes every run. When the window "
+    "store, never later than now (so an old sample still shows); --window-days 0 takes every run. When the window "
     "leaves runs out, a note on stderr says how many it keeps."
 )
 #: Significant digits of floats in JSON and CSV, and of costs in the table.
@@ -115,6 +116,8 @@ def analysis_session(args):
         _note_unknown_scope(conn, args)
         filters = analysis.Filters(**scope)
         if args.window_days:
+            # a run stamped in the future never moves the window past now
+            last = min(last, dt.datetime.now(dt.UTC).replace(tzinfo=None))
             windowed = analysis.window_filters(args.window_days, now_utc=last, **scope)
             kept, every = analysis.count_runs(conn, windowed), analysis.count_runs(conn, filters)
             if kept < every:

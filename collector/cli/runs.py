@@ -20,7 +20,9 @@ def register(subparsers) -> None:
             "List runs, newest first: id, task type, service, model(s), start (UTC), turns, "
             "tool calls, input/output/total tokens, cost (USD; empty when unpriced), stop "
             "reason, usage status (unknown: some call reported no usage, its reservation was "
-            "charged). " + WINDOW_HELP
+            "charged; partial: a usage lacked its input or output part), quality (data-quality "
+            "flags of repaired spans: future_time, end_before_start, missing_time, foreign_usage, "
+            "aggregate_mismatch, partial_usage). " + WINDOW_HELP
         ),
         epilog="Example: budgetlens runs --db budgetlens.duckdb --task-type research --limit 20",
     )
@@ -37,7 +39,7 @@ def register(subparsers) -> None:
         "--search",
         default="",
         help="case-insensitive substring of the run id, task type, service, "
-        "model, stop reason or usage status (e.g. unknown)",
+        "model, stop reason, usage status (e.g. unknown) or quality flag (e.g. future_time)",
     )
     parser.set_defaults(func=run)
 

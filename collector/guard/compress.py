@@ -116,19 +116,19 @@ def compress_messages(
 
 def cheapest_model(chain: Sequence[str], provider: str | None = None) -> str | None:
     """The model of ``chain`` with the lowest price of 1,000 input + 1,000 output tokens
-    (:func:`budgetlens.pricing.model_rates`); the chain's last model (by convention the cheapest)
+    (:func:`budgetlens.pricing.cost_usd`); the chain's last model (by convention the cheapest)
     when none is priced; None for an empty chain."""
-    from budgetlens.pricing import model_rates
+    from budgetlens.pricing import cost_usd
     from budgetlens.usage import Usage
 
     priced = []
     for position, model in enumerate(chain):
         try:
-            rates = model_rates(model, provider)
+            cost = cost_usd(model, Usage(1000, 1000), provider)
         except Exception:  # a price lookup never breaks the agent
-            rates = None
-        if rates is not None:
-            priced.append((rates.cost(Usage(1000, 1000)), position, model))
+            cost = None
+        if cost is not None:
+            priced.append((cost, position, model))
     if priced:
         return min(priced)[2]
     return chain[-1] if chain else None

@@ -50,6 +50,7 @@ class RunLedger:
         "unpriced_calls",
         "unknown_at",
         "refusal",
+        "partial_calls",
     )
 
     def __init__(self) -> None:
@@ -65,6 +66,7 @@ class RunLedger:
         self.priced_calls = self.unpriced_calls = 0
         self.unknown_at: int | None = None
         self.refusal: BudgetExceeded | None = None
+        self.partial_calls = 0  # calls whose usage lacked a part (charged from the reservation)
 
     # --- reading ---------------------------------------------------------------------------
     @property
@@ -197,7 +199,11 @@ class RunLedger:
             tool_calls=self.tool_calls,
             duration_s=duration_s,
             cost_usd=None if cost is None else round(cost, 9),
-            usage_status=sc.USAGE_UNKNOWN if unknown else sc.USAGE_REPORTED,
+            usage_status=sc.USAGE_UNKNOWN
+            if unknown
+            else sc.USAGE_PARTIAL
+            if self.partial_calls
+            else sc.USAGE_REPORTED,
             retryable=retryable(stop_reason, stop, len(unconfirmed_effects)),
             error_type=type(error).__name__ if error is not None and stop_reason == sc.STOP_FAILED else None,
             unconfirmed_effects=unconfirmed_effects,
@@ -274,6 +280,22 @@ class RunLedger:
             return None
         charge = reserved_tokens or self.unknown_charge()
         return charge if self.add_unknown(charge) else None
+
+    def complete_partial(
+        self, usage: Usage, missing: tuple[str, ...], reservation: Reservation | None
+    ) -> Usage:
+        """A partial ``usage`` (lacking the parts named in ``missing``: ``"input_tokens"`` and/or
+        ``"output_tokens"``) with each missing part charged, never 0: the reservation's part
+        (input = its tokens minus its output part), else :meth:`unknown_charge` for the input.
+        Counts the call in :attr:`partial_calls`."""
+        self.partial_calls += 1
+        inp, out = usage.input_tokens, usage.output_tokens
+        if "input_tokens" in missing:
+            charged = reservation.tokens - reservation.output_tokens if reservation else self.unknown_charge()
+            inp = max(inp, charged, usage.cache_read_tokens + usage.cache_write_tokens)
+        if "output_tokens" in missing and reservation is not None:
+            out = max(out, reservation.output_tokens, usage.reasoning_tokens)
+        return Usage(inp, out, usage.cache_read_tokens, usage.cache_write_tokens, usage.reasoning_tokens)
 
     def add_unknown(self, charged_tokens: int) -> bool:
         """Charge a call that ended without usage ``charged_tokens`` (tokens). Returns True for the

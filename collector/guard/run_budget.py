@@ -48,7 +48,7 @@ from budgetlens.guard.results import (
 )
 from budgetlens.guard.telemetry import RunTelemetry
 from budgetlens.pricing import check_prices_file, estimate_cost_usd, price_call
-from budgetlens.usage import Usage, normalize_usage
+from budgetlens.usage import Usage, normalize_usage, usage_missing_parts
 
 log = logging.getLogger(__name__)
 
@@ -202,9 +202,13 @@ class RunBudget:
 
     # --- state -----------------------------------------------------------------------------
     def _clear_use(self) -> None:
-        if self._pool is not None:  # open reservations are dropped: give them back to the pool
-            for res in getattr(self, "_use", RunLedger()).reservations.values():
-                self._pool.settle(res.tokens, 0)
+        old = getattr(self, "_use", None)
+        if old is not None:  # open reservations are dropped: give them back
+            if self._pool is not None:
+                for res in old.reservations.values():
+                    self._pool.settle(res.tokens, 0)
+            if self._spend is not None and old.reserved_cost_usd:
+                self._spend.release(old.reserved_cost_usd)
         self._use = RunLedger()
         self._dispatch.clear_thresholds()  # the model chain restarts too
 
@@ -257,6 +261,13 @@ class RunBudget:
         if self._use.refuse(exc):
             self._dispatch.emit(Action.STOP, self._use, self._limits, reason=stop.reason)
         raise exc
+
+    def _reserve_spend(self, cost: float) -> None:
+        """Reserve ``cost`` (USD) in the shared spend windows; a refusal is this run's stop."""
+        try:
+            self._spend.reserve(cost)
+        except BudgetExceeded as exc:
+            self._stop_on(lim.Stop(exc.reason, exc.limit, exc.used, exc.requested, "spend window"))
 
     def _check_open(self) -> None:
         if self._finished is not None:
@@ -345,7 +356,7 @@ class RunBudget:
             lim.check_model(model)
         model = model or self.model
         cost, priced = 0.0, True
-        if self._limits["max_cost_usd"] is not None and model:
+        if (self._limits["max_cost_usd"] is not None or self._spend is not None) and model:
             estimate = estimate_cost_usd(model, estimated_tokens, output, self.provider)
             cost, priced = (0.0, False) if estimate is None else (estimate, True)
         with self._lock:
@@ -358,9 +369,14 @@ class RunBudget:
                 or lim.reserve_stop(limits, use, estimated_tokens, output or 0, cost)
             )
             self._check_turns()
+            if self._spend is not None:
+                self._reserve_spend(cost)
             if self._pool is not None:
                 pool = self._pool
-                self._stop_on(_pool_stop(lambda: pool.reserve(estimated_tokens)))
+                stop = _pool_stop(lambda: pool.reserve(estimated_tokens))
+                if stop is not None and self._spend is not None and cost:
+                    self._spend.release(cost)  # the pool refused: the spend reservation goes back
+                self._stop_on(stop)
             self._next_id += 1
             res = Reservation(
                 self._next_id,
@@ -441,7 +457,11 @@ class RunBudget:
         ``usage``: a :class:`Usage`, a raw provider payload or response (see
         :func:`normalize_usage`), or None when the call ended without usage: usage_status becomes
         ``unknown`` and the call is charged, never 0, as :meth:`RunLedger.add_call` (its
-        reservation, else the run's largest call, else ``DEFAULT_UNKNOWN_CALL_TOKENS``).
+        reservation, else the run's largest call, else ``DEFAULT_UNKNOWN_CALL_TOKENS``). A usage
+        that lacks a part (Anthropic's final ``message_delta`` alone: output, no input; see
+        :func:`budgetlens.usage.usage_missing_parts`) is *partial*: the missing part is charged
+        from the reservation (its input part; without one, as an unknown call) and the call's and
+        run's usage_status become ``partial``.
         ``reservation``: the one settled (default: the oldest open one). ``model``/``provider``
         price the call; a pricing failure is logged and the call counts as unpriced (under
         ``max_cost_usd``, with the ``cost_unenforced`` warning once per model). Raises,
@@ -453,6 +473,7 @@ class RunBudget:
         if model is not None and model.__class__ is not str:
             lim.check_model(model)
         normalized = normalize_usage(usage, provider) if usage is not None else None
+        missing = usage_missing_parts(usage, provider) if normalized is not None else ()
         with self._lock:
             if self._finished is not None:
                 self._check_open()
@@ -460,6 +481,8 @@ class RunBudget:
             res = use.settle(reservation, self.run_id)
             model = model or (res.model if res else None)
             reserved = res.tokens if res else 0
+            if missing and normalized is not None:  # partial usage: the missing part is charged
+                normalized = use.complete_partial(normalized, missing, res)
             cost = None if normalized is None else _paid_cost(model, normalized, provider)
             used_before = use.used_tokens
             first_unknown = use.add_call(normalized, cost, reserved)  # a turn; releases are not
@@ -467,8 +490,12 @@ class RunBudget:
                 self._pool.settle(reserved, use.used_tokens - used_before)
             if first_unknown:
                 log.warning("run %s: call without usage; charged %d tokens", self.run_id, first_unknown)
-            if cost is not None and self._spend is not None:
-                self._spend.add(cost)
+            if self._spend is not None:
+                if res is not None and res.cost_usd:
+                    self._spend.release(res.cost_usd)
+                charge = cost if cost is not None else (res.cost_usd if res and normalized is None else None)
+                if charge is not None:
+                    self._spend.add(charge)
             elif (
                 cost is None
                 and self._limits["max_cost_usd"] is not None
@@ -490,6 +517,7 @@ class RunBudget:
                 turn=turn,
                 start_ns=res.start_ns if res else None,
                 usage=normalized,
+                usage_status=sc.USAGE_PARTIAL if missing else None,
                 reserved_tokens=reserved,
                 used_tokens=used,
                 remaining_tokens=remaining,
@@ -507,6 +535,8 @@ class RunBudget:
         with self._lock:
             if self._finished is None:
                 res = self._use.settle(reservation, self.run_id)
+                if res is not None and res.cost_usd and self._spend is not None:
+                    self._spend.release(res.cost_usd)
                 if res is not None and self._pool is not None:
                     self._pool.settle(res.tokens, 0)
 

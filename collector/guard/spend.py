@@ -11,8 +11,16 @@ Per window: one alert when spend crosses ``alert_at`` (default 80 %) of its limi
 the next calendar period, or for rolling windows after spend fell back below the line), and a
 hard stop (``BudgetExceeded`` with reason ``budget_cost``) from the moment spend reaches the limit.
 
-This is per process. Fleet-wide spend alerts come from the collector's Prometheus metrics
-(``budgetlens_*`` cost counters aggregated across agents), not from this tracker.
+Reservations: ``RunBudget.reserve`` reserves the call's estimated cost in every window of the
+tracker atomically (one lock for all runs that share it) and refuses a call whose estimate does
+not fit next to spend and the other runs' open reservations; ``record`` settles it (the actual
+cost replaces the estimate; a call without usage keeps the estimate as its charge) and
+``release`` gives it back. Spend then passes a limit by at most what one call overshoots its
+own estimate.
+
+This is per process: two processes (or hosts) each sharing their own tracker do not see each
+other's reservations or spend. Fleet-wide spend alerts come from the collector's Prometheus
+metrics (``budgetlens_*`` cost counters aggregated across agents), not from this tracker.
 """
 
 from __future__ import annotations
@@ -50,7 +58,7 @@ class SpendAlert:
 
 
 class _Window:
-    __slots__ = ("name", "limit", "length", "period", "spent", "alerted", "entries")
+    __slots__ = ("name", "limit", "length", "period", "spent", "alerted", "entries", "reserved")
 
     def __init__(self, name: str, limit: float) -> None:
         self.name, self.limit, self.length = name, limit, WINDOWS[name]
@@ -58,6 +66,7 @@ class _Window:
         self.spent = 0.0
         self.alerted = False
         self.entries: deque[tuple[float, float]] = deque()
+        self.reserved = 0.0  # USD of open reservations (not yet spent)
 
 
 class SpendTracker:
@@ -162,6 +171,43 @@ class SpendTracker:
                 except Exception:
                     log.exception("spend on_alert callback failed")
         return alerts
+
+    def reserve(self, cost_usd: float) -> None:
+        """Reserve an estimated ``cost_usd`` (USD >= 0) in every window, atomically across the runs
+        sharing this tracker. Raises BudgetExceeded(``budget_cost``) naming the window, changing
+        nothing, when spend plus open reservations plus this estimate would pass a limit (or
+        spend has reached it)."""
+        now = self._clock()
+        with self._lock:
+            for w in self._windows:
+                self._roll(w, now)
+                committed = w.spent + w.reserved
+                if w.spent >= w.limit or committed + cost_usd > w.limit + 1e-12:
+                    raise BudgetExceeded(
+                        STOP_BUDGET_COST,
+                        w.limit,
+                        round(committed, 6),
+                        round(cost_usd, 6),
+                        f"{w.name} spend window {w.period} (spend + open reservations)",
+                    )
+            for w in self._windows:
+                w.reserved += cost_usd
+
+    def release(self, reserved_usd: float) -> None:
+        """Give back a reservation of ``reserved_usd`` (USD) made with :meth:`reserve`."""
+        with self._lock:
+            for w in self._windows:
+                w.reserved = max(0.0, w.reserved - reserved_usd)
+                if w.reserved < 1e-12:
+                    w.reserved = 0.0
+
+    def reserved(self, window: str) -> float:
+        """USD of open reservations in ``window``. Raises KeyError for an unknown window."""
+        with self._lock:
+            for w in self._windows:
+                if w.name == window:
+                    return w.reserved
+        raise KeyError(f"no spend window {window!r}")
 
     def spent(self, window: str) -> float:
         """USD spent in ``window`` now. Raises KeyError for a window the tracker has not."""

@@ -104,6 +104,7 @@ class RunTelemetry:
         start_ns: int | None,
         usage: Usage | None,
         reserved_tokens: int,
+        usage_status: str | None = None,
         used_tokens: int,
         remaining_tokens: int | None,
         cost_usd: float | None,
@@ -119,7 +120,8 @@ class RunTelemetry:
             sc.BUDGET_TURN: turn,
             sc.BUDGET_RESERVED_TOKENS: reserved_tokens,
             sc.BUDGET_USED_TOKENS: used_tokens,
-            sc.BUDGET_USAGE_STATUS: sc.USAGE_UNKNOWN if usage is None else sc.USAGE_REPORTED,
+            sc.BUDGET_USAGE_STATUS: usage_status
+            or (sc.USAGE_UNKNOWN if usage is None else sc.USAGE_REPORTED),
         }
         if remaining_tokens is not None:
             attributes[sc.BUDGET_REMAINING_TOKENS] = remaining_tokens

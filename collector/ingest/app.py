@@ -107,7 +107,7 @@ def create_app(
                 raise OtlpError(400, "request is nested too deeply") from None
         except OtlpError as error:
             return _error(kind, error.status, error.reason)
-        metrics.observe_received(mapped.spans, mapped.rejected)
+        metrics.observe_received(mapped.spans, mapped.rejected, mapped.flagged)
         if mapped.rejected:
             log.info("rejected %d of %d spans: %s", mapped.rejected, mapped.spans, mapped.error_message(2))
         if mapped.rows:

@@ -85,6 +85,7 @@ class CollectorMetrics:
     ``tokens_total{task_type,model,token_type}``, ``cost_usd_total{task_type,model}``,
     ``unpriced_calls_total{task_type,model}``, ``unknown_usage_calls_total{task_type,model}``,
     ``interventions_total{task_type,kind}``, ``spans_received_total``, ``spans_rejected_total``,
+    ``ingest_flagged_spans_total{reason}`` (spans stored after a repair, by quality flag),
     ``commit_duration_seconds`` (histogram, one load of a group into DuckDB),
     ``commit_failures_total``, ``ingest_queue_spans`` (rows acknowledged, not yet in DuckDB),
     ``journal_fsync_duration_seconds`` (histogram), ``ingest_loader_lag_seconds``,
@@ -160,6 +161,13 @@ class CollectorMetrics:
         self.spans_rejected = Counter(
             "budgetlens_spans_rejected", "Spans rejected as invalid (partial_success).", registry=r
         )
+        self.flagged_spans = Counter(
+            "budgetlens_ingest_flagged_spans",
+            "Spans stored after a repair (impossible time, foreign usage convention, aggregate "
+            "mismatch, partial usage), by quality flag.",
+            ["reason"],
+            registry=r,
+        )
         self.commit_duration = Histogram(
             "budgetlens_commit_duration_seconds",
             "Time to open the store, commit one group and close it.",
@@ -199,11 +207,15 @@ class CollectorMetrics:
             registry=r,
         )
 
-    def observe_received(self, spans: int, rejected: int) -> None:
-        """Count ``spans`` received, of which ``rejected`` were invalid."""
+    def observe_received(self, spans: int, rejected: int, flagged: Mapping[str, int] | None = None) -> None:
+        """Count ``spans`` received, of which ``rejected`` were invalid; ``flagged``: spans kept
+        after a repair, by quality flag (``budgetlens.semconv.QUALITY_FLAGS``; other names are
+        counted under ``other``)."""
         self.spans_received.inc(spans)
         if rejected:
             self.spans_rejected.inc(rejected)
+        for reason, count in (flagged or {}).items():
+            self.flagged_spans.labels(reason if reason in sc.QUALITY_FLAGS else "other").inc(count)
 
     def observe_write(self, calls, events, records, runs) -> None:
         """Update the budget metrics from what ``budgetlens.store.write_batch`` returned.

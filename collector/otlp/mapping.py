@@ -32,6 +32,9 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import time
+from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from budgetlens import semconv as sc
 from budgetlens.otlp.attributes import (
@@ -77,6 +80,14 @@ _CALL_COUNTS = tuple(
 )
 _CALL_TASK = CALL_KEYS.index("task_type")
 _CALL_TRACE = CALL_KEYS.index("trace_id")
+_CALL_RUN = CALL_KEYS.index("run_id")
+_CALL_INPUT = CALL_KEYS.index("input_tokens")
+_CALL_OUTPUT = CALL_KEYS.index("output_tokens")
+_CALL_QUALITY = CALL_KEYS.index("quality")
+_EVENT_RUN = EVENT_KEYS.index("run_id")
+#: Clock skew allowed between an agent and the collector before a timestamp counts as future.
+FUTURE_SKEW_S = 300.0
+_MAX_DEPTH = 1000  # parent chains longer than this (or cyclic) are not followed
 
 # The tuples below are written in these column orders; fail loudly if the schema moves.
 _EXPECTED = {
@@ -108,6 +119,8 @@ _EXPECTED = {
         "cost_usd",
         "usage_status",
         "error_type",
+        "quality",
+        "call_id",
         "price_version",
         "usage_details",
         "unpriced_parts",
@@ -136,6 +149,7 @@ _EXPECTED = {
         "usage_status",
         "retryable",
         *(column for column, _, _ in LIMITS),
+        "quality",
     ),
     "event": (
         "event_id",
@@ -162,15 +176,51 @@ def _is_text(value) -> bool:
     return type(value) is str and 0 < len(value) <= 200
 
 
-class _Mapper:
-    """Maps the spans of one request; rows go to ``self.out`` (a ``Mapped``)."""
+@dataclass(slots=True)
+class _Node:
+    """What ``finish`` needs of one accepted span: its parent (hex, "" for a root), the run id
+    it names (``budgetlens.run_id``, None when it names none) and the rows it produced."""
 
-    def __init__(self, source: str, price: bool):
+    parent: str
+    run: str | None
+    call: int | None = None
+    record: int | None = None
+    events: list[int] = field(default_factory=list)
+
+
+class _Span(NamedTuple):
+    """The parts of one span that its rows are built from."""
+
+    attrs: dict
+    span_hex: str
+    run_id: str
+    trace_hex: str
+    parent_hex: str
+    service: str | None
+    times: tuple
+    failed: bool
+    budget_run: str | None
+
+
+class _Mapper:
+    """Maps the spans of one request; rows go to ``self.out`` (a ``Mapped``).
+
+    ``now_ns``: the receive time (ns since the epoch); timestamps later than it by more than
+    ``FUTURE_SKEW_S`` are clamped to it and flagged.
+    """
+
+    def __init__(self, source: str, price: bool, now_ns: int):
         self.source = source
         self.price = price
+        self.now_ns = now_ns
+        self.latest_ns = now_ns + int(FUTURE_SKEW_S * 1e9)
         self.out = Mapped()
         self.agent_by_trace: dict[str, str] = {}
         self.foreign_calls: list[int] = []  # indexes into out.call_rows
+        self.nodes: dict[tuple[str, str], _Node] = {}  # (trace hex, span hex) -> node
+        self.seen: dict[tuple[str, str], object] = {}  # (trace hex, span hex) -> first span
+        self.call_flags: dict[int, set[str]] = {}
+        self.record_flags: dict[int, set[str]] = {}
 
     def resource_spans(self, resource_spans) -> None:
         out = self.out
@@ -189,7 +239,10 @@ class _Mapper:
                         out.rejected += 1
                         out.errors.append(f"span {span.span_id.hex() or '?'}: {reason}")
 
-    def span(self, span, service) -> None:
+    def _identity(self, span) -> tuple[str, str, str] | None:
+        """(trace hex, span hex, parent hex) of a span; None for an exact repeat of a span of
+        this request (a retry: stored once). Raises SpanRejected for malformed ids and for a
+        different span under the same (trace id, span id)."""
         trace, span_id, parent = span.trace_id, span.span_id, span.parent_span_id
         if len(trace) != 16 or trace == _ZERO_TRACE:
             raise SpanRejected("trace_id must be 16 bytes (32 hex digits), not all zero")
@@ -197,8 +250,44 @@ class _Mapper:
             raise SpanRejected("span_id must be 8 bytes (16 hex digits), not all zero")
         if parent and len(parent) != 8:
             raise SpanRejected("parent_span_id must be empty or 8 bytes (16 hex digits)")
+        key = (trace.hex(), span_id.hex())
+        first = self.seen.setdefault(key, span)
+        if first is not span:
+            if first == span:
+                return None
+            raise SpanRejected(
+                f"span id collision: trace {key[0]} already has a different span {key[1]} "
+                "in this request (a span is identified by trace id + span id)"
+            )
+        return key[0], key[1], parent.hex()
+
+    def _times(self, span) -> tuple[tuple, list[str]]:
+        """(start µs, end µs, duration s) of a span and the quality flags of their repair: a zero
+        timestamp is NULL (``missing_time``), one past the receive time + skew is the receive
+        time (``future_time``), an end before the start is the start (``end_before_start``)."""
+        start, end = span.start_time_unix_nano, span.end_time_unix_nano
+        flags = []
+        if not start or not end:
+            flags.append("missing_time")
+        if start > self.latest_ns or end > self.latest_ns:
+            flags.append("future_time")
+            start, end = min(start, self.now_ns), min(end, self.now_ns)
+        if start and end and end < start:
+            flags.append("end_before_start")
+            end = start
+        times = (
+            start // 1000 if start else None,
+            end // 1000 if end else None,
+            (end - start) / 1e9 if start and end else None,
+        )
+        return times, flags
+
+    def span(self, span, service) -> None:
+        ids = self._identity(span)
+        if ids is None:
+            return  # the same span twice in one request: stored once
+        trace_hex, span_hex, parent_hex = ids
         attrs = read_attributes(span.attributes)
-        trace_hex, span_hex = trace.hex(), span_id.hex()
         get = attrs.get
         op = get(sc.GEN_AI_OPERATION_NAME)
         kind = get(sc.OPENINFERENCE_SPAN_KIND)
@@ -216,131 +305,94 @@ class _Mapper:
             agent = text(attrs, sc.GEN_AI_AGENT_NAME)
         if agent and not budget_run:
             self.agent_by_trace.setdefault(trace_hex, agent)
-        agentish = op == sc.OPERATION_INVOKE_AGENT or kind in _AGENT_KINDS
-        start_ns, end_ns = span.start_time_unix_nano, span.end_time_unix_nano
-        times = (
-            start_ns // 1000 if start_ns else None,
-            end_ns // 1000 if end_ns else None,
-            (end_ns - start_ns) / 1e9 if start_ns and end_ns else None,
-        )
+        times, time_flags = self._times(span)
         failed = span.status.code == _STATUS_ERROR
-        out = self.out
-        # (rows, keys list or None, row, narrow keys, foreign call?): built fully before
-        # anything is appended, so a rejected span adds nothing
-        rows = []
-        if budget_run and (op == sc.OPERATION_INVOKE_AGENT or span.name.startswith("invoke_agent")):
-            rows.append(
-                (
-                    out.record_rows,
-                    out.record_keys,
-                    self.run_record(attrs, run_id, trace_hex, service, times, failed),
-                    None,
-                    False,
-                )
-            )
-        elif not agentish and (
-            op in sc.MODEL_CALL_OPERATIONS or kind == "LLM" or not USAGE_KEYS.isdisjoint(attrs)
-        ):
-            foreign = not budget_run
-            rows.append(
-                (
-                    out.call_rows,
-                    None,
-                    self.call(attrs, span_hex, run_id, trace_hex, parent, service, times, failed, foreign),
-                    None,
-                    foreign,
-                )
-            )
-        elif op == sc.OPERATION_EXECUTE_TOOL or kind == "TOOL":
-            rows.append(
-                (
-                    out.event_rows,
-                    out.event_keys,
-                    (
-                        span_hex,
-                        run_id,
-                        span_hex,
-                        times[0],
-                        sc.EVENT_TOOL_CALL,
-                        None,
-                        None,
-                        None,
-                        first_text(attrs, sc.GEN_AI_TOOL_NAME, sc.TOOL_NAME),
-                        None,
-                        None,
-                        None,
-                        None,
-                    ),
-                    TOOL_EVENT_KEYS,
-                    False,
-                )
-            )
-        if not parent and not budget_run and (op or agent or kind or rows):
-            rows.append(
-                (
-                    out.record_rows,
-                    out.record_keys,
-                    (
-                        run_id,
-                        trace_hex,
-                        self.source,
-                        service,
-                        agent,
-                        agent,
-                        first_text(attrs, sc.GEN_AI_REQUEST_MODEL, sc.LLM_MODEL_NAME),
-                        *times,
-                        None,
-                        None,
-                        None,
-                        None,
-                        None,
-                        None,
-                        None,
-                        None,
-                        None,
-                        sc.STOP_FAILED if failed else None,
-                        None,
-                        None,
-                        *(None,) * len(LIMITS),
-                    ),
-                    ROOT_RECORD_KEYS,
-                    False,
-                )
-            )
-        events = span.events
-        if events:
-            for index, event in enumerate(events):
-                if event.name in _EVENT_NAMES:
-                    rows.append(
-                        (
-                            out.event_rows,
-                            out.event_keys,
-                            self.event(event, index, span_hex, run_id),
-                            None,
-                            False,
-                        )
-                    )
-        for target, keys, row, narrow, foreign in rows:
-            if foreign:
-                self.foreign_calls.append(len(target))
-            target.append(row)
-            if keys is not None:
-                keys.append(narrow)
+        ctx = _Span(attrs, span_hex, run_id, trace_hex, parent_hex, service, times, failed, budget_run)
+        # (kind of row, row, narrow keys, flags): built fully before anything is appended, so a
+        # rejected span adds nothing
+        rows = self._main_rows(ctx, op, kind, span.name)
+        if not parent_hex and not budget_run and (op or agent or kind or rows):
+            rows.append(("record", self.root_record(ctx, agent), ROOT_RECORD_KEYS, []))
+        for index, event in enumerate(span.events):
+            if event.name in _EVENT_NAMES:
+                rows.append(("event", self.event(event, index, ctx), None, []))
+        self._append(ctx, rows, time_flags)
 
-    def run_record(self, attrs, run_id, trace_hex, service, times, failed) -> tuple:
+    def _main_rows(self, ctx: _Span, op, kind, name: str) -> list:
+        """The run record, model call or tool event a span is (at most one), as ``rows`` items."""
+        agentish = op == sc.OPERATION_INVOKE_AGENT or kind in _AGENT_KINDS
+        if ctx.budget_run and (op == sc.OPERATION_INVOKE_AGENT or name.startswith("invoke_agent")):
+            return [("record", self.run_record(ctx), None, [])]
+        if not agentish and (
+            op in sc.MODEL_CALL_OPERATIONS or kind == "LLM" or not USAGE_KEYS.isdisjoint(ctx.attrs)
+        ):
+            row, flags = self.call(ctx)
+            return [("call", row, None, flags)]
+        if op == sc.OPERATION_EXECUTE_TOOL or kind == "TOOL":
+            key = f"{ctx.trace_hex}:{ctx.span_hex}"
+            tool = first_text(ctx.attrs, sc.GEN_AI_TOOL_NAME, sc.TOOL_NAME)
+            row = (key, ctx.run_id, ctx.span_hex, ctx.times[0], sc.EVENT_TOOL_CALL, None, None, None, tool)
+            return [("event", (*row, None, None, None, None), TOOL_EVENT_KEYS, [])]
+        return []
+
+    def _append(self, ctx: _Span, rows: list, time_flags: list[str]) -> None:
+        """Append a span's rows, note its node, and attach the time flags to its call or record."""
+        out = self.out
+        node = _Node(ctx.parent_hex, ctx.budget_run)
+        self.nodes[(ctx.trace_hex, ctx.span_hex)] = node
+        for kind, row, narrow, flags in rows:
+            if kind == "call":
+                node.call = len(out.call_rows)
+                if not ctx.budget_run:
+                    self.foreign_calls.append(node.call)
+                out.call_rows.append(row)
+                if flags or time_flags:
+                    self.call_flags[node.call] = {*flags, *time_flags}
+            elif kind == "record":
+                node.record = len(out.record_rows)
+                out.record_rows.append(row)
+                out.record_keys.append(narrow)
+                if time_flags and node.call is None:
+                    self.record_flags[node.record] = set(time_flags)
+            else:
+                node.events.append(len(out.event_rows))
+                out.event_rows.append(row)
+                out.event_keys.append(narrow)
+
+    def root_record(self, ctx: _Span, agent) -> tuple:
+        """The run record of a foreign root span (the trace's run: start/end, failed)."""
+        return (
+            ctx.run_id,
+            ctx.trace_hex,
+            self.source,
+            ctx.service,
+            agent,
+            agent,
+            first_text(ctx.attrs, sc.GEN_AI_REQUEST_MODEL, sc.LLM_MODEL_NAME),
+            *ctx.times,
+            *(None,) * 9,
+            sc.STOP_FAILED if ctx.failed else None,
+            None,
+            None,
+            *(None,) * len(LIMITS),
+            None,
+        )
+
+    def run_record(self, ctx: _Span) -> tuple:
+        attrs = ctx.attrs
         stop = choice(attrs, sc.BUDGET_STOP_REASON, sc.STOP_REASONS)
         retryable = attrs.get(sc.BUDGET_RETRYABLE)
         if retryable is not None and type(retryable) is not bool:
             raise SpanRejected(f"attribute {sc.BUDGET_RETRYABLE} must be a boolean")
         head = (
-            run_id,
-            trace_hex,
+            ctx.run_id,
+            ctx.trace_hex,
             self.source,
-            service,
+            ctx.service,
             text(attrs, sc.BUDGET_TASK_TYPE),
             text(attrs, sc.GEN_AI_AGENT_NAME),
             text(attrs, sc.GEN_AI_REQUEST_MODEL),
-            *times,
+            *ctx.times,
             count(attrs, sc.BUDGET_TURNS),
             count(attrs, sc.BUDGET_TOOL_CALLS),
         )
@@ -360,53 +412,50 @@ class _Mapper:
             cache_write,
             reasoning,
             cost,
-            stop or (sc.STOP_FAILED if failed else None),
+            stop or (sc.STOP_FAILED if ctx.failed else None),
             status,
             retryable,
             *limits,
+            None,
         )
 
-    def call(self, attrs, span_hex, run_id, trace_hex, parent, service, times, failed, foreign) -> tuple:
+    def call(self, ctx: _Span) -> tuple[tuple, list[str]]:
+        """The model_calls row of a span and its quality flags (``foreign_usage``,
+        ``partial_usage``)."""
         # Each value is taken as it is when it already has the form the row needs (the common
         # case); anything else goes through the validator, which converts it or rejects the span
         # with the same message, in the same order as the row's fields.
+        attrs = ctx.attrs
         get = attrs.get
+        flags = []
         tokens = token_counts(attrs)
         if tokens is not NO_TOKENS:
-            _check_usage(tokens)
+            tokens, normalized = _normalize_usage(tokens)
+            if normalized:
+                flags.append("foreign_usage")
         status = get(sc.BUDGET_USAGE_STATUS)
         if status is None:
             reported = tokens[0] is not None or tokens[1] is not None or tokens[2] is not None
             status = sc.USAGE_REPORTED if reported else sc.USAGE_UNKNOWN
         elif status not in sc.USAGE_STATUSES:
             choice(attrs, sc.BUDGET_USAGE_STATUS, sc.USAGE_STATUSES)
-        request_model = get(sc.GEN_AI_REQUEST_MODEL)
-        if not _is_text(request_model):
-            request_model = first_text(
-                attrs, sc.GEN_AI_REQUEST_MODEL, sc.LLM_MODEL_NAME, sc.LLM_REQUEST_MODEL
-            )
-        response_model = get(sc.GEN_AI_RESPONSE_MODEL)
-        if not _is_text(response_model):
-            response_model = first_text(attrs, sc.GEN_AI_RESPONSE_MODEL, sc.LLM_RESPONSE_MODEL)
-        provider = get(sc.GEN_AI_PROVIDER_NAME)
-        if not _is_text(provider):
-            provider = first_text(
-                attrs, sc.GEN_AI_PROVIDER_NAME, sc.GEN_AI_SYSTEM, sc.LLM_PROVIDER, sc.LLM_SYSTEM
-            )
+        if status == sc.USAGE_PARTIAL:
+            flags.append("partial_usage")
+        request_model, response_model, provider = _models(attrs)
         cost = get(sc.BUDGET_COST_USD)
         if cost is not None and not (type(cost) is float and 0 <= cost <= MAX_AMOUNT):
             cost = amount(attrs, sc.BUDGET_COST_USD)
         version = unpriced = None
-        if cost is None and foreign and status == sc.USAGE_REPORTED:
+        if cost is None and not ctx.budget_run and status == sc.USAGE_REPORTED:
             parts = (amount(attrs, sc.GEN_AI_USAGE_INPUT_COST), amount(attrs, sc.GEN_AI_USAGE_OUTPUT_COST))
             if None not in parts:
                 cost = parts[0] + parts[1]
             elif self.price:  # at the span's start: a late or backfilled span keeps its date's price
-                cost, version, unpriced = _price(response_model or request_model, tokens, provider, times[0])
+                cost, version, unpriced = _price(response_model or request_model, tokens, provider, ctx.times[0])
         error_type = get(sc.ERROR_TYPE)
         if error_type is not None:
             error_type = text(attrs, sc.ERROR_TYPE)
-        if failed and not error_type:
+        if ctx.failed and not error_type:
             error_type = "_OTHER"
         task = get(sc.BUDGET_TASK_TYPE)
         if task is not None and not _is_text(task):
@@ -420,40 +469,42 @@ class _Mapper:
             if value is not None and not (type(value) is int and 0 <= value <= maximum):
                 value = count(attrs, key, maximum)
             counts.append(value)
-        turn, reserved, used, remaining = counts
-        return (
-            span_hex,
-            run_id,
-            trace_hex,
-            parent.hex() or None,
+        row = (
+            ctx.span_hex,
+            ctx.run_id,
+            ctx.trace_hex,
+            ctx.parent_hex or None,
             self.source,
-            service,
+            ctx.service,
             task,
             op,
             provider,
             request_model,
             response_model,
-            *times,
-            turn,
+            *ctx.times,
+            counts[0],
             *tokens,
-            reserved,
-            used,
-            remaining,
+            *counts[1:],
             cost,
             status,
             error_type,
+            None,
+            f"{ctx.trace_hex}:{ctx.span_hex}",
             version,
             None,
             unpriced,
         )
+        return row, flags
 
-    def event(self, event, index, span_hex, run_id) -> tuple:
+    def event(self, event, index, ctx: _Span) -> tuple:
         attrs = read_attributes(event.attributes)
         ts = event.time_unix_nano
+        if ts > self.latest_ns:
+            ts = self.now_ns
         head = (
-            f"{span_hex}:{index}",
-            run_id,
-            span_hex,
+            f"{ctx.trace_hex}:{ctx.span_hex}:{index}",
+            ctx.run_id,
+            ctx.span_hex,
             ts // 1000 if ts else None,
             event.name,
             first_text(attrs, sc.BUDGET_REASON, sc.BUDGET_STOP_REASON),
@@ -470,26 +521,120 @@ class _Mapper:
             for index in self.foreign_calls:
                 row = rows[index]
                 if row[_CALL_TASK] is None:
-                    rows[index] = (*row[:_CALL_TASK], agents.get(row[_CALL_TRACE]), *row[_CALL_TASK + 1 :])
+                    rows[index] = _replace(row, _CALL_TASK, agents.get(row[_CALL_TRACE]))
+        self._inherit_runs()
+        aggregates = self._aggregates()
+        self._write_flags()
+        if aggregates:
+            self.out.call_rows = [row for index, row in enumerate(rows) if index not in aggregates]
         return self.out
 
+    def _ancestors(self, trace_hex: str, node: _Node):
+        """The nodes above ``node`` in this request, nearest first (stops at a missing parent)."""
+        depth = 0
+        while node.parent and depth < _MAX_DEPTH:
+            parent = self.nodes.get((trace_hex, node.parent))
+            if parent is None:
+                return
+            yield parent
+            node, depth = parent, depth + 1
 
-def _check_usage(tokens: tuple) -> None:
-    """Reject usage the ``Usage`` type would not accept (``tokens`` in ``TOKEN_SOURCES`` order):
-    cache read + write above the input tokens they are part of, reasoning above the output, or
-    a reported total that differs from input + output. Raises SpanRejected naming the fields."""
+    def _inherit_runs(self) -> None:
+        """A span that names no run belongs to the run of its nearest ancestor that names one."""
+        out = self.out
+        for (trace_hex, _), node in self.nodes.items():
+            if node.run or not node.parent or (node.call is None and not node.events):
+                continue
+            run = next((a.run for a in self._ancestors(trace_hex, node) if a.run), None)
+            if run is None:
+                continue
+            if node.call is not None:
+                out.call_rows[node.call] = _replace(out.call_rows[node.call], _CALL_RUN, run)
+            for index in node.events:
+                out.event_rows[index] = _replace(out.event_rows[index], _EVENT_RUN, run)
+
+    def _aggregates(self) -> set[int]:
+        """Indexes of call rows that are aggregates: usage that sums calls below them in the same
+        trace (whatever their name or convention). A disagreement between an aggregate's figures
+        and the sum of the calls right below it flags ``aggregate_mismatch`` on the first of them."""
+        rows = self.out.call_rows
+        below: dict[int, list[int]] = {}
+        for (trace_hex, _), node in self.nodes.items():
+            if node.call is None:
+                continue
+            parent = next((a for a in self._ancestors(trace_hex, node) if a.call is not None), None)
+            if parent is not None and parent.call is not None:
+                below.setdefault(parent.call, []).append(node.call)
+        for aggregate, children in below.items():
+            figures = [_usage_figures(rows[index]) for index in children]
+            summed = tuple(sum(f[i] or 0 for f in figures) for i in range(2))
+            if tuple(v or 0 for v in _usage_figures(rows[aggregate])) != summed:
+                self.call_flags.setdefault(min(children), set()).add("aggregate_mismatch")
+        for aggregate in below:
+            self.call_flags.pop(aggregate, None)  # not a call: its own flags do not count
+        return set(below)
+
+    def _write_flags(self) -> None:
+        """Write the quality flags into the rows and count them by reason."""
+        out = self.out
+        counts = out.flagged
+        for index, flags in self.call_flags.items():
+            out.call_rows[index] = _replace(out.call_rows[index], _CALL_QUALITY, ",".join(sorted(flags)))
+            for flag in flags:
+                counts[flag] = counts.get(flag, 0) + 1
+        for index, flags in self.record_flags.items():
+            row = out.record_rows[index]
+            out.record_rows[index] = (*row[:-1], ",".join(sorted(flags)))
+            for flag in flags:
+                counts[flag] = counts.get(flag, 0) + 1
+
+
+def _replace(row: tuple, index: int, value) -> tuple:
+    return (*row[:index], value, *row[index + 1 :])
+
+
+def _usage_figures(row: tuple) -> tuple:
+    """(input, output) tokens of a model_calls row tuple."""
+    return row[_CALL_INPUT], row[_CALL_OUTPUT]
+
+
+def _models(attrs: dict) -> tuple:
+    """(request model, response model, provider) of a call span, from the first name present."""
+    get = attrs.get
+    request_model = get(sc.GEN_AI_REQUEST_MODEL)
+    if not _is_text(request_model):
+        request_model = first_text(attrs, sc.GEN_AI_REQUEST_MODEL, sc.LLM_MODEL_NAME, sc.LLM_REQUEST_MODEL)
+    response_model = get(sc.GEN_AI_RESPONSE_MODEL)
+    if not _is_text(response_model):
+        response_model = first_text(attrs, sc.GEN_AI_RESPONSE_MODEL, sc.LLM_RESPONSE_MODEL)
+    provider = get(sc.GEN_AI_PROVIDER_NAME)
+    if not _is_text(provider):
+        provider = first_text(
+            attrs, sc.GEN_AI_PROVIDER_NAME, sc.GEN_AI_SYSTEM, sc.LLM_PROVIDER, sc.LLM_SYSTEM
+        )
+    return request_model, response_model, provider
+
+
+def _normalize_usage(tokens: tuple) -> tuple[tuple, bool]:
+    """Usage counts (``TOKEN_SOURCES`` order) in the standard convention, and whether they had to
+    be normalized: cache read + write above the input means the input excluded them (Anthropic,
+    Bedrock), so they are added to it, as ``budgetlens.usage`` does for those providers; reasoning
+    above the output means the output excluded it (Gemini), so it is added. A reported total
+    must equal input + output before or after that; otherwise the span is rejected
+    (SpanRejected naming the fields)."""
     inp, outp, total, cache_read, cache_write, reasoning = tokens
+    fixed_inp, fixed_out = inp, outp
     if inp is not None and (cache_read or 0) + (cache_write or 0) > inp:
-        raise SpanRejected(
-            "cache read + cache write tokens exceed the input tokens "
-            f"({sc.GEN_AI_USAGE_INPUT_TOKENS} includes the cached tokens)"
-        )
+        fixed_inp = inp + (cache_read or 0) + (cache_write or 0)
     if outp is not None and (reasoning or 0) > outp:
-        raise SpanRejected(
-            f"reasoning tokens exceed the output tokens ({sc.GEN_AI_USAGE_OUTPUT_TOKENS} includes reasoning)"
-        )
-    if total is not None and inp is not None and outp is not None and total != inp + outp:
-        raise SpanRejected(f"total tokens ({total}) must equal input + output tokens ({inp} + {outp})")
+        fixed_out = outp + (reasoning or 0)
+    normalized = (fixed_inp, fixed_out) != (inp, outp)
+    if total is not None and inp is not None and outp is not None:
+        if total not in (inp + outp, fixed_inp + fixed_out):
+            raise SpanRejected(f"total tokens ({total}) must equal input + output tokens ({inp} + {outp})")
+        if normalized:
+            total = fixed_inp + fixed_out
+    return (fixed_inp, fixed_out, total, cache_read, cache_write, reasoning), normalized
 
 
 def _price(model, tokens: tuple, provider, start_micros):
@@ -521,18 +666,22 @@ def _price(model, tokens: tuple, provider, start_micros):
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 
 
-def map_request(request, *, source: str = "otlp", price: bool = True) -> Mapped:
+def map_request(request, *, source: str = "otlp", price: bool = True, now_ns: int | None = None) -> Mapped:
     """Map an ``ExportTraceServiceRequest`` (protobuf message) to store rows.
 
-    ``source`` fills the ``source`` column; ``price=False`` skips genai-prices for foreign calls.
-    Never raises for span content: invalid spans are counted in ``Mapped.rejected``.
+    ``source`` fills the ``source`` column; ``price=False`` skips genai-prices for foreign calls;
+    ``now_ns``: the receive time (ns since the epoch, default now) future timestamps are clamped
+    to. Never raises for span content: invalid spans are counted in ``Mapped.rejected``, repaired
+    ones in ``Mapped.flagged`` (by quality flag).
     """
-    mapper = _Mapper(source, price)
+    mapper = _Mapper(source, price, time.time_ns() if now_ns is None else now_ns)
     mapper.resource_spans(request.resource_spans)
     return mapper.finish()
 
 
-def map_otlp_json(document: dict, *, source: str = "otlp-json", price: bool = True) -> Mapped:
+def map_otlp_json(
+    document: dict, *, source: str = "otlp-json", price: bool = True, now_ns: int | None = None
+) -> Mapped:
     """Map an OTLP/JSON trace document (a dict as loaded from a file) to store rows.
 
     Spans rejected while decoding (bad hex ids, wrong types) count in ``Mapped.rejected``.
@@ -541,7 +690,7 @@ def map_otlp_json(document: dict, *, source: str = "otlp-json", price: bool = Tr
     from budgetlens.otlp.decode import decode_json_document
 
     decoded = decode_json_document(document)
-    mapped = map_request(decoded.request, source=source, price=price)
+    mapped = map_request(decoded.request, source=source, price=price, now_ns=now_ns)
     mapped.spans += decoded.rejected
     mapped.rejected += decoded.rejected
     mapped.errors = decoded.errors + mapped.errors

@@ -36,6 +36,7 @@ ROOT_RECORD_KEYS = (
     "end_utc",
     "duration_s",
     "stop_reason",
+    "quality",
 )
 TOOL_EVENT_KEYS = ("event_id", "run_id", "span_id", "ts_utc", "name", "tool_name")
 
@@ -108,12 +109,15 @@ class Mapped:
 
     ``calls``/``records``/``events`` are lists of dicts keyed by store columns (built on first
     access); ``tables()`` gives the same rows as pyarrow tables; ``spans`` is the number of spans
-    seen (accepted + rejected); ``errors`` holds one reason per rejected span.
+    seen (accepted + rejected); ``errors`` holds one reason per rejected span; ``flagged`` counts
+    repaired spans by quality flag.
     """
 
     spans: int = 0
     rejected: int = 0
     errors: list[str] = field(default_factory=list)
+    #: spans stored after a repair, by quality flag (``budgetlens.semconv.QUALITY_FLAGS``)
+    flagged: dict[str, int] = field(default_factory=dict)
     call_rows: list[tuple] = field(default_factory=list, repr=False)
     record_rows: list[tuple] = field(default_factory=list, repr=False)
     event_rows: list[tuple] = field(default_factory=list, repr=False)

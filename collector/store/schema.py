@@ -58,6 +58,8 @@ MODEL_CALL_COLUMNS: tuple[str, ...] = (
     "usage_status",
     "is_subagent",
     "error_type",
+    "quality",
+    "call_id",
     # issue 9: which prices priced the row, the billed usage beyond the token columns, what
     # had no price (see the module docstring)
     "price_version",
@@ -89,6 +91,7 @@ RUN_RECORD_COLUMNS: tuple[str, ...] = (
     "usage_status",
     "retryable",
     *LIMIT_COLUMNS,
+    "quality",
 )
 
 BUDGET_EVENT_COLUMNS: tuple[str, ...] = (
@@ -136,6 +139,7 @@ RUN_COLUMNS: tuple[str, ...] = (
     "warnings",
     "downgrades",
     "summaries",
+    "quality",
 )
 
 #: Columns of ``run_totals`` (see the module docstring); ``record`` holds a run_records row.
@@ -164,6 +168,8 @@ RUN_TOTALS_COLUMNS: tuple[str, ...] = (
     "e_downgrades",
     "e_summaries",
     "e_tool_calls",
+    "c_quality",
+    "r_quality",
 )
 
 _V1 = """
@@ -317,12 +323,59 @@ CREATE TABLE run_totals (
 );
 """
 
+# issue 15: a call is identified by (trace id, span id): ``call_id`` ("<trace hex>:<span hex>",
+# or the importer's span id when there is no trace) replaces ``span_id`` as the key; data
+# quality flags (``quality``: comma-separated flag names, NULL when clean) on calls, run
+# records and runs, with their per-run state in run_totals.
+_V2_QUALITY_AND_SPAN_IDENTITY = """
+CREATE TABLE model_calls_v2 (
+    call_id VARCHAR PRIMARY KEY,
+    span_id VARCHAR NOT NULL,
+    run_id VARCHAR NOT NULL,
+    trace_id VARCHAR,
+    parent_span_id VARCHAR,
+    source VARCHAR NOT NULL,
+    service_name VARCHAR,
+    task_type VARCHAR,
+    operation_name VARCHAR,
+    provider_name VARCHAR,
+    request_model VARCHAR,
+    response_model VARCHAR,
+    start_utc TIMESTAMP,
+    end_utc TIMESTAMP,
+    duration_s DOUBLE,
+    turn INTEGER,
+    input_tokens BIGINT,
+    output_tokens BIGINT,
+    total_tokens BIGINT,
+    cache_read_tokens BIGINT,
+    cache_write_tokens BIGINT,
+    reasoning_tokens BIGINT,
+    reserved_tokens BIGINT,
+    used_tokens BIGINT,
+    remaining_tokens BIGINT,
+    cost_usd DOUBLE,
+    usage_status VARCHAR NOT NULL,
+    is_subagent BOOLEAN NOT NULL DEFAULT false,
+    error_type VARCHAR,
+    quality VARCHAR
+);
+INSERT INTO model_calls_v2 BY NAME
+    SELECT coalesce(trace_id || ':', '') || span_id AS call_id, * FROM model_calls;
+DROP TABLE model_calls;
+ALTER TABLE model_calls_v2 RENAME TO model_calls;
+ALTER TABLE run_records ADD COLUMN quality VARCHAR;
+ALTER TABLE runs ADD COLUMN quality VARCHAR;
+ALTER TABLE run_totals ADD COLUMN c_quality VARCHAR[];
+ALTER TABLE run_totals ADD COLUMN r_quality VARCHAR
+"""
+
 # issue 9: model_calls.price_version ("genai-prices 0.2.3", "user:<file>#<sha>"; NULL when the
 # source gave the cost or nothing priced the call), usage_details (JSON object of the Usage
 # billing parts beyond the token columns: audio/image/video tokens, 1h cache writes, web
 # searches, service tier) and unpriced_parts (comma-separated Usage fields the model had no
 # price for: the call is partly unpriced). `budgetlens reprice` recomputes costs from them.
-_V2_PRICE_VERSION = """
+_V3_PRICE_VERSION = """
 ALTER TABLE model_calls ADD COLUMN price_version VARCHAR;
 ALTER TABLE model_calls ADD COLUMN usage_details VARCHAR;
 ALTER TABLE model_calls ADD COLUMN unpriced_parts VARCHAR
@@ -331,7 +384,8 @@ ALTER TABLE model_calls ADD COLUMN unpriced_parts VARCHAR
 #: Ordered migrations: (version, SQL script). Append only; never edit an applied one.
 MIGRATIONS: tuple[tuple[int, str], ...] = (
     (1, _V1),
-    (2, _V2_PRICE_VERSION),  # issue 9: price version of each priced call
+    (2, _V2_QUALITY_AND_SPAN_IDENTITY),  # issue 15: call identity (trace, span) and quality flags
+    (3, _V3_PRICE_VERSION),  # issue 9: price version of each priced call
 )
 
 SCHEMA_VERSION = MIGRATIONS[-1][0]

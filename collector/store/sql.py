@@ -33,20 +33,22 @@ SELECT_APPLIED_VERSIONS = "SELECT version FROM schema_migrations ORDER BY versio
 RECORD_MIGRATION = "INSERT INTO schema_migrations VALUES (?, CAST(now() AT TIME ZONE 'UTC' AS TIMESTAMP))"
 HAS_MIGRATIONS_TABLE = "SELECT count(*) FROM information_schema.tables WHERE table_name = 'schema_migrations'"
 
-_RECORD_FIELDS = [c for c in RUN_RECORD_COLUMNS if c != "run_id"]
+#: Fields of the ``run_totals.record`` STRUCT (the record's ``quality`` is kept as ``r_quality``).
+_RECORD_FIELDS = [c for c in RUN_RECORD_COLUMNS if c not in ("run_id", "quality")]
 
 #: Insert new calls; returns only the rows inserted (a re-sent span returns nothing).
 INSERT_CALLS = (
     "INSERT INTO model_calls BY NAME SELECT * FROM batch_calls ON CONFLICT DO NOTHING "
     "RETURNING run_id, trace_id, source, service_name, task_type, request_model, response_model, "
     "start_utc, end_utc, input_tokens, output_tokens, total_tokens, cache_read_tokens, "
-    "cache_write_tokens, reasoning_tokens, reserved_tokens, cost_usd, usage_status, error_type"
+    "cache_write_tokens, reasoning_tokens, reserved_tokens, cost_usd, usage_status, error_type, quality"
 )
 
 
 def _upsert_records() -> str:
-    assignments = ", ".join(f"{c} = excluded.{c}" for c in _RECORD_FIELDS)
-    changed = " OR ".join(f"run_records.{c} IS DISTINCT FROM excluded.{c}" for c in _RECORD_FIELDS)
+    fields = [*_RECORD_FIELDS, "quality"]
+    assignments = ", ".join(f"{c} = excluded.{c}" for c in fields)
+    changed = " OR ".join(f"run_records.{c} IS DISTINCT FROM excluded.{c}" for c in fields)
     return (
         "INSERT INTO run_records BY NAME SELECT * FROM batch_records "
         f"ON CONFLICT (run_id) DO UPDATE SET {assignments} WHERE {changed} RETURNING *"
@@ -81,7 +83,8 @@ _CALL_AGGREGATES = """
     sum(cost_usd) AS c_cost_usd,
     count(*) FILTER (WHERE cost_usd IS NULL AND usage_status = 'reported') AS c_unpriced_calls,
     count(*) FILTER (WHERE usage_status = 'unknown') AS c_unknown_usage_calls,
-    bool_or(error_type IS NOT NULL) AS c_any_error"""
+    bool_or(error_type IS NOT NULL) AS c_any_error,
+    list(quality) FILTER (WHERE quality IS NOT NULL) AS c_quality"""
 
 #: Counts of a run's events (over a relation with budget_events columns, grouped by run_id).
 _EVENT_AGGREGATES = """
@@ -97,9 +100,9 @@ def _totals_from(calls: str, records: str, events: str) -> str:
     return f"""
 WITH c AS (SELECT run_id, {_CALL_AGGREGATES} FROM {calls} GROUP BY run_id),
 e AS (SELECT run_id, {_EVENT_AGGREGATES} FROM {events} GROUP BY run_id),
-r AS (SELECT run_id, struct_pack({record}) AS record FROM {records}),
+r AS (SELECT run_id, struct_pack({record}) AS record, quality AS r_quality FROM {records}),
 ids AS (SELECT run_id FROM c UNION SELECT run_id FROM e UNION SELECT run_id FROM r)
-SELECT ids.run_id, r.record, c.* EXCLUDE (run_id), e.* EXCLUDE (run_id)
+SELECT ids.run_id, r.record, r.r_quality, c.* EXCLUDE (run_id), e.* EXCLUDE (run_id)
 FROM ids
 LEFT JOIN r ON r.run_id = ids.run_id
 LEFT JOIN c ON c.run_id = ids.run_id
@@ -129,6 +132,8 @@ _SMALLEST = ("c_trace_id", "c_source", "c_service_name", "c_task_type", "c_start
 def _merge_totals() -> str:
     old, new = "run_totals", "excluded"
     sets = [f"record = coalesce({new}.record, {old}.record)"]
+    sets.append(f"r_quality = CASE WHEN {new}.record IS NULL THEN {old}.r_quality ELSE {new}.r_quality END")
+    sets.append(f"c_quality = list_concat({old}.c_quality, {new}.c_quality)")
     sets += [f"{c} = least({old}.{c}, {new}.{c})" for c in _SMALLEST]
     sets.append(f"c_end_utc = greatest({old}.c_end_utc, {new}.c_end_utc)")
     sets.append(
@@ -183,8 +188,9 @@ SELECT
     coalesce(c_unknown_usage_calls, 0) AS unknown_usage_calls,
     coalesce(stop_reason, CASE WHEN c_any_error THEN 'failed' ELSE 'completed' END)
         AS stop_reason,
-    CASE WHEN usage_status = 'unknown' OR coalesce(c_unknown_usage_calls, 0) > 0
-         THEN 'unknown' ELSE 'reported' END AS usage_status,
+    CASE WHEN usage_status = 'unknown' OR coalesce(c_unknown_usage_calls, 0) > 0 THEN 'unknown'
+         WHEN usage_status = 'partial' OR list_contains(flags, 'partial_usage') THEN 'partial'
+         ELSE 'reported' END AS usage_status,
     retryable,
     limit_total_tokens,
     limit_input_tokens,
@@ -195,8 +201,13 @@ SELECT
     limit_cost_usd,
     coalesce(e_warnings, 0) AS warnings,
     coalesce(e_downgrades, 0) AS downgrades,
-    coalesce(e_summaries, 0) AS summaries
-FROM t
+    coalesce(e_summaries, 0) AS summaries,
+    nullif(array_to_string(flags, ','), '') AS quality
+FROM (
+    SELECT *, list_sort(list_distinct(flatten(list_transform(
+        list_concat(coalesce(c_quality, []), [r_quality]), lambda x: coalesce(string_split(x, ','), []))))) AS flags
+    FROM t
+)
 """
 
 

@@ -31,7 +31,7 @@ _REQUIRED = {
     "budget_events": ("event_id", "run_id", "name"),
 }
 _TABLES = (  # (store table, columns, key, registered batch name)
-    ("model_calls", MODEL_CALL_COLUMNS, "span_id", "batch_calls"),
+    ("model_calls", MODEL_CALL_COLUMNS, "call_id", "batch_calls"),
     ("run_records", RUN_RECORD_COLUMNS, "run_id", "batch_records"),
     ("budget_events", BUDGET_EVENT_COLUMNS, "event_id", "batch_events"),
 )
@@ -71,6 +71,26 @@ class WriteResult:
     runs_rows: pa.Table | None = field(default=None, compare=False, repr=False)
 
 
+def call_id(trace_id: str | None, span_id: str) -> str:
+    """The key of a model call: ``"<trace id>:<span id>"`` (a span is unique only within its
+    trace), or ``span_id`` alone for a call without a trace (an importer's stable id)."""
+    return f"{trace_id}:{span_id}" if trace_id else span_id
+
+
+def _with_call_ids(rows: pa.Table) -> pa.Table:
+    """``rows`` (model_calls) with ``call_id`` filled from trace and span id where it is NULL."""
+    names = rows.column_names
+    if "span_id" not in names:
+        return rows
+    span = rows.column("span_id")
+    trace = rows.column("trace_id") if "trace_id" in names else pa.nulls(len(rows), pa.string())
+    derived = pc.if_else(pc.is_null(trace), span, pc.binary_join_element_wise(trace, span, ":"))
+    if "call_id" in names:
+        index = names.index("call_id")
+        return rows.set_column(index, "call_id", pc.coalesce(rows.column("call_id"), derived))
+    return rows.append_column("call_id", derived)
+
+
 def rows_to_table(table: str, columns: Sequence[str], rows: Sequence[Mapping]) -> pa.Table:
     """Return a pyarrow table of ``rows`` with the given columns and their store types.
 
@@ -90,6 +110,8 @@ def rows_to_table(table: str, columns: Sequence[str], rows: Sequence[Mapping]) -
         values = [row.get(column) for row in rows]
         if column == "is_subagent":
             values = [bool(v) for v in values]
+        elif column == "call_id":
+            values = [v or call_id(row.get("trace_id"), row["span_id"]) for v, row in zip(values, rows)]
         arrays.append(pa.array(values, type=_arrow_type(column)))
     return pa.Table.from_arrays(arrays, names=list(columns))
 
@@ -104,6 +126,8 @@ def check_table(table: str, columns: Sequence[str], key: str, rows: pa.Table) ->
     for name in _REQUIRED[table]:
         if name not in rows.column_names or rows.column(name).null_count:
             raise ValueError(f"{table}: field {name!r} is required")
+    if table == "model_calls":
+        rows = _with_call_ids(rows)
     keys = rows.column(key)
     if len(rows) and pc.count_distinct(keys).as_py() != len(rows):
         first: dict = {}
@@ -198,6 +222,8 @@ def _dedupe(rows: Iterable[Mapping], key: str) -> list[Mapping]:
     unique = []
     for row in rows:
         identity = row.get(key)
+        if identity is None and key == "call_id" and row.get("span_id"):
+            identity = call_id(row.get("trace_id"), row["span_id"])
         if identity in seen:
             continue
         seen.add(identity)

@@ -70,6 +70,12 @@ _ui.tiles(
         ),
     ]
 )
+if ov.flagged_runs:
+    st.caption(
+        f"{ov.flagged_runs:,} {'run has' if ov.flagged_runs == 1 else 'runs have'} data-quality flags "
+        "(times clamped, usage normalized, aggregate mismatch, partial usage): see the Quality "
+        "column on the Runs page."
+    )
 if ov.cost_usd is not None and ov.cost_is_lower_bound:
     parts = [
         f"{n:,} {one if n == 1 else many}"
