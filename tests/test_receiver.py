@@ -5,10 +5,12 @@ from __future__ import annotations
 import gzip
 import json
 import threading
+import time
 
 import pytest
 import requests
 from _collector_helpers import SpanRecorder, live_collector, otlp_json, otlp_protobuf
+from google.rpc.status_pb2 import Status
 from opentelemetry.exporter.otlp.proto.http import Compression
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
@@ -136,7 +138,7 @@ def test_bearer_token_is_required_when_configured(db_path, free_port, monkeypatc
     assert len(_runs(db_path)) == 2
 
 
-def test_full_queue_answers_503_with_retry_after(db_path, free_port):
+def test_a_journal_backlog_at_its_disk_budget_answers_503_with_retry_after(db_path, free_port):
     release = threading.Event()
     entered = threading.Event()
 
@@ -144,7 +146,7 @@ def test_full_queue_answers_503_with_retry_after(db_path, free_port):
         entered.set()
         release.wait(10)
 
-    ingest = IngestQueue(db_path, metrics=CollectorMetrics(), max_queue_spans=3, commit=slow_commit)
+    ingest = IngestQueue(db_path, metrics=CollectorMetrics(), max_journal_bytes=1, commit=slow_commit)
     body = otlp_protobuf(_recorded_runs())
     with live_collector(db_path, free_port, ingest=ingest) as live:
         first = threading.Thread(
@@ -158,18 +160,29 @@ def test_full_queue_answers_503_with_retry_after(db_path, free_port):
         release.set()
         first.join(10)
     assert busy.status_code == 503 and busy.headers["Retry-After"] == "1"
+    assert "journal bytes" in Status.FromString(busy.content).message
 
 
-def test_store_failure_answers_503_so_the_exporter_retries(tmp_path, free_port):
+def test_a_store_that_cannot_be_written_is_absorbed_by_the_journal_then_503_at_its_budget(
+    tmp_path, free_port
+):
+    """The journal keeps acknowledging while the store fails (it is reported in /healthz and
+    counted), up to its disk budget; past it, 503 + Retry-After so the exporter retries."""
     blocked = tmp_path / "not-a-file"
     blocked.mkdir()
-    with live_collector(blocked, free_port) as live:
-        response = requests.post(
-            f"{live.url}/v1/traces", data=otlp_protobuf(_recorded_runs()), headers={"Content-Type": PROTOBUF}
-        )
-        metrics_text = requests.get(f"{live.url}/metrics").text
-    assert response.status_code == 503 and "Retry-After" in response.headers
-    assert "budgetlens_commit_failures_total 1.0" in metrics_text
+    body = otlp_protobuf(_recorded_runs())
+    headers = {"Content-Type": PROTOBUF}
+    with live_collector(blocked, free_port, max_journal_bytes=1) as live:
+        first = requests.post(f"{live.url}/v1/traces", data=body, headers=headers)
+        deadline = time.monotonic() + 20
+        while "budgetlens_commit_failures_total 0.0" in requests.get(f"{live.url}/metrics").text:
+            assert time.monotonic() < deadline, "the loader never tried the store"
+            time.sleep(0.1)
+        second = requests.post(f"{live.url}/v1/traces", data=body, headers=headers)
+        health = requests.get(f"{live.url}/healthz").json()
+    assert first.status_code == 200
+    assert second.status_code == 503 and second.headers["Retry-After"] == "1"
+    assert health["store_error"] and health["backlog_spans"] > 0 and health["backlog_bytes"] > 0
 
 
 def test_bearer_scheme_is_case_insensitive_and_errors_are_a_status_in_the_request_encoding(
@@ -243,3 +256,22 @@ def test_collector_help_lines_fit_a_terminal(capsys, monkeypatch):
         main(["collector", "--help"])
     out = capsys.readouterr().out
     assert "<db>.journal/" in out and max(len(line) for line in out.splitlines()) <= 80
+
+
+@pytest.mark.parametrize(("flag", "env"), [(None, ""), (None, "   "), ("", None), (" \t", None)])
+def test_an_empty_or_blank_token_is_refused_at_start(db_path, capsys, monkeypatch, flag, env):
+    """Issue 14, finding 6: an empty BUDGETLENS_COLLECTOR_TOKEN must not start an open collector."""
+    from budgetlens.cli import main
+
+    if env is None:
+        monkeypatch.delenv("BUDGETLENS_COLLECTOR_TOKEN", raising=False)
+    else:
+        monkeypatch.setenv("BUDGETLENS_COLLECTOR_TOKEN", env)
+    argv = ["collector", "--db", str(db_path), "--port", "0"]
+    if flag is not None:
+        argv += ["--token", flag]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    source = "--token" if flag is not None else "BUDGETLENS_COLLECTOR_TOKEN"
+    assert f"{source} is set but empty" in err and "Traceback" not in err
+    assert not db_path.exists() and not db_path.with_name(db_path.name + ".journal").exists()

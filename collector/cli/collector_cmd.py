@@ -6,6 +6,8 @@ import argparse
 
 from budgetlens.cli._common import add_db_argument, positive_float, positive_int, tcp_port
 
+MIB = 1024 * 1024
+
 DESCRIPTION = """\
 Receive OpenTelemetry traces over OTLP/HTTP and store budget telemetry in
 DuckDB.
@@ -50,7 +52,8 @@ def register(subparsers) -> None:
         "--token",
         default=None,
         help="require 'Authorization: Bearer TOKEN' on /v1/traces "
-        "(default: $BUDGETLENS_COLLECTOR_TOKEN, else no authentication)",
+        "(default: $BUDGETLENS_COLLECTOR_TOKEN, else no authentication; an empty or "
+        "blank token is refused)",
     )
     parser.add_argument(
         "--max-body-mib",
@@ -62,7 +65,29 @@ def register(subparsers) -> None:
         "--max-queue-spans",
         type=positive_int,
         default=200_000,
-        help="rows acknowledged but not yet in DuckDB before answering 503 (default 200000)",
+        help="rows waiting for DuckDB kept in memory; older ones are read back from the "
+        "journal (default 200000)",
+    )
+    parser.add_argument(
+        "--max-journal-mib",
+        type=positive_float,
+        default=1024.0,
+        help="journal bytes acknowledged but not yet in DuckDB before answering 503, in MiB "
+        "(default 1024): how much a store held by other processes can fall behind",
+    )
+    parser.add_argument(
+        "--max-inflight-mib",
+        type=positive_float,
+        default=32.0,
+        help="request body bytes held at once (being received or decoded) before answering "
+        "503, in MiB (default 32, at least --max-body-mib)",
+    )
+    parser.add_argument(
+        "--body-timeout",
+        type=positive_float,
+        default=30.0,
+        metavar="SECONDS",
+        help="time a client has to send a whole request body before 408 (default 30)",
     )
     parser.set_defaults(func=run)
 
@@ -73,7 +98,7 @@ def run(args) -> int:
     import pyarrow as pa
     import uvicorn
 
-    from budgetlens.config import ENV_COLLECTOR_TOKEN, resolve, resolve_db_path
+    from budgetlens.config import resolve_db_path
     from budgetlens.ingest.app import create_app
     from budgetlens.ingest.journal import JournalError
 
@@ -81,7 +106,19 @@ def run(args) -> int:
     # long-running collector near its working set (mimalloc keeps ~40 MB more under load)
     pa.set_memory_pool(pa.system_memory_pool())
     db_path = resolve_db_path(args.db)
-    token = resolve(args.token, ENV_COLLECTOR_TOKEN, None)
+    token, problem = _token(args.token)
+    if problem:
+        print(f"budgetlens collector: {problem}", file=sys.stderr)
+        return 2
+    max_body_bytes = int(args.max_body_mib * MIB)
+    max_inflight_bytes = int(args.max_inflight_mib * MIB)
+    if max_inflight_bytes < max_body_bytes:
+        print(
+            f"budgetlens collector: --max-inflight-mib ({args.max_inflight_mib:g}) must be at "
+            f"least --max-body-mib ({args.max_body_mib:g})",
+            file=sys.stderr,
+        )
+        return 2
     try:  # bind first: a port in use must not leave a journal (or a lock) behind
         sock = bind_socket(args.host, args.port)
     except OSError as error:
@@ -94,8 +131,11 @@ def run(args) -> int:
         app = create_app(
             db_path,
             token=token,
-            max_body_bytes=int(args.max_body_mib * 1024 * 1024),
+            max_body_bytes=max_body_bytes,
             max_queue_spans=args.max_queue_spans,
+            max_journal_bytes=int(args.max_journal_mib * MIB),
+            max_inflight_bytes=max_inflight_bytes,
+            body_timeout_s=args.body_timeout,
         )
         try:  # open (and lock) the journal and replay it before serving; lifespan start no-op
             app.state.ingest.start()
@@ -108,6 +148,25 @@ def run(args) -> int:
         server = _announcing_server(config, db_path=db_path, token_set=bool(token))
         server.run(sockets=[sock])
     return 0 if server.started else 1
+
+
+def _token(argument: str | None) -> tuple[str | None, str | None]:
+    """(token, problem): the bearer token from ``--token`` or ``$BUDGETLENS_COLLECTOR_TOKEN``
+    (the flag wins), None when neither is set. A set but empty or blank token is a problem,
+    never "no authentication": unset the variable (or omit the flag) to run without a token."""
+    import os
+
+    from budgetlens.config import ENV_COLLECTOR_TOKEN
+
+    if argument is not None:
+        source, token = "--token", argument
+    elif ENV_COLLECTOR_TOKEN in os.environ:
+        source, token = ENV_COLLECTOR_TOKEN, os.environ[ENV_COLLECTOR_TOKEN]
+    else:
+        return None, None
+    if not token.strip():
+        return None, (f"{source} is set but empty; set a token, or unset it to run without authentication")
+    return token, None
 
 
 def bind_socket(host: str, port: int):

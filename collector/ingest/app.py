@@ -35,30 +35,173 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
+from budgetlens.ingest.decode_pool import DecodePool, DecodeUnavailable, Prepared
 from budgetlens.ingest.metrics import CollectorMetrics
 from budgetlens.ingest.queue import (
+    DEFAULT_MAX_JOURNAL_BYTES,
     DEFAULT_MAX_QUEUE_SPANS,
     IngestClosed,
     IngestQueue,
     QueueFull,
-    StoreUnavailable,
 )
-from budgetlens.otlp import (
-    DEFAULT_MAX_BODY_BYTES,
-    JSON,
-    PROTOBUF,
-    OtlpError,
-    decode,
-    encode_response,
-    map_spans,
-)
+from budgetlens.otlp import DEFAULT_MAX_BODY_BYTES, JSON, PROTOBUF, OtlpError, encode_response
 from budgetlens.otlp.decode import media_type
 
 log = logging.getLogger(__name__)
 
 RETRY_AFTER_S = 1
+#: Default cap on request body bytes held at once, read or being decoded (2 full bodies).
+DEFAULT_MAX_INFLIGHT_BYTES = 2 * DEFAULT_MAX_BODY_BYTES
+#: Default time a client has to send a whole request body (s); a stalled upload is dropped.
+DEFAULT_BODY_TIMEOUT_S = 30.0
 #: HTTP status -> google.rpc.Code of the error body.
-_RPC_CODES = {400: 3, 401: 16, 413: 8, 415: 3, 503: 14}
+_RPC_CODES = {400: 3, 401: 16, 408: 4, 413: 8, 415: 3, 503: 14}
+
+
+class Busy(Exception):
+    """More request body bytes are in flight than the collector's cap allows."""
+
+
+class ByteBudget:
+    """Request body bytes held at once (read, or waiting for their decode), capped at ``limit``.
+
+    Used from the event loop only (no lock). ``take`` refuses once ``limit`` would be passed,
+    except when nothing is held (so one body up to the body limit always fits).
+    """
+
+    def __init__(self, limit: int):
+        self.limit = limit
+        self.used = 0
+
+    def take(self, nbytes: int) -> bool:
+        """Reserve ``nbytes``; False (nothing reserved) when that would pass ``limit``."""
+        if self.used and self.used + nbytes > self.limit:
+            return False
+        self.used += nbytes
+        return True
+
+    def give(self, nbytes: int) -> None:
+        """Release ``nbytes`` reserved earlier."""
+        self.used -= nbytes
+
+
+class _Receiver:
+    """The routes' state: ingest queue, decode pool, metrics, limits (see ``create_app``)."""
+
+    def __init__(self, ingest, pool, metrics, *, token, max_body_bytes, budget, body_timeout_s):
+        self.ingest: IngestQueue = ingest
+        self.pool: DecodePool = pool
+        self.metrics: CollectorMetrics = metrics
+        self.expected = token.encode() if token else None
+        self.max_body_bytes: int = max_body_bytes
+        self.budget: ByteBudget = budget
+        self.body_timeout_s: float = body_timeout_s
+
+    def authorized(self, request: Request) -> bool:
+        if self.expected is None:
+            return True
+        scheme, _, given = request.headers.get("authorization", "").strip().partition(" ")
+        return scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(), self.expected)
+
+    async def traces(self, request: Request) -> Response:
+        content_type = request.headers.get("content-type")
+        kind = _request_kind(content_type)
+        if not self.authorized(request):
+            return _error(kind, 401, "missing or wrong bearer token", {"WWW-Authenticate": "Bearer"})
+        held = [0]  # bytes reserved in ``budget`` for this request
+        try:
+            media_type(content_type)
+            body = await self._read_body(request, held)
+            prepared = await self.pool.prepare(
+                body, content_type, request.headers.get("content-encoding"), self.max_body_bytes
+            )
+            del body
+        except OtlpError as error:
+            return _error(kind, error.status, error.reason)
+        except (Busy, DecodeUnavailable) as error:
+            return _retry_later(kind, f"collector busy: {error}")
+        finally:
+            self.budget.give(held[0])
+        return await self._store(prepared)
+
+    async def _read_body(self, request: Request, held: list[int]) -> bytes:
+        """The body, refusing 413 past ``max_body_bytes``, 408 when it takes longer than
+        ``body_timeout_s``, Busy when the byte budget is spent (the declared length is
+        reserved up front, the rest as it arrives; ``held`` counts what was reserved)."""
+        limit = self.max_body_bytes
+        declared = request.headers.get("content-length")
+        if declared and declared.isdigit():
+            if int(declared) > limit:
+                raise OtlpError(413, f"request body is {declared} bytes; the limit is {limit}")
+            self._reserve(int(declared), held)
+        chunks, size = [], 0
+        try:
+            async with asyncio.timeout(self.body_timeout_s):
+                async for chunk in request.stream():
+                    size += len(chunk)
+                    if size > limit:
+                        raise OtlpError(413, f"request body exceeds the limit of {limit} bytes")
+                    if size > held[0]:
+                        self._reserve(size - held[0], held)
+                    chunks.append(chunk)
+        except TimeoutError:
+            raise OtlpError(408, f"request body not received within {self.body_timeout_s:g} s") from None
+        body = b"".join(chunks)
+        chunks.clear()
+        return body
+
+    def _reserve(self, nbytes: int, held: list[int]) -> None:
+        if not self.budget.take(nbytes):
+            raise Busy(f"{self.budget.used} request bytes in flight (the cap is {self.budget.limit})")
+        held[0] += nbytes
+
+    async def _store(self, prepared: Prepared) -> Response:
+        """Journal the prepared rows (answering once they are durable) and build the response."""
+        kind = prepared.kind
+        self.metrics.observe_received(prepared.spans, prepared.rejected, prepared.flagged)
+        if prepared.rejected:
+            log.info("rejected %d of %d spans: %s", prepared.rejected, prepared.spans, prepared.log_message)
+        if prepared.encoded is not None:
+            try:
+                await asyncio.wrap_future(self.ingest.submit(prepared.encoded))
+            except QueueFull as error:
+                return _retry_later(kind, f"collector busy: {error}")
+            except IngestClosed as error:
+                return _retry_later(kind, str(error))
+            except Exception as error:  # the journal failed; the exporter retries, PK dedupes
+                return _retry_later(kind, f"journal unavailable: {type(error).__name__}")
+        return Response(encode_response(kind, prepared.rejected, prepared.error_message), media_type=kind)
+
+    async def metrics_endpoint(self, request: Request) -> Response:
+        self.metrics.queue_spans.set(self.ingest.depth)
+        self.metrics.loader_lag.set(self.ingest.lag_s)
+        return Response(generate_latest(self.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    async def healthz(self, request: Request) -> Response:
+        ingest = self.ingest
+        ok = ingest.alive
+        body = {
+            "status": "ok" if ok else "writer stopped",
+            "queue_spans": ingest.depth,
+            "backlog_spans": ingest.depth,
+            "backlog_bytes": ingest.backlog_bytes,
+            "journal_budget_bytes": ingest.max_journal_bytes,
+            "loader_lag_s": round(ingest.lag_s, 3),
+            "store_error": ingest.store_error,
+            "inflight_bytes": self.budget.used,
+        }
+        return JSONResponse(body, status_code=200 if ok else 503)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(self, app):
+        loop = asyncio.get_running_loop()
+        self.ingest.start()
+        await loop.run_in_executor(None, self.pool.start)
+        try:
+            yield
+        finally:
+            await loop.run_in_executor(None, self.pool.close)
+            await loop.run_in_executor(None, self.ingest.close)
 
 
 def create_app(
@@ -67,108 +210,62 @@ def create_app(
     token: str | None = None,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     max_queue_spans: int = DEFAULT_MAX_QUEUE_SPANS,
+    max_journal_bytes: int = DEFAULT_MAX_JOURNAL_BYTES,
+    max_inflight_bytes: int = DEFAULT_MAX_INFLIGHT_BYTES,
+    body_timeout_s: float = DEFAULT_BODY_TIMEOUT_S,
     metrics: CollectorMetrics | None = None,
     ingest: IngestQueue | None = None,
+    decode_pool: DecodePool | None = None,
 ) -> Starlette:
     """Build the ASGI app writing to the DuckDB file ``db_path``.
 
     ``token``: when set, ``/v1/traces`` requires ``Authorization: Bearer <token>``.
     ``max_body_bytes``: cap on the request body, compressed and inflated (bytes).
-    ``metrics``/``ingest`` may be injected (tests); the app starts the ingest writer on startup
-    and, on shutdown (SIGTERM under uvicorn), commits what is pending before it exits.
-    Raises ValueError for ``max_body_bytes`` < 1 or an empty token.
+    ``max_queue_spans``: rows waiting for the loader held in memory; ``max_journal_bytes``: the
+    journal backlog at which intake answers 503 (``budgetlens.ingest.queue``).
+    ``max_inflight_bytes``: cap on request body bytes held at once (503 + Retry-After beyond);
+    ``body_timeout_s``: time to receive a whole body (408 after it).
+    ``metrics``/``ingest``/``decode_pool`` may be injected (tests); the app starts the ingest
+    writer and the decode workers on startup and, on shutdown (SIGTERM under uvicorn), commits
+    what is pending before it exits.
+    Raises ValueError for ``max_body_bytes`` < 1, ``max_inflight_bytes`` < ``max_body_bytes``,
+    ``body_timeout_s`` <= 0 or an empty token.
     """
     if max_body_bytes < 1:
         raise ValueError(f"max_body_bytes must be >= 1 (got {max_body_bytes})")
+    if max_inflight_bytes < max_body_bytes:
+        raise ValueError(
+            f"max_inflight_bytes ({max_inflight_bytes}) must be >= max_body_bytes ({max_body_bytes})"
+        )
+    if body_timeout_s <= 0:
+        raise ValueError(f"body_timeout_s must be > 0 (got {body_timeout_s})")
     if token is not None and not token.strip():
         raise ValueError("token must not be empty (omit it to disable authentication)")
     metrics = metrics or (ingest.metrics if ingest else CollectorMetrics())
-    ingest = ingest or IngestQueue(db_path, metrics=metrics, max_queue_spans=max_queue_spans)
-    expected = token.encode() if token else None
-
-    async def traces(request: Request) -> Response:
-        kind = _request_kind(request.headers.get("content-type"))
-        if expected is not None:
-            scheme, _, given = request.headers.get("authorization", "").strip().partition(" ")
-            if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(), expected):
-                return _error(kind, 401, "missing or wrong bearer token", {"WWW-Authenticate": "Bearer"})
-        try:
-            media_type(request.headers.get("content-type"))
-            body = await _read_body(request, max_body_bytes)
-            kind, decoded = decode(
-                body,
-                request.headers.get("content-type"),
-                request.headers.get("content-encoding"),
-                max_body_bytes,
-            )
-            try:
-                mapped = map_spans(decoded)
-            except RecursionError:
-                raise OtlpError(400, "request is nested too deeply") from None
-        except OtlpError as error:
-            return _error(kind, error.status, error.reason)
-        metrics.observe_received(mapped.spans, mapped.rejected, mapped.flagged)
-        if mapped.rejected:
-            log.info("rejected %d of %d spans: %s", mapped.rejected, mapped.spans, mapped.error_message(2))
-        if mapped.rows:
-            try:
-                await asyncio.wrap_future(ingest.submit(mapped))
-            except QueueFull as error:
-                return _retry_later(kind, f"collector busy: {error}")
-            except (IngestClosed, StoreUnavailable) as error:
-                return _retry_later(kind, str(error))
-            except Exception as error:  # the journal failed; the exporter retries, PK dedupes
-                return _retry_later(kind, f"journal unavailable: {type(error).__name__}")
-        return Response(encode_response(kind, mapped.rejected, mapped.error_message()), media_type=kind)
-
-    async def metrics_endpoint(request: Request) -> Response:
-        metrics.queue_spans.set(ingest.depth)
-        metrics.loader_lag.set(ingest.lag_s)
-        return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
-
-    async def healthz(request: Request) -> Response:
-        ok = ingest.alive
-        body = {
-            "status": "ok" if ok else "writer stopped",
-            "queue_spans": ingest.depth,
-            "backlog_spans": ingest.depth,
-            "loader_lag_s": round(ingest.lag_s, 3),
-            "store_error": ingest.store_error,
-        }
-        return JSONResponse(body, status_code=200 if ok else 503)
-
-    @contextlib.asynccontextmanager
-    async def lifespan(app):
-        ingest.start()
-        try:
-            yield
-        finally:
-            await asyncio.get_running_loop().run_in_executor(None, ingest.close)
-
+    ingest = ingest or IngestQueue(
+        db_path, metrics=metrics, max_queue_spans=max_queue_spans, max_journal_bytes=max_journal_bytes
+    )
+    receiver = _Receiver(
+        ingest,
+        decode_pool or DecodePool(),
+        metrics,
+        token=token,
+        max_body_bytes=max_body_bytes,
+        budget=ByteBudget(max_inflight_bytes),
+        body_timeout_s=body_timeout_s,
+    )
     app = Starlette(
         routes=[
-            Route("/v1/traces", traces, methods=["POST"]),
-            Route("/metrics", metrics_endpoint, methods=["GET"]),
-            Route("/healthz", healthz, methods=["GET"]),
+            Route("/v1/traces", receiver.traces, methods=["POST"]),
+            Route("/metrics", receiver.metrics_endpoint, methods=["GET"]),
+            Route("/healthz", receiver.healthz, methods=["GET"]),
         ],
-        lifespan=lifespan,
+        lifespan=receiver.lifespan,
     )
     app.state.ingest = ingest
     app.state.metrics = metrics
+    app.state.decode_pool = receiver.pool
     return app
-
-
-async def _read_body(request: Request, max_bytes: int) -> bytes:
-    """The body, refusing (413) as soon as more than ``max_bytes`` arrive."""
-    declared = request.headers.get("content-length")
-    if declared and declared.isdigit() and int(declared) > max_bytes:
-        raise OtlpError(413, f"request body is {declared} bytes; the limit is {max_bytes}")
-    body = bytearray()
-    async for chunk in request.stream():
-        body += chunk
-        if len(body) > max_bytes:
-            raise OtlpError(413, f"request body exceeds the limit of {max_bytes} bytes")
-    return bytes(body)
 
 
 def _request_kind(content_type: str | None) -> str | None:

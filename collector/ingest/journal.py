@@ -11,7 +11,9 @@ three Arrow IPC streams (model_calls, run_records, budget_events), each preceded
 request only after the ``sync`` that covers its record (one fsync per group of concurrent
 requests). A crash in the middle of an append leaves a torn last record; reading stops at the
 first record whose length runs past the end of the file or whose CRC does not match (such a
-record was never acknowledged).
+record was never acknowledged). Segments found at open are sealed: nothing is ever appended to
+them, the first append of this process creates a new segment named past every existing one, so
+no acknowledged record can follow a torn one.
 
 One process at a time: the journal holds an exclusive ``flock`` on ``<dir>/lock`` while open;
 a second collector on the same database fails with ``JournalError``. Files in the directory
@@ -34,6 +36,7 @@ import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 import pyarrow as pa
 
@@ -67,6 +70,14 @@ class Batch:
         return max(1, len(self.calls) + len(self.records) + len(self.events))
 
 
+@dataclass
+class Encoded:
+    """A batch already encoded as a record payload (``encode_batch``) and its row count."""
+
+    payload: bytes
+    rows: int
+
+
 def encode_batch(calls: pa.Table, records: pa.Table, events: pa.Table) -> bytes:
     """The payload of a record: three length-prefixed Arrow IPC streams."""
     parts = []
@@ -91,8 +102,9 @@ def decode_batch(seq: int, payload: bytes) -> Batch:
     return Batch(seq, *tables)
 
 
-def _read_segment(path: Path) -> Iterator[tuple[int, bytes]]:
-    """(seq, payload) of every intact record of a segment, stopping at a torn or corrupt one."""
+def _read_segment(path: Path) -> Iterator[tuple[int, bytes, int]]:
+    """(seq, payload, offset of the record) of every intact record of a segment, stopping at a
+    torn or corrupt one."""
     data = path.read_bytes()
     offset = 0
     while offset + _HEADER.size <= len(data):
@@ -105,7 +117,7 @@ def _read_segment(path: Path) -> Iterator[tuple[int, bytes]]:
         if zlib.crc32(payload, zlib.crc32(_SEQ.pack(seq))) != crc:
             log.warning("%s: record at byte %d fails its CRC (never acknowledged); ignored", path, offset)
             return
-        yield seq, payload
+        yield seq, payload, offset
         offset = end
     if offset != len(data):
         log.warning("%s: %d trailing bytes of a torn header ignored", path, len(data) - offset)
@@ -133,13 +145,19 @@ class Journal:
         self._loaded = self._read_marker()
         self._segments: dict[Path, int] = {}  # segment -> last sequence number in it
         self._next_seq = self._loaded + 1
+        self._where: dict[int, tuple[Path, int, int]] = {}  # seq -> (segment, offset, size)
         for path in self._segment_paths():
             last = 0
-            for seq, _ in _read_segment(path):
+            for seq, payload, offset in _read_segment(path):
                 last = seq
+                if seq > self._loaded:
+                    self._where[seq] = (path, offset, _HEADER.size + len(payload))
             self._segments[path] = max(last, int(path.stem) - 1)
-            self._next_seq = max(self._next_seq, last + 1)
-        self._file = None
+            # every existing segment is sealed: the first append opens a new one whose name
+            # (its first sequence number) is past every existing name, so nothing is ever
+            # written after a torn record that replay would stop at
+            self._next_seq = max(self._next_seq, last + 1, int(path.stem) + 1)
+        self._file: BinaryIO | None = None
         self._current: Path | None = None
         self._size = 0
 
@@ -169,7 +187,7 @@ class Journal:
     def unloaded(self) -> Iterator[Batch]:
         """Every intact journaled batch not yet marked loaded, in sequence order (replay)."""
         for path in self._segment_paths():
-            for seq, payload in _read_segment(path):
+            for seq, payload, _ in _read_segment(path):
                 if seq > self._loaded:
                     try:
                         batch = decode_batch(seq, payload)
@@ -190,14 +208,39 @@ class Journal:
         with self._lock:
             if self._file is None or self._size > self.segment_bytes:
                 self._rotate()
+            assert self._file is not None and self._current is not None
             seq = self._next_seq
             self._next_seq += 1
             crc = zlib.crc32(payload, zlib.crc32(_SEQ.pack(seq)))
             self._file.write(_HEADER.pack(len(payload), crc, seq))
             self._file.write(payload)
+            self._where[seq] = (self._current, self._size, _HEADER.size + len(payload))
             self._size += _HEADER.size + len(payload)
             self._segments[self._current] = seq
             return seq
+
+    def record_bytes(self, seq: int) -> int:
+        """Size on disk of record ``seq`` (header + payload, bytes); 0 when unknown or loaded."""
+        where = self._where.get(seq)
+        return where[2] if where else 0
+
+    def read(self, seq: int) -> Batch:
+        """Record ``seq`` read back from its segment (the loader's copy was dropped to bound
+        memory). Call ``sync`` first for a record of the current segment. Raises KeyError when
+        ``seq`` is not an unloaded record of this journal, ValueError when it no longer reads
+        back intact."""
+        with self._lock:
+            path, offset, size = self._where[seq]
+        with open(path, "rb") as file:
+            file.seek(offset)
+            data = file.read(size)
+        if len(data) < _HEADER.size:
+            raise ValueError(f"journal record {seq}: {path} is shorter than its index says")
+        length, crc, stored_seq = _HEADER.unpack_from(data)
+        payload = data[_HEADER.size : _HEADER.size + length]
+        if stored_seq != seq or zlib.crc32(payload, zlib.crc32(_SEQ.pack(seq))) != crc:
+            raise ValueError(f"journal record {seq} in {path} fails its CRC")
+        return decode_batch(seq, payload)
 
     def sync(self) -> None:
         """Flush and fsync the current segment: every appended record is now durable."""
@@ -214,8 +257,12 @@ class Journal:
             file.flush()
             os.fsync(file.fileno())
             file.close()
-        self._current = self.directory / f"{self._next_seq:016d}.seg"
-        self._file = open(self._current, "ab", buffering=1024 * 1024)
+        current = self.directory / f"{self._next_seq:016d}.seg"
+        while current.exists():  # never append to an existing segment (it may end torn)
+            self._next_seq += 1
+            current = self.directory / f"{self._next_seq:016d}.seg"
+        self._current = current
+        self._file = open(current, "xb", buffering=1024 * 1024)
         self._size = 0
         self._segments[self._current] = self._next_seq - 1
         _fsync_dir(self.directory)
@@ -244,6 +291,11 @@ class Journal:
             marker, temp = self.directory / "loaded", self.directory / "loaded.tmp"
             temp.write_text(str(seq))
             os.replace(temp, marker)
+            while self._where:  # in sequence order: appended (and scanned) in that order
+                first = next(iter(self._where))
+                if first > seq:
+                    break
+                del self._where[first]
             done = [path for path, last in self._segments.items() if last <= seq and path != self._current]
             for path in done:
                 del self._segments[path]

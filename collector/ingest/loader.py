@@ -1,6 +1,10 @@
-"""The collector's loader thread: journaled batches → DuckDB in groups, and replay at start.
+"""The collector's loader: journaled batches → DuckDB in groups, and replay at start.
 
-The loader half of ``budgetlens.ingest.queue.IngestQueue`` (the journal thread and intake live there).
+``Backlog`` is what intake (``budgetlens.ingest.queue.IngestQueue``) and the loader share: the
+journaled batches not yet loaded, their rows and journal bytes, the store's last error, all
+guarded by one ``threading.Condition``. ``Loader`` holds the backlog, the open journal and the
+metrics as fields and runs the loader thread.
+
 Journaled batches move into DuckDB in groups (every ``load_interval_s`` seconds or
 ``max_group_spans`` rows, whichever comes first), each through ``budgetlens.store.write_connection``
 + ``write_batch`` (the file is held only while committing, so dashboard readers get in between).
@@ -8,10 +12,17 @@ The Prometheus metrics are counted from the rows actually inserted, then the bat
 loaded in the journal (deleting fully loaded segments). A group the store refuses for its data is
 loaded around the bad rows (``budgetlens.ingest.dead_letter``).
 
-On ``start`` every journaled batch not yet marked loaded is replayed into DuckDB first (replaying
-one already loaded is harmless: primary keys and upserts make it a no-op). While the store cannot
-be written the loader retries with a backoff (``_RETRY_MIN_S`` doubling up to ``_RETRY_MAX_S``
-seconds) and ``store_error`` says why; the journal keeps the rows meanwhile. The loader thread
+Memory is bounded by rows, not by the backlog: past ``Backlog.memory_rows`` rows held in memory,
+a journaled batch keeps only its sequence number and is read back from the journal when its turn
+comes. So while the store cannot be written (other processes hold it open, a full disk under
+it), the collector keeps acknowledging until the journal backlog reaches its disk budget
+(``IngestQueue.max_journal_bytes``), and the loader retries: each attempt waits up to
+``LOADER_WRITE_TIMEOUT_S`` for the file, then backs off (``_RETRY_MIN_S`` doubling up to
+``_RETRY_MAX_S`` seconds); ``Backlog.store_error`` says why meanwhile, and the backlog's rows,
+bytes and age stay true (a group being retried still counts).
+
+On start every journaled batch not yet marked loaded is replayed into DuckDB first (replaying
+one already loaded is harmless: primary keys and upserts make it a no-op). The loader thread
 runs ``LOADER_NICENESS`` nice steps below the request path.
 """
 
@@ -21,131 +32,238 @@ import logging
 import os
 import threading
 import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
 
 import pyarrow as pa
 
 from budgetlens.ingest.dead_letter import DEAD_LETTER_FILE, is_data_error, load_around_bad_rows
-from budgetlens.ingest.journal import Batch
+from budgetlens.ingest.journal import Batch, Journal
+from budgetlens.ingest.metrics import CollectorMetrics
 from budgetlens.store import write_batch, write_connection
 
 log = logging.getLogger(__name__)
 
 _RETRY_MIN_S, _RETRY_MAX_S = 0.5, 5.0
+#: How long one load attempt waits for other processes to let go of the store file (s).
+LOADER_WRITE_TIMEOUT_S = 2.0
 #: How much lower than the request path's the loader thread's CPU priority is (nice steps).
 LOADER_NICENESS = 10
 
+#: ``commit(calls, records, events)`` with pyarrow tables; replaces the store write (tests).
+CommitFn = Callable[[pa.Table, pa.Table, pa.Table], None]
 
-class Loader:
-    """The loader thread and replay of ``IngestQueue`` (a base class; see the module docstring).
 
-    Shares the queue's state, all guarded by ``_cond`` (a ``threading.Condition``): ``db_path``,
-    ``metrics`` (``CollectorMetrics``), ``max_group_spans`` (rows), ``load_interval_s`` (s),
-    ``_commit`` (injected commit or None), ``_journal`` (``budgetlens.ingest.journal.Journal``, open),
-    ``_incoming`` (requests waiting for the journal), ``_journaled`` (deque of
-    ``(Batch, journaled_at monotonic s)`` waiting for the loader), ``_backlog`` (rows accepted
-    and not yet loaded), ``_store_error`` (exception or None), ``_closing`` and
-    ``_journal_thread``.
+@dataclass
+class Pending:
+    """One journaled batch waiting for the loader.
+
+    ``rows``: store rows in it; ``nbytes``: its record's size in the journal (bytes);
+    ``journaled_at``: ``time.monotonic()`` when it became durable; ``batch``: the rows, or None
+    when dropped from memory (read back from the journal by ``seq``).
     """
 
+    seq: int
+    rows: int
+    nbytes: int
+    journaled_at: float
+    batch: Batch | None
+
+
+class Backlog:
+    """Rows acknowledged (or being journaled) and not yet loaded, shared by intake and loader.
+
+    Every field is guarded by ``cond``. ``waiting``: journaled batches in sequence order;
+    ``loading``: the group the loader is committing (or retrying); ``rows``: rows accepted and
+    not yet loaded, including those still being journaled; ``bytes``: journal bytes of
+    ``waiting`` + ``loading``; ``memory_rows``: at most this many waiting rows are held in
+    memory (the rest are read back from the journal); ``store_error``: why the last load
+    failed, or None; ``closing``: intake has stopped.
+    """
+
+    def __init__(self, memory_rows: int):
+        self.cond = threading.Condition()
+        self.waiting: deque[Pending] = deque()
+        self.loading: list[Pending] = []
+        self.rows = 0
+        self.bytes = 0
+        self.memory_rows = memory_rows
+        self.held_rows = 0
+        self.store_error: BaseException | None = None
+        self.closing = False
+
+    def add(self, pending: Pending) -> None:
+        """Queue a journaled batch for the loader; drop its rows from memory when
+        ``memory_rows`` are already held. Caller holds ``cond``."""
+        if pending.batch is not None and self.waiting and self.held_rows + pending.rows > self.memory_rows:
+            pending.batch = None
+        if pending.batch is not None:
+            self.held_rows += pending.rows
+        self.waiting.append(pending)
+        self.bytes += pending.nbytes
+
+    def take(self, max_rows: int) -> list[Pending]:
+        """Move waiting batches up to ``max_rows`` rows (at least one) to ``loading``. Caller
+        holds ``cond``."""
+        size = 0
+        while self.waiting and (not self.loading or size + self.waiting[0].rows <= max_rows):
+            pending = self.waiting.popleft()
+            if pending.batch is not None:
+                self.held_rows -= pending.rows
+            self.loading.append(pending)
+            size += pending.rows
+        return list(self.loading)
+
+    def put_back(self) -> None:
+        """A load failed: its group goes back to the front of ``waiting``. Caller holds ``cond``."""
+        for pending in reversed(self.loading):
+            if pending.batch is not None:
+                self.held_rows += pending.rows
+            self.waiting.appendleft(pending)
+        self.loading = []
+
+    def done(self) -> None:
+        """The group in ``loading`` is committed. Caller holds ``cond``."""
+        self.rows -= sum(pending.rows for pending in self.loading)
+        self.bytes -= sum(pending.nbytes for pending in self.loading)
+        self.loading = []
+
+    def oldest(self) -> float | None:
+        """``journaled_at`` of the oldest batch not yet loaded, or None. Caller holds ``cond``."""
+        if self.loading:
+            return self.loading[0].journaled_at
+        return self.waiting[0].journaled_at if self.waiting else None
+
+    def waiting_rows(self) -> int:
+        """Rows in ``waiting``. Caller holds ``cond``."""
+        return sum(pending.rows for pending in self.waiting)
+
+
+class Loader:
+    """Moves the ``backlog``'s journaled batches into the DuckDB file ``db_path``.
+
+    ``journal``: the open ``Journal`` the batches are in; ``metrics``: counted from the rows each
+    commit inserted; ``commit``: replaces the store write (tests; metrics are then not counted);
+    ``max_group_spans`` (rows) and ``load_interval_s`` (s) size the groups; ``intake_alive()``
+    tells whether the journal thread may still add batches. ``thread`` runs ``run``.
+    """
+
+    def __init__(
+        self,
+        db_path: Path,
+        journal: Journal,
+        backlog: Backlog,
+        metrics: CollectorMetrics,
+        *,
+        commit: CommitFn | None,
+        max_group_spans: int,
+        load_interval_s: float,
+        intake_alive: Callable[[], bool],
+    ):
+        self.db_path = db_path
+        self.journal = journal
+        self.backlog = backlog
+        self.metrics = metrics
+        self.commit = commit
+        self.max_group_spans = max_group_spans
+        self.load_interval_s = load_interval_s
+        self.intake_alive = intake_alive
+        self.thread = threading.Thread(target=self.run, name="budgetlens-loader", daemon=True)
+
     # --- replay at start ----------------------------------------------------------------
-    def _replay(self) -> None:
+    def replay(self) -> None:
         """Queue every journaled batch not yet marked loaded and load it now, in groups.
 
         Without any, probe the store once (a ``write_connection``; skipped with an injected
-        ``commit``). A store that cannot be written is logged and recorded in ``store_error``,
-        not raised: the batches stay queued for the loader thread's retry.
+        ``commit``). A store that cannot be written is logged and recorded in
+        ``backlog.store_error``, not raised: the batches stay queued for the loader thread's retry.
         """
-        replay = list(self._journal.unloaded())
-        now = time.monotonic()
-        for batch in replay:
-            self._journaled.append((batch, now))
-            self._backlog += batch.spans
-        if replay:
-            log.info(
-                "replaying %d journaled batches (%d rows) into %s", len(replay), self._backlog, self.db_path
-            )
-        group: list = []
+        backlog, now = self.backlog, time.monotonic()
+        with backlog.cond:
+            for batch in self.journal.unloaded():
+                backlog.add(Pending(batch.seq, batch.spans, self.journal.record_bytes(batch.seq), now, batch))
+                backlog.rows += batch.spans
+            replayed = len(backlog.waiting)
+        if replayed:
+            log.info("replaying %d journaled batches (%d rows) into %s", replayed, backlog.rows, self.db_path)
         try:
-            if replay:
-                while self._journaled:
-                    with self._cond:
-                        group = self._take_group()
-                    self._load(group)
-                    group = []
-            elif self._commit is None:
-                with write_connection(self.db_path):
-                    pass
+            while backlog.waiting:
+                self._load_next()
+            if not replayed and self.commit is None:
+                self._probe()
         except Exception as error:  # the loader retries; the replayed batches stay queued
-            with self._cond:
-                self._journaled.extendleft(reversed(group))
             self._failed(error)
 
     # --- the loader thread ----------------------------------------------------------------
-    def _loader_loop(self) -> None:
+    def run(self) -> None:
+        """The loader thread: load groups until intake has stopped and the backlog is empty."""
         _lower_priority()
         retry_s = _RETRY_MIN_S
         while True:
-            with self._cond:
-                while True:
-                    drained = not self._incoming and not self._journal_thread.is_alive()
-                    if self._closing and not self._journaled and drained:
-                        return
-                    if self._journaled and (
-                        self._closing
-                        or self._store_error is not None
-                        or self._pending_rows() >= self.max_group_spans
-                        or time.monotonic() - self._journaled[0][1] >= self.load_interval_s
-                    ):
-                        break
-                    if self._store_error is not None and not self._journaled:
-                        break  # probe the store so intake can resume
-                    wait = self.load_interval_s
-                    if self._journaled:
-                        wait = max(0.001, self._journaled[0][1] + wait - time.monotonic())
-                    self._cond.wait(wait)
-                group = self._take_group()
+            if not self._wait_for_work():
+                return
+            loading = bool(self.backlog.waiting)
             try:
-                if group:
-                    self._load(group)
+                if loading:
+                    self._load_next()
                 else:
-                    with write_connection(self.db_path):
-                        pass
-                if self._store_error is not None:
+                    self._probe()
+                if self.backlog.store_error is not None:
                     log.info("store %s is writable again", self.db_path)
-                self._store_error = None
+                self.backlog.store_error = None
                 retry_s = _RETRY_MIN_S
             except Exception as error:
-                with self._cond:
-                    self._journaled.extendleft(reversed(group))
-                if group:
+                if loading:
                     self._failed(error)
                 else:
-                    self._store_error = error
-                if self._closing and not self._journal_thread.is_alive():
+                    self.backlog.store_error = error
+                if self.backlog.closing and not self.intake_alive():
                     log.error("giving up loading at shutdown: %s (the journal keeps the rows)", error)
                     return
                 time.sleep(retry_s)
                 retry_s = min(retry_s * 2, _RETRY_MAX_S)
 
-    def _pending_rows(self) -> int:
-        return sum(batch.spans for batch, _ in self._journaled)
+    def _wait_for_work(self) -> bool:
+        """Block until a group is due (or the store needs a probe); False when all is done."""
+        backlog = self.backlog
+        with backlog.cond:
+            while True:
+                if backlog.closing and not backlog.waiting and not self.intake_alive():
+                    return False
+                if backlog.waiting and (
+                    backlog.closing
+                    or backlog.store_error is not None
+                    or backlog.waiting_rows() >= self.max_group_spans
+                    or time.monotonic() - backlog.waiting[0].journaled_at >= self.load_interval_s
+                ):
+                    return True
+                if backlog.store_error is not None and not backlog.waiting:
+                    return True  # probe the store so its error clears
+                wait = self.load_interval_s
+                if backlog.waiting:
+                    wait = max(0.001, backlog.waiting[0].journaled_at + wait - time.monotonic())
+                backlog.cond.wait(wait)
 
-    def _take_group(self) -> list[tuple[Batch, float]]:
-        """Pop journaled batches up to ``max_group_spans`` rows (at least one). Caller locks."""
-        group, size = [], 0
-        while self._journaled and (not group or size + self._journaled[0][0].spans <= self.max_group_spans):
-            item = self._journaled.popleft()
-            group.append(item)
-            size += item[0].spans
-        return group
+    def _load_next(self) -> None:
+        """Load the next group; on any error put it back and re-raise."""
+        with self.backlog.cond:
+            group = self.backlog.take(self.max_group_spans)
+        try:
+            self._load(group)
+        except BaseException:
+            with self.backlog.cond:
+                self.backlog.put_back()
+            raise
 
-    def _load(self, group: list[tuple[Batch, float]]) -> None:
+    def _load(self, group: list[Pending]) -> None:
         """Commit ``group`` to the store, count metrics, mark it loaded in the journal.
 
         A group the store refuses for its data is loaded around the bad rows
         (``budgetlens.ingest.dead_letter``); any other error propagates (the caller retries).
         """
-        batches = [batch for batch, _ in group]
+        batches = [p.batch if p.batch is not None else self.journal.read(p.seq) for p in group]
         started = time.perf_counter()
         try:
             self._observe(
@@ -158,37 +276,47 @@ class Loader:
         except Exception as error:
             if not is_data_error(error):
                 raise
-            dead_letter = self._journal.directory / DEAD_LETTER_FILE
-            if self._commit is not None:
-                dead = load_around_bad_rows(batches, self._commit, dead_letter, self._observe)
-            else:  # one connection for the whole retry (a commit per half, not a reopen)
-                with write_connection(self.db_path) as conn:
-                    conn.execute("SET threads TO 1")
-                    dead = load_around_bad_rows(
-                        batches, lambda *tables: write_batch(conn, *tables), dead_letter, self._observe
-                    )
-            if dead:
-                self.metrics.dead_lettered.inc(dead)
+            self._load_around_bad_rows(batches)
         self.metrics.commit_duration.observe(time.perf_counter() - started)
-        with self._cond:
+        with self.backlog.cond:
             # never mark past a batch still waiting (replay order is by sequence number)
-            limit = self._journaled[0][0].seq - 1 if self._journaled else None
+            waiting = self.backlog.waiting
+            limit = waiting[0].seq - 1 if waiting else None
         last = max(batch.seq for batch in batches)
-        self._journal.mark_loaded(last if limit is None else min(last, limit))
-        with self._cond:
-            self._backlog -= sum(batch.spans for batch in batches)
-            self.metrics.queue_spans.set(self._backlog)
-            oldest = self._journaled[0][1] if self._journaled else None
+        self.journal.mark_loaded(last if limit is None else min(last, limit))
+        with self.backlog.cond:
+            self.backlog.done()
+            self.metrics.queue_spans.set(self.backlog.rows)
+            oldest = self.backlog.oldest()
         self.metrics.loader_lag.set(time.monotonic() - oldest if oldest is not None else 0.0)
+
+    def _load_around_bad_rows(self, batches: list[Batch]) -> None:
+        dead_letter = self.journal.directory / DEAD_LETTER_FILE
+        if self.commit is not None:
+            dead = load_around_bad_rows(batches, self.commit, dead_letter, self._observe)
+        else:  # one connection for the whole retry (a commit per half, not a reopen)
+            with write_connection(self.db_path, timeout_s=LOADER_WRITE_TIMEOUT_S) as conn:
+                conn.execute("SET threads TO 1")
+                dead = load_around_bad_rows(
+                    batches, lambda *tables: write_batch(conn, *tables), dead_letter, self._observe
+                )
+        if dead:
+            self.metrics.dead_lettered.inc(dead)
 
     def _commit_tables(self, calls: pa.Table, records: pa.Table, events: pa.Table):
         """Write one set of tables to the store (or the injected ``commit``); the WriteResult."""
-        if self._commit is not None:
-            self._commit(calls, records, events)
+        if self.commit is not None:
+            self.commit(calls, records, events)
             return None
-        with write_connection(self.db_path) as conn:
+        with write_connection(self.db_path, timeout_s=LOADER_WRITE_TIMEOUT_S) as conn:
             conn.execute("SET threads TO 1")  # one core for loading, the other for intake
             return write_batch(conn, calls, records, events)
+
+    def _probe(self) -> None:
+        """Open the store for writing once (raises what ``write_connection`` raises)."""
+        if self.commit is None:
+            with write_connection(self.db_path, timeout_s=LOADER_WRITE_TIMEOUT_S):
+                pass
 
     def _observe(self, result) -> None:
         if result is not None:
@@ -199,7 +327,7 @@ class Loader:
     def _failed(self, error: BaseException) -> None:
         log.error("loading into %s failed (the journal keeps the rows; retrying): %s", self.db_path, error)
         self.metrics.commit_failures.inc()
-        self._store_error = error
+        self.backlog.store_error = error
 
 
 def _lower_priority() -> None:

@@ -6,20 +6,17 @@ database in ``<db>.journal/``) and fsyncs once for every group of requests waiti
 (group commit); only then does the request's future resolve and the receiver answer 200. An
 acknowledged span is therefore on disk: ``kill -9`` at any moment loses none.
 
-The loader thread moves journaled batches into DuckDB in larger groups (every ``load_interval_s``
-seconds or ``max_group_spans`` rows, whichever comes first), each through
-``budgetlens.store.write_connection`` + ``write_batch`` (the file is held only while committing, so
-dashboard readers get in between), counts the Prometheus metrics from the rows actually inserted,
-then marks the batches loaded in the journal (deleting fully loaded segments). On ``start``,
-every journaled batch not yet marked loaded is replayed into DuckDB first (replaying one already
-loaded is harmless: primary keys and upserts make it a no-op). So a span is queryable in DuckDB
-about ``load_interval_s`` after it is acknowledged. The loader thread and the replay live in
-``budgetlens.ingest.loader``; this module holds intake, backpressure and the journal thread.
+The loader (``budgetlens.ingest.loader.Loader``, its own thread) moves journaled batches into
+DuckDB in larger groups (every ``load_interval_s`` seconds or ``max_group_spans`` rows), so a
+span is queryable about ``load_interval_s`` after it is acknowledged; on ``start`` it first
+replays what the journal holds that was never loaded.
 
-Backpressure: ``submit`` raises ``QueueFull`` while more than ``max_queue_spans`` rows are
-accepted but not yet loaded (the receiver answers 503 with Retry-After), ``StoreUnavailable``
-while the store cannot be written (the journal keeps what it has; the loader retries with a
-backoff), ``IngestClosed`` after ``close``. ``close`` (SIGTERM) stops intake, fsyncs, loads
+Backpressure is on the journal, not on memory: ``submit`` raises ``QueueFull`` once the journal
+bytes acknowledged but not yet loaded reach ``max_journal_bytes`` (the disk budget; the receiver
+answers 503 with Retry-After). A store that cannot be written (readers hold the file, it is
+broken) does not stop intake: the journal absorbs the backlog up to its budget while the loader
+retries. At most ``max_queue_spans`` waiting rows stay in memory; older ones are read back from
+the journal. ``IngestClosed`` after ``close``; ``close`` (SIGTERM) stops intake, fsyncs, loads
 everything and joins both threads.
 """
 
@@ -29,39 +26,28 @@ import logging
 import os
 import threading
 import time
-from collections import deque
-from collections.abc import Callable
 from concurrent.futures import Future
 from pathlib import Path
 
-import pyarrow as pa
-
-from budgetlens.ingest.journal import Batch, Journal, encode_batch
-from budgetlens.ingest.loader import Loader
+from budgetlens.ingest.journal import Batch, Encoded, Journal, decode_batch, encode_batch
+from budgetlens.ingest.loader import Backlog, CommitFn, Loader, Pending
 from budgetlens.ingest.metrics import CollectorMetrics
 from budgetlens.otlp.mapping import Mapped
 
 log = logging.getLogger(__name__)
 
 DEFAULT_MAX_QUEUE_SPANS = 200_000
+DEFAULT_MAX_JOURNAL_BYTES = 1024 * 1024 * 1024
 DEFAULT_MAX_GROUP_SPANS = 50_000
 DEFAULT_LOAD_INTERVAL_S = 0.25
 
 
 class QueueFull(RuntimeError):
-    """More rows are accepted but not yet loaded than the bound allows; retry later."""
+    """The journal backlog (acknowledged, not yet loaded) is at its disk budget; retry later."""
 
 
 class IngestClosed(RuntimeError):
     """The collector is shutting down and takes no more batches."""
-
-
-class StoreUnavailable(RuntimeError):
-    """The DuckDB store cannot be written right now; retry later."""
-
-
-#: ``commit(calls, records, events)`` with pyarrow tables; replaces the store write (tests).
-CommitFn = Callable[[pa.Table, pa.Table, pa.Table], None]
 
 
 def journal_dir(db_path: str | os.PathLike) -> Path:
@@ -70,13 +56,14 @@ def journal_dir(db_path: str | os.PathLike) -> Path:
     return path.with_name(path.name + ".journal")
 
 
-class IngestQueue(Loader):
-    """Journal + loader for the DuckDB file ``db_path`` (see the module docstring; the loader
-    thread and replay are inherited from ``budgetlens.ingest.loader.Loader``).
+class IngestQueue:
+    """Journal + loader for the DuckDB file ``db_path`` (see the module docstring).
 
     ``metrics`` (``CollectorMetrics``) is updated after each load; ``commit`` replaces the store
-    write (tests inject one; metrics are then not counted). Raises ValueError for a non-positive
-    ``max_queue_spans``, ``max_group_spans`` or ``load_interval_s``.
+    write (tests inject one; metrics are then not counted). ``max_queue_spans``: waiting rows
+    held in memory (rows); ``max_journal_bytes``: the journal backlog at which intake answers
+    503 (bytes). Raises ValueError for a non-positive ``max_queue_spans``,
+    ``max_journal_bytes``, ``max_group_spans`` or ``load_interval_s``.
     """
 
     def __init__(
@@ -85,106 +72,126 @@ class IngestQueue(Loader):
         *,
         metrics: CollectorMetrics | None = None,
         max_queue_spans: int = DEFAULT_MAX_QUEUE_SPANS,
+        max_journal_bytes: int = DEFAULT_MAX_JOURNAL_BYTES,
         max_group_spans: int = DEFAULT_MAX_GROUP_SPANS,
         load_interval_s: float = DEFAULT_LOAD_INTERVAL_S,
         commit: CommitFn | None = None,
     ):
-        if max_queue_spans < 1:
-            raise ValueError(f"max_queue_spans must be >= 1 (got {max_queue_spans})")
-        if max_group_spans < 1:
-            raise ValueError(f"max_group_spans must be >= 1 (got {max_group_spans})")
-        if load_interval_s <= 0:
-            raise ValueError(f"load_interval_s must be > 0 (got {load_interval_s})")
+        for name, value in (
+            ("max_queue_spans", max_queue_spans),
+            ("max_journal_bytes", max_journal_bytes),
+            ("max_group_spans", max_group_spans),
+            ("load_interval_s", load_interval_s),
+        ):
+            if value <= 0:
+                raise ValueError(f"{name} must be > 0 (got {value})")
         self.db_path = Path(db_path)
         self.metrics = metrics or CollectorMetrics()
         self.max_queue_spans = max_queue_spans
+        self.max_journal_bytes = max_journal_bytes
         self.max_group_spans = max_group_spans
         self.load_interval_s = load_interval_s
         self._commit = commit
-        self._journal: Journal | None = None
-        self._cond = threading.Condition()
-        self._incoming: list[tuple[Mapped, Future, int]] = []  # waiting for the journal
-        self._journaled: deque[tuple[Batch, float]] = deque()  # waiting for the loader
-        self._backlog = 0  # rows accepted and not yet loaded
-        self._store_error: BaseException | None = None
-        self._closing = False
+        self._backlog = Backlog(max_queue_spans)
+        self._cond = self._backlog.cond
+        self._incoming: list[tuple[Mapped | Encoded, Future, int]] = []  # waiting for the journal
         self._started = False
+        self._journal: Journal | None = None
+        self._loader: Loader | None = None
         self._journal_thread = threading.Thread(
             target=self._journal_loop, name="budgetlens-journal", daemon=True
-        )
-        self._loader_thread = threading.Thread(
-            target=self._loader_loop, name="budgetlens-loader", daemon=True
         )
 
     # --- state ----------------------------------------------------------------------------
     @property
     def depth(self) -> int:
-        """Rows accepted but not yet loaded into DuckDB (the backlog)."""
-        return self._backlog
+        """Rows accepted but not yet loaded into DuckDB (the backlog, rows)."""
+        return self._backlog.rows
+
+    @property
+    def backlog_bytes(self) -> int:
+        """Journal bytes acknowledged but not yet loaded into DuckDB."""
+        return self._backlog.bytes
 
     @property
     def lag_s(self) -> float:
-        """Seconds since the oldest journaled batch not yet loaded was journaled (0 when none)."""
+        """Seconds since the oldest batch not yet loaded was journaled (0 when none), counting
+        a group the loader is committing or retrying."""
         with self._cond:
-            oldest = self._journaled[0][1] if self._journaled else None
+            oldest = self._backlog.oldest()
         return time.monotonic() - oldest if oldest is not None else 0.0
 
     @property
     def alive(self) -> bool:
         """True while the journal and loader threads run."""
-        return self._journal_thread.is_alive() and self._loader_thread.is_alive()
+        loader = self._loader
+        return self._journal_thread.is_alive() and loader is not None and loader.thread.is_alive()
 
     @property
     def store_error(self) -> str | None:
-        """Why the store cannot be written right now, or None."""
-        error = self._store_error
+        """Why the store could not be written at the last attempt, or None."""
+        error = self._backlog.store_error
         return None if error is None else f"{type(error).__name__}: {error}"
 
     # --- intake ---------------------------------------------------------------------------
     def start(self) -> IngestQueue:
         """Open the journal, replay what it holds into the store, start both threads
         (idempotent); return self. A store that cannot be written is logged, not raised: the
-        replayed batches stay queued and the collector answers 503 until the loader's retry
-        succeeds. Raises ``budgetlens.ingest.journal.JournalError`` when the journal directory is a
-        file or another collector holds it, OSError when it cannot be created."""
+        replayed batches stay queued and the loader retries. Raises
+        ``budgetlens.ingest.journal.JournalError`` when the journal directory is a file or
+        another collector holds it, OSError when it cannot be created."""
         with self._cond:
             if self._started:
                 return self
             self._journal = Journal(journal_dir(self.db_path))
+            self._loader = Loader(
+                self.db_path,
+                self._journal,
+                self._backlog,
+                self.metrics,
+                commit=self._commit,
+                max_group_spans=self.max_group_spans,
+                load_interval_s=self.load_interval_s,
+                intake_alive=lambda: bool(self._incoming) or self._journal_thread.is_alive(),
+            )
             self._started = True
-        self._replay()  # budgetlens.ingest.loader
+        self._loader.replay()
         self._journal_thread.start()
-        self._loader_thread.start()
+        self._loader.thread.start()
         return self
 
-    def submit(self, mapped: Mapped) -> Future:
-        """Queue ``mapped`` rows; the future resolves (None) once they are journaled and fsynced.
+    def submit(self, mapped: Mapped | Encoded) -> Future:
+        """Queue ``mapped`` rows (or rows already encoded as a journal payload); the future
+        resolves (None) once they are journaled and fsynced.
 
-        Raises QueueFull when ``max_queue_spans`` rows are already waiting (a batch larger than
-        the bound is accepted when nothing waits), StoreUnavailable while the store cannot be
-        written, IngestClosed after ``close``. The future fails with the journal's error.
+        Raises QueueFull when the journal backlog is at ``max_journal_bytes`` (a batch is
+        accepted whenever nothing waits), IngestClosed after ``close``. The future fails with
+        the journal's error.
         """
         spans = max(1, mapped.rows)
         future: Future = Future()
+        backlog = self._backlog
         with self._cond:
-            if self._closing or not self._started:
+            if backlog.closing or not self._started:
                 raise IngestClosed("the collector is shutting down")
-            if self._store_error is not None:
-                raise StoreUnavailable(f"store unavailable: {type(self._store_error).__name__}")
-            if self._backlog and self._backlog + spans > self.max_queue_spans:
-                raise QueueFull(f"{self._backlog} spans are waiting to be loaded")
+            if backlog.rows and backlog.bytes >= self.max_journal_bytes:
+                raise QueueFull(
+                    f"{backlog.rows} spans ({backlog.bytes} journal bytes, the budget is "
+                    f"{self.max_journal_bytes}) are waiting to be loaded"
+                )
             self._incoming.append((mapped, future, spans))
-            self._backlog += spans
-            self.metrics.queue_spans.set(self._backlog)
+            backlog.rows += spans
+            self.metrics.queue_spans.set(backlog.rows)
             self._cond.notify_all()
         return future
 
     def close(self, timeout_s: float | None = 60.0) -> None:
         """Stop intake, fsync the journal, load everything, join both threads (idempotent)."""
         with self._cond:
-            self._closing = True
+            self._backlog.closing = True
             self._cond.notify_all()
-        for thread in (self._journal_thread, self._loader_thread):
+        threads = [self._journal_thread] + ([self._loader.thread] if self._loader else [])
+        for thread in threads:
             if thread.is_alive():
                 thread.join(timeout_s)
                 if thread.is_alive():
@@ -193,7 +200,7 @@ class IngestQueue(Loader):
                         "in the journal and load at the next start)",
                         thread.name,
                         timeout_s,
-                        self._backlog,
+                        self._backlog.rows,
                     )
         if self._journal is not None:
             self._journal.close()
@@ -202,7 +209,7 @@ class IngestQueue(Loader):
     def _journal_loop(self) -> None:
         while True:
             with self._cond:
-                while not self._incoming and not self._closing:
+                while not self._incoming and not self._backlog.closing:
                     self._cond.wait()
                 if not self._incoming:
                     return  # closing and drained; the loader finishes the rest
@@ -215,7 +222,7 @@ class IngestQueue(Loader):
                     [(future, spans, error) for _, future, spans in group if not future.done()]
                 )
 
-    def _journal_group(self, group: list[tuple[Mapped, Future, int]]) -> None:
+    def _journal_group(self, group: list[tuple[Mapped | Encoded, Future, int]]) -> None:
         """Append ``group`` to the journal, fsync once, then resolve the futures.
 
         A request whose rows cannot be converted fails alone (ValueError: a value outside the
@@ -223,30 +230,34 @@ class IngestQueue(Loader):
         (disk full, I/O), every request of the group fails (the receiver answers 503) and the
         journal abandons its segment, so later records never follow a torn one.
         """
+        journal = self._journal
+        assert journal is not None  # started
         started = time.perf_counter()
         ready, failed = [], []
         for mapped, future, spans in group:
             try:
-                ready.append((_to_batch(mapped), future, spans))
+                ready.append((*_to_batch(mapped), future, spans))
             except Exception as error:
                 failed.append((future, spans, error))
         done = []
         try:
-            for batch, future, spans in ready:
-                batch.seq = self._journal.append(encode_batch(batch.calls, batch.records, batch.events))
+            for batch, payload, future, spans in ready:
+                batch.seq = journal.append(payload)
                 done.append((batch, future, spans))
             if done:
-                self._journal.sync()
+                journal.sync()
         except Exception as error:
-            self._journal.abandon_segment()
+            journal.abandon_segment()
             self.metrics.journal_failures.inc(len(ready))
-            failed += [(future, spans, error) for _, future, spans in ready]
+            failed += [(future, spans, error) for _, _, future, spans in ready]
             done = []
         self.metrics.journal_fsync_duration.observe(time.perf_counter() - started)
         now = time.monotonic()
         with self._cond:
-            for batch, _, _ in done:
-                self._journaled.append((batch, now))
+            for batch, _, spans in done:
+                nbytes = journal.record_bytes(batch.seq)
+                self._backlog.add(Pending(batch.seq, batch.spans, nbytes, now, batch))
+                self._backlog.rows += batch.spans - spans  # counted as ``spans`` at submit
             self._cond.notify_all()
         for _, future, _ in done:
             future.set_result(None)
@@ -256,8 +267,8 @@ class IngestQueue(Loader):
         """Take ``failed`` requests' rows off the backlog and fail their futures."""
         with self._cond:
             for _, spans, _ in failed:
-                self._backlog -= spans
-            self.metrics.queue_spans.set(self._backlog)
+                self._backlog.rows -= spans
+            self.metrics.queue_spans.set(self._backlog.rows)
             self._cond.notify_all()
         for future, _, error in failed:
             log.error("could not journal a batch: %s: %s", type(error).__name__, error)
@@ -265,5 +276,9 @@ class IngestQueue(Loader):
                 future.set_exception(error)
 
 
-def _to_batch(mapped: Mapped) -> Batch:
-    return Batch(0, *mapped.tables())
+def _to_batch(rows: Mapped | Encoded) -> tuple[Batch, bytes]:
+    """The batch (sequence number not yet set) and its journal payload."""
+    if isinstance(rows, Encoded):
+        return decode_batch(0, rows.payload), rows.payload
+    tables = rows.tables()
+    return Batch(0, *tables), encode_batch(*tables)
