@@ -9,6 +9,11 @@ same file. So:
   (``read_connection``);
 - both retry with a short backoff while another process holds a conflicting lock, up to a
   timeout, so no lock error reaches a user unless the file stays locked for that long.
+
+A DuckLake location (``ducklake:...``, see ``budgetlens.store.location``) has none of these
+limits: many processes write it at once and readers never block writers. Both functions then
+yield a cursor on the process's one attachment of the lake (``budgetlens.store.lake``); a read
+connection holds one transaction, so every query in it reads the same snapshot.
 """
 
 from __future__ import annotations
@@ -23,7 +28,8 @@ from pathlib import Path
 
 import duckdb
 
-from budgetlens.store import sql
+from budgetlens.store import lake, sql
+from budgetlens.store.location import LakeLocation, store_location
 from budgetlens.store.schema import MIGRATIONS, SCHEMA_VERSION
 
 log = logging.getLogger(__name__)
@@ -83,9 +89,19 @@ def _cannot_open(path: Path, read_only: bool, error: duckdb.Error) -> StoreError
 def migrate(conn: duckdb.DuckDBPyConnection) -> int:
     """Apply the migrations not yet recorded; return the schema version now in force.
 
-    Raises StoreError when the file has a newer schema than this code knows.
+    On a DuckLake the DDL drops primary keys (``lake.lake_ddl``), the first migration also
+    creates the write token, and a migration that loses a conflict with a concurrent one (two
+    collectors starting at once) is retried. Raises StoreError when the store has a newer
+    schema than this code knows.
     """
-    conn.execute(sql.CREATE_MIGRATIONS_TABLE)
+    if lake.is_lake_connection(conn):
+        return lake.retry_on_conflict(lambda: _migrate(conn, on_lake=True), what="migrate")
+    return _migrate(conn, on_lake=False)
+
+
+def _migrate(conn: duckdb.DuckDBPyConnection, *, on_lake: bool) -> int:
+    adapt = lake.lake_ddl if on_lake else (lambda script: script)
+    conn.execute(adapt(sql.CREATE_MIGRATIONS_TABLE))
     applied = {row[0] for row in conn.execute(sql.SELECT_APPLIED_VERSIONS).fetchall()}
     if applied and max(applied) > SCHEMA_VERSION:
         raise StoreError(
@@ -95,6 +111,8 @@ def migrate(conn: duckdb.DuckDBPyConnection) -> int:
     for version, script in MIGRATIONS:
         if version in applied:
             continue
+        if on_lake:
+            script = adapt(script) + (";" + lake.WRITE_TOKEN_DDL if version == MIGRATIONS[0][0] else "")
         conn.execute("BEGIN TRANSACTION")
         try:
             for statement in script.split(";"):
@@ -109,18 +127,50 @@ def migrate(conn: duckdb.DuckDBPyConnection) -> int:
     return SCHEMA_VERSION
 
 
+_migrated_lakes: set[LakeLocation] = set()
+
+
+@contextmanager
+def _lake_connection(location: LakeLocation, *, write: bool) -> Iterator[duckdb.DuckDBPyConnection]:
+    try:
+        with lake.lake_cursor(location, create=write) as conn:
+            if write and location not in _migrated_lakes:
+                migrate(conn)
+                _migrated_lakes.add(location)
+            if write:
+                yield conn
+                return
+            conn.execute("BEGIN TRANSACTION")  # one snapshot for every query of this reader
+            try:
+                yield conn
+            finally:
+                conn.execute("ROLLBACK")
+    except lake.LakeMissing as error:
+        raise StoreMissing(str(error)) from error
+    except lake.LakeError as error:
+        raise StoreError(str(error)) from error
+
+
 @contextmanager
 def write_connection(
-    path: str | os.PathLike, *, timeout_s: float = DEFAULT_WRITE_TIMEOUT_S
+    path: str | os.PathLike | LakeLocation, *, timeout_s: float = DEFAULT_WRITE_TIMEOUT_S
 ) -> Iterator[duckdb.DuckDBPyConnection]:
     """Open ``path`` for writing (creating and migrating it), yield the connection, close it.
+
+    ``path`` is a DuckDB file or a DuckLake location (``ducklake:...``, created on first write
+    when it has a data path).
 
     The caller runs its statements inside one transaction (see ``budgetlens.store.writer``).
     Raises StoreError when DuckDB cannot open ``path`` (a directory, not a DuckDB file, no
     permission) or another process holds the file for longer than ``timeout_s`` seconds, OSError
     when the parent directory cannot be created.
     """
-    path = Path(path)
+    location = store_location(path)
+    if isinstance(location, LakeLocation):
+        with _lake_connection(location, write=True) as conn:
+            yield conn
+        return
+    path = location
     if path.parent and not path.parent.exists():
         path.parent.mkdir(parents=True, exist_ok=True)
     conn = _connect_with_retry(path, read_only=False, timeout_s=timeout_s)
@@ -133,15 +183,23 @@ def write_connection(
 
 @contextmanager
 def read_connection(
-    path: str | os.PathLike, *, timeout_s: float = DEFAULT_READ_TIMEOUT_S
+    path: str | os.PathLike | LakeLocation, *, timeout_s: float = DEFAULT_READ_TIMEOUT_S
 ) -> Iterator[duckdb.DuckDBPyConnection]:
     """Open ``path`` read-only for one query or a few, retrying while a writer commits.
+
+    On a DuckLake location every query of the connection reads one snapshot, and writers are
+    never blocked.
 
     Raises StoreMissing when the file does not exist, StoreError when DuckDB cannot open it (a
     directory, not a DuckDB file, no permission) or it stays locked for longer than
     ``timeout_s`` seconds.
     """
-    path = Path(path)
+    location = store_location(path)
+    if isinstance(location, LakeLocation):
+        with _lake_connection(location, write=False) as conn:
+            yield conn
+        return
+    path = location
     if not path.exists():
         raise StoreMissing(
             f"{path}: no budgetlens store here yet; create one with `budgetlens sample`, "

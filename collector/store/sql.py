@@ -31,17 +31,42 @@ CREATE TABLE IF NOT EXISTS schema_migrations (
 """
 SELECT_APPLIED_VERSIONS = "SELECT version FROM schema_migrations ORDER BY version"
 RECORD_MIGRATION = "INSERT INTO schema_migrations VALUES (?, CAST(now() AT TIME ZONE 'UTC' AS TIMESTAMP))"
-HAS_MIGRATIONS_TABLE = "SELECT count(*) FROM information_schema.tables WHERE table_name = 'schema_migrations'"
+HAS_MIGRATIONS_TABLE = (
+    "SELECT count(*) FROM information_schema.tables "
+    "WHERE table_name = 'schema_migrations' AND table_catalog = current_database()"
+)
 
 #: Fields of the ``run_totals.record`` STRUCT (the record's ``quality`` is kept as ``r_quality``).
 _RECORD_FIELDS = [c for c in RUN_RECORD_COLUMNS if c not in ("run_id", "quality")]
 
+#: Columns of a newly inserted call that the writer returns (the rollup and the metrics use them).
+INSERTED_CALL_COLUMNS: tuple[str, ...] = (
+    "run_id",
+    "trace_id",
+    "source",
+    "service_name",
+    "task_type",
+    "request_model",
+    "response_model",
+    "start_utc",
+    "end_utc",
+    "input_tokens",
+    "output_tokens",
+    "total_tokens",
+    "cache_read_tokens",
+    "cache_write_tokens",
+    "reasoning_tokens",
+    "reserved_tokens",
+    "cost_usd",
+    "usage_status",
+    "error_type",
+    "quality",
+)
+
 #: Insert new calls; returns only the rows inserted (a re-sent span returns nothing).
 INSERT_CALLS = (
     "INSERT INTO model_calls BY NAME SELECT * FROM batch_calls ON CONFLICT DO NOTHING "
-    "RETURNING run_id, trace_id, source, service_name, task_type, request_model, response_model, "
-    "start_utc, end_utc, input_tokens, output_tokens, total_tokens, cache_read_tokens, "
-    "cache_write_tokens, reasoning_tokens, reserved_tokens, cost_usd, usage_status, error_type, quality"
+    "RETURNING " + ", ".join(INSERTED_CALL_COLUMNS)
 )
 
 
@@ -129,8 +154,8 @@ _ADDED = (
 _SMALLEST = ("c_trace_id", "c_source", "c_service_name", "c_task_type", "c_start_utc")
 
 
-def _merge_totals() -> str:
-    old, new = "run_totals", "excluded"
+def _merged_totals_sets(old: str, new: str) -> list[str]:
+    """``column = expression`` merging a stored ``run_totals`` row (``old``) with new aggregates."""
     sets = [f"record = coalesce({new}.record, {old}.record)"]
     sets.append(f"r_quality = CASE WHEN {new}.record IS NULL THEN {old}.r_quality ELSE {new}.r_quality END")
     sets.append(f"c_quality = list_concat({old}.c_quality, {new}.c_quality)")
@@ -147,6 +172,11 @@ def _merge_totals() -> str:
         f"c_any_error = coalesce({old}.c_any_error OR {new}.c_any_error, "
         f"{old}.c_any_error, {new}.c_any_error)"
     )
+    return sets
+
+
+def _merge_totals() -> str:
+    sets = _merged_totals_sets("run_totals", "excluded")
     return (
         "INSERT INTO run_totals BY NAME "
         + _totals_from("new_calls", "new_records", "new_events")
@@ -232,3 +262,55 @@ INSERT_ALL_RUN_TOTALS = "INSERT INTO run_totals BY NAME " + _totals_from(
 DELETE_ALL_RUNS = "DELETE FROM runs"
 INSERT_ALL_RUNS = "INSERT INTO runs BY NAME " + _RUNS_FROM_TOTALS.format(totals="run_totals")
 COUNT_RUNS = "SELECT count(*) FROM runs"
+
+
+# --- DuckLake (``budgetlens.store.lake``): no primary keys, no RETURNING ------------------------
+# The same rollup as above, written as SELECT (into a registered relation) + DELETE + INSERT.
+# Every write transaction first takes the write token, so concurrent writers conflict and the
+# loser re-runs these anti-joins on a snapshot that holds the winner's rows.
+
+LAKE_TAKE_WRITE_TOKEN = "UPDATE write_token SET writes = writes + 1"
+LAKE_NEW_CALLS = (
+    "SELECT b.* FROM batch_calls b WHERE NOT EXISTS (SELECT 1 FROM model_calls m WHERE m.span_id = b.span_id)"
+)
+LAKE_INSERT_CALLS = "INSERT INTO model_calls BY NAME SELECT * FROM new_calls"
+LAKE_NEW_EVENTS = (
+    "SELECT b.* FROM batch_events b WHERE NOT EXISTS "
+    "(SELECT 1 FROM budget_events e WHERE e.event_id = b.event_id)"
+)
+LAKE_INSERT_EVENTS = "INSERT INTO budget_events BY NAME SELECT * FROM new_events"
+
+
+def _lake_new_records() -> str:
+    changed = " OR ".join(f"r.{c} IS DISTINCT FROM b.{c}" for c in _RECORD_FIELDS)
+    return (
+        "SELECT b.* FROM batch_records b LEFT JOIN run_records r ON r.run_id = b.run_id "
+        f"WHERE r.run_id IS NULL OR {changed}"
+    )
+
+
+#: Run records not stored yet or whose values changed (a newer record replaces the stored one).
+LAKE_NEW_RECORDS = _lake_new_records()
+LAKE_DELETE_RECORDS = "DELETE FROM run_records WHERE run_id IN (SELECT run_id FROM new_records)"
+LAKE_INSERT_RECORDS = "INSERT INTO run_records BY NAME SELECT * FROM new_records"
+
+
+def _lake_merged_totals() -> str:
+    sets = _merged_totals_sets("o", "n")
+    columns = ", ".join(
+        expression.split(" = ", 1)[1] + " AS " + expression.split(" = ", 1)[0] for expression in sets
+    )
+    return (
+        f"SELECT n.run_id, {columns} FROM ("
+        + _totals_from("new_calls", "new_records", "new_events")
+        + ") n LEFT JOIN run_totals o ON o.run_id = n.run_id"
+    )
+
+
+#: The merged ``run_totals`` rows of the runs the batch touches (stored row + new aggregates).
+LAKE_MERGED_TOTALS = _lake_merged_totals()
+LAKE_DELETE_TOUCHED_TOTALS = "DELETE FROM run_totals WHERE run_id IN (SELECT run_id FROM touched)"
+LAKE_INSERT_TOUCHED_TOTALS = "INSERT INTO run_totals BY NAME SELECT * FROM touched"
+LAKE_RUNS_OF_TOUCHED = _RUNS_FROM_TOTALS.format(totals="touched")
+LAKE_DELETE_TOUCHED_RUNS = "DELETE FROM runs WHERE run_id IN (SELECT run_id FROM touched_runs)"
+LAKE_INSERT_TOUCHED_RUNS = "INSERT INTO runs BY NAME SELECT * FROM touched_runs"

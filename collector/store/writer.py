@@ -9,6 +9,10 @@ per-run state ``run_totals`` (sums add, min/max merge, model lists merge), from 
 rows of the changed runs are upserted. So a commit costs in proportion to the batch, not to the
 store. All in one transaction: after it returns, the batch is durable (DuckDB fsyncs its WAL on
 commit). ``rebuild_runs`` recomputes both from scratch and gives the same ``runs``.
+
+On a DuckLake (no primary keys, no RETURNING) the same batch goes through
+``budgetlens.store.lake.write_batch_lake``: anti-joins under a write token that makes concurrent
+writers conflict, retried on a fresh snapshot when a commit loses; same rows, same rollup.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from budgetlens.store import sql
+from budgetlens.store import lake, sql
 from budgetlens.store.schema import BUDGET_EVENT_COLUMNS, MODEL_CALL_COLUMNS, RUN_RECORD_COLUMNS
 
 _INT_COLUMNS = {"turn", "turns", "tool_calls", "limit_turns", "limit_tool_calls"}
@@ -162,6 +166,8 @@ def write_batch(
     }
     if not any(len(batch) for batch in batches.values()):
         return WriteResult()
+    if lake.is_lake_connection(conn):
+        return _write_lake(conn, batches)
     for name, batch in batches.items():
         conn.register(name, batch)
     registered = list(batches)
@@ -200,11 +206,46 @@ def write_batch(
     )
 
 
+def _write_lake(conn: duckdb.DuckDBPyConnection, batches: dict[str, pa.Table]) -> WriteResult:
+    for name, batch in batches.items():
+        conn.register(name, batch)
+    try:
+        new = lake.retry_on_conflict(lambda: lake.write_batch_lake(conn), what="write_batch")
+    finally:
+        for name in batches:
+            conn.unregister(name)
+    calls, records, events, runs_rows = (
+        new["new_calls"],
+        new["new_records"],
+        new["new_events"],
+        new["runs_rows"],
+    )
+    return WriteResult(
+        calls=len(calls) if calls is not None else 0,
+        records=len(records) if records is not None else 0,
+        events=len(events) if events is not None else 0,
+        runs=len(runs_rows) if runs_rows is not None else 0,
+        new_calls=calls,
+        new_records=records,
+        new_events=events,
+        runs_rows=runs_rows,
+    )
+
+
 def rebuild_runs(conn: duckdb.DuckDBPyConnection) -> int:
     """Rebuild ``run_totals`` and the whole ``runs`` rollup from the stored rows (after a bulk
-    load); return the number of runs."""
+    load); return the number of runs. On a DuckLake it takes the write token (see the module
+    docstring) and is retried when it loses a conflict."""
+    if lake.is_lake_connection(conn):
+        return lake.retry_on_conflict(lambda: _rebuild(conn, on_lake=True), what="rebuild_runs")
+    return _rebuild(conn, on_lake=False)
+
+
+def _rebuild(conn: duckdb.DuckDBPyConnection, *, on_lake: bool) -> int:
     conn.execute("BEGIN TRANSACTION")
     try:
+        if on_lake:
+            conn.execute(sql.LAKE_TAKE_WRITE_TOKEN)
         conn.execute(sql.DELETE_ALL_RUN_TOTALS)
         conn.execute(sql.INSERT_ALL_RUN_TOTALS)
         conn.execute(sql.DELETE_ALL_RUNS)

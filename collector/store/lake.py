@@ -1,0 +1,339 @@
+"""The DuckLake side of the store: attach, migrate, write with retry, maintain.
+
+A DuckLake store keeps its catalog in a database (PostgreSQL for many writers) and its rows as
+Parquet files under a data path; every budgetlens process attaches it to an in-memory DuckDB
+as ``budgetlens_lake`` and makes it the default database, so the schema and the analysis SQL are
+the ones of the file store.
+
+Many writers. DuckLake commits optimistically: two transactions that only insert into a table
+both commit (DuckLake retries the loser against the new snapshot without looking at its rows),
+and it has no primary keys. So an anti-join "insert what is not stored yet" alone would store a
+span twice when two collectors commit it at the same time (a load balancer retry). Every write
+transaction therefore also updates the one row of ``write_token``: an update deletes that row,
+and two transactions deleting the same row (inlined or in a data file) are a logical conflict
+DuckLake refuses to merge. One of two concurrent writers commits; the other fails, rolls back,
+and ``write_batch_lake`` runs it again on a fresh snapshot, where the anti-join now sees the
+winner's rows. Hence: a span, event or run record is stored at most once whatever collector
+receives it, and the ``run_totals``/``runs`` rollup of a run whose spans reach different
+collectors is merged in commit order, never from a stale snapshot. The price: commits to one lake
+are serialized (decoding, journaling and batching in each collector still run in parallel).
+
+Extensions come from the PyPI packages ``duckdb-extension-ducklake`` and
+``duckdb-extension-postgres-scanner`` (the ``lake`` extra; built for the pinned DuckDB), loaded
+from their files, so no network is needed; without them DuckDB's own autoload is tried.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import random
+import re
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TypeVar
+
+import duckdb
+import pyarrow as pa
+
+from budgetlens.store import sql
+from budgetlens.store.location import ENV_LAKE_DATA_PATH, LakeLocation
+
+log = logging.getLogger(__name__)
+
+#: The name the lake is attached under in every budgetlens process.
+LAKE_ALIAS = "budgetlens_lake"
+#: Extensions and the Python packages that ship them (``pip install 'budgetlens[lake]'``).
+_EXTENSION_PACKAGES = {
+    "ducklake": "duckdb_extension_ducklake",
+    "postgres_scanner": "duckdb_extension_postgres_scanner",
+    "httpfs": "duckdb_extension_httpfs",
+}
+#: Seconds a writer keeps retrying a commit that lost a conflict before it gives up.
+DEFAULT_CONFLICT_TIMEOUT_S = 60.0
+
+T = TypeVar("T")
+
+
+class LakeError(RuntimeError):
+    """The lake cannot be attached (missing extension, catalog unreachable, no lake there)."""
+
+
+class LakeMissing(LakeError):
+    """The catalog holds no DuckLake yet (nothing was written to this location)."""
+
+
+# --- attaching ------------------------------------------------------------------------------
+
+
+def _load_extension(conn: duckdb.DuckDBPyConnection, name: str) -> None:
+    """Load extension ``name`` from its PyPI package when installed, else by DuckDB's autoload."""
+    try:
+        package = importlib.import_module(_EXTENSION_PACKAGES[name])
+    except ImportError:
+        package = None
+    if package is not None and package.__file__ is not None:
+        files = sorted(
+            Path(package.__file__).parent.glob(f"extensions/v{duckdb.__version__}/*.duckdb_extension")
+        )
+        if files:
+            conn.execute(f"LOAD '{files[0]}'")  # a path from an installed package, not user data
+            return
+    try:
+        conn.execute(f"LOAD {name}")
+    except duckdb.Error as error:
+        raise LakeError(
+            f"DuckDB extension {name!r} for DuckDB {duckdb.__version__} is not available: install "
+            f"budgetlens with the lake extra (pip install 'budgetlens[lake]'), which pins DuckDB to the "
+            f"version the duckdb-extension-* packages are built for ({error})"
+        ) from error
+
+
+def attach(location: LakeLocation, *, create: bool) -> duckdb.DuckDBPyConnection:
+    """A new in-memory DuckDB with the lake attached as ``budgetlens_lake`` and in use.
+
+    ``create``: make a new lake when the catalog has none (needs a data path). Raises LakeMissing
+    when there is no lake and ``create`` is false, LakeError when the catalog cannot be reached or
+    a new lake has no data path.
+    """
+    conn = duckdb.connect()
+    try:
+        _load_extension(conn, "ducklake")
+        if location.is_postgres:
+            _load_extension(conn, "postgres_scanner")
+        if location.data_path and "://" in location.data_path:
+            _load_extension(conn, "httpfs")
+        if create and not location.is_postgres and ":" not in location.catalog:
+            Path(location.catalog).parent.mkdir(parents=True, exist_ok=True)  # a DuckDB-file catalog
+        # ATTACH takes no prepared parameters: the location is quoted as an SQL string literal
+        # no data inlining: inlined STRUCT/LIST rows (run_totals) break reads from a PostgreSQL
+        # catalog in this DuckLake version; every commit writes Parquet, ``compact`` merges it
+        options = ["DATA_INLINING_ROW_LIMIT 0"]
+        if location.data_path:
+            options.append(f"DATA_PATH {_literal(location.data_path)}")
+        if not create or not location.data_path:
+            options.append("CREATE_IF_NOT_EXISTS false")
+        statement = f"ATTACH {_literal('ducklake:' + location.catalog)} AS {LAKE_ALIAS}"
+        if options:
+            statement += f" ({', '.join(options)})"
+        try:
+            conn.execute(statement)
+        except duckdb.Error as error:
+            if "does not exist" in str(error) and "creating a new DuckLake" in str(error):
+                if create:
+                    raise LakeError(
+                        f"{location}: no DuckLake here yet, and a new one needs a data path: add "
+                        f"?data_path=DIR_OR_S3_URL to the location or set {ENV_LAKE_DATA_PATH}"
+                    ) from error
+                raise LakeMissing(
+                    f"{location}: no budgetlens store here yet; create one with `budgetlens store copy`, "
+                    "`budgetlens sample`, `budgetlens import` or `budgetlens collector`"
+                ) from error
+            raise LakeError(f"{location}: cannot attach the DuckLake: {error}") from error
+        conn.execute(f"USE {LAKE_ALIAS}")
+        return conn
+    except BaseException:
+        conn.close()
+        raise
+
+
+def _literal(text: str) -> str:
+    """``text`` as an SQL string literal (quotes doubled)."""
+    return "'" + text.replace("'", "''") + "'"
+
+
+_instances: dict[LakeLocation, duckdb.DuckDBPyConnection] = {}
+_instances_lock = threading.Lock()
+
+
+@contextmanager
+def lake_cursor(location: LakeLocation, *, create: bool) -> Iterator[duckdb.DuckDBPyConnection]:
+    """Yield a cursor on this process's one attachment of ``location`` (attached on first use,
+    kept for the life of the process: attaching costs a catalog round trip and extension loads).
+
+    Each cursor is its own DuckDB connection (one per thread); closed on exit.
+    """
+    with _instances_lock:
+        base = _instances.get(location)
+        if base is None:
+            base = attach(location, create=create)
+            _instances[location] = base
+    cursor = base.cursor()
+    try:
+        cursor.execute(f"USE {LAKE_ALIAS}")  # a cursor starts in the in-memory database
+        yield cursor
+    finally:
+        cursor.close()
+
+
+def close_all() -> None:
+    """Detach every lake this process attached (tests, benchmarks)."""
+    with _instances_lock:
+        for conn in _instances.values():
+            conn.close()
+        _instances.clear()
+
+
+def is_lake_connection(conn: duckdb.DuckDBPyConnection) -> bool:
+    """True when ``conn``'s default database is a DuckLake (a ``lake_cursor``)."""
+    row = conn.execute(
+        "SELECT type FROM duckdb_databases() WHERE database_name = current_database()"
+    ).fetchone()
+    return row is not None and row[0] == "ducklake"
+
+
+# --- schema ---------------------------------------------------------------------------------
+
+_PRIMARY_KEY = re.compile(r"\s+PRIMARY KEY\b", re.IGNORECASE)
+
+
+def lake_ddl(script: str) -> str:
+    """A migration script as DuckLake takes it: DuckLake has no primary keys or unique
+    constraints, so ``PRIMARY KEY`` is dropped (uniqueness is the writer's job, see the module
+    docstring); everything else is the file store's DDL."""
+    return _PRIMARY_KEY.sub("", script)
+
+
+#: Created with the first migration (same transaction, so two first writers cannot both add a row).
+WRITE_TOKEN_DDL = "CREATE TABLE write_token (writes BIGINT NOT NULL); INSERT INTO write_token VALUES (0)"
+
+
+# --- writing with retry on conflict ----------------------------------------------------------
+
+
+def is_conflict(error: BaseException) -> bool:
+    """True when ``error`` is a DuckLake commit that lost to a concurrent one (retry it)."""
+    text = str(error)
+    return isinstance(error, duckdb.Error) and (
+        "Transaction conflict" in text
+        or "conflict" in text.lower()
+        and ("commit" in text.lower() or isinstance(error, duckdb.TransactionException))
+    )
+
+
+def retry_on_conflict(
+    action: Callable[[], T], *, timeout_s: float = DEFAULT_CONFLICT_TIMEOUT_S, what: str = "commit"
+) -> T:
+    """Run ``action`` (one whole transaction) again while it loses a commit conflict, with a
+    jittered exponential backoff (5 ms doubling up to 0.5 s) for up to ``timeout_s`` seconds.
+
+    Other errors propagate at once; a conflict past the timeout propagates too.
+    """
+    deadline = time.monotonic() + timeout_s
+    delay = 0.005
+    attempt = 1
+    while True:
+        try:
+            return action()
+        except duckdb.Error as error:
+            if not is_conflict(error) or time.monotonic() >= deadline:
+                raise
+            log.debug("%s lost a DuckLake conflict (attempt %d); retrying: %s", what, attempt, error)
+            time.sleep(delay * (0.5 + random.random()))
+            delay = min(delay * 2, 0.5)
+            attempt += 1
+
+
+def write_batch_lake(conn: duckdb.DuckDBPyConnection) -> dict[str, pa.Table | None]:
+    """One write transaction on the lake over the registered ``batch_*`` relations.
+
+    Takes the write token, inserts the calls, events and changed run records not stored yet, and
+    replaces the ``run_totals`` and ``runs`` rows of the runs they touch. Returns the tables
+    ``new_calls``, ``new_records``, ``new_events`` and ``runs_rows`` (None when nothing changed).
+    Rolls back and re-raises on error (``retry_on_conflict`` runs it again on a conflict).
+    """
+    registered: list[str] = []
+    conn.execute("BEGIN TRANSACTION")
+    try:
+        conn.execute(sql.LAKE_TAKE_WRITE_TOKEN)
+        new: dict[str, pa.Table | None] = {}
+        for name, select, insert, delete in (
+            ("new_calls", sql.LAKE_NEW_CALLS, sql.LAKE_INSERT_CALLS, None),
+            ("new_records", sql.LAKE_NEW_RECORDS, sql.LAKE_INSERT_RECORDS, sql.LAKE_DELETE_RECORDS),
+            ("new_events", sql.LAKE_NEW_EVENTS, sql.LAKE_INSERT_EVENTS, None),
+        ):
+            table = conn.sql(select).to_arrow_table()
+            new[name] = table
+            if len(table):
+                conn.register(name, table)
+                registered.append(name)
+                if delete:
+                    conn.execute(delete)
+                conn.execute(insert)
+            else:
+                conn.register(name, table)
+                registered.append(name)
+        runs_rows = None
+        if any(len(table) for table in new.values() if table is not None):
+            touched = conn.sql(sql.LAKE_MERGED_TOTALS).to_arrow_table()
+            conn.register("touched", touched)
+            registered.append("touched")
+            conn.execute(sql.LAKE_DELETE_TOUCHED_TOTALS)
+            conn.execute(sql.LAKE_INSERT_TOUCHED_TOTALS)
+            runs = conn.sql(sql.LAKE_RUNS_OF_TOUCHED).to_arrow_table()
+            conn.register("touched_runs", runs)
+            registered.append("touched_runs")
+            conn.execute(sql.LAKE_DELETE_TOUCHED_RUNS)
+            conn.execute(sql.LAKE_INSERT_TOUCHED_RUNS)
+            runs_rows = runs.select(["run_id", "task_type", "stop_reason", "total_tokens"])
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    finally:
+        for name in registered:
+            conn.unregister(name)
+    calls = new["new_calls"]
+    events = new["new_events"]
+    return {
+        "new_calls": calls.select(list(sql.INSERTED_CALL_COLUMNS)) if calls is not None else None,
+        "new_records": new["new_records"],
+        "new_events": events.select(["run_id", "name"]) if events is not None else None,
+        "runs_rows": runs_rows,
+    }
+
+
+# --- maintenance ----------------------------------------------------------------------------
+
+
+def compact(conn: duckdb.DuckDBPyConnection, *, expire_older_than_s: float = 3600.0) -> dict[str, int]:
+    """Compact the lake: flush inlined rows to Parquet, merge small files, rewrite files with
+    many deleted rows, expire snapshots older than ``expire_older_than_s`` seconds and delete
+    the files no snapshot needs any more.
+
+    Returns counts: ``flushed_tables``, ``merged_files``, ``rewritten_files``,
+    ``expired_snapshots``, ``deleted_files``. Each step retries while it loses a conflict with a
+    concurrent writer. Raises ValueError for a negative age.
+    """
+    if expire_older_than_s < 0:
+        raise ValueError(f"expire_older_than_s must be >= 0 (got {expire_older_than_s})")
+
+    def count(statement: str, params: list | None = None) -> int:
+        def run() -> int:  # arrow: the TIMESTAMP WITH TIME ZONE columns need no pytz
+            return conn.execute(statement, params or []).to_arrow_table().num_rows
+
+        return retry_on_conflict(run, what="compact")
+
+    older = "now() - to_microseconds(CAST(? * 1e6 AS BIGINT))"
+    # merging first, then rewriting files whose rows are >= 10 % deleted (the rollup tables
+    # replace a run's row on every commit that touches it)
+    merge = f"SELECT * FROM ducklake_merge_adjacent_files('{LAKE_ALIAS}')"
+    flushed = count(f"SELECT * FROM ducklake_flush_inlined_data('{LAKE_ALIAS}')")
+    merged = count(merge)
+    rewritten = count(f"SELECT * FROM ducklake_rewrite_data_files('{LAKE_ALIAS}', delete_threshold => 0.1)")
+    return {
+        "flushed_tables": flushed,
+        "merged_files": merged + (count(merge) if rewritten else 0),
+        "rewritten_files": rewritten,
+        "expired_snapshots": count(
+            f"SELECT * FROM ducklake_expire_snapshots('{LAKE_ALIAS}', older_than => {older})",
+            [expire_older_than_s],
+        ),
+        "deleted_files": count(
+            f"SELECT * FROM ducklake_cleanup_old_files('{LAKE_ALIAS}', older_than => {older})",
+            [expire_older_than_s],
+        ),
+    }
