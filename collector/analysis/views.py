@@ -354,3 +354,22 @@ def run_detail(conn, run_id: str) -> RunDetail | None:
         calls=_query(conn, q.RUN_DETAIL_CALLS, params),
         events=_query(conn, q.RUN_DETAIL_EVENTS, params),
     )
+
+
+#: Columns of ``hit_rate_by_task`` (and of ``budgetlens hit-rate``).
+HIT_RATE_COLUMNS = (
+    "task_type",
+    "finished_runs",
+    "budgeted_runs",
+    "budget_stops",
+    "interventions",
+    "hit_rate",
+    "intervention_rate",
+)
+
+
+def hit_rate_by_task(conn, f: Filters) -> pd.DataFrame:
+    """The Hit rate page's figures per task type: task_type, finished_runs, budgeted_runs (the
+    rates' denominator: finished runs that ran under a budget), budget_stops, interventions,
+    hit_rate, intervention_rate (0..1; None for a task type without budgeted runs)."""
+    return _query(conn, q.OVERVIEW_PER_TASK, f.params())[list(HIT_RATE_COLUMNS)]
