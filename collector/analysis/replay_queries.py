@@ -177,8 +177,8 @@ SELECT budget_id, run_id, task_type, start_utc, recorded_stop_reason, replayed, 
             WHEN old_stop THEN 'censored' ELSE 'completed' END AS outcome,
        coalesce(replay_reason, CASE WHEN old_stop AND not_larger THEN recorded_stop_reason END)
            AS stop_reason,
-       CASE WHEN replay_reason IS NOT NULL THEN coalesce(stop_turn, calls)
-            WHEN old_stop AND not_larger THEN calls END AS stop_turn,
+       CASE WHEN replay_reason IS NOT NULL THEN coalesce(stop_turn, nullif(calls, 0))
+            WHEN old_stop AND not_larger THEN nullif(calls, 0) END AS stop_turn,
        CASE WHEN replay_reason IS NOT NULL OR (old_stop AND not_larger)
             THEN coalesce(avoided_tokens, 0) ELSE 0 END AS avoided_tokens,
        CASE WHEN replay_reason IS NOT NULL OR (old_stop AND not_larger)
