@@ -11,7 +11,10 @@ A Kaplan–Meier percentile is the smallest observed value at which the estimate
 probability (a step function; no interpolation). When the CDF never reaches it (every run that
 could show the tail was stopped before it), the percentile cannot be estimated: it is reported as
 a *lower bound*, the largest recorded value (``Percentile.lower_bound``), shown as "≥ 48,000",
-never as a number that looks exact.
+never as a number that looks exact. The same holds when the CDF reaches the probability only
+where fewer than ``MIN_AT_RISK`` (10) runs are left at risk (recorded at or above the value): a
+handful of completed runs past every censoring point would otherwise carry the censored runs'
+whole weight; the lower bound is then the largest value that at least 10 runs reached.
 
 A task type's censoring is *material* when more than ``MATERIAL_CENSORED_SHARE`` (5 %) of its
 runs in the window were stopped by a budget; its preset then rests on the Kaplan–Meier P95.
@@ -31,6 +34,7 @@ from budgetlens.analysis.views import Filters, _query
 
 __all__ = [
     "MATERIAL_CENSORED_SHARE",
+    "MIN_AT_RISK",
     "METHOD_CENSORING_AWARE",
     "METHOD_PLAIN",
     "Percentile",
@@ -38,6 +42,10 @@ __all__ = [
     "km_percentile",
 ]
 
+#: A Kaplan–Meier percentile of censored data counts only where at least this many runs are
+#: still "at risk" (recorded at or above the value); past that the tail rests on a handful of
+#: runs that inherit the censored runs' weight, and the percentile is reported as a lower bound.
+MIN_AT_RISK = 10
 #: Above this share of budget-stopped runs, a task type's preset uses the Kaplan–Meier P95.
 MATERIAL_CENSORED_SHARE = 0.05
 #: The preset file's ``basis.method`` values.
@@ -66,7 +74,9 @@ def km_percentile(values, censored, probability: float) -> Percentile:
     True for a right-censored value (the run was stopped: its real size is larger).
 
     Returns the smallest value whose estimated CDF is >= ``probability`` (0 < p < 1), or a lower
-    bound (the largest value) when the estimate never reaches it. NaN values are left out; no
+    bound when the estimate never reaches it, or (with censoring) reaches it where fewer than
+    ``MIN_AT_RISK`` runs are at risk: the largest value at least that many runs reached (every
+    value censored: the largest). NaN values are left out; no
     value gives ``Percentile(None)``. Raises ValueError for a probability outside (0, 1) or
     arrays of different lengths. Uses ``scipy.stats.ecdf`` on ``scipy.stats.CensoredData``.
     """
@@ -86,10 +96,15 @@ def km_percentile(values, censored, probability: float) -> Percentile:
         return Percentile(float(x.max()), lower_bound=True)
     result = stats.ecdf(stats.CensoredData(uncensored=x[~c], right=x[c]))
     cdf = result.cdf
+    ordered = np.sort(x)
+    at_risk = x.size - np.searchsorted(ordered, cdf.quantiles, side="left")
     reached = np.flatnonzero(cdf.probabilities >= probability - 1e-12)
-    if reached.size == 0:
-        return Percentile(float(x.max()), lower_bound=True)
-    return Percentile(float(cdf.quantiles[reached[0]]))
+    if reached.size and (not c.any() or at_risk[reached[0]] >= MIN_AT_RISK):
+        return Percentile(float(cdf.quantiles[reached[0]]))
+    # Not reached, or reached on too few runs: at least the last value still seen by MIN_AT_RISK.
+    supported = cdf.quantiles[at_risk >= MIN_AT_RISK]
+    bound = float(supported.max()) if supported.size else float(ordered[0])
+    return Percentile(bound, lower_bound=True)
 
 
 def censored_baselines(conn: duckdb.DuckDBPyConnection, f: Filters, probability: float = 0.95):

@@ -54,6 +54,7 @@ __all__ = [
     "smallest_multiplier",
     "target_presets",
     "tradeoff",
+    "with_projection",
 ]
 
 #: The target hit rate of ``smallest_multiplier`` unless the user picks one (0..1).
@@ -236,14 +237,15 @@ def evidence_presets(ev: Evidence, multiplier: float, method: str = "auto") -> p
 
     Returns the ``presets.presets`` frame plus columns: method (``plain`` or ``kaplan-meier``),
     censored_share (0..1), lower_bound_keys (the preset keys whose Kaplan–Meier P95 is only a
-    lower bound: raise that limit for a while to learn the real tail), multiplier. Raises
+    lower bound: raise that limit for a while to learn the real tail), km_p95_total_tokens (the
+    Kaplan–Meier P95 of total tokens, whether used or not), multiplier. Raises
     ValueError for an unknown method or multiplier (as ``presets``).
     """
     if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")
     base = ev.baselines.copy()
     censoring = {row["task_type"]: row for _, row in ev.censoring.iterrows()}
-    methods, shares, bounds = [], [], []
+    methods, shares, bounds, km_p95 = [], [], [], []
     for index, row in base.iterrows():
         km = censoring.get(row["task_type"])
         use_km = km is not None and (
@@ -258,6 +260,7 @@ def evidence_presets(ev: Evidence, multiplier: float, method: str = "auto") -> p
                 base.at[index, f"p95_{metric}"] = value
                 if bool(km[f"km_p95_{metric}_lower_bound"]):
                     lower.append(key)
+        km_p95.append(km["km_p95_total_tokens"] if km is not None else None)
         methods.append(METHOD_CENSORING_AWARE if use_km else METHOD_PLAIN)
         shares.append(float(km["censored_share"]) if km is not None else 0.0)
         bounds.append(lower)
@@ -265,7 +268,23 @@ def evidence_presets(ev: Evidence, multiplier: float, method: str = "auto") -> p
     out["method"] = methods
     out["censored_share"] = shares
     out["lower_bound_keys"] = bounds
+    out["km_p95_total_tokens"] = km_p95
     out["multiplier"] = float(multiplier)
+    return out
+
+
+def with_projection(conn, f: Filters, presets_df: pd.DataFrame) -> pd.DataFrame:
+    """``presets_df`` (one row per task type, the limit keys as columns) plus
+    ``projected_hit_rate`` and ``projected_hit_rate_upper`` (0..1): the replay of those presets
+    over the runs ``f`` keeps (``replay``)."""
+    summary = replay(conn, f, Budget.from_presets(presets_df)).summary.set_index("task_type")
+    out = presets_df.copy()
+    out["projected_hit_rate"] = [
+        summary["hit_rate"].get(t) if t in summary.index else None for t in out["task_type"]
+    ]
+    out["projected_hit_rate_upper"] = [
+        summary["hit_rate_upper"].get(t) if t in summary.index else None for t in out["task_type"]
+    ]
     return out
 
 
@@ -372,6 +391,7 @@ def target_presets(
         "method",
         "censored_share",
         "lower_bound_keys",
+        "km_p95_total_tokens",
         "multiplier",
         "projected_hit_rate",
         "projected_hit_rate_upper",
