@@ -4,9 +4,12 @@ and USD avoided were counted by hand (see each run's comment)."""
 from __future__ import annotations
 
 import datetime as dt
+import io
+import json
 
 import pandas as pd
 import pytest
+import yaml
 
 from budgetlens.analysis import whatif
 from budgetlens.analysis.views import Filters
@@ -178,3 +181,124 @@ def test_smallest_multiplier_picks_the_first_that_meets_the_target():
     assert pd.isna(picked.loc["code", "multiplier"]) and not bool(picked.loc["code", "met"])
     with pytest.raises(ValueError, match="target"):
         whatif.smallest_multiplier(curve, 1.5)
+
+
+# --- the CLI: the same numbers as the analysis ---------------------------------------------------
+def _cli(capsys, *argv):
+    from budgetlens.cli import main
+
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def _limit_args():
+    return [arg for key, value in BUDGET.items() for arg in ("--limit", f"{key}={value}")]
+
+
+def test_whatif_cli_prints_the_hand_counted_summary_as_json(history, capsys):
+    code, out, _ = _cli(
+        capsys, "whatif", "--db", str(history), "--window-days", "0", "--format", "json", *_limit_args()
+    )
+    row = json.loads(out)[0]
+    assert code == 0
+    assert (row["task_type"], row["runs"], row["stopped"], row["censored"]) == ("qa", 9, 7, 1)
+    assert row["avoided_tokens"] == 760 and row["hit_rate"] == pytest.approx(7 / 9, rel=1e-5)
+
+
+def test_whatif_cli_lists_the_stopped_and_censored_runs_as_csv(history, capsys):
+    code, out, _ = _cli(
+        capsys,
+        "whatif",
+        "--db",
+        str(history),
+        "--window-days",
+        "0",
+        "--view",
+        "runs",
+        "--format",
+        "csv",
+        *_limit_args(),
+    )
+    frame = pd.read_csv(io.StringIO(out)).set_index("run_id")
+    assert code == 0 and sorted(frame.index) == sorted(EXPECTED)
+    assert frame.loc["B", "stop_turn"] == 3 and frame.loc["D", "outcome"] == "censored"
+
+
+def test_whatif_cli_target_view_names_a_multiplier_and_its_limits(history, capsys):
+    code, out, _ = _cli(
+        capsys,
+        "whatif",
+        "--db",
+        str(history),
+        "--window-days",
+        "0",
+        "--view",
+        "target",
+        "--target",
+        "100%",
+        "--format",
+        "json",
+    )
+    row = json.loads(out)[0]
+    assert code == 0 and row["met"] is True and row["multiplier"] == 1.0  # any budget meets 100 %
+    assert row["max_total_tokens"] >= 1000 and row["target_hit_rate"] == 1.0
+
+
+@pytest.mark.parametrize("bad", ["max_tokens=5", "max_turns=2.5", "max_total_tokens"])
+def test_whatif_cli_refuses_a_bad_limit_naming_the_rule(history, capsys, bad):
+    with pytest.raises(SystemExit) as exit_info:
+        _cli(capsys, "whatif", "--db", str(history), "--limit", bad)
+    assert exit_info.value.code == 2
+    assert "--limit" in capsys.readouterr().err
+
+
+def test_hit_rate_cli_matches_the_hit_rate_page(history, capsys):
+    from budgetlens.analysis import views
+
+    code, out, _ = _cli(capsys, "hit-rate", "--db", str(history), "--window-days", "0", "--format", "json")
+    row = json.loads(out)[0]
+    with read_connection(history) as conn:
+        page = views.overview(conn, Filters()).per_task.set_index("task_type").loc["qa"]
+    assert code == 0
+    # D and E ran under a limit and were stopped by it; no other run had a limit
+    assert (row["budgeted_runs"], row["budget_stops"], row["hit_rate"]) == (2, 2, 1.0)
+    assert row["budgeted_runs"] == page["budgeted_runs"] and row["hit_rate"] == page["hit_rate"]
+
+
+def test_hit_rate_cli_daily_gives_one_row_per_day(history, capsys):
+    code, out, _ = _cli(
+        capsys, "hit-rate", "--db", str(history), "--window-days", "0", "--daily", "--format", "csv"
+    )
+    frame = pd.read_csv(io.StringIO(out))
+    assert code == 0 and list(frame["day"]) == ["2026-11-02"] and frame.loc[0, "finished_runs"] == 9
+
+
+def test_runs_json_carries_limits_duration_cache_and_reasoning_tokens(history, capsys):
+    from budgetlens.store.schema import RUN_COLUMNS
+
+    code, out, _ = _cli(capsys, "runs", "--db", str(history), "--window-days", "0", "--format", "json")
+    rows = {row["run_id"]: row for row in json.loads(out)}
+    assert code == 0 and set(rows["D"]) == set(RUN_COLUMNS)
+    assert rows["D"]["limit_total_tokens"] == 800 and "duration_s" in rows["H"]
+    assert "cache_read_tokens" in rows["A"] and "reasoning_tokens" in rows["A"]
+
+
+def test_presets_file_says_where_it_came_from_and_loads_into_the_guard(history, capsys, tmp_path):
+    from budgetlens import RunBudget
+
+    path = tmp_path / "presets.yaml"
+    code, _, _ = _cli(
+        capsys, "presets", "--db", str(history), "--window-days", "0", "--task-type", "qa", "-o", str(path)
+    )
+    document = yaml.safe_load(path.read_text())
+    assert code == 0
+    basis = document["basis"]
+    assert basis["filters"] == {"task_types": ["qa"], "models": [], "services": []}
+    assert basis["method"] == "auto" and basis["start_utc"].startswith("2026-11-02")
+    qa = document["presets"]["qa"]["basis"]
+    assert qa["method"] in ("plain", "kaplan-meier") and 0 <= qa["projected_hit_rate"] <= 1
+    assert (
+        RunBudget.from_preset("qa", str(path)).limits["max_total_tokens"]
+        == document["presets"]["qa"]["max_total_tokens"]
+    )
