@@ -18,6 +18,10 @@ from __future__ import annotations
 
 from budgetlens.analysis.queries import FILTERED
 from budgetlens.guard.limits import LIMIT_KEYS
+from budgetlens.store.schema import RUN_COLUMNS
+
+#: The ``runs`` columns holding the limits a run ran under.
+LIMIT_COLUMNS = tuple(c for c in RUN_COLUMNS if c.startswith("limit_"))
 
 #: The candidate budget as a table (task_type, max_total_tokens, ..., max_cost_usd).
 _BUDGET = (
@@ -36,10 +40,53 @@ _CALL_TOKENS = (
     "CASE WHEN c.usage_status = 'unknown' THEN c.reserved_tokens END, 0)"
 )
 
-#: The replay, call by call, in time order. Every call of a filtered run and every
-#: ``budgetlens.tool_call`` event of a run that records them form one stream per run, so that a
-#: window counts the tool calls made before each model call. The guard's checks before call k
-#: (``budgetlens.guard.limits``; first match wins, in this order):
+#: Per filtered run, what its calls spent, from the store's incremental ``run_totals`` (the
+#: aggregates of its calls and the count of its ``budgetlens.tool_call`` events, kept by the
+#: writer; ``budgetlens.store.schema``), so that no statement scans all of ``model_calls``: calls,
+#: tokens (total / input / output), USD, the last call's end, tool events. NULL calls = the run
+#: has no call records.
+_TOTALS = f"""
+under AS (
+    SELECT b.*, r.run_id, r.task_type AS run_task_type, r.start_utc AS run_start,
+           r.stop_reason AS recorded_stop_reason, r.tool_calls AS run_tool_calls,
+           r.total_tokens AS run_total_tokens, r.input_tokens AS run_input_tokens,
+           r.output_tokens AS run_output_tokens, r.turns AS run_turns,
+           r.duration_s AS run_duration_s, r.cost_usd AS run_cost_usd,
+           {", ".join("r." + c for c in LIMIT_COLUMNS)},
+           nullif(t.c_model_calls, 0) AS calls,
+           t.c_total_tokens AS spent_tokens,
+           t.c_input_tokens AS in_tok,
+           t.c_output_tokens AS out_tok,
+           t.c_cost_usd AS spent_cost,
+           t.c_end_utc AS last_end,
+           coalesce(t.e_tool_calls, 0) AS tool_events
+    FROM filtered r
+    JOIN budget b ON b.task_type IS NOT DISTINCT FROM r.task_type
+    LEFT JOIN run_totals t ON t.run_id = r.run_id
+)"""
+
+#: Runs the replay must walk call by call: under some budget, one of their totals passes a
+#: limit. A superset of the runs the replay stops: a cumulative sum crosses a limit only if the
+#: total does; the time check uses the last call's end (unknown: walked), the input and output
+#: checks also the total (an unknown call's reservation counts as input). Every other run
+#: completes, so only these runs' calls are read and sorted (a few % of the history).
+_CANDIDATES = """
+candidates AS (
+    SELECT DISTINCT run_id FROM under
+    WHERE calls > 0 AND (
+        coalesce(epoch(last_end - run_start) >= max_duration_s, max_duration_s IS NOT NULL)
+        OR calls > max_turns
+        OR tool_events > max_tool_calls
+        OR spent_cost >= max_cost_usd
+        OR spent_tokens > max_total_tokens
+        OR greatest(in_tok, spent_tokens) > max_input_tokens
+        OR greatest(out_tok, spent_tokens) > max_output_tokens)
+)"""
+
+#: The replay, call by call, in time order, of the candidates. Their calls and their
+#: ``budgetlens.tool_call`` events form one stream per run, so that a window counts the tool calls
+#: made before each model call. The guard's checks before call k (``budgetlens.guard.limits``;
+#: first match wins, in this order):
 #:
 #: - ``budget_time``: seconds since the run's start at the call's start >= max_duration_s;
 #: - ``budget_turns``: k > max_turns (a limit of n allows n calls);
@@ -48,61 +95,54 @@ _CALL_TOKENS = (
 #: - ``budget_tokens``: tokens of calls 1..k > a token limit (total, input or output): the
 #:   reservation of call k (its actual size) would not fit.
 #:
-#: Per run: the first stopping call (``stop_turn``), its reason, and what calls k.. spent (tokens,
-#: USD) = avoided. Columns: run_id, task_type, calls, spent_tokens, spent_cost_usd,
-#: stop_turn, replay_reason, avoided_tokens, avoided_cost_usd.
-_REPLAY_PER_RUN = f"""
-{_BUDGET},
+#: Per run and budget: the first stopping call (``stop_turn``), its reason, and what calls k..
+#: spent (tokens, USD) = avoided.
+_PER_RUN = f"""
 stream AS (
-    SELECT c.run_id, f.task_type, f.start_utc AS run_start, c.start_utc AS ts, 1 AS is_call,
-           c.turn, c.span_id,
+    SELECT c.run_id, c.start_utc AS ts, 1 AS is_call, c.turn,
            {_CALL_TOKENS} AS tok,
            coalesce(c.input_tokens, CASE WHEN c.usage_status = 'unknown' THEN c.reserved_tokens END, 0)
                AS inp,
            coalesce(c.output_tokens, 0) AS outp,
            coalesce(c.cost_usd, 0) AS cost
-    FROM model_calls c JOIN filtered f ON c.run_id = f.run_id
+    FROM model_calls c SEMI JOIN candidates k ON c.run_id = k.run_id
     UNION ALL
-    SELECT e.run_id, f.task_type, f.start_utc, e.ts_utc, 0, NULL, e.event_id, 0, 0, 0, 0
-    FROM budget_events e JOIN filtered f ON e.run_id = f.run_id
+    SELECT e.run_id, e.ts_utc, 0, NULL, 0, 0, 0, 0
+    FROM budget_events e SEMI JOIN candidates k ON e.run_id = k.run_id
     WHERE e.name = 'budgetlens.tool_call'
 ),
 cum AS (
-    SELECT run_id, task_type, is_call, tok, cost,
+    SELECT run_id, ts, is_call, tok, cost,
            sum(is_call) OVER w AS k,
            sum(1 - is_call) OVER w AS tools_before,
            sum(tok) OVER w AS cum_tok,
            sum(inp) OVER w AS cum_in,
            sum(outp) OVER w AS cum_out,
-           sum(cost) OVER w - cost AS cost_before,
-           epoch(ts - coalesce(run_start, min(ts) OVER (PARTITION BY run_id))) AS elapsed_s
+           sum(cost) OVER w - cost AS cost_before
     FROM stream
-    WINDOW w AS (PARTITION BY run_id ORDER BY ts, is_call, turn, span_id
-                 ROWS UNBOUNDED PRECEDING)
+    WINDOW w AS (PARTITION BY run_id ORDER BY ts, is_call, turn ROWS UNBOUNDED PRECEDING)
 ),
 flagged AS (
-    SELECT cum.*, b.budget_id,
+    SELECT cum.run_id, u.budget_id, k, tok, cum_tok, cost, cost_before,
            CASE
-               WHEN elapsed_s >= b.max_duration_s THEN 'budget_time'
-               WHEN k > b.max_turns THEN 'budget_turns'
-               WHEN tools_before > b.max_tool_calls THEN 'budget_tools'
-               WHEN cost_before >= b.max_cost_usd THEN 'budget_cost'
-               WHEN cum_tok > b.max_total_tokens OR cum_in > b.max_input_tokens
-                    OR cum_out > b.max_output_tokens THEN 'budget_tokens'
+               WHEN epoch(cum.ts - u.run_start) >= u.max_duration_s THEN 'budget_time'
+               WHEN k > u.max_turns THEN 'budget_turns'
+               WHEN tools_before > u.max_tool_calls THEN 'budget_tools'
+               WHEN cost_before >= u.max_cost_usd THEN 'budget_cost'
+               WHEN cum_tok > u.max_total_tokens OR cum_in > u.max_input_tokens
+                    OR cum_out > u.max_output_tokens THEN 'budget_tokens'
            END AS reason
-    FROM cum JOIN budget b ON b.task_type IS NOT DISTINCT FROM cum.task_type
+    FROM cum JOIN under u ON u.run_id = cum.run_id
     WHERE is_call = 1
 ),
 per_run AS (
     SELECT run_id, budget_id,
-           any_value(task_type) AS task_type,
-           count(*) AS calls,
-           sum(tok) AS spent_tokens,
-           sum(cost) AS spent_cost_usd,
            min(k) FILTER (WHERE reason IS NOT NULL) AS stop_turn,
            arg_min(reason, k) FILTER (WHERE reason IS NOT NULL) AS replay_reason,
-           sum(tok) - arg_min(cum_tok - tok, k) FILTER (WHERE reason IS NOT NULL) AS avoided_tokens,
-           sum(cost) - arg_min(cost_before, k) FILTER (WHERE reason IS NOT NULL) AS avoided_cost_usd
+           arg_min(cum_tok - tok, k) FILTER (WHERE reason IS NOT NULL) AS tokens_before_stop,
+           arg_min(cost_before, k) FILTER (WHERE reason IS NOT NULL) AS cost_before_stop,
+           sum(tok) AS spent_tokens,
+           sum(cost) AS spent_cost
     FROM flagged
     GROUP BY run_id, budget_id
 )"""
@@ -120,13 +160,13 @@ _NOT_LARGER = {
 
 
 def _not_larger(reason: str, names: tuple[str, ...]) -> str:
-    any_set = " OR ".join(f"r.limit_{n} IS NOT NULL" for n in names)
-    each = " AND ".join(f"(r.limit_{n} IS NULL OR b.max_{n} <= r.limit_{n})" for n in names)
+    any_set = " OR ".join(f"u.limit_{n} IS NOT NULL" for n in names)
+    each = " AND ".join(f"(u.limit_{n} IS NULL OR u.max_{n} <= u.limit_{n})" for n in names)
     return f"WHEN '{reason}' THEN ({any_set}) AND {each}"
 
 
 _NOT_LARGER_CASE = (
-    "CASE r.stop_reason "
+    "CASE u.recorded_stop_reason "
     + " ".join(_not_larger(reason, names) for reason, names in _NOT_LARGER.items())
     + " ELSE false END"
 )
@@ -134,43 +174,49 @@ _NOT_LARGER_CASE = (
 #: A run without call records (an importer's summary only) is judged on its totals: stopped when
 #: a total passes a limit, at its end (nothing counted as avoided: the calls are unknown).
 _TOTALS_REASON = """CASE
-    WHEN r.duration_s > b.max_duration_s THEN 'budget_time'
-    WHEN r.turns > b.max_turns THEN 'budget_turns'
-    WHEN r.tool_calls > b.max_tool_calls THEN 'budget_tools'
-    WHEN r.cost_usd > b.max_cost_usd THEN 'budget_cost'
-    WHEN r.total_tokens > b.max_total_tokens OR r.input_tokens > b.max_input_tokens
-         OR r.output_tokens > b.max_output_tokens THEN 'budget_tokens'
+    WHEN u.run_duration_s > u.max_duration_s THEN 'budget_time'
+    WHEN u.run_turns > u.max_turns THEN 'budget_turns'
+    WHEN u.run_tool_calls > u.max_tool_calls THEN 'budget_tools'
+    WHEN u.run_cost_usd > u.max_cost_usd THEN 'budget_cost'
+    WHEN u.run_total_tokens > u.max_total_tokens OR u.run_input_tokens > u.max_input_tokens
+         OR u.run_output_tokens > u.max_output_tokens THEN 'budget_tokens'
 END"""
 
-#: One row per filtered run with the replay's verdict. ``outcome``: 'stopped' (the candidate
-#: budget stops it: in the replay, or a run the old budget stopped under a limit the new one does
-#: not raise), 'censored' (the old budget stopped it and the new one is larger: what it would have
+#: One row per filtered run and budget with the replay's verdict: budget_id, run_id, task_type,
+#: start_utc, recorded_stop_reason, replayed (it has call records), calls, outcome, stop_reason,
+#: stop_turn (the call that would not have been sent, 1-based), avoided_tokens,
+#: avoided_cost_usd, spent_tokens, spent_cost_usd. ``outcome``: 'stopped' (the candidate budget
+#: stops it: in the replay, or a run the old budget stopped under a limit the new one does not
+#: raise), 'censored' (the old budget stopped it and the new one is larger: what it would have
 #: used is unknown) or 'completed'. A run whose tool calls are counted (``runs.tool_calls``) but
-#: not recorded one by one before a model call (no ``budgetlens.tool_call`` events, or events after
-#: its last call) is stopped by ``max_tool_calls`` at its last call when its count passes the limit
-#: (nothing avoided: where the calls fell is unknown).
-_REPLAY_RUNS = f"""
+#: not recorded one by one before a model call (no ``budgetlens.tool_call`` events, or events
+#: after its last call) is stopped by ``max_tool_calls`` at its last call when its count passes
+#: the limit (nothing avoided: where the calls fell is unknown).
+REPLAY_RUNS = f"""
 WITH {FILTERED},
-{_REPLAY_PER_RUN},
+{_BUDGET},
+{_TOTALS},
+{_CANDIDATES},
+{_PER_RUN},
 verdict AS (
-    SELECT b.budget_id, r.run_id, r.task_type, r.start_utc, r.stop_reason AS recorded_stop_reason,
-           p.calls IS NOT NULL AS replayed,
-           coalesce(p.calls, 0) AS calls,
-           coalesce(p.spent_tokens, r.total_tokens, 0) AS spent_tokens,
-           coalesce(p.spent_cost_usd, r.cost_usd, 0) AS spent_cost_usd,
+    SELECT u.budget_id, u.run_id, u.run_task_type AS task_type, u.run_start AS start_utc,
+           u.recorded_stop_reason,
+           u.calls IS NOT NULL AS replayed,
+           coalesce(u.calls, 0) AS calls,
+           coalesce(u.spent_tokens, u.run_total_tokens, 0) AS spent_tokens,
+           coalesce(u.spent_cost, u.run_cost_usd, 0) AS spent_cost_usd,
            CASE
-               WHEN p.calls IS NULL THEN {_TOTALS_REASON}
+               WHEN u.calls IS NULL THEN {_TOTALS_REASON}
                WHEN p.replay_reason IS NOT NULL THEN p.replay_reason
-               WHEN r.tool_calls > b.max_tool_calls THEN 'budget_tools'
+               WHEN u.run_tool_calls > u.max_tool_calls THEN 'budget_tools'
            END AS replay_reason,
            p.stop_turn,
-           p.avoided_tokens,
-           p.avoided_cost_usd,
-           starts_with(r.stop_reason, 'budget_') AS old_stop,
+           p.spent_tokens - p.tokens_before_stop AS avoided_tokens,
+           p.spent_cost - p.cost_before_stop AS avoided_cost_usd,
+           coalesce(starts_with(u.recorded_stop_reason, 'budget_'), false) AS old_stop,
            {_NOT_LARGER_CASE} AS not_larger
-    FROM filtered r
-    JOIN budget b ON b.task_type IS NOT DISTINCT FROM r.task_type
-    LEFT JOIN per_run p ON p.run_id = r.run_id AND p.budget_id = b.budget_id
+    FROM under u
+    LEFT JOIN per_run p ON p.run_id = u.run_id AND p.budget_id = u.budget_id
 )
 SELECT budget_id, run_id, task_type, start_utc, recorded_stop_reason, replayed, calls,
        CASE WHEN replay_reason IS NOT NULL OR (old_stop AND not_larger) THEN 'stopped'
@@ -187,12 +233,10 @@ SELECT budget_id, run_id, task_type, start_utc, recorded_stop_reason, replayed, 
 FROM verdict
 """
 
-REPLAY_RUNS = _REPLAY_RUNS
 
-#: Per task type: runs, stopped, censored, completed, the stops per reason, spend and what the
-#: stops would have avoided. Same parameters as ``REPLAY_RUNS``.
-REPLAY_SUMMARY = f"""
-WITH replay AS ({REPLAY_RUNS})
+def _summary(source: str) -> str:
+    # ``source`` is a constant of this module (a subquery or the temp table's name).
+    return f"""
 SELECT budget_id, task_type,
        count(*) AS runs,
        count(*) FILTER (WHERE outcome = 'stopped') AS stopped,
@@ -208,10 +252,23 @@ SELECT budget_id, task_type,
        sum(spent_cost_usd) AS spent_cost_usd,
        CAST(sum(avoided_tokens) AS BIGINT) AS avoided_tokens,
        sum(avoided_cost_usd) AS avoided_cost_usd
-FROM replay
+FROM {source}
 GROUP BY budget_id, task_type
 ORDER BY budget_id, task_type
 """
+
+
+#: Per budget and task type: runs, stopped, censored, completed, runs_without_calls, the stops
+#: per reason, spend and what the stops would have avoided. Same parameters as ``REPLAY_RUNS``.
+REPLAY_SUMMARY = _summary(f"({REPLAY_RUNS})")
+
+#: One replay read twice (its summary and its stopped runs) without replaying twice: the verdicts
+#: go to a temporary table of the read-only connection (DuckDB keeps temp objects in memory).
+REPLAY_TABLE = "whatif_replay"
+CREATE_REPLAY_TABLE = f"CREATE OR REPLACE TEMP TABLE {REPLAY_TABLE} AS {REPLAY_RUNS}"
+REPLAY_TABLE_SUMMARY = _summary(REPLAY_TABLE)
+REPLAY_TABLE_STOPPED = f"SELECT * FROM {REPLAY_TABLE} WHERE outcome <> 'completed'"
+DROP_REPLAY_TABLE = f"DROP TABLE IF EXISTS {REPLAY_TABLE}"
 
 #: The censoring input of the Kaplan–Meier baselines: per filtered run its task type, the
 #: baseline metrics, whether its cost is fully known, and ``censored`` (a budget stopped it, so
@@ -303,6 +360,3 @@ ORDER BY task_type
 
 #: The task types of the filtered runs (NULL included): every budget of a replay lists them all.
 TASK_TYPES = f"WITH {FILTERED} SELECT DISTINCT task_type FROM filtered ORDER BY task_type NULLS LAST"
-
-#: The runs a replay stops or leaves censored (``REPLAY_RUNS`` without the completed ones).
-REPLAY_STOPPED_RUNS = f"WITH replay AS ({REPLAY_RUNS}) SELECT * FROM replay WHERE outcome <> 'completed'"

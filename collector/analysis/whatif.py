@@ -212,8 +212,12 @@ def replay(conn: duckdb.DuckDBPyConnection, f: Filters, budget: Budget) -> WhatI
     if not task_types:
         return WhatIf(pd.DataFrame(columns=SUMMARY_COLUMNS), pd.DataFrame(columns=RUN_COLUMNS), budget)
     params = {**f.params(), **_budget_params([budget], task_types)}
-    summary = _summarize(_query(conn, rq.REPLAY_SUMMARY, params))[list(SUMMARY_COLUMNS)]
-    runs = _query(conn, rq.REPLAY_STOPPED_RUNS, params)
+    _query(conn, rq.CREATE_REPLAY_TABLE, params)
+    try:
+        summary = _summarize(_query(conn, rq.REPLAY_TABLE_SUMMARY, {}))[list(SUMMARY_COLUMNS)]
+        runs = _query(conn, rq.REPLAY_TABLE_STOPPED, {})
+    finally:
+        conn.execute(rq.DROP_REPLAY_TABLE)
     runs = runs.sort_values(["task_type", "avoided_tokens", "run_id"], ascending=[True, False, True])
     return WhatIf(summary.reset_index(drop=True), runs[list(RUN_COLUMNS)].reset_index(drop=True), budget)
 
