@@ -330,6 +330,11 @@ ORDER BY start_utc DESC NULLS LAST, run_id
 LIMIT $limit OFFSET $offset
 """
 
+#: Every column of the ``runs`` rollup (schema order: limits, duration, cache and reasoning
+#: tokens, warnings, downgrades, summaries...), filtered, searched and ordered as ``RUNS_TABLE``:
+#: the rows of ``budgetlens runs --format json/csv``.
+RUNS_EXPORT = RUNS_TABLE.replace(f"SELECT {_RUN_TABLE_SELECT}\n", f"SELECT {', '.join(RUN_COLUMNS)}\n", 1)
+
 RUN_DETAIL_RUN = "SELECT * FROM runs WHERE run_id = $run_id"
 
 #: One run's calls with the cumulative used tokens: the guard's ``used_tokens`` when recorded,

@@ -358,3 +358,34 @@ def run_detail(conn, run_id: str) -> RunDetail | None:
         calls=_query(conn, q.RUN_DETAIL_CALLS, params),
         events=_query(conn, q.RUN_DETAIL_EVENTS, params),
     )
+
+
+#: Columns of ``hit_rate_by_task`` (and of ``budgetlens hit-rate``).
+HIT_RATE_COLUMNS = (
+    "task_type",
+    "finished_runs",
+    "budgeted_runs",
+    "budget_stops",
+    "interventions",
+    "hit_rate",
+    "intervention_rate",
+)
+
+
+def hit_rate_by_task(conn, f: Filters) -> pd.DataFrame:
+    """The Hit rate page's figures per task type: task_type, finished_runs, budgeted_runs (the
+    rates' denominator: finished runs that ran under a budget), budget_stops, interventions,
+    hit_rate, intervention_rate (0..1; None for a task type without budgeted runs)."""
+    return _query(conn, q.OVERVIEW_PER_TASK, f.params())[list(HIT_RATE_COLUMNS)]
+
+
+def runs_export(conn, f: Filters, search: str = "", limit: int = 500, offset: int = 0) -> pd.DataFrame:
+    """As ``runs_table`` (same rows, order, ``search``), with every column of the ``runs``
+    rollup (``budgetlens.store.schema.RUN_COLUMNS``): also trace_id, source, end_utc,
+    duration_s (s), model_calls, cache_read_tokens, cache_write_tokens, reasoning_tokens,
+    unpriced_calls, unknown_usage_calls, retryable, the ``limit_*`` the run ran under, warnings,
+    downgrades and summaries. Raises ValueError for a negative limit or offset."""
+    if limit < 0 or offset < 0:
+        raise ValueError("limit and offset must be >= 0")
+    params = {**f.params(), "search": search or "", "limit": int(limit), "offset": int(offset)}
+    return _query(conn, q.RUNS_EXPORT, params)

@@ -23,6 +23,9 @@ COMMANDS = (
     "baselines",
     "presets",
     "runs",
+    "hit_rate",
+    "whatif",
+    "runaways",
 )
 
 

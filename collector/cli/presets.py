@@ -10,6 +10,7 @@ from budgetlens.cli._analysis import (
     analysis_session,
 )
 from budgetlens.cli._common import positive_float
+from budgetlens.cli.whatif import _rate
 
 #: The preset document formats (``budgetlens.analysis.preset_export.render``).
 FORMATS = ("yaml", "toml", "json")
@@ -42,6 +43,22 @@ def register(subparsers) -> None:
         help="output format (default: yaml) of the preset document: per task type its max_* "
         "limits and their basis (runs, P50/P95); the same keys in every format",
     )
+    parser.add_argument(
+        "--method",
+        choices=("auto", "plain", "kaplan-meier"),
+        default="auto",
+        help="the P95 a preset rests on: auto (default) uses the censoring-aware Kaplan-Meier P95 "
+        "for task types where more than 5%% of the runs were stopped by a budget, the plain P95 "
+        "elsewhere; plain or kaplan-meier for every task type",
+    )
+    parser.add_argument(
+        "--target-hit-rate",
+        type=_rate,
+        default=None,
+        metavar="RATE",
+        help="instead of one --multiplier, per task type the smallest multiplier (1.0-3.0 by 0.1) "
+        "whose replayed hit rate is at most RATE (0..1 or a percentage, e.g. 5%%)",
+    )
     parser.add_argument("-o", "--output", metavar="FILE", help="write to FILE instead of stdout")
     parser.set_defaults(func=run)
 
@@ -49,20 +66,30 @@ def register(subparsers) -> None:
 def run(args) -> int:
     from budgetlens.analysis import preset_export as presets_export
     from budgetlens.analysis import views as analysis
+    from budgetlens.analysis import whatif
 
     with analysis_session(args) as (conn, filters):
-        base = analysis.baselines(conn, filters)
+        ev = whatif.evidence(conn, filters)
+        base = ev.baselines
+        first, last, _ = analysis.data_extent(conn)
+        if not base.empty:
+            if args.target_hit_rate is not None:
+                curve = whatif.tradeoff(conn, filters, ev, method=args.method)
+                table = whatif.target_presets(ev, curve, args.target_hit_rate, method=args.method)
+            else:
+                table = whatif.evidence_presets(ev, args.multiplier, args.method)
+                table = whatif.with_projection(conn, filters, table)
     if base.empty:
         print(
             "budgetlens presets: error: no runs match the filters in the window; nothing written",
             file=sys.stderr,
         )
         return 1
-    table = analysis.presets(base, args.multiplier)
     window = args.window_days or None
     if window is not None and float(window).is_integer() and window < 1e15:
         window = int(window)
-    document = presets_export.build_document(table, args.multiplier, window, base)
+    origin = presets_export.provenance(filters, args.method, first, last, args.target_hit_rate)
+    document = presets_export.build_document(table, args.multiplier, window, base, provenance=origin)
     text = presets_export.render(document, args.format)
     low = table.loc[table["low_sample"], "task_type"].tolist()
     if low:
@@ -78,6 +105,7 @@ def run(args) -> int:
             "others had unpriced calls or unknown usage",
             file=sys.stderr,
         )
+    _note_evidence(table)
     if args.output:
         with open(args.output, "w", encoding="utf-8") as out:
             out.write(text)
@@ -85,3 +113,27 @@ def run(args) -> int:
     else:
         sys.stdout.write(text)
     return 0
+
+
+def _note_evidence(table) -> None:
+    """Notes on stderr: presets resting on the Kaplan–Meier P95, lower bounds, missed targets."""
+    for row in table.itertuples():
+        if row.method == "kaplan-meier":
+            print(
+                f"note: {row.task_type}: {row.censored_share:.0%} of the runs were stopped by a "
+                "budget; the preset rests on the censoring-aware (Kaplan-Meier) P95",
+                file=sys.stderr,
+            )
+        if row.lower_bound_keys:
+            keys = ", ".join(row.lower_bound_keys)
+            print(
+                f"note: {row.task_type}: the P95 behind {keys} is only a lower bound; raise "
+                f"{keys} for a while to learn the real tail",
+                file=sys.stderr,
+            )
+        if getattr(row, "met", True) is False:
+            print(
+                f"note: {row.task_type}: no multiplier up to {row.multiplier:g} meets the target "
+                f"hit rate (projected {row.projected_hit_rate:.1%})",
+                file=sys.stderr,
+            )

@@ -22,7 +22,10 @@ def register(subparsers) -> None:
             "reason, usage status (unknown: some call reported no usage, its reservation was "
             "charged; partial: a usage lacked its input or output part), quality (data-quality "
             "flags of repaired spans: future_time, end_before_start, missing_time, foreign_usage, "
-            "aggregate_mismatch, partial_usage). " + WINDOW_HELP
+            "aggregate_mismatch, partial_usage). JSON and CSV carry every column of the run: also "
+            "trace id, source, end time, duration (s), model calls, cache read/write and reasoning "
+            "tokens, unpriced and unknown-usage calls, retryable, the limits it ran under (limit_*), "
+            "warnings, downgrades and summaries. " + WINDOW_HELP
         ),
         epilog="Example: budgetlens runs --db budgetlens.duckdb --task-type research --limit 20",
     )
@@ -51,6 +54,7 @@ def run(args) -> int:
         raise ValueError("--limit and --offset must be >= 0")
     with analysis_session(args) as (conn, filters):
         limit = args.limit if args.limit > 0 else 2**62
-        frame = analysis.runs_table(conn, filters, search=args.search, limit=limit, offset=args.offset)
+        rows = analysis.runs_table if args.format == "table" else analysis.runs_export
+        frame = rows(conn, filters, search=args.search, limit=limit, offset=args.offset)
     write_frame(frame, args.format)
     return 0

@@ -8,6 +8,12 @@ Shape::
     generated_utc: "2026-11-29T10:00:00Z"
     multiplier: 1.5                       # preset = P95 x multiplier, rounded up
     window_days: 14
+    basis:                                # where the presets came from; ignored by the guard
+      filters: {task_types: [], models: [], services: []}
+      start_utc: "2026-11-15T10:00:00Z"
+      end_utc: "2026-11-29T10:00:00Z"
+      method: auto                        # plain, kaplan-meier, or auto (KM where censoring > 5 %)
+      target_hit_rate: 0.05               # when the multiplier was chosen for a target
     presets:
       code_generation:                    # task type
         max_total_tokens: 91000           # tokens, rounded up to the next 1,000
@@ -27,6 +33,9 @@ Shape::
           low_sample: false               # true below 20 runs
           p50_total_tokens: 38211.5
           p95_total_tokens: 60400.0
+          method: kaplan-meier            # plain or kaplan-meier (censoring-aware)
+          censored_share: 0.19            # runs stopped by the old budget
+          projected_hit_rate: 0.048       # share of the window's runs this preset would stop
 """
 
 from __future__ import annotations
@@ -40,7 +49,9 @@ from budgetlens.guard.limits import LIMIT_KEYS, WHOLE_NUMBER_LIMITS, check_fract
 
 FORMAT_KEY = "budgetlens_presets"
 FORMAT_VERSION = 1
-TOP_LEVEL_KEYS = (FORMAT_KEY, "generated_utc", "multiplier", "window_days", "presets")
+#: ``basis`` (top level): where the presets came from (filters, date range, method, target hit
+#: rate); ignored by the guard, like each preset's ``basis``.
+TOP_LEVEL_KEYS = (FORMAT_KEY, "generated_utc", "multiplier", "window_days", "basis", "presets")
 
 BASIS_KEY = "basis"
 #: Per-task-type thresholds a preset may carry (fractions in (0, 1], as ``RunBudget`` takes them).

@@ -1,0 +1,142 @@
+"""Censoring-aware baselines (design §6): Kaplan–Meier product-limit percentiles.
+
+A run that a budget stopped (stop reason ``budget_*``) is *right-censored* at its recorded usage:
+it would have used more tokens, turns, time and money had the budget let it go on. The plain
+P95 (``quantile_cont``) treats that usage as the run's real size, so a tight budget pulls its own
+P95 down and recommends itself again. The Kaplan–Meier estimator (scipy's ``stats.ecdf`` on
+``stats.CensoredData``, not our own) counts a censored run only as "at least this much"; under
+runs that ran with different limits it recovers the tail that the higher limits saw.
+
+A Kaplan–Meier percentile is the smallest observed value at which the estimated CDF reaches the
+probability (a step function; no interpolation). When the CDF never reaches it (every run that
+could show the tail was stopped before it), the percentile cannot be estimated: it is reported as
+a *lower bound*, the largest recorded value (``Percentile.lower_bound``), shown as "≥ 48,000",
+never as a number that looks exact. The same holds when the CDF reaches the probability only
+where fewer than ``MIN_AT_RISK`` (10) runs are left at risk (recorded at or above the value): a
+handful of completed runs past every censoring point would otherwise carry the censored runs'
+whole weight; the lower bound is then the largest value that at least 10 runs reached.
+
+A task type's censoring is *material* when more than ``MATERIAL_CENSORED_SHARE`` (5 %) of its
+runs in the window were stopped by a budget; its preset then rests on the Kaplan–Meier P95.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import duckdb
+import numpy as np
+import pandas as pd
+
+from budgetlens.analysis import replay_queries as rq
+from budgetlens.analysis.queries import BASELINE_METRICS
+from budgetlens.analysis.views import Filters, _query
+
+__all__ = [
+    "MATERIAL_CENSORED_SHARE",
+    "MIN_AT_RISK",
+    "METHOD_CENSORING_AWARE",
+    "METHOD_PLAIN",
+    "Percentile",
+    "censored_baselines",
+    "km_percentile",
+]
+
+#: A Kaplan–Meier percentile of censored data counts only where at least this many runs are
+#: still "at risk" (recorded at or above the value); past that the tail rests on a handful of
+#: runs that inherit the censored runs' weight, and the percentile is reported as a lower bound.
+MIN_AT_RISK = 10
+#: Above this share of budget-stopped runs, a task type's preset uses the Kaplan–Meier P95.
+MATERIAL_CENSORED_SHARE = 0.05
+#: The preset file's ``basis.method`` values.
+METHOD_PLAIN = "plain"
+METHOD_CENSORING_AWARE = "kaplan-meier"
+
+
+@dataclass(frozen=True)
+class Percentile:
+    """A Kaplan–Meier percentile: ``value`` in the metric's unit; ``lower_bound`` True when the
+    estimate never reaches the probability, so the real percentile is at least ``value`` (the
+    largest recorded value). ``value`` is None without any run."""
+
+    value: float | None
+    lower_bound: bool = False
+
+    def text(self, fmt: str = "{:,.0f}") -> str:
+        """``"48,000"``, ``"≥ 48,000"`` for a lower bound, ``""`` when unknown."""
+        if self.value is None:
+            return ""
+        return ("≥ " if self.lower_bound else "") + fmt.format(self.value)
+
+
+def km_percentile(values, censored, probability: float) -> Percentile:
+    """The Kaplan–Meier percentile of ``values`` (1-D, finite, any unit) where ``censored[i]`` is
+    True for a right-censored value (the run was stopped: its real size is larger).
+
+    Returns the smallest value whose estimated CDF is >= ``probability`` (0 < p < 1), or a lower
+    bound when the estimate never reaches it, or (with censoring) reaches it where fewer than
+    ``MIN_AT_RISK`` runs are at risk: the largest value at least that many runs reached (every
+    value censored: the largest). NaN values are left out; no
+    value gives ``Percentile(None)``. Raises ValueError for a probability outside (0, 1) or
+    arrays of different lengths. Uses ``scipy.stats.ecdf`` on ``scipy.stats.CensoredData``.
+    """
+    from scipy import stats
+
+    if not 0 < probability < 1:
+        raise ValueError(f"probability must be in (0, 1), got {probability!r}")
+    x = np.asarray(values, dtype=float)
+    c = np.asarray(censored, dtype=bool)
+    if x.shape != c.shape:
+        raise ValueError(f"values and censored differ in length ({x.size} vs {c.size})")
+    keep = np.isfinite(x)
+    x, c = x[keep], c[keep]
+    if x.size == 0:
+        return Percentile(None)
+    if not (~c).any():  # every run stopped: nothing is known beyond the largest
+        return Percentile(float(x.max()), lower_bound=True)
+    result = stats.ecdf(stats.CensoredData(uncensored=x[~c], right=x[c]))
+    cdf = result.cdf
+    ordered = np.sort(x)
+    at_risk = x.size - np.searchsorted(ordered, cdf.quantiles, side="left")
+    reached = np.flatnonzero(cdf.probabilities >= probability - 1e-12)
+    if reached.size and (not c.any() or at_risk[reached[0]] >= MIN_AT_RISK):
+        return Percentile(float(cdf.quantiles[reached[0]]))
+    # Not reached, or reached on too few runs: at least the last value still seen by MIN_AT_RISK.
+    supported = cdf.quantiles[at_risk >= MIN_AT_RISK]
+    bound = float(supported.max()) if supported.size else float(ordered[0])
+    return Percentile(bound, lower_bound=True)
+
+
+def censored_baselines(conn: duckdb.DuckDBPyConnection, f: Filters, probability: float = 0.95):
+    """Kaplan–Meier percentiles per task type next to the plain ones' inputs.
+
+    Returns a DataFrame, one row per task type: task_type, n, censored_runs (stopped by a
+    budget), censored_share (0..1), material (censored_share > 5 %), then per metric of
+    ``BASELINE_METRICS`` ``km_p95_<metric>`` (float or None) and ``km_p95_<metric>_lower_bound``
+    (bool). Cost uses only runs whose cost is fully known (as the plain cost baseline). With
+    another ``probability`` the columns still say ``p95`` (use ``km_percentile`` directly).
+    """
+    frame = _query(conn, rq.CENSORING_INPUT, f.params())
+    rows = []
+    for task_type, group in frame.groupby("task_type", dropna=False, sort=True):
+        n = len(group)
+        censored = int(group["censored"].sum())
+        row: dict = {
+            "task_type": None if pd.isna(task_type) else task_type,
+            "n": n,
+            "censored_runs": censored,
+            "censored_share": censored / n if n else 0.0,
+            "material": bool(n and censored / n > MATERIAL_CENSORED_SHARE),
+        }
+        for metric in BASELINE_METRICS:
+            part = group[group["cost_known"]] if metric == "cost_usd" else group
+            estimate = km_percentile(
+                part[metric].astype(float).to_numpy(), part["censored"].to_numpy(), probability
+            )
+            row[f"km_p95_{metric}"] = estimate.value
+            row[f"km_p95_{metric}_lower_bound"] = estimate.lower_bound
+        rows.append(row)
+    columns = ["task_type", "n", "censored_runs", "censored_share", "material"]
+    for metric in BASELINE_METRICS:
+        columns += [f"km_p95_{metric}", f"km_p95_{metric}_lower_bound"]
+    return pd.DataFrame(rows, columns=columns)

@@ -1,0 +1,362 @@
+"""Named SQL of the evidence tools (design §6): the what-if replay, the censoring input, runaway
+runs and drift. Read by ``budgetlens.analysis.whatif``, ``censoring``, ``runaways`` and ``drift``.
+
+Same conventions as ``budgetlens.analysis.queries``: values reach SQL only as named parameters
+(``$name``), the run filter is the ``filtered`` CTE (``queries.FILTERED``) and the text is
+assembled once, at import, from constant fragments.
+
+The candidate budget reaches the replay as parallel lists, one entry per task type
+(``$b_task_type`` and one ``$b_<limit key>`` list per key of
+``budgetlens.guard.preset_file.LIMIT_KEYS``; NULL = no such limit); DuckDB unnests them side by
+side into the ``budget`` CTE, with ``$b_id`` numbering the budgets (several candidates, e.g. the
+multipliers of a trade-off curve, are replayed in one pass: the calls' cumulative sums are
+computed once). Every task type of the filtered runs must be in the lists of every budget (a
+NULL task type included); its NULL limits mean "no limit".
+"""
+
+from __future__ import annotations
+
+from budgetlens.analysis.queries import FILTERED
+from budgetlens.guard.limits import LIMIT_KEYS
+from budgetlens.store.schema import RUN_COLUMNS
+
+#: The ``runs`` columns holding the limits a run ran under.
+LIMIT_COLUMNS = tuple(c for c in RUN_COLUMNS if c.startswith("limit_"))
+
+#: The candidate budget as a table (task_type, max_total_tokens, ..., max_cost_usd).
+_BUDGET = (
+    (
+        "budget AS (SELECT unnest(CAST($b_id AS INTEGER[])) AS budget_id, "
+        "unnest(CAST($b_task_type AS VARCHAR[])) AS task_type, "
+    )
+    + ", ".join(f"unnest(CAST($b_{key} AS DOUBLE[])) AS {key}" for key in LIMIT_KEYS)
+    + ")"
+)
+
+#: One model call's tokens: the total, else input + output, else (unknown usage) its reservation;
+#: the same charge as the run detail's cumulative tokens (``queries.RUN_DETAIL_CALLS``).
+_CALL_TOKENS = (
+    "coalesce(c.total_tokens, c.input_tokens + c.output_tokens, "
+    "CASE WHEN c.usage_status = 'unknown' THEN c.reserved_tokens END, 0)"
+)
+
+#: Per filtered run, what its calls spent, from the store's incremental ``run_totals`` (the
+#: aggregates of its calls and the count of its ``budgetlens.tool_call`` events, kept by the
+#: writer; ``budgetlens.store.schema``), so that no statement scans all of ``model_calls``: calls,
+#: tokens (total / input / output), USD, the last call's end, tool events. NULL calls = the run
+#: has no call records.
+_TOTALS = f"""
+under AS (
+    SELECT b.*, r.run_id, r.task_type AS run_task_type, r.start_utc AS run_start,
+           r.stop_reason AS recorded_stop_reason, r.tool_calls AS run_tool_calls,
+           r.total_tokens AS run_total_tokens, r.input_tokens AS run_input_tokens,
+           r.output_tokens AS run_output_tokens, r.turns AS run_turns,
+           r.duration_s AS run_duration_s, r.cost_usd AS run_cost_usd,
+           {", ".join("r." + c for c in LIMIT_COLUMNS)},
+           nullif(t.c_model_calls, 0) AS calls,
+           t.c_total_tokens AS spent_tokens,
+           t.c_input_tokens AS in_tok,
+           t.c_output_tokens AS out_tok,
+           t.c_cost_usd AS spent_cost,
+           t.c_end_utc AS last_end,
+           coalesce(t.e_tool_calls, 0) AS tool_events
+    FROM filtered r
+    JOIN budget b ON b.task_type IS NOT DISTINCT FROM r.task_type
+    LEFT JOIN run_totals t ON t.run_id = r.run_id
+)"""
+
+#: Runs the replay must walk call by call: under some budget, one of their totals passes a
+#: limit. A superset of the runs the replay stops: a cumulative sum crosses a limit only if the
+#: total does; the time check uses the last call's end (unknown: walked), the input and output
+#: checks also the total (an unknown call's reservation counts as input). Every other run
+#: completes, so only these runs' calls are read and sorted (a few % of the history).
+_CANDIDATES = """
+candidates AS (
+    SELECT DISTINCT run_id FROM under
+    WHERE calls > 0 AND (
+        coalesce(epoch(last_end - run_start) >= max_duration_s, max_duration_s IS NOT NULL)
+        OR calls > max_turns
+        OR tool_events > max_tool_calls
+        OR spent_cost >= max_cost_usd
+        OR spent_tokens > max_total_tokens
+        OR greatest(in_tok, spent_tokens) > max_input_tokens
+        OR greatest(out_tok, spent_tokens) > max_output_tokens)
+)"""
+
+#: The replay, call by call, in time order, of the candidates. Their calls and their
+#: ``budgetlens.tool_call`` events form one stream per run, so that a window counts the tool calls
+#: made before each model call. The guard's checks before call k (``budgetlens.guard.limits``;
+#: first match wins, in this order):
+#:
+#: - ``budget_time``: seconds since the run's start at the call's start >= max_duration_s;
+#: - ``budget_turns``: k > max_turns (a limit of n allows n calls);
+#: - ``budget_tools``: tool calls made before the call > max_tool_calls (the (n+1)-th was refused);
+#: - ``budget_cost``: priced cost of calls 1..k-1 (USD) >= max_cost_usd;
+#: - ``budget_tokens``: tokens of calls 1..k > a token limit (total, input or output): the
+#:   reservation of call k (its actual size) would not fit.
+#:
+#: Per run and budget: the first stopping call (``stop_turn``), its reason, and what calls k..
+#: spent (tokens, USD) = avoided.
+_PER_RUN = f"""
+stream AS (
+    SELECT c.run_id, c.start_utc AS ts, 1 AS is_call, c.turn,
+           {_CALL_TOKENS} AS tok,
+           coalesce(c.input_tokens, CASE WHEN c.usage_status = 'unknown' THEN c.reserved_tokens END, 0)
+               AS inp,
+           coalesce(c.output_tokens, 0) AS outp,
+           coalesce(c.cost_usd, 0) AS cost
+    FROM model_calls c SEMI JOIN candidates k ON c.run_id = k.run_id
+    UNION ALL
+    SELECT e.run_id, e.ts_utc, 0, NULL, 0, 0, 0, 0
+    FROM budget_events e SEMI JOIN candidates k ON e.run_id = k.run_id
+    WHERE e.name = 'budgetlens.tool_call'
+),
+cum AS (
+    SELECT run_id, ts, is_call, tok, cost,
+           sum(is_call) OVER w AS k,
+           sum(1 - is_call) OVER w AS tools_before,
+           sum(tok) OVER w AS cum_tok,
+           sum(inp) OVER w AS cum_in,
+           sum(outp) OVER w AS cum_out,
+           sum(cost) OVER w - cost AS cost_before
+    FROM stream
+    WINDOW w AS (PARTITION BY run_id ORDER BY ts, is_call, turn ROWS UNBOUNDED PRECEDING)
+),
+flagged AS (
+    SELECT cum.run_id, u.budget_id, k, tok, cum_tok, cost, cost_before,
+           CASE
+               WHEN epoch(cum.ts - u.run_start) >= u.max_duration_s THEN 'budget_time'
+               WHEN k > u.max_turns THEN 'budget_turns'
+               WHEN tools_before > u.max_tool_calls THEN 'budget_tools'
+               WHEN cost_before >= u.max_cost_usd THEN 'budget_cost'
+               WHEN cum_tok > u.max_total_tokens OR cum_in > u.max_input_tokens
+                    OR cum_out > u.max_output_tokens THEN 'budget_tokens'
+           END AS reason
+    FROM cum JOIN under u ON u.run_id = cum.run_id
+    WHERE is_call = 1
+),
+per_run AS (
+    SELECT run_id, budget_id,
+           min(k) FILTER (WHERE reason IS NOT NULL) AS stop_turn,
+           arg_min(reason, k) FILTER (WHERE reason IS NOT NULL) AS replay_reason,
+           arg_min(cum_tok - tok, k) FILTER (WHERE reason IS NOT NULL) AS tokens_before_stop,
+           arg_min(cost_before, k) FILTER (WHERE reason IS NOT NULL) AS cost_before_stop,
+           sum(tok) AS spent_tokens,
+           sum(cost) AS spent_cost
+    FROM flagged
+    GROUP BY run_id, budget_id
+)"""
+
+#: Whether the candidate budget is "not larger" than the one that stopped a run, per stop reason:
+#: every limit of that kind the old budget set is also set by the new one, at or below it. With
+#: no recorded limit of that kind the outcome is unknown (the run is censored).
+_NOT_LARGER = {
+    "budget_tokens": ("total_tokens", "input_tokens", "output_tokens"),
+    "budget_turns": ("turns",),
+    "budget_tools": ("tool_calls",),
+    "budget_time": ("duration_s",),
+    "budget_cost": ("cost_usd",),
+}
+
+
+def _not_larger(reason: str, names: tuple[str, ...]) -> str:
+    any_set = " OR ".join(f"u.limit_{n} IS NOT NULL" for n in names)
+    each = " AND ".join(f"(u.limit_{n} IS NULL OR u.max_{n} <= u.limit_{n})" for n in names)
+    return f"WHEN '{reason}' THEN ({any_set}) AND {each}"
+
+
+_NOT_LARGER_CASE = (
+    "CASE u.recorded_stop_reason "
+    + " ".join(_not_larger(reason, names) for reason, names in _NOT_LARGER.items())
+    + " ELSE false END"
+)
+
+#: A run without call records (an importer's summary only) is judged on its totals: stopped when
+#: a total passes a limit, at its end (nothing counted as avoided: the calls are unknown).
+_TOTALS_REASON = """CASE
+    WHEN u.run_duration_s > u.max_duration_s THEN 'budget_time'
+    WHEN u.run_turns > u.max_turns THEN 'budget_turns'
+    WHEN u.run_tool_calls > u.max_tool_calls THEN 'budget_tools'
+    WHEN u.run_cost_usd > u.max_cost_usd THEN 'budget_cost'
+    WHEN u.run_total_tokens > u.max_total_tokens OR u.run_input_tokens > u.max_input_tokens
+         OR u.run_output_tokens > u.max_output_tokens THEN 'budget_tokens'
+END"""
+
+#: One row per filtered run and budget with the replay's verdict: budget_id, run_id, task_type,
+#: start_utc, recorded_stop_reason, replayed (it has call records), calls, outcome, stop_reason,
+#: stop_turn (the call that would not have been sent, 1-based), avoided_tokens,
+#: avoided_cost_usd, spent_tokens, spent_cost_usd. ``outcome``: 'stopped' (the candidate budget
+#: stops it: in the replay, or a run the old budget stopped under a limit the new one does not
+#: raise), 'censored' (the old budget stopped it and the new one is larger: what it would have
+#: used is unknown) or 'completed'. A run whose tool calls are counted (``runs.tool_calls``) but
+#: not recorded one by one before a model call (no ``budgetlens.tool_call`` events, or events
+#: after its last call) is stopped by ``max_tool_calls`` at its last call when its count passes
+#: the limit (nothing avoided: where the calls fell is unknown).
+REPLAY_RUNS = f"""
+WITH {FILTERED},
+{_BUDGET},
+{_TOTALS},
+{_CANDIDATES},
+{_PER_RUN},
+verdict AS (
+    SELECT u.budget_id, u.run_id, u.run_task_type AS task_type, u.run_start AS start_utc,
+           u.recorded_stop_reason,
+           u.calls IS NOT NULL AS replayed,
+           coalesce(u.calls, 0) AS calls,
+           coalesce(u.spent_tokens, u.run_total_tokens, 0) AS spent_tokens,
+           coalesce(u.spent_cost, u.run_cost_usd, 0) AS spent_cost_usd,
+           CASE
+               WHEN u.calls IS NULL THEN {_TOTALS_REASON}
+               WHEN p.replay_reason IS NOT NULL THEN p.replay_reason
+               WHEN u.run_tool_calls > u.max_tool_calls THEN 'budget_tools'
+           END AS replay_reason,
+           p.stop_turn,
+           p.spent_tokens - p.tokens_before_stop AS avoided_tokens,
+           p.spent_cost - p.cost_before_stop AS avoided_cost_usd,
+           coalesce(starts_with(u.recorded_stop_reason, 'budget_'), false) AS old_stop,
+           {_NOT_LARGER_CASE} AS not_larger
+    FROM under u
+    LEFT JOIN per_run p ON p.run_id = u.run_id AND p.budget_id = u.budget_id
+)
+SELECT budget_id, run_id, task_type, start_utc, recorded_stop_reason, replayed, calls,
+       CASE WHEN replay_reason IS NOT NULL OR (old_stop AND not_larger) THEN 'stopped'
+            WHEN old_stop THEN 'censored' ELSE 'completed' END AS outcome,
+       coalesce(replay_reason, CASE WHEN old_stop AND not_larger THEN recorded_stop_reason END)
+           AS stop_reason,
+       CASE WHEN replay_reason IS NOT NULL THEN coalesce(stop_turn, nullif(calls, 0))
+            WHEN old_stop AND not_larger THEN nullif(calls, 0) END AS stop_turn,
+       CASE WHEN replay_reason IS NOT NULL OR (old_stop AND not_larger)
+            THEN coalesce(avoided_tokens, 0) ELSE 0 END AS avoided_tokens,
+       CASE WHEN replay_reason IS NOT NULL OR (old_stop AND not_larger)
+            THEN coalesce(avoided_cost_usd, 0) ELSE 0 END AS avoided_cost_usd,
+       spent_tokens, spent_cost_usd
+FROM verdict
+"""
+
+
+def _summary(source: str) -> str:
+    # ``source`` is a constant of this module (a subquery or the temp table's name).
+    return f"""
+SELECT budget_id, task_type,
+       count(*) AS runs,
+       count(*) FILTER (WHERE outcome = 'stopped') AS stopped,
+       count(*) FILTER (WHERE outcome = 'censored') AS censored,
+       count(*) FILTER (WHERE outcome = 'completed') AS completed,
+       count(*) FILTER (WHERE NOT replayed) AS runs_without_calls,
+       count(*) FILTER (WHERE stop_reason = 'budget_tokens') AS stops_tokens,
+       count(*) FILTER (WHERE stop_reason = 'budget_cost') AS stops_cost,
+       count(*) FILTER (WHERE stop_reason = 'budget_turns') AS stops_turns,
+       count(*) FILTER (WHERE stop_reason = 'budget_tools') AS stops_tools,
+       count(*) FILTER (WHERE stop_reason = 'budget_time') AS stops_time,
+       CAST(sum(spent_tokens) AS BIGINT) AS spent_tokens,
+       sum(spent_cost_usd) AS spent_cost_usd,
+       CAST(sum(avoided_tokens) AS BIGINT) AS avoided_tokens,
+       sum(avoided_cost_usd) AS avoided_cost_usd
+FROM {source}
+GROUP BY budget_id, task_type
+ORDER BY budget_id, task_type
+"""
+
+
+#: Per budget and task type: runs, stopped, censored, completed, runs_without_calls, the stops
+#: per reason, spend and what the stops would have avoided. Same parameters as ``REPLAY_RUNS``.
+REPLAY_SUMMARY = _summary(f"({REPLAY_RUNS})")
+
+#: One replay read twice (its summary and its stopped runs) without replaying twice: the verdicts
+#: go to a temporary table of the read-only connection (DuckDB keeps temp objects in memory).
+REPLAY_TABLE = "whatif_replay"
+CREATE_REPLAY_TABLE = f"CREATE OR REPLACE TEMP TABLE {REPLAY_TABLE} AS {REPLAY_RUNS}"
+REPLAY_TABLE_SUMMARY = _summary(REPLAY_TABLE)
+REPLAY_TABLE_STOPPED = f"SELECT * FROM {REPLAY_TABLE} WHERE outcome <> 'completed'"
+DROP_REPLAY_TABLE = f"DROP TABLE IF EXISTS {REPLAY_TABLE}"
+
+#: The censoring input of the Kaplan–Meier baselines: per filtered run its task type, the
+#: baseline metrics, whether its cost is fully known, and ``censored`` (a budget stopped it, so
+#: it would have used more). Columns: run_id, task_type, censored, cost_known, total_tokens,
+#: input_tokens, output_tokens, turns, tool_calls, duration_s, cost_usd.
+CENSORING_INPUT = f"""
+WITH {FILTERED}
+SELECT run_id, task_type, coalesce(starts_with(stop_reason, 'budget_'), false) AS censored,
+       coalesce(cost_usd IS NOT NULL AND coalesce(unpriced_calls, 0) = 0
+                AND usage_status = 'reported', false) AS cost_known,
+       total_tokens, input_tokens, output_tokens, turns, tool_calls, duration_s, cost_usd
+FROM filtered
+"""
+
+#: Runaway runs: above ``$k`` x their task type's P95 of total tokens, or with the same tool
+#: called ``$repeats`` or more times in a row (``budgetlens.tool_call`` events in time order;
+#: arguments are never stored, so "the same call" is the same tool name). Columns: run_id,
+#: task_type, start_utc, total_tokens, cost_usd, stop_reason, p95_total_tokens, tokens_ratio
+#: (total / P95), longest_repeat, repeated_tool, over_p95, tool_loop.
+RUNAWAYS = f"""
+WITH {FILTERED},
+p95 AS (
+    SELECT task_type, quantile_cont(total_tokens, 0.95) AS p95_total_tokens
+    FROM filtered GROUP BY task_type
+),
+tools AS (
+    SELECT e.run_id, e.tool_name, e.ts_utc, e.event_id,
+           row_number() OVER (PARTITION BY e.run_id ORDER BY e.ts_utc, e.event_id)
+         - row_number() OVER (PARTITION BY e.run_id, e.tool_name ORDER BY e.ts_utc, e.event_id)
+               AS streak
+    FROM budget_events e JOIN filtered f ON f.run_id = e.run_id
+    WHERE e.name = 'budgetlens.tool_call' AND e.tool_name IS NOT NULL
+),
+streaks AS (
+    SELECT run_id, arg_max(tool_name, n) AS repeated_tool, max(n) AS longest_repeat
+    FROM (SELECT run_id, tool_name, streak, count(*) AS n FROM tools GROUP BY ALL)
+    GROUP BY run_id
+)
+SELECT f.run_id, f.task_type, f.start_utc, f.total_tokens, f.cost_usd, f.stop_reason,
+       p.p95_total_tokens,
+       f.total_tokens / nullif(p.p95_total_tokens, 0) AS tokens_ratio,
+       coalesce(s.longest_repeat, 0) AS longest_repeat,
+       s.repeated_tool,
+       coalesce(f.total_tokens > $k * p.p95_total_tokens, false) AS over_p95,
+       coalesce(s.longest_repeat >= $repeats, false) AS tool_loop
+FROM filtered f
+JOIN p95 p ON p.task_type IS NOT DISTINCT FROM f.task_type
+LEFT JOIN streaks s ON s.run_id = f.run_id
+WHERE f.total_tokens > $k * p.p95_total_tokens OR s.longest_repeat >= $repeats
+ORDER BY f.total_tokens DESC NULLS LAST, f.run_id
+"""
+
+#: Spend of the filtered runs (the denominator of the runaways' share): runs, cost_usd.
+SPEND_TOTAL = f"WITH {FILTERED} SELECT count(*) AS runs, sum(cost_usd) AS cost_usd FROM filtered"
+
+#: Drift: per task type, the P95 of total tokens and of known cost in the recent window
+#: [$split_utc, $end_utc) against the previous one [$start_utc, $split_utc). Columns: task_type,
+#: n_recent, n_previous, p95_total_tokens_recent, p95_total_tokens_previous, p95_cost_usd_recent,
+#: p95_cost_usd_previous.
+DRIFT = """
+WITH scoped AS (
+    SELECT * FROM runs
+    WHERE start_utc >= CAST($start_utc AS TIMESTAMP) AND start_utc < CAST($end_utc AS TIMESTAMP)
+      AND (len(CAST($task_types AS VARCHAR[])) = 0
+           OR list_contains(CAST($task_types AS VARCHAR[]), task_type))
+      AND (len(CAST($models AS VARCHAR[])) = 0
+           OR list_has_any(string_split(models, ','), CAST($models AS VARCHAR[])))
+      AND (len(CAST($services AS VARCHAR[])) = 0
+           OR list_contains(CAST($services AS VARCHAR[]), service_name))
+),
+tagged AS (
+    SELECT *, start_utc >= CAST($split_utc AS TIMESTAMP) AS recent,
+           (cost_usd IS NOT NULL AND coalesce(unpriced_calls, 0) = 0
+            AND usage_status = 'reported') AS cost_known
+    FROM scoped
+)
+SELECT task_type,
+       count(*) FILTER (WHERE recent) AS n_recent,
+       count(*) FILTER (WHERE NOT recent) AS n_previous,
+       quantile_cont(total_tokens, 0.95) FILTER (WHERE recent) AS p95_total_tokens_recent,
+       quantile_cont(total_tokens, 0.95) FILTER (WHERE NOT recent) AS p95_total_tokens_previous,
+       quantile_cont(cost_usd, 0.95) FILTER (WHERE recent AND cost_known) AS p95_cost_usd_recent,
+       quantile_cont(cost_usd, 0.95) FILTER (WHERE NOT recent AND cost_known)
+           AS p95_cost_usd_previous
+FROM tagged
+GROUP BY task_type
+ORDER BY task_type
+"""
+
+#: The task types of the filtered runs (NULL included): every budget of a replay lists them all.
+TASK_TYPES = f"WITH {FILTERED} SELECT DISTINCT task_type FROM filtered ORDER BY task_type NULLS LAST"

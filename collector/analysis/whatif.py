@@ -1,0 +1,407 @@
+"""What-if replay (design §6): how often a candidate budget would have stopped the stored runs,
+which ones, where, and what it would have saved.
+
+A candidate budget (``Budget``: limits per task type) comes from a multiplier over the evidence
+(P95 x multiplier, plain or censoring-aware: ``evidence_presets``), from explicit limits
+(``Budget.uniform``) or from a preset file (``Budget.from_preset_file``). ``replay`` runs it call
+by call over the history in DuckDB (``budgetlens.analysis.replay_queries.REPLAY_RUNS``: window
+functions over ``model_calls`` in time order, the first crossing per run), so all task types of
+1M runs / 10M calls replay in one statement.
+
+Outcomes per run: *stopped* (the budget stops it, at a turn and with a stop reason; a run the old
+budget stopped counts as stopped when the new budget does not raise that limit), *censored* (the
+old budget stopped it and the new one is larger: what it would have used is unknown) or
+*completed*. The projected hit rate is stopped / runs (every run of the window would have run
+under the candidate); ``hit_rate_upper`` adds the censored runs. Avoided tokens and USD are
+what the stopped runs spent from their stopping call on (the calls that would not have been sent).
+
+The trade-off curve (``tradeoff``) replays the multipliers 1.0–3.0 in one pass;
+``smallest_multiplier`` picks, per task type, the smallest one whose projected hit rate meets a
+target (default 5 %).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import duckdb
+import pandas as pd
+
+from budgetlens.analysis import replay_queries as rq
+from budgetlens.analysis.censoring import (
+    METHOD_CENSORING_AWARE,
+    METHOD_PLAIN,
+    censored_baselines,
+)
+from budgetlens.analysis.presets import PRESET_RULES, presets
+from budgetlens.analysis.views import Filters, _query, baselines
+from budgetlens.guard.limits import LIMIT_KEYS, check_limit
+from budgetlens.guard.preset_file import read_preset_document
+
+__all__ = [
+    "CURVE_MULTIPLIERS",
+    "DEFAULT_TARGET_HIT_RATE",
+    "METHODS",
+    "Budget",
+    "Evidence",
+    "WhatIf",
+    "evidence",
+    "evidence_presets",
+    "replay",
+    "smallest_multiplier",
+    "target_presets",
+    "tradeoff",
+    "with_projection",
+]
+
+#: The target hit rate of ``smallest_multiplier`` unless the user picks one (0..1).
+DEFAULT_TARGET_HIT_RATE = 0.05
+#: The multipliers of the trade-off curve: 1.0 to 3.0 in steps of 0.1.
+CURVE_MULTIPLIERS: tuple[float, ...] = tuple(round(1.0 + 0.1 * i, 1) for i in range(21))
+#: ``auto``: Kaplan–Meier where censoring is material (> 5 % of a task type's runs were stopped),
+#: plain elsewhere; ``plain``: always the plain P95; ``kaplan-meier``: always Kaplan–Meier.
+METHODS = ("auto", METHOD_PLAIN, METHOD_CENSORING_AWARE)
+#: Summary columns of a replay (per task type).
+SUMMARY_COLUMNS = (
+    "task_type",
+    "runs",
+    "stopped",
+    "censored",
+    "completed",
+    "hit_rate",
+    "hit_rate_upper",
+    "stops_tokens",
+    "stops_cost",
+    "stops_turns",
+    "stops_tools",
+    "stops_time",
+    "runs_without_calls",
+    "spent_tokens",
+    "avoided_tokens",
+    "avoided_tokens_share",
+    "spent_cost_usd",
+    "avoided_cost_usd",
+    "avoided_cost_share",
+)
+#: Columns of a replay's run list (stopped and censored runs).
+RUN_COLUMNS = (
+    "run_id",
+    "task_type",
+    "start_utc",
+    "outcome",
+    "stop_reason",
+    "stop_turn",
+    "calls",
+    "recorded_stop_reason",
+    "spent_tokens",
+    "avoided_tokens",
+    "spent_cost_usd",
+    "avoided_cost_usd",
+)
+
+
+@dataclass(frozen=True)
+class Budget:
+    """A candidate budget: per task type (None = runs without one) the limits of
+    ``budgetlens.guard.limits.LIMIT_KEYS`` (None or missing = no such limit). ``default`` applies
+    to task types not in ``limits``. Raises ValueError naming the key for a limit the guard would
+    refuse."""
+
+    limits: Mapping[str | None, Mapping[str, float | None]] = field(default_factory=dict)
+    default: Mapping[str, float | None] = field(default_factory=dict)
+
+    def __post_init__(self):
+        for task_type, entry in [*self.limits.items(), ("(default)", self.default)]:
+            unknown = sorted(set(entry) - set(LIMIT_KEYS))
+            if unknown:
+                raise ValueError(f"budget for {task_type}: unknown limit(s) {unknown}; allowed: {LIMIT_KEYS}")
+            for key, value in entry.items():
+                check_limit(key, value, label=f"budget for {task_type}: {key}")
+
+    @classmethod
+    def uniform(cls, **limits: float | None) -> Budget:
+        """The same limits for every task type (``max_total_tokens=50_000, max_turns=20``)."""
+        return cls(default={k: v for k, v in limits.items() if v is not None})
+
+    @classmethod
+    def from_presets(cls, presets_df: pd.DataFrame) -> Budget:
+        """From a ``budgetlens.analysis.presets.presets`` frame (one row per task type)."""
+        limits: dict[str | None, dict[str, float | None]] = {}
+        for _, row in presets_df.iterrows():
+            entry = {}
+            for key in LIMIT_KEYS:
+                value = row.get(key)
+                if value is not None and not pd.isna(value):
+                    entry[key] = float(value)
+            limits[None if pd.isna(row["task_type"]) else row["task_type"]] = entry
+        return cls(limits=limits)
+
+    @classmethod
+    def from_preset_file(cls, path: str | os.PathLike) -> Budget:
+        """From a preset file (YAML/TOML/JSON, ``budgetlens.guard.preset_file``): its task types'
+        limits; task types the file does not name have no limit. Raises ValueError as
+        ``read_preset_document``."""
+        document = read_preset_document(path)
+        limits = {
+            task_type: {k: preset[k] for k in LIMIT_KEYS if preset.get(k) is not None}
+            for task_type, preset in document["presets"].items()
+        }
+        return cls(limits=limits)
+
+    def for_task(self, task_type: str | None) -> dict[str, float | None]:
+        """The limits of ``task_type`` (every key; None = no limit)."""
+        entry = self.limits.get(task_type, self.default)
+        return {key: entry.get(key) for key in LIMIT_KEYS}
+
+
+def _budget_params(budgets: Sequence[Budget], task_types: Sequence[str | None]) -> dict:
+    """The ``$b_*`` parameters of ``replay_queries.REPLAY_RUNS`` for ``budgets`` (ids 0..n-1)."""
+    params: dict[str, list] = {"b_id": [], "b_task_type": [], **{f"b_{k}": [] for k in LIMIT_KEYS}}
+    for budget_id, budget in enumerate(budgets):
+        for task_type in task_types:
+            params["b_id"].append(budget_id)
+            params["b_task_type"].append(task_type)
+            for key, value in budget.for_task(task_type).items():
+                params[f"b_{key}"].append(None if value is None else float(value))
+    return params
+
+
+def _task_types(conn, f: Filters) -> list[str | None]:
+    return [row[0] for row in conn.execute(rq.TASK_TYPES, _filter_params(rq.TASK_TYPES, f)).fetchall()]
+
+
+def _filter_params(statement: str, f: Filters) -> dict:
+    return {k: v for k, v in f.params().items() if f"${k}" in statement}
+
+
+def _summarize(frame: pd.DataFrame) -> pd.DataFrame:
+    """Add the rates and shares to a ``REPLAY_SUMMARY`` frame."""
+    out = frame.copy()
+    runs = out["runs"].where(out["runs"] > 0)
+    out["hit_rate"] = out["stopped"] / runs
+    out["hit_rate_upper"] = (out["stopped"] + out["censored"]) / runs
+    out["avoided_tokens_share"] = out["avoided_tokens"] / out["spent_tokens"].where(out["spent_tokens"] > 0)
+    out["avoided_cost_share"] = out["avoided_cost_usd"] / out["spent_cost_usd"].where(
+        out["spent_cost_usd"] > 0
+    )
+    return out
+
+
+@dataclass(frozen=True)
+class WhatIf:
+    """A replay's result. ``summary``: one row per task type (``SUMMARY_COLUMNS``: runs, stopped,
+    censored, completed, hit_rate and hit_rate_upper (0..1), stops per reason, tokens and USD
+    spent and avoided, with shares 0..1). ``runs``: the stopped and censored runs
+    (``RUN_COLUMNS``; ``stop_turn`` is the call that would not have been sent, 1-based).
+    ``budget``: the replayed budget."""
+
+    summary: pd.DataFrame
+    runs: pd.DataFrame = field(repr=False)
+    budget: Budget = field(repr=False)
+
+
+def replay(conn: duckdb.DuckDBPyConnection, f: Filters, budget: Budget) -> WhatIf:
+    """Replay ``budget`` over the runs ``f`` keeps, call by call (see the module docstring).
+
+    Returns a ``WhatIf``; an empty window gives empty frames with the documented columns.
+    """
+    task_types = _task_types(conn, f)
+    if not task_types:
+        return WhatIf(pd.DataFrame(columns=SUMMARY_COLUMNS), pd.DataFrame(columns=RUN_COLUMNS), budget)
+    params = {**f.params(), **_budget_params([budget], task_types)}
+    _query(conn, rq.CREATE_REPLAY_TABLE, params)
+    try:
+        summary = _summarize(_query(conn, rq.REPLAY_TABLE_SUMMARY, {}))[list(SUMMARY_COLUMNS)]
+        runs = _query(conn, rq.REPLAY_TABLE_STOPPED, {})
+    finally:
+        conn.execute(rq.DROP_REPLAY_TABLE)
+    runs = runs.sort_values(["task_type", "avoided_tokens", "run_id"], ascending=[True, False, True])
+    return WhatIf(summary.reset_index(drop=True), runs[list(RUN_COLUMNS)].reset_index(drop=True), budget)
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """What presets rest on: ``baselines`` (``views.baselines``) and ``censoring``
+    (``censoring.censored_baselines``) of the same filters."""
+
+    baselines: pd.DataFrame
+    censoring: pd.DataFrame
+
+
+def evidence(conn, f: Filters) -> Evidence:
+    """The plain and the censoring-aware baselines of ``f``."""
+    return Evidence(baselines(conn, f), censored_baselines(conn, f))
+
+
+def evidence_presets(ev: Evidence, multiplier: float, method: str = "auto") -> pd.DataFrame:
+    """Presets at ``multiplier`` from the evidence, per ``method`` (``METHODS``).
+
+    Returns the ``presets.presets`` frame plus columns: method (``plain`` or ``kaplan-meier``),
+    censored_share (0..1), lower_bound_keys (the preset keys whose Kaplan–Meier P95 is only a
+    lower bound: raise that limit for a while to learn the real tail), km_p95_total_tokens (the
+    Kaplan–Meier P95 of total tokens, whether used or not), multiplier. Raises
+    ValueError for an unknown method or multiplier (as ``presets``).
+    """
+    if method not in METHODS:
+        raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+    base = ev.baselines.copy()
+    censoring = {row["task_type"]: row for _, row in ev.censoring.iterrows()}
+    methods, shares, bounds, km_p95 = [], [], [], []
+    for index, row in base.iterrows():
+        km = censoring.get(row["task_type"])
+        use_km = km is not None and (
+            method == METHOD_CENSORING_AWARE or (method == "auto" and bool(km["material"]))
+        )
+        lower: list[str] = []
+        if use_km:
+            for key, (metric, _rounding) in PRESET_RULES.items():
+                value = km[f"km_p95_{metric}"]
+                if value is None or (isinstance(value, float) and math.isnan(value)):
+                    continue
+                base.at[index, f"p95_{metric}"] = value
+                if bool(km[f"km_p95_{metric}_lower_bound"]):
+                    lower.append(key)
+        km_p95.append(km["km_p95_total_tokens"] if km is not None else None)
+        methods.append(METHOD_CENSORING_AWARE if use_km else METHOD_PLAIN)
+        shares.append(float(km["censored_share"]) if km is not None else 0.0)
+        bounds.append(lower)
+    out = presets(base, multiplier)
+    out["method"] = methods
+    out["censored_share"] = shares
+    out["lower_bound_keys"] = bounds
+    out["km_p95_total_tokens"] = km_p95
+    out["multiplier"] = float(multiplier)
+    return out
+
+
+def with_projection(conn, f: Filters, presets_df: pd.DataFrame) -> pd.DataFrame:
+    """``presets_df`` (one row per task type, the limit keys as columns) plus
+    ``projected_hit_rate`` and ``projected_hit_rate_upper`` (0..1): the replay of those presets
+    over the runs ``f`` keeps (``replay``)."""
+    summary = replay(conn, f, Budget.from_presets(presets_df)).summary.set_index("task_type")
+    out = presets_df.copy()
+    out["projected_hit_rate"] = [
+        summary["hit_rate"].get(t) if t in summary.index else None for t in out["task_type"]
+    ]
+    out["projected_hit_rate_upper"] = [
+        summary["hit_rate_upper"].get(t) if t in summary.index else None for t in out["task_type"]
+    ]
+    return out
+
+
+def tradeoff(
+    conn,
+    f: Filters,
+    ev: Evidence | None = None,
+    multipliers: Iterable[float] = CURVE_MULTIPLIERS,
+    method: str = "auto",
+) -> pd.DataFrame:
+    """The trade-off curve: for each multiplier (default 1.0–3.0 by 0.1) and task type, the
+    replay of the presets at that multiplier, in one pass over the calls.
+
+    Columns: multiplier, then ``SUMMARY_COLUMNS`` (task_type, runs, stopped, censored, ...,
+    hit_rate, avoided_tokens, avoided_cost_usd, shares). Empty (those columns) for an empty window.
+    """
+    ev = ev if ev is not None else evidence(conn, f)
+    grid = [float(m) for m in multipliers]
+    task_types = _task_types(conn, f)
+    columns = ["multiplier", *SUMMARY_COLUMNS]
+    if not task_types or ev.baselines.empty or not grid:
+        return pd.DataFrame(columns=columns)
+    budgets = [Budget.from_presets(evidence_presets(ev, m, method)) for m in grid]
+    params = {**f.params(), **_budget_params(budgets, task_types)}
+    frame = _summarize(_query(conn, rq.REPLAY_SUMMARY, params))
+    frame["multiplier"] = frame["budget_id"].map(dict(enumerate(grid)))
+    return frame[columns].sort_values(["task_type", "multiplier"]).reset_index(drop=True)
+
+
+def smallest_multiplier(curve: pd.DataFrame, target: float = DEFAULT_TARGET_HIT_RATE) -> pd.DataFrame:
+    """Per task type, the smallest multiplier of ``curve`` (``tradeoff``) whose projected hit
+    rate is at most ``target`` (0..1). Columns: task_type, multiplier (None when no multiplier of
+    the curve meets it), hit_rate, hit_rate_upper, avoided_tokens, avoided_cost_usd (at that
+    multiplier; at the largest one when not met), met (bool). Raises ValueError for a target
+    outside [0, 1]. Pure."""
+    if not (isinstance(target, int | float) and 0 <= target <= 1):
+        raise ValueError(f"target hit rate must be a number in [0, 1], got {target!r}")
+    rows = []
+    for task_type, group in curve.groupby("task_type", dropna=False, sort=True):
+        group = group.sort_values("multiplier")
+        meets = group[group["hit_rate"].fillna(0) <= target + 1e-12]
+        met = not meets.empty
+        chosen = meets.iloc[0] if met else group.iloc[-1]
+        rows.append(
+            {
+                "task_type": None if pd.isna(task_type) else task_type,
+                "multiplier": float(chosen["multiplier"]) if met else None,
+                "hit_rate": chosen["hit_rate"],
+                "hit_rate_upper": chosen["hit_rate_upper"],
+                "avoided_tokens": chosen["avoided_tokens"],
+                "avoided_cost_usd": chosen["avoided_cost_usd"],
+                "met": met,
+            }
+        )
+    columns = [
+        "task_type",
+        "multiplier",
+        "hit_rate",
+        "hit_rate_upper",
+        "avoided_tokens",
+        "avoided_cost_usd",
+        "met",
+    ]
+    return pd.DataFrame(rows, columns=columns)
+
+
+def target_presets(
+    ev: Evidence, curve: pd.DataFrame, target: float = DEFAULT_TARGET_HIT_RATE, method: str = "auto"
+) -> pd.DataFrame:
+    """The preset of each task type at the smallest multiplier of ``curve`` that meets ``target``
+    (``smallest_multiplier``); where none does, at the curve's largest multiplier (``met`` False).
+
+    Columns: the ``evidence_presets`` columns (task_type, n, low_sample, the limit keys, method,
+    censored_share, lower_bound_keys, multiplier), then projected_hit_rate, projected_hit_rate_upper,
+    avoided_tokens, avoided_cost_usd, met, target_hit_rate. Empty for an empty curve.
+    """
+    choice = smallest_multiplier(curve, target)
+    largest = float(curve["multiplier"].max()) if len(curve) else CURVE_MULTIPLIERS[-1]
+    rows = []
+    for _, pick in choice.iterrows():
+        multiplier = pick["multiplier"] if pick["met"] else largest
+        table = evidence_presets(ev, float(multiplier), method)
+        mine = table[
+            table["task_type"].eq(pick["task_type"])
+            | (table["task_type"].isna() & (pick["task_type"] is None))
+        ]
+        if mine.empty:
+            continue
+        row = mine.iloc[0].to_dict()
+        row.update(
+            projected_hit_rate=pick["hit_rate"],
+            projected_hit_rate_upper=pick["hit_rate_upper"],
+            avoided_tokens=pick["avoided_tokens"],
+            avoided_cost_usd=pick["avoided_cost_usd"],
+            met=bool(pick["met"]),
+            target_hit_rate=float(target),
+        )
+        rows.append(row)
+    columns = [
+        "task_type",
+        "n",
+        "low_sample",
+        *PRESET_RULES,
+        "method",
+        "censored_share",
+        "lower_bound_keys",
+        "km_p95_total_tokens",
+        "multiplier",
+        "projected_hit_rate",
+        "projected_hit_rate_upper",
+        "avoided_tokens",
+        "avoided_cost_usd",
+        "met",
+        "target_hit_rate",
+    ]
+    return pd.DataFrame(rows, columns=columns)

@@ -1,0 +1,46 @@
+"""``budgetlens hit-rate``: the Hit rate page's figures per task type (and per day)."""
+
+from __future__ import annotations
+
+from budgetlens.cli._analysis import (
+    WINDOW_HELP,
+    add_format_argument,
+    add_window_arguments,
+    analysis_session,
+    write_frame,
+)
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "hit-rate",
+        help="budget hit rate per task type (and per day)",
+        description=(
+            "Print the budget hit rate per task type, the same figures as the dashboard's Hit "
+            "rate page: runs stopped by a budget (stop reason budget_*) / finished runs that ran "
+            "under a budget (budgeted_runs: a limit was set, or a budget stopped them; runs "
+            "without any limit cannot be stopped and are left out). The intervention rate also "
+            "counts downgraded and summarized runs. Above 20 % the budget is too tight or the "
+            "agent has a bug. --daily gives one row per day (in --tz) and task type. " + WINDOW_HELP
+        ),
+        epilog="Example: budgetlens hit-rate --db budgetlens.duckdb --daily --format csv",
+    )
+    add_window_arguments(parser)
+    add_format_argument(parser)
+    parser.add_argument("--daily", action="store_true", help="one row per day and task type")
+    parser.add_argument("--tz", default="UTC", help="IANA time zone of the days (default: UTC)")
+    parser.set_defaults(func=run)
+
+
+def run(args) -> int:
+    import dataclasses
+
+    from budgetlens.analysis import views as analysis
+
+    with analysis_session(args) as (conn, filters):
+        if args.daily:
+            frame = analysis.hit_rate_daily(conn, dataclasses.replace(filters, tz=args.tz))
+        else:
+            frame = analysis.hit_rate_by_task(conn, filters)
+    write_frame(frame, args.format, float_format="{:.1%}")
+    return 0
