@@ -233,7 +233,7 @@ GROUP BY ALL
 ORDER BY period_start, key
 """
 
-#: ``$period`` is 'day' or 'hour' (validated in Python); buckets are local time in ``$tz``.
+#: ``$period`` is one of ``views.PERIODS`` (validated in Python); buckets are local time in ``$tz``.
 COST_BY_PERIOD_TASK = f"""
 WITH {FILTERED},
 b AS (

@@ -71,6 +71,9 @@ DEFAULT_WINDOW_DAYS = 14
 #: one definition of the banner, the charts' dashed line and the CLI.
 HIT_RATE_ALARM = 0.20
 
+#: The periods of the cost charts (DuckDB ``date_trunc`` parts; a week starts on Monday).
+PERIODS = ("hour", "day", "week", "month")
+
 _PARAM = re.compile(r"\$([a-z_]+)")
 
 
@@ -346,12 +349,13 @@ def stop_reasons(conn, f: Filters) -> pd.DataFrame:
 
 
 def cost_by_period(conn, f: Filters, period: str = "day", by: str = "model") -> pd.DataFrame:
-    """Cost per local ``period`` ('day' or 'hour' in ``f.tz``) and key (``by`` 'model' or
-    'task_type'). Columns: period_start (naive local timestamp), key, cost_usd (USD; NULL when
-    nothing in the bucket is priced), runs, unpriced_calls. Both views bucket by the run's start,
-    so a period's total is the same either way. Raises ValueError for another period or key."""
-    if period not in ("day", "hour"):
-        raise ValueError(f"period must be 'day' or 'hour', got {period!r}")
+    """Cost per local ``period`` (one of ``PERIODS``: 'hour', 'day', 'week' starting Monday,
+    'month', in ``f.tz``) and key (``by`` 'model' or 'task_type'). Columns: period_start (naive
+    local timestamp), key, cost_usd (USD; NULL when nothing in the bucket is priced), runs,
+    unpriced_calls. Both views bucket by the run's start, so a period's total is the same either
+    way. Raises ValueError for another period or key."""
+    if period not in PERIODS:
+        raise ValueError(f"period must be one of {', '.join(PERIODS)}, got {period!r}")
     if by not in ("model", "task_type"):
         raise ValueError(f"by must be 'model' or 'task_type', got {by!r}")
     statement = q.COST_BY_PERIOD_MODEL if by == "model" else q.COST_BY_PERIOD_TASK
