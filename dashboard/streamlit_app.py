@@ -162,6 +162,18 @@ def _load_url(options: dict[str, list[str]]) -> None:
         st.session_state["app_range"] = (min(lo, hi), max(lo, hi))
 
 
+#: The sidebar widgets' values outlive a run that draws no sidebar (Streamlit drops a widget's
+#: state when a run does not draw it: a page switch, a store that was briefly unavailable).
+_SAVED_KEY = "app_saved_filters"
+_WIDGET_KEYS = ("app_window", "app_tz", "app_range", "app_task_types", "app_models", "app_services")
+
+
+def _restore_widgets() -> None:
+    for key, value in (st.session_state.get(_SAVED_KEY) or {}).items():
+        if key not in st.session_state:
+            st.session_state[key] = value
+
+
 def _save_url(f, window: str) -> None:
     """Write the chosen filters into the URL query (keeping a page's own parameters)."""
     wanted: dict[str, str | list[str]] = {"window": WINDOWS[window][0], "tz": f.tz}
@@ -188,6 +200,7 @@ def sidebar_filters():
     first, last, n_runs = data.data_extent()
     options = data.filter_options()
     _load_url(options)
+    _restore_widgets()
     st.session_state.setdefault("app_window", DEFAULT_WINDOW)
     with st.sidebar:
         st.markdown("### budgetlens")
@@ -237,6 +250,7 @@ def sidebar_filters():
         tz=tz,
     )
     _save_url(chosen_filters, window)
+    st.session_state[_SAVED_KEY] = {k: st.session_state[k] for k in _WIDGET_KEYS if k in st.session_state}
     return chosen_filters
 
 
@@ -289,10 +303,12 @@ def main() -> None:
     data.begin_run()
     st.session_state["app_version"] = data.data_version()
     page = st.navigation([*PAGES, OVERVIEW_ALIAS])
-    if page.url_path == OVERVIEW_ALIAS.url_path:
-        st.switch_page(OVERVIEW)
     try:
+        # The filters first, also on the alias's pass: a run that draws no sidebar would drop
+        # the widgets' state (and with it the window a shared link asked for).
         st.session_state[data.FILTERS_KEY] = sidebar_filters()
+        if page.url_path == OVERVIEW_ALIAS.url_path:
+            st.switch_page(OVERVIEW, query_params=dict(st.query_params))
         page.run()
     except data.DataUnavailable as error:
         st.session_state[data.UNAVAILABLE_KEY] = error.state

@@ -16,7 +16,7 @@ period = st.radio(
     ["hour", "day", "week", "month"],
     index=["hour", "day", "week", "month"].index(suggested),
     horizontal=True,
-    key=f"cost_period_{suggested}",  # a new window suggests its own period afresh
+    key="cost_period",
     format_func=lambda p: f"per {p}",
 )
 ov = data.overview(f)
