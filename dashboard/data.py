@@ -1,9 +1,12 @@
-"""The dashboard's only cached layer: read-only queries on the store through the analysis code.
+"""The dashboard's one data layer: typed, cached, read-only reads of the store through the
+analysis code.
 
-Pages call ``query("overview", filters)``; it opens ``budgetlens.store.read_connection`` for the
+Pages call what they mean: ``data.overview(filters)``, ``data.baselines(filters, by_model=True)``,
+``data.run_detail(run_id)``. Each function opens ``budgetlens.store.read_connection`` for the
 length of one analysis call, caches the result with ``st.cache_data`` keyed by the arguments and
 the store's *data version* (size and mtime of the DuckDB file and its WAL, so a commit by the
-collector invalidates the cache at once), and returns what ``budgetlens.analysis.views.<name>`` returns.
+collector invalidates the cache at once), and returns what the ``budgetlens.analysis.views``
+function of the same name returns.
 
 When the store is momentarily unavailable (the writer holds the file past the short read
 timeout, an I/O hiccup) the last good result of the same query is returned instead and
@@ -15,20 +18,27 @@ A path that is not a budgetlens store (a file DuckDB cannot open) raises DataUna
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 import os
 import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import duckdb
+import pandas as pd
 import streamlit as st
 
+from budgetlens.analysis import views as analysis
+from budgetlens.analysis.views import Filters
 from budgetlens.config import resolve_db_path
 from budgetlens.store import StoreError, StoreMissing, read_connection
 from budgetlens.store.connection import is_lock_conflict
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 log = logging.getLogger(__name__)
 
@@ -91,6 +101,16 @@ def db_path() -> Path:
     return resolve_db_path(None).resolve()
 
 
+def last_write_utc(path: Path | None = None) -> dt.datetime | None:
+    """When a writer last committed to the store (the newer mtime of the file and its WAL, naive
+    UTC; None without a file): the "last arrival" of data, whatever the runs' own times."""
+    version = data_version(path)
+    stamps = [v[0] for v in (version.db, version.wal) if v]
+    if not stamps:
+        return None
+    return dt.datetime.fromtimestamp(max(stamps) / 1e9, dt.UTC).replace(tzinfo=None)
+
+
 def data_version(path: Path | None = None) -> DataVersion:
     """(mtime_ns, size) of the DuckDB file and of its ``.wal``: two ``stat`` calls, no lock."""
     path = path or db_path()
@@ -106,26 +126,25 @@ def data_version(path: Path | None = None) -> DataVersion:
 
 
 @st.cache_data(ttl=CACHE_TTL_S, max_entries=512, show_spinner=False)
-def _cached_query(name: str, path: str, version: DataVersion, args: tuple, kwargs: tuple):
-    from budgetlens.analysis import views as analysis
-
-    function = getattr(analysis, name)
+def _cached_read(name: str, path: str, version: DataVersion, args: tuple, kwargs: tuple):
+    function: Callable[..., Any] = getattr(analysis, name)
     with read_connection(path, timeout_s=READ_TIMEOUT_S) as conn:
         return function(conn, *args, **dict(kwargs))
 
 
-def query(name: str, *args, **kwargs):
-    """Run ``budgetlens.analysis.views.<name>(conn, *args, **kwargs)`` on a read-only connection, cached.
+def _read(name: str, *args, **kwargs) -> Any:
+    """``budgetlens.analysis.views.<name>(conn, *args, **kwargs)`` on a read-only connection,
+    cached (private: pages call the typed functions below).
 
-    Returns the analysis result (DataFrame or dataclass). Falls back to the last good result of
-    the same call while the store is busy (``stale()`` turns true). Raises DataUnavailable when
-    the store is missing or busy and nothing was read before, and (``invalid``, no retry)
-    when the path is not a budgetlens store; other errors propagate.
+    Falls back to the last good result of the same call while the store is busy (``stale()``
+    turns true). Raises DataUnavailable when the store is missing or busy and nothing was read
+    before, and (``invalid``, no retry) when the path is not a budgetlens store; other errors
+    propagate.
     """
     path = db_path()
     key = (name, str(path), args, tuple(sorted(kwargs.items())))
     try:
-        value = _cached_query(name, str(path), data_version(path), args, key[3])
+        value = _cached_read(name, str(path), data_version(path), args, key[3])
     except StoreMissing as error:
         raise DataUnavailable(str(error), missing=True) from error
     except duckdb.CatalogException as error:  # a file whose first migration is not committed
@@ -142,6 +161,78 @@ def query(name: str, *args, **kwargs):
         while len(_last_good) > LAST_GOOD_ENTRIES:  # drop the least recently read
             _last_good.pop(next(iter(_last_good)))
     return value
+
+
+# --- the typed reads (one per analysis view; shapes as documented there) ------------------------
+def data_extent() -> tuple[dt.datetime | None, dt.datetime | None, int]:
+    """(oldest run start, newest run start, runs) of the whole store (naive UTC)."""
+    return _read("data_extent")
+
+
+def filter_options() -> dict[str, list[str]]:
+    """The values the sidebar filters can take: ``task_types``, ``models``, ``services``."""
+    return _read("filter_options")
+
+
+def window_coverage(f: Filters) -> analysis.WindowCoverage:
+    """What the window of ``f`` keeps and leaves out of its scope (``views.window_coverage``)."""
+    return _read("window_coverage", f)
+
+
+def overview(f: Filters) -> analysis.Overview:
+    """Headline figures and per-task rates of ``f`` (``views.overview``)."""
+    return _read("overview", f)
+
+
+def baselines(f: Filters, by_model: bool = False) -> pd.DataFrame:
+    """n, P50, P95 and max per task type (and model) (``views.baselines``)."""
+    return _read("baselines", f, by_model=by_model)
+
+
+def current_limits(f: Filters) -> pd.DataFrame:
+    """The limits the runs of ``f`` ran under, per task type (``views.current_limits``)."""
+    return _read("current_limits", f)
+
+
+def hit_rate_daily(f: Filters) -> pd.DataFrame:
+    """Hit and intervention rate per local day and task type (``views.hit_rate_daily``)."""
+    return _read("hit_rate_daily", f)
+
+
+def stop_reasons(f: Filters) -> pd.DataFrame:
+    """Runs per task type and stop reason (``views.stop_reasons``)."""
+    return _read("stop_reasons", f)
+
+
+def cost_by_period(f: Filters, period: str = "day", by: str = "model") -> pd.DataFrame:
+    """Cost per local period ('hour', 'day', 'week', 'month') and model or task type
+    (``views.cost_by_period``)."""
+    return _read("cost_by_period", f, period=period, by=by)
+
+
+def cost_per_run(f: Filters) -> pd.DataFrame:
+    """Runs per log-spaced cost bucket and task type (``views.cost_per_run``)."""
+    return _read("cost_per_run", f)
+
+
+def token_distribution(f: Filters) -> pd.DataFrame:
+    """Runs per log-spaced total-token bucket and task type (``views.token_distribution``)."""
+    return _read("token_distribution", f)
+
+
+def top_runs(f: Filters, limit: int = 20) -> pd.DataFrame:
+    """The ``limit`` most expensive priced runs (``views.top_runs``)."""
+    return _read("top_runs", f, limit=limit)
+
+
+def runs_table(f: Filters, search: str = "", limit: int = 500, offset: int = 0) -> pd.DataFrame:
+    """One row per run, newest first (``views.runs_table``)."""
+    return _read("runs_table", f, search=search, limit=limit, offset=offset)
+
+
+def run_detail(run_id: str) -> analysis.RunDetail | None:
+    """One run with its calls and events, None when it is not in the store."""
+    return _read("run_detail", run_id)
 
 
 def _fallback(name: str, key: tuple, error: BaseException):
@@ -176,13 +267,11 @@ def begin_run() -> None:
     st.session_state[UNAVAILABLE_KEY] = None
 
 
-def filters():
+def filters() -> Filters:
     """The ``budgetlens.analysis.views.Filters`` chosen in the sidebar (default: no bound, UTC)."""
-    from budgetlens.analysis.views import Filters
-
     return st.session_state.get(FILTERS_KEY) or Filters()
 
 
 def clear_cache() -> None:
     """Drop every cached query result (the "reload now" button)."""
-    _cached_query.clear()
+    _cached_read.clear()

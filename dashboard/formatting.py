@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 
-import pandas as pd
+from budgetlens.analysis.views import is_missing
 
 #: What a table cell or a label shows for a missing value (never ``None``, ``nan`` or ``<NA>``).
 MISSING = "—"
@@ -17,17 +17,7 @@ NO_CURRENT_LIMIT = "no current limit"
 NO_DATA = "no data"
 
 
-def is_missing(value) -> bool:
-    """True for None, NaN, NaT and pd.NA (safe on any scalar: never raises, never ambiguous)."""
-    return _missing(value)
-
-
-def _missing(value) -> bool:
-    """None, NaN, NaT and pd.NA are missing."""
-    try:
-        return bool(pd.isna(value))
-    except (TypeError, ValueError):
-        return False
+_missing = is_missing  # the analysis wing's one rule (None, NaN, NaT, pd.NA)
 
 
 #: Significant figures of a cost below $1, as the CLI's tables print costs (``TABLE_COST_DIGITS``).
@@ -92,15 +82,25 @@ def format_hit_rate(value: float | None, runs: int | None = None) -> str:
     return NO_BUDGET if runs else "n/a"
 
 
-def format_number(value, decimals: int = 1) -> str:
-    """A number with thousands separators and up to ``decimals`` decimals, ``.0`` dropped when
-    it is whole (``1,242``, ``56,463.5``); ``MISSING`` when missing."""
-    if _missing(value):
-        return MISSING
-    value = float(value)
-    if value == round(value):
-        return f"{value:,.0f}"
-    return f"{value:,.{decimals}f}"
+def format_duration(seconds: float | None) -> str:
+    """A duration as a person reads it: ``0.8 s``, ``42 s``, ``3 min 29 s``, ``3 h 29 min``,
+    ``2 d 4 h``; ``n/a`` when unknown (never ``12,554.2 s``)."""
+    if _missing(seconds):
+        return "n/a"
+    value = float(seconds)  # type: ignore[arg-type]
+    if value < 10:
+        return f"{value:.1f} s"
+    if value < 60:
+        return f"{value:.0f} s"
+    total = round(value)
+    days, rest = divmod(total, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    if days:
+        return f"{days} d {hours} h"
+    if hours:
+        return f"{hours} h {minutes} min"
+    return f"{minutes} min {secs} s"
 
 
 def format_compact(value: float) -> str:

@@ -3,7 +3,13 @@
 Run with ``budgetlens dashboard --db PATH`` (or ``BUDGETLENS_DB=PATH streamlit run`` on this
 file). Pages live in ``dashboard/app_pages/``, one file each; they read the chosen
 ``budgetlens.analysis.views.Filters`` through ``budgetlens.dashboard.data.filters()``. Session-state keys of this
-file start with ``app_``; URL query parameter ``refresh`` (``5`` or ``30``) presets auto-refresh.
+file start with ``app_``.
+
+The shared filters live in the URL query (``URL_PARAMS``), so a view can be bookmarked and
+shared: ``?window=7d&tz=Europe/Berlin&task_type=research&model=gpt-4.1``; ``window`` is one of
+``WINDOWS``' codes (``24h``, ``7d``, ``14d``, ``30d``, ``all``, ``custom`` with ``from`` and
+``to`` as local dates); ``task_type``, ``model`` and ``service`` repeat; ``refresh`` (``5`` or
+``30``) presets auto-refresh. A page adds its own (the Runs page's ``run``).
 """
 
 from __future__ import annotations
@@ -18,17 +24,27 @@ from budgetlens.dashboard import data
 
 HERE = Path(__file__).resolve().parent
 
-WINDOWS = {
-    "Last 14 days": 14,
-    "Last 24 hours": 1,
-    "Last 7 days": 7,
-    "Last 30 days": 30,
-    "All data": None,
-    "Custom range": "custom",
+#: Time windows: label -> (URL code, days up to now; None = all data, "custom" = a range of days).
+WINDOWS: dict[str, tuple[str, float | str | None]] = {
+    "Last 14 days": ("14d", 14),
+    "Last 24 hours": ("24h", 1),
+    "Last 7 days": ("7d", 7),
+    "Last 30 days": ("30d", 30),
+    "All data": ("all", None),
+    "Custom range": ("custom", "custom"),
 }
 #: The window the dashboard opens with: the CLI's default (``analysis.window_filters`` with
-#: ``--window-days`` 14, ending at the newest run), so both show the same numbers by default.
+#: ``--window-days`` 14, up to now), so both show the same numbers by default.
 DEFAULT_WINDOW = "Last 14 days"
+#: URL query parameter -> session-state key of the sidebar widget it mirrors.
+URL_PARAMS = {
+    "window": "app_window",
+    "tz": "app_tz",
+    "task_type": "app_task_types",
+    "model": "app_models",
+    "service": "app_services",
+}
+FAVICON = HERE / "favicon.png"
 REFRESH = {"Off": None, "5 s": 5, "30 s": 30}
 #: While the store is unavailable the app retries this often (seconds), refresh on or off.
 RETRY_S = 2
@@ -113,13 +129,79 @@ def _initial_refresh() -> str:
     return "Off"
 
 
+def _window_label(code: str | None) -> str | None:
+    return next((label for label, (c, _) in WINDOWS.items() if c == code), None)
+
+
+def _load_url(options: dict[str, list[str]]) -> None:
+    """Seed the sidebar widgets from the URL query, once per session (a shared link opens the
+    same view). Unknown values are dropped: a filter never names a task type the store lacks."""
+    if st.session_state.get("app_url_loaded"):
+        return
+    st.session_state["app_url_loaded"] = True
+    params = st.query_params
+    label = _window_label(params.get("window"))
+    if label:
+        st.session_state["app_window"] = label
+    if params.get("tz") in zoneinfo.available_timezones() or params.get("tz") == "UTC":
+        st.session_state["app_tz"] = params.get("tz")
+    for param, key, option in (
+        ("task_type", "app_task_types", "task_types"),
+        ("model", "app_models", "models"),
+        ("service", "app_services", "services"),
+    ):
+        values = [v for v in params.get_all(param) if v in options[option]]
+        if values:
+            st.session_state[key] = values
+    if label == "Custom range":
+        try:
+            lo = dt.date.fromisoformat(params.get("from", ""))
+            hi = dt.date.fromisoformat(params.get("to", ""))
+        except ValueError:
+            return
+        st.session_state["app_range"] = (min(lo, hi), max(lo, hi))
+
+
+#: The sidebar widgets' values outlive a run that draws no sidebar (Streamlit drops a widget's
+#: state when a run does not draw it: a page switch, a store that was briefly unavailable).
+_SAVED_KEY = "app_saved_filters"
+_WIDGET_KEYS = ("app_window", "app_tz", "app_range", "app_task_types", "app_models", "app_services")
+
+
+def _restore_widgets() -> None:
+    for key, value in (st.session_state.get(_SAVED_KEY) or {}).items():
+        if key not in st.session_state:
+            st.session_state[key] = value
+
+
+def _save_url(f, window: str) -> None:
+    """Write the chosen filters into the URL query (keeping a page's own parameters)."""
+    wanted: dict[str, str | list[str]] = {"window": WINDOWS[window][0], "tz": f.tz}
+    if WINDOWS[window][1] == "custom" and f.start_utc and f.end_utc:
+        chosen = st.session_state.get("app_range") or ()
+        if len(chosen) == 2:
+            wanted["from"], wanted["to"] = chosen[0].isoformat(), chosen[1].isoformat()
+    for param, values in (("task_type", f.task_types), ("model", f.models), ("service", f.services)):
+        if values:
+            wanted[param] = list(values)
+    current = {k: st.query_params.get_all(k) for k in st.query_params}
+    owned = set(URL_PARAMS) | {"from", "to"}
+    keep = {k: v for k, v in current.items() if k not in owned}
+    merged = {**keep, **wanted}
+    if {k: (v if isinstance(v, list) else [v]) for k, v in merged.items()} != current:
+        st.query_params.from_dict(merged)
+
+
 def sidebar_filters():
-    """Draw the shared filters; return a ``Filters`` (raises data.DataUnavailable)."""
+    """Draw the shared filters (seeded from and written back to the URL); return a ``Filters``
+    (raises data.DataUnavailable)."""
     from budgetlens.analysis.views import Filters, window_filters
 
-    extent = data.query("data_extent")
-    options = data.query("filter_options")
-    first, last, n_runs = extent
+    first, last, n_runs = data.data_extent()
+    options = data.filter_options()
+    _load_url(options)
+    _restore_widgets()
+    st.session_state.setdefault("app_window", DEFAULT_WINDOW)
     with st.sidebar:
         st.markdown("### budgetlens")
         st.caption(f"Store `{data.db_path().name}` · {n_runs:,} runs")
@@ -133,27 +215,25 @@ def sidebar_filters():
             "Time window",
             list(WINDOWS),
             key="app_window",
-            index=list(WINDOWS).index(DEFAULT_WINDOW),
-            help="The last N days ending at the newest run (as the CLI's --window-days: an old "
-            "store still shows); 'All data' spans the data's whole extent.",
+            help="The last N days up to now (as the CLI's --window-days), not up to the newest "
+            "run: a collector that stopped sending shows as such. 'All data' spans the data's "
+            "whole extent.",
         )
         start_utc = end_utc = None
-        if WINDOWS[window] == "custom":
+        days = WINDOWS[window][1]
+        if days == "custom":
             today = dt.date.today()
             lo = _to_local(first, tz).date() if first else today - dt.timedelta(days=13)
             hi = _to_local(last, tz).date() if last else today
-            chosen = st.date_input("Days (inclusive)", value=(lo, hi), key="app_range")
+            if "app_range" not in st.session_state:
+                st.session_state["app_range"] = (lo, hi)
+            chosen = st.date_input("Days (inclusive)", key="app_range")
             if isinstance(chosen, (tuple, list)) and len(chosen) == 2:
                 start_utc = _local_midnight_utc(chosen[0], tz)
                 end_utc = _local_midnight_utc(chosen[1] + dt.timedelta(days=1), tz)
-        elif WINDOWS[window]:
-            # The CLI's window: [newest - N days, newest]; the end stays open so runs committed
-            # after this read show at the next refresh instead of being cut off.
-            start_utc = window_filters(WINDOWS[window], now_utc=last).start_utc
-        if first and last:
-            st.caption(
-                f"Data: {_to_local(first, tz):%Y-%m-%d %H:%M} → {_to_local(last, tz):%Y-%m-%d %H:%M} ({tz})"
-            )
+        elif isinstance(days, (int, float)):
+            windowed = window_filters(days)
+            start_utc, end_utc = windowed.start_utc, windowed.end_utc
         task_types = st.multiselect(
             "Task type", options["task_types"], key="app_task_types", placeholder="All task types"
         )
@@ -161,7 +241,7 @@ def sidebar_filters():
         services = st.multiselect(
             "Service", options["services"], key="app_services", placeholder="All services"
         )
-    return Filters(
+    chosen_filters = Filters(
         start_utc=start_utc,
         end_utc=end_utc,
         task_types=tuple(task_types),
@@ -169,6 +249,9 @@ def sidebar_filters():
         services=tuple(services),
         tz=tz,
     )
+    _save_url(chosen_filters, window)
+    st.session_state[_SAVED_KEY] = {k: st.session_state[k] for k in _WIDGET_KEYS if k in st.session_state}
+    return chosen_filters
 
 
 def _poll() -> None:
@@ -214,15 +297,18 @@ def refresh_control() -> None:
 
 
 def main() -> None:
-    st.set_page_config(page_title="budgetlens", page_icon=":material/savings:", layout="wide")
+    # A local file: the favicon never comes from an outside host (the dashboard works offline).
+    st.set_page_config(page_title="budgetlens", page_icon=str(FAVICON), layout="wide")
     st.html(COMPACT_CSS)
     data.begin_run()
     st.session_state["app_version"] = data.data_version()
     page = st.navigation([*PAGES, OVERVIEW_ALIAS])
-    if page.url_path == OVERVIEW_ALIAS.url_path:
-        st.switch_page(OVERVIEW)
     try:
+        # The filters first, also on the alias's pass: a run that draws no sidebar would drop
+        # the widgets' state (and with it the window a shared link asked for).
         st.session_state[data.FILTERS_KEY] = sidebar_filters()
+        if page.url_path == OVERVIEW_ALIAS.url_path:
+            st.switch_page(OVERVIEW, query_params=dict(st.query_params))
         page.run()
     except data.DataUnavailable as error:
         st.session_state[data.UNAVAILABLE_KEY] = error.state

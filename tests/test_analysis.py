@@ -419,3 +419,55 @@ def test_window_filters_include_the_newest_run_itself(db_path):
         frame = analysis.baselines(conn, analysis.window_filters(2, now_utc=newest))
     assert n == 2
     assert frame["n"].tolist() == [1] and frame["max_total_tokens"].tolist() == [2]
+
+
+def test_a_window_ends_now_not_at_the_newest_run(db_path):
+    # a collector that stopped 3 days ago: "last 24 hours" keeps nothing and says what it left out
+    stopped = analysis.utc_now() - dt.timedelta(days=3)
+    records = [_record(i, start_utc=stopped - dt.timedelta(hours=i)) for i in range(5)]
+    _store(db_path, records)
+    with read_connection(db_path) as conn:
+        f = analysis.window_filters(1)
+        coverage = analysis.window_coverage(conn, f)
+        kept = analysis.count_runs(conn, f)
+    assert f.end_utc <= analysis.utc_now() + dt.timedelta(microseconds=1)
+    assert kept == coverage.kept == 0
+    assert (coverage.total, coverage.before, coverage.after, coverage.left_out) == (5, 5, 0, 5)
+    assert coverage.newest_utc == records[0]["start_utc"]
+
+
+def test_a_window_never_ends_in_the_future():
+    later = analysis.utc_now() + dt.timedelta(days=30)
+    f = analysis.window_filters(7, now_utc=later)
+    assert f.end_utc <= analysis.utc_now() + dt.timedelta(microseconds=1)
+    assert f.end_utc - f.start_utc == dt.timedelta(days=7, microseconds=1)
+
+
+def test_window_coverage_counts_runs_on_both_sides_of_a_custom_range_in_its_scope(db_path):
+    records = [_record(i, start_utc=T0 + dt.timedelta(days=i)) for i in range(10)]
+    records += [_record(i, task_type="other", start_utc=T0 + dt.timedelta(days=i)) for i in range(4)]
+    _store(db_path, records)
+    f = Filters(start_utc=T0 + dt.timedelta(days=2), end_utc=T0 + dt.timedelta(days=5), task_types=("qa",))
+    with read_connection(db_path) as conn:
+        coverage = analysis.window_coverage(conn, f)
+    # qa runs on days 0..9: days 2, 3, 4 kept; 0, 1 before; 5..9 after; "other" is out of scope
+    assert (coverage.kept, coverage.before, coverage.after, coverage.total) == (3, 2, 5, 10)
+    assert coverage.newest_utc == T0 + dt.timedelta(days=9)
+
+
+@pytest.mark.parametrize(
+    "value, expected",
+    [
+        (np.float64("nan"), None),
+        (pd.NA, None),
+        (pd.NaT, None),
+        (None, None),
+        (np.int64(3), 3),
+        (np.float64(2.5), 2.5),
+        (pd.Timestamp("2026-11-02 12:00"), dt.datetime(2026, 11, 2, 12, 0)),
+        ("text", "text"),
+    ],
+)
+def test_scalar_turns_every_pandas_missing_value_into_none(value, expected):
+    result = analysis.scalar(value)
+    assert result == expected and type(result) is type(expected)

@@ -17,7 +17,7 @@ from budgetlens.analysis import views as analysis
 from budgetlens.config import ENV_DB
 from budgetlens.dashboard import charts, data
 from budgetlens.importers import import_paths
-from budgetlens.sample import write_sample
+from budgetlens.sample import default_end_utc, write_sample
 from budgetlens.store import read_connection, write_batch, write_connection
 
 APP = Path(__file__).resolve().parent.parent / "dashboard" / "streamlit_app.py"
@@ -34,7 +34,8 @@ PAGES = {  # page file -> the fewest Plotly charts it draws on a sample store
 @pytest.fixture(scope="module")
 def sample_store(tmp_path_factory) -> Path:
     path = tmp_path_factory.mktemp("sample") / "sample.duckdb"
-    write_sample(path, days=14, seed=11, runs_per_day=25)
+    # ends today: the dashboard's default window (the last 14 days up to now) keeps most of it
+    write_sample(path, days=14, seed=11, runs_per_day=25, end_utc=default_end_utc())
     return path
 
 
@@ -82,14 +83,26 @@ def imported_store(tmp_path_factory) -> Path:
     return path
 
 
-def _app(db: Path, monkeypatch, page: str | None = None) -> AppTest:
+def _app(db: Path, monkeypatch, page: str | None = None, run: str | None = None, **params: str) -> AppTest:
+    """The app on ``db`` at ``page``; ``params`` are URL query parameters (``window="all"``:
+    stores fixed in the past), ``run`` opens that run on the Runs page."""
     monkeypatch.setenv(ENV_DB, str(db))
     at = AppTest.from_file(str(APP), default_timeout=30)
+    for key, value in params.items():
+        at.query_params[key] = value
     at.run()
     if page:
         at.switch_page(f"app_pages/{page}.py")
         at.run()
+    if run:
+        at.query_params["run"] = run
+        at.run()
     return at
+
+
+def _newest_run(db: Path) -> str:
+    with read_connection(db) as conn:
+        return conn.execute("SELECT run_id FROM runs ORDER BY start_utc DESC LIMIT 1").fetchone()[0]
 
 
 def _metrics(at: AppTest) -> dict[str, str]:
@@ -103,15 +116,15 @@ def _texts(at: AppTest) -> str:
 
 @pytest.mark.parametrize("page, charts_at_least", PAGES.items())
 def test_every_page_renders_its_charts_without_an_exception(sample_store, monkeypatch, page, charts_at_least):
-    at = _app(sample_store, monkeypatch, page)
+    at = _app(sample_store, monkeypatch, page, run=_newest_run(sample_store) if page == "runs" else None)
     assert not at.exception, [e.value for e in at.exception]
     assert len(at.get("plotly_chart")) >= charts_at_least
     assert at.title[0].value
 
 
 def _cli_window(conn) -> analysis.Filters:
-    """The CLI's default window: the last 14 days ending at the newest run."""
-    return analysis.window_filters(14, now_utc=analysis.data_extent(conn)[1])
+    """The CLI's default window: the last 14 days up to now."""
+    return analysis.window_filters(14)
 
 
 def test_overview_tiles_show_the_analysis_numbers(sample_store, monkeypatch):
@@ -204,11 +217,14 @@ def test_presets_follow_the_multiplier_control(sample_store, monkeypatch):
 
 
 def test_runs_page_searches_and_shows_one_runs_turns(controlled_store, monkeypatch):
-    at = _app(controlled_store, monkeypatch, "runs")
+    at = _app(controlled_store, monkeypatch, "runs", window="all")
     at.text_input(key="runs_search").set_value("hot-0002").run()
     table = at.dataframe[0].value
-    assert list(table["run_id"]) == ["hot-0002"]
-    assert at.selectbox(key="runs_pick").value == "hot-0002"
+    assert list(table["run_id"]) == ["runs?run=hot-0002"]  # a link to the run, showing its id
+    assert len(at.get("plotly_chart")) == 0  # no run opened yet
+    at.query_params["run"] = "hot-0002"  # what the link (or picking the row) does
+    at.run()
+    assert at.subheader[0].value == "Run hot-0002"
     assert _metrics(at)["Total tokens"] == "6,000"
     assert _metrics(at)["Token limit"] == "20.0K"
     assert "budget_tokens" in _texts(at)
@@ -322,7 +338,8 @@ def test_a_file_without_budgetlens_tables_reads_as_no_data_yet(tmp_path, monkeyp
 def test_every_page_renders_on_null_heavy_data_with_missing_values_as_a_dash(
     request, monkeypatch, store, page
 ):
-    at = _app(request.getfixturevalue(store), monkeypatch, page)
+    db = request.getfixturevalue(store)
+    at = _app(db, monkeypatch, page, window="all", run=_newest_run(db) if page == "runs" else None)
     assert not at.exception, [e.value for e in at.exception]
     assert at.get("plotly_chart") or "No model calls were recorded for this run" in _texts(at)
     assert at.dataframe and all(df.proto.placeholder == "—" for df in at.dataframe)
@@ -374,10 +391,8 @@ def _figure(chart):
 def test_a_foreign_runs_calls_are_numbered_in_start_order(null_heavy_store, monkeypatch):
     import json
 
-    at = _app(null_heavy_store, monkeypatch, "runs")
-    at.text_input(key="runs_search").set_value("foreign-0001").run()
-    assert at.selectbox(key="runs_pick").value == "foreign-0001"
-    assert "None" not in at.selectbox(key="runs_pick").format_func("foreign-0001")
+    at = _app(null_heavy_store, monkeypatch, "runs", run="foreign-0001", window="all")
+    assert "None" not in _texts(at)
     spec = json.loads(at.get("plotly_chart")[0].proto.spec)
     used = next(t for t in spec["data"] if t["name"] == "cumulative used")
     assert _values(used["x"]) == [1, 2, 3]
@@ -430,7 +445,7 @@ def null_heavy_tasks() -> tuple[str, ...]:
 # --- review fixes: the default window, a file that is not a store, formats and labels -----------
 def test_the_default_window_is_the_clis_last_14_days_so_both_show_the_same_numbers(tmp_path, monkeypatch):
     path = tmp_path / "long.duckdb"
-    write_sample(path, days=30, seed=5, runs_per_day=6)
+    write_sample(path, days=30, seed=5, runs_per_day=6, end_utc=default_end_utc())
     at = _app(path, monkeypatch)
     assert at.selectbox(key="app_window").value == "Last 14 days"
     with read_connection(path) as conn:
@@ -526,7 +541,7 @@ def test_runs_without_any_limit_read_no_budget_not_a_zero_hit_rate(imported_stor
     import json
 
     for page, tile in (("overview", "Budget hit rate"), ("hit_rate", "Hit rate")):
-        at = _app(imported_store, monkeypatch, page)
+        at = _app(imported_store, monkeypatch, page, window="all")
         assert _metrics(at)[tile] == "no budget"
     spec = json.loads(at.get("plotly_chart")[0].proto.spec)  # the daily hit-rate lines
     drawn = [

@@ -50,23 +50,31 @@ def _cli(capsys, *argv):
 @pytest.mark.system
 def test_presets_json_on_the_sample_is_p95_times_1_5_of_an_independent_quantile(store, python):
     result = subprocess.run(
-        [python, "-m", "budgetlens.cli", "presets", "--db", str(store), "--format", "json"],
+        [
+            python,
+            "-m",
+            "budgetlens.cli",
+            "presets",
+            "--db",
+            str(store),
+            "--format",
+            "json",
+            "--window-days",
+            "0",
+        ],
         capture_output=True,
         text=True,
         timeout=120,
         check=True,
     )
     presets = json.loads(result.stdout)["presets"]
-    # independently: the runs of the 14 days ending at the newest run, numpy's linear quantile
+    # independently: every run (--window-days 0: the committed sample is fixed in time, so a
+    # window up to now would keep less of it every day), numpy's linear quantile
     con = duckdb.connect(str(store), read_only=True)
-    newest = con.execute("SELECT max(start_utc) FROM runs").fetchone()[0]
-    start = newest - dt.timedelta(days=14)
     columns = ", ".join(column for column, _ in RULES.values())
     # cost counts only runs whose cost is fully known: no unpriced call, usage reported
     rows = con.execute(
-        f"SELECT task_type, {columns}, unpriced_calls = 0 "
-        "AND usage_status = 'reported' FROM runs WHERE start_utc >= ?",
-        [start],
+        f"SELECT task_type, {columns}, unpriced_calls = 0 AND usage_status = 'reported' FROM runs"
     ).fetchall()
     con.close()
     assert set(presets) == {r[0] for r in rows} == set(sample.TASK_TYPES)
@@ -88,11 +96,10 @@ def test_presets_json_on_the_sample_is_p95_times_1_5_of_an_independent_quantile(
 
 
 def test_baselines_json_prints_the_numbers_of_the_analysis_layer(store, capsys):
-    code, out, _ = _cli(capsys, "baselines", "--db", str(store), "--format", "json")
+    code, out, _ = _cli(capsys, "baselines", "--db", str(store), "--format", "json", "--window-days", "0")
     printed = {row["task_type"]: row for row in json.loads(out)}
     with read_connection(store) as conn:
-        _, newest, _ = analysis.data_extent(conn)
-        frame = analysis.baselines(conn, analysis.window_filters(14, now_utc=newest))
+        frame = analysis.baselines(conn, analysis.Filters())
     assert code == 0
     for row in frame.to_dict("records"):
         mine = printed[row["task_type"]]
@@ -350,13 +357,12 @@ def test_cheap_cost_presets_stay_near_p95_times_multiplier(store, capsys):
 
 
 def test_baselines_table_shows_small_costs_and_token_thousands(store, capsys):
-    code, table, _ = _cli(capsys, "baselines", "--db", str(store))
+    code, table, _ = _cli(capsys, "baselines", "--db", str(store), "--window-days", "0")
     header, *lines = table.splitlines()
     columns = header.split()
     rows = {line.split()[0]: dict(zip(columns, line.split())) for line in lines}
     with read_connection(store) as conn:
-        _, newest, _ = analysis.data_extent(conn)
-        frame = analysis.baselines(conn, analysis.window_filters(14, now_utc=newest))
+        frame = analysis.baselines(conn, analysis.Filters())
     assert code == 0
     for row in frame.to_dict("records"):
         shown = rows[row["task_type"]]
@@ -473,9 +479,11 @@ def test_runs_search_matches_the_usage_status(store, capsys):
 
 @pytest.mark.parametrize("command", ["baselines", "presets", "runs"])
 def test_a_window_that_leaves_runs_out_says_so_on_stderr(tmp_path, capsys, command):
-    # imported history: a few runs spread over months, the default window keeps the newest
+    # imported history: a few runs spread over months up to 3 days ago; the default window (the
+    # last 14 days up to now, not up to the newest run) keeps the newest two
     db = tmp_path / "spread.duckdb"
-    starts = [dt.datetime(2026, 1, 5) + dt.timedelta(days=9 * i) for i in range(12)]
+    newest = analysis.utc_now().replace(microsecond=0) - dt.timedelta(days=3)
+    starts = [newest - dt.timedelta(days=9 * i) for i in reversed(range(12))]
     records = [
         dict(
             run_id=f"old-{i}",
@@ -497,7 +505,8 @@ def test_a_window_that_leaves_runs_out_says_so_on_stderr(tmp_path, capsys, comma
     code, _, err = _cli(capsys, command, "--db", str(db))
     assert code == 0
     assert (
-        f"note: window: last 14 days ending {starts[-1]:%Y-%m-%d} (2 of 12 runs); use --window-days 0 for all"
+        f"note: window: last 14 days up to now keeps 2 of 12 runs (newest run {newest:%Y-%m-%d %H:%M} "
+        "UTC); use --window-days 0 for all"
     ) in err
     _, _, err = _cli(capsys, command, "--db", str(db), "--window-days", "0")
     assert "window:" not in err

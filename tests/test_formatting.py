@@ -94,10 +94,19 @@ def test_hit_rate_without_budgeted_runs_reads_no_budget_not_zero(value, runs, te
 
 
 @pytest.mark.parametrize(
-    "value, text", [(1242, "1,242"), (56463.5, "56,463.5"), (56463.0, "56,463"), (None, "—")]
+    "seconds, text",
+    [
+        (0.84, "0.8 s"),
+        (42.4, "42 s"),
+        (209, "3 min 29 s"),
+        (12_554.2, "3 h 29 min"),  # the runaway the issue quotes: 12,554.2 s
+        (2 * 86400 + 4 * 3600 + 59, "2 d 4 h"),
+        (None, "n/a"),
+        (float("nan"), "n/a"),
+    ],
 )
-def test_numbers_have_thousands_separators_and_drop_a_whole_decimal(value, text):
-    assert formatting.format_number(value) == text
+def test_durations_read_in_hours_and_minutes_not_thousands_of_seconds(seconds, text):
+    assert formatting.format_duration(seconds) == text
 
 
 @pytest.mark.parametrize("value, text", [(200_000, "200K"), (1_500_000, "1.5M"), (950, "950"), (0, "0")])

@@ -74,6 +74,17 @@ DATA_EXTENT = "SELECT min(start_utc), max(start_utc), count(*) FROM runs"
 #: The number of runs the filter keeps.
 COUNT_FILTERED = f"WITH {FILTERED} SELECT count(*) AS runs FROM filtered"
 
+#: Runs of a scope (FILTERED without time bounds) before ``$window_start`` and at or after
+#: ``$window_end`` (NULL = no bound), with the scope's total and newest run start.
+WINDOW_COVERAGE = f"""
+WITH {FILTERED}
+SELECT count(*) AS total,
+       count(*) FILTER (WHERE start_utc < CAST($window_start AS TIMESTAMP)) AS n_before,
+       count(*) FILTER (WHERE start_utc >= CAST($window_end AS TIMESTAMP)) AS n_after,
+       max(start_utc) AS newest_utc
+FROM filtered
+"""
+
 OPTION_TASK_TYPES = "SELECT DISTINCT task_type FROM runs WHERE task_type IS NOT NULL ORDER BY task_type"
 OPTION_MODELS = """
 SELECT DISTINCT model FROM (
@@ -147,7 +158,7 @@ q AS (
     FROM filtered
     GROUP BY {keys}
 )
-SELECT {keys}, n, n < 20 AS low_sample,
+SELECT {keys}, n, n < $low_sample_runs AS low_sample,
     {_QUANTILE_COLUMNS}
 FROM q
 ORDER BY {keys}
@@ -223,7 +234,7 @@ GROUP BY ALL
 ORDER BY period_start, key
 """
 
-#: ``$period`` is 'day' or 'hour' (validated in Python); buckets are local time in ``$tz``.
+#: ``$period`` is one of ``views.PERIODS`` (validated in Python); buckets are local time in ``$tz``.
 COST_BY_PERIOD_TASK = f"""
 WITH {FILTERED},
 b AS (

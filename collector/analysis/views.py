@@ -25,14 +25,17 @@ Definitions:
   or unknown usage has a partial cost: sums and charts show it as known spend (the Overview counts
   such runs in ``partially_priced_runs``), but cost baselines and presets use only runs whose
   cost is fully known (``n_cost`` of them; ``budgetlens.analysis.queries.COST_KNOWN``);
-- times are stored in UTC; day/hour buckets are local to ``Filters.tz``.
+- times are stored in UTC; day/hour buckets are local to ``Filters.tz``;
+- windows (``window_filters``) end now, never in the future and never at the newest run, so a
+  collector that stopped sending shows as such; ``window_coverage`` says how many runs of the
+  same scope a window leaves out (older or newer than it), for the "2 of 41 runs" notes of the
+  CLI and the dashboard.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import logging
-import math
 import numbers
 import re
 import zoneinfo
@@ -60,11 +63,16 @@ from budgetlens.analysis.presets import (  # noqa: F401
 
 log = logging.getLogger(__name__)
 
-#: Below this many runs a task type's P95 is marked low-sample.
+#: Below this many runs a task type's P95 (and a hit rate) is marked low-sample: the one cutoff
+#: of the CLI, the dashboard and the SQL (``low_sample`` column of ``baselines``).
 LOW_SAMPLE_RUNS = 20
 DEFAULT_WINDOW_DAYS = 14
-#: The hit-rate alarm line: above it the budget is too tight or the agent has a bug.
+#: The hit-rate alarm line (0..1): above it the budget is too tight or the agent has a bug. The
+#: one definition of the banner, the charts' dashed line and the CLI.
 HIT_RATE_ALARM = 0.20
+
+#: The periods of the cost charts (DuckDB ``date_trunc`` parts; a week starts on Monday).
+PERIODS = ("hour", "day", "week", "month")
 
 _PARAM = re.compile(r"\$([a-z_]+)")
 
@@ -114,20 +122,28 @@ class Filters:
         }
 
 
-def window_filters(days: float = DEFAULT_WINDOW_DAYS, now_utc: dt.datetime | None = None, **kw) -> Filters:
-    """Filters for the last ``days`` days ending at ``now_utc`` (inclusive; default: now).
+def utc_now() -> dt.datetime:
+    """The current time as a naive UTC datetime (the store's convention)."""
+    return dt.datetime.now(dt.UTC).replace(tzinfo=None)
 
-    Pass the newest run's start (``data_extent``) as ``now_utc`` to window old data such as the
-    committed sample. Other keyword arguments are ``Filters`` fields. A window reaching back
-    before the year 1 (or infinite) has no start bound. Raises ValueError for ``days`` <= 0 or
-    NaN.
+
+def window_filters(days: float = DEFAULT_WINDOW_DAYS, now_utc: dt.datetime | None = None, **kw) -> Filters:
+    """Filters for the last ``days`` days up to now (``now_utc``, default: the clock; a later
+    one is clamped to the clock: a window never ends in the future).
+
+    The window does not follow the data: "last 14 days" on a store whose newest run is a month
+    old keeps nothing, and ``window_coverage`` says how many runs it left out. Other keyword
+    arguments are ``Filters`` fields. A window reaching back before the year 1 (or infinite)
+    has no start bound. Raises ValueError for ``days`` <= 0 or NaN.
     """
     if isinstance(days, bool) or not isinstance(days, numbers.Real) or not days > 0:
         raise ValueError(f"days must be a number > 0, got {days!r}")
+    clock = utc_now()
     if now_utc is None:
-        now_utc = dt.datetime.now(dt.UTC).replace(tzinfo=None)
+        now_utc = clock
     elif now_utc.tzinfo is not None:
         now_utc = now_utc.astimezone(dt.UTC).replace(tzinfo=None)
+    now_utc = min(now_utc, clock)
     # The store keeps microseconds: +1 µs makes the exclusive end include now_utc itself.
     end = now_utc + dt.timedelta(microseconds=1)
     try:
@@ -135,6 +151,41 @@ def window_filters(days: float = DEFAULT_WINDOW_DAYS, now_utc: dt.datetime | Non
     except OverflowError:  # longer than datetime can count back: every run up to now
         start = None
     return Filters(start_utc=start, end_utc=end, **kw)
+
+
+@dataclass(frozen=True)
+class WindowCoverage:
+    """How much of its scope a window keeps: ``kept`` runs of ``total`` (the same task type,
+    model and service filters without the time bounds); ``before`` runs started before the
+    window, ``after`` at or after its end (a custom range in the past). ``newest_utc`` is the
+    newest run start of the scope (naive UTC, None when it has no run)."""
+
+    kept: int
+    total: int
+    before: int
+    after: int
+    newest_utc: dt.datetime | None
+
+    @property
+    def left_out(self) -> int:
+        """Runs of the scope outside the window (``before + after``)."""
+        return self.total - self.kept
+
+
+def window_coverage(conn, f: Filters) -> WindowCoverage:
+    """Count what the window of ``f`` keeps and leaves out of its scope (one pass over the runs
+    of the scope; statement ``budgetlens.analysis.queries.WINDOW_COVERAGE``)."""
+    scope = Filters(task_types=f.task_types, models=f.models, services=f.services, tz=f.tz)
+    params = {**scope.params(), "window_start": f.start_utc, "window_end": f.end_utc}
+    row = _query(conn, q.WINDOW_COVERAGE, params).iloc[0]
+    total, before, after = (int(row[c] or 0) for c in ("total", "n_before", "n_after"))
+    return WindowCoverage(
+        kept=total - before - after,
+        total=total,
+        before=before,
+        after=after,
+        newest_utc=scalar(row["newest_utc"]),
+    )
 
 
 def _query(conn: duckdb.DuckDBPyConnection, statement: str, params: dict) -> pd.DataFrame:
@@ -198,13 +249,22 @@ class Overview:
         return frame.loc[frame["hit_rate"].fillna(0) > threshold, "task_type"].tolist()
 
 
-def _none(value):
-    """A pandas/numpy scalar as a plain Python value; NaN, NA and NaT become None."""
-    if value is None or value is pd.NA or value is pd.NaT:
+def is_missing(value) -> bool:
+    """True for None, NaN, NaT and pd.NA (safe on any scalar: never raises, never ambiguous)."""
+    try:
+        return bool(pd.isna(value))
+    except (TypeError, ValueError):  # a list or an array is a value, not a missing one
+        return False
+
+
+def scalar(value):
+    """A pandas/numpy scalar as a plain Python value; None for NaN, NA and NaT. The one
+    "pandas value -> None" rule of the code base (analysis, CLI and dashboard)."""
+    if is_missing(value):
         return None
-    if isinstance(value, float) and math.isnan(value):
-        return None
-    return value.item() if hasattr(value, "item") and not isinstance(value, pd.Timestamp) else value
+    if isinstance(value, pd.Timestamp):
+        return value.to_pydatetime()
+    return value.item() if hasattr(value, "item") else value
 
 
 def overview(conn, f: Filters) -> Overview:
@@ -228,14 +288,14 @@ def overview(conn, f: Filters) -> Overview:
         runs=int(totals["runs"]),
         finished_runs=int(totals["finished_runs"]),
         budgeted_runs=int(totals["budgeted_runs"]),
-        cost_usd=_none(totals["cost_usd"]),
+        cost_usd=scalar(totals["cost_usd"]),
         priced_runs=int(totals["priced_runs"]),
         partially_priced_runs=int(totals["partially_priced_runs"]),
         unpriced_calls=int(totals["unpriced_calls"]),
         unknown_usage_runs=int(totals["unknown_usage_runs"]),
-        hit_rate=_none(totals["hit_rate"]),
-        intervention_rate=_none(totals["intervention_rate"]),
-        p95_total_tokens=_none(totals["p95_total_tokens"]),
+        hit_rate=scalar(totals["hit_rate"]),
+        intervention_rate=scalar(totals["intervention_rate"]),
+        p95_total_tokens=scalar(totals["p95_total_tokens"]),
         per_task=per_task,
         flagged_runs=int(totals["flagged_runs"]),
     )
@@ -244,7 +304,7 @@ def overview(conn, f: Filters) -> Overview:
 def baselines(conn, f: Filters, by_model: bool = False) -> pd.DataFrame:
     """Baselines per task type (and per ``models`` combination when ``by_model``).
 
-    Columns: task_type, (model,) n, low_sample (n < 20), then p50_/p95_/max_ of total_tokens,
+    Columns: task_type, (model,) n, low_sample (n < ``LOW_SAMPLE_RUNS``), then p50_/p95_/max_ of total_tokens,
     input_tokens, output_tokens, turns, tool_calls, duration_s (s), then n_cost and
     p50_/p95_/max_cost_usd (USD). Every metric counts all n runs except cost: n_cost <= n is the
     number of runs whose cost is fully known (priced, no unpriced call, usage reported), and the
@@ -252,7 +312,7 @@ def baselines(conn, f: Filters, by_model: bool = False) -> pd.DataFrame:
     the P95. Percentiles: quantile_cont.
     """
     statement = q.BASELINES_BY_TASK_MODEL if by_model else q.BASELINES_BY_TASK
-    frame = _query(conn, statement, f.params())
+    frame = _query(conn, statement, {**f.params(), "low_sample_runs": LOW_SAMPLE_RUNS})
     if by_model:
         frame = frame.rename(columns={"models": "model"})
     return frame
@@ -292,12 +352,13 @@ def stop_reasons(conn, f: Filters) -> pd.DataFrame:
 
 
 def cost_by_period(conn, f: Filters, period: str = "day", by: str = "model") -> pd.DataFrame:
-    """Cost per local ``period`` ('day' or 'hour' in ``f.tz``) and key (``by`` 'model' or
-    'task_type'). Columns: period_start (naive local timestamp), key, cost_usd (USD; NULL when
-    nothing in the bucket is priced), runs, unpriced_calls. Both views bucket by the run's start,
-    so a period's total is the same either way. Raises ValueError for another period or key."""
-    if period not in ("day", "hour"):
-        raise ValueError(f"period must be 'day' or 'hour', got {period!r}")
+    """Cost per local ``period`` (one of ``PERIODS``: 'hour', 'day', 'week' starting Monday,
+    'month', in ``f.tz``) and key (``by`` 'model' or 'task_type'). Columns: period_start (naive
+    local timestamp), key, cost_usd (USD; NULL when nothing in the bucket is priced), runs,
+    unpriced_calls. Both views bucket by the run's start, so a period's total is the same either
+    way. Raises ValueError for another period or key."""
+    if period not in PERIODS:
+        raise ValueError(f"period must be one of {', '.join(PERIODS)}, got {period!r}")
     if by not in ("model", "task_type"):
         raise ValueError(f"by must be 'model' or 'task_type', got {by!r}")
     statement = q.COST_BY_PERIOD_MODEL if by == "model" else q.COST_BY_PERIOD_TASK
@@ -352,7 +413,7 @@ def run_detail(conn, run_id: str) -> RunDetail | None:
     run = _query(conn, q.RUN_DETAIL_RUN, params)
     if run.empty:
         return None
-    record = {k: _none(v) for k, v in run.iloc[0].to_dict().items()}
+    record = {k: scalar(v) for k, v in run.iloc[0].to_dict().items()}
     return RunDetail(
         run=record,
         calls=_query(conn, q.RUN_DETAIL_CALLS, params),

@@ -24,9 +24,10 @@ from contextlib import contextmanager
 from budgetlens.cli._common import add_db_argument, non_negative_float
 
 WINDOW_HELP = (
-    "The window is the last --window-days days of the data, ending at the newest run in the "
-    "store, never later than now (so an old sample still shows); --window-days 0 takes every run. When the window "
-    "leaves runs out, a note on stderr says how many it keeps."
+    "The window is the last --window-days days up to now (as the dashboard's default), not up to "
+    "the newest run: a store that stopped receiving runs shows as such. --window-days 0 takes "
+    "every run. When the window leaves runs out, a note on stderr says how many it keeps and "
+    "when the newest run started."
 )
 #: Significant digits of floats in JSON and CSV, and of costs in the table.
 CSV_DIGITS = 6
@@ -46,7 +47,8 @@ def add_window_arguments(parser: argparse.ArgumentParser) -> None:
         type=non_negative_float,
         default=14.0,
         metavar="DAYS",
-        help="days of data ending at the newest run (default: 14; 0 = all runs)",
+        help="days up to now (default: 14; 0 = all runs); a note says how many runs the window "
+        "leaves out and when the newest run started",
     )
     parser.add_argument(
         "--task-type", action="append", default=[], metavar="NAME", help="only this task type (repeatable)"
@@ -94,7 +96,8 @@ def analysis_session(args):
 
     Prints to stderr (never to stdout) a note naming the values that exist when a
     --task-type/--model/--service value matches no run, and one when the window leaves runs out:
-    ``window: last 14 days ending 2026-05-11 (2 of 41 runs); use --window-days 0 for all``.
+    ``window: last 14 days up to now keeps 2 of 41 runs (newest run 2026-05-11 08:00 UTC); use
+    --window-days 0 for all``.
     """
     from budgetlens.analysis import views as analysis
     from budgetlens.config import resolve_db_path
@@ -106,7 +109,7 @@ def analysis_session(args):
     with read_connection(db) as conn:
         n = 0
         if schema_version(conn) > 0:
-            first, last, n = analysis.data_extent(conn)
+            _, _, n = analysis.data_extent(conn)
         if n == 0:
             raise StoreError(
                 f"{db}: the store has no runs yet; add some with `budgetlens sample`, "
@@ -116,17 +119,21 @@ def analysis_session(args):
         _note_unknown_scope(conn, args)
         filters = analysis.Filters(**scope)
         if args.window_days:
-            # a run stamped in the future never moves the window past now
-            last = min(last, dt.datetime.now(dt.UTC).replace(tzinfo=None))
-            windowed = analysis.window_filters(args.window_days, now_utc=last, **scope)
-            kept, every = analysis.count_runs(conn, windowed), analysis.count_runs(conn, filters)
-            if kept < every:
-                _note(
-                    f"window: last {args.window_days:g} days ending {last:%Y-%m-%d} "
-                    f"({kept} of {every} runs); use --window-days 0 for all"
-                )
+            windowed = analysis.window_filters(args.window_days, **scope)
+            coverage = analysis.window_coverage(conn, windowed)
+            if coverage.left_out:
+                _note(window_note(args.window_days, coverage))
             filters = windowed
         yield conn, filters
+
+
+def window_note(days: float, coverage) -> str:
+    """The stderr note of a window that leaves runs out (``coverage``: ``WindowCoverage``)."""
+    newest = f"{coverage.newest_utc:%Y-%m-%d %H:%M} UTC" if coverage.newest_utc else "none"
+    return (
+        f"window: last {days:g} days up to now keeps {coverage.kept:,} of {coverage.total:,} runs "
+        f"(newest run {newest}); use --window-days 0 for all"
+    )
 
 
 def _note_unknown_scope(conn, args) -> None:
@@ -156,9 +163,9 @@ def _is_tokens(column: str) -> bool:
 
 
 def _missing(value) -> bool:
-    import pandas as pd
+    from budgetlens.analysis.views import is_missing
 
-    return value is None or bool(pd.isna(value))
+    return is_missing(value)
 
 
 def _whole(series) -> bool:

@@ -77,8 +77,6 @@ def streamlit_command(db: Path, host: str, port: int) -> tuple[list[str], dict[s
         "false",
         "--client.toolbarMode",
         "minimal",
-        "--theme.base",
-        "light",
         "--theme.primaryColor",
         "#4C78A8",
     ]

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import datetime as dt
+import urllib.parse
+import zoneinfo
 from collections.abc import Sequence
 
 import pandas as pd
 import streamlit as st
 
-from budgetlens.analysis.views import LOW_SAMPLE_RUNS
+from budgetlens.analysis import views as analysis
+from budgetlens.analysis.views import HIT_RATE_ALARM, LOW_SAMPLE_RUNS, Filters
 from budgetlens.dashboard import charts, data
 from budgetlens.dashboard.formatting import (
     MISSING,
@@ -22,26 +26,112 @@ from budgetlens.dashboard.formatting import (
 PLOTLY_CONFIG = {"displayModeBar": False, "displaylogo": False}
 
 
-def describe(f) -> str:
-    """One line naming the active filters: window, task types, models, services, time zone."""
+#: A window end this close to the clock reads "now".
+_NOW_SLACK = dt.timedelta(minutes=1)
+
+
+def _local(ts_utc: dt.datetime, tz: str) -> dt.datetime:
+    return ts_utc.replace(tzinfo=dt.UTC).astimezone(zoneinfo.ZoneInfo(tz))
+
+
+def ago(ts_utc: dt.datetime, now_utc: dt.datetime | None = None) -> str:
+    """How long before ``now_utc`` (default: now) ``ts_utc`` was: ``3 min ago``, ``5 h ago``,
+    ``12 days ago``, ``just now`` (both naive UTC)."""
+    seconds = ((now_utc or analysis.utc_now()) - ts_utc).total_seconds()
+    if seconds < 60:
+        return "just now"
+    for size, unit in ((86400 * 2, "days"), (3600, "h"), (60, "min")):
+        if seconds >= size:
+            count = seconds / (86400 if unit == "days" else size)
+            return f"{count:,.0f} {unit} ago"
+    return "just now"
+
+
+def describe(f: Filters) -> str:
+    """One line naming the active filters: the window in the time zone of the day buckets,
+    task types, models, services, time zone."""
     if f.start_utc is None and f.end_utc is None:
         window = "all data"
     else:
-        start = f"{f.start_utc:%Y-%m-%d %H:%M}" if f.start_utc else "…"
-        end = f"{f.end_utc:%Y-%m-%d %H:%M}" if f.end_utc else "the newest run"
-        window = f"{start} → {end} UTC"
+        start = f"{_local(f.start_utc, f.tz):%Y-%m-%d %H:%M}" if f.start_utc else "…"
+        if f.end_utc is None or abs(f.end_utc - analysis.utc_now()) < _NOW_SLACK:
+            end = "now"
+        else:
+            end = f"{_local(f.end_utc, f.tz):%Y-%m-%d %H:%M}"
+        window = f"{start} → {end}"
     parts = [window]
     for label, values in (("task", f.task_types), ("model", f.models), ("service", f.services)):
         if values:
             parts.append(f"{label}: {', '.join(values)}")
-    parts.append(f"days in {f.tz}")
+    parts.append(f"times and days in {f.tz}")
     return " · ".join(parts)
 
 
-def header(title: str, what: str, f) -> None:
-    """Page title, a one-line purpose and the active filters."""
+def _show_all_data() -> None:
+    st.session_state["app_window"] = "All data"
+
+
+def freshness(f: Filters) -> None:
+    """The data's extent and last arrival, and, when the window leaves runs out, how many with a
+    one-click "show all data" button (design §6: windows say how many runs they leave out)."""
+    first, last, _ = data.data_extent()
+    if last is None:
+        return
+    written = data.last_write_utc()
+    parts = [
+        f"Data {_local(first, f.tz):%Y-%m-%d %H:%M} → {_local(last, f.tz):%Y-%m-%d %H:%M}",
+        f"newest run started {ago(last)}",
+    ]
+    if written:
+        parts.append(f"last write to the store {ago(written)}")
+    coverage = data.window_coverage(f)
+    if not coverage.left_out or (f.start_utc is None and f.end_utc is None):
+        st.caption(" · ".join(parts))
+        return
+    sides = [
+        f"{n:,} {where}"
+        for n, where in ((coverage.before, "before the window"), (coverage.after, "after it"))
+        if n
+    ]
+    row = st.container(horizontal=True, vertical_alignment="center")
+    row.caption(
+        f"**This window keeps {coverage.kept:,} of {coverage.total:,} runs** "
+        f"({', '.join(sides)}). " + " · ".join(parts)
+    )
+    row.button(
+        f"Show all {coverage.total:,} runs",
+        key="app_show_all",
+        on_click=_show_all_data,
+        icon=":material/unfold_more:",
+        type="secondary",
+        width="content",
+    )
+
+
+def period(f: Filters) -> str:
+    """The bar period of the time charts for ``f``'s window ('hour', 'day', 'week', 'month'):
+    ``charts.period_for_span`` of the window, or of the data's extent for "all data"."""
+    first, last, _ = data.data_extent()
+    start = f.start_utc or first
+    end = min(f.end_utc or analysis.utc_now(), last + dt.timedelta(seconds=1)) if last else f.end_utc
+    if start is None or end is None:
+        return "day"
+    return charts.period_for_span(max((end - start).total_seconds(), 0) / 86400)
+
+
+def low_sample_mark(runs: int) -> str | None:
+    """The tile help suffix of a rate over fewer than ``LOW_SAMPLE_RUNS`` budgeted runs."""
+    if 0 < runs < LOW_SAMPLE_RUNS:
+        return f"low sample: {runs:,} budgeted run{'s' if runs != 1 else ''}"
+    return None
+
+
+def header(title: str, what: str, f: Filters) -> None:
+    """Page title, a one-line purpose, the active filters, the data's extent and last arrival,
+    and what the window leaves out."""
     st.title(title)
     st.caption(f"{what}  \n{describe(f)}")
+    freshness(f)
 
 
 def tiles(items: Sequence[tuple[str, str, str | None]]) -> None:
@@ -59,7 +149,7 @@ def chart(fig, key: str) -> None:
 def split_alarms(
     per_task: pd.DataFrame,
     daily: pd.DataFrame,
-    threshold: float = charts.HIT_RATE_ALARM,
+    threshold: float = HIT_RATE_ALARM,
     min_runs: int = LOW_SAMPLE_RUNS,
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(alarms, low-sample) rows of ``per_task`` whose hit rate is above ``threshold``.
@@ -87,20 +177,27 @@ def split_alarms(
     return hot[enough], hot[~enough]
 
 
-def alarm_banner(
-    per_task: pd.DataFrame, daily: pd.DataFrame, threshold: float = charts.HIT_RATE_ALARM
-) -> None:
+def alarm_banner(per_task: pd.DataFrame, daily: pd.DataFrame, threshold: float = HIT_RATE_ALARM) -> None:
     """One error banner per task type whose budget hit rate is above ``threshold`` over at least
     LOW_SAMPLE_RUNS finished runs; one softer note naming the low-sample task types above it."""
     hot, low = split_alarms(per_task, daily, threshold)
     line = f"{threshold * 100:g} %"
     for _, row in hot.iterrows():
+        task = str(row["task_type"])
         st.error(
-            f"**{row['task_type']}**: budget hit rate {charts.format_percent(row['hit_rate'])} is "
+            f"**{task}**: budget hit rate {charts.format_percent(row['hit_rate'])} is "
             f"above the {line} alarm line: the budget is too tight or the agent has a "
             "bug. Compare its baseline and preset.",
             icon=":material/warning:",
         )
+        links = st.container(horizontal=True)
+        params = {**url_filters(), "task_type": task}
+        for page, label, icon in (
+            ("app_pages/baselines.py", f"Baseline of {task}", ":material/insights:"),
+            ("app_pages/presets.py", f"Preset of {task}", ":material/tune:"),
+            ("app_pages/runs.py", f"Runs of {task}", ":material/list:"),
+        ):
+            links.page_link(page, label=label, icon=icon, query_params=params)
     if not low.empty:
         names = ", ".join(
             f"**{row['task_type']}** {charts.format_percent(row['hit_rate'])} of {row['rate_runs']:,}"
@@ -115,12 +212,25 @@ def alarm_banner(
 
 def task_colors() -> dict[str, str]:
     """One color per task type of the whole store (stable across charts and filters)."""
-    return charts.color_map(data.query("filter_options")["task_types"], charts.TASK_COLORS)
+    return charts.color_map(data.filter_options()["task_types"], charts.TASK_COLORS)
 
 
 def model_colors() -> dict[str, str]:
     """One color per model of the whole store (stable across charts and filters)."""
-    return charts.color_map(data.query("filter_options")["models"])
+    return charts.color_map(data.filter_options()["models"])
+
+
+#: The link of a run id: the Runs page with ``?run=<id>`` (relative, so it works under any
+#: base path); the table shows the id itself (``RUN_LINK_TEXT`` captures it from the link).
+RUN_LINK_PREFIX = "runs?run="
+RUN_LINK_TEXT = r"runs\?run=(.*)$"
+#: Characters of a run id kept as they are in the link (the link text shows the id unchanged).
+_RUN_ID_SAFE = "-_.~:@!$'()*+,;/"
+
+
+def run_link(run_id: str) -> str:
+    """The relative URL that opens ``run_id`` on the Runs page (``runs?run=<id>``)."""
+    return RUN_LINK_PREFIX + urllib.parse.quote(run_id, safe=_RUN_ID_SAFE)
 
 
 #: The widest a pinned run-id column gets (pixels); a longer id is cut, its cell shows it all.
@@ -177,11 +287,13 @@ def display_frame(
             )
         elif name == "run_id":
             longest = max((len(str(v)) for v in series if not is_missing(v)), default=8)
-            config[column] = st.column_config.TextColumn(  # wide enough for the whole id
+            shown[column] = [None if is_missing(v) else run_link(str(v)) for v in series]
+            config[column] = st.column_config.LinkColumn(  # wide enough for the whole id
                 label,
                 width=int(min(RUN_ID_MAX_PX, 7.2 * longest + 26)),
                 pinned=True,
-                help="The run's id (hover a cell or widen the column to read a long one)",
+                display_text=RUN_LINK_TEXT,
+                help="The run's id: click to open the run",
             )
         elif numeric and number_format(name):
             fmt = number_format(name)
@@ -203,8 +315,8 @@ def table(
     unpriced: str = "unpriced",
     tz: str | None = None,
     **kwargs,
-) -> None:
-    """``st.dataframe`` without the index, missing values as an em dash (never ``None``),
+):
+    """``st.dataframe`` (returned: its selection state with ``on_select``) without the index, missing values as an em dash (never ``None``),
     columns labelled and formatted by ``display_frame``; ``first`` names the columns shown
     first (the most important ones), the others follow in their order; ``column_config``
     overrides per column."""
@@ -212,32 +324,41 @@ def table(
     config.update(column_config or {})
     order = [c for c in first if c in shown.columns]
     order += [c for c in shown.columns if c not in order]
-    st.dataframe(
+    return st.dataframe(
         shown, hide_index=True, column_config=config, column_order=order, placeholder=MISSING, **kwargs
     )
 
 
-def usd_column(frame: pd.DataFrame, column: str = "cost_usd", label: str = "cost") -> pd.DataFrame:
-    """Replace a USD column by text: ``$0.1234`` or ``unpriced`` (never $0 for a missing price)."""
-    if column not in frame.columns:
-        return frame
-    out = frame.copy()
-    out[label] = [charts.format_usd(v) for v in out[column]]
-    return out.drop(columns=[column]) if label != column else out
+def url_filters() -> dict[str, str | list[str]]:
+    """The current URL's shared-filter parameters (window, tz, task_type, ...), for links that
+    keep the view when they open another page."""
+    shared = ("window", "tz", "from", "to", "task_type", "model", "service", "refresh")
+    return {k: st.query_params.get_all(k) for k in shared if k in st.query_params}
 
 
-def local_time(frame: pd.DataFrame, column: str, tz: str) -> pd.DataFrame:
-    """Convert a naive-UTC timestamp column to ``tz`` for display."""
-    if column not in frame.columns or frame.empty:
-        return frame
-    out = frame.copy()
-    values = pd.to_datetime(out[column])
-    out[column] = values.dt.tz_localize("UTC").dt.tz_convert(tz).dt.tz_localize(None)
-    return out
+#: What an empty store says: how to send data (the README's three ways).
+HOW_TO_SEND_DATA = (
+    "**No runs in this store yet.** Load the sample (`budgetlens sample`), import agent logs "
+    "(`budgetlens import claude-code ~/.claude/projects`), or point an OpenTelemetry exporter at "
+    "the collector (`budgetlens collector`, OTLP/HTTP on 127.0.0.1:4318). This page refreshes "
+    "when runs arrive."
+)
 
 
-def no_runs(f) -> None:
-    st.info(
-        "No runs match these filters. Widen the time window or clear a filter.",
-        icon=":material/filter_alt_off:",
-    )
+def no_runs(f: Filters) -> None:
+    """The empty state: how to send data on an empty store; else what to widen or clear, naming
+    only what is actually set."""
+    _, _, total = data.data_extent()
+    if total == 0:
+        st.info(HOW_TO_SEND_DATA, icon=":material/database:")
+        return
+    ways = []
+    if f.start_utc is not None or f.end_utc is not None:
+        ways.append("widen the time window")
+    set_filters = [
+        n for n, v in (("task type", f.task_types), ("model", f.models), ("service", f.services)) if v
+    ]
+    if set_filters:
+        ways.append(f"clear the {' / '.join(set_filters)} filter")
+    advice = (" " + " or ".join(ways).capitalize() + ".") if ways else ""
+    st.info(f"No runs match these filters.{advice}", icon=":material/filter_alt_off:")

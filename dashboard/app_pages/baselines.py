@@ -20,10 +20,10 @@ _ui.header(
 )
 by_model = st.toggle("Split by model", key="baselines_by_model")
 multiplier = float(st.session_state.get("presets_multiplier", analysis.DEFAULT_MULTIPLIER))
-table = data.query("baselines", f, by_model=by_model)
-per_task = table if not by_model else data.query("baselines", f, by_model=False)
-distribution = data.query("token_distribution", f)
-limits = data.query("current_limits", f)
+table = data.baselines(f, by_model=by_model)
+per_task = table if not by_model else data.baselines(f, by_model=False)
+distribution = data.token_distribution(f)
+limits = data.current_limits(f)
 
 if table.empty:
     _ui.no_runs(f)

@@ -10,14 +10,20 @@ from budgetlens.dashboard.app_pages import _ui
 
 f = data.filters()
 _ui.header("Cost", "Spend per period, model and task type (USD; prices from genai-prices).", f)
+suggested = _ui.period(f)
 period = st.radio(
-    "Period", ["day", "hour"], horizontal=True, key="cost_period", format_func=lambda p: f"per {p}"
+    "Period",
+    ["hour", "day", "week", "month"],
+    index=["hour", "day", "week", "month"].index(suggested),
+    horizontal=True,
+    key="cost_period",
+    format_func=lambda p: f"per {p}",
 )
-ov = data.query("overview", f)
-by_model = data.query("cost_by_period", f, period=period, by="model")
-by_task = data.query("cost_by_period", f, period=period, by="task_type")
-per_run = data.query("cost_per_run", f)
-top = data.query("top_runs", f, limit=20)
+ov = data.overview(f)
+by_model = data.cost_by_period(f, period=period, by="model")
+by_task = data.cost_by_period(f, period=period, by="task_type")
+per_run = data.cost_per_run(f)
+top = data.top_runs(f, limit=20)
 
 no_runs = ov.runs == 0
 mean = ov.cost_usd / ov.priced_runs if ov.cost_usd is not None and ov.priced_runs else None
@@ -45,8 +51,8 @@ _ui.tiles(
         ),
     ]
 )
+notes = []
 if ov.cost_is_lower_bound:
-    notes = []
     if ov.unpriced_calls:
         notes.append(
             f"{ov.unpriced_calls:,} calls used a model with no known price: their cost "
@@ -58,6 +64,12 @@ if ov.cost_is_lower_bound:
             f"Partly priced runs: {ov.partially_priced_runs:,} (unpriced calls or "
             "unknown usage); their cost is known spend **+ unpriced usage**."
         )
+    if ov.unknown_usage_runs:
+        notes.append(
+            f"Runs with unknown usage: {ov.unknown_usage_runs:,} (a call reported no usage; "
+            "the reservation was charged)."
+        )
+if notes:  # never an empty warning box
     st.warning(" ".join(notes), icon=":material/money_off:")
 if no_runs:
     _ui.no_runs(f)

@@ -5,17 +5,20 @@ from __future__ import annotations
 
 import streamlit as st
 
+from budgetlens.analysis.views import HIT_RATE_ALARM, LOW_SAMPLE_RUNS
 from budgetlens.dashboard import charts, data
 from budgetlens.dashboard.app_pages import _ui
 from budgetlens.dashboard.formatting import format_hit_rate
 
 f = data.filters()
-ov = data.query("overview", f)
-daily = data.query("hit_rate_daily", f)
-reasons = data.query("stop_reasons", f)
+ov = data.overview(f)
+daily = data.hit_rate_daily(f)
+reasons = data.stop_reasons(f)
 
 _ui.header(
-    "Budget hit rate", "Above 20 % a budget is too tight or the agent has a bug (stop reasons budget_*).", f
+    "Budget hit rate",
+    f"Above {HIT_RATE_ALARM:.0%} a budget is too tight or the agent has a bug (stop reasons budget_*).",
+    f,
 )
 _ui.alarm_banner(ov.per_task, daily)
 stops = int(daily["budget_stops"].sum()) if not daily.empty else 0
@@ -24,14 +27,16 @@ _ui.tiles(
     [
         (
             "Hit rate",
-            format_hit_rate(ov.hit_rate, ov.finished_runs),
-            "Budget stops / finished budgeted runs; no budget = none of the runs ran under a limit",
+            format_hit_rate(ov.hit_rate, ov.finished_runs)
+            + (" (low sample)" if _ui.low_sample_mark(ov.budgeted_runs) else ""),
+            f"Budget stops / finished budgeted runs ({ov.budgeted_runs:,}); low sample below "
+            f"{LOW_SAMPLE_RUNS} runs; no budget = none of the runs ran under a limit",
         ),
         ("Budget stops", f"{stops:,}", None),
         (
             "Intervention rate",
             format_hit_rate(ov.intervention_rate, ov.finished_runs),
-            "Budget stops plus downgraded or summarized runs",
+            "Budget stops plus downgraded or summarized runs, over the budgeted runs",
         ),
         ("Interventions", f"{interventions:,}", None),
         (

@@ -1,18 +1,20 @@
 """Overview: runs, cost, hit rate, P95 tokens and unpriced calls; a banner per task type whose
-budget hit rate is above 20 %. Session-state keys start with ``overview_``."""
+budget hit rate is above the alarm line (``HIT_RATE_ALARM``). Session-state keys start with ``overview_``."""
 
 from __future__ import annotations
 
 import streamlit as st
 
+from budgetlens.analysis.views import HIT_RATE_ALARM, LOW_SAMPLE_RUNS
 from budgetlens.dashboard import charts, data
 from budgetlens.dashboard.app_pages import _ui
 from budgetlens.dashboard.formatting import format_hit_rate
 
 f = data.filters()
-ov = data.query("overview", f)
-daily = data.query("hit_rate_daily", f)
-cost_daily = data.query("cost_by_period", f, period="day", by="task_type")
+period = _ui.period(f)
+ov = data.overview(f)
+daily = data.hit_rate_daily(f)
+cost_daily = data.cost_by_period(f, period=period, by="task_type")
 
 _ui.header("Overview", "What the agents cost and how often their budgets stop them.", f)
 _ui.alarm_banner(ov.per_task, daily)
@@ -33,9 +35,11 @@ _ui.tiles(
         ),
         (
             "Budget hit rate",
-            format_hit_rate(ov.hit_rate, ov.finished_runs),
-            "Finished budgeted runs stopped by a budget (stop reason budget_*); alarm above 20 %; "
-            "no budget = none of the runs ran under a limit",
+            format_hit_rate(ov.hit_rate, ov.finished_runs)
+            + (" (low sample)" if _ui.low_sample_mark(ov.budgeted_runs) else ""),
+            f"Finished budgeted runs stopped by a budget (stop reason budget_*) over "
+            f"{ov.budgeted_runs:,} budgeted runs; alarm above {HIT_RATE_ALARM:.0%}; low sample "
+            f"below {LOW_SAMPLE_RUNS} runs; no budget = none of the runs ran under a limit",
         ),
         (
             "P95 tokens / run",
@@ -48,9 +52,9 @@ _ui.tiles(
 _ui.tiles(
     [
         (
-            "Intervention rate",
+            "Interventions",
             format_hit_rate(ov.intervention_rate, ov.finished_runs),
-            "Budget stops plus downgraded or summarized runs",
+            "Intervention rate: budget stops plus downgraded or summarized runs, over the budgeted runs",
         ),
         (
             "Priced runs",
@@ -98,10 +102,13 @@ else:
         _ui.chart(charts.rate_by_task(ov.per_task), "overview_rates")
     with right:
         _ui.chart(
-            charts.cost_stacked(cost_daily, period="day", by="task_type", colors=_ui.task_colors()),
+            charts.cost_stacked(cost_daily, period=period, by="task_type", colors=_ui.task_colors()),
             "overview_cost",
         )
-    _ui.chart(charts.runs_per_day(daily, colors=_ui.task_colors()), "overview_runs_per_day")
+    _ui.chart(
+        charts.runs_per_day(daily, colors=_ui.task_colors(), period="day" if period == "hour" else period),
+        "overview_runs_per_day",
+    )
     st.subheader("Per task type")
     _ui.table(
         ov.per_task,  # rates become 0..100 in _ui.display_frame

@@ -30,9 +30,9 @@ def render() -> None:
         step=0.1,
         key="presets_multiplier",
     )
-    baselines = data.query("baselines", f)
-    limits = data.query("current_limits", f)
-    first, last, _ = data.query("data_extent")
+    baselines = data.baselines(f)
+    limits = data.current_limits(f)
+    first, last, _ = data.data_extent()
 
     if baselines.empty:
         _ui.no_runs(f)

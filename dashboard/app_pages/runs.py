@@ -1,67 +1,85 @@
-"""Runs: a searchable table of runs (newest first); pick one to see its turns as cumulative used
-tokens against its limit, with its reservations and budget events. Keys: ``runs_``."""
+"""Runs: a searchable table of runs (newest first, every run id a link, a CSV of every matching
+run); the run named by ``?run=<id>`` in the URL (a link from any table, or a row picked here)
+shows its turns as cumulative used tokens against its limit, with its reservations, the budget's
+own events and the real stop. Keys: ``runs_``."""
 
 from __future__ import annotations
 
 import streamlit as st
 
+from budgetlens.analysis.views import RunDetail
 from budgetlens.dashboard import charts, data
 from budgetlens.dashboard.app_pages import _ui
-from budgetlens.dashboard.formatting import MISSING, is_missing, text
+from budgetlens.dashboard.formatting import MISSING, is_missing
 
 PAGE_SIZE = 500
+#: The most runs one CSV download carries (every column, costs as numbers in USD).
+CSV_MAX_RUNS = 1_000_000
 #: Badge text of a run whose stop reason was not recorded (imports, foreign traces).
 NO_STOP_REASON = "not recorded"
+RUN_PARAM = "run"
+TABLE_FIRST = (
+    "run_id",
+    "start_utc",
+    "task_type",
+    "cost_usd",
+    "total_tokens",
+    "stop_reason",
+    "turns",
+    "tool_calls",
+    "models",
+    "service_name",
+)
 
 
 def _count(value) -> str:
     return MISSING if is_missing(value) else f"{int(value):,}"
 
 
-def render() -> None:
-    f = data.filters()
-    _ui.header("Runs", "Every run, newest first. Pick one to see how its budget was spent.", f)
+def _runs_list(f) -> None:
+    """The search box, the runs table (pick a row to open it) and the CSV download."""
     search = st.text_input(
         "Search", key="runs_search", placeholder="run id, task type, service, model or stop reason"
     )
-    table = data.query("runs_table", f, search=search, limit=PAGE_SIZE)
-
+    table = data.runs_table(f, search=search, limit=PAGE_SIZE)
     if table.empty:
-        st.info("No run matches." if search else "No runs match these filters.", icon=":material/search_off:")
+        if search:
+            st.info("No run matches this search.", icon=":material/search_off:")
+        else:
+            _ui.no_runs(f)
         return
-
-    newest = f" (the newest {PAGE_SIZE})" if len(table) == PAGE_SIZE else ""
-    st.caption(f"{len(table):,} runs shown{newest}")
-    _ui.table(
+    newest = f" (the newest {PAGE_SIZE}; the CSV has all)" if len(table) == PAGE_SIZE else ""
+    row = st.container(horizontal=True, vertical_alignment="center")
+    row.caption(f"{len(table):,} runs shown{newest}. Click a run id, or pick a row, to open it.")
+    row.download_button(
+        "CSV of these runs",
+        data=lambda: data.runs_table(f, search=search, limit=CSV_MAX_RUNS).to_csv(index=False),
+        file_name="runs.csv",
+        mime="text/csv",
+        key="runs_csv",
+        icon=":material/download:",
+        help="Every matching run, every column; costs in USD as numbers (empty = unpriced)",
+        width="content",
+        on_click="ignore",
+    )
+    event = _ui.table(
         table,
         tz=f.tz,
         height=280 if len(table) > 7 else "auto",
-        first=(
-            "run_id",
-            "start_utc",
-            "task_type",
-            "cost_usd",
-            "total_tokens",
-            "stop_reason",
-            "turns",
-            "tool_calls",
-            "models",
-            "service_name",
-        ),
+        first=TABLE_FIRST,
+        key="runs_table",
+        on_select="rerun",
+        selection_mode="single-row",
     )
+    picked = event.selection.rows if event is not None else []
+    if picked:
+        run_id = str(table.iloc[picked[0]]["run_id"])
+        if st.query_params.get(RUN_PARAM) != run_id:
+            st.query_params[RUN_PARAM] = run_id
 
-    labels = {
-        row.run_id: " · ".join(text(v) for v in (row.run_id, row.task_type, row.stop_reason))
-        for row in table.itertuples()
-    }
-    run_id = st.selectbox("Run", list(labels), format_func=labels.get, key="runs_pick")
-    detail = data.query("run_detail", run_id)
-    if detail is None:
-        st.info("This run is no longer in the store.")
-        return
 
-    run = detail.run
-    limit = run.get("limit_total_tokens")
+def _run_summary(run: dict) -> None:
+    """Badges and KPI tiles of one run."""
     stop = run.get("stop_reason") or NO_STOP_REASON
     color = "green" if stop == "completed" else "red" if stop.startswith("budget_") else "gray"
     usage = run.get("usage_status") or "n/a"
@@ -72,24 +90,80 @@ def render() -> None:
         f"**Usage** :{'orange' if usage == 'unknown' else 'green'}-badge[{usage}]"
         + (" · retryable" if run.get("retryable") else "")
     )
+    limit = run.get("limit_total_tokens")
     limit_text = "none" if is_missing(limit) or not limit else charts.format_tokens(limit)
+    cache = [run.get(k) for k in ("cache_read_tokens", "cache_write_tokens", "reasoning_tokens")]
     _ui.tiles(
         [
             (
                 "Total tokens",
                 charts.format_tokens(run.get("total_tokens")),
-                "Input + output tokens; unknown usage counts its reservation",
+                "Input + output tokens; unknown usage counts its reservation. Of them: "
+                + ", ".join(
+                    f"{label} {charts.format_tokens(v)}"
+                    for label, v in zip(("cache read", "cache write", "reasoning"), cache)
+                ),
             ),
             ("Token limit", limit_text, "The total-token limit the run ran under"),
             (
-                "Turns / tool calls",
+                "Turns / tools",
                 f"{_count(run.get('turns'))} / {_count(run.get('tool_calls'))}",
-                "— = not recorded (a foreign trace or an import without these figures)",
+                "Model turns / tool calls; — = not recorded (a foreign trace or an import)",
             ),
             ("Cost", charts.format_usd(run.get("cost_usd")), "USD; unpriced when a model has no price"),
-            ("Duration", "n/a" if is_missing(run.get("duration_s")) else f"{run['duration_s']:,.1f} s", None),
+            ("Duration", charts.format_duration(run.get("duration_s")), "Wall time of the run"),
         ]
     )
+
+
+def _run_tables(detail: RunDetail, tz: str) -> None:
+    """The run's model calls and its events, one above the other (no column is cut off)."""
+    st.markdown("**Model calls**")
+    if detail.calls.empty:
+        st.caption("No model calls recorded.")
+    else:
+        _ui.table(
+            detail.calls.drop(columns=["limit_total_tokens"], errors="ignore"),
+            tz=tz,
+            first=(
+                "turn",
+                "model",
+                "input_tokens",
+                "output_tokens",
+                "cumulative_tokens",
+                "reserved_tokens",
+                "cost_usd",
+            ),
+        )
+    st.markdown("**Events** (budget warnings, downgrades, summaries, tool calls, the stop)")
+    if detail.events.empty:
+        st.caption("No warnings, downgrades, summaries, tool calls or stops were recorded.")
+    else:
+        events = detail.events.assign(name=detail.events["name"].str.removeprefix("budgetlens."))
+        _ui.table(
+            events,
+            tz=tz,
+            first=(
+                "ts_utc",
+                "name",
+                "tool_name",
+                "reason",
+                "from_model",
+                "to_model",
+                "used_tokens",
+                "percent",
+            ),
+        )
+
+
+def _run_detail(run_id: str, tz: str) -> None:
+    """One run: summary, the per-turn chart and its tables."""
+    detail = data.run_detail(run_id)
+    if detail is None:
+        st.warning(f"Run `{run_id}` is not in this store.", icon=":material/search_off:")
+        return
+    st.subheader(f"Run {run_id}")
+    _run_summary(detail.run)
     if detail.calls.empty:
         st.info(
             "No model calls were recorded for this run (its log carried no per-call usage), "
@@ -97,46 +171,18 @@ def render() -> None:
             icon=":material/timeline:",
         )
     else:
+        limit = detail.run.get("limit_total_tokens")
         _ui.chart(charts.run_turns(detail.calls, detail.events, limit, run_id=run_id), "runs_turns")
-    left, right = st.columns([1, 1])
-    with left:
-        st.markdown("**Model calls**")
-        if detail.calls.empty:
-            st.caption("No model calls recorded.")
-        else:
-            _ui.table(
-                detail.calls.drop(columns=["limit_total_tokens"], errors="ignore"),
-                tz=f.tz,
-                first=(
-                    "turn",
-                    "model",
-                    "reserved_tokens",
-                    "cumulative_tokens",
-                    "cost_usd",
-                    "input_tokens",
-                    "output_tokens",
-                ),
-            )
-    with right:
-        st.markdown("**Budget events**")
-        if detail.events.empty:
-            st.caption("No warnings, downgrades, summaries, tool calls or stops were recorded.")
-        else:
-            events = detail.events.assign(name=detail.events["name"].str.removeprefix("budgetlens."))
-            _ui.table(
-                events,
-                tz=f.tz,
-                first=(
-                    "ts_utc",
-                    "name",
-                    "tool_name",
-                    "reason",
-                    "from_model",
-                    "to_model",
-                    "used_tokens",
-                    "percent",
-                ),
-            )
+    _run_tables(detail, tz)
+
+
+def render() -> None:
+    f = data.filters()
+    _ui.header("Runs", "Every run, newest first. Open one to see how its budget was spent.", f)
+    _runs_list(f)
+    run_id = st.query_params.get(RUN_PARAM)
+    if run_id:
+        _run_detail(run_id, f.tz)
 
 
 render()

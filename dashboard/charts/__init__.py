@@ -22,13 +22,16 @@ from budgetlens.dashboard.charts._style import (
     TASK_COLORS,
     TEMPLATE,
     color_map,
+    period_for_span,
+    roll_up,
 )
-from budgetlens.dashboard.charts.cost import bucket_label, cost_per_run, cost_stacked, top_runs_table
+from budgetlens.dashboard.charts.cost import bucket_label, cost_per_run, cost_stacked
 from budgetlens.dashboard.charts.distributions import preset_comparison, token_distribution
 from budgetlens.dashboard.charts.rates import hit_rate_daily, rate_by_task, stop_reasons
 from budgetlens.dashboard.charts.runs import run_turns, runs_per_day
 from budgetlens.dashboard.formatting import (  # re-exported for the pages
     format_change,
+    format_duration,
     format_percent,
     format_tokens,
     format_usd,
@@ -45,9 +48,12 @@ __all__ = [
     "TEMPLATE",
     "bucket_label",
     "color_map",
+    "period_for_span",
+    "roll_up",
     "cost_per_run",
     "cost_stacked",
     "format_change",
+    "format_duration",
     "format_percent",
     "format_tokens",
     "format_usd",
@@ -59,5 +65,4 @@ __all__ = [
     "runs_per_day",
     "stop_reasons",
     "token_distribution",
-    "top_runs_table",
 ]

@@ -9,11 +9,8 @@ from collections.abc import Iterable, Sequence
 import pandas as pd
 import plotly.graph_objects as go
 
-from budgetlens.dashboard.formatting import format_compact, is_missing
-
-#: The alarm line of the budget hit rate (design §6): above it a budget is too tight or the
-#: agent has a bug.
-HIT_RATE_ALARM = 0.20
+from budgetlens.analysis.views import HIT_RATE_ALARM, is_missing
+from budgetlens.dashboard.formatting import format_compact
 
 TEMPLATE = "plotly_white"
 #: Colors per task type of the seeds, in their usual order; other keys take PALETTE colors that
@@ -58,7 +55,10 @@ STOP_COLORS = {
     "budget_time": "#FF9DA6",
     "failed": "#7F7F7F",
 }
-MARKER_COLORS = {"P50": "#4C78A8", "P95": "#F58518", "Preset": "#E45756", "Limit": "#E45756"}
+#: Reds mean "stopped by the budget" (STOP_COLORS, the alarm line): never a task or model color.
+RESERVED_REDS = frozenset({"#E45756", "#FF9DA6", "#B22222", "#843C39"})
+#: The markers of a distribution: four hues and four dashes, none of them red (red = a stop).
+MARKER_COLORS = {"P50": "#4C78A8", "P95": "#393B79", "Preset": "#54A24B", "Limit": "#7F7F7F"}
 EMPTY_TEXT = "No runs in this selection"
 
 
@@ -71,7 +71,7 @@ def color_map(keys: Iterable[str], known: dict[str, str] | None = None) -> dict[
     """
     known = known or {}
     taken = {c.upper() for c in known.values()}
-    free = [c for c in PALETTE if c.upper() not in taken] or list(PALETTE)
+    free = [c for c in PALETTE if c.upper() not in taken and c not in RESERVED_REDS] or list(PALETTE)
     result, index = {}, 0
     for key in sorted({str(k) for k in keys if not is_missing(k)}):
         if key in known:
@@ -182,18 +182,56 @@ def _token_axis(fig: go.Figure, top: float, axis: str = "y") -> None:
     update(tickvals=values, ticktext=[format_compact(v) for v in values])
 
 
-def _few_periods(fig: go.Figure, values, hours: float = 24) -> None:
+def _few_periods(fig: go.Figure, values, period: str = "day") -> None:
     """Keep a time axis with fewer than 4 distinct periods readable: one tick per period and a
     period of room either side (Plotly would zoom to sub-second ticks around a single bar)."""
     stamps = sorted(pd.to_datetime(pd.Series(list(values))).dropna().unique())
     if not stamps or len(stamps) >= 4:
         return
-    step = pd.Timedelta(hours=hours)
+    step = pd.Timedelta(milliseconds=PERIOD_MS[period])
     fig.update_xaxes(
         range=[stamps[0] - step, stamps[-1] + step],
-        dtick=step.total_seconds() * 1000,
-        tickformat="%b %d" if hours >= 24 else "%b %d %H:%M",
+        dtick="M1" if period == "month" else step.total_seconds() * 1000,
+        tickformat="%b %d %H:%M" if period == "hour" else "%b %Y" if period == "month" else "%b %d",
     )
+
+
+#: Length of a bar's period in milliseconds (Plotly's unit on a date axis); a month is 30 days.
+PERIOD_MS = {"hour": 3_600_000, "day": 86_400_000, "week": 7 * 86_400_000, "month": 30 * 86_400_000}
+#: Share of its period a bar fills (the rest is the gap between bars).
+BAR_FILL = 0.8
+
+
+def period_for_span(days: float | None) -> str:
+    """The bar period for a time range of ``days``: hours up to 2 days, days up to 92, weeks up
+    to two years, months beyond (so a bar is never a hairline on a long range)."""
+    if days is None:
+        return "day"
+    for period, limit in (("hour", 2), ("day", 92), ("week", 731)):
+        if days <= limit:
+            return period
+    return "month"
+
+
+def roll_up(
+    df: pd.DataFrame, column: str, period: str, sums: Sequence[str], keys: Sequence[str]
+) -> pd.DataFrame:
+    """``df`` with ``column`` (dates or timestamps) truncated to ``period`` ('day', 'week' from
+    Monday, 'month') and ``sums`` added per (period, ``keys``). 'hour'/'day' leave it as is."""
+    if df.empty or period in ("hour", "day"):
+        return df
+    stamps = pd.to_datetime(df[column])
+    if period == "week":
+        start = (stamps - pd.to_timedelta(stamps.dt.weekday, unit="D")).dt.normalize()
+    else:
+        start = stamps.dt.to_period("M").dt.start_time
+    return df.assign(**{column: start}).groupby([column, *keys], as_index=False)[list(sums)].sum()
+
+
+def _bar_width(period: str) -> float:
+    """The width of a bar on a date axis (ms): without it Plotly draws a single day's bar as a
+    hairline (its default width is the smallest gap between x values, 1 ms for one value)."""
+    return PERIOD_MS[period] * BAR_FILL
 
 
 def _require(df: pd.DataFrame, columns: Sequence[str], builder: str) -> None:

@@ -11,9 +11,9 @@ import plotly.graph_objects as go
 from budgetlens.dashboard.charts._style import (
     EMPTY_TEXT,
     TASK_COLORS,
+    _bar_width,
     _base,
     _colors,
-    _count_axis,
     _empty,
     _few_periods,
     _require,
@@ -26,12 +26,14 @@ def cost_stacked(
 ) -> go.Figure:
     """Stacked bars of cost per period, one color per ``key`` (a model or a task type).
 
-    ``df``: [period_start, key, cost_usd, runs, unpriced_calls]. Rows with NULL cost (unpriced)
-    are left out of the bars. ``colors``: key -> color (see ``color_map``).
+    ``df``: [period_start, key, cost_usd, runs, unpriced_calls]; ``period`` one of 'hour',
+    'day', 'week', 'month' (each bar spans 80 % of it, so a store with one day of data shows
+    one full-width bar, not a hairline). Rows with NULL cost (unpriced) are left out of the
+    bars. ``colors``: key -> color (see ``color_map``).
     """
     _require(df, ("period_start", "key", "cost_usd"), "cost_stacked")
     label = "model" if by == "model" else "task type"
-    x_title = "Hour" if period == "hour" else "Day"
+    x_title = {"hour": "Hour", "day": "Day", "week": "Week (from Monday)", "month": "Month"}[period]
     fig = _base(f"Cost per {period} by {label}", x_title, "Cost (USD)")
     priced = df[df["cost_usd"].notna()]
     if priced.empty:
@@ -45,11 +47,12 @@ def cost_stacked(
                 y=part["cost_usd"],
                 name=str(key),
                 marker_color=colors[str(key)],
+                width=_bar_width(period),
                 hovertemplate="%{y:$,.4~g}<extra>" + str(key) + "</extra>",
             )
         )
-    fig.update_layout(barmode="stack", bargap=0.15)
-    _few_periods(fig, priced["period_start"], hours=1 if period == "hour" else 24)
+    fig.update_layout(barmode="stack")
+    _few_periods(fig, priced["period_start"], period)
     fig.update_yaxes(tickformat="$,.3~g")  # $0.005, $0.25, $12 (never $0.00 for a cost)
     return fig
 
@@ -78,13 +81,14 @@ def _cost_buckets(df: pd.DataFrame) -> list[tuple[float, float]]:
 
 
 def cost_per_run(df: pd.DataFrame, *, colors: dict[str, str] | None = None) -> go.Figure:
-    """Bars of runs per cost bucket (log-spaced buckets), stacked by task type.
+    """Bars of runs per cost bucket (log-spaced buckets), stacked by task type, on a log count
+    axis (the expensive tail shows beside the many cheap runs).
 
     ``df``: [task_type, bucket_low_usd, bucket_high_usd, runs]. Every bucket between the cheapest
     and the dearest run shows on the axis, empty ones too; labels follow ``bucket_label``.
     """
     _require(df, ("task_type", "bucket_low_usd", "bucket_high_usd", "runs"), "cost_per_run")
-    fig = _base("Cost per run", "Cost per run (USD, log buckets)", "Runs")
+    fig = _base("Cost per run", "Cost per run (USD, log buckets)", "Runs (log scale)")
     if df.empty:
         return _empty(fig, "No priced runs in this selection")
     df = df.sort_values("bucket_low_usd")
@@ -120,13 +124,7 @@ def cost_per_run(df: pd.DataFrame, *, colors: dict[str, str] | None = None) -> g
         ticktext=[_two_lines(label) for label in order],
         tickfont={"size": 10},
     )
-    _count_axis(fig, float(df.groupby("bucket_low_usd")["runs"].sum().max()))
+    # A log count axis: the few dear runs of the tail ($1–$31) stay visible beside thousands of
+    # cheap ones (a linear axis draws them as nothing).
+    fig.update_yaxes(type="log", rangemode=None, tickformat=",d", dtick=1)
     return fig
-
-
-def top_runs_table(df: pd.DataFrame) -> pd.DataFrame:
-    """The most expensive runs formatted for display: cost as text (``unpriced`` when NULL)."""
-    out = df.copy()
-    if "cost_usd" in out.columns:
-        out["cost"] = [format_usd(v) for v in out["cost_usd"]]
-    return out

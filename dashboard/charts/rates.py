@@ -25,8 +25,8 @@ from budgetlens.dashboard.formatting import NO_BUDGET
 def hit_rate_daily(
     df: pd.DataFrame, *, rate: str = "hit_rate", colors: dict[str, str] | None = None
 ) -> go.Figure:
-    """Lines of the daily hit rate (or ``intervention_rate``) per task type, in %, with the 20 %
-    alarm line.
+    """Lines of the daily hit rate (or ``intervention_rate``) per task type, in %; the hit rate
+    with the ``HIT_RATE_ALARM`` line (the intervention rate has no alarm, so no line).
 
     ``df``: [day, task_type, finished_runs, budget_stops, interventions, hit_rate,
     intervention_rate]; rates are 0..1. A missing rate (None/NaN: no budgeted run that day)
@@ -56,7 +56,8 @@ def hit_rate_daily(
                 hovertemplate="%{y:.1f} % of %{customdata[0]:,} " + noun + "<extra>" + str(task) + "</extra>",
             )
         )
-    _alarm_line(fig)
+    if rate == "hit_rate":
+        _alarm_line(fig)
     top = max(25.0, float((pd.to_numeric(df[rate], errors="coerce").fillna(0) * 100).max()) * 1.1)
     fig.update_yaxes(range=[0, top], ticksuffix=" %")
     _few_periods(fig, df["day"])

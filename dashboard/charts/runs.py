@@ -6,8 +6,10 @@ from __future__ import annotations
 import pandas as pd
 import plotly.graph_objects as go
 
+from budgetlens import semconv
 from budgetlens.dashboard.charts._style import (
     TASK_COLORS,
+    _bar_width,
     _base,
     _colors,
     _count_axis,
@@ -16,6 +18,7 @@ from budgetlens.dashboard.charts._style import (
     _number,
     _require,
     _token_axis,
+    roll_up,
 )
 from budgetlens.dashboard.formatting import format_tokens, is_missing
 
@@ -27,7 +30,9 @@ def run_turns(
     run_id: str = "",
 ) -> go.Figure:
     """One run: cumulative used tokens per turn (line), each turn's reservation (bars), the run's
-    total-token limit (red line) and its budget events (markers at the turn they happened in).
+    total-token limit (red line) and its budget events (markers at the turn they happened in:
+    warnings, downgrades and summaries each their own marker, the stop a red X; tool calls are
+    not drawn, see ``EVENT_STYLES``).
 
     ``calls``: [turn, start_utc, model, input_tokens, output_tokens, reserved_tokens,
     cumulative_tokens, limit_total_tokens, usage_status, cost_usd];
@@ -101,16 +106,30 @@ def run_turns(
     return fig
 
 
+#: How each kind of event is drawn: (legend name, marker symbol, color, size). Tool calls are
+#: not budget events: they are counted per turn in the hover, never drawn as markers (a
+#: 116-turn runaway has 179 of them). The real stop is a red X of its own.
+EVENT_STYLES = {
+    semconv.EVENT_WARNING: ("warning", "triangle-up", "#EECA3B", 12),
+    semconv.EVENT_DOWNGRADE: ("downgrade", "triangle-down", "#B279A2", 12),
+    semconv.EVENT_SUMMARIZE: ("summary", "square", "#72B7B2", 11),
+    semconv.EVENT_STOP: ("budget stop", "x", "#E45756", 15),
+}
+
+
 def _add_events(fig: go.Figure, calls: pd.DataFrame, turns: pd.Series, events: pd.DataFrame) -> None:
     starts = pd.to_datetime(calls["start_utc"]).tolist()
-    xs, ys, texts = [], [], []
+    drawn: dict[str, tuple[list, list, list]] = {}
     for _, event in events.sort_values("ts_utc").iterrows():
+        name = str(event["name"])
+        if name not in EVENT_STYLES:  # tool calls and unknown names: not budget events
+            continue
         ts = pd.to_datetime(event["ts_utc"])
         index = max(0, sum(1 for s in starts if pd.notna(s) and s <= ts) - 1)
+        xs, ys, texts = drawn.setdefault(name, ([], [], []))
         xs.append(turns.iloc[index])
         used = event.get("used_tokens")
         ys.append(used if pd.notna(used) else calls["cumulative_tokens"].iloc[index])
-        name = str(event["name"]).removeprefix("budgetlens.")
         detail = next(
             (
                 str(event[c])
@@ -119,39 +138,51 @@ def _add_events(fig: go.Figure, calls: pd.DataFrame, turns: pd.Series, events: p
             ),
             "",
         )
-        texts.append(f"{name}: {detail}" if detail else name)
-    fig.add_trace(
-        go.Scatter(
-            x=xs,
-            y=ys,
-            mode="markers",
-            name="budget events",
-            text=texts,
-            marker={
-                "symbol": "diamond",
-                "size": 11,
-                "color": "#F58518",
-                "line": {"width": 1, "color": "#333"},
-            },
-            hovertemplate="%{text}<br>%{y:,.0f} tokens<extra></extra>",
+        label = EVENT_STYLES[name][0]
+        texts.append(f"{label}: {detail}" if detail else label)
+    for name, (xs, ys, texts) in drawn.items():
+        label, symbol, color, size = EVENT_STYLES[name]
+        fig.add_trace(
+            go.Scatter(
+                x=xs,
+                y=ys,
+                mode="markers",
+                name=label,
+                text=texts,
+                marker={
+                    "symbol": symbol,
+                    "size": size,
+                    "color": color,
+                    "line": {"width": 1, "color": "#333"},
+                },
+                hovertemplate="%{text}<br>%{y:,.0f} tokens<extra></extra>",
+            )
         )
-    )
 
 
-def runs_per_day(df: pd.DataFrame, *, colors: dict[str, str] | None = None) -> go.Figure:
-    """Stacked bars of finished runs per day by task type. ``df`` as for ``hit_rate_daily``;
-    ``colors``: task type -> color (see ``color_map``)."""
+def runs_per_day(df: pd.DataFrame, *, colors: dict[str, str] | None = None, period: str = "day") -> go.Figure:
+    """Stacked bars of finished runs per ``period`` ('day', 'week' or 'month': days are added
+    up, see ``roll_up``) by task type. ``df`` as for ``hit_rate_daily``; ``colors``: task type
+    -> color (see ``color_map``). A bar spans 80 % of its period (never a hairline)."""
     _require(df, ("day", "task_type", "finished_runs"), "runs_per_day")
-    fig = _base("Finished runs per day", "Day", "Runs")
+    noun = {"day": "day", "week": "week", "month": "month"}.get(period, "day")
+    fig = _base(f"Finished runs per {noun}", noun.capitalize(), "Runs")
     if df.empty:
         return _empty(fig)
+    df = roll_up(df[["day", "task_type", "finished_runs"]], "day", noun, ["finished_runs"], ["task_type"])
     colors = _colors(df["task_type"], colors, TASK_COLORS)
     for task, part in df.groupby("task_type", sort=True):
         part = part.sort_values("day")
         fig.add_trace(
-            go.Bar(x=part["day"], y=part["finished_runs"], name=str(task), marker_color=colors[str(task)])
+            go.Bar(
+                x=pd.to_datetime(part["day"]),
+                y=part["finished_runs"],
+                name=str(task),
+                marker_color=colors[str(task)],
+                width=_bar_width(noun),
+            )
         )
-    fig.update_layout(barmode="stack", bargap=0.15)
+    fig.update_layout(barmode="stack")
     _count_axis(fig, float(df.groupby("day")["finished_runs"].sum().max()))
-    _few_periods(fig, df["day"])
+    _few_periods(fig, df["day"], noun)
     return fig
