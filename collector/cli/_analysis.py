@@ -16,7 +16,6 @@ Output conventions (every format):
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import math
 import sys
 from contextlib import contextmanager
