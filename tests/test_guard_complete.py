@@ -99,9 +99,8 @@ def test_caller_sets_retryable_by_argument_or_policy():
 # --- 4. external effects -----------------------------------------------------------------------
 def test_run_interrupted_during_an_unconfirmed_write_names_it_and_is_not_retryable():
     run = RunBudget()
-    with pytest.raises(RuntimeError), run:
-        with run.external_effect("send_mail"):
-            raise RuntimeError("connection reset")  # did the mail go out? unknown
+    with pytest.raises(RuntimeError), run, run.external_effect("send_mail"):
+        raise RuntimeError("connection reset")  # did the mail go out? unknown
     result = run.result
     assert result.stop_reason == STOP_FAILED
     assert result.unconfirmed_effects == ("send_mail",) and result.retryable is False
@@ -311,7 +310,7 @@ def test_every_limit_vocabulary_derives_from_the_one_table():
     from budgetlens.otlp.attributes import LIMITS as SPAN_LIMITS
     from budgetlens.store.schema import RUN_COLUMNS, RUN_RECORD_COLUMNS
 
-    assert LIMIT_KEYS == tuple(s.name for s in LIMITS)
+    assert tuple(s.name for s in LIMITS) == LIMIT_KEYS
     assert set(WHOLE_NUMBER_LIMITS) == {s.name for s in LIMITS if s.unit in ("tokens", "count")}
     assert dict(_LIMIT_ATTRIBUTES) == {s.name: s.span_attribute for s in LIMITS}
     assert [c for c, _, _ in SPAN_LIMITS] == [s.store_column for s in LIMITS]
