@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import threading
 
 import pytest
@@ -280,10 +281,8 @@ def test_token_pool_admits_only_reservations_that_fit_under_threads():
 
     def worker(run):
         barrier.wait()
-        try:
+        with contextlib.suppress(BudgetExceeded):
             admitted.append(run.reserve(3_000))
-        except BudgetExceeded:
-            pass
 
     threads = [threading.Thread(target=worker, args=(r,)) for r in runs]
     for t in threads:
