@@ -297,3 +297,41 @@ def test_adapter_example_runs_as_a_script(python, name, last_line):
     )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip().splitlines()[-1] == last_line
+
+
+def test_stream_dropped_unfinished_gives_up_its_reservation(server):
+    import gc
+
+    run = RunBudget(max_total_tokens=50_000)
+    stream = openai_client(server, run).chat.completions.create(
+        model="gpt-4o-mini", messages=MESSAGES, stream=True, max_completion_tokens=500
+    )
+    next(iter(stream))
+    del stream
+    gc.collect()
+    stats = run.stats()
+    assert stats.reserved_tokens == 0 and stats.turns == 1
+
+
+CONVERSATION = [
+    {"role": "system", "content": "You fix bugs."},
+    {"role": "user", "content": "Fix the failing test."},
+    {"role": "assistant", "content": "Reading the file."},
+    {"role": "user", "content": "ok"},
+    {"role": "assistant", "content": "Found it."},
+    {"role": "user", "content": "Now fix it."},
+]
+
+
+@pytest.mark.parametrize("wrapped", [False, True])
+def test_compress_with_a_client_is_budgeted_and_uses_the_cheapest_model(server, wrapped):
+    run = RunBudget(max_total_tokens=50_000, model_chain=["gpt-4o", "gpt-4o-mini"], provider="openai")
+    client = openai.OpenAI(base_url=server.openai_url, api_key="test", max_retries=0)
+    if wrapped:
+        client = wrap_openai(client, run)
+    out = run.compress(CONVERSATION, client=client, keep_last=2)
+    assert out[0] == CONVERSATION[0] and out[2:] == CONVERSATION[-2:]
+    assert out[1]["content"].endswith("Done.")
+    path, body = server.requests[-1]
+    assert body["model"] == "gpt-4o-mini" and body["max_tokens"] == 1024
+    assert run.stats().usage == CALL and run.stats().turns == 1

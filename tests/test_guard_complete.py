@@ -315,3 +315,40 @@ def test_every_limit_vocabulary_derives_from_the_one_table():
     assert [c for c, _, _ in SPAN_LIMITS] == [s.store_column for s in LIMITS]
     assert set(PRESET_RULES) == set(LIMIT_KEYS) and set(LIMIT_COLUMNS.values()) <= set(RUN_COLUMNS)
     assert all(s.store_column in RUN_RECORD_COLUMNS for s in LIMITS)
+
+
+# --- telemetry of the new behaviours -----------------------------------------------------------
+def test_run_span_carries_limit_changes_alerts_effects_utilization_and_downgrades():
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from budgetlens import semconv as sc
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    run = RunBudget(
+        max_total_tokens=10_000,
+        model_chain=["a", "b"],
+        alert_limits={"max_turns": 1},
+        tracer=provider.get_tracer("test"),
+    )
+    call(run, 6_500)
+    run.set_max(max_total_tokens=20_000, changed_by="bob")
+    run.begin_effect("send_mail")
+    run.finish()
+    span = next(s for s in exporter.get_finished_spans() if s.name.startswith("invoke_agent"))
+    events = {e.name: dict(e.attributes) for e in span.events}
+    changed = events[EVENT_LIMIT_CHANGED]
+    assert (changed[sc.BUDGET_REASON], changed[sc.BUDGET_PREVIOUS_LIMIT], changed[sc.BUDGET_NEW_LIMIT]) == (
+        "max_total_tokens",
+        10_000,
+        20_000,
+    )
+    assert changed[sc.BUDGET_CHANGED_BY] == "bob"
+    assert events[EVENT_ALERT][sc.BUDGET_REASON] == "max_turns"
+    assert span.attributes[sc.BUDGET_UNCONFIRMED_EFFECTS] == ("send_mail",)
+    assert span.attributes[sc.BUDGET_UTILIZATION] == pytest.approx(0.325)
+    assert span.attributes[sc.BUDGET_DOWNGRADES] == 1
+    assert span.attributes[sc.BUDGET_RETRYABLE] is False

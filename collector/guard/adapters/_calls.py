@@ -3,6 +3,7 @@ response's usage (a stream's included), release or charge a failed call. SDK-fre
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from typing import Any
 
@@ -129,6 +130,12 @@ class GuardedStream:
 
     def __iter__(self) -> GuardedStream:
         return self
+
+    def __del__(self) -> None:
+        # a stream dropped unfinished must not hold its reservation forever: record what it saw
+        if getattr(self, "_open", False):
+            with contextlib.suppress(Exception):  # never raise from a finalizer
+                self._end()
 
     def __next__(self) -> Any:
         try:
