@@ -335,3 +335,37 @@ def test_compress_with_a_client_is_budgeted_and_uses_the_cheapest_model(server, 
     path, body = server.requests[-1]
     assert body["model"] == "gpt-4o-mini" and body["max_tokens"] == 1024
     assert run.stats().usage == CALL and run.stats().turns == 1
+
+
+def test_langchain_async_invoke_is_budgeted(server):
+    pytest.importorskip("langchain_openai")
+    from langchain_openai import ChatOpenAI
+
+    from budgetlens.guard.adapters import BudgetCallbackHandler
+
+    run = RunBudget(max_total_tokens=50_000)
+    llm = ChatOpenAI(model="gpt-4o-mini", base_url=server.openai_url, api_key="test", max_retries=0)
+    reply = asyncio.run(llm.ainvoke("hi", config={"callbacks": [BudgetCallbackHandler(run)]}))
+    assert reply.content == "Done."
+    assert run.stats().usage == CALL and run.stats().reserved_tokens == 0
+
+
+def test_agents_sdk_effect_tools_are_confirmed_when_the_tool_returns(server):
+    pytest.importorskip("agents")
+    from agents import Agent, OpenAIResponsesModel, Runner, function_tool, set_tracing_disabled
+
+    from budgetlens.guard.adapters import BudgetRunHooks
+
+    @function_tool
+    def send_mail(to: str) -> str:
+        """Send a mail."""
+        return "sent"
+
+    set_tracing_disabled(True)
+    client = openai.AsyncOpenAI(base_url=server.openai_url, api_key="test", max_retries=0)
+    agent = Agent(
+        name="a", instructions="x", tools=[send_mail], model=OpenAIResponsesModel("gpt-4o-mini", client)
+    )
+    with RunBudget(max_total_tokens=50_000) as run:
+        asyncio.run(Runner.run(agent, "mail bob", hooks=BudgetRunHooks(run, effect_tools=("send_mail",))))
+    assert run.result.tool_calls == 1 and run.result.unconfirmed_effects == ()
