@@ -369,3 +369,23 @@ def test_agents_sdk_effect_tools_are_confirmed_when_the_tool_returns(server):
     with RunBudget(max_total_tokens=50_000) as run:
         asyncio.run(Runner.run(agent, "mail bob", hooks=BudgetRunHooks(run, effect_tools=("send_mail",))))
     assert run.result.tool_calls == 1 and run.result.unconfirmed_effects == ()
+
+
+def test_openai_stream_helpers_are_recorded_sync_and_async(server):
+    run = RunBudget(max_total_tokens=50_000)
+    client = openai_client(server, run)
+    with client.chat.completions.stream(model="gpt-4o-mini", messages=MESSAGES) as stream:
+        assert stream.get_final_completion().choices[0].message.content == "Done."
+    assert server.requests[-1][1]["stream_options"] == {"include_usage": True}
+    with client.responses.stream(model="gpt-4o-mini", input="hi") as stream:
+        assert stream.get_final_response().output_text == "Done."
+    aclient = openai_client(server, run, is_async=True)
+
+    async def agent():
+        async with aclient.responses.stream(model="gpt-4o-mini", input="hi") as stream:
+            async for _ in stream:
+                pass
+
+    asyncio.run(agent())
+    stats = run.stats()
+    assert stats.usage == CALL + CALL + CALL and stats.reserved_tokens == 0 and stats.turns == 3
