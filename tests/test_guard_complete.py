@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import threading
 
 import pytest
@@ -99,9 +100,8 @@ def test_caller_sets_retryable_by_argument_or_policy():
 # --- 4. external effects -----------------------------------------------------------------------
 def test_run_interrupted_during_an_unconfirmed_write_names_it_and_is_not_retryable():
     run = RunBudget()
-    with pytest.raises(RuntimeError), run:
-        with run.external_effect("send_mail"):
-            raise RuntimeError("connection reset")  # did the mail go out? unknown
+    with pytest.raises(RuntimeError), run, run.external_effect("send_mail"):
+        raise RuntimeError("connection reset")  # did the mail go out? unknown
     result = run.result
     assert result.stop_reason == STOP_FAILED
     assert result.unconfirmed_effects == ("send_mail",) and result.retryable is False
@@ -281,10 +281,8 @@ def test_token_pool_admits_only_reservations_that_fit_under_threads():
 
     def worker(run):
         barrier.wait()
-        try:
+        with contextlib.suppress(BudgetExceeded):
             admitted.append(run.reserve(3_000))
-        except BudgetExceeded:
-            pass
 
     threads = [threading.Thread(target=worker, args=(r,)) for r in runs]
     for t in threads:
@@ -311,9 +309,46 @@ def test_every_limit_vocabulary_derives_from_the_one_table():
     from budgetlens.otlp.attributes import LIMITS as SPAN_LIMITS
     from budgetlens.store.schema import RUN_COLUMNS, RUN_RECORD_COLUMNS
 
-    assert LIMIT_KEYS == tuple(s.name for s in LIMITS)
+    assert tuple(s.name for s in LIMITS) == LIMIT_KEYS
     assert set(WHOLE_NUMBER_LIMITS) == {s.name for s in LIMITS if s.unit in ("tokens", "count")}
     assert dict(_LIMIT_ATTRIBUTES) == {s.name: s.span_attribute for s in LIMITS}
     assert [c for c, _, _ in SPAN_LIMITS] == [s.store_column for s in LIMITS]
     assert set(PRESET_RULES) == set(LIMIT_KEYS) and set(LIMIT_COLUMNS.values()) <= set(RUN_COLUMNS)
     assert all(s.store_column in RUN_RECORD_COLUMNS for s in LIMITS)
+
+
+# --- telemetry of the new behaviours -----------------------------------------------------------
+def test_run_span_carries_limit_changes_alerts_effects_utilization_and_downgrades():
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from budgetlens import semconv as sc
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    run = RunBudget(
+        max_total_tokens=10_000,
+        model_chain=["a", "b"],
+        alert_limits={"max_turns": 1},
+        tracer=provider.get_tracer("test"),
+    )
+    call(run, 6_500)
+    run.set_max(max_total_tokens=20_000, changed_by="bob")
+    run.begin_effect("send_mail")
+    run.finish()
+    span = next(s for s in exporter.get_finished_spans() if s.name.startswith("invoke_agent"))
+    events = {e.name: dict(e.attributes) for e in span.events}
+    changed = events[EVENT_LIMIT_CHANGED]
+    assert (changed[sc.BUDGET_REASON], changed[sc.BUDGET_PREVIOUS_LIMIT], changed[sc.BUDGET_NEW_LIMIT]) == (
+        "max_total_tokens",
+        10_000,
+        20_000,
+    )
+    assert changed[sc.BUDGET_CHANGED_BY] == "bob"
+    assert events[EVENT_ALERT][sc.BUDGET_REASON] == "max_turns"
+    assert span.attributes[sc.BUDGET_UNCONFIRMED_EFFECTS] == ("send_mail",)
+    assert span.attributes[sc.BUDGET_UTILIZATION] == pytest.approx(0.325)
+    assert span.attributes[sc.BUDGET_DOWNGRADES] == 1
+    assert span.attributes[sc.BUDGET_RETRYABLE] is False

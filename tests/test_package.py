@@ -10,7 +10,19 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-HEAVY = ("duckdb", "pandas", "streamlit", "plotly", "pyarrow", "opentelemetry.sdk")
+HEAVY = (
+    "duckdb",
+    "pandas",
+    "streamlit",
+    "plotly",
+    "pyarrow",
+    "opentelemetry.sdk",
+    "openai",
+    "anthropic",
+    "agents",
+    "langchain_core",
+    "langgraph",
+)
 WINGS = ("guard", "otlp", "ingest", "importers", "store", "analysis", "sample", "cli")
 
 

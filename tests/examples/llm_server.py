@@ -135,19 +135,37 @@ def _responses(body: dict[str, Any]) -> dict[str, Any]:
 def _responses_events(body: dict[str, Any]) -> list[dict[str, Any]]:
     full = _responses(body)
     started = full | {"status": "in_progress", "output": [], "usage": None}
-    return [
-        {"type": "response.created", "sequence_number": 0, "response": started},
-        {
-            "type": "response.output_text.delta",
-            "sequence_number": 1,
-            "item_id": "msg_1",
-            "output_index": 0,
-            "content_index": 0,
-            "delta": "Done.",
-            "logprobs": [],
-        },
-        {"type": "response.completed", "sequence_number": 2, "response": full},
+    item = full["output"][0]
+    if item["type"] != "message":  # a function call: added, then done
+        steps: list[dict[str, Any]] = [
+            {
+                "type": "response.output_item.added",
+                "output_index": 0,
+                "item": item | {"status": "in_progress"},
+            },
+            {"type": "response.output_item.done", "output_index": 0, "item": item},
+        ]
+    else:
+        part = {"type": "output_text", "text": "", "annotations": []}
+        at = {"item_id": item["id"], "output_index": 0, "content_index": 0}
+        steps = [
+            {
+                "type": "response.output_item.added",
+                "output_index": 0,
+                "item": item | {"status": "in_progress", "content": []},
+            },
+            {"type": "response.content_part.added", **at, "part": part},
+            {"type": "response.output_text.delta", **at, "delta": "Done.", "logprobs": []},
+            {"type": "response.output_text.done", **at, "text": "Done.", "logprobs": []},
+            {"type": "response.content_part.done", **at, "part": part | {"text": "Done."}},
+            {"type": "response.output_item.done", "output_index": 0, "item": item},
+        ]
+    events = [
+        {"type": "response.created", "response": started},
+        *steps,
+        {"type": "response.completed", "response": full},
     ]
+    return [event | {"sequence_number": n} for n, event in enumerate(events)]
 
 
 def _messages(body: dict[str, Any]) -> dict[str, Any]:

@@ -3,6 +3,8 @@ response's usage (a stream's included), release or charge a failed call. SDK-fre
 
 from __future__ import annotations
 
+import contextlib
+import inspect
 from collections.abc import Callable
 from typing import Any
 
@@ -10,7 +12,13 @@ from budgetlens.guard.estimate import estimate_tokens
 from budgetlens.guard.results import Reservation
 from budgetlens.usage import UsageAccumulator
 
-__all__ = ["DEFAULT_MAX_OUTPUT_TOKENS", "CallGuard", "GuardedAsyncStream", "GuardedStream"]
+__all__ = [
+    "DEFAULT_MAX_OUTPUT_TOKENS",
+    "CallGuard",
+    "GuardedAsyncStream",
+    "GuardedStream",
+    "GuardedStreamManager",
+]
 
 #: ``max_tokens`` an adapter adds to a request that sets none (capped by the budget's output left).
 DEFAULT_MAX_OUTPUT_TOKENS = 4096
@@ -130,6 +138,12 @@ class GuardedStream:
     def __iter__(self) -> GuardedStream:
         return self
 
+    def __del__(self) -> None:
+        # a stream dropped unfinished must not hold its reservation forever: record what it saw
+        if getattr(self, "_open", False):
+            with contextlib.suppress(Exception):  # never raise from a finalizer
+                self._end()
+
     def __next__(self) -> Any:
         try:
             chunk = next(self._stream)
@@ -187,6 +201,73 @@ class GuardedAsyncStream(GuardedStream):
 
     async def __aexit__(self, *exc_info: Any) -> None:
         await self.aclose()
+
+
+class GuardedStreamManager:
+    """Wraps an SDK's stream helper (Anthropic ``messages.stream``, OpenAI
+    ``chat.completions.stream`` / ``responses.stream``; sync or async): the reservation is made
+    before, and recorded on exit with the usage of the stream's message, completion or response
+    (unknown when none arrived; released when the API refused with a status)."""
+
+    def __init__(self, manager: Any, guard: CallGuard, res: Any) -> None:
+        self._manager, self._guard, self._res = manager, guard, res
+        self._stream: Any = None
+
+    def _end(self, error: BaseException | None, found: tuple[Any, Any] | None) -> None:
+        usage, model = found or (None, None)
+        if error is not None and usage is None and isinstance(getattr(error, "status_code", None), int):
+            self._guard.run.release(self._res)
+            return
+        self._guard.record(self._res, usage, model, error)
+
+    def __enter__(self) -> Any:
+        try:
+            self._stream = self._manager.__enter__()
+        except BaseException as exc:
+            self._guard.failed(self._res, exc)
+            raise
+        return self._stream
+
+    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> Any:
+        try:
+            return self._manager.__exit__(exc_type, exc, tb)
+        finally:
+            found = None
+            with contextlib.suppress(Exception):  # nothing with usage arrived: unknown
+                found = _final_usage(self._stream)
+            self._end(exc, found)
+
+    async def __aenter__(self) -> Any:
+        try:
+            self._stream = await self._manager.__aenter__()
+        except BaseException as exc:
+            self._guard.failed(self._res, exc)
+            raise
+        return self._stream
+
+    async def __aexit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> Any:
+        try:
+            return await self._manager.__aexit__(exc_type, exc, tb)
+        finally:
+            found = None
+            with contextlib.suppress(Exception):  # nothing with usage arrived: unknown
+                found = _final_usage(self._stream)
+                if inspect.isawaitable(found):  # the async helpers' get_final_response
+                    final = await found
+                    found = (final.usage, final.model)
+            self._end(exc, found)
+
+
+def _final_usage(stream: Any) -> Any:
+    """(usage, model) of a stream helper's result: Anthropic's message snapshot, OpenAI's chat
+    completion snapshot, or OpenAI's final response (read to its end if the caller did not); for
+    an async OpenAI helper, the awaitable of its final response instead."""
+    for name in ("current_message_snapshot", "current_completion_snapshot"):
+        if hasattr(type(stream), name):
+            snapshot = getattr(stream, name)
+            return snapshot.usage, snapshot.model
+    final = stream.get_final_response()
+    return final if inspect.isawaitable(final) else (final.usage, final.model)
 
 
 #: Stream event types that carry usage (Anthropic ``message_start``/``message_delta``, Responses'

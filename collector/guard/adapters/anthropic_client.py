@@ -22,6 +22,7 @@ from budgetlens.guard.adapters._calls import (
     CallGuard,
     GuardedAsyncStream,
     GuardedStream,
+    GuardedStreamManager,
 )
 from budgetlens.guard.adapters._proxy import Proxy
 
@@ -103,52 +104,4 @@ class _Messages(Proxy):
         except BaseException as exc:
             self._guard.failed(res, exc)
             raise
-        return _StreamManager(manager, self._guard, res)
-
-
-class _StreamManager:
-    """Wraps ``MessageStreamManager`` / ``AsyncMessageStreamManager``."""
-
-    def __init__(self, manager: Any, guard: CallGuard, res: Any) -> None:
-        self._manager, self._guard, self._res = manager, guard, res
-        self._stream: Any = None
-
-    def _end(self, error: BaseException | None) -> None:
-        usage, model = None, None
-        try:
-            snapshot = self._stream.current_message_snapshot
-            usage, model = snapshot.usage, snapshot.model
-        except Exception:  # no message_start arrived: usage unknown
-            usage = None
-        if error is not None and usage is None and isinstance(getattr(error, "status_code", None), int):
-            self._guard.run.release(self._res)
-            return
-        self._guard.record(self._res, usage, model, error)
-
-    def __enter__(self) -> Any:
-        try:
-            self._stream = self._manager.__enter__()
-        except BaseException as exc:
-            self._guard.failed(self._res, exc)
-            raise
-        return self._stream
-
-    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> Any:
-        try:
-            return self._manager.__exit__(exc_type, exc, tb)
-        finally:
-            self._end(exc)
-
-    async def __aenter__(self) -> Any:
-        try:
-            self._stream = await self._manager.__aenter__()
-        except BaseException as exc:
-            self._guard.failed(self._res, exc)
-            raise
-        return self._stream
-
-    async def __aexit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> Any:
-        try:
-            return await self._manager.__aexit__(exc_type, exc, tb)
-        finally:
-            self._end(exc)
+        return GuardedStreamManager(manager, self._guard, res)

@@ -1,7 +1,7 @@
 """A hard budget for the official OpenAI Python client (extra ``openai``).
 
 ``client = wrap_openai(OpenAI(), run)``: every ``client.chat.completions.create`` / ``.parse``
-and ``client.responses.create`` / ``.parse`` (sync with ``OpenAI``, async with ``AsyncOpenAI``,
+and ``client.responses.create`` / ``.parse``, and the ``.stream(...)`` helpers of both (sync with ``OpenAI``, async with ``AsyncOpenAI``,
 plain or ``stream=True``) first reserves the prompt estimate plus the request's output cap from
 ``run`` (raising ``BudgetExceeded`` before the request is sent when it does not fit), then
 records the response's usage. A request without an output cap gets one: the budget's output
@@ -24,6 +24,7 @@ from budgetlens.guard.adapters._calls import (
     CallGuard,
     GuardedAsyncStream,
     GuardedStream,
+    GuardedStreamManager,
 )
 from budgetlens.guard.adapters._proxy import Proxy
 
@@ -139,3 +140,15 @@ class _Endpoint(Proxy):
 
     async def _aparse(self, **kwargs: Any) -> Any:
         return await self._acall("parse", kwargs)
+
+    def stream(self, **kwargs: Any) -> Any:
+        """The SDK's ``stream(...)`` helper, guarded: reserved before, recorded on exit of its
+        ``with`` / ``async with`` block with the final usage."""
+        kwargs, res = self._prepare({**kwargs, "stream": True})
+        kwargs.pop("stream")
+        try:
+            manager = self._target.stream(**kwargs)
+        except BaseException as exc:
+            self._guard.failed(res, exc)
+            raise
+        return GuardedStreamManager(manager, self._guard, res)
