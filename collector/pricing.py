@@ -580,7 +580,17 @@ def _parse_entry(model: str, entry: Any, path: str, version: str, allow_all: boo
     missing = [k for k in ("input", "output") if f"{k}_mtok" not in prices]
     if missing:
         raise ValueError(f"{path}: models.{model}: missing {', '.join(m + '_usd_per_mtok' for m in missing)}")
-    return _UserModel(tuple(prices.items()), f"user:{path}", version)
+    user = _UserModel(tuple(prices.items()), f"user:{path}", version)
+    try:  # genai-prices' own rules: e.g. a 1h cache-write price needs the cache-write price
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            user.model_price().calc_price(_genai_usage(Usage()))
+    except ValueError as error:
+        raise ValueError(
+            f"{path}: models.{model}: {error} (price keys are <dimension>_usd_per_<unit>, e.g. "
+            "cache_write_usd_per_mtok for cache_write_tokens)"
+        ) from error
+    return user
 
 
 def load_price_file(path: str | os.PathLike) -> dict[str, Any]:

@@ -23,6 +23,7 @@ COMMANDS = (
     "baselines",
     "presets",
     "runs",
+    "reprice",
 )
 
 
