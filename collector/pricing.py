@@ -426,12 +426,12 @@ def usage_from_details(columns: Mapping[str, Any]) -> Usage | None:
     ``usage_details``."""
     if columns.get("input_tokens") is None or columns.get("output_tokens") is None:
         return None
-    values = {name: int(columns.get(name) or 0) for name in _TOKEN_COLUMNS}
+    values: dict[str, Any] = {name: int(columns.get(name) or 0) for name in _TOKEN_COLUMNS}
     raw = columns.get("usage_details")
     extra = json.loads(raw) if raw else {}
     if not isinstance(extra, dict) or set(extra) - set(_DETAIL_FIELDS):
         raise ValueError(f"usage_details must be an object with keys among {_DETAIL_FIELDS}, got {raw!r}")
-    return Usage(**values, **extra)
+    return Usage(**{**values, **extra})
 
 
 def price_columns(
