@@ -426,12 +426,12 @@ def usage_from_details(columns: Mapping[str, Any]) -> Usage | None:
     ``usage_details``."""
     if columns.get("input_tokens") is None or columns.get("output_tokens") is None:
         return None
-    values = {name: int(columns.get(name) or 0) for name in _TOKEN_COLUMNS}
+    values: dict[str, Any] = {name: int(columns.get(name) or 0) for name in _TOKEN_COLUMNS}
     raw = columns.get("usage_details")
     extra = json.loads(raw) if raw else {}
     if not isinstance(extra, dict) or set(extra) - set(_DETAIL_FIELDS):
         raise ValueError(f"usage_details must be an object with keys among {_DETAIL_FIELDS}, got {raw!r}")
-    return Usage(**values, **extra)
+    return Usage(**{**values, **extra})
 
 
 def price_columns(
@@ -580,7 +580,17 @@ def _parse_entry(model: str, entry: Any, path: str, version: str, allow_all: boo
     missing = [k for k in ("input", "output") if f"{k}_mtok" not in prices]
     if missing:
         raise ValueError(f"{path}: models.{model}: missing {', '.join(m + '_usd_per_mtok' for m in missing)}")
-    return _UserModel(tuple(prices.items()), f"user:{path}", version)
+    user = _UserModel(tuple(prices.items()), f"user:{path}", version)
+    try:  # genai-prices' own rules: e.g. a 1h cache-write price needs the cache-write price
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            user.model_price().calc_price(_genai_usage(Usage()))
+    except ValueError as error:
+        raise ValueError(
+            f"{path}: models.{model}: {error} (price keys are <dimension>_usd_per_<unit>, e.g. "
+            "cache_write_usd_per_mtok for cache_write_tokens)"
+        ) from error
+    return user
 
 
 def load_price_file(path: str | os.PathLike) -> dict[str, Any]:

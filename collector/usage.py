@@ -489,6 +489,14 @@ def _with_billing_parts(usage: Usage, u: Mapping[str, Any], service_tier: Any = 
     and its service tier (``u["service_tier"]``, else ``service_tier`` from the response)."""
     counts = _billing_counts(u)
     tier = u.get("service_tier", service_tier)
+    realtime_cached = _detail(u, ("input_token_details", "cached_tokens"))  # Realtime's spelling
+    if realtime_cached and not usage.cache_read_tokens:
+        usage = replace(
+            usage,
+            cache_read_tokens=_part(
+                realtime_cached, usage.input_tokens - usage.cache_write_tokens, "cached tokens"
+            ),
+        )
     counts["cache_write_1h_tokens"] = _part(
         counts["cache_write_1h_tokens"], usage.cache_write_tokens, "1h cache writes"
     )

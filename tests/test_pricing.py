@@ -13,8 +13,9 @@ from budgetlens.pricing import (
     check_prices_file,
     clear_price_cache,
     cost_usd,
+    estimate_cost_usd,
     load_price_file,
-    model_rates,
+    price_call,
 )
 from budgetlens.usage import Usage
 
@@ -52,11 +53,15 @@ def test_cost_matches_genai_prices_calculation(model, usage):
 
 
 def test_each_token_is_charged_once_at_its_own_rate():
-    rates = model_rates("gpt-4o")
+    rates = calc_price(GenaiUsage(input_tokens=0, output_tokens=0), "gpt-4o").model_price
     usage = Usage(
         input_tokens=1_000_000, output_tokens=1_000_000, cache_read_tokens=400_000, reasoning_tokens=300_000
     )
-    per_tok_in, per_tok_out, per_tok_cr = rates.input[0][1], rates.output[0][1], rates.cache_read[0][1]
+    per_tok_in, per_tok_out, per_tok_cr = (
+        float(rates.input_mtok) / 1e6,
+        float(rates.output_mtok) / 1e6,
+        float(rates.cache_read_mtok) / 1e6,
+    )
     expected = 600_000 * per_tok_in + 400_000 * per_tok_cr + 1_000_000 * per_tok_out
     assert cost_usd("gpt-4o", usage) == pytest.approx(expected)
     assert per_tok_cr < per_tok_in
@@ -75,12 +80,12 @@ def test_each_token_is_charged_once_at_its_own_rate():
 )
 def test_prefixed_and_dated_names_resolve_to_the_same_price(name, provider, canonical):
     assert cost_usd(name, SMALL, provider) == pytest.approx(cost_usd(canonical, SMALL))
-    assert model_rates(name, provider).source.endswith("/" + canonical)
+    assert price_call(name, SMALL, provider).source.endswith("/" + canonical)
 
 
 def test_bedrock_converse_name_resolves_through_its_prefix():
-    rates = model_rates("converse/jp.anthropic.claude-haiku-4-5-20251001-v1:0")
-    assert rates is not None and rates.source.startswith("genai-prices:aws/")
+    priced = price_call("converse/jp.anthropic.claude-haiku-4-5-20251001-v1:0", SMALL)
+    assert priced.cost_usd is not None and priced.source.startswith("genai-prices:aws/")
 
 
 @pytest.mark.parametrize("model", ["totally-unknown-model", "openai/openrouter-llama-4-maverick", ""])
@@ -135,7 +140,7 @@ def test_user_price_file_from_env_overrides_genai_prices(tmp_path, monkeypatch):
     usage = Usage(input_tokens=1_000_000, output_tokens=1_000_000, cache_read_tokens=400_000)
     # No cache_read price in the file: cache reads are input tokens at the input rate.
     assert cost_usd("gpt-4o", usage) == pytest.approx(1.0 + 2.0)
-    assert model_rates("gpt-4o").source.startswith("user:")
+    assert price_call("gpt-4o", usage).source.startswith("user:")
 
 
 @pytest.mark.parametrize(
@@ -212,11 +217,11 @@ def test_check_prices_file_names_the_environment_variable_for_a_missing_file(tmp
 
 def test_check_prices_file_does_nothing_without_a_price_file():
     check_prices_file()  # no argument, no environment variable: genai-prices only
-    assert model_rates("gpt-4o").source.startswith("genai-prices:")
+    assert price_call("gpt-4o", SMALL).source.startswith("genai-prices:")
 
 
 @pytest.mark.parametrize(
     "output_tokens, expected", [(None, 1_000 * 10e-6), (200, 800 * 2.5e-6 + 200 * 10e-6), (0, 1_000 * 2.5e-6)]
 )
 def test_reservation_estimate_is_worst_case_without_a_split(output_tokens, expected):
-    assert model_rates("gpt-4o").estimate(1_000, output_tokens) == pytest.approx(expected)
+    assert estimate_cost_usd("gpt-4o", 1_000, output_tokens) == pytest.approx(expected)

@@ -314,3 +314,23 @@ LAKE_INSERT_TOUCHED_TOTALS = "INSERT INTO run_totals BY NAME SELECT * FROM touch
 LAKE_RUNS_OF_TOUCHED = _RUNS_FROM_TOTALS.format(totals="touched")
 LAKE_DELETE_TOUCHED_RUNS = "DELETE FROM runs WHERE run_id IN (SELECT run_id FROM touched_runs)"
 LAKE_INSERT_TOUCHED_RUNS = "INSERT INTO runs BY NAME SELECT * FROM touched_runs"
+
+# --- issue 9: re-pricing (budgetlens reprice) ------------------------------------------------------
+
+#: Calls budgetlens priced with other prices than ``?`` (the current price version), and calls it
+#: left unpriced although their usage is known; a cost the source stated (no price_version) stays.
+SELECT_REPRICE_CANDIDATES = """
+SELECT span_id, coalesce(response_model, request_model) AS model, provider_name, start_utc,
+       input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, reasoning_tokens,
+       usage_details, cost_usd, price_version
+FROM model_calls
+WHERE (price_version IS NOT NULL AND price_version <> ?)
+   OR (price_version IS NULL AND cost_usd IS NULL AND usage_status = 'reported'
+       AND input_tokens IS NOT NULL AND output_tokens IS NOT NULL
+       AND coalesce(response_model, request_model) IS NOT NULL)
+ORDER BY span_id
+"""
+
+UPDATE_CALL_PRICE = (
+    "UPDATE model_calls SET cost_usd = ?, price_version = ?, unpriced_parts = ? WHERE span_id = ?"
+)
