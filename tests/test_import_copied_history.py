@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
 
 from budgetlens.importers import import_paths
+from budgetlens.importers.claude_code import SKIP_COPIED
 from budgetlens.importers.codex import SKIP_FORK_COPY
 from budgetlens.store import read_connection
 
@@ -87,3 +89,47 @@ def test_a_fork_imported_without_its_parent_keeps_only_its_own_call(tmp_path):
     db_path = tmp_path / "store.duckdb"
     import_paths("codex", [_fork(tmp_path)], db_path)
     assert _run_totals(db_path) == {f"codex:{FORK}": 800}
+
+
+# --- Claude Code: a resumed session's transcript carries copies of the earlier responses --------
+def _assistant(session: str, ts: str, message_id: str, request_id: str, inp: int, out: int) -> dict:
+    return {
+        "type": "assistant",
+        "sessionId": session,
+        "timestamp": ts,
+        "cwd": "/work/shop",
+        "requestId": request_id,
+        "message": {
+            "id": message_id,
+            "role": "assistant",
+            "model": "claude-sonnet-4-5-20250929",
+            "content": [{"type": "text", "text": "ok"}],
+            "usage": {"input_tokens": inp, "output_tokens": out},
+        },
+    }
+
+
+ORIGINAL = [
+    ("2026-03-02T09:00:05Z", "msg_01", "req_01", 1000, 100),
+    ("2026-03-02T09:01:05Z", "msg_02", "req_02", 2000, 200),
+]
+
+
+@pytest.mark.parametrize("resumed_first", [False, True])
+def test_a_resumed_claude_code_session_does_not_count_the_copied_responses(tmp_path, resumed_first):
+    project = tmp_path / "-work-shop"
+    original = _write(project / "s-one.jsonl", [_assistant("s-one", *call) for call in ORIGINAL])
+    copies = [_assistant("s-two", *call) for call in ORIGINAL]  # copied under the new session id
+    own = _assistant("s-two", "2026-03-02T10:00:05Z", "msg_03", "req_03", 500, 50)
+    resumed = _write(project / "s-two.jsonl", [*copies, own])
+    os.utime(original, (1_772_442_000, 1_772_442_000))  # the original was last written earlier
+    os.utime(resumed, (1_772_445_600, 1_772_445_600))
+    db_path = tmp_path / "store.duckdb"
+    report = import_paths(
+        "claude-code", [resumed, original] if resumed_first else [original, resumed], db_path
+    )
+    with read_connection(db_path) as conn:
+        runs = dict(conn.execute("SELECT run_id, total_tokens FROM runs").fetchall())
+    # 1,100 + 2,200 made by the original session; 550 by the resumed one
+    assert runs == {"claude-code:s-one": 3300, "claude-code:s-two": 550}
+    assert report.skipped[SKIP_COPIED] == 2
