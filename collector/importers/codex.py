@@ -198,6 +198,8 @@ def _line(
             raise ValueError(f"{line_type} line without a 'payload' object")
     elif not state.recognised:
         return  # not (yet) known to be a rollout: a foreign line adds nothing
+    if not isinstance(payload, dict):
+        payload = {}  # a line of another type: its payload is not read
     row = None
     if line_type == "session_meta":
         session_id = text(payload.get("id"), "session_meta.payload.id")
