@@ -152,7 +152,7 @@ def read(paths: Sequence[Path], options: ImportOptions, report: ImportReport) ->
     yielded after all files are read, so a session's subagent files may come before or after it.
     """
     sessions: dict[str, _Session] = {}
-    owners: dict[tuple, str] = {}  # (message id, request id) -> the session that made it
+    owners: dict[int, str] = {}  # hash of (message id, request id) -> the session that made it
     for path in sorted(paths, key=_age):
         report.files += 1
         yield from _read_file(path, options, report, sessions, owners)
@@ -207,7 +207,7 @@ def _read_file(
     options: ImportOptions,
     report: ImportReport,
     sessions: dict[str, _Session],
-    owners: dict[tuple, str],
+    owners: dict[int, str],
 ) -> Iterator[tuple]:
     folder, layout_session = _project_folder(path)
     state = _File(path, folder, layout_session or path.stem)
@@ -222,12 +222,12 @@ def _read_file(
         report.files_without_runs.append(str(path))
 
 
-def _owned(call: _Call, owners: dict[tuple, str], report: ImportReport) -> bool:
+def _owned(call: _Call, owners: dict[int, str], report: ImportReport) -> bool:
     """True when ``call`` belongs to its session: the first session of the import that has this
     response; a copy in a later session is counted as skipped."""
     if call.key[0] == "line":  # no message id: nothing to match copies by
         return True
-    owner = owners.setdefault(call.key, call.session_id)
+    owner = owners.setdefault(hash(call.key), call.session_id)  # 64-bit hash: small state
     if owner != call.session_id:
         report.skip(SKIP_COPIED)
         return False
