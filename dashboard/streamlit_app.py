@@ -149,7 +149,9 @@ def sidebar_filters():
         elif WINDOWS[window]:
             # The CLI's window: [newest - N days, newest]; the end stays open so runs committed
             # after this read show at the next refresh instead of being cut off.
-            start_utc = window_filters(WINDOWS[window], now_utc=last).start_utc
+            # never later than now: a run stamped in the future does not move the window
+            now = dt.datetime.now(dt.UTC).replace(tzinfo=None)
+            start_utc = window_filters(WINDOWS[window], now_utc=min(last, now) if last else None).start_utc
         if first and last:
             st.caption(
                 f"Data: {_to_local(first, tz):%Y-%m-%d %H:%M} → {_to_local(last, tz):%Y-%m-%d %H:%M} ({tz})"

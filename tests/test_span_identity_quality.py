@@ -391,3 +391,43 @@ def test_cli_runs_shows_quality_and_a_future_run_never_moves_the_default_window(
     with read_connection(db_path) as conn:
         overview = views.overview(conn, views.Filters())
     assert overview.flagged_runs == 2
+
+
+def test_a_version_1_store_migrates_to_call_ids_and_quality(tmp_path):
+    import duckdb
+
+    from budgetlens.store import sql as store_sql
+    from budgetlens.store.schema import MIGRATIONS, SCHEMA_VERSION
+
+    db_path = tmp_path / "old.duckdb"
+    conn = duckdb.connect(str(db_path))
+    conn.execute(store_sql.CREATE_MIGRATIONS_TABLE)
+    for statement in MIGRATIONS[0][1].split(";"):
+        if statement.strip():
+            conn.execute(statement)
+    conn.execute(store_sql.RECORD_MIGRATION, [1])
+    conn.execute(
+        "INSERT INTO model_calls (span_id, run_id, trace_id, source, input_tokens, output_tokens, usage_status) "
+        "VALUES ('00000000000000aa', 'run-old', 'ab' || repeat('0', 30), 'otlp', 10, 5, 'reported'), "
+        "('imported-id', 'run-imp', NULL, 'import:codex', 7, 3, 'reported')"
+    )
+    conn.close()
+    with write_connection(db_path) as conn:  # migrates
+        assert conn.execute("SELECT max(version) FROM schema_migrations").fetchone()[0] == SCHEMA_VERSION
+        ids = sorted(row[0] for row in conn.execute("SELECT call_id FROM model_calls").fetchall())
+        assert ids == ["ab" + "0" * 30 + ":00000000000000aa", "imported-id"]
+        # the same span id in another trace is another call now
+        mapped_rows = [
+            {
+                "span_id": "00000000000000aa",
+                "trace_id": "cd" + "0" * 30,
+                "run_id": "run-new",
+                "source": "otlp",
+                "input_tokens": 1,
+                "output_tokens": 1,
+                "usage_status": "reported",
+            }
+        ]
+        assert write_batch(conn, mapped_rows).calls == 1
+        write_batch(conn, mapped_rows)  # sent again: stored once
+        assert conn.execute("SELECT count(*) FROM model_calls").fetchone()[0] == 3
