@@ -26,6 +26,18 @@ Module layout: the allow-list, attribute readers and validators are in
 
 A span with a bad value (missing or malformed ids, negative or non-numeric token counts, an
 unknown stop reason or usage status) is rejected alone with a reason naming the attribute.
+
+Runs as they really were (within one request, i.e. one exporter batch):
+
+- identity: a span is (trace id, span id); an exact repeat is stored once, a different span under
+  the same ids is rejected (``span id collision``);
+- a span that names no run belongs to the run of its nearest ancestor that names one;
+- aggregates are not calls: a span with usage above other model-call spans of its trace is
+  dropped as a call; a disagreement with the sum of the calls right below it is flagged;
+- usage in a foreign convention (cache parts above input, reasoning above output) is normalized
+  and flagged; impossible times (future beyond ``FUTURE_SKEW_S``, end before start, zero) are
+  repaired and flagged. Flags (``budgetlens.semconv.QUALITY_FLAGS``) fill the ``quality``
+  column and ``Mapped.flagged``.
 """
 
 from __future__ import annotations
