@@ -48,6 +48,7 @@ from budgetlens.otlp import (
     JSON,
     PROTOBUF,
     OtlpError,
+    SpanMemory,
     decode,
     encode_response,
     map_spans,
@@ -84,6 +85,7 @@ def create_app(
         raise ValueError("token must not be empty (omit it to disable authentication)")
     metrics = metrics or (ingest.metrics if ingest else CollectorMetrics())
     ingest = ingest or IngestQueue(db_path, metrics=metrics, max_queue_spans=max_queue_spans)
+    memory = SpanMemory()  # tree rules across requests (see budgetlens.otlp.memory)
     expected = token.encode() if token else None
 
     async def traces(request: Request) -> Response:
@@ -102,7 +104,7 @@ def create_app(
                 max_body_bytes,
             )
             try:
-                mapped = map_spans(decoded)
+                mapped = map_spans(decoded, memory=memory)
             except RecursionError:
                 raise OtlpError(400, "request is nested too deeply") from None
         except OtlpError as error:
