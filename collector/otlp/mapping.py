@@ -27,7 +27,7 @@ Module layout: the allow-list, attribute readers and validators are in
 A span with a bad value (missing or malformed ids, negative or non-numeric token counts, an
 unknown stop reason or usage status) is rejected alone with a reason naming the attribute.
 
-Runs as they really were (within one request, i.e. one exporter batch):
+Runs as they really were (within one request, and across requests through a ``SpanMemory``):
 
 - identity: a span is (trace id, span id); an exact repeat is stored once, a different span under
   the same ids is rejected (``span id collision``);
@@ -581,21 +581,24 @@ class _Mapper:
         trace (whatever their name or convention). A disagreement between an aggregate's figures
         and the sum of the calls right below it flags ``aggregate_mismatch`` on the first of them."""
         rows = self.out.call_rows
+        nodes = self.nodes
         below: dict[int, list[int]] = {}
-        for (trace_hex, _), node in self.nodes.items():
-            if node.call is None:
-                continue
-            parent = next((a for a in self._ancestors(trace_hex, node) if a.call is not None), None)
-            if parent is not None and parent.call is not None:
-                below.setdefault(parent.call, []).append(node.call)
+        call_nodes = [(key, node) for key, node in nodes.items() if node.call is not None]
+        for (trace_hex, _), node in call_nodes:
+            current, depth = node, 0
+            while current.parent and depth < _MAX_DEPTH:  # the nearest call above, if any
+                parent = nodes.get((trace_hex, current.parent))
+                if parent is None:
+                    break
+                if parent.call is not None:
+                    below.setdefault(parent.call, []).append(node.call)  # type: ignore[arg-type]
+                    break
+                current, depth = parent, depth + 1
         earlier = set()  # aggregates whose calls came in an earlier request
-        if self.memory is not None:
-            for (trace_hex, span_hex), node in self.nodes.items():
-                if (
-                    node.call is not None
-                    and node.call not in below
-                    and self.memory.has_call_below(trace_hex, span_hex)
-                ):
+        memory = self.memory
+        if memory is not None:
+            for (trace_hex, span_hex), node in call_nodes:
+                if node.call not in below and memory.has_call_below(trace_hex, span_hex):
                     earlier.add(node.call)
         for aggregate, children in below.items():
             figures = [_usage_figures(rows[index]) for index in children]
