@@ -112,7 +112,8 @@ STOP_REASONS = (
 BUDGET_STOP_REASONS = tuple(r for r in STOP_REASONS if r.startswith("budget_"))
 
 #: usage_status: ``reported`` = the provider reported usage; ``unknown`` = it did not (failed or
-#: cut call, stream without usage) and the reservation was kept as a conservative charge.
+#: cut call, stream without usage) and the reservation was kept as a conservative charge;
+#: ``partial`` = it lacked a part (input or output), charged from the reservation.
 USAGE_REPORTED = "reported"
 USAGE_UNKNOWN = "unknown"
 #: usage that lacked a part (e.g. input): the missing part is charged from the reservation

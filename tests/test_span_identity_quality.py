@@ -391,3 +391,113 @@ def test_cli_runs_shows_quality_and_a_future_run_never_moves_the_default_window(
     with read_connection(db_path) as conn:
         overview = views.overview(conn, views.Filters())
     assert overview.flagged_runs == 2
+
+
+def test_a_version_1_store_migrates_to_call_ids_and_quality(tmp_path):
+    import duckdb
+
+    from budgetlens.store import sql as store_sql
+    from budgetlens.store.schema import MIGRATIONS, SCHEMA_VERSION
+
+    db_path = tmp_path / "old.duckdb"
+    conn = duckdb.connect(str(db_path))
+    conn.execute(store_sql.CREATE_MIGRATIONS_TABLE)
+    for statement in MIGRATIONS[0][1].split(";"):
+        if statement.strip():
+            conn.execute(statement)
+    conn.execute(store_sql.RECORD_MIGRATION, [1])
+    conn.execute(
+        "INSERT INTO model_calls (span_id, run_id, trace_id, source, input_tokens, output_tokens, usage_status) "
+        "VALUES ('00000000000000aa', 'run-old', 'ab' || repeat('0', 30), 'otlp', 10, 5, 'reported'), "
+        "('imported-id', 'run-imp', NULL, 'import:codex', 7, 3, 'reported')"
+    )
+    conn.close()
+    with write_connection(db_path) as conn:  # migrates
+        assert conn.execute("SELECT max(version) FROM schema_migrations").fetchone()[0] == SCHEMA_VERSION
+        ids = sorted(row[0] for row in conn.execute("SELECT call_id FROM model_calls").fetchall())
+        assert ids == ["ab" + "0" * 30 + ":00000000000000aa", "imported-id"]
+        # the same span id in another trace is another call now
+        mapped_rows = [
+            {
+                "span_id": "00000000000000aa",
+                "trace_id": "cd" + "0" * 30,
+                "run_id": "run-new",
+                "source": "otlp",
+                "input_tokens": 1,
+                "output_tokens": 1,
+                "usage_status": "reported",
+            }
+        ]
+        assert write_batch(conn, mapped_rows).calls == 1
+        write_batch(conn, mapped_rows)  # sent again: stored once
+        assert conn.execute("SELECT count(*) FROM model_calls").fetchone()[0] == 3
+
+
+# --- the tree rules across requests (SpanMemory) -----------------------------------------------
+def _split(spans, names: set[str]):
+    first = [s for s in spans if s.name in names]
+    return first, [s for s in spans if s.name not in names]
+
+
+def test_an_aggregate_sent_after_its_calls_is_not_a_call(tmp_path):
+    from budgetlens.otlp import SpanMemory
+
+    memory = SpanMemory()
+    children, parent = _split(_agent_with_two_chats((800, 100)), {"chat gpt-4o"})
+    first = map_request(encode_spans(children), price=False, memory=memory)
+    second = map_request(encode_spans(parent), price=False, memory=memory)
+    assert len(first.calls) == 2 and second.calls == [] and len(second.records) == 1
+    (run,) = _runs(_store(tmp_path, first, second))
+    assert (run[1], run[2], run[5]) == ("researcher", 2, 900)
+
+
+def test_calls_sent_after_their_named_run_span_join_that_run(tmp_path):
+    from budgetlens.otlp import SpanMemory
+
+    recorder = _Recorder()
+    with recorder.tracer.start_as_current_span("invoke_agent triage") as root:
+        root.set_attributes(
+            {
+                sc.GEN_AI_OPERATION_NAME: sc.OPERATION_INVOKE_AGENT,
+                sc.BUDGET_RUN_ID: "run-7",
+                sc.BUDGET_TASK_TYPE: "triage",
+            }
+        )
+        with (
+            recorder.tracer.start_as_current_span("step"),
+            recorder.tracer.start_as_current_span("chat gpt-4o", kind=SpanKind.CLIENT) as call,
+        ):
+            call.set_attributes({**CHAT, sc.GEN_AI_USAGE_INPUT_TOKENS: 70, sc.GEN_AI_USAGE_OUTPUT_TOKENS: 30})
+    memory = SpanMemory()
+    calls, rest = _split(recorder.spans(), {"chat gpt-4o"})
+    first = map_request(encode_spans(rest), price=False, memory=memory)  # run span and "step"
+    second = map_request(encode_spans(calls), price=False, memory=memory)
+    assert [c["run_id"] for c in second.calls] == ["run-7"]
+    runs = _runs(_store(tmp_path, first, second))
+    assert [(r[0], r[1], r[2], r[5]) for r in runs] == [("run-7", "triage", 1, 100)]
+
+
+def test_span_memory_forgets_the_oldest_beyond_its_bound():
+    from budgetlens.otlp import SpanMemory
+
+    memory = SpanMemory(max_spans=2)
+    memory.remember(
+        [("t", "a", "", "run-a", False), ("t", "b", "a", None, True), ("t", "c", "", "run-c", False)]
+    )
+    assert len(memory) == 2
+    assert memory.named_run("t", "a") is None and memory.named_run("t", "c") == "run-c"
+    with pytest.raises(ValueError, match="max_spans"):
+        SpanMemory(max_spans=0)
+
+
+@pytest.mark.system
+def test_a_real_collector_links_an_aggregate_sent_in_a_later_export(tmp_path, python):
+    children, parent = _split(_agent_with_two_chats((800, 100)), {"chat gpt-4o"})
+    db_path = tmp_path / "store.duckdb"
+    with collector_process(python, db_path) as (process, url):
+        exporter = OTLPSpanExporter(endpoint=f"{url}/v1/traces", timeout=10)
+        assert exporter.export(children) == SpanExportResult.SUCCESS  # the SDK's first batch
+        assert exporter.export(parent) == SpanExportResult.SUCCESS  # the root, later
+        exporter.shutdown()
+    (run,) = _runs(db_path)
+    assert (run[2], run[5]) == (2, 900)

@@ -26,6 +26,10 @@ Quirks handled (see ../shared/realdata/SOURCES.md §3):
   reported as ``file:line: reason`` and skipped.
 - A file with no Claude Code line (no ``sessionId``, no assistant message: e.g. a Codex rollout)
   adds no run and is listed as a file that held no run of this format.
+- A resumed or continued session starts a new transcript with copies of the earlier session's
+  responses (same ``message.id`` and ``requestId``, the new ``sessionId``). A response is counted
+  once per import, in the session that made it: files are read oldest first (by their first
+  timestamp, then modification time) and a later copy is counted as skipped.
 
 Task type: ``--task-type``, else the project folder name (for Claude's encoded folder names such
 as ``-home-me-projects-shop`` the basename of the session's ``cwd``, here ``shop``).
@@ -34,6 +38,7 @@ as ``-home-me-projects-shop`` the basename of the session's ``cwd``, here ``shop
 from __future__ import annotations
 
 import datetime as dt
+import json
 import logging
 import re
 from collections.abc import Iterator, Sequence
@@ -46,6 +51,7 @@ from budgetlens.importers.reading import iter_json_lines
 from budgetlens.importers.report import ImportReport
 from budgetlens.importers.rows import (
     extend_span,
+    parse_iso,
     price,
     seconds_between,
     source_cost,
@@ -71,6 +77,7 @@ _SYNTHETIC_MODEL = "<synthetic>"
 SKIP_REPEATED_BLOCK = "repeated line of one API response (one line per content block)"
 SKIP_SYNTHETIC = "synthetic assistant line (not a model call)"
 SKIP_NO_CALLS = "session without model calls"
+SKIP_COPIED = "response copied from an earlier session (resumed or continued session)"
 
 
 @dataclass
@@ -146,14 +153,36 @@ def read(paths: Sequence[Path], options: ImportOptions, report: ImportReport) ->
     yielded after all files are read, so a session's subagent files may come before or after it.
     """
     sessions: dict[str, _Session] = {}
-    for path in paths:
+    owners: dict[int, str] = {}  # hash of (message id, request id) -> the session that made it
+    for path in sorted(paths, key=_age):
         report.files += 1
-        yield from _read_file(path, options, report, sessions)
+        yield from _read_file(path, options, report, sessions, owners)
     for session in sessions.values():
         if not session.calls:
             report.skip(SKIP_NO_CALLS)
             continue
         yield from checked_rows(report, session.path, None, _record(session, options))
+
+
+def _age(path: Path) -> tuple:
+    """Sort key: the first timestamp in the file's first lines, then its modification time
+    (an original session before the transcripts that copy it)."""
+    first = ""
+    try:
+        with path.open("rb") as handle:
+            for _, raw in zip(range(20), handle):
+                try:
+                    stamp = json.loads(raw).get("timestamp")
+                except (ValueError, AttributeError):
+                    continue
+                if isinstance(stamp, str):
+                    parsed = parse_iso(stamp)
+                    first = parsed.isoformat() if parsed else ""
+                    break
+        mtime = path.stat().st_mtime
+    except OSError:
+        mtime = 0.0  # reported when the file is read
+    return (first == "", first, mtime)
 
 
 def _record(session: _Session, options: ImportOptions) -> Iterator[tuple]:
@@ -175,18 +204,35 @@ def _record(session: _Session, options: ImportOptions) -> Iterator[tuple]:
 
 
 def _read_file(
-    path: Path, options: ImportOptions, report: ImportReport, sessions: dict[str, _Session]
+    path: Path,
+    options: ImportOptions,
+    report: ImportReport,
+    sessions: dict[str, _Session],
+    owners: dict[int, str],
 ) -> Iterator[tuple]:
     folder, layout_session = _project_folder(path)
     state = _File(path, folder, layout_session or path.stem)
     for lineno, obj in iter_json_lines(path, report, options.max_line_bytes):
         done = attempt(report, path, lineno, _line, state, sessions, lineno, obj, report)
-        if done is not None:
+        if done is not None and _owned(done, owners, report):
             yield from checked_rows(report, path, done.lineno, _finish(done, sessions, options, state.turns))
     for call in state.pending.values():
-        yield from checked_rows(report, path, call.lineno, _finish(call, sessions, options, state.turns))
+        if _owned(call, owners, report):
+            yield from checked_rows(report, path, call.lineno, _finish(call, sessions, options, state.turns))
     if not state.seen:
         report.files_without_runs.append(str(path))
+
+
+def _owned(call: _Call, owners: dict[int, str], report: ImportReport) -> bool:
+    """True when ``call`` belongs to its session: the first session of the import that has this
+    response; a copy in a later session is counted as skipped."""
+    if call.key[0] == "line":  # no message id: nothing to match copies by
+        return True
+    owner = owners.setdefault(hash(call.key), call.session_id)  # 64-bit hash: small state
+    if owner != call.session_id:
+        report.skip(SKIP_COPIED)
+        return False
+    return True
 
 
 def _line(

@@ -19,6 +19,13 @@ Quirks handled (see ../shared/realdata/SOURCES.md §4):
   ``unknown`` and its tokens stay NULL.
 - A cumulative total that goes down (a counter reset) starts a new baseline: the call's usage is
   that event's ``last_token_usage``.
+- A forked (or resumed-as-new) rollout names its parent in ``session_meta.forked_from_id`` and
+  starts with a copy of the parent's history, ``token_count`` events included: those copied
+  calls belong to the parent's run, never twice. Parents are read before their forks; a copied
+  ``token_count`` is one whose cumulative total the parent reported; when the parent rollout is
+  not in the import, the copy is what the fork wrote within ``FORK_COPY_WINDOW_S`` seconds of
+  its ``session_meta`` (Codex writes the copy when the fork starts). Copies are counted as
+  skipped and only move the baseline, so the fork's calls are its own.
 
 A file is a Codex rollout when it holds ``session_meta``, ``turn_context`` or ``event_msg``
 lines (``{type, payload}``); any other JSONL (a Claude Code transcript, an OpenHands output)
@@ -34,6 +41,7 @@ response items. Task type: ``--task-type``, else the basename of the session's `
 from __future__ import annotations
 
 import datetime as dt
+import json
 import logging
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -56,6 +64,9 @@ _TOOL_ITEMS = {"function_call", "custom_tool_call", "local_shell_call", "web_sea
 _FIELDS = ("input_tokens", "cached_input_tokens", "output_tokens", "reasoning_output_tokens")
 SKIP_HEARTBEAT = "token_count heartbeat without usage (info: null)"
 SKIP_REPEATED_TOTAL = "token_count repeating the previous cumulative total (written twice)"
+SKIP_FORK_COPY = "token_count copied from the parent session into a forked rollout"
+#: Without the parent rollout, a fork's copied history is what it wrote this soon after starting.
+FORK_COPY_WINDOW_S = 2.0
 #: Line types only Codex rollouts have: a file with none of them is not a rollout.
 _ROLLOUT_TYPES = frozenset({"session_meta", "turn_context", "event_msg"})
 
@@ -75,11 +86,57 @@ def _counts(total: object) -> tuple[int, ...] | None:
     return tuple(values)
 
 
-def read(paths: Sequence[Path], options: ImportOptions, report: ImportReport) -> Iterator[tuple]:
-    """Yield ``("call", row)`` per model call and one ``("record", row)`` per rollout file."""
+def _session_meta(path: Path) -> tuple[str | None, str | None]:
+    """(session id, forked_from_id) from the first lines of a rollout (None when absent)."""
+    try:
+        with path.open("rb") as handle:
+            for _, raw in zip(range(5), handle):
+                try:
+                    obj = json.loads(raw)
+                except ValueError:
+                    continue
+                payload = obj.get("payload") if isinstance(obj, dict) else None
+                if obj.get("type") == "session_meta" and isinstance(payload, dict):
+                    session, parent = payload.get("id"), payload.get("forked_from_id")
+                    return (
+                        session if isinstance(session, str) else None,
+                        parent if isinstance(parent, str) else None,
+                    )
+    except OSError:
+        pass  # reported when the file is read
+    return None, None
+
+
+def parents_first(paths: Sequence[Path]) -> list[Path]:
+    """``paths`` with every forked rollout after the rollout it was forked from (when both are
+    there); otherwise in the given order."""
+    metas = {path: _session_meta(path) for path in paths}
+    by_session = {session: path for path, (session, _) in metas.items() if session}
+    ordered: list[Path] = []
+    placed: set[Path] = set()
+
+    def place(path: Path, depth: int = 0) -> None:
+        if path in placed:
+            return
+        parent = by_session.get(metas[path][1] or "")
+        if parent is not None and parent != path and depth < 100:
+            place(parent, depth + 1)
+        if path not in placed:
+            placed.add(path)
+            ordered.append(path)
+
     for path in paths:
+        place(path)
+    return ordered
+
+
+def read(paths: Sequence[Path], options: ImportOptions, report: ImportReport) -> Iterator[tuple]:
+    """Yield ``("call", row)`` per model call and one ``("record", row)`` per rollout file
+    (forks after their parents, see the module docstring)."""
+    totals: dict[str, set[tuple[int, ...]]] = {}  # session id -> cumulative totals it reported
+    for path in parents_first(paths):
         report.files += 1
-        yield from _read_file(path, options, report)
+        yield from _read_file(path, options, report, totals)
 
 
 @dataclass
@@ -97,6 +154,10 @@ class _Rollout:
     previous: tuple[int, ...] | None = None
     n_calls: int = 0
     usage_seen: bool = False
+    forked_from: str | None = None
+    started: dt.datetime | None = None  # the session_meta line's time
+    copying: bool = True  # a fork's copied history has not ended yet
+    totals: set[tuple[int, ...]] = field(default_factory=set)
     recognised: bool = False
     waiting: list = field(default_factory=list)  # calls before session_meta (unusual)
 
@@ -105,10 +166,14 @@ class _Rollout:
         return self.session_id or self.path.stem
 
 
-def _read_file(path: Path, options: ImportOptions, report: ImportReport) -> Iterator[tuple]:
+def _read_file(
+    path: Path, options: ImportOptions, report: ImportReport, totals: dict[str, set[tuple[int, ...]]]
+) -> Iterator[tuple]:
     state = _Rollout(path)
     for lineno, obj in iter_json_lines(path, report, options.max_line_bytes):
-        yield from checked_rows(report, path, lineno, _line(state, lineno, obj, options, report))
+        yield from checked_rows(report, path, lineno, _line(state, lineno, obj, options, report, totals))
+    if state.session_id:
+        totals.setdefault(state.session_id, set()).update(state.totals)
     if not state.recognised:
         report.files_without_runs.append(str(path))
         return
@@ -116,7 +181,12 @@ def _read_file(path: Path, options: ImportOptions, report: ImportReport) -> Iter
 
 
 def _line(
-    state: _Rollout, lineno: int, obj: dict, options: ImportOptions, report: ImportReport
+    state: _Rollout,
+    lineno: int,
+    obj: dict,
+    options: ImportOptions,
+    report: ImportReport,
+    totals: dict[str, set[tuple[int, ...]]],
 ) -> Iterator[tuple]:
     """The rows of one rollout line. Everything is read and validated before ``state`` changes,
     so a rejected line leaves no trace."""
@@ -128,16 +198,19 @@ def _line(
             raise ValueError(f"{line_type} line without a 'payload' object")
     elif not state.recognised:
         return  # not (yet) known to be a rollout: a foreign line adds nothing
+    if not isinstance(payload, dict):
+        payload = {}  # a line of another type: its payload is not read
     row = None
     if line_type == "session_meta":
         session_id = text(payload.get("id"), "session_meta.payload.id")
         cwd = text(payload.get("cwd"), "session_meta.payload.cwd")
         provider = text(payload.get("model_provider"), "session_meta.payload.model_provider")
+        forked_from = text(payload.get("forked_from_id"), "session_meta.payload.forked_from_id")
     elif line_type == "turn_context":
         model = text(payload.get("model"), "turn_context.payload.model")
         cwd = text(payload.get("cwd"), "turn_context.payload.cwd")
     elif line_type == "event_msg" and payload.get("type") == "token_count":
-        row = _token_count(state, lineno, obj.get("timestamp"), when, payload, report)
+        row = _token_count(state, lineno, obj.get("timestamp"), when, payload, report, totals)
         if row is None:
             extend_span(state, when)
             state.recognised = True
@@ -150,6 +223,8 @@ def _line(
         state.session_id = state.session_id or session_id
         state.cwd = state.cwd or cwd
         state.provider = provider or state.provider
+        if state.started is None:
+            state.forked_from, state.started = forked_from, when
     elif line_type == "turn_context":
         state.model = model or state.model
         state.cwd = state.cwd or cwd
@@ -160,6 +235,7 @@ def _line(
     usage_row, total = row
     state.usage_seen = True
     state.previous = total
+    state.totals.add(total)
     state.n_calls += 1
     usage_row["turn"] = state.n_calls
     if state.session_id is None and state.cwd is None:
@@ -178,10 +254,11 @@ def _token_count(
     when: dt.datetime | None,
     payload: dict,
     report: ImportReport,
+    totals: dict[str, set[tuple[int, ...]]],
 ) -> tuple[dict, tuple] | None:
     """(call row without run id, cumulative total) of a token_count event, or None when it adds
-    nothing (a heartbeat or a repeated total, counted as skipped). Raises ValueError when the
-    usage is malformed."""
+    nothing (a heartbeat, a repeated total or a fork's copy of its parent's call, counted as
+    skipped). Raises ValueError when the usage is malformed."""
     info = payload.get("info")
     if info is None:
         report.skip(SKIP_HEARTBEAT)
@@ -196,6 +273,12 @@ def _token_count(
         state.usage_seen = True
         report.skip(SKIP_REPEATED_TOTAL)
         return None
+    if state.forked_from and state.copying:
+        if _is_fork_copy(state, total, when, totals.get(state.forked_from)):
+            state.previous = total  # the baseline the fork's own calls start from
+            report.skip(SKIP_FORK_COPY)
+            return None
+        state.copying = False
     if previous is not None and all(a >= b for a, b in zip(total, previous)):
         delta = dict(zip(_FIELDS, (a - b for a, b in zip(total, previous))))
     elif previous is None:
@@ -219,6 +302,19 @@ def _token_count(
         **usage_columns(usage),
     }
     return row, total
+
+
+def _is_fork_copy(
+    state: _Rollout, total: tuple[int, ...], when: dt.datetime | None, parent: set[tuple[int, ...]] | None
+) -> bool:
+    """Whether a fork's token_count (cumulative ``total`` at ``when``) is a copy of a parent's
+    call: a total the parent reported, else (parent not imported) one written within
+    ``FORK_COPY_WINDOW_S`` of the fork's session_meta."""
+    if parent is not None:
+        return total in parent
+    if when is None or state.started is None:
+        return False
+    return (when - state.started).total_seconds() <= FORK_COPY_WINDOW_S
 
 
 def _finish_row(state: _Rollout, row: dict, options: ImportOptions) -> dict:

@@ -54,7 +54,7 @@ from budgetlens.importers.rows import (
     stable_id,
     usage_columns,
 )
-from budgetlens.importers.validation import checked_rows, source_number, source_usage, text
+from budgetlens.importers.validation import as_dict, checked_rows, source_number, source_usage, text
 
 log = logging.getLogger(__name__)
 
@@ -140,8 +140,8 @@ def _history_span(history: object) -> tuple:
         if isinstance(history, list)
         else []
     )
-    stamps = [s for s in stamps if s is not None]
-    return (min(stamps), max(stamps)) if stamps else (None, None)
+    known = [s for s in stamps if s is not None]
+    return (min(known), max(known)) if known else (None, None)
 
 
 #: Actions that run a tool (OpenHands ``ActionType``): counted even without
@@ -187,10 +187,48 @@ def _tool_calls(events: object) -> int | None:
 
 
 def _eval_run(path: Path, lineno: int, obj: dict, options: ImportOptions, report: ImportReport):
-    metrics, metadata = obj["metrics"], obj.get("metadata")
+    """The call rows and the run record of one evaluation-output line (raises ValueError)."""
+    metrics = obj["metrics"]
     if not isinstance(metrics, dict):
         raise ValueError(f"metrics must be an object, got {type(metrics).__name__}")
-    metadata = metadata if isinstance(metadata, dict) else {}
+    metadata = as_dict(obj.get("metadata"))
+    run_id, configured_model, task_type = _eval_identity(path, lineno, obj, metadata, options)
+    base = {
+        "run_id": run_id,
+        "source": SOURCE,
+        "service_name": SERVICE,
+        "task_type": task_type,
+        "operation_name": semconv.OPERATION_CHAT,
+    }
+    calls, accumulated, source_priced = yield from _eval_calls(metrics, base, run_id, configured_model)
+    if not calls:
+        report.skip("OpenHands run without model calls")
+    start, end = _history_span(obj.get("history"))
+    start = start or parse_iso(metadata.get("start_time"))
+    yield (
+        "record",
+        {
+            "run_id": run_id,
+            "source": SOURCE,
+            "service_name": SERVICE,
+            "task_type": task_type,
+            "agent_name": text(metadata.get("agent_class"), "metadata.agent_class") or SERVICE,
+            "model": configured_model,
+            "start_utc": start,
+            "end_utc": end,
+            "duration_s": seconds_between(start, end),
+            "tool_calls": _tool_calls(obj.get("history")),
+            "cost_usd": accumulated if source_priced else None,
+            "stop_reason": stop_reason(obj.get("error")),
+            "usage_status": None if calls else semconv.USAGE_UNKNOWN,
+        },
+    )
+
+
+def _eval_identity(
+    path: Path, lineno: int, obj: dict, metadata: dict, options: ImportOptions
+) -> tuple[str, str | None, str]:
+    """(run id, configured model, task type) of an evaluation-output line."""
     issue = obj.get("issue") if isinstance(obj.get("issue"), dict) else None
     instance_id = obj.get("instance_id")
     if instance_id is not None and (isinstance(instance_id, bool) or not isinstance(instance_id, (str, int))):
@@ -201,27 +239,25 @@ def _eval_run(path: Path, lineno: int, obj: dict, options: ImportOptions, report
         instance = f"{issue.get('owner')}/{issue.get('repo')}#{issue.get('number')}"
     else:
         instance = f"{path.name}:{lineno}"
-    llm = metadata.get("llm_config") if isinstance(metadata.get("llm_config"), dict) else {}
+    llm = as_dict(metadata.get("llm_config"))
     configured_model = text(llm.get("model"), "metadata.llm_config.model")
     run_key = stable_id(
         instance, metadata.get("eval_output_dir"), configured_model, metadata.get("start_time")
     )
     run_id = f"{NAME}:{instance}:{run_key[:12]}"
     task_type = options.task_type or benchmark(metadata) or ("openhands-resolver" if issue else SERVICE)
-    base = {
-        "run_id": run_id,
-        "source": SOURCE,
-        "service_name": SERVICE,
-        "task_type": task_type,
-        "operation_name": semconv.OPERATION_CHAT,
-    }
+    return run_id, configured_model, task_type
 
+
+def _eval_calls(metrics: dict, base: dict, run_id: str, configured_model: str | None):
+    """Yield the call rows of ``metrics``; return (calls, accumulated cost, whether the source
+    priced the run)."""
     usages = _objects(metrics.get("token_usages"), "metrics.token_usages")
     raw_costs = metrics.get("costs")
     if raw_costs is not None and not isinstance(raw_costs, list):
         raise ValueError(f"metrics.costs must be a list, got {type(raw_costs).__name__}")
     costs = [_cost_of(c, f"metrics.costs[{i}]") for i, c in enumerate(raw_costs or [])]
-    latencies = {}
+    latencies: dict[str | None, dict] = {}
     for i, entry in enumerate(_objects(metrics.get("response_latencies"), "metrics.response_latencies")):
         name = f"metrics.response_latencies[{i}]"
         text(entry.get("model"), f"{name}.model")
@@ -269,48 +305,27 @@ def _eval_run(path: Path, lineno: int, obj: dict, options: ImportOptions, report
             },
         )
     # Calls with a latency but no usage (failed mid-way), or with a cost but no tokens (resolver).
-    unmatched = [l for rid, l in latencies.items() if rid not in seen_ids]
+    unmatched = [entry for rid, entry in latencies.items() if rid not in seen_ids]
     extra = max(len(unmatched), len(costs) - len(usages))
     for index in range(extra):
-        latency = unmatched[index] if index < len(unmatched) else {}
+        pending: dict = unmatched[index] if index < len(unmatched) else {}
         cost_index = len(usages) + index
         calls += 1
         yield (
             "call",
             {
                 **base,
-                "span_id": stable_id(run_id, "no_usage", index, latency.get("response_id")),
-                "provider_name": provider_from_model(latency.get("model") or configured_model),
+                "span_id": stable_id(run_id, "no_usage", index, pending.get("response_id")),
+                "provider_name": provider_from_model(pending.get("model") or configured_model),
                 "request_model": configured_model,
-                "response_model": latency.get("model"),
-                "duration_s": source_number(latency.get("latency"), "latency"),
+                "response_model": pending.get("model"),
+                "duration_s": source_number(pending.get("latency"), "latency"),
                 "turn": calls,
                 "cost_usd": costs[cost_index] if cost_index < len(costs) else None,
                 **usage_columns(None),
             },
         )
-    if not calls:
-        report.skip("OpenHands run without model calls")
-    start, end = _history_span(obj.get("history"))
-    start = start or parse_iso(metadata.get("start_time"))
-    yield (
-        "record",
-        {
-            "run_id": run_id,
-            "source": SOURCE,
-            "service_name": SERVICE,
-            "task_type": task_type,
-            "agent_name": text(metadata.get("agent_class"), "metadata.agent_class") or SERVICE,
-            "model": configured_model,
-            "start_utc": start,
-            "end_utc": end,
-            "duration_s": seconds_between(start, end),
-            "tool_calls": _tool_calls(obj.get("history")),
-            "cost_usd": accumulated if source_priced else None,
-            "stop_reason": stop_reason(obj.get("error")),
-            "usage_status": None if calls else semconv.USAGE_UNKNOWN,
-        },
-    )
+    return calls, accumulated, source_priced
 
 
 def _trajectory(path: Path, events: list, options: ImportOptions, report: ImportReport):
@@ -326,7 +341,7 @@ def _trajectory(path: Path, events: list, options: ImportOptions, report: Import
             report.bad_line(path, None, f"events[{index}] is not an object")
             continue
         if event.get("observation") == "agent_state_changed":
-            extras = event.get("extras") if isinstance(event.get("extras"), dict) else {}
+            extras = as_dict(event.get("extras"))
             final_state = extras.get("agent_state") or final_state
         meta = event.get("tool_call_metadata")
         response = meta.get("model_response") if isinstance(meta, dict) else None

@@ -45,7 +45,7 @@ from budgetlens.importers.rows import (
     stable_id,
     usage_columns,
 )
-from budgetlens.importers.validation import checked_rows, source_number, source_usage, text
+from budgetlens.importers.validation import as_dict, checked_rows, source_number, source_usage, text
 
 log = logging.getLogger(__name__)
 
@@ -126,8 +126,8 @@ def _folder_dataset(path: Path) -> tuple[str | None, str | None]:
 
 
 def _swe_agent(path: Path, doc: dict, options: ImportOptions, report: ImportReport):
-    info = doc.get("info") if isinstance(doc.get("info"), dict) else {}
-    stats = info.get("model_stats") if isinstance(info.get("model_stats"), dict) else {}
+    info = as_dict(doc.get("info"))
+    stats = as_dict(info.get("model_stats"))
     model, dataset = _folder_dataset(path)
     sent = source_number(stats.get("tokens_sent"), "info.model_stats.tokens_sent", integer=True)
     received = source_number(stats.get("tokens_received"), "info.model_stats.tokens_received", integer=True)
@@ -159,7 +159,7 @@ def _swe_agent(path: Path, doc: dict, options: ImportOptions, report: ImportRepo
 
 
 def _mini_task_type(info: dict, path: Path) -> str | None:
-    config = info.get("config") if isinstance(info.get("config"), dict) else {}
+    config = as_dict(info.get("config"))
     agent_type = str(config.get("agent_type") or "")
     if ".benchmarks." in agent_type:
         return agent_type.split(".benchmarks.", 1)[1].split(".", 1)[0]
@@ -167,11 +167,11 @@ def _mini_task_type(info: dict, path: Path) -> str | None:
 
 
 def _mini(path: Path, doc: dict, options: ImportOptions, report: ImportReport):
-    info = doc.get("info") if isinstance(doc.get("info"), dict) else {}
-    stats = info.get("model_stats") if isinstance(info.get("model_stats"), dict) else {}
-    config = info.get("config") if isinstance(info.get("config"), dict) else {}
-    model_config = config.get("model") if isinstance(config.get("model"), dict) else {}
-    agent_config = config.get("agent") if isinstance(config.get("agent"), dict) else {}
+    info = as_dict(doc.get("info"))
+    stats = as_dict(info.get("model_stats"))
+    config = as_dict(info.get("config"))
+    model_config = as_dict(config.get("model"))
+    agent_config = as_dict(config.get("agent"))
     configured_model = text(model_config.get("model_name"), "info.config.model.model_name")
     exit_status = info.get("exit_status")
     instance = doc.get("instance_id") or _stem(path)
@@ -184,38 +184,9 @@ def _mini(path: Path, doc: dict, options: ImportOptions, report: ImportReport):
         "task_type": task_type,
         "operation_name": semconv.OPERATION_CHAT,
     }
-    calls = tool_calls = 0
-    first = last = None
-    for index, message in enumerate(doc["messages"]):
-        if not isinstance(message, dict) or message.get("role") != "assistant":
-            continue
-        extra = message.get("extra") if isinstance(message.get("extra"), dict) else {}
-        response = extra.get("response") if isinstance(extra.get("response"), dict) else {}
-        tool_calls += len(message.get("tool_calls") or [])
-        name = f"messages[{index}].extra"
-        model = text(response.get("model"), f"{name}.response.model") or configured_model
-        provider = provider_from_model(configured_model, default=None)
-        usage = source_usage(response.get("usage"), f"{name}.response.usage", provider)
-        cost = source_number(extra.get("cost"), f"{name}.cost")
-        when = from_unix(extra.get("timestamp")) or from_unix(response.get("created"))
-        first = when if first is None or (when and when < first) else first
-        last = when if last is None or (when and when > last) else last
-        calls += 1
-        yield (
-            "call",
-            {
-                **base,
-                "span_id": stable_id(MINI, run_id, response.get("id"), index),
-                "provider_name": provider,
-                "request_model": configured_model,
-                "response_model": model,
-                "start_utc": when,
-                "end_utc": when,
-                "turn": calls,
-                **(source_cost(cost, usage) if cost is not None else price(model, usage, provider, when)),
-                **usage_columns(usage),
-            },
-        )
+    calls, tool_calls, first, last = yield from _mini_messages(
+        doc["messages"], base, run_id, configured_model
+    )
     api_calls = source_number(stats.get("api_calls"), "info.model_stats.api_calls", integer=True)
     failed = int(api_calls) - calls if api_calls is not None and api_calls > calls else 0
     if failed > MAX_FAILED_CALLS:
@@ -265,6 +236,43 @@ def _mini(path: Path, doc: dict, options: ImportOptions, report: ImportReport):
         },
     )
     log.debug("mini-swe-agent %s: %d calls (%d failed)", instance, calls, failed)
+
+
+def _mini_messages(messages: list, base: dict, run_id: str, configured_model: str | None):
+    """Yield one call row per assistant message; return (calls, tool calls, first, last time)."""
+    calls = tool_calls = 0
+    first = last = None
+    for index, message in enumerate(messages):
+        if not isinstance(message, dict) or message.get("role") != "assistant":
+            continue
+        extra = as_dict(message.get("extra"))
+        response = as_dict(extra.get("response"))
+        tool_calls += len(message.get("tool_calls") or [])
+        name = f"messages[{index}].extra"
+        model = text(response.get("model"), f"{name}.response.model") or configured_model
+        provider = provider_from_model(configured_model, default=None)
+        usage = source_usage(response.get("usage"), f"{name}.response.usage", provider)
+        cost = source_number(extra.get("cost"), f"{name}.cost")
+        when = from_unix(extra.get("timestamp")) or from_unix(response.get("created"))
+        first = when if first is None or (when and when < first) else first
+        last = when if last is None or (when and when > last) else last
+        calls += 1
+        yield (
+            "call",
+            {
+                **base,
+                "span_id": stable_id(MINI, run_id, response.get("id"), index),
+                "provider_name": provider,
+                "request_model": configured_model,
+                "response_model": model,
+                "start_utc": when,
+                "end_utc": when,
+                "turn": calls,
+                **(source_cost(cost, usage) if cost is not None else price(model, usage, provider, when)),
+                **usage_columns(usage),
+            },
+        )
+    return calls, tool_calls, first, last
 
 
 FORMAT = ImporterFormat(

@@ -49,6 +49,12 @@ def source_number(value: object, name: str, *, integer: bool = False) -> float |
     return value
 
 
+def as_dict(value: object) -> dict:
+    """``value`` when it is a JSON object (dict), else an empty dict (a missing or malformed
+    optional section reads as empty)."""
+    return value if isinstance(value, dict) else {}
+
+
 def text(value: object, name: str) -> str | None:
     """An optional string field of a source line: None when missing, else the string.
     Raises ValueError naming ``name`` for any other type (a list, an object, a number)."""

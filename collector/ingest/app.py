@@ -44,7 +44,7 @@ from budgetlens.ingest.queue import (
     IngestQueue,
     QueueFull,
 )
-from budgetlens.otlp import DEFAULT_MAX_BODY_BYTES, JSON, PROTOBUF, OtlpError, encode_response
+from budgetlens.otlp import DEFAULT_MAX_BODY_BYTES, JSON, PROTOBUF, OtlpError, SpanMemory, encode_response
 from budgetlens.otlp.decode import media_type
 
 log = logging.getLogger(__name__)
@@ -247,7 +247,7 @@ def create_app(
     )
     receiver = _Receiver(
         ingest,
-        decode_pool or DecodePool(),
+        decode_pool or DecodePool(memory=SpanMemory()),
         metrics,
         token=token,
         max_body_bytes=max_body_bytes,

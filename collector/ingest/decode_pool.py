@@ -25,12 +25,12 @@ from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 
 from budgetlens.ingest.journal import Encoded, encode_batch
-from budgetlens.otlp import OtlpError, decode, map_spans
+from budgetlens.otlp import OtlpError, SpanMemory, decode, map_spans
 
 log = logging.getLogger(__name__)
 
 #: Bodies up to this size (bytes) are decoded in the collector process (a few ms at most).
-DEFAULT_INLINE_BYTES = 256 * 1024
+DEFAULT_INLINE_BYTES = 1024 * 1024
 #: Worker processes for larger bodies.
 DEFAULT_WORKERS = 2
 
@@ -60,7 +60,13 @@ class Prepared:
     flagged: dict[str, int] = field(default_factory=dict)
 
 
-def prepare(body: bytes, content_type: str | None, content_encoding: str | None, max_bytes: int) -> Prepared:
+def prepare(
+    body: bytes,
+    content_type: str | None,
+    content_encoding: str | None,
+    max_bytes: int,
+    memory: SpanMemory | None = None,
+) -> Prepared:
     """Inflate, decode, map and encode one request body (pure; runs in any process).
 
     Raises ``budgetlens.otlp.OtlpError`` (415, 413 or 400) for a body refused as a whole.
@@ -68,7 +74,7 @@ def prepare(body: bytes, content_type: str | None, content_encoding: str | None,
     kind, decoded = decode(body, content_type, content_encoding, max_bytes)
     del body
     try:
-        mapped = map_spans(decoded)
+        mapped = map_spans(decoded, memory=memory)
     except RecursionError:
         raise OtlpError(400, "request is nested too deeply") from None
     del decoded
@@ -100,13 +106,21 @@ class DecodePool:
     Raises ValueError for ``workers`` < 1 or a negative ``inline_bytes``.
     """
 
-    def __init__(self, workers: int = DEFAULT_WORKERS, inline_bytes: int = DEFAULT_INLINE_BYTES):
+    def __init__(
+        self,
+        workers: int = DEFAULT_WORKERS,
+        inline_bytes: int = DEFAULT_INLINE_BYTES,
+        memory: SpanMemory | None = None,
+    ):
         if workers < 1:
             raise ValueError(f"workers must be >= 1 (got {workers})")
         if inline_bytes < 0:
             raise ValueError(f"inline_bytes must be >= 0 (got {inline_bytes})")
         self.workers = workers
         self.inline_bytes = inline_bytes
+        #: The collector's span memory (issue 15's tree rules across requests). Requests mapped
+        #: in-process use it; a large body mapped in a worker is taken as self-contained.
+        self.memory = memory
         self._executor: ProcessPoolExecutor | None = None
 
     def start(self) -> DecodePool:
@@ -129,7 +143,7 @@ class DecodePool:
         worker died (the pool restarts)."""
         executor = self._executor
         if executor is None or len(body) <= self.inline_bytes:
-            return prepare(body, content_type, content_encoding, max_bytes)
+            return prepare(body, content_type, content_encoding, max_bytes, self.memory)
         loop = asyncio.get_running_loop()
         try:
             result = await loop.run_in_executor(

@@ -20,15 +20,18 @@ from budgetlens.otlp.decode import (
     encode_response,
 )
 from budgetlens.otlp.mapping import ALLOWED_ATTRIBUTES, Mapped, map_otlp_json, map_request
+from budgetlens.otlp.memory import SpanMemory
 
 
-def map_spans(decoded: Decoded, *, source: str = "otlp", price: bool = True) -> Mapped:
+def map_spans(
+    decoded: Decoded, *, source: str = "otlp", price: bool = True, memory: SpanMemory | None = None
+) -> Mapped:
     """Map a decoded request to rows; spans rejected while decoding are counted in the result.
 
     Returns ``Mapped`` (``calls``, ``records``, ``events``: lists of dicts keyed by store columns;
     ``spans`` seen; ``rejected`` count and ``errors`` reasons). Never raises for span content.
     """
-    mapped = map_request(decoded.request, source=source, price=price)
+    mapped = map_request(decoded.request, source=source, price=price, memory=memory)
     if decoded.rejected:
         mapped.spans += decoded.rejected
         mapped.rejected += decoded.rejected
@@ -44,6 +47,7 @@ __all__ = [
     "Mapped",
     "OtlpError",
     "PROTOBUF",
+    "SpanMemory",
     "decode",
     "encode_response",
     "map_otlp_json",

@@ -26,6 +26,18 @@ Module layout: the allow-list, attribute readers and validators are in
 
 A span with a bad value (missing or malformed ids, negative or non-numeric token counts, an
 unknown stop reason or usage status) is rejected alone with a reason naming the attribute.
+
+Runs as they really were (within one request, and across requests through a ``SpanMemory``):
+
+- identity: a span is (trace id, span id); an exact repeat is stored once, a different span under
+  the same ids is rejected (``span id collision``);
+- a span that names no run belongs to the run of its nearest ancestor that names one;
+- aggregates are not calls: a span with usage above other model-call spans of its trace is
+  dropped as a call; a disagreement with the sum of the calls right below it is flagged;
+- usage in a foreign convention (cache parts above input, reasoning above output) is normalized
+  and flagged; impossible times (future beyond ``FUTURE_SKEW_S``, end before start, zero) are
+  repaired and flagged. Flags (``budgetlens.semconv.QUALITY_FLAGS``) fill the ``quality``
+  column and ``Mapped.flagged``.
 """
 
 from __future__ import annotations
@@ -57,6 +69,7 @@ from budgetlens.otlp.attributes import (
     text,
     token_counts,
 )
+from budgetlens.otlp.memory import SpanMemory
 from budgetlens.otlp.rows import (
     CALL_KEYS,
     EVENT_KEYS,
@@ -186,6 +199,7 @@ class _Node:
     call: int | None = None
     record: int | None = None
     events: list[int] = field(default_factory=list)
+    inherited: str | None = None  # the run of its nearest named ancestor, once resolved
 
 
 class _Span(NamedTuple):
@@ -209,8 +223,9 @@ class _Mapper:
     ``FUTURE_SKEW_S`` are clamped to it and flagged.
     """
 
-    def __init__(self, source: str, price: bool, now_ns: int):
+    def __init__(self, source: str, price: bool, now_ns: int, memory: SpanMemory | None = None):
         self.source = source
+        self.memory = memory
         self.price = price
         self.now_ns = now_ns
         self.latest_ns = now_ns + int(FUTURE_SKEW_S * 1e9)
@@ -525,6 +540,13 @@ class _Mapper:
         self._inherit_runs()
         aggregates = self._aggregates()
         self._write_flags()
+        if self.memory is not None:
+            self.memory.remember(
+                [
+                    (trace_hex, span_hex, node.parent, node.run or node.inherited, node.call is not None)
+                    for (trace_hex, span_hex), node in self.nodes.items()
+                ]
+            )
         if aggregates:
             self.out.call_rows = [row for index, row in enumerate(rows) if index not in aggregates]
         return self.out
@@ -545,9 +567,18 @@ class _Mapper:
         for (trace_hex, _), node in self.nodes.items():
             if node.run or not node.parent or (node.call is None and not node.events):
                 continue
-            run = next((a.run for a in self._ancestors(trace_hex, node) if a.run), None)
+            run = None
+            top = node
+            for ancestor in self._ancestors(trace_hex, node):
+                if ancestor.run:
+                    run = ancestor.run
+                    break
+                top = ancestor
+            if run is None and self.memory is not None and top.parent:
+                run = self.memory.named_run(trace_hex, top.parent)  # an ancestor sent earlier
             if run is None:
                 continue
+            node.inherited = run
             if node.call is not None:
                 out.call_rows[node.call] = _replace(out.call_rows[node.call], _CALL_RUN, run)
             for index in node.events:
@@ -558,21 +589,33 @@ class _Mapper:
         trace (whatever their name or convention). A disagreement between an aggregate's figures
         and the sum of the calls right below it flags ``aggregate_mismatch`` on the first of them."""
         rows = self.out.call_rows
+        nodes = self.nodes
         below: dict[int, list[int]] = {}
-        for (trace_hex, _), node in self.nodes.items():
-            if node.call is None:
-                continue
-            parent = next((a for a in self._ancestors(trace_hex, node) if a.call is not None), None)
-            if parent is not None and parent.call is not None:
-                below.setdefault(parent.call, []).append(node.call)
+        call_nodes = [(key, node) for key, node in nodes.items() if node.call is not None]
+        for (trace_hex, _), node in call_nodes:
+            current, depth = node, 0
+            while current.parent and depth < _MAX_DEPTH:  # the nearest call above, if any
+                parent = nodes.get((trace_hex, current.parent))
+                if parent is None:
+                    break
+                if parent.call is not None:
+                    below.setdefault(parent.call, []).append(node.call)  # type: ignore[arg-type]
+                    break
+                current, depth = parent, depth + 1
+        earlier = set()  # aggregates whose calls came in an earlier request
+        memory = self.memory
+        if memory is not None:
+            for (trace_hex, span_hex), node in call_nodes:
+                if node.call not in below and memory.has_call_below(trace_hex, span_hex):
+                    earlier.add(node.call)
         for aggregate, children in below.items():
             figures = [_usage_figures(rows[index]) for index in children]
             summed = tuple(sum(f[i] or 0 for f in figures) for i in range(2))
             if tuple(v or 0 for v in _usage_figures(rows[aggregate])) != summed:
                 self.call_flags.setdefault(min(children), set()).add("aggregate_mismatch")
-        for aggregate in below:
+        for aggregate in (*below, *earlier):
             self.call_flags.pop(aggregate, None)  # not a call: its own flags do not count
-        return set(below)
+        return set(below) | earlier
 
     def _write_flags(self) -> None:
         """Write the quality flags into the rows and count them by reason."""
@@ -666,15 +709,23 @@ def _price(model, tokens: tuple, provider, start_micros):
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 
 
-def map_request(request, *, source: str = "otlp", price: bool = True, now_ns: int | None = None) -> Mapped:
+def map_request(
+    request,
+    *,
+    source: str = "otlp",
+    price: bool = True,
+    now_ns: int | None = None,
+    memory: SpanMemory | None = None,
+) -> Mapped:
     """Map an ``ExportTraceServiceRequest`` (protobuf message) to store rows.
 
     ``source`` fills the ``source`` column; ``price=False`` skips genai-prices for foreign calls;
     ``now_ns``: the receive time (ns since the epoch, default now) future timestamps are clamped
-    to. Never raises for span content: invalid spans are counted in ``Mapped.rejected``, repaired
-    ones in ``Mapped.flagged`` (by quality flag).
+    to; ``memory``: a ``SpanMemory`` shared by the requests of one collector, so the tree rules
+    (inherited runs, aggregates) hold across requests. Never raises for span content: invalid
+    spans are counted in ``Mapped.rejected``, repaired ones in ``Mapped.flagged`` (by quality flag).
     """
-    mapper = _Mapper(source, price, time.time_ns() if now_ns is None else now_ns)
+    mapper = _Mapper(source, price, time.time_ns() if now_ns is None else now_ns, memory)
     mapper.resource_spans(request.resource_spans)
     return mapper.finish()
 

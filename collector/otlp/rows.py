@@ -90,15 +90,16 @@ def rows_table(table: str, rows: list) -> pa.Table:
     transposed = list(zip(*rows)) if rows else [()] * len(layout)
     by_name = dict(zip(layout, transposed))
     for name in _REQUIRED[table]:
-        values = by_name[name]
-        if None in values or "" in values:
-            index = next(i for i, v in enumerate(values) if v in (None, ""))
+        required = by_name[name]
+        if None in required or "" in required:
+            index = next(i for i, v in enumerate(required) if v in (None, ""))
             raise ValueError(f"{table} row {index}: field {name!r} is required")
     arrays = []
     for column in columns:
-        values = by_name.get(column)
-        if values is None:
-            values = [False if column == "is_subagent" else None] * len(rows)
+        given = by_name.get(column)
+        values = (
+            list(given) if given is not None else [False if column == "is_subagent" else None] * len(rows)
+        )
         arrays.append(pa.array(values, type=schema.field(column).type))
     return pa.Table.from_arrays(arrays, schema=schema)
 

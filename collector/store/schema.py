@@ -4,14 +4,17 @@ Tables (every column carries its unit: ``_tokens``, ``_usd``, ``_s``, ``_utc``; 
 naive ``TIMESTAMP`` values in UTC):
 
 - ``model_calls``: one row per model call (an OTel GenAI span, a guard turn, an imported call).
-  Primary key ``span_id``; a re-sent span is stored once. ``price_version`` names the prices
-  that priced a row budgetlens priced (``usage_details``: the billed usage beyond the token
-  columns, JSON; ``unpriced_parts``: what had no price), so only ``budgetlens reprice`` changes
-  an old cost.
+  Primary key ``call_id`` (``<trace id>:<span id>``, or an importer's span id when there is no
+  trace): a span is unique only within its trace; a re-sent span is stored once. ``quality``:
+  comma-separated data-quality flags (``budgetlens.semconv.QUALITY_FLAGS``), NULL when clean.
+  ``price_version`` names the prices that priced a row budgetlens priced (``usage_details``: the
+  billed usage beyond the token columns, JSON; ``unpriced_parts``: what had no price), so only
+  ``budgetlens reprice`` changes an old cost.
 - ``run_records``: what a run span (or an importer's per-run summary) says about a run: limits,
   stop reason, retryable, and totals when the source has them. Primary key ``run_id``.
 - ``budget_events``: warnings, downgrades, summaries, tool calls and stops. Primary key ``event_id``.
-- ``runs``: the rollup the dashboard and CLI read, one row per run (primary key ``run_id``),
+- ``runs``: the rollup the dashboard and CLI read, one row per run (primary key ``run_id``; its
+  ``quality`` joins the flags of its calls and record),
   upserted for the runs a batch changes (see ``budgetlens.store.sql``). Values from ``run_records``
   win over values aggregated from ``model_calls``.
 - ``run_totals``: the incremental state behind ``runs``, one row per run (primary key

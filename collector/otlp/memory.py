@@ -1,0 +1,87 @@
+"""``SpanMemory``: what earlier requests told about spans, so the mapping's tree rules hold when
+a trace arrives in several requests (an SDK exports a batch every few seconds: children usually
+end, and are sent, before their parents).
+
+Kept per span (``(trace hex, span hex)``): its parent and the run it names or inherited. Kept per
+span with a model call below it: that fact. With them, ``budgetlens.otlp.mapping``
+
+- gives a span that names no run the run of its nearest ancestor that names one, also when that
+  ancestor came in an earlier request;
+- treats a span with usage as an aggregate (not a call) also when the calls below it came in an
+  earlier request (the usual order).
+
+Not covered: calls stored before the ancestor that names their run arrives (they stay in the
+trace's run). Bounded: the oldest entries are forgotten beyond ``max_spans``. Thread-safe.
+"""
+
+from __future__ import annotations
+
+import threading
+
+__all__ = ["DEFAULT_MAX_SPANS", "SpanMemory"]
+
+#: Spans remembered per collector (about 200 bytes each).
+DEFAULT_MAX_SPANS = 200_000
+_MAX_DEPTH = 1000
+
+Key = tuple[str, str]
+
+
+class SpanMemory:
+    """Parents, runs and "has a call below" of recently mapped spans (see the module docstring).
+
+    ``max_spans``: entries kept per table (int > 0); raises ValueError otherwise.
+    """
+
+    def __init__(self, max_spans: int = DEFAULT_MAX_SPANS) -> None:
+        if isinstance(max_spans, bool) or not isinstance(max_spans, int) or max_spans <= 0:
+            raise ValueError(f"max_spans must be an int > 0, got {max_spans!r}")
+        self.max_spans = max_spans
+        self._nodes: dict[Key, tuple[str, str | None]] = {}  # -> (parent hex, run id or None)
+        self._below: dict[Key, None] = {}  # spans with a model call below them (ordered set)
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._nodes)
+
+    def named_run(self, trace_hex: str, span_hex: str) -> str | None:
+        """The run named by ``span_hex`` or its nearest remembered ancestor; None when unknown."""
+        with self._lock:
+            depth = 0
+            while span_hex and depth < _MAX_DEPTH:
+                node = self._nodes.get((trace_hex, span_hex))
+                if node is None:
+                    return None
+                if node[1]:
+                    return node[1]
+                span_hex, depth = node[0], depth + 1
+        return None
+
+    def has_call_below(self, trace_hex: str, span_hex: str) -> bool:
+        """True when a model call mapped earlier lies below this span."""
+        with self._lock:
+            return (trace_hex, span_hex) in self._below
+
+    def remember(self, spans: list[tuple[str, str, str, str | None, bool]]) -> None:
+        """Remember spans as ``(trace hex, span hex, parent hex, run id or None, is a call or has
+        one below)``; every ancestor of a call (as far as known) is marked as having one below."""
+        with self._lock:
+            nodes, below = self._nodes, self._below
+            for trace_hex, span_hex, parent_hex, run, _ in spans:
+                nodes[(trace_hex, span_hex)] = (parent_hex, run)
+            for trace_hex, span_hex, parent_hex, _, call in spans:
+                if not (call or (trace_hex, span_hex) in below):
+                    continue
+                depth = 0
+                while parent_hex and depth < _MAX_DEPTH:
+                    key = (trace_hex, parent_hex)
+                    if key in below:
+                        break  # its known ancestors were marked when it was
+                    below[key] = None
+                    node = nodes.get(key)
+                    if node is None:
+                        break
+                    parent_hex, depth = node[0], depth + 1
+            for table in (nodes, below):
+                while len(table) > self.max_spans:
+                    del table[next(iter(table))]  # the oldest first
