@@ -64,9 +64,9 @@ def register(subparsers) -> None:
     parser.add_argument(
         "--max-queue-spans",
         type=positive_int,
-        default=200_000,
+        default=50_000,
         help="rows waiting for DuckDB kept in memory; older ones are read back from the "
-        "journal (default 200000)",
+        "journal (default 50000)",
     )
     parser.add_argument(
         "--max-journal-mib",

@@ -88,14 +88,24 @@ class ByteBudget:
 class _Receiver:
     """The routes' state: ingest queue, decode pool, metrics, limits (see ``create_app``)."""
 
-    def __init__(self, ingest, pool, metrics, *, token, max_body_bytes, budget, body_timeout_s):
-        self.ingest: IngestQueue = ingest
-        self.pool: DecodePool = pool
-        self.metrics: CollectorMetrics = metrics
+    def __init__(
+        self,
+        ingest: IngestQueue,
+        pool: DecodePool,
+        metrics: CollectorMetrics,
+        *,
+        token: str | None,
+        max_body_bytes: int,
+        budget: ByteBudget,
+        body_timeout_s: float,
+    ):
+        self.ingest = ingest
+        self.pool = pool
+        self.metrics = metrics
         self.expected = token.encode() if token else None
-        self.max_body_bytes: int = max_body_bytes
-        self.budget: ByteBudget = budget
-        self.body_timeout_s: float = body_timeout_s
+        self.max_body_bytes = max_body_bytes
+        self.budget = budget
+        self.body_timeout_s = body_timeout_s
 
     def authorized(self, request: Request) -> bool:
         if self.expected is None:
@@ -117,37 +127,47 @@ class _Receiver:
             )
             del body
         except OtlpError as error:
-            return _error(kind, error.status, error.reason)
-        except (Busy, DecodeUnavailable) as error:
+            unread = {"Connection": "close"} if error.status in (408, 413) else None
+            return _error(kind, error.status, error.reason, unread)  # close: the body was not read
+        except Busy as error:
+            return _retry_later(kind, f"collector busy: {error}", close=True)
+        except DecodeUnavailable as error:
             return _retry_later(kind, f"collector busy: {error}")
         finally:
             self.budget.give(held[0])
         return await self._store(prepared)
 
-    async def _read_body(self, request: Request, held: list[int]) -> bytes:
+    async def _read_body(self, request: Request, held: list[int]) -> bytearray:
         """The body, refusing 413 past ``max_body_bytes``, 408 when it takes longer than
         ``body_timeout_s``, Busy when the byte budget is spent (the declared length is
         reserved up front, the rest as it arrives; ``held`` counts what was reserved)."""
         limit = self.max_body_bytes
         declared = request.headers.get("content-length")
-        if declared and declared.isdigit():
-            if int(declared) > limit:
+        length = int(declared) if declared and declared.isdigit() else None
+        if length is not None:
+            if length > limit:
                 raise OtlpError(413, f"request body is {declared} bytes; the limit is {limit}")
-            self._reserve(int(declared), held)
-        chunks, size = [], 0
+            self._reserve(length, held)
+        # one copy of the body: filled in place when its length is declared
+        body = bytearray(length or 0)
+        size = 0
         try:
             async with asyncio.timeout(self.body_timeout_s):
                 async for chunk in request.stream():
-                    size += len(chunk)
-                    if size > limit:
+                    end = size + len(chunk)
+                    if end > limit:
                         raise OtlpError(413, f"request body exceeds the limit of {limit} bytes")
-                    if size > held[0]:
-                        self._reserve(size - held[0], held)
-                    chunks.append(chunk)
+                    if end > held[0]:
+                        self._reserve(end - held[0], held)
+                    if end <= len(body):
+                        body[size:end] = chunk
+                    else:
+                        del body[size:]
+                        body += chunk
+                    size = end
         except TimeoutError:
             raise OtlpError(408, f"request body not received within {self.body_timeout_s:g} s") from None
-        body = b"".join(chunks)
-        chunks.clear()
+        del body[size:]  # a body shorter than declared
         return body
 
     def _reserve(self, nbytes: int, held: list[int]) -> None:
@@ -288,5 +308,9 @@ def _error(kind: str | None, status: int, message: str, headers: dict | None = N
     return PlainTextResponse(message, status_code=status, headers=headers)
 
 
-def _retry_later(kind: str | None, reason: str) -> Response:
-    return _error(kind, 503, reason, {"Retry-After": str(RETRY_AFTER_S)})
+def _retry_later(kind: str | None, reason: str, close: bool = False) -> Response:
+    """503 + Retry-After; ``close`` also ends the connection (the request body was not read)."""
+    headers = {"Retry-After": str(RETRY_AFTER_S)}
+    if close:
+        headers["Connection"] = "close"
+    return _error(kind, 503, reason, headers)
