@@ -6,18 +6,23 @@ Routes:
   ``Content-Encoding: gzip``. Answers 200 with an ``ExportTraceServiceResponse`` (in the request's
   encoding; ``partial_success`` when some spans were invalid) only after the valid spans are
   durable: appended to the collector's journal and fsynced (``budgetlens.ingest.queue``; they are
-  queryable in DuckDB about 0.25 s later). 400 malformed body, 401 missing/wrong bearer token
-  (when one is configured; the scheme ``Bearer`` is case-insensitive), 413 body over
+  queryable in DuckDB about 0.25 s later). Bodies over 256 KiB are decoded and mapped in worker
+  processes (``budgetlens.ingest.decode_pool``), so the event loop keeps answering. 400 malformed
+  body, 401 missing/wrong bearer token (when one is configured; the scheme ``Bearer`` is
+  case-insensitive), 408 body not received within ``body_timeout_s``, 413 body over
   ``max_body_bytes`` (compressed or inflated), 415 wrong content type or encoding, 503 +
-  ``Retry-After`` when the backlog of rows not yet loaded is over its bound, the store cannot be
-  written right now, the journal cannot be written (disk full: "journal unavailable"), or the
-  collector is shutting down. Error bodies are a ``google.rpc.Status`` (code, message) in the
-  request's encoding, as OTLP/HTTP asks (protobuf, or JSON ``{"code": N, "message": "..."}``;
-  text/plain when the content type was not OTLP).
+  ``Retry-After`` when the journal backlog is at its disk budget, more than
+  ``max_inflight_bytes`` of request bodies are held, the journal cannot be written (disk full:
+  "journal unavailable"), or the collector is shutting down. 408, 413 and the in-flight 503
+  close the connection (the body was not read). Error bodies are a ``google.rpc.Status`` (code,
+  message) in the request's encoding, as OTLP/HTTP asks (protobuf, or JSON
+  ``{"code": N, "message": "..."}``; text/plain when the content type was not OTLP).
 - ``GET /metrics``: Prometheus text exposition of ``CollectorMetrics``.
-- ``GET /healthz``: ``{"status": "ok", "queue_spans": N, "backlog_spans": N, "loader_lag_s": S,
-  "store_error": null}`` (backlog = rows acknowledged, not yet in DuckDB); 503 when the journal
-  or loader thread has stopped.
+- ``GET /healthz``: ``{"status": "ok", "queue_spans": N, "backlog_spans": N, "backlog_bytes": B,
+  "journal_budget_bytes": B, "loader_lag_s": S, "store_error": null, "inflight_bytes": B}``
+  (backlog = rows acknowledged, not yet in DuckDB; lag = age of the oldest of them, s;
+  store_error = why the last load attempt failed); 503 when the journal or loader thread has
+  stopped.
 """
 
 from __future__ import annotations
