@@ -22,6 +22,10 @@ Point an agent at it with
 and, when a token is set,
   OTEL_EXPORTER_OTLP_HEADERS="Authorization=Bearer%20<token>"
 
+While other processes hold the store open, the journal keeps acknowledging
+(up to --max-journal-mib) and the loader retries; /healthz shows the backlog
+and its age. Bodies over 256 KiB are decoded in worker processes.
+
 SIGTERM or Ctrl-C loads everything journaled into DuckDB, then exits; after
 kill -9 the next start replays the journal. Binds 127.0.0.1 unless --host says
 otherwise. A port in use (or an address that cannot be bound) is reported in
@@ -64,9 +68,9 @@ def register(subparsers) -> None:
     parser.add_argument(
         "--max-queue-spans",
         type=positive_int,
-        default=200_000,
+        default=50_000,
         help="rows waiting for DuckDB kept in memory; older ones are read back from the "
-        "journal (default 200000)",
+        "journal (default 50000)",
     )
     parser.add_argument(
         "--max-journal-mib",

@@ -6,18 +6,23 @@ Routes:
   ``Content-Encoding: gzip``. Answers 200 with an ``ExportTraceServiceResponse`` (in the request's
   encoding; ``partial_success`` when some spans were invalid) only after the valid spans are
   durable: appended to the collector's journal and fsynced (``budgetlens.ingest.queue``; they are
-  queryable in DuckDB about 0.25 s later). 400 malformed body, 401 missing/wrong bearer token
-  (when one is configured; the scheme ``Bearer`` is case-insensitive), 413 body over
+  queryable in DuckDB about 0.25 s later). Bodies over 256 KiB are decoded and mapped in worker
+  processes (``budgetlens.ingest.decode_pool``), so the event loop keeps answering. 400 malformed
+  body, 401 missing/wrong bearer token (when one is configured; the scheme ``Bearer`` is
+  case-insensitive), 408 body not received within ``body_timeout_s``, 413 body over
   ``max_body_bytes`` (compressed or inflated), 415 wrong content type or encoding, 503 +
-  ``Retry-After`` when the backlog of rows not yet loaded is over its bound, the store cannot be
-  written right now, the journal cannot be written (disk full: "journal unavailable"), or the
-  collector is shutting down. Error bodies are a ``google.rpc.Status`` (code, message) in the
-  request's encoding, as OTLP/HTTP asks (protobuf, or JSON ``{"code": N, "message": "..."}``;
-  text/plain when the content type was not OTLP).
+  ``Retry-After`` when the journal backlog is at its disk budget, more than
+  ``max_inflight_bytes`` of request bodies are held, the journal cannot be written (disk full:
+  "journal unavailable"), or the collector is shutting down. 408, 413 and the in-flight 503
+  close the connection (the body was not read). Error bodies are a ``google.rpc.Status`` (code,
+  message) in the request's encoding, as OTLP/HTTP asks (protobuf, or JSON
+  ``{"code": N, "message": "..."}``; text/plain when the content type was not OTLP).
 - ``GET /metrics``: Prometheus text exposition of ``CollectorMetrics``.
-- ``GET /healthz``: ``{"status": "ok", "queue_spans": N, "backlog_spans": N, "loader_lag_s": S,
-  "store_error": null}`` (backlog = rows acknowledged, not yet in DuckDB); 503 when the journal
-  or loader thread has stopped.
+- ``GET /healthz``: ``{"status": "ok", "queue_spans": N, "backlog_spans": N, "backlog_bytes": B,
+  "journal_budget_bytes": B, "loader_lag_s": S, "store_error": null, "inflight_bytes": B}``
+  (backlog = rows acknowledged, not yet in DuckDB; lag = age of the oldest of them, s;
+  store_error = why the last load attempt failed); 503 when the journal or loader thread has
+  stopped.
 """
 
 from __future__ import annotations
@@ -88,14 +93,24 @@ class ByteBudget:
 class _Receiver:
     """The routes' state: ingest queue, decode pool, metrics, limits (see ``create_app``)."""
 
-    def __init__(self, ingest, pool, metrics, *, token, max_body_bytes, budget, body_timeout_s):
-        self.ingest: IngestQueue = ingest
-        self.pool: DecodePool = pool
-        self.metrics: CollectorMetrics = metrics
+    def __init__(
+        self,
+        ingest: IngestQueue,
+        pool: DecodePool,
+        metrics: CollectorMetrics,
+        *,
+        token: str | None,
+        max_body_bytes: int,
+        budget: ByteBudget,
+        body_timeout_s: float,
+    ):
+        self.ingest = ingest
+        self.pool = pool
+        self.metrics = metrics
         self.expected = token.encode() if token else None
-        self.max_body_bytes: int = max_body_bytes
-        self.budget: ByteBudget = budget
-        self.body_timeout_s: float = body_timeout_s
+        self.max_body_bytes = max_body_bytes
+        self.budget = budget
+        self.body_timeout_s = body_timeout_s
 
     def authorized(self, request: Request) -> bool:
         if self.expected is None:
@@ -117,37 +132,47 @@ class _Receiver:
             )
             del body
         except OtlpError as error:
-            return _error(kind, error.status, error.reason)
-        except (Busy, DecodeUnavailable) as error:
+            unread = {"Connection": "close"} if error.status in (408, 413) else None
+            return _error(kind, error.status, error.reason, unread)  # close: the body was not read
+        except Busy as error:
+            return _retry_later(kind, f"collector busy: {error}", close=True)
+        except DecodeUnavailable as error:
             return _retry_later(kind, f"collector busy: {error}")
         finally:
             self.budget.give(held[0])
         return await self._store(prepared)
 
-    async def _read_body(self, request: Request, held: list[int]) -> bytes:
+    async def _read_body(self, request: Request, held: list[int]) -> bytearray:
         """The body, refusing 413 past ``max_body_bytes``, 408 when it takes longer than
         ``body_timeout_s``, Busy when the byte budget is spent (the declared length is
         reserved up front, the rest as it arrives; ``held`` counts what was reserved)."""
         limit = self.max_body_bytes
         declared = request.headers.get("content-length")
-        if declared and declared.isdigit():
-            if int(declared) > limit:
+        length = int(declared) if declared and declared.isdigit() else None
+        if length is not None:
+            if length > limit:
                 raise OtlpError(413, f"request body is {declared} bytes; the limit is {limit}")
-            self._reserve(int(declared), held)
-        chunks, size = [], 0
+            self._reserve(length, held)
+        # one copy of the body: filled in place when its length is declared
+        body = bytearray(length or 0)
+        size = 0
         try:
             async with asyncio.timeout(self.body_timeout_s):
                 async for chunk in request.stream():
-                    size += len(chunk)
-                    if size > limit:
+                    end = size + len(chunk)
+                    if end > limit:
                         raise OtlpError(413, f"request body exceeds the limit of {limit} bytes")
-                    if size > held[0]:
-                        self._reserve(size - held[0], held)
-                    chunks.append(chunk)
+                    if end > held[0]:
+                        self._reserve(end - held[0], held)
+                    if end <= len(body):
+                        body[size:end] = chunk
+                    else:
+                        del body[size:]
+                        body += chunk
+                    size = end
         except TimeoutError:
             raise OtlpError(408, f"request body not received within {self.body_timeout_s:g} s") from None
-        body = b"".join(chunks)
-        chunks.clear()
+        del body[size:]  # a body shorter than declared
         return body
 
     def _reserve(self, nbytes: int, held: list[int]) -> None:
@@ -288,5 +313,9 @@ def _error(kind: str | None, status: int, message: str, headers: dict | None = N
     return PlainTextResponse(message, status_code=status, headers=headers)
 
 
-def _retry_later(kind: str | None, reason: str) -> Response:
-    return _error(kind, 503, reason, {"Retry-After": str(RETRY_AFTER_S)})
+def _retry_later(kind: str | None, reason: str, close: bool = False) -> Response:
+    """503 + Retry-After; ``close`` also ends the connection (the request body was not read)."""
+    headers = {"Retry-After": str(RETRY_AFTER_S)}
+    if close:
+        headers["Connection"] = "close"
+    return _error(kind, 503, reason, headers)

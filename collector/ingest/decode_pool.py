@@ -4,7 +4,8 @@
 plus the span mapping for several more, so a thread would still stall the event loop (and
 ``/healthz``). ``DecodePool`` runs bodies larger than ``inline_bytes`` in a small
 ``concurrent.futures.ProcessPoolExecutor`` (``workers`` processes, started by ``forkserver``
-so they inherit no threads) and returns a ``Prepared``: the counts the receiver answers with and
+so they inherit no threads and no open files such as the journal's lock, at a lower CPU
+priority; bodies over ``large_bytes`` one at a time) and returns a ``Prepared``: the counts the receiver answers with and
 the rows already encoded as a journal record payload (``budgetlens.ingest.journal.encode_batch``),
 so the collector process never holds the decoded protobuf or the row objects of a large body.
 
@@ -18,6 +19,7 @@ and the encoded payload (about the size of the Arrow tables).
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import logging
 import multiprocessing
 from concurrent.futures import ProcessPoolExecutor
@@ -28,11 +30,18 @@ from budgetlens.ingest.journal import Encoded, encode_batch
 from budgetlens.otlp import OtlpError, SpanMemory, decode, map_spans
 
 log = logging.getLogger(__name__)
+_MALLOC_TRIM = None  # glibc's malloc_trim, False where there is none
 
 #: Bodies up to this size (bytes) are decoded in the collector process (a few ms at most).
 DEFAULT_INLINE_BYTES = 1024 * 1024
 #: Worker processes for larger bodies.
 DEFAULT_WORKERS = 2
+#: Bodies over this size (bytes) are decoded one at a time: a worker's memory while decoding
+#: one is about 15× its size, so two at once would double the collector's peak.
+DEFAULT_LARGE_BYTES = 4 * 1024 * 1024
+#: How much lower than the request path's the workers' CPU priority is (nice steps): on a busy
+#: machine the event loop (``/healthz``, small requests, acknowledgements) goes first.
+WORKER_NICENESS = 10
 
 
 class DecodeUnavailable(RuntimeError):
@@ -61,7 +70,7 @@ class Prepared:
 
 
 def prepare(
-    body: bytes,
+    body: bytes | bytearray,
     content_type: str | None,
     content_encoding: str | None,
     max_bytes: int,
@@ -71,7 +80,7 @@ def prepare(
 
     Raises ``budgetlens.otlp.OtlpError`` (415, 413 or 400) for a body refused as a whole.
     """
-    kind, decoded = decode(body, content_type, content_encoding, max_bytes)
+    kind, decoded = decode(body, content_type, content_encoding, max_bytes)  # bytes-like is fine
     del body
     try:
         mapped = map_spans(decoded, memory=memory)
@@ -90,13 +99,42 @@ def _prepare_in_worker(body, content_type, content_encoding, max_bytes) -> Prepa
     """``prepare`` in a worker; an OtlpError comes back as ``(status, reason)`` (it does not
     pickle with its two arguments)."""
     try:
-        return prepare(body, content_type, content_encoding, max_bytes)
+        result: Prepared | tuple[int, str] = prepare(body, content_type, content_encoding, max_bytes)
     except OtlpError as error:
-        return error.status, error.reason
+        result = error.status, error.reason
+    del body
+    _release_free_memory()
+    return result
+
+
+def _release_free_memory() -> None:
+    """Hand the heap a decode freed back to the OS (glibc ``malloc_trim``), so an idle worker
+    does not keep the peak of its largest body resident. A no-op without glibc."""
+    global _MALLOC_TRIM
+    if _MALLOC_TRIM is None:
+        try:
+            _MALLOC_TRIM = ctypes.CDLL("libc.so.6").malloc_trim
+        except (OSError, AttributeError):
+            _MALLOC_TRIM = False
+    if _MALLOC_TRIM:
+        _MALLOC_TRIM(0)
 
 
 def _warm_up() -> int:
     return 0
+
+
+def _init_worker() -> None:
+    """In each worker: lower the CPU priority; let Arrow hand freed memory back to the OS."""
+    import os
+
+    import pyarrow as pa
+
+    pa.set_memory_pool(pa.system_memory_pool())
+    try:
+        os.nice(WORKER_NICENESS)
+    except OSError as error:  # not permitted: keep the priority
+        log.debug("decode worker priority unchanged: %s", error)
 
 
 class DecodePool:
@@ -110,18 +148,23 @@ class DecodePool:
         self,
         workers: int = DEFAULT_WORKERS,
         inline_bytes: int = DEFAULT_INLINE_BYTES,
+        large_bytes: int = DEFAULT_LARGE_BYTES,
         memory: SpanMemory | None = None,
     ):
         if workers < 1:
             raise ValueError(f"workers must be >= 1 (got {workers})")
         if inline_bytes < 0:
             raise ValueError(f"inline_bytes must be >= 0 (got {inline_bytes})")
+        if large_bytes < inline_bytes:
+            raise ValueError(f"large_bytes must be >= inline_bytes (got {large_bytes} < {inline_bytes})")
         self.workers = workers
         self.inline_bytes = inline_bytes
+        self.large_bytes = large_bytes
         #: The collector's span memory (issue 15's tree rules across requests). Requests mapped
         #: in-process use it; a large body mapped in a worker is taken as self-contained.
         self.memory = memory
         self._executor: ProcessPoolExecutor | None = None
+        self._large: asyncio.Semaphore | None = None  # created on the serving event loop
 
     def start(self) -> DecodePool:
         """Start the worker processes (idempotent); return self."""
@@ -133,10 +176,10 @@ class DecodePool:
     def _new_executor(self) -> ProcessPoolExecutor:
         context = multiprocessing.get_context("forkserver")
         context.set_forkserver_preload(["budgetlens.ingest.decode_pool"])
-        return ProcessPoolExecutor(max_workers=self.workers, mp_context=context)
+        return ProcessPoolExecutor(max_workers=self.workers, mp_context=context, initializer=_init_worker)
 
     async def prepare(
-        self, body: bytes, content_type: str | None, content_encoding: str | None, max_bytes: int
+        self, body: bytes | bytearray, content_type: str | None, content_encoding: str | None, max_bytes: int
     ) -> Prepared:
         """``prepare`` for ``body``: in-process when it is small or the pool is not started,
         else in a worker. Raises OtlpError as ``prepare`` does, DecodeUnavailable when the
@@ -145,10 +188,18 @@ class DecodePool:
         if executor is None or len(body) <= self.inline_bytes:
             return prepare(body, content_type, content_encoding, max_bytes, self.memory)
         loop = asyncio.get_running_loop()
+        if self._large is None:
+            self._large = asyncio.Semaphore(1)
         try:
-            result = await loop.run_in_executor(
-                executor, _prepare_in_worker, body, content_type, content_encoding, max_bytes
-            )
+            if len(body) > self.large_bytes:
+                async with self._large:
+                    result = await loop.run_in_executor(
+                        executor, _prepare_in_worker, body, content_type, content_encoding, max_bytes
+                    )
+            else:
+                result = await loop.run_in_executor(
+                    executor, _prepare_in_worker, body, content_type, content_encoding, max_bytes
+                )
         except BrokenProcessPool:
             log.error("a decode worker died; restarting the pool")
             if self._executor is executor:

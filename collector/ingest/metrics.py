@@ -99,7 +99,11 @@ class CollectorMetrics:
     ):
         self.registry = registry if registry is not None else CollectorRegistry()
         self.cap = LabelCap(max_label_values)
-        r = self.registry
+        self._register_budget_metrics(self.registry)
+        self._register_ingest_metrics(self.registry)
+
+    def _register_budget_metrics(self, r: CollectorRegistry) -> None:
+        """The budget families: runs, hits, tokens, calls, cost, interventions."""
         self.runs = Counter(
             "budgetlens_runs",
             "Finished runs (run records committed).",
@@ -155,6 +159,9 @@ class CollectorMetrics:
             ["task_type", "kind"],
             registry=r,
         )
+
+    def _register_ingest_metrics(self, r: CollectorRegistry) -> None:
+        """The collector's own health: spans received, journal, loads, backlog, lag."""
         self.spans_received = Counter(
             "budgetlens_spans_received", "Spans received on /v1/traces (before validation).", registry=r
         )
@@ -300,9 +307,10 @@ class CollectorMetrics:
             if status == sc.USAGE_UNKNOWN:
                 self.unknown_usage.labels(task, model).inc()
         for row in events:
-            kind = _INTERVENTIONS.get(row.get("name"))
+            name, run_id = row.get("name"), row.get("run_id")
+            kind = _INTERVENTIONS.get(name) if name else None
             if kind:
-                task = cap("task_type", task_by_run.get(row.get("run_id")))
+                task = cap("task_type", task_by_run.get(run_id) if run_id else None)
                 self.interventions.labels(task, kind).inc()
         for row in runs:
             task = cap("task_type", row.get("task_type"))

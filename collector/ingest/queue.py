@@ -36,7 +36,7 @@ from budgetlens.otlp.mapping import Mapped
 
 log = logging.getLogger(__name__)
 
-DEFAULT_MAX_QUEUE_SPANS = 200_000
+DEFAULT_MAX_QUEUE_SPANS = 50_000
 DEFAULT_MAX_JOURNAL_BYTES = 1024 * 1024 * 1024
 DEFAULT_MAX_GROUP_SPANS = 50_000
 DEFAULT_LOAD_INTERVAL_S = 0.25
@@ -233,7 +233,8 @@ class IngestQueue:
         journal = self._journal
         assert journal is not None  # started
         started = time.perf_counter()
-        ready, failed = [], []
+        ready: list[tuple[Batch, bytes, Future, int]] = []
+        failed: list[tuple[Future, int, BaseException]] = []
         for mapped, future, spans in group:
             try:
                 ready.append((*_to_batch(mapped), future, spans))

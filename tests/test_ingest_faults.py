@@ -1,0 +1,176 @@
+"""Issue 14 against real subprocess collectors: a torn journal segment then another kill -9, and
+a store held open by other processes' readers. 0 acknowledged spans lost in both."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import struct
+import subprocess
+import time
+
+import pytest
+import requests
+from _collector_helpers import SpanRecorder, collector_process
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+from opentelemetry.sdk.trace.export import SpanExportResult
+
+from budgetlens import semconv as sc
+from budgetlens.ingest.queue import journal_dir
+from budgetlens.store import read_connection
+
+pytestmark = pytest.mark.system
+
+_READER = """
+import sys, time, duckdb
+deadline = time.monotonic() + 30
+while True:
+    try:
+        conn = duckdb.connect(sys.argv[1], read_only=True)
+        break
+    except duckdb.Error:
+        if time.monotonic() > deadline:
+            raise
+        time.sleep(0.05)
+conn.execute("SELECT count(*) FROM model_calls").fetchall()
+print("holding", flush=True)
+sys.stdin.read()
+"""
+
+
+def _batches(prefix: int, count: int, size: int):
+    recorder = SpanRecorder()
+    for index in range(count * size):
+        with recorder.tracer.start_as_current_span("chat gpt-4o") as span:
+            span.set_attributes(
+                {
+                    sc.GEN_AI_OPERATION_NAME: sc.OPERATION_CHAT,
+                    sc.GEN_AI_REQUEST_MODEL: "gpt-4o",
+                    sc.GEN_AI_USAGE_INPUT_TOKENS: prefix * 1_000_000 + index,
+                    sc.GEN_AI_USAGE_OUTPUT_TOKENS: 1,
+                }
+            )
+    spans = recorder.spans()
+    return [spans[i : i + size] for i in range(0, len(spans), size)]
+
+
+def _send(url: str, batches) -> list[str]:
+    """Export ``batches``; the span ids of those acknowledged (200)."""
+    exporter = OTLPSpanExporter(endpoint=f"{url}/v1/traces", timeout=10)
+    acknowledged = []
+    for batch in batches:
+        if exporter.export(batch) == SpanExportResult.SUCCESS:
+            acknowledged += [format(span.context.span_id, "016x") for span in batch]
+    exporter.shutdown()
+    return acknowledged
+
+
+def _health(url: str) -> dict:
+    return requests.get(f"{url}/healthz", timeout=5).json()
+
+
+def _wait_loaded(url: str, timeout_s: float = 60) -> None:
+    deadline = time.monotonic() + timeout_s
+    while _health(url)["backlog_spans"]:
+        assert time.monotonic() < deadline, f"still not loaded: {_health(url)}"
+        time.sleep(0.05)
+
+
+def _stored(db_path) -> set[str]:
+    with read_connection(db_path) as conn:
+        return {row[0] for row in conn.execute("SELECT span_id FROM model_calls").fetchall()}
+
+
+@contextlib.contextmanager
+def _readers(python: str, db_path, count: int = 4):
+    """``count`` processes each holding a read-only DuckDB connection on ``db_path`` (a notebook,
+    a second dashboard, a ``duckdb -readonly`` shell) until the block ends."""
+    processes = [
+        subprocess.Popen(
+            [python, "-c", _READER, str(db_path)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+        )
+        for _ in range(count)
+    ]
+    try:
+        for process in processes:
+            assert process.stdout.readline().strip() == "holding"
+        yield processes
+    finally:
+        for process in processes:
+            process.stdin.close()
+            process.wait(10)
+
+
+def _kill_9(process) -> None:
+    os.kill(process.pid, signal.SIGKILL)
+    process.wait(10)
+
+
+def _tear_a_new_segment(journal) -> None:
+    """What a crash leaves when it tears the first record of a new segment: the next segment
+    file, named after the next sequence number, holding part of a record header."""
+    header = struct.Struct("<IIQ")
+    last_seq = 0
+    for segment in sorted(journal.glob("*.seg")):
+        data, offset = segment.read_bytes(), 0
+        while offset + header.size <= len(data):
+            length, _, seq = header.unpack_from(data, offset)
+            last_seq, offset = seq, offset + header.size + length
+    if (journal / "loaded").exists():
+        last_seq = max(last_seq, int((journal / "loaded").read_text()))
+    (journal / f"{last_seq + 1:016d}.seg").write_bytes(header.pack(4096, 0, last_seq + 1)[:11])
+
+
+def test_a_torn_first_record_then_a_second_kill_9_loses_nothing_acknowledged(tmp_path, python):
+    """Issue 14, finding 1, with real kill -9: after a crash tore the first record of a segment,
+    the next collector acknowledges spans (readers hold the store, so they wait in the journal),
+    is killed again, and the third start loads every one of them."""
+    db_path = tmp_path / "store.duckdb"
+    acknowledged: list[str] = []
+    with collector_process(python, db_path) as (process, url):
+        acknowledged += _send(url, _batches(1, 10, 50))
+        _wait_loaded(url)
+        _kill_9(process)
+    _tear_a_new_segment(journal_dir(db_path))
+    with _readers(python, db_path), collector_process(python, db_path) as (process, url):
+        second = _send(url, _batches(2, 20, 50))
+        assert _health(url)["backlog_spans"] >= len(second)  # all waiting in the journal
+        _kill_9(process)
+    assert len(second) == 20 * 50
+    acknowledged += second
+    with collector_process(python, db_path) as (process, url):
+        _wait_loaded(url)
+    missing = set(acknowledged) - _stored(db_path)
+    assert not missing, f"{len(missing)} of {len(acknowledged)} acknowledged spans lost"
+
+
+def test_readers_holding_the_store_do_not_stop_intake_and_every_row_lands_after(tmp_path, python):
+    """Issue 14, finding 4: four read-only connections hold the store; exports keep getting 200
+    (the journal absorbs them), /healthz and the lag metric show the true backlog and its age,
+    and once the readers let go every row is loaded."""
+    db_path = tmp_path / "store.duckdb"
+    with collector_process(python, db_path) as (process, url):
+        acknowledged = _send(url, _batches(1, 1, 10))
+        _wait_loaded(url)
+        with _readers(python, db_path):
+            batches = _batches(2, 30, 100)
+            acknowledged += _send(url, batches[:15])
+            time.sleep(1.5)  # the backlog ages while the readers hold the file
+            acknowledged += _send(url, batches[15:])
+            held = _health(url)
+            metrics = requests.get(f"{url}/metrics", timeout=5).text
+        _wait_loaded(url)
+        process.send_signal(signal.SIGTERM)
+        process.wait(60)
+    assert len(acknowledged) == 10 + 30 * 100  # nothing refused
+    assert held["status"] == "ok" and held["backlog_spans"] >= 30 * 100 and held["backlog_bytes"] > 0
+    assert held["loader_lag_s"] >= 1.5
+    assert held["store_error"] and "lock" in held["store_error"].lower()
+    (lag,) = [
+        float(line.split()[1])
+        for line in metrics.splitlines()
+        if line.startswith("budgetlens_ingest_loader_lag_seconds ")
+    ]
+    assert lag >= 1.5
+    assert _stored(db_path) == set(acknowledged)
