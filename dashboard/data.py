@@ -27,7 +27,7 @@ import duckdb
 import streamlit as st
 
 from budgetlens.config import resolve_db_path
-from budgetlens.store import StoreError, StoreMissing, read_connection
+from budgetlens.store import StoreError, StoreMissing, latest_snapshot, read_connection
 from budgetlens.store.connection import is_lock_conflict
 
 log = logging.getLogger(__name__)
@@ -86,14 +86,20 @@ class DataVersion:
     wal: tuple[int, int] | None
 
 
-def db_path() -> Path:
-    """The store path of this dashboard: ``$BUDGETLENS_DB``, else ``budgetlens.duckdb``."""
-    return resolve_db_path(None).resolve()
+def db_path() -> Path | str:
+    """The store of this dashboard: ``$BUDGETLENS_DB``, else ``budgetlens.duckdb`` (an absolute
+    path), or a DuckLake location as given."""
+    location = resolve_db_path(None)
+    return location.resolve() if isinstance(location, Path) else location
 
 
-def data_version(path: Path | None = None) -> DataVersion:
-    """(mtime_ns, size) of the DuckDB file and of its ``.wal``: two ``stat`` calls, no lock."""
+def data_version(path: Path | str | None = None) -> DataVersion:
+    """(mtime_ns, size) of the DuckDB file and of its ``.wal``: two ``stat`` calls, no lock.
+    On a DuckLake: (the catalog's latest snapshot id, 0), which every commit raises."""
     path = path or db_path()
+    if not isinstance(path, Path):
+        snapshot = latest_snapshot(path)
+        return DataVersion(None if snapshot is None else (snapshot, 0), None)
 
     def _stat(p: Path):
         try:

@@ -36,6 +36,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
+from budgetlens.config import ENV_JOURNAL_DIR, is_lake_location
 from budgetlens.ingest.journal import Batch, Journal, encode_batch
 from budgetlens.ingest.loader import Loader
 from budgetlens.ingest.metrics import CollectorMetrics
@@ -65,7 +66,19 @@ CommitFn = Callable[[pa.Table, pa.Table, pa.Table], None]
 
 
 def journal_dir(db_path: str | os.PathLike) -> Path:
-    """The journal directory of the database file ``db_path``: ``<db_path>.journal``."""
+    """The journal directory of the database file ``db_path``: ``<db_path>.journal``.
+
+    A DuckLake store is shared by many collectors, each with its own journal:
+    ``$BUDGETLENS_JOURNAL_DIR``, else ``budgetlens-lake-<hash of the catalog>.journal`` in the
+    working directory.
+    """
+    if is_lake_location(db_path):
+        from budgetlens.store.location import parse_lake
+
+        configured = os.environ.get(ENV_JOURNAL_DIR)
+        return (
+            Path(configured) if configured else Path(f"budgetlens-lake-{parse_lake(db_path).key()}.journal")
+        )
     path = Path(db_path)
     return path.with_name(path.name + ".journal")
 
@@ -95,7 +108,7 @@ class IngestQueue(Loader):
             raise ValueError(f"max_group_spans must be >= 1 (got {max_group_spans})")
         if load_interval_s <= 0:
             raise ValueError(f"load_interval_s must be > 0 (got {load_interval_s})")
-        self.db_path = Path(db_path)
+        self.db_path = db_path if is_lake_location(db_path) else Path(db_path)
         self.metrics = metrics or CollectorMetrics()
         self.max_queue_spans = max_queue_spans
         self.max_group_spans = max_group_spans

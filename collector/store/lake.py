@@ -185,6 +185,10 @@ def is_lake_connection(conn: duckdb.DuckDBPyConnection) -> bool:
     return row is not None and row[0] == "ducklake"
 
 
+#: The latest snapshot id of the attached lake (one row, BIGINT).
+LATEST_SNAPSHOT = f"SELECT max(snapshot_id) FROM ducklake_snapshots('{LAKE_ALIAS}')"
+
+
 # --- schema ---------------------------------------------------------------------------------
 
 _PRIMARY_KEY = re.compile(r"\s+PRIMARY KEY\b", re.IGNORECASE)
