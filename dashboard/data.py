@@ -93,6 +93,16 @@ def db_path() -> Path | str:
     return location.resolve() if isinstance(location, Path) else location
 
 
+def store_name() -> str:
+    """The store as the sidebar names it: the file name, or the DuckLake location (no password)."""
+    location = db_path()
+    if isinstance(location, Path):
+        return location.name
+    from budgetlens.store.location import parse_lake
+
+    return str(parse_lake(location))
+
+
 def data_version(path: Path | str | None = None) -> DataVersion:
     """(mtime_ns, size) of the DuckDB file and of its ``.wal``: two ``stat`` calls, no lock.
     On a DuckLake: (the catalog's latest snapshot id, 0), which every commit raises."""

@@ -122,7 +122,7 @@ def sidebar_filters():
     first, last, n_runs = extent
     with st.sidebar:
         st.markdown("### budgetlens")
-        st.caption(f"Store `{data.db_path().name}` · {n_runs:,} runs")
+        st.caption(f"Store `{data.store_name()}` · {n_runs:,} runs")
         tz = st.selectbox(
             "Time zone",
             _zones(),
