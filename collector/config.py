@@ -43,6 +43,9 @@ def resolve(argument, env_name: str, default):
 #: store keeps it next to the file, ``<db>.journal``).
 ENV_JOURNAL_DIR = "BUDGETLENS_JOURNAL_DIR"
 
+#: Data path (directory or ``s3://...``) of a new DuckLake store; a ``?data_path=`` suffix wins.
+ENV_LAKE_DATA_PATH = "BUDGETLENS_LAKE_DATA_PATH"
+
 #: A store location that starts with this is a DuckLake (``budgetlens.store.location``).
 LAKE_PREFIX = "ducklake:"
 

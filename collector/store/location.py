@@ -21,12 +21,11 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from budgetlens.config import LAKE_PREFIX
+from budgetlens.config import ENV_LAKE_DATA_PATH, LAKE_PREFIX
 
 _DATA_PATH_PARAM = "?data_path="
 
-#: Data path (directory or ``s3://...``) of a new DuckLake store; the ``?data_path=`` suffix wins.
-ENV_LAKE_DATA_PATH = "BUDGETLENS_LAKE_DATA_PATH"
+__all__ = ["ENV_LAKE_DATA_PATH", "LakeLocation", "is_lake", "parse_lake", "store_location"]
 
 
 @dataclass(frozen=True)
