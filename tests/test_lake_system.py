@@ -25,10 +25,11 @@ from _collector_helpers import SpanRecorder
 from _postgres import PostgresServer, postgres_bin
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.trace.export import SpanExportResult
+from test_store_rollup import _stream
 
 from budgetlens import semconv as sc
 from budgetlens.config import ENV_DB, ENV_JOURNAL_DIR
-from budgetlens.store import read_connection
+from budgetlens.store import read_connection, write_connection
 from budgetlens.store.lake import close_all
 
 pytestmark = [
@@ -189,3 +190,44 @@ def _dashboard_reads_the_lake_while_collectors_write(lake: str, monkeypatch) -> 
     assert not at.exception, [e.value for e in at.exception]
     tiles = {m.label: m.value for m in at.metric}
     assert int(tiles["Runs"].replace(",", "")) > 0
+
+
+def test_two_writers_that_commit_the_same_spans_at_once_store_them_once(postgres, tmp_path):
+    """Two DuckDB instances (as two collectors) on one lake, each in its own transaction over the
+    same batch: the second commit conflicts on the write token, is retried, and adds nothing."""
+    from budgetlens.store.lake import attach, write_batch_lake
+    from budgetlens.store.location import parse_lake
+    from budgetlens.store.writer import _TABLES, _as_table
+
+    location = parse_lake(postgres.location("two_writers", tmp_path / "data"))
+    with write_connection(location):
+        pass  # create and migrate
+    close_all()
+    calls, records, events = next(_stream(seed=7, runs=6, batches=1))
+    first, second = attach(location, create=False), attach(location, create=False)
+    for conn in (first, second):
+        for (table, columns, key, name), rows in zip(_TABLES, (calls, records, events)):
+            conn.register(name, _as_table(table, columns, key, rows))
+    # interleave: both read the store before either commits
+    first.execute("BEGIN TRANSACTION")
+    first.execute("UPDATE write_token SET writes = writes + 1")
+    new_first = first.sql(
+        "SELECT count(*) FROM batch_calls b ANTI JOIN model_calls m USING (span_id)"
+    ).fetchone()
+    second.execute("BEGIN TRANSACTION")
+    second.execute("UPDATE write_token SET writes = writes + 1")
+    first.execute("INSERT INTO model_calls BY NAME SELECT * FROM batch_calls")
+    first.execute("COMMIT")
+    with pytest.raises(Exception, match="onflict"):
+        second.execute("INSERT INTO model_calls BY NAME SELECT * FROM batch_calls")
+        second.execute("COMMIT")
+    from budgetlens.store.lake import is_conflict, retry_on_conflict, rollback
+
+    rollback(second)
+    result = retry_on_conflict(lambda: write_batch_lake(second))  # what write_batch does next
+    stored = first.execute("SELECT count(*), count(DISTINCT span_id) FROM model_calls").fetchone()
+    assert new_first[0] == len(calls) == stored[0] == stored[1]
+    assert result["new_calls"] is not None and len(result["new_calls"]) == 0
+    assert is_conflict  # the predicate the retry uses
+    first.close()
+    second.close()

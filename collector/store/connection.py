@@ -121,7 +121,7 @@ def _migrate(conn: duckdb.DuckDBPyConnection, *, on_lake: bool) -> int:
             conn.execute(sql.RECORD_MIGRATION, [version])
             conn.execute("COMMIT")
         except Exception:
-            conn.execute("ROLLBACK")
+            lake.rollback(conn)
             raise
         log.info("store migrated to schema version %d", version)
     return SCHEMA_VERSION

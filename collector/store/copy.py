@@ -93,7 +93,7 @@ def copy_store(
                             dst.unregister("copy_chunk")
                 dst.execute("COMMIT")
             except BaseException:
-                dst.execute("ROLLBACK")
+                lake.rollback(dst)
                 raise
     with read_connection(destination) as check:
         copied = _counts(check)

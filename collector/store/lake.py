@@ -218,6 +218,15 @@ def is_conflict(error: BaseException) -> bool:
     )
 
 
+def rollback(conn: duckdb.DuckDBPyConnection) -> None:
+    """Roll back the open transaction, if any: a DuckLake COMMIT that lost a conflict has
+    already ended it, and that conflict (not "no transaction is active") must reach the caller."""
+    try:
+        conn.execute("ROLLBACK")
+    except duckdb.TransactionException:
+        pass
+
+
 def retry_on_conflict(
     action: Callable[[], T], *, timeout_s: float = DEFAULT_CONFLICT_TIMEOUT_S, what: str = "commit"
 ) -> T:
@@ -285,7 +294,7 @@ def write_batch_lake(conn: duckdb.DuckDBPyConnection) -> dict[str, pa.Table | No
             runs_rows = runs.select(["run_id", "task_type", "stop_reason", "total_tokens"])
         conn.execute("COMMIT")
     except BaseException:
-        conn.execute("ROLLBACK")
+        rollback(conn)
         raise
     finally:
         for name in registered:

@@ -231,7 +231,7 @@ def _rebuild(conn: duckdb.DuckDBPyConnection, *, on_lake: bool) -> int:
         count = int(row[0]) if row is not None else 0
         conn.execute("COMMIT")
     except Exception:
-        conn.execute("ROLLBACK")
+        lake.rollback(conn)
         raise
     return count
 
