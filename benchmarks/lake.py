@@ -35,9 +35,9 @@ from benchmarks import queries
 from benchmarks._report import machine, publish
 from budgetlens import semconv as sc
 from budgetlens.config import ENV_JOURNAL_DIR
-from budgetlens.store import read_connection
+from budgetlens.store import read_connection, write_connection
 from budgetlens.store.copy import copy_store
-from budgetlens.store.lake import close_all
+from budgetlens.store.lake import LAKE_ALIAS, close_all, compact
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from _postgres import PostgresServer
@@ -133,6 +133,12 @@ def ingest_round(pg: PostgresServer, n: int, seconds: float, spans_per_request: 
     with read_connection(lake) as conn:
         row = conn.execute("SELECT count(*), count(DISTINCT span_id) FROM model_calls").fetchone()
     stored, distinct = (int(row[0]), int(row[1])) if row else (0, 0)
+    files_before = _data_files(lake)
+    compact_started = time.perf_counter()
+    with write_connection(lake) as conn:
+        compact(conn, expire_older_than_s=0)
+    compact_s = time.perf_counter() - compact_started
+    files_after = _data_files(lake)
     close_all()
     return {
         "n": n,
@@ -142,7 +148,23 @@ def ingest_round(pg: PostgresServer, n: int, seconds: float, spans_per_request: 
         "distinct": distinct,
         "drain_s": total - window,
         "stored_rate": stored / total,
+        "compact_s": compact_s,
+        "files": (files_before, files_after),
     }
+
+
+def _data_files(lake: str) -> int:
+    """Parquet data files of the lake's current snapshot (all budgetlens tables)."""
+    with read_connection(lake) as conn:
+        tables = [row[0] for row in conn.execute("SHOW TABLES").fetchall()]
+        return sum(
+            int(
+                conn.execute(
+                    "SELECT count(*) FROM ducklake_list_files(?, ?)", [LAKE_ALIAS, table]
+                ).fetchone()[0]
+            )
+            for table in tables
+        )
 
 
 def query_round(pg: PostgresServer, runs: int, repeat: int, work: Path) -> dict:
@@ -173,8 +195,8 @@ def report(ingest: list[dict], pages: dict | None, args) -> str:
         f"--runs {args.runs}` on {machine()}; PostgreSQL 15 catalog on a unix socket and a local data "
         "directory on the same machine, collectors and senders sharing its cores.",
         "",
-        "| collectors | acknowledged spans/s per collector | sum | drain after SIGTERM (s) | stored spans/s (window + drain) | stored once |",
-        "|---|---|---|---|---|---|",
+        "| collectors | acknowledged spans/s per collector | sum | drain after SIGTERM (s) | stored spans/s (window + drain) | stored once | compact: s, data files before -> after |",
+        "|---|---|---|---|---|---|---|",
     ]
     for r in ingest:
         per = ", ".join(f"{rate:,.0f}" for rate in r["rates"])
@@ -182,7 +204,8 @@ def report(ingest: list[dict], pages: dict | None, args) -> str:
             "yes" if r["stored"] == r["distinct"] == r["acked"] else f"{r['stored']} rows, {r['acked']} acked"
         )
         lines.append(
-            f"| {r['n']} | {per} | {sum(r['rates']):,.0f} | {r['drain_s']:.1f} | {r['stored_rate']:,.0f} | {once} |"
+            f"| {r['n']} | {per} | {sum(r['rates']):,.0f} | {r['drain_s']:.1f} | {r['stored_rate']:,.0f} | {once} "
+            f"| {r['compact_s']:.1f} s, {r['files'][0]} -> {r['files'][1]} |"
         )
     lines += [
         "",
