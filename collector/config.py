@@ -39,6 +39,27 @@ def resolve(argument, env_name: str, default):
     return default
 
 
-def resolve_db_path(argument: str | os.PathLike | None = None) -> Path:
-    """Return the store path: ``--db`` argument, else ``BUDGETLENS_DB``, else ``budgetlens.duckdb``."""
-    return Path(resolve(argument, ENV_DB, DEFAULT_DB))
+#: Where a collector on a DuckLake store keeps its write-ahead journal (``--journal`` wins; a file
+#: store keeps it next to the file, ``<db>.journal``).
+ENV_JOURNAL_DIR = "BUDGETLENS_JOURNAL_DIR"
+
+#: Data path (directory or ``s3://...``) of a new DuckLake store; a ``?data_path=`` suffix wins.
+ENV_LAKE_DATA_PATH = "BUDGETLENS_LAKE_DATA_PATH"
+
+#: A store location that starts with this is a DuckLake (``budgetlens.store.location``).
+LAKE_PREFIX = "ducklake:"
+
+
+def resolve_db_path(argument: str | os.PathLike | None = None) -> Path | str:
+    """Return the store: ``--db`` argument, else ``BUDGETLENS_DB``, else ``budgetlens.duckdb``.
+
+    A file store is a ``Path``; a DuckLake location (``ducklake:...``) is returned as the string
+    given (it is no path: ``s3://`` and libpq settings must stay as written).
+    """
+    value = resolve(argument, ENV_DB, DEFAULT_DB)
+    return str(value) if is_lake_location(value) else Path(value)
+
+
+def is_lake_location(location: str | os.PathLike) -> bool:
+    """True when the store ``location`` names a DuckLake (``ducklake:...``), not a DuckDB file."""
+    return str(location).startswith(LAKE_PREFIX)

@@ -34,7 +34,7 @@ import streamlit as st
 from budgetlens.analysis import views as analysis
 from budgetlens.analysis.views import Filters
 from budgetlens.config import resolve_db_path
-from budgetlens.store import StoreError, StoreMissing, read_connection
+from budgetlens.store import StoreError, StoreMissing, latest_snapshot, read_connection
 from budgetlens.store.connection import is_lock_conflict
 
 if TYPE_CHECKING:
@@ -96,14 +96,19 @@ class DataVersion:
     wal: tuple[int, int] | None
 
 
-def db_path() -> Path:
-    """The store path of this dashboard: ``$BUDGETLENS_DB``, else ``budgetlens.duckdb``."""
-    return resolve_db_path(None).resolve()
+def db_path() -> Path | str:
+    """The store of this dashboard: ``$BUDGETLENS_DB``, else ``budgetlens.duckdb`` (an absolute
+    path), or a DuckLake location as given."""
+    location = resolve_db_path(None)
+    return location.resolve() if isinstance(location, Path) else location
 
 
-def last_write_utc(path: Path | None = None) -> dt.datetime | None:
+def last_write_utc(path: Path | str | None = None) -> dt.datetime | None:
     """When a writer last committed to the store (the newer mtime of the file and its WAL, naive
-    UTC; None without a file): the "last arrival" of data, whatever the runs' own times."""
+    UTC; None without a file, and on a DuckLake, whose versions are snapshot ids): the "last
+    arrival" of data, whatever the runs' own times."""
+    if not isinstance(path or db_path(), Path):
+        return None
     version = data_version(path)
     stamps = [v[0] for v in (version.db, version.wal) if v]
     if not stamps:
@@ -111,9 +116,23 @@ def last_write_utc(path: Path | None = None) -> dt.datetime | None:
     return dt.datetime.fromtimestamp(max(stamps) / 1e9, dt.UTC).replace(tzinfo=None)
 
 
-def data_version(path: Path | None = None) -> DataVersion:
-    """(mtime_ns, size) of the DuckDB file and of its ``.wal``: two ``stat`` calls, no lock."""
+def store_name() -> str:
+    """The store as the sidebar names it: the file name, or the DuckLake location (no password)."""
+    location = db_path()
+    if isinstance(location, Path):
+        return location.name
+    from budgetlens.store.location import parse_lake
+
+    return str(parse_lake(location))
+
+
+def data_version(path: Path | str | None = None) -> DataVersion:
+    """(mtime_ns, size) of the DuckDB file and of its ``.wal``: two ``stat`` calls, no lock.
+    On a DuckLake: (the catalog's latest snapshot id, 0), which every commit raises."""
     path = path or db_path()
+    if not isinstance(path, Path):
+        snapshot = latest_snapshot(path)
+        return DataVersion(None if snapshot is None else (snapshot, 0), None)
 
     def _stat(p: Path):
         try:

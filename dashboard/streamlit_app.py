@@ -204,7 +204,7 @@ def sidebar_filters():
     st.session_state.setdefault("app_window", DEFAULT_WINDOW)
     with st.sidebar:
         st.markdown("### budgetlens")
-        st.caption(f"Store `{data.db_path().name}` · {n_runs:,} runs")
+        st.caption(f"Store `{data.store_name()}` · {n_runs:,} runs")
         tz = st.selectbox(
             "Time zone",
             _zones(),

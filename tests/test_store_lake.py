@@ -145,3 +145,53 @@ def _live_files(conn) -> int:
         conn.execute(f"SELECT count(*) FROM ducklake_list_files('budgetlens_lake', '{table}')").fetchone()[0]
         for table in ("model_calls", "run_totals", "runs")
     )
+
+
+def test_store_copy_moves_a_file_store_into_a_lake_and_back_with_equal_counts(lake, tmp_path):
+    from budgetlens.cli import main
+
+    source = tmp_path / "source.duckdb"
+    with write_connection(source) as conn:
+        for calls, records, events in _stream(seed=4, runs=20, batches=6):
+            write_batch(conn, calls, records, events)
+        expected = _runs(conn)
+        counts = {t: conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in ("model_calls", "runs")}
+    assert main(["store", "copy", "--from", str(source), "--to", lake, "--batch-rows", "7"]) == 0
+    back = tmp_path / "back.duckdb"
+    assert main(["store", "copy", "--from", lake, "--to", str(back)]) == 0
+    for location in (lake, back):
+        with read_connection(location) as conn:
+            assert _runs(conn) == expected
+            assert conn.execute("SELECT count(*) FROM model_calls").fetchone()[0] == counts["model_calls"]
+
+
+def test_store_copy_refuses_a_destination_that_holds_rows(lake, tmp_path, capsys):
+    from budgetlens.cli import main
+
+    source = tmp_path / "source.duckdb"
+    with write_connection(source) as conn:
+        write_batch(conn, *next(_stream(seed=1, runs=3, batches=1)))
+    assert main(["store", "copy", "--from", str(source), "--to", lake]) == 0
+    assert main(["store", "copy", "--from", str(source), "--to", lake]) == 1
+    assert "already holds rows" in capsys.readouterr().err
+
+
+def test_store_compact_on_a_file_store_says_it_needs_none(tmp_path, capsys):
+    from budgetlens.cli import main
+
+    assert main(["store", "compact", "--db", str(tmp_path / "a.duckdb")]) == 1
+    assert "needs no compaction" in capsys.readouterr().err
+
+
+def test_analysis_commands_read_a_lake(lake, capsys):
+    from budgetlens.cli import main
+
+    with write_connection(lake) as conn:
+        for calls, records, events in _stream(seed=6, runs=15, batches=4):
+            write_batch(conn, calls, records, events)
+        expected = conn.execute("SELECT count(*) FROM runs").fetchone()[0]
+    assert main(["runs", "--db", lake, "--limit", "0", "--window-days", "0", "--format", "csv"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert len(lines) == expected + 1  # header + one line per run
+    assert main(["baselines", "--db", lake, "--window-days", "0", "--format", "json"]) == 0
+    assert '"task_type"' in capsys.readouterr().out

@@ -27,6 +27,7 @@ COMMANDS = (
     "whatif",
     "runaways",
     "reprice",
+    "store_cmd",
 )
 
 
@@ -38,7 +39,10 @@ def build_parser() -> argparse.ArgumentParser:
             "(guard, OTLP collector, importers) into DuckDB, read P50/P95 baselines per task "
             "type, adopt presets at P95 x 1.5, and watch the budget hit rate."
         ),
-        epilog="The database path comes from --db, else BUDGETLENS_DB, else budgetlens.duckdb.",
+        epilog=(
+            "The store comes from --db, else BUDGETLENS_DB, else budgetlens.duckdb; a DuckLake "
+            "store is written ducklake:postgres:dbname=NAME host=HOST[?data_path=DIR]."
+        ),
     )
     parser.add_argument(
         "-v", "--verbose", action="store_true", help="log debug details (and show the traceback of an error)"

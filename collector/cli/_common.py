@@ -15,7 +15,10 @@ def add_db_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--db",
         default=None,
-        help="DuckDB store path (default: $BUDGETLENS_DB, else budgetlens.duckdb)",
+        help=(
+            "store: a DuckDB file path, or a DuckLake 'ducklake:postgres:dbname=NAME host=HOST"
+            "[?data_path=DIR_OR_S3_URL]' (default: $BUDGETLENS_DB, else budgetlens.duckdb)"
+        ),
     )
 
 

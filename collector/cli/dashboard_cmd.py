@@ -51,7 +51,7 @@ def resolve_server(args: argparse.Namespace) -> tuple[str, int]:
     return host, port
 
 
-def streamlit_command(db: Path, host: str, port: int) -> tuple[list[str], dict[str, str]]:
+def streamlit_command(db: Path | str, host: str, port: int) -> tuple[list[str], dict[str, str]]:
     """Return (argv, env) that run ``streamlit run`` on the entrypoint for store ``db``.
 
     Headless (no browser is opened, no e-mail prompt), no usage statistics; the store path
@@ -81,7 +81,7 @@ def streamlit_command(db: Path, host: str, port: int) -> tuple[list[str], dict[s
         "#4C78A8",
     ]
     env = dict(os.environ)
-    env[config.ENV_DB] = str(Path(db).resolve())
+    env[config.ENV_DB] = str(db.resolve()) if isinstance(db, Path) else db  # a lake: as given
     return argv, env
 
 
@@ -106,7 +106,7 @@ def port_in_use(host: str, port: int) -> bool:
     return False
 
 
-def store_problem(db: Path) -> str | None:
+def store_problem(db: Path | str) -> str | None:
     """Why ``db`` cannot be served, or None when it can: a missing file is fine (the dashboard
     waits for it), so is a DuckDB file another process holds; a path DuckDB cannot open (not a
     DuckDB file, a directory, no permission) gives the store's one-line reason."""
@@ -153,7 +153,8 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as error:
         print(f"budgetlens dashboard: error: {error}", file=sys.stderr)
         return 1
-    if db.exists():
+    exists = not isinstance(db, Path) or db.exists()  # a lake is checked by opening it
+    if exists:
         problem = store_problem(db)
         if problem:
             print(f"budgetlens dashboard: error: not a budgetlens store: {problem}", file=sys.stderr)
@@ -166,13 +167,23 @@ def run(args: argparse.Namespace) -> int:
         )
         return 1
     argv, env = streamlit_command(db, host, port)
-    if not db.exists():
+    if isinstance(db, Path) and not db.exists():
         print(
             f"budgetlens dashboard: no store at {db} yet; the dashboard will show it once "
             "a collector, import or `budgetlens sample` creates it",
             file=sys.stderr,
         )
-    print(f"budgetlens dashboard: {url(host, port)} (store {db.resolve()})", flush=True)
+    print(
+        f"budgetlens dashboard: {url(host, port)} (store {db.resolve() if isinstance(db, Path) else _shown(db)})",
+        flush=True,
+    )
     sys.stdout.flush()
     os.execve(argv[0], argv, env)
     return 0  # not reached
+
+
+def _shown(location: str) -> str:
+    """A store location for the terminal (a lake's password masked)."""
+    from budgetlens.store.location import parse_lake
+
+    return str(parse_lake(location))

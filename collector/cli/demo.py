@@ -91,7 +91,7 @@ def _read_lines(stream, sink: queue.Queue) -> None:
     sink.put(None)
 
 
-def _start_collector(db: Path, host: str, port: int, deadline: float):
+def _start_collector(db: Path | str, host: str, port: int, deadline: float):
     """Start ``budgetlens collector``; return (process, endpoint) once it listens."""
     argv = [
         sys.executable,
@@ -130,7 +130,7 @@ def _start_collector(db: Path, host: str, port: int, deadline: float):
 SETTLE_S = 1.0
 
 
-def _start_dashboard(db: Path, host: str, port: int, deadline: float):
+def _start_dashboard(db: Path | str, host: str, port: int, deadline: float):
     """Start ``budgetlens dashboard``; return the process once *it* answers its health check.
 
     Raises RuntimeError naming the dashboard and the port when the port is already taken (by
@@ -180,7 +180,8 @@ def _raise_interrupt(signum, frame):
 def run(args: argparse.Namespace) -> int:
     from budgetlens.sample import ensure_demo_store
 
-    db = config.resolve_db_path(args.db).resolve()
+    db = config.resolve_db_path(args.db)
+    db = db.resolve() if isinstance(db, Path) else db
     host, port = resolve_server(args)
     port = port or _free_port(host)
     if ensure_demo_store(db):

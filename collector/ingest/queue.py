@@ -29,6 +29,7 @@ import time
 from concurrent.futures import Future
 from pathlib import Path
 
+from budgetlens.config import ENV_JOURNAL_DIR, is_lake_location
 from budgetlens.ingest.journal import Batch, Encoded, Journal, decode_batch, encode_batch
 from budgetlens.ingest.loader import Backlog, CommitFn, Loader, Pending
 from budgetlens.ingest.metrics import CollectorMetrics
@@ -51,7 +52,19 @@ class IngestClosed(RuntimeError):
 
 
 def journal_dir(db_path: str | os.PathLike) -> Path:
-    """The journal directory of the database file ``db_path``: ``<db_path>.journal``."""
+    """The journal directory of the database file ``db_path``: ``<db_path>.journal``.
+
+    A DuckLake store is shared by many collectors, each with its own journal:
+    ``$BUDGETLENS_JOURNAL_DIR``, else ``budgetlens-lake-<hash of the catalog>.journal`` in the
+    working directory.
+    """
+    if is_lake_location(db_path):
+        from budgetlens.store.location import parse_lake
+
+        configured = os.environ.get(ENV_JOURNAL_DIR)
+        return (
+            Path(configured) if configured else Path(f"budgetlens-lake-{parse_lake(db_path).key()}.journal")
+        )
     path = Path(db_path)
     return path.with_name(path.name + ".journal")
 
@@ -85,7 +98,7 @@ class IngestQueue:
         ):
             if value <= 0:
                 raise ValueError(f"{name} must be > 0 (got {value})")
-        self.db_path = Path(db_path)
+        self.db_path = db_path if is_lake_location(db_path) else Path(db_path)
         self.metrics = metrics or CollectorMetrics()
         self.max_queue_spans = max_queue_spans
         self.max_journal_bytes = max_journal_bytes

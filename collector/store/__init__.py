@@ -1,8 +1,10 @@
-"""The DuckDB store: schema and migrations, the connection protocol, batch writes."""
+"""The store: a DuckDB file or a DuckLake (``budgetlens.store.location``); schema and migrations,
+the connection protocol, batch writes, lake maintenance and copy."""
 
 from budgetlens.store.connection import (
     StoreError,
     StoreMissing,
+    latest_snapshot,
     migrate,
     read_connection,
     schema_version,
@@ -14,6 +16,7 @@ __all__ = [
     "StoreError",
     "StoreMissing",
     "WriteResult",
+    "latest_snapshot",
     "migrate",
     "read_connection",
     "rebuild_runs",

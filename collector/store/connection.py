@@ -121,7 +121,7 @@ def _migrate(conn: duckdb.DuckDBPyConnection, *, on_lake: bool) -> int:
             conn.execute(sql.RECORD_MIGRATION, [version])
             conn.execute("COMMIT")
         except Exception:
-            conn.execute("ROLLBACK")
+            lake.rollback(conn)
             raise
         log.info("store migrated to schema version %d", version)
     return SCHEMA_VERSION
@@ -214,7 +214,23 @@ def read_connection(
 
 def schema_version(conn: duckdb.DuckDBPyConnection) -> int:
     """Return the highest applied schema version, 0 for a file without budgetlens tables."""
-    if conn.execute(sql.HAS_MIGRATIONS_TABLE).fetchone()[0] == 0:
+    row = conn.execute(sql.HAS_MIGRATIONS_TABLE).fetchone()
+    if row is None or row[0] == 0:
         return 0
     row = conn.execute("SELECT max(version) FROM schema_migrations").fetchone()
-    return int(row[0] or 0)
+    return int(row[0] or 0) if row is not None else 0
+
+
+def latest_snapshot(location: str | os.PathLike | LakeLocation) -> int | None:
+    """The id of a DuckLake store's latest snapshot (every commit raises it), None when the lake
+    does not exist yet or cannot be reached. Raises ValueError for a file store."""
+    parsed = store_location(location)
+    if not isinstance(parsed, LakeLocation):
+        raise ValueError(f"{location}: a DuckDB file store has no snapshots")
+    try:
+        with lake.lake_cursor(parsed, create=False) as conn:
+            row = conn.execute(lake.LATEST_SNAPSHOT).fetchone()
+    except (lake.LakeError, duckdb.Error) as error:
+        log.debug("no snapshot of %s: %s", parsed, error)
+        return None
+    return None if row is None or row[0] is None else int(row[0])

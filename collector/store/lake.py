@@ -185,6 +185,10 @@ def is_lake_connection(conn: duckdb.DuckDBPyConnection) -> bool:
     return row is not None and row[0] == "ducklake"
 
 
+#: The latest snapshot id of the attached lake (one row, BIGINT).
+LATEST_SNAPSHOT = f"SELECT max(snapshot_id) FROM ducklake_snapshots('{LAKE_ALIAS}')"
+
+
 # --- schema ---------------------------------------------------------------------------------
 
 _PRIMARY_KEY = re.compile(r"\s+PRIMARY KEY\b", re.IGNORECASE)
@@ -212,6 +216,15 @@ def is_conflict(error: BaseException) -> bool:
         or "conflict" in text.lower()
         and ("commit" in text.lower() or isinstance(error, duckdb.TransactionException))
     )
+
+
+def rollback(conn: duckdb.DuckDBPyConnection) -> None:
+    """Roll back the open transaction, if any: a DuckLake COMMIT that lost a conflict has
+    already ended it, and that conflict (not "no transaction is active") must reach the caller."""
+    try:
+        conn.execute("ROLLBACK")
+    except duckdb.TransactionException:
+        pass
 
 
 def retry_on_conflict(
@@ -281,7 +294,7 @@ def write_batch_lake(conn: duckdb.DuckDBPyConnection) -> dict[str, pa.Table | No
             runs_rows = runs.select(["run_id", "task_type", "stop_reason", "total_tokens"])
         conn.execute("COMMIT")
     except BaseException:
-        conn.execute("ROLLBACK")
+        rollback(conn)
         raise
     finally:
         for name in registered:

@@ -21,11 +21,11 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-LAKE_PREFIX = "ducklake:"
+from budgetlens.config import ENV_LAKE_DATA_PATH, LAKE_PREFIX
+
 _DATA_PATH_PARAM = "?data_path="
 
-#: Data path (directory or ``s3://...``) of a new DuckLake store; the ``?data_path=`` suffix wins.
-ENV_LAKE_DATA_PATH = "BUDGETLENS_LAKE_DATA_PATH"
+__all__ = ["ENV_LAKE_DATA_PATH", "LakeLocation", "is_lake", "parse_lake", "store_location"]
 
 
 @dataclass(frozen=True)
@@ -53,7 +53,7 @@ class LakeLocation:
         return hashlib.sha256(self.catalog.encode()).hexdigest()[:12]
 
 
-def is_lake(location: str | os.PathLike) -> bool:
+def is_lake(location: str | os.PathLike | LakeLocation) -> bool:
     """True when ``location`` names a DuckLake store (starts with ``ducklake:``)."""
     return isinstance(location, LakeLocation) or str(location).startswith(LAKE_PREFIX)
 
@@ -83,6 +83,6 @@ def parse_lake(location: str | os.PathLike | LakeLocation) -> LakeLocation:
 
 def store_location(location: str | os.PathLike | LakeLocation) -> Path | LakeLocation:
     """A ``LakeLocation`` for ``ducklake:...``, else the file path as a ``Path``."""
-    if is_lake(location):
+    if isinstance(location, LakeLocation) or is_lake(location):
         return parse_lake(location)
     return Path(location)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TypeAlias
 
 import duckdb
 import pyarrow as pa
@@ -40,7 +41,7 @@ _TABLES = (  # (store table, columns, key, registered batch name)
     ("budget_events", BUDGET_EVENT_COLUMNS, "event_id", "batch_events"),
 )
 
-Rows = Sequence[Mapping] | pa.Table
+Rows: TypeAlias = Sequence[Mapping] | pa.Table
 
 
 def _arrow_type(column: str) -> pa.DataType:
@@ -250,10 +251,11 @@ def _rebuild(conn: duckdb.DuckDBPyConnection, *, on_lake: bool) -> int:
         conn.execute(sql.INSERT_ALL_RUN_TOTALS)
         conn.execute(sql.DELETE_ALL_RUNS)
         conn.execute(sql.INSERT_ALL_RUNS)
-        count = conn.execute(sql.COUNT_RUNS).fetchone()[0]
+        row = conn.execute(sql.COUNT_RUNS).fetchone()
+        count = int(row[0]) if row is not None else 0
         conn.execute("COMMIT")
     except Exception:
-        conn.execute("ROLLBACK")
+        lake.rollback(conn)
         raise
     return count
 

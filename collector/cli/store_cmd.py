@@ -1,0 +1,90 @@
+"""``budgetlens store``: move a store between a DuckDB file and a DuckLake, compact a lake."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from budgetlens.cli._common import add_db_argument, non_negative_float, positive_int
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "store",
+        help="copy a store between a DuckDB file and a DuckLake; compact a DuckLake",
+        description=(
+            "Maintain the store. `copy` moves every row of one store into an empty other one (a "
+            "DuckDB file into a DuckLake and back) and checks the counts on both sides; `compact` "
+            "merges a DuckLake's small Parquet files, rewrites files with many deleted rows, "
+            "expires old snapshots and deletes the files no snapshot needs."
+        ),
+    )
+    actions = parser.add_subparsers(dest="store_command", metavar="ACTION", required=True)
+    copy = actions.add_parser(
+        "copy",
+        help="copy every row of a store into an empty store (file <-> DuckLake)",
+        description="Copy every row of --from into the empty store --to, in one transaction.",
+    )
+    copy.add_argument("--from", dest="source", required=True, help="the store to read (file or ducklake:...)")
+    copy.add_argument(
+        "--to", dest="destination", required=True, help="the empty store to write (file or ducklake:...)"
+    )
+    copy.add_argument(
+        "--batch-rows", type=positive_int, default=100_000, help="rows per Arrow batch (default 100000)"
+    )
+    copy.set_defaults(func=run_copy)
+    compact = actions.add_parser(
+        "compact",
+        help="compact a DuckLake store and expire its old snapshots",
+        description=(
+            "Compact the DuckLake store of --db: merge small Parquet files, rewrite files with >= 10 %% "
+            "deleted rows, expire snapshots older than --expire-older-than-s and delete the files they held."
+        ),
+    )
+    add_db_argument(compact)
+    compact.add_argument(
+        "--expire-older-than-s",
+        type=non_negative_float,
+        default=3600.0,
+        help="expire snapshots older than this many seconds (default 3600; time travel reaches this far back)",
+    )
+    compact.set_defaults(func=run_compact)
+
+
+def run_copy(args: argparse.Namespace) -> int:
+    from budgetlens.store.copy import copy_store
+
+    result = copy_store(args.source, args.destination, batch_rows=args.batch_rows)
+    for table, rows in result.source.items():
+        print(f"{table:>14}: {rows:>12,} -> {result.destination[table]:>12,}")
+    if not result.equal:
+        print("budgetlens store: error: the counts differ after the copy", file=sys.stderr)
+        return 1
+    print(f"copied {result.source['runs']:,} runs from {_shown(args.source)} to {_shown(args.destination)}")
+    return 0
+
+
+def run_compact(args: argparse.Namespace) -> int:
+    from budgetlens.config import is_lake_location, resolve_db_path
+    from budgetlens.store import write_connection
+    from budgetlens.store.lake import compact
+
+    db = resolve_db_path(args.db)
+    if not is_lake_location(db):
+        print(
+            f"budgetlens store: error: {db} is a DuckDB file; compact works on a DuckLake store "
+            "(ducklake:...): a file store needs no compaction",
+            file=sys.stderr,
+        )
+        return 1
+    with write_connection(db) as conn:
+        counts = compact(conn, expire_older_than_s=args.expire_older_than_s)
+    print(", ".join(f"{name.replace('_', ' ')}: {count}" for name, count in counts.items()))
+    return 0
+
+
+def _shown(location: str) -> str:
+    from budgetlens.config import is_lake_location
+    from budgetlens.store.location import parse_lake
+
+    return str(parse_lake(location)) if is_lake_location(location) else location

@@ -1,0 +1,241 @@
+"""Two collectors and a dashboard on one DuckLake with a real PostgreSQL catalog.
+
+The real OTel SDK exporter sends to both collectors: some batches to one, some to both (a load
+balancer retry), and runs whose run span goes to one collector and whose call spans go to the
+other. One collector is killed with -9 mid-stream and started again on its journal. Then every
+acknowledged span is stored exactly once, and each run's rollup counts the calls that reached
+either collector.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+import requests
+from _collector_helpers import SpanRecorder
+from _postgres import PostgresServer, postgres_bin
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+from opentelemetry.sdk.trace.export import SpanExportResult
+from test_store_rollup import _stream
+
+from budgetlens import semconv as sc
+from budgetlens.config import ENV_DB, ENV_JOURNAL_DIR
+from budgetlens.store import read_connection, write_connection
+from budgetlens.store.lake import close_all
+
+pytestmark = [
+    pytest.mark.system,
+    pytest.mark.skipif(postgres_bin() is None, reason="PostgreSQL (initdb, pg_ctl) is not installed"),
+]
+
+APP = Path(__file__).resolve().parent.parent / "dashboard" / "streamlit_app.py"
+
+
+@pytest.fixture(scope="module")
+def postgres():
+    with PostgresServer() as server:
+        yield server
+    close_all()
+
+
+class Collector:
+    """``budgetlens collector`` on the lake as a subprocess with its own journal directory."""
+
+    def __init__(self, lake: str, journal: Path, timeout_s: float = 180.0):
+        env = dict(os.environ, **{ENV_JOURNAL_DIR: str(journal)})
+        self.log = journal.with_suffix(".log")
+        with self.log.open("a") as log:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "budgetlens.cli", "-v", "collector", "--db", lake, "--port", "0"],
+                stdout=subprocess.PIPE,
+                stderr=log,
+                text=True,
+                env=env,
+            )
+        ready = select.select([self.process.stdout], [], [], timeout_s)[0]
+        line = self.process.stdout.readline() if ready else ""
+        if "listening on" not in line:
+            self.process.kill()
+            tail = "".join(self.log.read_text().splitlines(keepends=True)[-30:])
+            raise RuntimeError(f"collector did not start in {timeout_s:.0f} s: {line}{tail}")
+        self.url = line.rsplit(" ", 1)[1].strip()
+
+    def stop(self) -> None:
+        """SIGTERM: the collector loads its journal into the lake, then exits."""
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            self.process.wait(120)
+
+    def kill(self) -> None:
+        os.kill(self.process.pid, signal.SIGKILL)
+        self.process.wait(10)
+
+
+def _span_id(span) -> str:
+    return format(span.context.span_id, "016x")
+
+
+def _runs(count: int):
+    """``count`` guard runs of 3 calls each; returns (run span, call spans) per run id."""
+    recorder = SpanRecorder()
+    for index in range(count):
+        calls = [("gpt-4o", 100 + index, 10), ("gpt-4o", 200, 20), ("gpt-4o-mini", 300, 30)]
+        recorder.guard_run(f"lake-run-{index:04d}", "lake_test", calls, tools=1)
+    by_run: dict[str, dict] = {}
+    for span in recorder.spans():
+        run_id = span.attributes[sc.BUDGET_RUN_ID]
+        entry = by_run.setdefault(run_id, {"run": None, "calls": []})
+        if span.attributes.get(sc.GEN_AI_OPERATION_NAME) == sc.OPERATION_INVOKE_AGENT:
+            entry["run"] = span
+        else:
+            entry["calls"].append(span)
+    return by_run
+
+
+def _send(url: str, batches, acknowledged: Counter, lock: threading.Lock, stop: threading.Event):
+    exporter = OTLPSpanExporter(endpoint=f"{url}/v1/traces", timeout=5)
+    for batch in batches:
+        if stop.is_set():
+            return
+        if exporter.export(batch) == SpanExportResult.SUCCESS:
+            with lock:
+                acknowledged.update(_span_id(span) for span in batch)
+
+
+def test_two_collectors_on_one_lake_store_each_acknowledged_span_once(postgres, tmp_path, monkeypatch):
+    lake = postgres.location("two_collectors", tmp_path / "lake-data")
+    runs = _runs(240)
+    to_a, to_b = [], []
+    for index, (_run_id, entry) in enumerate(sorted(runs.items())):
+        spans = [entry["run"], *entry["calls"]]
+        if index % 3 == 0:  # a load balancer retry: the same spans to both collectors
+            to_a.append(spans)
+            to_b.append(spans)
+        elif index % 3 == 1:  # the run span to one collector, its calls to the other
+            to_a.append([entry["run"]])
+            to_b.append(entry["calls"])
+        else:
+            (to_a if index % 2 else to_b).append(spans)
+    acknowledged: Counter = Counter()
+    lock = threading.Lock()
+    a = Collector(lake, tmp_path / "journal-a")
+    b = Collector(lake, tmp_path / "journal-b")
+    try:
+        stop_b = threading.Event()
+        senders = [
+            threading.Thread(target=_send, args=(a.url, to_a, acknowledged, lock, threading.Event())),
+            threading.Thread(target=_send, args=(b.url, to_b[:120], acknowledged, lock, stop_b)),
+        ]
+        for sender in senders:
+            sender.start()
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and requests.get(f"{b.url}/healthz", timeout=5).status_code == 200:
+            with lock:
+                if len(acknowledged) >= 200:
+                    break
+            time.sleep(0.01)
+        b.kill()  # mid-stream: b's requests are in flight, its acknowledged rows partly loaded
+        stop_b.set()
+        senders[1].join(60)
+        _dashboard_reads_the_lake_while_collectors_write(lake, monkeypatch)
+        b = Collector(lake, tmp_path / "journal-b")  # replays b's journal
+        second = threading.Thread(target=_send, args=(b.url, to_b, acknowledged, lock, threading.Event()))
+        second.start()
+        second.join(300)
+        senders[0].join(300)
+    finally:
+        a.stop()
+        b.stop()
+    close_all()
+    with read_connection(lake) as conn:
+        stored = conn.execute("SELECT span_id, run_id FROM model_calls").fetchall()
+        records = conn.execute("SELECT run_id FROM run_records").fetchall()
+        rollup = dict(conn.execute("SELECT run_id, model_calls FROM runs").fetchall())
+        totals = dict(conn.execute("SELECT run_id, total_tokens FROM runs").fetchall())
+    stored_ids = Counter(span_id for span_id, _ in stored)
+    call_ids = {_span_id(s) for entry in runs.values() for s in entry["calls"]}
+    run_span_ids = {_span_id(entry["run"]): run_id for run_id, entry in runs.items()}
+    assert max(stored_ids.values()) == 1, "a span is stored twice"
+    assert Counter(run_id for (run_id,) in records).most_common(1)[0][1] == 1, "a run record is stored twice"
+    assert {s for s in acknowledged if s in call_ids} == set(stored_ids), "stored calls != acknowledged calls"
+    acknowledged_runs = {run_span_ids[s] for s in acknowledged if s in run_span_ids}
+    assert acknowledged_runs <= {run_id for (run_id,) in records}
+    for run_id, entry in runs.items():  # the rollup counts the calls that reached either collector
+        calls = sum(1 for s in entry["calls"] if _span_id(s) in acknowledged)
+        if calls or run_id in acknowledged_runs:
+            assert rollup[run_id] == calls, run_id
+        if run_id in acknowledged_runs:  # the run span's totals win: 3 calls' tokens
+            index = int(run_id.rsplit("-", 1)[1])
+            assert totals[run_id] == (100 + index + 10) + 220 + 330
+    assert len(acknowledged) > 0 and any(n > 1 for n in acknowledged.values())  # duplicates were sent
+
+
+def _dashboard_reads_the_lake_while_collectors_write(lake: str, monkeypatch) -> None:
+    """The dashboard's entrypoint (Streamlit AppTest) renders from the lake while a collector
+    writes; its Runs tile shows at least the runs committed before it started."""
+    from streamlit.testing.v1 import AppTest
+
+    deadline = time.monotonic() + 120
+    committed = 0
+    while committed == 0 and time.monotonic() < deadline:
+        with read_connection(lake) as conn:
+            row = conn.execute("SELECT count(*) FROM runs").fetchone()
+        committed = row[0] if row else 0
+        time.sleep(0.5)
+    assert committed > 0, "no run committed to the lake within 120 s"
+    monkeypatch.setenv(ENV_DB, lake)
+    at = AppTest.from_file(str(APP), default_timeout=60)
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    tiles = {m.label: m.value for m in at.metric}
+    assert int(tiles["Runs"].replace(",", "")) >= committed
+
+
+def test_two_writers_that_commit_the_same_spans_at_once_store_them_once(postgres, tmp_path):
+    """Two DuckDB instances (as two collectors) on one lake, each in its own transaction over the
+    same batch: the second commit conflicts on the write token, is retried, and adds nothing."""
+    from budgetlens.store.lake import attach, write_batch_lake
+    from budgetlens.store.location import parse_lake
+    from budgetlens.store.writer import _TABLES, _as_table
+
+    location = parse_lake(postgres.location("two_writers", tmp_path / "data"))
+    with write_connection(location):
+        pass  # create and migrate
+    close_all()
+    calls, records, events = next(_stream(seed=7, runs=6, batches=1))
+    first, second = attach(location, create=False), attach(location, create=False)
+    for conn in (first, second):
+        for (table, columns, key, name), rows in zip(_TABLES, (calls, records, events)):
+            conn.register(name, _as_table(table, columns, key, rows))
+    # interleave: both read the store before either commits
+    first.execute("BEGIN TRANSACTION")
+    first.execute("UPDATE write_token SET writes = writes + 1")
+    new_first = first.sql(
+        "SELECT count(*) FROM batch_calls b ANTI JOIN model_calls m USING (span_id)"
+    ).fetchone()
+    second.execute("BEGIN TRANSACTION")
+    second.execute("UPDATE write_token SET writes = writes + 1")
+    first.execute("INSERT INTO model_calls BY NAME SELECT * FROM batch_calls")
+    first.execute("COMMIT")
+    with pytest.raises(Exception, match="onflict"):
+        second.execute("INSERT INTO model_calls BY NAME SELECT * FROM batch_calls")
+        second.execute("COMMIT")
+    from budgetlens.store.lake import is_conflict, retry_on_conflict, rollback
+
+    rollback(second)
+    result = retry_on_conflict(lambda: write_batch_lake(second))  # what write_batch does next
+    stored = first.execute("SELECT count(*), count(DISTINCT span_id) FROM model_calls").fetchone()
+    assert new_first[0] == len(calls) == stored[0] == stored[1]
+    assert result["new_calls"] is not None and len(result["new_calls"]) == 0
+    assert is_conflict  # the predicate the retry uses
+    first.close()
+    second.close()
