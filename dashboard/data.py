@@ -107,15 +107,18 @@ def data_version(path: Path | None = None) -> DataVersion:
 
 @st.cache_data(ttl=CACHE_TTL_S, max_entries=512, show_spinner=False)
 def _cached_query(name: str, path: str, version: DataVersion, args: tuple, kwargs: tuple):
-    from budgetlens.analysis import views as analysis
+    import importlib
 
-    function = getattr(analysis, name)
+    module, _, attr = name.rpartition(".")
+    analysis = importlib.import_module(f"budgetlens.analysis.{module or 'views'}")
+    function = getattr(analysis, attr)
     with read_connection(path, timeout_s=READ_TIMEOUT_S) as conn:
         return function(conn, *args, **dict(kwargs))
 
 
 def query(name: str, *args, **kwargs):
     """Run ``budgetlens.analysis.views.<name>(conn, *args, **kwargs)`` on a read-only connection, cached.
+    A dotted ``name`` (``whatif.plan_for_target``) names another module of ``budgetlens.analysis``.
 
     Returns the analysis result (DataFrame or dataclass). Falls back to the last good result of
     the same call while the store is busy (``stale()`` turns true). Raises DataUnavailable when
@@ -186,3 +189,32 @@ def filters():
 def clear_cache() -> None:
     """Drop every cached query result (the "reload now" button)."""
     _cached_query.clear()
+
+
+# --- typed loaders of the evidence tools (issue 10) ------------------------------------------------
+def whatif_plan(f, target: float, method: str = "auto"):
+    """``budgetlens.analysis.whatif.plan_for_target`` for the filters ``f``, cached: the trade-off
+    curve, the presets meeting ``target`` (0..1) and their replay (``TargetPlan``)."""
+    return query("whatif.plan_for_target", f, float(target), method)
+
+
+def runaways(f, k: float = 3.0, repeats: int = 10):
+    """``budgetlens.analysis.runaways.runaways`` for ``f``, cached (``Runaways``)."""
+    return query("runaways.runaways", f, float(k), int(repeats))
+
+
+def drift(f):
+    """``budgetlens.analysis.drift.drift`` for ``f``, cached: P95 this week vs the week before."""
+    return query("drift.drift", f)
+
+
+def censored_baselines(f):
+    """``budgetlens.analysis.censoring.censored_baselines`` for ``f``, cached: Kaplan–Meier P95
+    per task type with lower-bound flags."""
+    return query("censoring.censored_baselines", f)
+
+
+def evidence(f):
+    """``budgetlens.analysis.whatif.evidence`` for ``f``, cached: the plain and Kaplan–Meier
+    baselines presets rest on."""
+    return query("whatif.evidence", f)

@@ -21,6 +21,8 @@ def _count(value) -> str:
 def render() -> None:
     f = data.filters()
     _ui.header("Runs", "Every run, newest first. Pick one to see how its budget was spent.", f)
+    if "run" in st.query_params and "runs_search" not in st.session_state:  # a link /runs?run=ID
+        st.session_state["runs_search"] = st.query_params["run"]
     search = st.text_input(
         "Search", key="runs_search", placeholder="run id, task type, service, model or stop reason"
     )
