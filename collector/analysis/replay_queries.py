@@ -182,7 +182,9 @@ _TOTALS_REASON = """CASE
          OR u.run_output_tokens > u.max_output_tokens THEN 'budget_tokens'
 END"""
 
-#: One row per filtered run and budget with the replay's verdict: budget_id, run_id, task_type,
+#: One row per budget and filtered run that the budget may stop (a candidate walked call by
+#: call, a run the old budget stopped, a run without call records, a run whose counted tool calls
+#: pass the limit; every other run completes), with the replay's verdict: budget_id, run_id, task_type,
 #: start_utc, recorded_stop_reason, replayed (it has call records), calls, outcome, stop_reason,
 #: stop_turn (the call that would not have been sent, 1-based), avoided_tokens,
 #: avoided_cost_usd, spent_tokens, spent_cost_usd. ``outcome``: 'stopped' (the candidate budget
@@ -217,6 +219,8 @@ verdict AS (
            {_NOT_LARGER_CASE} AS not_larger
     FROM under u
     LEFT JOIN per_run p ON p.run_id = u.run_id AND p.budget_id = u.budget_id
+    WHERE p.run_id IS NOT NULL OR starts_with(u.recorded_stop_reason, 'budget_')
+       OR u.calls IS NULL OR u.run_tool_calls > u.max_tool_calls
 )
 SELECT budget_id, run_id, task_type, start_utc, recorded_stop_reason, replayed, calls,
        CASE WHEN replay_reason IS NOT NULL OR (old_stop AND not_larger) THEN 'stopped'
@@ -234,27 +238,60 @@ FROM verdict
 """
 
 
+#: Per task type, independent of the budget: runs, runs without call records, what they spent
+#: (tokens: their calls' total, else the run's; USD: their priced calls, else the run's cost).
+_TASK_TOTALS = """
+task_totals AS (
+    SELECT r.task_type, count(*) AS runs,
+           count(*) FILTER (WHERE coalesce(t.c_model_calls, 0) = 0) AS runs_without_calls,
+           CAST(sum(coalesce(t.c_total_tokens, r.total_tokens, 0)) AS BIGINT) AS spent_tokens,
+           sum(coalesce(t.c_cost_usd, r.cost_usd, 0)) AS spent_cost_usd
+    FROM filtered r LEFT JOIN run_totals t ON t.run_id = r.run_id
+    GROUP BY r.task_type
+)"""
+
+_STOP_COUNTS = {
+    "stops_tokens": "budget_tokens",
+    "stops_cost": "budget_cost",
+    "stops_turns": "budget_turns",
+    "stops_tools": "budget_tools",
+    "stops_time": "budget_time",
+}
+
+
 def _summary(source: str) -> str:
     # ``source`` is a constant of this module (a subquery or the temp table's name).
+    stops = ",\n           ".join(
+        f"count(*) FILTER (WHERE stop_reason = '{reason}') AS {name}" for name, reason in _STOP_COUNTS.items()
+    )
+    picked = ",\n       ".join(f"coalesce(s.{name}, 0) AS {name}" for name in _STOP_COUNTS)
     return f"""
-SELECT budget_id, task_type,
-       count(*) AS runs,
-       count(*) FILTER (WHERE outcome = 'stopped') AS stopped,
-       count(*) FILTER (WHERE outcome = 'censored') AS censored,
-       count(*) FILTER (WHERE outcome = 'completed') AS completed,
-       count(*) FILTER (WHERE NOT replayed) AS runs_without_calls,
-       count(*) FILTER (WHERE stop_reason = 'budget_tokens') AS stops_tokens,
-       count(*) FILTER (WHERE stop_reason = 'budget_cost') AS stops_cost,
-       count(*) FILTER (WHERE stop_reason = 'budget_turns') AS stops_turns,
-       count(*) FILTER (WHERE stop_reason = 'budget_tools') AS stops_tools,
-       count(*) FILTER (WHERE stop_reason = 'budget_time') AS stops_time,
-       CAST(sum(spent_tokens) AS BIGINT) AS spent_tokens,
-       sum(spent_cost_usd) AS spent_cost_usd,
-       CAST(sum(avoided_tokens) AS BIGINT) AS avoided_tokens,
-       sum(avoided_cost_usd) AS avoided_cost_usd
-FROM {source}
-GROUP BY budget_id, task_type
-ORDER BY budget_id, task_type
+WITH {FILTERED},
+{_BUDGET},
+{_TASK_TOTALS},
+s AS (
+    SELECT budget_id, task_type,
+           count(*) FILTER (WHERE outcome = 'stopped') AS stopped,
+           count(*) FILTER (WHERE outcome = 'censored') AS censored,
+           {stops},
+           CAST(sum(avoided_tokens) AS BIGINT) AS avoided_tokens,
+           sum(avoided_cost_usd) AS avoided_cost_usd
+    FROM {source} v
+    GROUP BY budget_id, task_type
+)
+SELECT b.budget_id, tt.task_type, tt.runs,
+       coalesce(s.stopped, 0) AS stopped,
+       coalesce(s.censored, 0) AS censored,
+       tt.runs - coalesce(s.stopped, 0) - coalesce(s.censored, 0) AS completed,
+       tt.runs_without_calls,
+       {picked},
+       tt.spent_tokens, tt.spent_cost_usd,
+       coalesce(s.avoided_tokens, 0) AS avoided_tokens,
+       coalesce(s.avoided_cost_usd, 0) AS avoided_cost_usd
+FROM (SELECT DISTINCT budget_id FROM budget) b
+CROSS JOIN task_totals tt
+LEFT JOIN s ON s.budget_id = b.budget_id AND s.task_type IS NOT DISTINCT FROM tt.task_type
+ORDER BY b.budget_id, tt.task_type
 """
 
 

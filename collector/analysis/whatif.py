@@ -218,7 +218,7 @@ def replay(conn: duckdb.DuckDBPyConnection, f: Filters, budget: Budget) -> WhatI
     params = {**f.params(), **_budget_params([budget], task_types)}
     _query(conn, rq.CREATE_REPLAY_TABLE, params)
     try:
-        summary = _summarize(_query(conn, rq.REPLAY_TABLE_SUMMARY, {}))[list(SUMMARY_COLUMNS)]
+        summary = _summarize(_query(conn, rq.REPLAY_TABLE_SUMMARY, params))[list(SUMMARY_COLUMNS)]
         runs = _query(conn, rq.REPLAY_TABLE_STOPPED, {})
     finally:
         conn.execute(rq.DROP_REPLAY_TABLE)
