@@ -43,7 +43,7 @@ SIGNIFICANT = "2 significant figures"
 #: Preset key -> (baseline metric, rounding): a number is a step (rounded up to a multiple of
 #: it, ``round_up``); ``SIGNIFICANT`` rounds up to 2 significant figures
 #: (``round_up_significant``).
-PRESET_RULES = {
+PRESET_RULES: dict[str, tuple[str, int | str]] = {
     "max_total_tokens": ("total_tokens", 1000),
     "max_input_tokens": ("input_tokens", 1000),
     "max_output_tokens": ("output_tokens", 1000),
@@ -127,12 +127,9 @@ def preset_limit(key: str, p95: float | None, multiplier: float) -> float | int 
             f"{key}: P95 of {metric} ({p95:g}) x multiplier ({multiplier:g}) "
             "is not a finite number; use a smaller multiplier"
         )
-    if rounding == SIGNIFICANT:
-        limit = round_up_significant(value)
-    else:
-        limit = round_up(value, rounding)
-    if limit <= 0:
-        return None if key in OMIT_WHEN_ZERO or rounding == SIGNIFICANT else rounding
+    limit = round_up_significant(value) if isinstance(rounding, str) else round_up(value, rounding)
+    if limit is None or limit <= 0:
+        return None if key in OMIT_WHEN_ZERO or isinstance(rounding, str) else rounding
     return limit
 
 

@@ -135,7 +135,7 @@ class Budget:
         """From a ``budgetlens.analysis.presets.presets`` frame (one row per task type)."""
         limits: dict[str | None, dict[str, float | None]] = {}
         for _, row in presets_df.iterrows():
-            entry = {}
+            entry: dict[str, float | None] = {}
             for key in LIMIT_KEYS:
                 value = row.get(key)
                 if value is not None and not pd.isna(value):
@@ -260,7 +260,7 @@ def evidence_presets(ev: Evidence, multiplier: float, method: str = "auto") -> p
             method == METHOD_CENSORING_AWARE or (method == "auto" and bool(km["material"]))
         )
         lower: list[str] = []
-        if use_km:
+        if use_km and km is not None:
             for key, (metric, _rounding) in PRESET_RULES.items():
                 value = km[f"km_p95_{metric}"]
                 if value is None or (isinstance(value, float) and math.isnan(value)):

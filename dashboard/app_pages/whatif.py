@@ -39,8 +39,11 @@ def render() -> None:
         help="The share of runs the budget may stop. Per task type the smallest multiplier "
         "(1.0–3.0) whose replayed hit rate is at most this is chosen.",
     )
-    method = controls[1].selectbox(
-        "P95 method", list(METHOD_LABELS), format_func=METHOD_LABELS.get, key="whatif_method"
+    method = (
+        controls[1].selectbox(
+            "P95 method", tuple(METHOD_LABELS), format_func=lambda m: METHOD_LABELS[m], key="whatif_method"
+        )
+        or "auto"
     )
     target = target_pct / 100
     plan = data.whatif_plan(f, target, method)
