@@ -40,47 +40,41 @@ _CALL_TOKENS = (
     "CASE WHEN c.usage_status = 'unknown' THEN c.reserved_tokens END, 0)"
 )
 
-#: Per filtered run, what its calls spent, from the store's incremental ``run_totals`` (the
-#: aggregates of its calls and the count of its ``budgetlens.tool_call`` events, kept by the
-#: writer; ``budgetlens.store.schema``), so that no statement scans all of ``model_calls``: calls,
-#: tokens (total / input / output), USD, the last call's end, tool events. NULL calls = the run
-#: has no call records.
-_TOTALS = f"""
+#: Every filtered run under every budget: the budget's limits next to what the ``runs`` rollup
+#: says about the run (calls, totals, stop reason, the limits it ran under).
+_UNDER = f"""
 under AS (
     SELECT b.*, r.run_id, r.task_type AS run_task_type, r.start_utc AS run_start,
+           r.end_utc AS run_end, r.duration_s AS run_duration_s,
            r.stop_reason AS recorded_stop_reason, r.tool_calls AS run_tool_calls,
            r.total_tokens AS run_total_tokens, r.input_tokens AS run_input_tokens,
-           r.output_tokens AS run_output_tokens, r.turns AS run_turns,
-           r.duration_s AS run_duration_s, r.cost_usd AS run_cost_usd,
-           {", ".join("r." + c for c in LIMIT_COLUMNS)},
-           nullif(t.c_model_calls, 0) AS calls,
-           t.c_total_tokens AS spent_tokens,
-           t.c_input_tokens AS in_tok,
-           t.c_output_tokens AS out_tok,
-           t.c_cost_usd AS spent_cost,
-           t.c_end_utc AS last_end,
-           coalesce(t.e_tool_calls, 0) AS tool_events
+           r.output_tokens AS run_output_tokens, r.turns AS run_turns, r.cost_usd AS run_cost_usd,
+           nullif(r.model_calls, 0) AS calls,
+           {", ".join("r." + c for c in LIMIT_COLUMNS)}
     FROM filtered r
     JOIN budget b ON b.task_type IS NOT DISTINCT FROM r.task_type
-    LEFT JOIN run_totals t ON t.run_id = r.run_id
 )"""
 
-#: Runs the replay must walk call by call: under some budget, one of their totals passes a
-#: limit. A superset of the runs the replay stops: a cumulative sum crosses a limit only if the
-#: total does; the time check uses the last call's end (unknown: walked), the input and output
-#: checks also the total (an unknown call's reservation counts as input). Every other run
+#: Runs the replay must walk call by call: under some budget, one of the totals of their calls
+#: (the store's incremental ``run_totals``: the aggregates of a run's calls and the count of its
+#: ``budgetlens.tool_call`` events, kept by the writer) passes a limit. A superset of the runs the
+#: replay stops: a cumulative sum crosses a limit only if the total does; the time check uses the
+#: last call's end (else the run's end or duration; none known: walked); the input check also the
+#: total when a call's usage was unknown (its reservation counts as input). Every other run
 #: completes, so only these runs' calls are read and sorted (a few % of the history).
 _CANDIDATES = """
 candidates AS (
-    SELECT DISTINCT run_id FROM under
-    WHERE calls > 0 AND (
-        coalesce(epoch(last_end - run_start) >= max_duration_s, max_duration_s IS NOT NULL)
-        OR calls > max_turns
-        OR tool_events > max_tool_calls
-        OR spent_cost >= max_cost_usd
-        OR spent_tokens > max_total_tokens
-        OR greatest(in_tok, spent_tokens) > max_input_tokens
-        OR greatest(out_tok, spent_tokens) > max_output_tokens)
+    SELECT DISTINCT u.run_id FROM under u JOIN run_totals t ON t.run_id = u.run_id
+    WHERE t.c_model_calls > 0 AND (
+        coalesce(epoch(coalesce(t.c_end_utc, u.run_end) - u.run_start) >= u.max_duration_s,
+                 u.run_duration_s >= u.max_duration_s, u.max_duration_s IS NOT NULL)
+        OR t.c_model_calls > u.max_turns
+        OR t.e_tool_calls > u.max_tool_calls
+        OR t.c_cost_usd >= u.max_cost_usd
+        OR t.c_total_tokens > u.max_total_tokens
+        OR t.c_input_tokens > u.max_input_tokens
+        OR (t.c_unknown_usage_calls > 0 AND t.c_total_tokens > u.max_input_tokens)
+        OR t.c_output_tokens > u.max_output_tokens)
 )"""
 
 #: The replay, call by call, in time order, of the candidates. Their calls and their
@@ -197,7 +191,7 @@ END"""
 REPLAY_RUNS = f"""
 WITH {FILTERED},
 {_BUDGET},
-{_TOTALS},
+{_UNDER},
 {_CANDIDATES},
 {_PER_RUN},
 verdict AS (
@@ -205,8 +199,8 @@ verdict AS (
            u.recorded_stop_reason,
            u.calls IS NOT NULL AS replayed,
            coalesce(u.calls, 0) AS calls,
-           coalesce(u.spent_tokens, u.run_total_tokens, 0) AS spent_tokens,
-           coalesce(u.spent_cost, u.run_cost_usd, 0) AS spent_cost_usd,
+           coalesce(u.run_total_tokens, 0) AS spent_tokens,
+           coalesce(u.run_cost_usd, 0) AS spent_cost_usd,
            CASE
                WHEN u.calls IS NULL THEN {_TOTALS_REASON}
                WHEN p.replay_reason IS NOT NULL THEN p.replay_reason
@@ -239,15 +233,15 @@ FROM verdict
 
 
 #: Per task type, independent of the budget: runs, runs without call records, what they spent
-#: (tokens: their calls' total, else the run's; USD: their priced calls, else the run's cost).
+#: (the ``runs`` rollup's total tokens and cost: known spend).
 _TASK_TOTALS = """
 task_totals AS (
-    SELECT r.task_type, count(*) AS runs,
-           count(*) FILTER (WHERE coalesce(t.c_model_calls, 0) = 0) AS runs_without_calls,
-           CAST(sum(coalesce(t.c_total_tokens, r.total_tokens, 0)) AS BIGINT) AS spent_tokens,
-           sum(coalesce(t.c_cost_usd, r.cost_usd, 0)) AS spent_cost_usd
-    FROM filtered r LEFT JOIN run_totals t ON t.run_id = r.run_id
-    GROUP BY r.task_type
+    SELECT task_type, count(*) AS runs,
+           count(*) FILTER (WHERE coalesce(model_calls, 0) = 0) AS runs_without_calls,
+           CAST(sum(coalesce(total_tokens, 0)) AS BIGINT) AS spent_tokens,
+           sum(coalesce(cost_usd, 0)) AS spent_cost_usd
+    FROM filtered
+    GROUP BY task_type
 )"""
 
 _STOP_COUNTS = {
