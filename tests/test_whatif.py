@@ -337,3 +337,20 @@ def test_an_unknown_usage_call_counts_its_reservation_as_input(db_path):
     row = _replay(db_path, whatif.Budget.uniform(max_input_tokens=800)).runs.set_index("run_id").loc["U"]
     assert (row["outcome"], row["stop_reason"], int(row["stop_turn"])) == ("stopped", "budget_tokens", 2)
     assert row["avoided_tokens"] == 400
+
+
+def test_the_curve_replays_each_multiplier_as_a_single_replay_would(history):
+    with read_connection(history) as conn:
+        ev = whatif.evidence(conn, Filters())
+        curve = whatif.tradeoff(conn, Filters(), ev, multipliers=(0.5, 1.0, 2.0))
+        singles = {
+            m: whatif.replay(conn, Filters(), whatif.Budget.from_presets(whatif.evidence_presets(ev, m)))
+            for m in (0.5, 1.0, 2.0)
+        }
+    for m, single in singles.items():
+        mine = curve[curve["multiplier"] == m].set_index("task_type").loc["qa"]
+        alone = single.summary.set_index("task_type").loc["qa"]
+        for column in ("stopped", "censored", "avoided_tokens", "hit_rate"):
+            assert mine[column] == pytest.approx(alone[column]), (m, column)
+    rates = curve.sort_values("multiplier")["hit_rate"].tolist()
+    assert rates == sorted(rates, reverse=True)  # larger limits never stop more runs

@@ -40,11 +40,13 @@ _CALL_TOKENS = (
     "CASE WHEN c.usage_status = 'unknown' THEN c.reserved_tokens END, 0)"
 )
 
-#: Every filtered run under every budget: the budget's limits next to what the ``runs`` rollup
-#: says about the run (calls, totals, stop reason, the limits it ran under).
+#: Every filtered run (``runs_in``: what the ``runs`` rollup says about it: calls, totals, stop
+#: reason, the limits it ran under), and next to it (``probe``) the smallest limit of each key
+#: over the budgets of its task type (``budget_min``): a run no budget can stop passes none of
+#: them, so the candidates are found in one pass whatever the number of budgets (the curve's 21).
 _UNDER = f"""
-under AS (
-    SELECT b.*, r.run_id, r.task_type AS run_task_type, r.start_utc AS run_start,
+runs_in AS (
+    SELECT r.run_id, r.task_type AS run_task_type, r.start_utc AS run_start,
            r.end_utc AS run_end, r.duration_s AS run_duration_s,
            r.stop_reason AS recorded_stop_reason, r.tool_calls AS run_tool_calls,
            r.total_tokens AS run_total_tokens, r.input_tokens AS run_input_tokens,
@@ -52,7 +54,13 @@ under AS (
            nullif(r.model_calls, 0) AS calls,
            {", ".join("r." + c for c in LIMIT_COLUMNS)}
     FROM filtered r
-    JOIN budget b ON b.task_type IS NOT DISTINCT FROM r.task_type
+),
+budget_min AS (
+    SELECT task_type, {", ".join(f"min({k}) AS {k}" for k in LIMIT_KEYS)}
+    FROM budget GROUP BY task_type
+),
+probe AS (
+    SELECT m.*, r.* FROM runs_in r JOIN budget_min m ON m.task_type IS NOT DISTINCT FROM r.run_task_type
 )"""
 
 #: Runs the replay must walk call by call: under some budget, one of the totals of their calls
@@ -64,7 +72,7 @@ under AS (
 #: completes, so only these runs' calls are read and sorted (a few % of the history).
 _CANDIDATES = """
 candidates AS (
-    SELECT DISTINCT u.run_id FROM under u JOIN run_totals t ON t.run_id = u.run_id
+    SELECT u.run_id FROM probe u JOIN run_totals t ON t.run_id = u.run_id
     WHERE t.c_model_calls > 0 AND (
         coalesce(epoch(coalesce(t.c_end_utc, u.run_end) - u.run_start) >= u.max_duration_s,
                  u.run_duration_s >= u.max_duration_s, u.max_duration_s IS NOT NULL)
@@ -75,6 +83,18 @@ candidates AS (
         OR t.c_input_tokens > u.max_input_tokens
         OR (t.c_unknown_usage_calls > 0 AND t.c_total_tokens > u.max_input_tokens)
         OR t.c_output_tokens > u.max_output_tokens)
+),
+under AS (  -- the runs a budget may stop (every other run completes), under every budget
+    SELECT b.*, r.*
+    FROM runs_in r
+    JOIN budget b ON b.task_type IS NOT DISTINCT FROM r.run_task_type
+    WHERE r.run_id IN (
+        SELECT run_id FROM candidates
+        UNION ALL
+        SELECT run_id FROM probe
+        WHERE starts_with(recorded_stop_reason, 'budget_') OR calls IS NULL
+           OR run_tool_calls > max_tool_calls
+    )
 )"""
 
 #: The replay, call by call, in time order, of the candidates. Their calls and their
