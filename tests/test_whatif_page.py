@@ -90,3 +90,33 @@ def test_the_offered_preset_is_the_shown_one_and_says_where_it_came_from(sample_
         assert basis["projected_hit_rate"] * 100 == pytest.approx(
             row["projected_hit_rate"], rel=1e-3
         )  # shown in %
+
+
+def test_overview_counts_the_runaways_and_links_to_them(sample_store, monkeypatch):
+    from budgetlens.analysis import runaways
+
+    monkeypatch.setenv(ENV_DB, str(sample_store))
+    at = AppTest.from_file(str(APP), default_timeout=60)
+    at.run()
+    assert not at.exception
+    with read_connection(sample_store) as conn:
+        expected = runaways.runaways(conn, analysis.window_filters(14, now_utc=analysis.data_extent(conn)[1]))
+    captions = "\n".join(str(c.value) for c in at.caption)
+    assert f"**{expected.count:,}** of {expected.total_runs:,} runs" in captions
+    if expected.count:
+        links = at.dataframe[-1].value["link"].tolist()
+        assert links[0] == f"/runs?run={expected.runs['run_id'].iloc[0]}"
+
+
+def test_a_run_link_opens_the_runs_page_on_that_run(sample_store, monkeypatch):
+    monkeypatch.setenv(ENV_DB, str(sample_store))
+    with read_connection(sample_store) as conn:
+        run_id = conn.execute("SELECT run_id FROM runs ORDER BY start_utc DESC LIMIT 1").fetchone()[0]
+    at = AppTest.from_file(str(APP), default_timeout=60)
+    at.query_params["run"] = run_id
+    at.run()
+    at.switch_page("app_pages/runs.py")
+    at.run()
+    assert not at.exception
+    assert at.text_input(key="runs_search").value == run_id
+    assert at.dataframe[0].value["run_id"].tolist() == [run_id]
