@@ -146,7 +146,14 @@ def data_version(path: Path | str | None = None) -> DataVersion:
 
 @st.cache_data(ttl=CACHE_TTL_S, max_entries=512, show_spinner=False)
 def _cached_read(name: str, path: str, version: DataVersion, args: tuple, kwargs: tuple):
-    function: Callable[..., Any] = getattr(analysis, name)
+    import importlib
+
+    module, _, attr = name.rpartition(".")
+    function: Callable[..., Any] = (
+        getattr(importlib.import_module(f"budgetlens.analysis.{module}"), attr)
+        if module
+        else getattr(analysis, attr)
+    )
     with read_connection(path, timeout_s=READ_TIMEOUT_S) as conn:
         return function(conn, *args, **dict(kwargs))
 
@@ -154,6 +161,7 @@ def _cached_read(name: str, path: str, version: DataVersion, args: tuple, kwargs
 def _read(name: str, *args, **kwargs) -> Any:
     """``budgetlens.analysis.views.<name>(conn, *args, **kwargs)`` on a read-only connection,
     cached (private: pages call the typed functions below).
+    A dotted ``name`` (``whatif.plan_for_target``) names another module of ``budgetlens.analysis``.
 
     Falls back to the last good result of the same call while the store is busy (``stale()``
     turns true). Raises DataUnavailable when the store is missing or busy and nothing was read
@@ -294,3 +302,32 @@ def filters() -> Filters:
 def clear_cache() -> None:
     """Drop every cached query result (the "reload now" button)."""
     _cached_read.clear()
+
+
+# --- typed loaders of the evidence tools (issue 10) ------------------------------------------------
+def whatif_plan(f, target: float, method: str = "auto"):
+    """``budgetlens.analysis.whatif.plan_for_target`` for the filters ``f``, cached: the trade-off
+    curve, the presets meeting ``target`` (0..1) and their replay (``TargetPlan``)."""
+    return _read("whatif.plan_for_target", f, float(target), method)
+
+
+def runaways(f, k: float = 3.0, repeats: int = 10):
+    """``budgetlens.analysis.runaways.runaways`` for ``f``, cached (``Runaways``)."""
+    return _read("runaways.runaways", f, float(k), int(repeats))
+
+
+def drift(f):
+    """``budgetlens.analysis.drift.drift`` for ``f``, cached: P95 this week vs the week before."""
+    return _read("drift.drift", f)
+
+
+def censored_baselines(f):
+    """``budgetlens.analysis.censoring.censored_baselines`` for ``f``, cached: Kaplan–Meier P95
+    per task type with lower-bound flags."""
+    return _read("censoring.censored_baselines", f)
+
+
+def evidence(f):
+    """``budgetlens.analysis.whatif.evidence`` for ``f``, cached: the plain and Kaplan–Meier
+    baselines presets rest on."""
+    return _read("whatif.evidence", f)

@@ -103,6 +103,9 @@ PAGES = [
     st.Page(
         str(HERE / "app_pages" / "presets.py"), title="Presets", icon=":material/tune:", url_path="presets"
     ),
+    st.Page(
+        str(HERE / "app_pages" / "whatif.py"), title="What-if", icon=":material/science:", url_path="whatif"
+    ),
     st.Page(str(HERE / "app_pages" / "runs.py"), title="Runs", icon=":material/list:", url_path="runs"),
 ]
 

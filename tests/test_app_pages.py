@@ -204,14 +204,16 @@ def test_fully_priced_runs_show_no_unpriced_note(controlled_store, monkeypatch):
 
 def test_presets_follow_the_multiplier_control(sample_store, monkeypatch):
     at = _app(sample_store, monkeypatch, "presets")
-    with read_connection(sample_store) as conn:
-        baselines = analysis.baselines(conn, _cli_window(conn))
+    from budgetlens.analysis import whatif
+
+    with read_connection(sample_store) as conn:  # Kaplan–Meier P95 where censoring is material
+        evidence = whatif.evidence(conn, _cli_window(conn))
     table = at.dataframe[0].value
-    expected = analysis.presets(baselines, 1.5)["max_total_tokens"]
+    expected = whatif.evidence_presets(evidence, 1.5)["max_total_tokens"]
     assert list(table["max_total_tokens"]) == list(expected)
     at.slider(key="presets_multiplier").set_value(2.0).run()
     table = at.dataframe[0].value
-    expected = analysis.presets(baselines, 2.0)["max_total_tokens"]
+    expected = whatif.evidence_presets(evidence, 2.0)["max_total_tokens"]
     assert list(table["max_total_tokens"]) == list(expected)
     assert "multiplier: 2.0" in at.code[0].value  # the downloadable document follows too
 

@@ -302,3 +302,55 @@ def test_presets_file_says_where_it_came_from_and_loads_into_the_guard(history, 
         RunBudget.from_preset("qa", str(path)).limits["max_total_tokens"]
         == document["presets"]["qa"]["max_total_tokens"]
     )
+
+
+def test_an_unknown_usage_call_counts_its_reservation_as_input(db_path):
+    # call 1 reported no usage: the guard charged its 600-token reservation as input; call 2
+    # brings input to 600 + 300 = 900 > 800, so it is the call that would not have been sent
+    calls = [
+        dict(
+            span_id="U.c1",
+            run_id="U",
+            source="test",
+            task_type="qa",
+            start_utc=T0,
+            turn=1,
+            reserved_tokens=600,
+            usage_status="unknown",
+        ),
+        dict(
+            span_id="U.c2",
+            run_id="U",
+            source="test",
+            task_type="qa",
+            start_utc=T0 + dt.timedelta(seconds=10),
+            turn=2,
+            input_tokens=300,
+            output_tokens=100,
+            total_tokens=400,
+            cost_usd=0.01,
+            usage_status="reported",
+        ),
+    ]
+    with write_connection(db_path) as conn:
+        write_batch(conn, calls, [_record("U")], ())
+    row = _replay(db_path, whatif.Budget.uniform(max_input_tokens=800)).runs.set_index("run_id").loc["U"]
+    assert (row["outcome"], row["stop_reason"], int(row["stop_turn"])) == ("stopped", "budget_tokens", 2)
+    assert row["avoided_tokens"] == 400
+
+
+def test_the_curve_replays_each_multiplier_as_a_single_replay_would(history):
+    with read_connection(history) as conn:
+        ev = whatif.evidence(conn, Filters())
+        curve = whatif.tradeoff(conn, Filters(), ev, multipliers=(0.5, 1.0, 2.0))
+        singles = {
+            m: whatif.replay(conn, Filters(), whatif.Budget.from_presets(whatif.evidence_presets(ev, m)))
+            for m in (0.5, 1.0, 2.0)
+        }
+    for m, single in singles.items():
+        mine = curve[curve["multiplier"] == m].set_index("task_type").loc["qa"]
+        alone = single.summary.set_index("task_type").loc["qa"]
+        for column in ("stopped", "censored", "avoided_tokens", "hit_rate"):
+            assert mine[column] == pytest.approx(alone[column]), (m, column)
+    rates = curve.sort_values("multiplier")["hit_rate"].tolist()
+    assert rates == sorted(rates, reverse=True)  # larger limits never stop more runs

@@ -61,10 +61,11 @@ def drift(
         raise ValueError(f"recent_days must be > 0, got {recent_days!r}")
     if not threshold >= 0:
         raise ValueError(f"threshold must be >= 0, got {threshold!r}")
-    end = f.end_utc
-    if end is None:
+    if f.end_utc is not None:
+        end = f.end_utc
+    else:
         _, last, n = data_extent(conn)
-        if not n:
+        if not n or last is None:
             return pd.DataFrame(columns=COLUMNS)
         end = last + dt.timedelta(microseconds=1)
     split = end - dt.timedelta(days=recent_days)

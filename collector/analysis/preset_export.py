@@ -87,13 +87,13 @@ def build_document(
         evidence = {row["task_type"]: row for _, row in baselines_df.iterrows()}
     presets = {}
     for _, row in presets_df.iterrows():
-        entry = {}
+        entry: dict[str, Any] = {}
         for key in LIMIT_KEYS:
             value = _plain(row.get(key))
             if value is None:
                 continue
             entry[key] = float(value) if key == "max_cost_usd" else int(value)
-        basis = {"n_runs": int(row["n"]), "low_sample": bool(row["low_sample"])}
+        basis: dict[str, Any] = {"n_runs": int(row["n"]), "low_sample": bool(row["low_sample"])}
         source = evidence.get(row["task_type"])
         if source is not None:
             n_cost = _plain(source.get("n_cost"))

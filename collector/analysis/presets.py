@@ -117,12 +117,9 @@ def preset_limit(key: str, p95: float | None, multiplier: float) -> float | int 
             f"{key}: P95 of {metric} ({p95:g}) x multiplier ({multiplier:g}) "
             "is not a finite number; use a smaller multiplier"
         )
-    if isinstance(rounding, str):  # SIGNIFICANT
-        limit = round_up_significant(value)
-        return None if limit is None or limit <= 0 else limit
-    limit = round_up(value, rounding)
+    limit = round_up_significant(value) if isinstance(rounding, str) else round_up(value, rounding)
     if limit is None or limit <= 0:
-        return None if key in OMIT_WHEN_ZERO else rounding
+        return None if key in OMIT_WHEN_ZERO or isinstance(rounding, str) else rounding
     return limit
 
 

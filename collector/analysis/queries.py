@@ -341,10 +341,13 @@ ORDER BY start_utc DESC NULLS LAST, run_id
 LIMIT $limit OFFSET $offset
 """
 
-#: Every column of the ``runs`` rollup (schema order: limits, duration, cache and reasoning
-#: tokens, warnings, downgrades, summaries...), filtered, searched and ordered as ``RUNS_TABLE``:
-#: the rows of ``budgetlens runs --format json/csv``.
-RUNS_EXPORT = RUNS_TABLE.replace(f"SELECT {_RUN_TABLE_SELECT}\n", f"SELECT {', '.join(RUN_COLUMNS)}\n", 1)
+#: Every column of the ``runs`` rollup: the run table's first, then the others in schema order
+#: (limits, duration, cache and reasoning tokens, warnings, downgrades, summaries...), filtered,
+#: searched and ordered as ``RUNS_TABLE``: the rows of ``budgetlens runs --format json/csv``.
+RUN_EXPORT_COLUMNS = RUN_TABLE_COLUMNS + tuple(c for c in RUN_COLUMNS if c not in RUN_TABLE_COLUMNS)
+RUNS_EXPORT = RUNS_TABLE.replace(
+    f"SELECT {_RUN_TABLE_SELECT}\n", f"SELECT {', '.join(RUN_EXPORT_COLUMNS)}\n", 1
+)
 
 RUN_DETAIL_RUN = "SELECT * FROM runs WHERE run_id = $run_id"
 

@@ -40,47 +40,61 @@ _CALL_TOKENS = (
     "CASE WHEN c.usage_status = 'unknown' THEN c.reserved_tokens END, 0)"
 )
 
-#: Per filtered run, what its calls spent, from the store's incremental ``run_totals`` (the
-#: aggregates of its calls and the count of its ``budgetlens.tool_call`` events, kept by the
-#: writer; ``budgetlens.store.schema``), so that no statement scans all of ``model_calls``: calls,
-#: tokens (total / input / output), USD, the last call's end, tool events. NULL calls = the run
-#: has no call records.
-_TOTALS = f"""
-under AS (
-    SELECT b.*, r.run_id, r.task_type AS run_task_type, r.start_utc AS run_start,
+#: Every filtered run (``runs_in``: what the ``runs`` rollup says about it: calls, totals, stop
+#: reason, the limits it ran under), and next to it (``probe``) the smallest limit of each key
+#: over the budgets of its task type (``budget_min``): a run no budget can stop passes none of
+#: them, so the candidates are found in one pass whatever the number of budgets (the curve's 21).
+_UNDER = f"""
+runs_in AS (
+    SELECT r.run_id, r.task_type AS run_task_type, r.start_utc AS run_start,
+           r.end_utc AS run_end, r.duration_s AS run_duration_s,
            r.stop_reason AS recorded_stop_reason, r.tool_calls AS run_tool_calls,
            r.total_tokens AS run_total_tokens, r.input_tokens AS run_input_tokens,
-           r.output_tokens AS run_output_tokens, r.turns AS run_turns,
-           r.duration_s AS run_duration_s, r.cost_usd AS run_cost_usd,
-           {", ".join("r." + c for c in LIMIT_COLUMNS)},
-           nullif(t.c_model_calls, 0) AS calls,
-           t.c_total_tokens AS spent_tokens,
-           t.c_input_tokens AS in_tok,
-           t.c_output_tokens AS out_tok,
-           t.c_cost_usd AS spent_cost,
-           t.c_end_utc AS last_end,
-           coalesce(t.e_tool_calls, 0) AS tool_events
+           r.output_tokens AS run_output_tokens, r.turns AS run_turns, r.cost_usd AS run_cost_usd,
+           nullif(r.model_calls, 0) AS calls,
+           {", ".join("r." + c for c in LIMIT_COLUMNS)}
     FROM filtered r
-    JOIN budget b ON b.task_type IS NOT DISTINCT FROM r.task_type
-    LEFT JOIN run_totals t ON t.run_id = r.run_id
+),
+budget_min AS (
+    SELECT task_type, {", ".join(f"min({k}) AS {k}" for k in LIMIT_KEYS)}
+    FROM budget GROUP BY task_type
+),
+probe AS (
+    SELECT m.*, r.* FROM runs_in r JOIN budget_min m ON m.task_type IS NOT DISTINCT FROM r.run_task_type
 )"""
 
-#: Runs the replay must walk call by call: under some budget, one of their totals passes a
-#: limit. A superset of the runs the replay stops: a cumulative sum crosses a limit only if the
-#: total does; the time check uses the last call's end (unknown: walked), the input and output
-#: checks also the total (an unknown call's reservation counts as input). Every other run
+#: Runs the replay must walk call by call: under some budget, one of the totals of their calls
+#: (the store's incremental ``run_totals``: the aggregates of a run's calls and the count of its
+#: ``budgetlens.tool_call`` events, kept by the writer) passes a limit. A superset of the runs the
+#: replay stops: a cumulative sum crosses a limit only if the total does; the time check uses the
+#: last call's end (else the run's end or duration; none known: walked); the input check also the
+#: total when a call's usage was unknown (its reservation counts as input). Every other run
 #: completes, so only these runs' calls are read and sorted (a few % of the history).
 _CANDIDATES = """
 candidates AS (
-    SELECT DISTINCT run_id FROM under
-    WHERE calls > 0 AND (
-        coalesce(epoch(last_end - run_start) >= max_duration_s, max_duration_s IS NOT NULL)
-        OR calls > max_turns
-        OR tool_events > max_tool_calls
-        OR spent_cost >= max_cost_usd
-        OR spent_tokens > max_total_tokens
-        OR greatest(in_tok, spent_tokens) > max_input_tokens
-        OR greatest(out_tok, spent_tokens) > max_output_tokens)
+    SELECT u.run_id FROM probe u JOIN run_totals t ON t.run_id = u.run_id
+    WHERE t.c_model_calls > 0 AND (
+        coalesce(epoch(coalesce(t.c_end_utc, u.run_end) - u.run_start) >= u.max_duration_s,
+                 u.run_duration_s >= u.max_duration_s, u.max_duration_s IS NOT NULL)
+        OR t.c_model_calls > u.max_turns
+        OR t.e_tool_calls > u.max_tool_calls
+        OR t.c_cost_usd >= u.max_cost_usd
+        OR t.c_total_tokens > u.max_total_tokens
+        OR t.c_input_tokens > u.max_input_tokens
+        OR (t.c_unknown_usage_calls > 0 AND t.c_total_tokens > u.max_input_tokens)
+        OR t.c_output_tokens > u.max_output_tokens)
+),
+under AS (  -- the runs a budget may stop (every other run completes), under every budget
+    SELECT b.*, r.*
+    FROM runs_in r
+    JOIN budget b ON b.task_type IS NOT DISTINCT FROM r.run_task_type
+    WHERE r.run_id IN (
+        SELECT run_id FROM candidates
+        UNION ALL
+        SELECT run_id FROM probe
+        WHERE starts_with(recorded_stop_reason, 'budget_') OR calls IS NULL
+           OR run_tool_calls > max_tool_calls
+    )
 )"""
 
 #: The replay, call by call, in time order, of the candidates. Their calls and their
@@ -182,7 +196,9 @@ _TOTALS_REASON = """CASE
          OR u.run_output_tokens > u.max_output_tokens THEN 'budget_tokens'
 END"""
 
-#: One row per filtered run and budget with the replay's verdict: budget_id, run_id, task_type,
+#: One row per budget and filtered run that the budget may stop (a candidate walked call by
+#: call, a run the old budget stopped, a run without call records, a run whose counted tool calls
+#: pass the limit; every other run completes), with the replay's verdict: budget_id, run_id, task_type,
 #: start_utc, recorded_stop_reason, replayed (it has call records), calls, outcome, stop_reason,
 #: stop_turn (the call that would not have been sent, 1-based), avoided_tokens,
 #: avoided_cost_usd, spent_tokens, spent_cost_usd. ``outcome``: 'stopped' (the candidate budget
@@ -195,7 +211,7 @@ END"""
 REPLAY_RUNS = f"""
 WITH {FILTERED},
 {_BUDGET},
-{_TOTALS},
+{_UNDER},
 {_CANDIDATES},
 {_PER_RUN},
 verdict AS (
@@ -203,8 +219,8 @@ verdict AS (
            u.recorded_stop_reason,
            u.calls IS NOT NULL AS replayed,
            coalesce(u.calls, 0) AS calls,
-           coalesce(u.spent_tokens, u.run_total_tokens, 0) AS spent_tokens,
-           coalesce(u.spent_cost, u.run_cost_usd, 0) AS spent_cost_usd,
+           coalesce(u.run_total_tokens, 0) AS spent_tokens,
+           coalesce(u.run_cost_usd, 0) AS spent_cost_usd,
            CASE
                WHEN u.calls IS NULL THEN {_TOTALS_REASON}
                WHEN p.replay_reason IS NOT NULL THEN p.replay_reason
@@ -217,6 +233,8 @@ verdict AS (
            {_NOT_LARGER_CASE} AS not_larger
     FROM under u
     LEFT JOIN per_run p ON p.run_id = u.run_id AND p.budget_id = u.budget_id
+    WHERE p.run_id IS NOT NULL OR starts_with(u.recorded_stop_reason, 'budget_')
+       OR u.calls IS NULL OR u.run_tool_calls > u.max_tool_calls
 )
 SELECT budget_id, run_id, task_type, start_utc, recorded_stop_reason, replayed, calls,
        CASE WHEN replay_reason IS NOT NULL OR (old_stop AND not_larger) THEN 'stopped'
@@ -234,27 +252,60 @@ FROM verdict
 """
 
 
+#: Per task type, independent of the budget: runs, runs without call records, what they spent
+#: (the ``runs`` rollup's total tokens and cost: known spend).
+_TASK_TOTALS = """
+task_totals AS (
+    SELECT task_type, count(*) AS runs,
+           count(*) FILTER (WHERE coalesce(model_calls, 0) = 0) AS runs_without_calls,
+           CAST(sum(coalesce(total_tokens, 0)) AS BIGINT) AS spent_tokens,
+           sum(coalesce(cost_usd, 0)) AS spent_cost_usd
+    FROM filtered
+    GROUP BY task_type
+)"""
+
+_STOP_COUNTS = {
+    "stops_tokens": "budget_tokens",
+    "stops_cost": "budget_cost",
+    "stops_turns": "budget_turns",
+    "stops_tools": "budget_tools",
+    "stops_time": "budget_time",
+}
+
+
 def _summary(source: str) -> str:
     # ``source`` is a constant of this module (a subquery or the temp table's name).
+    stops = ",\n           ".join(
+        f"count(*) FILTER (WHERE stop_reason = '{reason}') AS {name}" for name, reason in _STOP_COUNTS.items()
+    )
+    picked = ",\n       ".join(f"coalesce(s.{name}, 0) AS {name}" for name in _STOP_COUNTS)
     return f"""
-SELECT budget_id, task_type,
-       count(*) AS runs,
-       count(*) FILTER (WHERE outcome = 'stopped') AS stopped,
-       count(*) FILTER (WHERE outcome = 'censored') AS censored,
-       count(*) FILTER (WHERE outcome = 'completed') AS completed,
-       count(*) FILTER (WHERE NOT replayed) AS runs_without_calls,
-       count(*) FILTER (WHERE stop_reason = 'budget_tokens') AS stops_tokens,
-       count(*) FILTER (WHERE stop_reason = 'budget_cost') AS stops_cost,
-       count(*) FILTER (WHERE stop_reason = 'budget_turns') AS stops_turns,
-       count(*) FILTER (WHERE stop_reason = 'budget_tools') AS stops_tools,
-       count(*) FILTER (WHERE stop_reason = 'budget_time') AS stops_time,
-       CAST(sum(spent_tokens) AS BIGINT) AS spent_tokens,
-       sum(spent_cost_usd) AS spent_cost_usd,
-       CAST(sum(avoided_tokens) AS BIGINT) AS avoided_tokens,
-       sum(avoided_cost_usd) AS avoided_cost_usd
-FROM {source}
-GROUP BY budget_id, task_type
-ORDER BY budget_id, task_type
+WITH {FILTERED},
+{_BUDGET},
+{_TASK_TOTALS},
+s AS (
+    SELECT budget_id, task_type,
+           count(*) FILTER (WHERE outcome = 'stopped') AS stopped,
+           count(*) FILTER (WHERE outcome = 'censored') AS censored,
+           {stops},
+           CAST(sum(avoided_tokens) AS BIGINT) AS avoided_tokens,
+           sum(avoided_cost_usd) AS avoided_cost_usd
+    FROM {source} v
+    GROUP BY budget_id, task_type
+)
+SELECT b.budget_id, tt.task_type, tt.runs,
+       coalesce(s.stopped, 0) AS stopped,
+       coalesce(s.censored, 0) AS censored,
+       tt.runs - coalesce(s.stopped, 0) - coalesce(s.censored, 0) AS completed,
+       tt.runs_without_calls,
+       {picked},
+       tt.spent_tokens, tt.spent_cost_usd,
+       coalesce(s.avoided_tokens, 0) AS avoided_tokens,
+       coalesce(s.avoided_cost_usd, 0) AS avoided_cost_usd
+FROM (SELECT DISTINCT budget_id FROM budget) b
+CROSS JOIN task_totals tt
+LEFT JOIN s ON s.budget_id = b.budget_id AND s.task_type IS NOT DISTINCT FROM tt.task_type
+ORDER BY b.budget_id, tt.task_type
 """
 
 

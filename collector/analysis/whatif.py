@@ -26,6 +26,7 @@ import math
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import duckdb
 import pandas as pd
@@ -47,9 +48,12 @@ __all__ = [
     "METHODS",
     "Budget",
     "Evidence",
+    "TargetPlan",
     "WhatIf",
     "evidence",
     "evidence_presets",
+    "plan_document",
+    "plan_for_target",
     "replay",
     "smallest_multiplier",
     "target_presets",
@@ -131,7 +135,7 @@ class Budget:
         """From a ``budgetlens.analysis.presets.presets`` frame (one row per task type)."""
         limits: dict[str | None, dict[str, float | None]] = {}
         for _, row in presets_df.iterrows():
-            entry = {}
+            entry: dict[str, float | None] = {}
             for key in LIMIT_KEYS:
                 value = row.get(key)
                 if value is not None and not pd.isna(value):
@@ -214,7 +218,7 @@ def replay(conn: duckdb.DuckDBPyConnection, f: Filters, budget: Budget) -> WhatI
     params = {**f.params(), **_budget_params([budget], task_types)}
     _query(conn, rq.CREATE_REPLAY_TABLE, params)
     try:
-        summary = _summarize(_query(conn, rq.REPLAY_TABLE_SUMMARY, {}))[list(SUMMARY_COLUMNS)]
+        summary = _summarize(_query(conn, rq.REPLAY_TABLE_SUMMARY, params))[list(SUMMARY_COLUMNS)]
         runs = _query(conn, rq.REPLAY_TABLE_STOPPED, {})
     finally:
         conn.execute(rq.DROP_REPLAY_TABLE)
@@ -256,7 +260,7 @@ def evidence_presets(ev: Evidence, multiplier: float, method: str = "auto") -> p
             method == METHOD_CENSORING_AWARE or (method == "auto" and bool(km["material"]))
         )
         lower: list[str] = []
-        if use_km:
+        if use_km and km is not None:
             for key, (metric, _rounding) in PRESET_RULES.items():
                 value = km[f"km_p95_{metric}"]
                 if value is None or (isinstance(value, float) and math.isnan(value)):
@@ -405,3 +409,50 @@ def target_presets(
         "target_hit_rate",
     ]
     return pd.DataFrame(rows, columns=columns)
+
+
+@dataclass(frozen=True)
+class TargetPlan:
+    """Everything the what-if page and ``budgetlens whatif --view target`` show for a target hit
+    rate: the ``evidence``, the trade-off ``curve`` (``tradeoff``), the ``presets`` at each task
+    type's smallest multiplier that meets ``target`` (``target_presets``), and the ``replay`` of
+    those presets (which runs they stop, where, and what they avoid)."""
+
+    evidence: Evidence = field(repr=False)
+    curve: pd.DataFrame = field(repr=False)
+    presets: pd.DataFrame = field(repr=False)
+    replay: WhatIf = field(repr=False)
+    target: float
+    method: str
+
+
+def plan_for_target(
+    conn, f: Filters, target: float = DEFAULT_TARGET_HIT_RATE, method: str = "auto"
+) -> TargetPlan:
+    """The ``TargetPlan`` of ``f`` for ``target`` (0..1) and ``method`` (``METHODS``). Raises
+    ValueError for a target outside [0, 1] or an unknown method."""
+    if not (isinstance(target, int | float) and 0 <= target <= 1):
+        raise ValueError(f"target hit rate must be a number in [0, 1], got {target!r}")
+    if method not in METHODS:
+        raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+    ev = evidence(conn, f)
+    curve = tradeoff(conn, f, ev, method=method)
+    chosen = target_presets(ev, curve, target, method)
+    replayed = replay(conn, f, Budget.from_presets(chosen))
+    return TargetPlan(ev, curve, chosen, replayed, float(target), method)
+
+
+def plan_document(
+    plan: TargetPlan, f: Filters, first_utc=None, last_utc=None, generated_utc=None
+) -> dict[str, Any]:
+    """The preset document (``budgetlens.analysis.preset_export.build_document``) of ``plan``'s
+    presets: each task type at its own multiplier (in its ``basis``; the top-level
+    ``multiplier`` is the largest), with the provenance of ``f`` (filters, date range: the
+    filter's bounds, else ``first_utc`` / ``last_utc``), the method and the target hit rate."""
+    from budgetlens.analysis import preset_export
+
+    origin = preset_export.provenance(f, plan.method, first_utc, last_utc, plan.target)
+    top = float(plan.presets["multiplier"].max()) if len(plan.presets) else CURVE_MULTIPLIERS[-1]
+    return preset_export.build_document(
+        plan.presets, top, None, plan.evidence.baselines, generated_utc=generated_utc, provenance=origin
+    )

@@ -111,7 +111,7 @@ def run(args) -> int:
             if args.view == "curve":
                 frame = curve
             else:
-                frame = whatif.target_presets(ev, curve, target, method=args.method)
+                frame = _target_columns(whatif.target_presets(ev, curve, target, method=args.method))
         else:
             if args.limit:
                 budget = whatif.Budget.uniform(**dict(args.limit))
@@ -125,3 +125,26 @@ def run(args) -> int:
             frame = result.summary if args.view == "summary" else result.runs
     write_frame(frame, args.format, float_format="{:.3g}")
     return 0
+
+
+def _target_columns(frame):
+    """The target view's columns in reading order: the choice first, then the limits, then the
+    evidence; ``lower_bound_keys`` as one space-separated cell."""
+    from budgetlens.guard.limits import LIMIT_KEYS
+
+    out = frame.copy()
+    out["lower_bound_keys"] = [" ".join(keys) for keys in out["lower_bound_keys"]]
+    first = [
+        "task_type",
+        "multiplier",
+        "met",
+        "projected_hit_rate",
+        "projected_hit_rate_upper",
+        "avoided_tokens",
+        "avoided_cost_usd",
+        *LIMIT_KEYS,
+        "method",
+        "censored_share",
+        "lower_bound_keys",
+    ]
+    return out[first + [c for c in out.columns if c not in first]]

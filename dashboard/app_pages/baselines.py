@@ -8,7 +8,7 @@ import streamlit as st
 
 from budgetlens.analysis import views as analysis
 from budgetlens.dashboard import charts, data
-from budgetlens.dashboard.app_pages import _ui
+from budgetlens.dashboard.app_pages import _evidence, _ui
 from budgetlens.dashboard.formatting import MISSING, is_missing
 
 f = data.filters()
@@ -18,6 +18,7 @@ _ui.header(
     "(quantile_cont; fewer than 20 runs = low sample).",
     f,
 )
+_evidence.drift_flag(data.drift(f))
 by_model = st.toggle("Split by model", key="baselines_by_model")
 multiplier = float(st.session_state.get("presets_multiplier", analysis.DEFAULT_MULTIPLIER))
 table = data.baselines(f, by_model=by_model)
@@ -80,3 +81,13 @@ else:
         )
         with columns[index % 2]:
             _ui.chart(fig, f"baselines_dist_{index}")
+
+if not table.empty:
+    st.subheader("Censoring-aware P95 (Kaplan–Meier)")
+    st.caption(
+        "A run stopped by a budget would have used more: Kaplan–Meier counts it as "
+        '"at least" its usage. ≥ = only a lower bound (every run that could show the tail was '
+        "stopped): raise that limit for a while to learn the real tail. Material = more than 5 % "
+        "of the runs were stopped; their presets use these figures."
+    )
+    st.dataframe(_evidence.km_table(data.censored_baselines(f)), hide_index=True, placeholder=MISSING)

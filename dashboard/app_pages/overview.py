@@ -126,3 +126,22 @@ else:
             ),
         },
     )
+    _runaways = data.runaways(f)
+    st.subheader("Runaway runs")
+    share = "" if _runaways.cost_share is None else f", {_runaways.cost_share:.1%} of the priced spend"
+    st.caption(
+        f"**{_runaways.count:,}** of {_runaways.total_runs:,} runs{share}: above "
+        f"{_runaways.k:g} × their task type's P95 of total tokens, or the same tool called "
+        f"{_runaways.repeats} or more times in a row (`budgetlens runaways` lists them)."
+    )
+    if _runaways.count:
+        listed = _runaways.runs.head(50).copy()
+        listed.insert(0, "link", "/runs?run=" + listed["run_id"].astype(str))
+        _ui.table(
+            listed,
+            first=("link", "task_type", "total_tokens", "tokens_ratio", "cost_usd", "longest_repeat"),
+            column_config={
+                "link": st.column_config.LinkColumn("Run", display_text=r"/runs\?run=(.*)"),
+                "run_id": None,
+            },
+        )

@@ -8,8 +8,9 @@ import streamlit as st
 
 from budgetlens.analysis import preset_export as presets_export
 from budgetlens.analysis import views as analysis
+from budgetlens.analysis import whatif
 from budgetlens.dashboard import charts, data
-from budgetlens.dashboard.app_pages import _ui
+from budgetlens.dashboard.app_pages import _evidence, _ui
 from budgetlens.dashboard.formatting import MISSING, column_label
 from budgetlens.guard.preset_file import LIMIT_KEYS
 
@@ -22,6 +23,7 @@ def render() -> None:
         "counts to 1, seconds to 5, USD to 2 significant figures).",
         f,
     )
+    _evidence.drift_flag(data.drift(f))
     multiplier = st.slider(
         "Multiplier (preset = P95 × multiplier)",
         min_value=1.0,
@@ -38,7 +40,8 @@ def render() -> None:
         _ui.no_runs(f)
         return
 
-    recommended = analysis.presets(baselines, multiplier)
+    # P95 x multiplier, on the Kaplan–Meier P95 where censoring is material (as `budgetlens presets`)
+    recommended = whatif.evidence_presets(data.evidence(f), multiplier)
     changes = analysis.preset_changes(recommended, limits)
     low = recommended.loc[recommended["low_sample"], "task_type"].tolist()
     if low:

@@ -29,6 +29,7 @@ from budgetlens.dashboard.charts.cost import bucket_label, cost_per_run, cost_st
 from budgetlens.dashboard.charts.distributions import preset_comparison, token_distribution
 from budgetlens.dashboard.charts.rates import hit_rate_daily, rate_by_task, stop_reasons
 from budgetlens.dashboard.charts.runs import run_turns, runs_per_day
+from budgetlens.dashboard.charts.whatif import tradeoff_curve
 from budgetlens.dashboard.formatting import (  # re-exported for the pages
     format_change,
     format_duration,
@@ -65,4 +66,6 @@ __all__ = [
     "runs_per_day",
     "stop_reasons",
     "token_distribution",
+    "tradeoff_curve",
+    "top_runs_table",
 ]

@@ -1,0 +1,119 @@
+"""What-if: pick a target hit rate, read per task type the smallest multiplier (and its limits)
+whose replay over the history meets it, see the trade-off curve and the runs it would stop, and
+download that preset. Same numbers as ``budgetlens whatif --view target``. Keys: ``whatif_``."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from budgetlens.analysis import preset_export as presets_export
+from budgetlens.analysis import whatif
+from budgetlens.dashboard import charts, data
+from budgetlens.dashboard.app_pages import _ui
+from budgetlens.dashboard.formatting import MISSING, column_label
+from budgetlens.guard.limits import LIMIT_KEYS
+
+METHOD_LABELS = {
+    "auto": "Auto: Kaplan–Meier where > 5 % of runs were stopped",
+    "plain": "Plain P95",
+    "kaplan-meier": "Kaplan–Meier (censoring-aware) everywhere",
+}
+
+
+def render() -> None:
+    f = data.filters()
+    _ui.header(
+        "What-if",
+        "Replay candidate budgets over the stored runs, call by call: how often each would have "
+        "stopped them and what it would have saved.",
+        f,
+    )
+    controls = st.columns(2)
+    target_pct = controls[0].slider(
+        "Target hit rate (%)",
+        min_value=0.0,
+        max_value=30.0,
+        value=whatif.DEFAULT_TARGET_HIT_RATE * 100,
+        step=0.5,
+        key="whatif_target",
+        help="The share of runs the budget may stop. Per task type the smallest multiplier "
+        "(1.0–3.0) whose replayed hit rate is at most this is chosen.",
+    )
+    method = (
+        controls[1].selectbox(
+            "P95 method", tuple(METHOD_LABELS), format_func=lambda m: METHOD_LABELS[m], key="whatif_method"
+        )
+        or "auto"
+    )
+    target = target_pct / 100
+    plan = data.whatif_plan(f, target, method)
+    if plan.evidence.baselines.empty:
+        _ui.no_runs(f)
+        return
+
+    chosen = plan.presets
+    missed = chosen.loc[~chosen["met"].astype(bool), "task_type"].tolist()
+    if missed:
+        st.warning(
+            f"No multiplier up to 3.0 meets {target_pct:.1f} % for: {', '.join(map(str, missed))} "
+            "(shown at 3.0).",
+            icon=":material/warning:",
+        )
+    for row in chosen.itertuples():
+        if row.lower_bound_keys:
+            keys = ", ".join(row.lower_bound_keys)
+            st.info(
+                f"{row.task_type}: the P95 behind {keys} is only a lower bound (every run that "
+                f"could show the tail was stopped); raise {keys} for a while to learn the real tail.",
+                icon=":material/info:",
+            )
+
+    st.subheader("Multiplier and limits that meet the target")
+    shown = chosen.copy()
+    shown["lower_bound_keys"] = [", ".join(keys) for keys in shown["lower_bound_keys"]]
+    _ui.table(
+        shown.drop(columns=["target_hit_rate"]),
+        unpriced=MISSING,
+        first=("task_type", "multiplier", "met", "projected_hit_rate", "max_total_tokens", "max_cost_usd"),
+        column_config={
+            k: st.column_config.NumberColumn(column_label(k), format="%,.0f")
+            for k in LIMIT_KEYS
+            if not k.endswith("_usd")
+        },
+    )
+
+    first, last, _ = data.query("data_extent")
+    document = whatif.plan_document(plan, f, first, last)
+    buttons = st.container(horizontal=True, vertical_alignment="center")
+    buttons.markdown("**Download this preset**", width="content")
+    for label, to_text, mime, ext in (
+        ("YAML", presets_export.to_yaml, "application/yaml", "yaml"),
+        ("TOML", presets_export.to_toml, "application/toml", "toml"),
+        ("JSON", presets_export.to_json, "application/json", "json"),
+    ):
+        buttons.download_button(
+            label,
+            to_text(document),
+            file_name=f"presets.{ext}",
+            mime=mime,
+            key=f"whatif_download_{ext}",
+            icon=":material/download:",
+            width="content",
+        )
+
+    _ui.chart(charts.tradeoff_curve(plan.curve, target, chosen), "whatif_curve")
+
+    st.subheader("What that preset would have done")
+    _ui.table(
+        plan.replay.summary,
+        first=("task_type", "runs", "stopped", "censored", "hit_rate", "avoided_tokens", "avoided_cost_usd"),
+    )
+    st.caption(
+        "Stopped: the preset stops the run (first limit crossed, call by call). Censored: the old "
+        "budget stopped it and this one is larger, so what it would have used is unknown."
+    )
+    with st.expander(f"Runs it would stop or leave censored ({len(plan.replay.runs):,})"):
+        _ui.table(plan.replay.runs.head(500))
+
+
+render()
