@@ -193,7 +193,7 @@ def _save_url(f, window: str) -> None:
     """Write the chosen filters into the URL query (keeping a page's own parameters)."""
     wanted: dict[str, str | list[str]] = {"window": WINDOWS[window][0], "tz": f.tz}
     if WINDOWS[window][1] == "custom" and f.start_utc and f.end_utc:
-        chosen = st.session_state.get("app_range") or ()
+        chosen: tuple = tuple(st.session_state.get("app_range") or ())
         if len(chosen) == 2:
             wanted["from"], wanted["to"] = chosen[0].isoformat(), chosen[1].isoformat()
     for param, values in (("task_type", f.task_types), ("model", f.models), ("service", f.services)):
@@ -300,7 +300,8 @@ def refresh_control() -> None:
         )
         if st.button("Reload now", key="app_reload", icon=":material/refresh:"):
             data.clear_cache()
-        interval = REFRESH[choice] / 2 if REFRESH[choice] else None
+        seconds = REFRESH[choice]
+        interval = seconds / 2 if seconds else None
         state = st.session_state.get(data.UNAVAILABLE_KEY)
         if state == "busy":
             interval = min(interval or RETRY_S, RETRY_S)

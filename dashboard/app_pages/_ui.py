@@ -75,7 +75,7 @@ def freshness(f: Filters) -> None:
     """The data's extent and last arrival, and, when the window leaves runs out, how many with a
     one-click "show all data" button (design §6: windows say how many runs they leave out)."""
     first, last, _ = data.data_extent()
-    if last is None:
+    if first is None or last is None:
         return
     written = data.last_write_utc()
     parts = [

@@ -75,7 +75,7 @@ else:
             p50=row["p50_total_tokens"],
             p95=row["p95_total_tokens"],
             preset=presets.loc[task, "max_total_tokens"] if task in presets.index else None,
-            limit=None if is_missing(limit) else float(limit),
+            limit=None if limit is None or is_missing(limit) else float(limit),
             color=colors.get(str(task)),
         )
         with columns[index % 2]:

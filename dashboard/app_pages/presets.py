@@ -3,6 +3,8 @@ the limits the runs ran under, and downloads as YAML, TOML and JSON. Keys: ``pre
 
 from __future__ import annotations
 
+from typing import Any
+
 import pandas as pd
 import streamlit as st
 
@@ -97,7 +99,10 @@ def render() -> None:
         shown[column] = pd.to_numeric(shown[column], errors="coerce")
     if key.endswith("_usd"):  # the CLI's USD format, as text
         shown = shown.rename(columns={c: f"{c}_usd" for c in ("current", "recommended")})
-        labels = {"current_usd": "Current limit (USD)", "recommended_usd": "Recommended (USD)"}
+        labels: dict[str, Any] = {
+            "current_usd": "Current limit (USD)",
+            "recommended_usd": "Recommended (USD)",
+        }
     else:
         labels = {
             c: st.column_config.NumberColumn(column_label(c), format="%,.0f")
