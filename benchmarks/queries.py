@@ -153,9 +153,12 @@ def page_calls(f: analysis.Filters, run_id: str):
         analysis.filter_options,
         lambda c: analysis.window_coverage(c, f),
     ]
+    length = (f.end_utc - f.start_utc) if f.start_utc and f.end_utc else dt.timedelta(days=14)
+    previous = analysis.Filters(start_utc=(f.start_utc or f.end_utc) - length, end_utc=f.start_utc, tz=f.tz)
     pages = {
         "Overview": [
             lambda c: analysis.overview(c, f),
+            lambda c: analysis.overview(c, previous),  # "vs previous period"
             lambda c: analysis.hit_rate_daily(c, f),
             lambda c: analysis.cost_by_period(c, f, "day", "task_type"),
         ],

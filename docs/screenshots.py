@@ -52,8 +52,13 @@ def _settle(driver) -> None:
 
     wait = WebDriverWait(driver, TIMEOUT_S, poll_frequency=0.3)
     wait.until(lambda d: d.find_elements(By.TAG_NAME, "h1"))
-    wait.until(lambda d: not d.find_elements(By.CSS_SELECTOR, '[data-testid="stStatusWidgetRunningIcon"]'))
-    time.sleep(2.0)  # Plotly's last draw
+    wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, ".js-plotly-plot .main-svg"))
+    wait.until(
+        lambda d: not d.find_elements(
+            By.CSS_SELECTOR, '[data-testid="stStatusWidgetRunningIcon"], [data-testid="stSkeleton"]'
+        )
+    )
+    time.sleep(3.0)  # Plotly's last draw
 
 
 def main(argv=None) -> int:
