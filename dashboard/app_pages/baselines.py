@@ -15,7 +15,7 @@ f = data.filters()
 _ui.header(
     "Baselines",
     "What a run of each task type really uses: P50 / P95 / max "
-    "(quantile_cont; fewer than 20 runs = low sample).",
+    f"(quantile_cont; fewer than {analysis.LOW_SAMPLE_RUNS} runs = low sample).",
     f,
 )
 by_model = st.toggle("Split by model", key="baselines_by_model")
