@@ -33,7 +33,7 @@ def format_usd(value: float | None, *, unpriced: str = "unpriced", digits: int =
     ``$0.44``, ``$0.009165``, ``$0.50``). Exactly 0 is ``$0.00``. ``unpriced`` (default
     ``"unpriced"``) when ``value`` is None/NaN/NA.
     """
-    if _missing(value):
+    if value is None or _missing(value):
         return unpriced
     value = float(value)
     if value == 0:
@@ -51,7 +51,7 @@ def format_usd(value: float | None, *, unpriced: str = "unpriced", digits: int =
 
 def format_tokens(value: float | None) -> str:
     """Tokens with a K/M suffix (``12.3K``, ``1.20M``), ``n/a`` when unknown."""
-    if _missing(value):
+    if value is None or _missing(value):
         return "n/a"
     value = float(value)
     if abs(value) >= 1_000_000:
@@ -64,7 +64,7 @@ def format_tokens(value: float | None) -> str:
 def format_percent(value: float | None, *, none: str = "n/a") -> str:
     """A rate in 0..1 as ``12.3 %`` (one decimal, a space before the sign: the dashboard's one
     percent format), ``none`` (default ``n/a``) when there is no rate."""
-    if _missing(value):
+    if value is None or _missing(value):
         return none
     return f"{float(value) * 100:,.1f} %"
 
@@ -85,9 +85,9 @@ def format_hit_rate(value: float | None, runs: int | None = None) -> str:
 def format_duration(seconds: float | None) -> str:
     """A duration as a person reads it: ``0.8 s``, ``42 s``, ``3 min 29 s``, ``3 h 29 min``,
     ``2 d 4 h``; ``n/a`` when unknown (never ``12,554.2 s``)."""
-    if _missing(seconds):
+    if seconds is None or _missing(seconds):
         return "n/a"
-    value = float(seconds)  # type: ignore[arg-type]
+    value = float(seconds)
     if value < 10:
         return f"{value:.1f} s"
     if value < 60:

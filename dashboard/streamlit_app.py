@@ -61,10 +61,17 @@ COMMON_ZONES = (
     "Australia/Sydney",
 )
 
-#: Less empty space above the page title than Streamlit's default (a denser, tool-like layout).
+#: Less empty space above the page title than Streamlit's default (a denser, tool-like layout);
+#: KPI tiles wrap their label and scale their value with the width instead of cutting them off
+#: with an ellipsis ("Intervention r…" at 1280 px).
 COMPACT_CSS = """<style>
 [data-testid="stMainBlockContainer"], .block-container { padding-top: 2.2rem; }
-[data-testid="stMetricValue"] { font-size: 1.9rem; }
+[data-testid="stMetricValue"] { font-size: clamp(1.1rem, 1.7vw, 1.9rem); }
+[data-testid="stMetricValue"], [data-testid="stMetricValue"] div,
+[data-testid="stMetricLabel"], [data-testid="stMetricLabel"] p, [data-testid="stMetricLabel"] div {
+  white-space: normal !important; overflow: visible !important; text-overflow: clip !important;
+  overflow-wrap: anywhere;
+}
 </style>"""
 
 #: The default page lives at ``/`` (Streamlit gives the default page the empty pathname; its
@@ -136,27 +143,35 @@ def _window_label(code: str | None) -> str | None:
     return next((label for label, (c, _) in WINDOWS.items() if c == code), None)
 
 
+_URL_WRITTEN_KEY = "app_url_written"
+_URL_OWNED = (*URL_PARAMS, "from", "to")
+
+
+def _shared_params() -> dict[str, list[str]]:
+    return {k: st.query_params.get_all(k) for k in _URL_OWNED if k in st.query_params}
+
+
 def _load_url(options: dict[str, list[str]]) -> None:
-    """Seed the sidebar widgets from the URL query, once per session (a shared link opens the
-    same view). Unknown values are dropped: a filter never names a task type the store lacks."""
-    if st.session_state.get("app_url_loaded"):
+    """Set the sidebar widgets from the URL query when it differs from what the app last wrote
+    there: a shared link on a new session, a link from another page (the alarm banner's), an
+    edited address. The URL is then the whole truth (a filter it lacks is cleared). Unknown
+    values are dropped: a filter never names a task type the store lacks."""
+    current = _shared_params()
+    first = _URL_WRITTEN_KEY not in st.session_state
+    if not current or (not first and current == st.session_state.get(_URL_WRITTEN_KEY)):
+        st.session_state.setdefault(_URL_WRITTEN_KEY, {})
         return
-    st.session_state["app_url_loaded"] = True
     params = st.query_params
-    label = _window_label(params.get("window"))
-    if label:
-        st.session_state["app_window"] = label
-    if params.get("tz") in zoneinfo.available_timezones() or params.get("tz") == "UTC":
-        st.session_state["app_tz"] = params.get("tz")
+    st.session_state["app_window"] = _window_label(params.get("window")) or DEFAULT_WINDOW
+    wanted_tz = params.get("tz") or "UTC"
+    st.session_state["app_tz"] = wanted_tz if wanted_tz in zoneinfo.available_timezones() else "UTC"
     for param, key, option in (
         ("task_type", "app_task_types", "task_types"),
         ("model", "app_models", "models"),
         ("service", "app_services", "services"),
     ):
-        values = [v for v in params.get_all(param) if v in options[option]]
-        if values:
-            st.session_state[key] = values
-    if label == "Custom range":
+        st.session_state[key] = [v for v in params.get_all(param) if v in options[option]]
+    if st.session_state["app_window"] == "Custom range":
         try:
             lo = dt.date.fromisoformat(params.get("from", ""))
             hi = dt.date.fromisoformat(params.get("to", ""))
@@ -181,16 +196,16 @@ def _save_url(f, window: str) -> None:
     """Write the chosen filters into the URL query (keeping a page's own parameters)."""
     wanted: dict[str, str | list[str]] = {"window": WINDOWS[window][0], "tz": f.tz}
     if WINDOWS[window][1] == "custom" and f.start_utc and f.end_utc:
-        chosen = st.session_state.get("app_range") or ()
+        chosen: tuple = tuple(st.session_state.get("app_range") or ())
         if len(chosen) == 2:
             wanted["from"], wanted["to"] = chosen[0].isoformat(), chosen[1].isoformat()
     for param, values in (("task_type", f.task_types), ("model", f.models), ("service", f.services)):
         if values:
             wanted[param] = list(values)
     current = {k: st.query_params.get_all(k) for k in st.query_params}
-    owned = set(URL_PARAMS) | {"from", "to"}
-    keep = {k: v for k, v in current.items() if k not in owned}
+    keep = {k: v for k, v in current.items() if k not in _URL_OWNED}
     merged = {**keep, **wanted}
+    st.session_state[_URL_WRITTEN_KEY] = {k: v if isinstance(v, list) else [v] for k, v in wanted.items()}
     if {k: (v if isinstance(v, list) else [v]) for k, v in merged.items()} != current:
         st.query_params.from_dict(merged)
 
@@ -288,7 +303,8 @@ def refresh_control() -> None:
         )
         if st.button("Reload now", key="app_reload", icon=":material/refresh:"):
             data.clear_cache()
-        interval = REFRESH[choice] / 2 if REFRESH[choice] else None
+        seconds = REFRESH[choice]
+        interval = seconds / 2 if seconds else None
         state = st.session_state.get(data.UNAVAILABLE_KEY)
         if state == "busy":
             interval = min(interval or RETRY_S, RETRY_S)

@@ -43,7 +43,8 @@ def sample_store(tmp_path_factory) -> Path:
 def controlled_store(tmp_path_factory) -> Path:
     """hot: 20 runs, 6 stopped by the budget (30 %); calm: 20 runs, 2 stopped (10 %)."""
     path = tmp_path_factory.mktemp("controlled") / "controlled.duckdb"
-    start = dt.datetime(2026, 11, 20, 9, 0)
+    # three days ago at 09:00 UTC: inside the default window (the last 14 days up to now)
+    start = (analysis.utc_now() - dt.timedelta(days=3)).replace(hour=9, minute=0, second=0, microsecond=0)
     batches = []
     for task, stops in (("hot", 6), ("calm", 2)):
         for index in range(20):
@@ -98,6 +99,12 @@ def _app(db: Path, monkeypatch, page: str | None = None, run: str | None = None,
         at.query_params["run"] = run
         at.run()
     return at
+
+
+def _param(at: AppTest, name: str) -> list[str]:
+    """A URL query parameter of the app as a list (AppTest keeps a single value as a str)."""
+    value = at.query_params.get(name)
+    return [] if value is None else [value] if isinstance(value, str) else list(value)
 
 
 def _newest_run(db: Path) -> str:
@@ -186,12 +193,12 @@ def test_a_partly_priced_run_shows_its_cost_as_known_spend_plus_unpriced_usage(t
     with write_connection(path) as conn:
         write_batch(conn, *priced)
         write_batch(conn, calls, records, events)
-    at = _app(path, monkeypatch)
+    at = _app(path, monkeypatch, window="all")
     assert _metrics(at)["Cost"] == charts.format_usd(0.006 + 0.004)  # known spend only
     note = "\n".join(c.value for c in at.caption)
     assert "+ unpriced usage" in note
     assert "1 call with no known price, 1 partly priced run" in note
-    at = _app(path, monkeypatch, "cost")
+    at = _app(path, monkeypatch, "cost", window="all")
     assert "Partly priced runs: 1" in _texts(at) and "+ unpriced usage" in _texts(at)
 
 
@@ -554,3 +561,70 @@ def test_runs_without_any_limit_read_no_budget_not_a_zero_hit_rate(imported_stor
         if v is not None and v == v
     ]
     assert drawn == []  # gaps, never a line at 0 %
+
+
+# --- issue 11: URL filters, empty and low-data states ----------------------------------------------
+def test_a_shared_link_sets_the_filters_and_the_url_follows_the_sidebar(controlled_store, monkeypatch):
+    at = _app(controlled_store, monkeypatch, "hit_rate", window="7d", task_type="calm", tz="Asia/Tokyo")
+    f = at.session_state[data.FILTERS_KEY]
+    assert f.task_types == ("calm",) and f.tz == "Asia/Tokyo"
+    assert f.end_utc - f.start_utc == dt.timedelta(days=7, microseconds=1)
+    assert _metrics(at)["Budget stops"] == "2"
+    at.multiselect(key="app_task_types").set_value(["hot"]).run()
+    assert _param(at, "task_type") == ["hot"] and _param(at, "window") == ["7d"]
+    assert _metrics(at)["Budget stops"] == "6"
+
+
+def test_a_link_naming_an_unknown_task_type_filters_nothing_out(controlled_store, monkeypatch):
+    at = _app(controlled_store, monkeypatch, task_type="no-such-task")
+    assert at.session_state[data.FILTERS_KEY].task_types == ()
+    assert _metrics(at)["Runs"] == "40"
+
+
+def test_an_empty_store_says_how_to_send_data_not_to_clear_a_filter(tmp_path, monkeypatch):
+    path = tmp_path / "empty.duckdb"
+    with write_connection(path) as conn:
+        write_batch(conn, [], [], [])
+    for page in PAGES:
+        at = _app(path, monkeypatch, page)
+        assert not at.exception, page
+        text = _texts(at)
+        assert "No runs in this store yet" in text and "budgetlens sample" in text, page
+        assert "clear" not in text.lower(), page
+
+
+def test_an_empty_window_names_only_what_is_set(controlled_store, monkeypatch):
+    at = _app(controlled_store, monkeypatch, window="24h")  # the runs are 3 days old
+    text = _texts(at)
+    assert "No runs match these filters. Widen the time window." in text
+    assert "This window keeps 0 of 40 runs** (40 before the window)" in text
+    at.button(key="app_show_all").click().run()
+    assert _metrics(at)["Runs"] == "40" and _param(at, "window") == ["all"]
+
+
+def test_the_cost_page_shows_no_empty_warning_box(controlled_store, monkeypatch):
+    at = _app(controlled_store, monkeypatch, "cost")
+    assert all(w.value.strip() for w in at.warning)
+
+
+def test_a_hit_rate_over_few_budgeted_runs_is_marked_low_sample(tmp_path, monkeypatch):
+    path = tmp_path / "one.duckdb"
+    with write_connection(path) as conn:
+        write_batch(conn, *run_rows("only-0001", task_type="qa", stop_reason="budget_tokens"))
+    at = _app(path, monkeypatch)
+    assert _metrics(at)["Budget hit rate"] == "100.0 % (low sample)"
+    at = _app(path, monkeypatch, "hit_rate")
+    assert _metrics(at)["Hit rate"] == "100.0 % (low sample)"
+
+
+def test_the_overview_compares_with_the_previous_period(tmp_path, monkeypatch):
+    now = analysis.utc_now()
+    path = tmp_path / "periods.duckdb"
+    with write_connection(path) as conn:
+        for index in range(4):  # 4 runs 3 days ago, 2 runs 10 days ago (the 7 days before)
+            write_batch(conn, *run_rows(f"new-{index}", start_utc=now - dt.timedelta(days=3, minutes=index)))
+        for index in range(2):
+            write_batch(conn, *run_rows(f"old-{index}", start_utc=now - dt.timedelta(days=10, minutes=index)))
+    at = _app(path, monkeypatch, window="7d")
+    runs = next(m for m in at.metric if m.label == "Runs")
+    assert runs.value == "4" and runs.delta == "+100 % vs previous period"

@@ -402,3 +402,119 @@ def test_cost_axes_never_round_a_small_cost_to_zero_dollars():
     fig = charts.cost_stacked(df)
     assert fig.layout.yaxis.tickformat == "$,.3~g"
     assert "$,.2f" not in fig.data[0].hovertemplate
+
+
+# --- issue 11: bars at the edges, markers, colors -------------------------------------------------
+def test_one_day_of_cost_is_a_bar_most_of_a_day_wide_not_a_hairline():
+    frame = pd.DataFrame(
+        {
+            "period_start": [pd.Timestamp(DAY1)] * 2,
+            "key": ["simple_qa", "research"],
+            "cost_usd": [3.5, 4.87],
+            "runs": [10, 4],
+            "unpriced_calls": [0, 0],
+        }
+    )
+    fig = charts.cost_stacked(frame, period="day", by="task_type")
+    assert {trace.width for trace in fig.data} == {0.8 * 86_400_000}  # ms on a date axis
+    low, high = (pd.Timestamp(v) for v in fig.layout.xaxis.range)
+    assert high - low == pd.Timedelta(days=2)  # a day of room either side of the one bar
+    daily = pd.DataFrame({"day": [DAY1], "task_type": ["simple_qa"], "finished_runs": [12]})
+    runs = charts.runs_per_day(daily)
+    assert runs.data[0].width == 0.8 * 86_400_000
+
+
+@pytest.mark.parametrize(
+    "days, period", [(0.5, "hour"), (2, "hour"), (14, "day"), (92, "day"), (200, "week"), (1000, "month")]
+)
+def test_long_ranges_roll_up_to_weeks_and_months(days, period):
+    assert charts.period_for_span(days) == period
+
+
+def test_days_roll_up_into_weeks_from_monday_and_months():
+    days = [dt.date(2026, 11, 1) + dt.timedelta(days=i) for i in range(30)]  # Sun 1 Nov .. 30 Nov
+    daily = pd.DataFrame({"day": days, "task_type": ["qa"] * 30, "finished_runs": range(1, 31)})
+    weeks = charts.roll_up(daily, "day", "week", ["finished_runs"], ["task_type"])
+    assert weeks["day"].min() == pd.Timestamp("2026-10-26")  # the Monday before Sunday 1 Nov
+    assert weeks["finished_runs"].sum() == sum(range(1, 31))
+    assert weeks.loc[weeks["day"] == pd.Timestamp("2026-11-02"), "finished_runs"].item() == sum(range(2, 9))
+    months = charts.roll_up(daily, "day", "month", ["finished_runs"], ["task_type"])
+    assert months["finished_runs"].tolist() == [sum(range(1, 31))]
+    fig = charts.runs_per_day(daily, period="week")
+    assert fig.layout.title.text == "Finished runs per week"
+    assert fig.data[0].width == pytest.approx(0.8 * 7 * 86_400_000)
+
+
+def test_cost_per_run_counts_on_a_log_axis_so_the_dear_tail_shows():
+    frame = pd.DataFrame(
+        {
+            "task_type": ["qa", "qa", "research"],
+            "bucket_low_usd": [0.01, 1.0, 17.78],
+            "bucket_high_usd": [0.01778, 1.778, 31.62],
+            "runs": [2000, 3, 1],
+        }
+    )
+    fig = charts.cost_per_run(frame)
+    assert fig.layout.yaxis.type == "log"
+
+
+def test_tool_calls_are_not_drawn_as_budget_events_and_the_stop_stands_apart():
+    start = dt.datetime(2026, 11, 20, 10, 0, 0)
+    calls = pd.DataFrame(
+        {
+            "turn": [1, 2],
+            "start_utc": [start, start + dt.timedelta(seconds=10)],
+            "reserved_tokens": [None, None],
+            "cumulative_tokens": [1000, 3000],
+            "usage_status": ["reported", "reported"],
+        }
+    )
+    names = ["budgetlens.tool_call"] * 5 + ["budgetlens.warning", "budgetlens.stop"]
+    events = pd.DataFrame(
+        {
+            "ts_utc": [start + dt.timedelta(seconds=1 + i) for i in range(7)],
+            "name": names,
+            "reason": [None] * 6 + ["budget_tokens"],
+            "from_model": [None] * 7,
+            "to_model": [None] * 7,
+            "tool_name": ["search"] * 5 + [None, None],
+            "used_tokens": [None] * 7,
+            "percent": [None] * 7,
+        }
+    )
+    fig = charts.run_turns(calls, events)
+    markers = {t.name: t for t in fig.data if t.mode == "markers"}
+    assert set(markers) == {"warning", "budget stop"}  # 5 tool calls: no marker
+    assert markers["budget stop"].marker.symbol == "x" and markers["budget stop"].marker.color == "#E45756"
+    assert markers["warning"].marker.color != markers["budget stop"].marker.color
+
+
+def test_the_intervention_chart_has_no_alarm_line():
+    daily = pd.DataFrame(
+        {
+            "day": [DAY1],
+            "task_type": ["qa"],
+            "finished_runs": [10],
+            "budget_stops": [1],
+            "interventions": [3],
+            "hit_rate": [0.1],
+            "intervention_rate": [0.3],
+        }
+    )
+    assert len(charts.hit_rate_daily(daily).layout.shapes) == 1
+    assert len(charts.hit_rate_daily(daily, rate="intervention_rate").layout.shapes) == 0
+
+
+def test_task_types_never_take_the_reds_of_a_budget_stop():
+    colors = charts.color_map([f"task-{i}" for i in range(16)], charts.TASK_COLORS)
+    assert not set(colors.values()) & {"#E45756", "#FF9DA6", "#B22222", "#843C39"}
+
+
+def test_p95_preset_and_limit_are_told_apart_by_hue_and_dash():
+    frame = pd.DataFrame(
+        {"task_type": ["qa"], "bucket_low_tokens": [1000.0], "bucket_high_tokens": [1259.0], "runs": [5]}
+    )
+    fig = charts.token_distribution(frame, "qa", p50=1100, p95=1200, preset=2000, limit=3000)
+    lines = {t.name.split(" ")[0]: (t.line.color, t.line.dash) for t in fig.data[1:]}
+    assert len({color for color, _ in lines.values()}) == 4 and len({d for _, d in lines.values()}) == 4
+    assert not {color for color, _ in lines.values()} & {"#E45756", "#F58518"}  # no red/orange

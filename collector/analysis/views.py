@@ -61,15 +61,12 @@ from budgetlens.analysis.presets import (  # noqa: F401
     round_up_significant,
 )
 
+# The low-sample cutoff and the alarm line live in budgetlens.analysis.thresholds; re-exported.
+from budgetlens.analysis.thresholds import HIT_RATE_ALARM, LOW_SAMPLE_RUNS
+
 log = logging.getLogger(__name__)
 
-#: Below this many runs a task type's P95 (and a hit rate) is marked low-sample: the one cutoff
-#: of the CLI, the dashboard and the SQL (``low_sample`` column of ``baselines``).
-LOW_SAMPLE_RUNS = 20
 DEFAULT_WINDOW_DAYS = 14
-#: The hit-rate alarm line (0..1): above it the budget is too tight or the agent has a bug. The
-#: one definition of the banner, the charts' dashed line and the CLI.
-HIT_RATE_ALARM = 0.20
 
 #: The periods of the cost charts (DuckDB ``date_trunc`` parts; a week starts on Monday).
 PERIODS = ("hour", "day", "week", "month")

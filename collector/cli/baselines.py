@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from budgetlens.analysis.thresholds import LOW_SAMPLE_RUNS
 from budgetlens.cli._analysis import (
     WINDOW_HELP,
     add_format_argument,
@@ -35,7 +36,8 @@ def register(subparsers) -> None:
             "Print the baseline of each task type: n, P50, P95 and max of total/input/output "
             "tokens, turns, tool calls, duration (s) and cost (USD; over the n_cost runs whose "
             "cost is fully known: priced, no unpriced call, usage reported). Percentiles are "
-            "quantile_cont (linear); below 20 runs the row is marked low_sample. " + WINDOW_HELP
+            f"quantile_cont (linear); below {LOW_SAMPLE_RUNS} runs the row is marked low_sample. "
+            + WINDOW_HELP
         ),
         epilog="Example: budgetlens baselines --db budgetlens.duckdb --format table --by-model",
     )

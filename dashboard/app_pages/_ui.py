@@ -75,7 +75,7 @@ def freshness(f: Filters) -> None:
     """The data's extent and last arrival, and, when the window leaves runs out, how many with a
     one-click "show all data" button (design §6: windows say how many runs they leave out)."""
     first, last, _ = data.data_extent()
-    if last is None:
+    if first is None or last is None:
         return
     written = data.last_write_utc()
     parts = [
@@ -134,11 +134,39 @@ def header(title: str, what: str, f: Filters) -> None:
     freshness(f)
 
 
-def tiles(items: Sequence[tuple[str, str, str | None]]) -> None:
-    """A row of KPI tiles: (label, value text, help text or None)."""
+def tiles(items: Sequence[tuple]) -> None:
+    """A row of KPI tiles: (label, value text, help text or None[, change text or None]); the
+    change against the previous period shows under the value (``"+12 % vs previous"``)."""
     columns = st.columns(len(items), border=True)
-    for column, (label, value, help_text) in zip(columns, items):
-        column.metric(label, value, help=help_text)
+    for column, (label, value, help_text, *rest) in zip(columns, items):
+        change = rest[0] if rest else None
+        column.metric(label, value, delta=change, delta_color="off", help=help_text)
+
+
+def previous_window(f: Filters) -> Filters | None:
+    """The window of the same length just before ``f``'s (same scope), for "vs previous period";
+    None for "all data" or an open-ended window."""
+    if f.start_utc is None or f.end_utc is None:
+        return None
+    length = f.end_utc - f.start_utc
+    return Filters(
+        start_utc=f.start_utc - length,
+        end_utc=f.start_utc,
+        task_types=f.task_types,
+        models=f.models,
+        services=f.services,
+        tz=f.tz,
+    )
+
+
+def change_text(current: float | None, previous: float | None) -> str | None:
+    """``"+12 % vs previous period"``, ``"new vs previous period"`` when the previous one had
+    none; None when either is unknown (never a made-up 0 %)."""
+    if current is None or previous is None or is_missing(current) or is_missing(previous):
+        return None
+    if previous == 0:
+        return None if current == 0 else "new vs previous period"
+    return f"{(current - previous) / previous * 100:+.0f} % vs previous period"
 
 
 def chart(fig, key: str) -> None:

@@ -15,7 +15,7 @@ f = data.filters()
 _ui.header(
     "Baselines",
     "What a run of each task type really uses: P50 / P95 / max "
-    "(quantile_cont; fewer than 20 runs = low sample).",
+    f"(quantile_cont; fewer than {analysis.LOW_SAMPLE_RUNS} runs = low sample).",
     f,
 )
 _evidence.drift_flag(data.drift(f))
@@ -51,8 +51,10 @@ else:
             "p50_total_tokens",
             "p95_total_tokens",
             "max_total_tokens",
+            "p95_turns",
+            "p95_tool_calls",
+            "p95_duration_s",
             "n_cost",
-            "p50_cost_usd",
             "p95_cost_usd",
             "max_cost_usd",
         ),
@@ -76,7 +78,7 @@ else:
             p50=row["p50_total_tokens"],
             p95=row["p95_total_tokens"],
             preset=presets.loc[task, "max_total_tokens"] if task in presets.index else None,
-            limit=None if is_missing(limit) else float(limit),
+            limit=None if limit is None or is_missing(limit) else float(limit),
             color=colors.get(str(task)),
         )
         with columns[index % 2]:

@@ -13,6 +13,8 @@ from budgetlens.dashboard.formatting import format_hit_rate
 f = data.filters()
 period = _ui.period(f)
 ov = data.overview(f)
+previous_f = _ui.previous_window(f)
+before = data.overview(previous_f) if previous_f else None
 daily = data.hit_rate_daily(f)
 cost_daily = data.cost_by_period(f, period=period, by="task_type")
 
@@ -25,13 +27,16 @@ _ui.tiles(
             "Runs",
             f"{ov.runs:,}",
             f"{ov.finished_runs:,} finished, {ov.budgeted_runs:,} of them "
-            "under a budget (the hit rate's denominator)",
+            "under a budget (the hit rate's denominator); the change is against the window of "
+            "the same length just before this one",
+            _ui.change_text(ov.runs, before.runs) if before else None,
         ),
         (
             "Cost",
             "—" if no_runs else charts.format_usd(ov.cost_usd),
             f"Known spend: the priced calls of {ov.priced_runs:,} runs (USD, prices from "
             "genai-prices); unpriced usage is not included, never counted as $0",
+            _ui.change_text(ov.cost_usd, before.cost_usd) if before else None,
         ),
         (
             "Budget hit rate",

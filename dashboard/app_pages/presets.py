@@ -3,6 +3,8 @@ the limits the runs ran under, and downloads as YAML, TOML and JSON. Keys: ``pre
 
 from __future__ import annotations
 
+from typing import Any
+
 import pandas as pd
 import streamlit as st
 
@@ -54,6 +56,15 @@ def render() -> None:
     window_days = max(1, round((end - start).total_seconds() / 86400)) if start and end else None
 
     document = presets_export.build_document(recommended, multiplier, window_days, baselines)
+    _downloads(document)
+    _recommended_table(recommended)
+    _changes(changes)
+    with st.expander("Preview of the preset file (YAML)"):
+        st.code(presets_export.to_yaml(document), language="yaml")
+
+
+def _downloads(document: dict) -> None:
+    """The YAML / TOML / JSON download buttons of the preset document."""
     buttons = st.container(horizontal=True, vertical_alignment="center")
     buttons.markdown("**Download presets**", width="content")
     for label, to_text, mime, ext in (
@@ -72,6 +83,9 @@ def render() -> None:
             width="content",
         )
 
+
+def _recommended_table(recommended: pd.DataFrame) -> None:
+    """The recommended presets per task type, one column per preset key."""
     st.subheader("Recommended presets")
     st.caption(
         "— = no recommendation: no run of the task type reported that figure (a cost "
@@ -88,6 +102,9 @@ def render() -> None:
         },
     )
 
+
+def _changes(changes: pd.DataFrame) -> None:
+    """Per limit key: the current limit against the recommendation (chart and table)."""
     st.subheader("Change against the limits the runs ran under")
     key = st.selectbox("Limit", LIMIT_KEYS, key="presets_key")
     _ui.chart(charts.preset_comparison(changes, key), "presets_comparison")
@@ -100,7 +117,10 @@ def render() -> None:
         shown[column] = pd.to_numeric(shown[column], errors="coerce")
     if key.endswith("_usd"):  # the CLI's USD format, as text
         shown = shown.rename(columns={c: f"{c}_usd" for c in ("current", "recommended")})
-        labels = {"current_usd": "Current limit (USD)", "recommended_usd": "Recommended (USD)"}
+        labels: dict[str, Any] = {
+            "current_usd": "Current limit (USD)",
+            "recommended_usd": "Recommended (USD)",
+        }
     else:
         labels = {
             c: st.column_config.NumberColumn(column_label(c), format="%,.0f")
@@ -112,8 +132,6 @@ def render() -> None:
         column_config=labels,
         first=("task_type", "current", "current_usd", "recommended", "recommended_usd", "change", "key"),
     )
-    with st.expander("Preview of the preset file (YAML)"):
-        st.code(presets_export.to_yaml(document), language="yaml")
 
 
 render()

@@ -222,7 +222,7 @@ def roll_up(
         return df
     stamps = pd.to_datetime(df[column])
     if period == "week":
-        start = (stamps - pd.to_timedelta(stamps.dt.weekday, unit="D")).dt.normalize()
+        start = stamps.dt.to_period("W-SUN").dt.start_time  # weeks ending Sunday start on Monday
     else:
         start = stamps.dt.to_period("M").dt.start_time
     return df.assign(**{column: start}).groupby([column, *keys], as_index=False)[list(sums)].sum()

@@ -25,7 +25,7 @@ from conftest import find_free_port
 
 from browser.live_writer import null_heavy_batches, run_rows
 from budgetlens.config import ENV_DB
-from budgetlens.sample import write_sample
+from budgetlens.sample import default_end_utc, write_sample
 from budgetlens.store import write_batch, write_connection
 
 pytestmark = pytest.mark.browser
@@ -130,16 +130,24 @@ def _settled(driver, timeout_s: float = READY_TIMEOUT_S) -> None:
 @pytest.fixture(scope="module")
 def sample_dashboard(tmp_path_factory):
     db = tmp_path_factory.mktemp("browser") / "sample.duckdb"
-    write_sample(db, days=14, seed=5, runs_per_day=40)
+    write_sample(db, days=14, seed=5, runs_per_day=40, end_utc=default_end_utc())  # up to today
     with dashboard(db) as base:
-        yield base
+        yield base, db
+
+
+def _newest_run(db: Path) -> str:
+    from budgetlens.store import read_connection
+
+    with read_connection(db) as conn:
+        return conn.execute("SELECT run_id FROM runs ORDER BY start_utc DESC LIMIT 1").fetchone()[0]
 
 
 @pytest.mark.parametrize("page", PAGES)
 def test_every_page_renders_a_plotly_chart_without_an_exception(browser, sample_dashboard, page):
     from selenium.webdriver.common.by import By
 
-    browser.get(f"{sample_dashboard}/{'' if page == 'overview' else page}")
+    run = "?run=" + _newest_run(sample_dashboard[1]) if page == "runs" else ""
+    browser.get(f"{sample_dashboard[0]}/{'' if page == 'overview' else page}{run}")
     _settled(browser)
     errors = [e.text for e in browser.find_elements(By.CSS_SELECTOR, EXCEPTION)]
     assert not errors, errors
@@ -152,7 +160,7 @@ def test_every_page_renders_a_plotly_chart_without_an_exception(browser, sample_
 def test_overview_also_answers_at_slash_overview(browser, sample_dashboard):
     from selenium.webdriver.common.by import By
 
-    browser.get(f"{sample_dashboard}/overview")
+    browser.get(f"{sample_dashboard[0]}/overview")
     _settled(browser)
     body = browser.find_element(By.TAG_NAME, "body").text
     assert "Page not found" not in body
@@ -174,7 +182,8 @@ def null_heavy_dashboard(tmp_path_factory):
 def test_null_heavy_data_renders_every_page_without_an_exception_or_none(browser, null_heavy_dashboard, page):
     from selenium.webdriver.common.by import By
 
-    browser.get(f"{null_heavy_dashboard}/{'' if page == 'overview' else page}")
+    run = "?run=foreign-0001&" if page == "runs" else "?"
+    browser.get(f"{null_heavy_dashboard}/{'' if page == 'overview' else page}{run}window=all")
     _settled(browser)
     assert not [e.text for e in browser.find_elements(By.CSS_SELECTOR, EXCEPTION)]
     assert browser.find_elements(By.CSS_SELECTOR, CHART)
