@@ -591,29 +591,29 @@ class _Mapper:
         rows = self.out.call_rows
         nodes = self.nodes
         below: dict[int, list[int]] = {}
-        call_nodes = [(key, node) for key, node in nodes.items() if node.call is not None]
-        for (trace_hex, _), node in call_nodes:
+        call_nodes = [(key, node, node.call) for key, node in nodes.items() if node.call is not None]
+        for (trace_hex, _), node, index in call_nodes:
             current, depth = node, 0
             while current.parent and depth < _MAX_DEPTH:  # the nearest call above, if any
                 parent = nodes.get((trace_hex, current.parent))
                 if parent is None:
                     break
                 if parent.call is not None:
-                    below.setdefault(parent.call, []).append(node.call)  # type: ignore[arg-type]
+                    below.setdefault(parent.call, []).append(index)
                     break
                 current, depth = parent, depth + 1
-        earlier = set()  # aggregates whose calls came in an earlier request
+        earlier: set[int] = set()  # aggregates whose calls came in an earlier request
         memory = self.memory
         if memory is not None:
-            for (trace_hex, span_hex), node in call_nodes:
-                if node.call not in below and memory.has_call_below(trace_hex, span_hex):
-                    earlier.add(node.call)
+            for (trace_hex, span_hex), _, index in call_nodes:
+                if index not in below and memory.has_call_below(trace_hex, span_hex):
+                    earlier.add(index)
         for aggregate, children in below.items():
             figures = [_usage_figures(rows[index]) for index in children]
             summed = tuple(sum(f[i] or 0 for f in figures) for i in range(2))
             if tuple(v or 0 for v in _usage_figures(rows[aggregate])) != summed:
                 self.call_flags.setdefault(min(children), set()).add("aggregate_mismatch")
-        for aggregate in (*below, *earlier):
+        for aggregate in {*below, *earlier}:
             self.call_flags.pop(aggregate, None)  # not a call: its own flags do not count
         return set(below) | earlier
 
