@@ -10,7 +10,7 @@ from budgetlens import RunBudget
 from budgetlens import semconv as sc
 from budgetlens.guard.results import BudgetExceeded
 from budgetlens.guard.spend import SpendTracker
-from budgetlens.pricing import model_rates
+from budgetlens.pricing import estimate_cost_usd
 from budgetlens.usage import Usage, normalize_usage, usage_missing_parts
 
 
@@ -95,9 +95,8 @@ def _daily_tracker(spent: float) -> SpendTracker:
 
 
 def test_concurrent_runs_reserve_against_a_shared_spend_window():
-    rates = model_rates("gpt-4o", "openai")
-    assert rates is not None
-    per_call = rates.estimate(10_000, 2_000)  # input 8,000 + output 2,000 at gpt-4o rates
+    per_call = estimate_cost_usd("gpt-4o", 10_000, 2_000, "openai")  # input 8,000 + output 2,000
+    assert per_call is not None
     tracker = _daily_tracker(0.90)  # $0.10 of $1.00 left
     barrier = threading.Barrier(5)
     admitted, refused = [], []

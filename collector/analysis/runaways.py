@@ -16,7 +16,7 @@ import duckdb
 import pandas as pd
 
 from budgetlens.analysis import replay_queries as rq
-from budgetlens.analysis.views import Filters, _none, _query
+from budgetlens.analysis.views import Filters, _query, scalar
 
 __all__ = ["DEFAULT_K", "DEFAULT_REPEATS", "Runaways", "runaways"]
 
@@ -55,8 +55,8 @@ def runaways(
         raise ValueError(f"repeats must be an integer >= 2, got {repeats!r}")
     frame = _query(conn, rq.RUNAWAYS, {**f.params(), "k": float(k), "repeats": int(repeats)})
     totals = _query(conn, rq.SPEND_TOTAL, f.params()).iloc[0]
-    total_cost = _none(totals["cost_usd"])
-    cost = _none(frame["cost_usd"].sum(min_count=1)) if len(frame) else None
+    total_cost = scalar(totals["cost_usd"])
+    cost = scalar(frame["cost_usd"].sum(min_count=1)) if len(frame) else None
     share = None
     if total_cost:
         share = (cost or 0.0) / total_cost
