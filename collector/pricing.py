@@ -185,6 +185,26 @@ class _UserModel:
         return ModelPrice(**dict(self.prices))
 
 
+_warm = False
+
+
+def warm_prices() -> None:
+    """Load genai-prices' data now (about a second, once per process) instead of at the first
+    priced call. ``RunBudget`` calls it before its clock starts, so the first run of a process
+    does not carry the load in its ``duration_s``. Never raises: a failure shows at pricing."""
+    global _warm
+    if _warm:
+        return
+    _warm = True
+    try:
+        from genai_prices import data_snapshot
+
+        data_snapshot.get_snapshot()
+        cost_usd("gpt-4o", Usage(1, 1), "openai")  # and the calculation's own first-use imports
+    except Exception:  # a pricing problem is reported where a call is priced
+        log.debug("warming genai-prices failed", exc_info=True)
+
+
 def price_version() -> str:
     """The version of the bundled genai-prices data that prices calls (``"genai-prices 0.2.3"``)."""
     import genai_prices

@@ -529,3 +529,23 @@ def test_check_prices_file_refuses_an_implausible_price_from_the_environment(tmp
     monkeypatch.setenv(ENV_PRICES_FILE, str(path))
     with pytest.raises(ValueError, match=f"input_usd_per_token.*{ENV_PRICES_FILE}"):
         check_prices_file()
+
+
+def test_genai_prices_loads_before_the_run_clock_starts(monkeypatch):
+    # The first priced call of a process loads genai-prices' data (about a second); a guarded run
+    # must not carry that in its duration: the guard warms the prices before it reads its clock.
+    from budgetlens import RunBudget
+    from budgetlens.guard import run_budget
+
+    order: list[str] = []
+    monkeypatch.setattr(run_budget, "warm_prices", lambda: order.append("warm"))
+
+    def clock() -> float:
+        order.append("clock")
+        return 0.0
+
+    RunBudget(model_chain=("gpt-4o", "gpt-4o-mini"), clock=clock)
+    assert order[:2] == ["warm", "clock"]
+    order.clear()
+    RunBudget(max_total_tokens=1_000, clock=clock)  # no model, no cost limit: nothing to price
+    assert order == ["clock"]

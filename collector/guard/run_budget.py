@@ -47,7 +47,7 @@ from budgetlens.guard.results import (
     RunResult,
 )
 from budgetlens.guard.telemetry import RunTelemetry
-from budgetlens.pricing import check_prices_file, estimate_cost_usd, price_call
+from budgetlens.pricing import check_prices_file, estimate_cost_usd, price_call, warm_prices
 from budgetlens.usage import Usage, normalize_usage, usage_missing_parts
 
 log = logging.getLogger(__name__)
@@ -193,6 +193,8 @@ class RunBudget:
         self._limit_changes: list[LimitChange] = []
         self._last_actions: tuple[Action, ...] = ()
         self._lock = threading.RLock()  # callbacks may read stats()
+        if self.model_chain or self._limits["max_cost_usd"] is not None or spend:
+            warm_prices()  # genai-prices loads its data once per process: not on the run's clock
         self._started = clock()
         self._telemetry = RunTelemetry(tracer, self.run_id, task_type, agent_name, limits)
         self._dispatch = EventDispatcher(self._telemetry, callbacks, self.run_id)

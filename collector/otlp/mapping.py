@@ -466,7 +466,9 @@ class _Mapper:
             if None not in parts:
                 cost = parts[0] + parts[1]
             elif self.price:  # at the span's start: a late or backfilled span keeps its date's price
-                cost, version, unpriced = _price(response_model or request_model, tokens, provider, ctx.times[0])
+                cost, version, unpriced = _price(
+                    response_model or request_model, tokens, provider, ctx.times[0]
+                )
         error_type = get(sc.ERROR_TYPE)
         if error_type is not None:
             error_type = text(attrs, sc.ERROR_TYPE)
