@@ -211,7 +211,7 @@ def test_weekly_and_monthly_cost_add_up_the_days(conn, period):
     assert rolled["cost_usd"].sum() == pytest.approx(days["cost_usd"].sum())
     assert rolled["runs"].sum() == days["runs"].sum()
     starts = pd.to_datetime(rolled["period_start"])
-    assert (starts.dt.dayofweek == 0).all() if period == "week" else (starts.dt.day == 1).all()
+    assert (starts.dt.day_of_week == 0).all() if period == "week" else (starts.dt.day == 1).all()
 
 
 def test_cost_histogram_uses_log_buckets_and_skips_unpriced(conn):
