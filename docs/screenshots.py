@@ -54,8 +54,10 @@ def _settle(driver) -> None:
     wait.until(lambda d: d.find_elements(By.TAG_NAME, "h1"))
     wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, ".js-plotly-plot .main-svg"))
     wait.until(
-        lambda d: not d.find_elements(
-            By.CSS_SELECTOR, '[data-testid="stStatusWidgetRunningIcon"], [data-testid="stSkeleton"]'
+        lambda d: (
+            not d.find_elements(
+                By.CSS_SELECTOR, '[data-testid="stStatusWidgetRunningIcon"], [data-testid="stSkeleton"]'
+            )
         )
     )
     time.sleep(3.0)  # Plotly's last draw

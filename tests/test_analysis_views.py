@@ -197,10 +197,21 @@ def test_cost_per_day_is_the_same_by_model_and_by_task_type(conn):
     assert pd.isna(llama["cost_usd"]) and llama["unpriced_calls"] == 2
 
 
-@pytest.mark.parametrize("period, by", [("week", "model"), ("day", "service")])
+@pytest.mark.parametrize("period, by", [("fortnight", "model"), ("day", "service")])
 def test_cost_by_period_refuses_unknown_period_or_key(conn, period, by):
     with pytest.raises(ValueError, match="period|by"):
         analysis.cost_by_period(conn, Filters(), period, by)
+
+
+@pytest.mark.parametrize("period", ["week", "month"])
+def test_weekly_and_monthly_cost_add_up_the_days(conn, period):
+    # the roll-up of long ranges: the same total, buckets starting on a Monday or a 1st (local)
+    days = analysis.cost_by_period(conn, Filters(), "day", "task_type")
+    rolled = analysis.cost_by_period(conn, Filters(), period, "task_type")
+    assert rolled["cost_usd"].sum() == pytest.approx(days["cost_usd"].sum())
+    assert rolled["runs"].sum() == days["runs"].sum()
+    starts = pd.to_datetime(rolled["period_start"])
+    assert (starts.dt.day_of_week == 0).all() if period == "week" else (starts.dt.day == 1).all()
 
 
 def test_cost_histogram_uses_log_buckets_and_skips_unpriced(conn):

@@ -1,0 +1,56 @@
+"""The dashboard's data layer: typed functions, one per analysis view, no string dispatch."""
+
+from __future__ import annotations
+
+import inspect
+
+from budgetlens.analysis import views
+from budgetlens.dashboard import data
+
+READS = (
+    "data_extent",
+    "filter_options",
+    "window_coverage",
+    "overview",
+    "baselines",
+    "current_limits",
+    "hit_rate_daily",
+    "stop_reasons",
+    "cost_by_period",
+    "cost_per_run",
+    "token_distribution",
+    "top_runs",
+    "runs_table",
+    "run_detail",
+)
+
+
+def test_pages_call_typed_functions_not_a_query_by_name():
+    assert not hasattr(data, "query")
+    for name in READS:
+        mine = inspect.signature(getattr(data, name))
+        theirs = inspect.signature(getattr(views, name))
+        # the view's parameters after its connection (a view's tuning knob may keep its default)
+        mine_names = list(mine.parameters)
+        assert mine_names == list(theirs.parameters)[1 : 1 + len(mine_names)], name
+
+
+def test_each_typed_read_returns_what_its_view_returns(tmp_path, monkeypatch):
+    from browser.live_writer import run_rows
+
+    from budgetlens.config import ENV_DB
+    from budgetlens.store import read_connection, write_batch, write_connection
+
+    db = tmp_path / "s.duckdb"
+    with write_connection(db) as conn:
+        for index in range(3):
+            write_batch(conn, *run_rows(f"r-{index}", task_type="qa"))
+    monkeypatch.setenv(ENV_DB, str(db))
+    f = views.Filters()
+    with read_connection(db) as conn:
+        expected = views.baselines(conn, f)
+        coverage = views.window_coverage(conn, views.window_filters(1))
+    assert data.baselines(f).equals(expected)
+    assert data.window_coverage(views.window_filters(1)) == coverage
+    assert data.run_detail("r-1").run["run_id"] == "r-1"
+    assert data.run_detail("no-such-run") is None
