@@ -35,7 +35,7 @@ CHROMIUM = Path("/usr/bin/chromium")
 CHROMEDRIVER = Path("/usr/bin/chromedriver")
 HERE = Path(__file__).resolve().parent
 SCREENSHOTS = HERE / "screenshots"
-PAGES = ("overview", "cost", "hit_rate", "baselines", "presets", "runs")
+PAGES = ("overview", "cost", "hit_rate", "baselines", "presets", "whatif", "runs")
 CHART = ".js-plotly-plot .main-svg"
 EXCEPTION = '[data-testid="stException"], .stException'
 RUNNING = '[data-testid="stStatusWidgetRunningIcon"], [data-testid="stStatusWidget"] img'
