@@ -46,6 +46,7 @@ log = logging.getLogger(__name__)
 # DEFAULT_MAX_TOTAL_TOKENS and UNKNOWN_USAGE_POLICIES live in budgetlens.guard.limits; re-exported here.
 __all__ = ["RunBudget", "DEFAULT_MAX_TOTAL_TOKENS", "UNKNOWN_USAGE_POLICIES"]
 
+_UNSET = object()  # a call not priced yet
 _PROBE = Usage(0, 0)  # prices nothing: tells whether a model has a price (not None)
 
 
@@ -336,6 +337,11 @@ class RunBudget:
         if model is not None and model.__class__ is not str:
             lim.check_model(model)
         normalized = normalize_usage(usage, provider) if usage is not None else None
+        # Price outside the lock when the model is known without settling (genai-prices' own
+        # calculation takes far longer than the bookkeeping); else once the reservation is settled.
+        early: Any = _UNSET
+        if normalized is not None and (model is not None or reservation is not None):
+            early = _paid_cost(model or getattr(reservation, "model", None), normalized, provider)
         with self._lock:
             if self._finished is not None:
                 self._check_open()
@@ -343,7 +349,10 @@ class RunBudget:
             res = use.settle(reservation, self.run_id)
             model = model or (res.model if res else None)
             reserved = res.tokens if res else 0
-            cost = None if normalized is None else _paid_cost(model, normalized, provider)
+            if early is not _UNSET:
+                cost = early
+            else:
+                cost = None if normalized is None else _paid_cost(model, normalized, provider)
             first_unknown = use.add_call(normalized, cost, reserved)  # a turn; releases are not
             if first_unknown:
                 log.warning("run %s: call without usage; charged %d tokens", self.run_id, first_unknown)
