@@ -532,10 +532,10 @@ def test_check_prices_file_refuses_an_implausible_price_from_the_environment(tmp
 
 
 def test_guard_spans_bring_the_whole_cost_into_the_collector_rows():
+    from _collector_helpers import SpanRecorder
     from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 
     from budgetlens.otlp.mapping import map_request
-    from tests._collector_helpers import SpanRecorder
 
     recorder = SpanRecorder()
     with RunBudget(max_cost_usd=1.0, provider="anthropic", tracer=recorder.tracer) as run:
