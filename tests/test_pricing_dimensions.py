@@ -549,3 +549,19 @@ def test_genai_prices_loads_before_the_run_clock_starts(monkeypatch):
     order.clear()
     RunBudget(max_total_tokens=1_000, clock=clock)  # no model, no cost limit: nothing to price
     assert order == ["clock"]
+
+
+def test_guard_spans_bring_the_whole_cost_into_the_collector_rows():
+    from _collector_helpers import SpanRecorder
+    from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+
+    from budgetlens.otlp.mapping import map_request
+
+    recorder = SpanRecorder()
+    with RunBudget(max_cost_usd=1.0, provider="anthropic", tracer=recorder.tracer) as run:
+        res = run.reserve(1_200, "claude-sonnet-4-5", output_tokens=200)
+        run.record(dict(ROWS[0][3]), model="claude-sonnet-4-5", reservation=res)
+    (call,) = map_request(encode_spans(recorder.spans())).calls
+    assert call["cost_usd"] == pytest.approx(
+        _reference("claude-sonnet-4-5", input_tokens=1_000, output_tokens=200, web_searches=3)
+    )

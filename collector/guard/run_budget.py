@@ -55,6 +55,7 @@ log = logging.getLogger(__name__)
 # DEFAULT_MAX_TOTAL_TOKENS and UNKNOWN_USAGE_POLICIES live in budgetlens.guard.limits; re-exported here.
 __all__ = ["RunBudget", "DEFAULT_MAX_TOTAL_TOKENS", "UNKNOWN_USAGE_POLICIES"]
 
+_UNSET = object()  # a call not priced yet
 _PROBE = Usage(0, 0)  # prices nothing: tells whether a model has a price (not None)
 
 
@@ -476,6 +477,12 @@ class RunBudget:
             lim.check_model(model)
         normalized = normalize_usage(usage, provider) if usage is not None else None
         missing = usage_missing_parts(usage, provider) if normalized is not None else ()
+        # Price outside the lock when the model is known without settling (genai-prices' own
+        # calculation takes far longer than the bookkeeping); else once the reservation is settled.
+        # A partial usage is completed from the reservation first, so it is priced inside.
+        early: Any = _UNSET
+        if normalized is not None and not missing and (model is not None or reservation is not None):
+            early = _paid_cost(model or getattr(reservation, "model", None), normalized, provider)
         with self._lock:
             if self._finished is not None:
                 self._check_open()
@@ -485,7 +492,10 @@ class RunBudget:
             reserved = res.tokens if res else 0
             if missing and normalized is not None:  # partial usage: the missing part is charged
                 normalized = use.complete_partial(normalized, missing, res)
-            cost = None if normalized is None else _paid_cost(model, normalized, provider)
+            if early is not _UNSET:
+                cost = early
+            else:
+                cost = None if normalized is None else _paid_cost(model, normalized, provider)
             used_before = use.used_tokens
             first_unknown = use.add_call(normalized, cost, reserved)  # a turn; releases are not
             if self._pool is not None:
