@@ -83,9 +83,22 @@ def _stall(url: str, body: bytes, count: int) -> list[socket.socket]:
     sockets = []
     for _ in range(count):
         sock = socket.create_connection((host, int(port)))
-        sock.sendall(head.encode() + body[: len(body) // 2])
+        try:
+            sock.sendall(head.encode() + body[: len(body) // 2])
+        except OSError:  # refused (503, byte cap spent) and closed while still sending
+            pass
         sockets.append(sock)
     return sockets
+
+
+def _answered(sock: socket.socket) -> None:
+    """Wait until the server answers (or closes) a stalled upload."""
+    sock.settimeout(120)
+    try:
+        sock.recv(64)
+    except OSError:  # reset: closed with the unread body pending
+        pass
+    sock.close()
 
 
 def run(mode: str) -> dict:
@@ -110,34 +123,40 @@ def run(mode: str) -> dict:
                 figures["healthz"] = max(figures["healthz"], time.perf_counter() - started)
                 time.sleep(0.05)
 
-        watcher = threading.Thread(target=watch)
+        watcher = threading.Thread(target=watch, daemon=True)
         watcher.start()
-        started, statuses = time.perf_counter(), []
-        if mode == "one":
-            _post_until_accepted(url, _body(1000), statuses)
-        else:
-            stalled = _stall(url, _body(9000), 20)
-            clients = [
-                threading.Thread(target=_post_until_accepted, args=(url, _body(100 * (i + 1)), statuses))
-                for i in range(8)
-            ]
-            for client in clients:
-                client.start()
-            for sock in stalled:
-                sock.settimeout(120)
-                sock.recv(64)
-            figures["stalled_answered_s"] = time.perf_counter() - started
-            for client in clients:
-                client.join()
-        figures["seconds"] = time.perf_counter() - started
-        while requests.get(f"{url}/healthz").json()["backlog_spans"]:
-            time.sleep(0.1)
-        stop.set()
-        watcher.join()
-        figures["hwm"] = _sum_status(process.pid, "VmHWM")
-        figures["statuses"] = statuses
-        process.terminate()
-        process.wait(60)
+        try:
+            return _drive(mode, url, process.pid, figures, stop)
+        finally:
+            stop.set()
+            process.terminate()
+            process.wait(60)
+
+
+def _drive(mode: str, url: str, pid: int, figures: dict, stop: threading.Event) -> dict:
+    """Send ``mode``'s load to the collector at ``url``; fill ``figures``."""
+    started, statuses = time.perf_counter(), []
+    if mode == "one":
+        _post_until_accepted(url, _body(1000), statuses)
+    else:
+        stalled = _stall(url, _body(9000), 20)
+        clients = [
+            threading.Thread(target=_post_until_accepted, args=(url, _body(100 * (i + 1)), statuses))
+            for i in range(8)
+        ]
+        for client in clients:
+            client.start()
+        for sock in stalled:
+            _answered(sock)
+        figures["stalled_answered_s"] = time.perf_counter() - started
+        for client in clients:
+            client.join()
+    figures["seconds"] = time.perf_counter() - started
+    while requests.get(f"{url}/healthz").json()["backlog_spans"]:
+        time.sleep(0.1)
+    stop.set()
+    figures["hwm"] = _sum_status(pid, "VmHWM")
+    figures["statuses"] = statuses
     return figures
 
 
