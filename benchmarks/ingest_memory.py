@@ -15,6 +15,7 @@ of BENCHMARKS.md).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import re
 import socket
@@ -83,10 +84,8 @@ def _stall(url: str, body: bytes, count: int) -> list[socket.socket]:
     sockets = []
     for _ in range(count):
         sock = socket.create_connection((host, int(port)))
-        try:
+        with contextlib.suppress(OSError):  # refused (503, cap spent) and closed mid-send
             sock.sendall(head.encode() + body[: len(body) // 2])
-        except OSError:  # refused (503, byte cap spent) and closed while still sending
-            pass
         sockets.append(sock)
     return sockets
 
@@ -94,10 +93,8 @@ def _stall(url: str, body: bytes, count: int) -> list[socket.socket]:
 def _answered(sock: socket.socket) -> None:
     """Wait until the server answers (or closes) a stalled upload."""
     sock.settimeout(120)
-    try:
+    with contextlib.suppress(OSError):  # reset: closed with the unread body pending
         sock.recv(64)
-    except OSError:  # reset: closed with the unread body pending
-        pass
     sock.close()
 
 
