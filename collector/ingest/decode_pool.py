@@ -26,12 +26,13 @@ import os
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
+from typing import Any
 
 from budgetlens.ingest.journal import Encoded, encode_batch
 from budgetlens.otlp import OtlpError, decode, map_spans
 
 log = logging.getLogger(__name__)
-_MALLOC_TRIM = None  # glibc's malloc_trim, False where there is none
+_MALLOC_TRIM: Any = None  # glibc's malloc_trim, False where there is none
 
 #: Bodies up to this size (bytes) are decoded in the collector process (a few ms at most).
 DEFAULT_INLINE_BYTES = 256 * 1024
@@ -75,7 +76,8 @@ def prepare(
 
     Raises ``budgetlens.otlp.OtlpError`` (415, 413 or 400) for a body refused as a whole.
     """
-    kind, decoded = decode(body, content_type, content_encoding, max_bytes)  # bytes-like is fine
+    # bytes-like is fine for every decoder here (protobuf, json, zlib): no copy of the body
+    kind, decoded = decode(body, content_type, content_encoding, max_bytes)  # type: ignore[arg-type]
     del body
     try:
         mapped = map_spans(decoded)
