@@ -159,7 +159,9 @@ def test_readers_holding_the_store_do_not_stop_intake_and_every_row_lands_after(
             acknowledged += _send(url, batches[:15])
             time.sleep(1.5)  # the backlog ages while the readers hold the file
             acknowledged += _send(url, batches[15:])
-            held = _health(url)
+            deadline = time.monotonic() + 30  # a load attempt waits up to 2 s for the file
+            while not (held := _health(url))["store_error"] and time.monotonic() < deadline:
+                time.sleep(0.1)
             metrics = requests.get(f"{url}/metrics", timeout=5).text
         _wait_loaded(url)
         process.send_signal(signal.SIGTERM)
