@@ -18,6 +18,7 @@ from opentelemetry.sdk.trace.export import SpanExportResult
 
 from budgetlens import semconv as sc
 from budgetlens.ingest.queue import journal_dir
+from budgetlens.otlp import PROTOBUF
 from budgetlens.store import read_connection
 
 pytestmark = pytest.mark.system
@@ -158,7 +159,9 @@ def test_readers_holding_the_store_do_not_stop_intake_and_every_row_lands_after(
             acknowledged += _send(url, batches[:15])
             time.sleep(1.5)  # the backlog ages while the readers hold the file
             acknowledged += _send(url, batches[15:])
-            held = _health(url)
+            deadline = time.monotonic() + 30  # a load attempt waits up to 2 s for the file
+            while not (held := _health(url))["store_error"] and time.monotonic() < deadline:
+                time.sleep(0.1)
             metrics = requests.get(f"{url}/metrics", timeout=5).text
         _wait_loaded(url)
         process.send_signal(signal.SIGTERM)
@@ -174,3 +177,47 @@ def test_readers_holding_the_store_do_not_stop_intake_and_every_row_lands_after(
     ]
     assert lag >= 1.5
     assert _stored(db_path) == set(acknowledged)
+
+
+def _descendants(pid: int) -> set[int]:
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as stat:
+                    ppid = int(stat.read().rsplit(")", 1)[1].split()[1])
+            except OSError:
+                continue
+            children.setdefault(ppid, []).append(int(entry))
+    found, todo = set(), [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.add(child)
+            todo.append(child)
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_decode_workers_do_not_outlive_a_killed_collector(tmp_path, python):
+    """After kill -9 the collector's decode workers, forkserver and resource tracker exit too
+    (they would otherwise keep their memory and, orphaned, never notice)."""
+    from benchmarks.ingest import make_body
+
+    db_path = tmp_path / "store.duckdb"
+    with collector_process(python, db_path) as (process, url):
+        body = make_body(1)  # over 256 KiB: decoded in a worker
+        assert requests.post(f"{url}/v1/traces", data=body, headers={"Content-Type": PROTOBUF}).ok
+        helpers = _descendants(process.pid)
+        assert len(helpers) >= 2  # forkserver + at least one worker
+        _kill_9(process)
+    deadline = time.monotonic() + 30
+    while any(_alive(pid) for pid in helpers) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not [pid for pid in helpers if _alive(pid)]

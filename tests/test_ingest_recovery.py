@@ -188,3 +188,28 @@ def test_a_second_collector_on_the_same_database_refuses_to_start(db_path, pytho
         assert second.returncode == 2 and "in use by another process" in second.stderr
         assert "Traceback" not in second.stderr
         assert requests.get(f"{url}/healthz", timeout=5).status_code == 200
+
+
+def test_past_the_memory_bound_batches_wait_in_the_journal_only_and_all_load(db_path):
+    """While the store cannot be written, rows beyond ``max_queue_spans`` are not held in
+    memory: their batches are read back from the journal when the loader gets to them."""
+    db_path.mkdir()  # the store cannot be opened
+    queue = IngestQueue(db_path, max_queue_spans=5, load_interval_s=0.05).start()
+    try:
+        runs = {f"run-{i}": 3 for i in range(6)}
+        for run, count in runs.items():
+            queue.submit(_calls(run, count)).result(10)  # acknowledged although the store fails
+        backlog = queue._backlog
+        with backlog.cond:  # the loader may be retrying a group right now
+            every = list(backlog.loading) + list(backlog.waiting)
+        held = sum(p.rows for p in every if p.batch is not None)
+        spilled = [p for p in every if p.batch is None]
+        assert len(every) == 6
+        assert held <= 5 + 3 and len(spilled) >= 4  # one batch may pass the bound when alone
+        assert queue.depth == 18 and queue.backlog_bytes > 0 and queue.store_error is not None
+        db_path.rmdir()  # writable again
+        _wait_loaded(queue)
+        assert queue.backlog_bytes == 0 and queue.lag_s == 0.0
+    finally:
+        queue.close()
+    assert _stored_runs(db_path) == runs

@@ -13,8 +13,9 @@ Routes:
   ``max_body_bytes`` (compressed or inflated), 415 wrong content type or encoding, 503 +
   ``Retry-After`` when the journal backlog is at its disk budget, more than
   ``max_inflight_bytes`` of request bodies are held, the journal cannot be written (disk full:
-  "journal unavailable"), or the collector is shutting down. 408, 413 and the in-flight 503
-  close the connection (the body was not read). Error bodies are a ``google.rpc.Status`` (code,
+  "journal unavailable"), or the collector is shutting down. A body refused for the in-flight
+  cap is read and dropped (kept nowhere) so the connection serves the retry; a stalled upload
+  (408, or that 503 when its body does not arrive in time) has its connection closed. Error bodies are a ``google.rpc.Status`` (code,
   message) in the request's encoding, as OTLP/HTTP asks (protobuf, or JSON
   ``{"code": N, "message": "..."}``; text/plain when the content type was not OTLP).
 - ``GET /metrics``: Prometheus text exposition of ``CollectorMetrics``.
@@ -131,11 +132,12 @@ class _Receiver:
                 body, content_type, request.headers.get("content-encoding"), self.max_body_bytes
             )
             del body
-        except OtlpError as error:
-            unread = {"Connection": "close"} if error.status in (408, 413) else None
-            return _error(kind, error.status, error.reason, unread)  # close: the body was not read
+        except OtlpError as error:  # 408: a stalled upload, close its connection
+            stalled = {"Connection": "close"} if error.status == 408 else None
+            return _error(kind, error.status, error.reason, stalled)
         except Busy as error:
-            return _retry_later(kind, f"collector busy: {error}", close=True)
+            received = await self._discard_body(request, started=held[0] > 0)
+            return _retry_later(kind, f"collector busy: {error}", close=not received)
         except DecodeUnavailable as error:
             return _retry_later(kind, f"collector busy: {error}")
         finally:
@@ -174,6 +176,21 @@ class _Receiver:
             raise OtlpError(408, f"request body not received within {self.body_timeout_s:g} s") from None
         del body[size:]  # a body shorter than declared
         return body
+
+    async def _discard_body(self, request: Request, started: bool) -> bool:
+        """Read and drop the body of a request refused for the byte cap (nothing is kept), so
+        the connection stays usable for the client's retry. False when it cannot be: the body
+        was partly read already, or did not arrive within ``body_timeout_s`` (a stalled upload;
+        the caller closes the connection then)."""
+        if started:
+            return False
+        try:
+            async with asyncio.timeout(self.body_timeout_s):
+                async for _ in request.stream():
+                    pass
+        except TimeoutError:
+            return False
+        return True
 
     def _reserve(self, nbytes: int, held: list[int]) -> None:
         if not self.budget.take(nbytes):

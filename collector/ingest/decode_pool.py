@@ -22,15 +22,17 @@ import asyncio
 import ctypes
 import logging
 import multiprocessing
+import os
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
+from typing import Any
 
 from budgetlens.ingest.journal import Encoded, encode_batch
 from budgetlens.otlp import OtlpError, SpanMemory, decode, map_spans
 
 log = logging.getLogger(__name__)
-_MALLOC_TRIM = None  # glibc's malloc_trim, False where there is none
+_MALLOC_TRIM: Any = None  # glibc's malloc_trim, False where there is none
 
 #: Bodies up to this size (bytes) are decoded in the collector process (a few ms at most).
 DEFAULT_INLINE_BYTES = 1024 * 1024
@@ -80,7 +82,8 @@ def prepare(
 
     Raises ``budgetlens.otlp.OtlpError`` (415, 413 or 400) for a body refused as a whole.
     """
-    kind, decoded = decode(body, content_type, content_encoding, max_bytes)  # bytes-like is fine
+    # bytes-like is fine for every decoder here (protobuf, json, zlib): no copy of the body
+    kind, decoded = decode(body, content_type, content_encoding, max_bytes)  # type: ignore[arg-type]
     del body
     try:
         mapped = map_spans(decoded, memory=memory)
@@ -107,6 +110,29 @@ def _prepare_in_worker(body, content_type, content_encoding, max_bytes) -> Prepa
     return result
 
 
+def _exit_with(pid: int) -> None:
+    """Block until process ``pid`` ends, then end this process. A pool's workers hold the
+    write end of their own task pipe, so they never see it close when the collector is
+    killed; without this they (and the forkserver) would outlive it."""
+    import os
+    import select
+    import time
+
+    try:
+        fd = os.pidfd_open(pid)
+    except (AttributeError, OSError):  # no pidfd (not Linux >= 5.3): poll
+        while True:
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                os._exit(0)
+            except PermissionError:
+                pass
+            time.sleep(1.0)
+    select.select([fd], [], [])
+    os._exit(0)
+
+
 def _release_free_memory() -> None:
     """Hand the heap a decode freed back to the OS (glibc ``malloc_trim``), so an idle worker
     does not keep the peak of its largest body resident. A no-op without glibc."""
@@ -124,12 +150,15 @@ def _warm_up() -> int:
     return 0
 
 
-def _init_worker() -> None:
-    """In each worker: lower the CPU priority; let Arrow hand freed memory back to the OS."""
+def _init_worker(collector_pid: int) -> None:
+    """In each worker: exit with the collector (even after ``kill -9``), lower the CPU
+    priority, let Arrow hand freed memory back to the OS."""
     import os
+    import threading
 
     import pyarrow as pa
 
+    threading.Thread(target=_exit_with, args=(collector_pid,), daemon=True).start()
     pa.set_memory_pool(pa.system_memory_pool())
     try:
         os.nice(WORKER_NICENESS)
@@ -176,7 +205,12 @@ class DecodePool:
     def _new_executor(self) -> ProcessPoolExecutor:
         context = multiprocessing.get_context("forkserver")
         context.set_forkserver_preload(["budgetlens.ingest.decode_pool"])
-        return ProcessPoolExecutor(max_workers=self.workers, mp_context=context, initializer=_init_worker)
+        return ProcessPoolExecutor(
+            max_workers=self.workers,
+            mp_context=context,
+            initializer=_init_worker,
+            initargs=(os.getpid(),),
+        )
 
     async def prepare(
         self, body: bytes | bytearray, content_type: str | None, content_encoding: str | None, max_bytes: int

@@ -1,0 +1,192 @@
+"""Collector memory and responsiveness under large bodies (issue 14, item 2).
+
+Two fresh collectors (subprocesses, default settings). **one**: a single ~16 MB protobuf body
+(26 × 1,000 guard-shaped spans). **many**: 20 uploads of such a body that stall half-way (raw
+sockets) plus 8 concurrent clients each sending one such body, retrying 503 after its
+Retry-After. Measured: the peak of the summed RSS of the collector and every process under it
+(decode workers, forkserver, resource tracker), sampled every 50 ms; the sum of their VmHWM
+(each process's own peak, an upper bound); the slowest ``/healthz`` answer while it runs (polled
+every 50 ms); when the stalled uploads were answered.
+
+Usage: ``python -m benchmarks.ingest_memory [--no-write]`` (writes the "ingest-memory" section
+of BENCHMARKS.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import re
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import requests
+
+from benchmarks._report import machine, publish
+from benchmarks.ingest import make_body
+
+PROTOBUF = "application/x-protobuf"
+PARTS = 26
+
+
+def _tree(pid: int) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            children.setdefault(int(stat.rsplit(")", 1)[1].split()[1]), []).append(int(entry))
+    found, todo = [], [pid]
+    while todo:
+        current = todo.pop()
+        found.append(current)
+        todo += children.get(current, [])
+    return found
+
+
+def _sum_status(pid: int, field: str) -> float:
+    """Sum of ``field`` (VmRSS, VmHWM) over ``pid`` and its descendants, MiB."""
+    total = 0
+    for member in _tree(pid):
+        try:
+            match = re.search(rf"{field}:\s+(\d+) kB", Path(f"/proc/{member}/status").read_text())
+        except OSError:
+            continue
+        total += int(match.group(1)) if match else 0
+    return total / 1024
+
+
+def _body(first_seed: int) -> bytes:
+    return b"".join(make_body(first_seed + i) for i in range(PARTS))
+
+
+def _post_until_accepted(url: str, body: bytes, statuses: list) -> None:
+    while True:
+        response = requests.post(f"{url}/v1/traces", data=body, headers={"Content-Type": PROTOBUF})
+        if response.status_code != 503:
+            statuses.append(response.status_code)
+            return
+        time.sleep(float(response.headers["Retry-After"]))
+
+
+def _stall(url: str, body: bytes, count: int) -> list[socket.socket]:
+    host, port = url.removeprefix("http://").split(":")
+    head = f"POST /v1/traces HTTP/1.1\r\nHost: {host}\r\nContent-Type: {PROTOBUF}\r\n"
+    head += f"Content-Length: {len(body)}\r\n\r\n"
+    sockets = []
+    for _ in range(count):
+        sock = socket.create_connection((host, int(port)))
+        with contextlib.suppress(OSError):  # refused (503, cap spent) and closed mid-send
+            sock.sendall(head.encode() + body[: len(body) // 2])
+        sockets.append(sock)
+    return sockets
+
+
+def _answered(sock: socket.socket) -> None:
+    """Wait until the server answers (or closes) a stalled upload."""
+    sock.settimeout(120)
+    with contextlib.suppress(OSError):  # reset: closed with the unread body pending
+        sock.recv(64)
+    sock.close()
+
+
+def run(mode: str) -> dict:
+    """One collector through ``mode`` ("one" or "many"); the figures."""
+    with tempfile.TemporaryDirectory() as tmp:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "budgetlens.cli", "collector", "--db", f"{tmp}/m.duckdb", "--port", "0"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        url = process.stdout.readline().rsplit(" ", 1)[1].strip()
+        time.sleep(1)
+        figures = {"baseline": _sum_status(process.pid, "VmRSS"), "peak": 0.0, "healthz": 0.0}
+        stop = threading.Event()
+
+        def watch():
+            while not stop.is_set():
+                figures["peak"] = max(figures["peak"], _sum_status(process.pid, "VmRSS"))
+                started = time.perf_counter()
+                requests.get(f"{url}/healthz")
+                figures["healthz"] = max(figures["healthz"], time.perf_counter() - started)
+                time.sleep(0.05)
+
+        watcher = threading.Thread(target=watch, daemon=True)
+        watcher.start()
+        try:
+            return _drive(mode, url, process.pid, figures, stop)
+        finally:
+            stop.set()
+            process.terminate()
+            process.wait(60)
+
+
+def _drive(mode: str, url: str, pid: int, figures: dict, stop: threading.Event) -> dict:
+    """Send ``mode``'s load to the collector at ``url``; fill ``figures``."""
+    started, statuses = time.perf_counter(), []
+    if mode == "one":
+        _post_until_accepted(url, _body(1000), statuses)
+    else:
+        stalled = _stall(url, _body(9000), 20)
+        clients = [
+            threading.Thread(target=_post_until_accepted, args=(url, _body(100 * (i + 1)), statuses))
+            for i in range(8)
+        ]
+        for client in clients:
+            client.start()
+        for sock in stalled:
+            _answered(sock)
+        figures["stalled_answered_s"] = time.perf_counter() - started
+        for client in clients:
+            client.join()
+    figures["seconds"] = time.perf_counter() - started
+    while requests.get(f"{url}/healthz").json()["backlog_spans"]:
+        time.sleep(0.1)
+    stop.set()
+    figures["hwm"] = _sum_status(pid, "VmHWM")
+    figures["statuses"] = statuses
+    return figures
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--no-write", action="store_true", help="print only")
+    args = parser.parse_args(argv)
+    load = " / ".join(f"{value:.2f}" for value in os.getloadavg())
+    one, many = run("one"), run("many")
+    size = len(_body(0)) / 1024 / 1024
+    lines = [
+        "## ingest-memory",
+        "",
+        f"`python -m benchmarks.ingest_memory` on {machine()}, shared with other work (load "
+        f"average {load} at the start). Body: {size:.1f} MiB of OTLP protobuf ({PARTS}k spans); "
+        "collector with its default settings (2 decode workers, bodies over 4 MiB one at a "
+        "time, 32 MiB of bodies in flight, 30 s body timeout).",
+        "",
+        "| measure | one body | 8 concurrent + 20 stalled | ratio (target <= 1.5) |",
+        "|---|---|---|---|",
+        f"| peak of summed RSS, collector + workers (MiB, sampled) | {one['peak']:.0f} | "
+        f"{many['peak']:.0f} | {many['peak'] / one['peak']:.2f} |",
+        f"| sum of per-process VmHWM (MiB, upper bound) | {one['hwm']:.0f} | {many['hwm']:.0f} | "
+        f"{many['hwm'] / one['hwm']:.2f} |",
+        f"| RSS at start (MiB) | {one['baseline']:.0f} | {many['baseline']:.0f} | |",
+        f"| slowest /healthz answer while it runs (s) | {one['healthz']:.2f} | {many['healthz']:.2f} | |",
+        f"| all bodies acknowledged after (s) | {one['seconds']:.1f} | {many['seconds']:.1f} | |",
+        f"| stalled uploads answered (408/503) and dropped after (s) | | "
+        f"{many['stalled_answered_s']:.1f} | <= 60 |",
+    ]
+    publish("ingest-memory", "\n".join(lines), write=not args.no_write)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
