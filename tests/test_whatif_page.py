@@ -37,7 +37,7 @@ def _page(db: Path, monkeypatch, page: str) -> AppTest:
 
 def _expected_plan(db: Path, target: float) -> whatif.TargetPlan:
     with read_connection(db) as conn:
-        f = analysis.window_filters(14, now_utc=analysis.data_extent(conn)[1])
+        f = analysis.window_filters(14)  # the dashboard default: the last 14 days up to now
         return whatif.plan_for_target(conn, f, target)
 
 
@@ -74,7 +74,7 @@ def test_the_offered_preset_is_the_shown_one_and_says_where_it_came_from(sample_
     shown = at.dataframe[0].value.set_index("task_type")
     with read_connection(sample_store) as conn:
         first, last, _ = analysis.data_extent(conn)
-        f = analysis.window_filters(14, now_utc=last)
+        f = analysis.window_filters(14)  # the dashboard default: up to now
         plan = whatif.plan_for_target(conn, f, whatif.DEFAULT_TARGET_HIT_RATE)
     document = whatif.plan_document(plan, f, first, last)
     path = tmp_path / "p.yaml"
@@ -100,23 +100,9 @@ def test_overview_counts_the_runaways_and_links_to_them(sample_store, monkeypatc
     at.run()
     assert not at.exception
     with read_connection(sample_store) as conn:
-        expected = runaways.runaways(conn, analysis.window_filters(14, now_utc=analysis.data_extent(conn)[1]))
+        expected = runaways.runaways(conn, analysis.window_filters(14))
     captions = "\n".join(str(c.value) for c in at.caption)
     assert f"**{expected.count:,}** of {expected.total_runs:,} runs" in captions
     if expected.count:
         links = at.dataframe[-1].value["link"].tolist()
         assert links[0] == f"/runs?run={expected.runs['run_id'].iloc[0]}"
-
-
-def test_a_run_link_opens_the_runs_page_on_that_run(sample_store, monkeypatch):
-    monkeypatch.setenv(ENV_DB, str(sample_store))
-    with read_connection(sample_store) as conn:
-        run_id = conn.execute("SELECT run_id FROM runs ORDER BY start_utc DESC LIMIT 1").fetchone()[0]
-    at = AppTest.from_file(str(APP), default_timeout=60)
-    at.query_params["run"] = run_id
-    at.run()
-    at.switch_page("app_pages/runs.py")
-    at.run()
-    assert not at.exception
-    assert at.text_input(key="runs_search").value == run_id
-    assert at.dataframe[0].value["run_id"].tolist() == [run_id]

@@ -82,7 +82,7 @@ def render() -> None:
         },
     )
 
-    first, last, _ = data.query("data_extent")
+    first, last, _ = data.data_extent()
     document = whatif.plan_document(plan, f, first, last)
     buttons = st.container(horizontal=True, vertical_alignment="center")
     buttons.markdown("**Download this preset**", width="content")
