@@ -152,7 +152,7 @@ class Loader:
 
     def __init__(
         self,
-        db_path: Path,
+        db_path: Path | str,
         journal: Journal,
         backlog: Backlog,
         metrics: CollectorMetrics,
