@@ -229,7 +229,9 @@ def report(ingest: list[dict], pages: dict | None, args) -> str:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--collectors", type=int, nargs="+", default=[1, 2, 4])
+    parser.add_argument(
+        "--collectors", type=int, nargs="*", default=[1, 2, 4], help="collector counts (none: skip)"
+    )
     parser.add_argument("--seconds", type=float, default=20.0)
     parser.add_argument("--spans-per-request", type=int, default=100)
     parser.add_argument("--runs", type=int, default=1_000_000, help="runs for the page queries (0: skip)")
