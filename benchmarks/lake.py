@@ -209,8 +209,10 @@ def report(ingest: list[dict], pages: dict | None, args) -> str:
         )
     lines += [
         "",
-        "Commits to one lake are serialized by the write token (the dedup across collectors needs it), so the "
-        "stored rate does not grow with N; acknowledging (journal) scales with the cores.",
+        "Commits to one lake are serialized by the write token (the dedup across collectors needs it): the "
+        "stored rate is bounded by one commit at a time whatever N (more collectors mean larger commits, not "
+        "parallel ones); a collector acknowledges once its journal holds the spans, so the acknowledged sum "
+        "runs ahead of the stored rate and the backlog drains after the window.",
     ]
     if pages:
         lines += [
