@@ -195,3 +195,27 @@ def test_analysis_commands_read_a_lake(lake, capsys):
     assert len(lines) == expected + 1  # header + one line per run
     assert main(["baselines", "--db", lake, "--window-days", "0", "--format", "json"]) == 0
     assert '"task_type"' in capsys.readouterr().out
+
+
+def test_each_collector_on_a_lake_has_its_own_journal_directory(monkeypatch, tmp_path):
+    from budgetlens.config import ENV_JOURNAL_DIR
+    from budgetlens.ingest.queue import journal_dir
+
+    lake = "ducklake:postgres:dbname=bl host=h?data_path=s3://bucket/lake/"
+    monkeypatch.delenv(ENV_JOURNAL_DIR, raising=False)
+    default = journal_dir(lake)
+    assert default.name.startswith("budgetlens-lake-") and default.name.endswith(".journal")
+    assert journal_dir("ducklake:postgres:dbname=other host=h") != default  # one per lake
+    monkeypatch.setenv(ENV_JOURNAL_DIR, str(tmp_path / "j1"))
+    assert journal_dir(lake) == tmp_path / "j1"
+    assert journal_dir(tmp_path / "a.duckdb") == tmp_path / "a.duckdb.journal"  # a file store: as before
+
+
+def test_a_lake_location_stays_as_written_through_the_configuration(monkeypatch):
+    from budgetlens.config import ENV_DB, resolve_db_path
+    from budgetlens.store.location import display
+
+    lake = "ducklake:postgres:dbname=bl host=h password=pw?data_path=s3://bucket/lake/"
+    monkeypatch.setenv(ENV_DB, lake)
+    assert resolve_db_path(None) == lake  # s3:// keeps both slashes (a Path would not)
+    assert display(lake) == "ducklake:postgres:dbname=bl host=h password=***"

@@ -199,6 +199,8 @@ def _announcing_server(config, *, db_path, token_set):
     """
     import uvicorn
 
+    from budgetlens.store.location import display
+
     class Server(uvicorn.Server):
         async def startup(self, sockets=None):
             await super().startup(sockets=sockets)
@@ -212,7 +214,9 @@ def _announcing_server(config, *, db_path, token_set):
                 f"   health: {endpoint}/healthz",
                 flush=True,
             )
-            print(f"  store: {db_path}   auth: {'bearer token' if token_set else 'none'}", flush=True)
+            print(
+                f"  store: {display(db_path)}   auth: {'bearer token' if token_set else 'none'}", flush=True
+            )
             print(f"  export OTEL_EXPORTER_OTLP_ENDPOINT={endpoint}", flush=True)
 
     return Server(config)

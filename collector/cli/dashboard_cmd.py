@@ -173,17 +173,12 @@ def run(args: argparse.Namespace) -> int:
             "a collector, import or `budgetlens sample` creates it",
             file=sys.stderr,
         )
+    from budgetlens.store.location import display
+
     print(
-        f"budgetlens dashboard: {url(host, port)} (store {db.resolve() if isinstance(db, Path) else _shown(db)})",
+        f"budgetlens dashboard: {url(host, port)} (store {db.resolve() if isinstance(db, Path) else display(db)})",
         flush=True,
     )
     sys.stdout.flush()
     os.execve(argv[0], argv, env)
     return 0  # not reached
-
-
-def _shown(location: str) -> str:
-    """A store location for the terminal (a lake's password masked)."""
-    from budgetlens.store.location import parse_lake
-
-    return str(parse_lake(location))

@@ -53,6 +53,7 @@ def register(subparsers) -> None:
 
 def run_copy(args: argparse.Namespace) -> int:
     from budgetlens.store.copy import copy_store
+    from budgetlens.store.location import display
 
     result = copy_store(args.source, args.destination, batch_rows=args.batch_rows)
     for table, rows in result.source.items():
@@ -60,7 +61,7 @@ def run_copy(args: argparse.Namespace) -> int:
     if not result.equal:
         print("budgetlens store: error: the counts differ after the copy", file=sys.stderr)
         return 1
-    print(f"copied {result.source['runs']:,} runs from {_shown(args.source)} to {_shown(args.destination)}")
+    print(f"copied {result.source['runs']:,} runs from {display(args.source)} to {display(args.destination)}")
     return 0
 
 
@@ -81,10 +82,3 @@ def run_compact(args: argparse.Namespace) -> int:
         counts = compact(conn, expire_older_than_s=args.expire_older_than_s)
     print(", ".join(f"{name.replace('_', ' ')}: {count}" for name, count in counts.items()))
     return 0
-
-
-def _shown(location: str) -> str:
-    from budgetlens.config import is_lake_location
-    from budgetlens.store.location import parse_lake
-
-    return str(parse_lake(location)) if is_lake_location(location) else location

@@ -98,7 +98,7 @@ class IngestQueue:
         ):
             if value <= 0:
                 raise ValueError(f"{name} must be > 0 (got {value})")
-        self.db_path = db_path if is_lake_location(db_path) else Path(db_path)
+        self.db_path: Path | str = str(db_path) if is_lake_location(db_path) else Path(db_path)
         self.metrics = metrics or CollectorMetrics()
         self.max_queue_spans = max_queue_spans
         self.max_journal_bytes = max_journal_bytes

@@ -25,6 +25,7 @@ from their files, so no network is needed; without them DuckDB's own autoload is
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import logging
 import random
@@ -221,10 +222,8 @@ def is_conflict(error: BaseException) -> bool:
 def rollback(conn: duckdb.DuckDBPyConnection) -> None:
     """Roll back the open transaction, if any: a DuckLake COMMIT that lost a conflict has
     already ended it, and that conflict (not "no transaction is active") must reach the caller."""
-    try:
+    with contextlib.suppress(duckdb.TransactionException):
         conn.execute("ROLLBACK")
-    except duckdb.TransactionException:
-        pass
 
 
 def retry_on_conflict(

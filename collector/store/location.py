@@ -25,7 +25,7 @@ from budgetlens.config import ENV_LAKE_DATA_PATH, LAKE_PREFIX
 
 _DATA_PATH_PARAM = "?data_path="
 
-__all__ = ["ENV_LAKE_DATA_PATH", "LakeLocation", "is_lake", "parse_lake", "store_location"]
+__all__ = ["ENV_LAKE_DATA_PATH", "LakeLocation", "display", "is_lake", "parse_lake", "store_location"]
 
 
 @dataclass(frozen=True)
@@ -86,3 +86,9 @@ def store_location(location: str | os.PathLike | LakeLocation) -> Path | LakeLoc
     if isinstance(location, LakeLocation) or is_lake(location):
         return parse_lake(location)
     return Path(location)
+
+
+def display(location: str | os.PathLike | LakeLocation) -> str:
+    """The store location for messages and logs: a file path as given, a lake with its password
+    masked."""
+    return str(parse_lake(location)) if is_lake(location) else str(location)
