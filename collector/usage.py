@@ -656,6 +656,7 @@ class UsageAccumulator:
         mapping = _as_mapping(chunk)
         if not mapping:
             return
+        raw: Mapping[str, Any] | None
         if mapping.get("type") == "message_start":
             raw = _sub(_sub(mapping, "message"), "usage")
             self._provider = self._provider or "anthropic"

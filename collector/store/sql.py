@@ -271,7 +271,7 @@ COUNT_RUNS = "SELECT count(*) FROM runs"
 
 LAKE_TAKE_WRITE_TOKEN = "UPDATE write_token SET writes = writes + 1"
 LAKE_NEW_CALLS = (
-    "SELECT b.* FROM batch_calls b WHERE NOT EXISTS (SELECT 1 FROM model_calls m WHERE m.span_id = b.span_id)"
+    "SELECT b.* FROM batch_calls b WHERE NOT EXISTS (SELECT 1 FROM model_calls m WHERE m.call_id = b.call_id)"
 )
 LAKE_INSERT_CALLS = "INSERT INTO model_calls BY NAME SELECT * FROM new_calls"
 LAKE_NEW_EVENTS = (
