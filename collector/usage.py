@@ -666,9 +666,7 @@ class UsageAccumulator:
         else:
             if str(mapping.get("type", "")).startswith(_RESPONSE_EVENT_PREFIX):
                 mapping = _sub(mapping, "response")
-            raw = next(
-                (_as_mapping(mapping.get(k)) for k in _CONTAINER_KEYS if mapping.get(k)), None
-            )
+            raw = next((_as_mapping(mapping.get(k)) for k in _CONTAINER_KEYS if mapping.get(k)), None)
             if raw is None and _dispatch(mapping, self._provider) is not None:
                 raw = mapping
             if raw:

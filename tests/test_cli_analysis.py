@@ -556,3 +556,11 @@ def test_presets_help_describes_the_preset_document_not_records(capsys):
     out = " ".join(capsys.readouterr().out.split())
     assert "every column" not in out and "JSON records" not in out
     assert "preset document" in out and "max_* limits" in out
+
+
+@pytest.mark.parametrize("flag", ["--limit", "--offset"])
+def test_a_row_count_beyond_what_sql_takes_is_a_clear_error(store, capsys, flag):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["runs", "--db", str(store), flag, "99999999999999999999"])
+    assert exit_info.value.code == 2
+    assert flag in capsys.readouterr().err

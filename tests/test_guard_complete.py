@@ -352,3 +352,36 @@ def test_run_span_carries_limit_changes_alerts_effects_utilization_and_downgrade
     assert span.attributes[sc.BUDGET_UTILIZATION] == pytest.approx(0.325)
     assert span.attributes[sc.BUDGET_DOWNGRADES] == 1
     assert span.attributes[sc.BUDGET_RETRYABLE] is False
+
+
+def test_open_reservations_stop_being_held_in_the_shared_pool_and_windows_at_finish():
+    # A run that reserved and then died (no record, no release) must not keep the shared pool or
+    # spend window reserved forever: at finish its unknown usage is charged as reserved, once.
+    from budgetlens import SpendTracker, TokenPool
+
+    pool = TokenPool(10_000, name="nightly")
+    spend = SpendTracker({"daily": 10.0})
+    for _ in range(2):
+        run = RunBudget(
+            pool=pool, spend=spend, max_total_tokens=None, max_cost_usd=1.0, model_chain=("gpt-4o",)
+        )
+        run.reserve(4_000)
+        run.finish(error=TimeoutError())
+        run.reset()  # after finish: nothing is given back twice
+    assert pool._reserved == 0 and pool._used == 8_000
+    window = spend._windows[0]
+    assert window.reserved == 0.0
+    from budgetlens.pricing import estimate_cost_usd
+
+    per_run = estimate_cost_usd("gpt-4o", 4_000)  # what reserve(4_000) held in the window
+    assert per_run and window.spent == pytest.approx(2 * per_run)
+    fresh = RunBudget(pool=pool, max_total_tokens=None)
+    fresh.reserve(2_000)  # what is left of the pool (10,000 - 8,000 charged) still admits a call
+
+
+def test_a_reservation_without_a_model_under_a_cost_limit_says_the_limit_is_not_enforced(caplog):
+    events = []
+    run = RunBudget(max_cost_usd=0.10, max_total_tokens=None, on_event=events.append)
+    run.reserve(10_000)  # no model anywhere: its cost cannot be estimated before the call
+    assert [e.reason for e in events if e.reason == "cost_unenforced"] == ["cost_unenforced"]
+    assert "max_cost_usd=0.1 is not enforced" in caplog.text

@@ -206,7 +206,7 @@ def _alive(pid: int) -> bool:
 
 
 def test_decode_workers_do_not_outlive_a_killed_collector(tmp_path, python):
-    """After kill -9 the collector's decode workers, forkserver and resource tracker exit too
+    """After kill -9 the collector's decode workers and resource tracker exit too
     (they would otherwise keep their memory and, orphaned, never notice)."""
     from benchmarks.ingest import make_body
 
@@ -215,7 +215,7 @@ def test_decode_workers_do_not_outlive_a_killed_collector(tmp_path, python):
         body = make_body(1)  # over 256 KiB: decoded in a worker
         assert requests.post(f"{url}/v1/traces", data=body, headers={"Content-Type": PROTOBUF}).ok
         helpers = _descendants(process.pid)
-        assert len(helpers) >= 2  # forkserver + at least one worker
+        assert len(helpers) >= 2  # the resource tracker + at least one worker
         _kill_9(process)
     deadline = time.monotonic() + 30
     while any(_alive(pid) for pid in helpers) and time.monotonic() < deadline:

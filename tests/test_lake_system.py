@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 import requests
 from _collector_helpers import SpanRecorder
-from _postgres import PostgresServer, postgres_bin
+from _postgres import PostgresServer
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.trace.export import SpanExportResult
 from test_store_rollup import _stream
@@ -34,7 +34,6 @@ from budgetlens.store.lake import close_all
 
 pytestmark = [
     pytest.mark.system,
-    pytest.mark.skipif(postgres_bin() is None, reason="PostgreSQL (initdb, pg_ctl) is not installed"),
 ]
 
 APP = Path(__file__).resolve().parent.parent / "dashboard" / "streamlit_app.py"

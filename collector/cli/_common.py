@@ -54,8 +54,8 @@ def _number(
 positive_float = _number(float, 0, strict=True)
 #: ``--window-days``: a finite float >= 0 (0 = every run).
 non_negative_float = _number(float, 0, strict=False)
-#: ``--limit``, ``--offset``: an int >= 0.
-non_negative_int = _number(int, 0, strict=False)
+#: ``--limit``, ``--offset``: an int >= 0 that SQL can take (a BIGINT).
+non_negative_int = _number(int, 0, strict=False, maximum=(1 << 63) - 1)
 #: ``--days``, ``--runs-per-day``: an int >= 1.
 positive_int = _number(int, 1, strict=False)
 #: ``--port``: a TCP port, an int 0..65535 (0 = the system picks a free one).

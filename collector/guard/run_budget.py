@@ -206,14 +206,24 @@ class RunBudget:
     # --- state -----------------------------------------------------------------------------
     def _clear_use(self) -> None:
         old = getattr(self, "_use", None)
-        if old is not None:  # open reservations are dropped: give them back
-            if self._pool is not None:
-                for res in old.reservations.values():
-                    self._pool.settle(res.tokens, 0)
-            if self._spend is not None and old.reserved_cost_usd:
-                self._spend.release(old.reserved_cost_usd)
+        if old is not None and getattr(self, "_finished", None) is None:
+            self._settle_shared(old, charge=False)  # reset: open reservations are dropped
         self._use = RunLedger()
         self._dispatch.clear_thresholds()  # the model chain restarts too
+
+    def _settle_shared(self, ledger: RunLedger, *, charge: bool) -> None:
+        """Settle what ``ledger``'s open reservations hold in the shared token pool and spend
+        windows: given back (``charge=False``), or, at ``finish()``, charged as spent. A call
+        that was reserved but neither recorded nor released may have been paid for: its usage
+        is unknown, so it counts as its reservation, never as 0 (design §1); the reservation is
+        no longer held either way."""
+        if self._pool is not None:
+            for res in ledger.reservations.values():
+                self._pool.settle(res.tokens, res.tokens if charge else 0)
+        if self._spend is not None and ledger.reserved_cost_usd:
+            self._spend.release(ledger.reserved_cost_usd)
+            if charge:
+                self._spend.add(ledger.reserved_cost_usd)
 
     @property
     def limits(self) -> dict[str, float | None]:
@@ -359,8 +369,10 @@ class RunBudget:
             lim.check_model(model)
         model = model or self.model
         cost, priced = 0.0, True
-        if (self._limits["max_cost_usd"] is not None or self._spend is not None) and model:
-            estimate = estimate_cost_usd(model, estimated_tokens, output, self.provider)
+        if self._limits["max_cost_usd"] is not None or self._spend is not None:
+            # No model named (here, by the chain or the reservation): the cost cannot be
+            # estimated, so the cost limit is not enforced before the call; say so, never silently.
+            estimate = estimate_cost_usd(model, estimated_tokens, output, self.provider) if model else None
             cost, priced = (0.0, False) if estimate is None else (estimate, True)
         with self._lock:
             if not priced:
@@ -691,6 +703,9 @@ class RunBudget:
                     log.exception("run %s: retry_policy failed; the default rule decides", self.run_id)
             if retryable is not None:
                 result = dataclasses.replace(result, retryable=retryable)
+            # Reservations still open at the end (neither recorded nor released) stop being held
+            # in the shared pool and windows; their unknown usage is charged as reserved.
+            self._settle_shared(self._use, charge=True)
             self._finished = result
         try:
             self._telemetry.finish(result, self._limits, self._use.usage_known)

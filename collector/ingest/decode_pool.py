@@ -3,7 +3,7 @@
 ``json.loads`` of a 15 MB body holds the interpreter for about a second, and protobuf parsing
 plus the span mapping for several more, so a thread would still stall the event loop (and
 ``/healthz``). ``DecodePool`` runs bodies larger than ``inline_bytes`` in a small
-``concurrent.futures.ProcessPoolExecutor`` (``workers`` processes, started by ``forkserver``
+``concurrent.futures.ProcessPoolExecutor`` (``workers`` processes, started by ``spawn``
 so they inherit no threads and no open files such as the journal's lock, at a lower CPU
 priority; bodies over ``large_bytes`` one at a time) and returns a ``Prepared``: the counts the receiver answers with and
 the rows already encoded as a journal record payload (``budgetlens.ingest.journal.encode_batch``),
@@ -203,8 +203,10 @@ class DecodePool:
         return self
 
     def _new_executor(self) -> ProcessPoolExecutor:
-        context = multiprocessing.get_context("forkserver")
-        context.set_forkserver_preload(["budgetlens.ingest.decode_pool"])
+        # "spawn": each worker is the collector's own child. A forkserver would be a second,
+        # long-lived process that outlives a collector killed with -9 (the workers watch the
+        # collector's pid and exit with it; a forkserver does not).
+        context = multiprocessing.get_context("spawn")
         return ProcessPoolExecutor(
             max_workers=self.workers,
             mp_context=context,
