@@ -86,12 +86,14 @@ FROM typed
 _GEN_CALLS = """
 INSERT INTO model_calls BY NAME
 SELECT
-    r.run_id || '.c' || t.turn AS span_id, r.run_id, r.source, r.service_name, r.task_type,
+    r.run_id || '.c' || t.turn AS call_id, r.run_id || '.c' || t.turn AS span_id, r.run_id,
+    r.source, r.service_name, r.task_type,
     'chat' AS operation_name,
     string_split(r.models, ',')[CASE WHEN t.turn * 2 > r.model_calls THEN -1 ELSE 1 END]
         AS request_model,
     request_model AS response_model,
     r.start_utc + to_microseconds(CAST(t.turn * 5e6 AS BIGINT)) AS start_utc,
+    r.duration_s / r.model_calls AS duration_s,
     CAST(t.turn AS INTEGER) AS turn,
     r.input_tokens // r.model_calls AS input_tokens,
     r.output_tokens // r.model_calls AS output_tokens,
@@ -168,6 +170,7 @@ def page_calls(f: analysis.Filters, run_id: str):
             lambda c: analysis.cost_by_period(c, f, "day", "task_type"),
             lambda c: analysis.cost_per_run(c, f),
             lambda c: analysis.top_runs(c, f, 20),
+            lambda c: analysis.model_latency(c, f),
         ],
         "Hit rate": [
             lambda c: analysis.overview(c, f),
@@ -178,6 +181,7 @@ def page_calls(f: analysis.Filters, run_id: str):
             lambda c: analysis.baselines(c, f),
             lambda c: analysis.token_distribution(c, f),
             lambda c: analysis.current_limits(c, f),
+            lambda c: analysis.token_part_baselines(c, f),
         ],
         "Presets": [
             lambda c: analysis.presets(analysis.baselines(c, f)),
