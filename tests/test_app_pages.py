@@ -678,6 +678,9 @@ def test_baselines_page_shows_p50_p95_of_cache_and_reasoning_tokens(sample_store
 def test_cost_page_shows_latency_per_model(sample_store, monkeypatch):
     at = _app(sample_store, monkeypatch, "cost")
     assert not at.exception
+    assert not [e for e in at.dataframe if "p95_duration_s" in e.value.columns]  # on demand only
+    at.toggle(key="cost_latency").set_value(True).run()
+    assert not at.exception
     with read_connection(sample_store) as conn:
         expected = analysis.model_latency(conn, _cli_window(conn)).set_index("model")
     assert expected["timed_calls"].sum() > 0

@@ -223,13 +223,14 @@ c AS (
     FROM model_calls
     WHERE run_id IN (SELECT run_id FROM filtered)
 )
-SELECT model, count(*) AS calls, count(duration_s) AS timed_calls,
-       quantile_cont(duration_s, 0.5) AS p50_duration_s,
-       quantile_cont(duration_s, 0.95) AS p95_duration_s,
-       max(duration_s) AS max_duration_s
-FROM c
-WHERE len(CAST($models AS VARCHAR[])) = 0 OR list_contains(CAST($models AS VARCHAR[]), model)
-GROUP BY model
+SELECT model, calls, timed_calls, q[1] AS p50_duration_s, q[2] AS p95_duration_s, max_duration_s
+FROM (
+    SELECT model, count(*) AS calls, count(duration_s) AS timed_calls,
+           quantile_cont(duration_s, [0.5, 0.95]) AS q, max(duration_s) AS max_duration_s
+    FROM c
+    WHERE len(CAST($models AS VARCHAR[])) = 0 OR list_contains(CAST($models AS VARCHAR[]), model)
+    GROUP BY model
+)
 ORDER BY calls DESC, model
 """
 

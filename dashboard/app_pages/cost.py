@@ -97,8 +97,11 @@ else:
         "Duration of one model call (s), P50 / P95 / max (quantile_cont) over the calls of the "
         "filtered runs that recorded one (timed calls); — = no call of that model was timed."
     )
-    _ui.table(
-        data.model_latency(f),
-        first=("model", "calls", "timed_calls", "p50_duration_s", "p95_duration_s", "max_duration_s"),
-        key="cost_model_latency",
-    )
+    # On demand: exact percentiles read every call of the window (about 1 s at 1M runs), so the
+    # page itself stays fast.
+    if st.toggle("Show latency per model", key="cost_latency"):
+        _ui.table(
+            data.model_latency(f),
+            first=("model", "calls", "timed_calls", "p50_duration_s", "p95_duration_s", "max_duration_s"),
+            key="cost_model_latency",
+        )
