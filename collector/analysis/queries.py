@@ -196,19 +196,17 @@ BASELINES_BY_TASK_MODEL = _baselines("task_type, models")
 TOKEN_PART_METRICS = ("cache_read_tokens", "cache_write_tokens", "reasoning_tokens")
 
 
-def _part_columns(m: str) -> str:
-    return (
-        f"count({m}) AS n_{m}, quantile_cont({m}, 0.5) AS p50_{m}, "
-        f"quantile_cont({m}, 0.95) AS p95_{m}, max({m}) AS max_{m}"
-    )
-
-
 TOKEN_PART_BASELINES = f"""
-WITH {FILTERED}
-SELECT task_type, count(*) AS n, count(*) < $low_sample_runs AS low_sample,
-    {", ".join(_part_columns(m) for m in TOKEN_PART_METRICS)}
-FROM filtered
-GROUP BY task_type
+WITH {FILTERED},
+q AS (
+    SELECT task_type, count(*) AS n,
+    {", ".join(f"count({m}) AS n_{m}, quantile_cont({m}, [0.5, 0.95]) AS q_{m}, max({m}) AS max_{m}" for m in TOKEN_PART_METRICS)}
+    FROM filtered
+    GROUP BY task_type
+)
+SELECT task_type, n, n < $low_sample_runs AS low_sample,
+    {", ".join(f"n_{m}, q_{m}[1] AS p50_{m}, q_{m}[2] AS p95_{m}, max_{m}" for m in TOKEN_PART_METRICS)}
+FROM q
 ORDER BY task_type
 """
 
