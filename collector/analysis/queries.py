@@ -310,28 +310,30 @@ b AS (
 #: Cost per model, bucketed by the run's start so that a period's total equals the per-task
 #: view. A run with one model (no comma in ``runs.models``) counts whole under that model; only
 #: runs with several models (a downgrade) are split by their calls, so the 10x larger
-#: ``model_calls`` table is probed for those runs alone. Both parts are summed per 15-minute
-#: bucket before they meet: the calls of the split runs are joined with (run_id, bucket) and
-#: summed per bucket and model at once (no per-run row in between), ``runs`` counting the
-#: distinct runs of a bucket and model (a run lies in one bucket, so the sum over a period's
-#: buckets counts each run once). ``runs`` counts runs per key.
+#: ``model_calls`` table is probed for those runs alone. ``runs`` counts runs per key.
 COST_BY_PERIOD_MODEL = f"""
 WITH {FILTERED},
 single AS (
-    SELECT {_BUCKET} AS bucket, coalesce(nullif(models, ''), 'unknown') AS key,
-           sum(cost_usd) AS cost_usd, count(*) AS runs, sum(unpriced_calls) AS unpriced
+    SELECT start_utc, coalesce(nullif(models, ''), 'unknown') AS key, cost_usd,
+           unpriced_calls AS unpriced
     FROM filtered WHERE NOT contains(coalesce(models, ''), ',')
-    GROUP BY ALL
 ),
-split_runs AS (SELECT run_id, {_BUCKET} AS bucket FROM filtered WHERE contains(models, ',')),
 multi AS (
-    SELECT m.bucket, coalesce(c.response_model, c.request_model, 'unknown') AS key,
-           sum(c.cost_usd) AS cost_usd, count(DISTINCT c.run_id) AS runs,
+    SELECT any_value(m.start_utc) AS start_utc,
+           coalesce(c.response_model, c.request_model, 'unknown') AS key,
+           sum(c.cost_usd) AS cost_usd,
            count(*) FILTER (WHERE c.cost_usd IS NULL AND c.usage_status = 'reported') AS unpriced
-    FROM model_calls c JOIN split_runs m ON c.run_id = m.run_id
-    GROUP BY ALL
+    FROM model_calls c
+    JOIN (SELECT run_id, start_utc FROM filtered WHERE contains(models, ',')) m
+      ON c.run_id = m.run_id
+    GROUP BY c.run_id, key
 ),
-b AS (SELECT * FROM single UNION ALL SELECT * FROM multi)
+per_run AS (SELECT * FROM single UNION ALL SELECT * FROM multi),
+b AS (
+    SELECT {_BUCKET} AS bucket, key, sum(cost_usd) AS cost_usd, count(*) AS runs,
+           sum(unpriced) AS unpriced
+    FROM per_run GROUP BY ALL
+)
 {_PERIOD_TOTALS}"""
 
 
