@@ -86,12 +86,14 @@ FROM typed
 _GEN_CALLS = """
 INSERT INTO model_calls BY NAME
 SELECT
-    r.run_id || '.c' || t.turn AS span_id, r.run_id, r.source, r.service_name, r.task_type,
+    r.run_id || '.c' || t.turn AS call_id, r.run_id || '.c' || t.turn AS span_id, r.run_id,
+    r.source, r.service_name, r.task_type,
     'chat' AS operation_name,
     string_split(r.models, ',')[CASE WHEN t.turn * 2 > r.model_calls THEN -1 ELSE 1 END]
         AS request_model,
     request_model AS response_model,
     r.start_utc + to_microseconds(CAST(t.turn * 5e6 AS BIGINT)) AS start_utc,
+    r.duration_s / r.model_calls AS duration_s,
     CAST(t.turn AS INTEGER) AS turn,
     r.input_tokens // r.model_calls AS input_tokens,
     r.output_tokens // r.model_calls AS output_tokens,
@@ -169,6 +171,8 @@ def page_calls(f: analysis.Filters, run_id: str):
             lambda c: analysis.cost_per_run(c, f),
             lambda c: analysis.top_runs(c, f, 20),
         ],
+        # the Cost page's "Show latency per model" toggle (off by default): its one extra read
+        "Cost: latency per model (on demand)": [lambda c: analysis.model_latency(c, f)],
         "Hit rate": [
             lambda c: analysis.overview(c, f),
             lambda c: analysis.hit_rate_daily(c, f),
@@ -178,6 +182,7 @@ def page_calls(f: analysis.Filters, run_id: str):
             lambda c: analysis.baselines(c, f),
             lambda c: analysis.token_distribution(c, f),
             lambda c: analysis.current_limits(c, f),
+            lambda c: analysis.token_part_baselines(c, f),
         ],
         "Presets": [
             lambda c: analysis.presets(analysis.baselines(c, f)),
@@ -186,7 +191,8 @@ def page_calls(f: analysis.Filters, run_id: str):
         ],
         "Runs": [lambda c: analysis.runs_table(c, f, limit=500), lambda c: analysis.run_detail(c, run_id)],
     }
-    return {page: shared + calls for page, calls in pages.items()}
+    # an on-demand read is timed alone: what the toggle adds to its page
+    return {page: calls if page.endswith("(on demand)") else shared + calls for page, calls in pages.items()}
 
 
 def time_pages(path: Path, repeat: int) -> dict[str, float]:

@@ -216,6 +216,17 @@ def baselines(f: Filters, by_model: bool = False) -> pd.DataFrame:
     return _read("baselines", f, by_model=by_model)
 
 
+def token_part_baselines(f: Filters) -> pd.DataFrame:
+    """P50, P95 and max of cache read, cache write and reasoning tokens per task type
+    (``views.token_part_baselines``)."""
+    return _read("token_part_baselines", f)
+
+
+def model_latency(f: Filters) -> pd.DataFrame:
+    """Calls and P50/P95/max call duration (s) per model (``views.model_latency``)."""
+    return _read("model_latency", f)
+
+
 def current_limits(f: Filters) -> pd.DataFrame:
     """The limits the runs of ``f`` ran under, per task type (``views.current_limits``)."""
     return _read("current_limits", f)

@@ -189,6 +189,14 @@ COLUMN_LABELS = {
     "change": "Change",
     "name": "Event",
     "turn": "Turn",
+    "cache_read_share": "Cache reads (% of input)",
+    "cache_write_share": "Cache writes (% of input)",
+    "reasoning_share": "Reasoning (% of output)",
+    "n_cache_read_tokens": "Runs with cache reads",
+    "n_cache_write_tokens": "Runs with cache writes",
+    "n_reasoning_tokens": "Runs with reasoning",
+    "calls": "Calls",
+    "timed_calls": "Timed calls",
 }
 _PREFIXES = (("p50_", "P50 "), ("p95_", "P95 "), ("max_", "Max "), ("limit_", "Limit "))
 

@@ -628,3 +628,64 @@ def test_the_overview_compares_with_the_previous_period(tmp_path, monkeypatch):
     at = _app(path, monkeypatch, window="7d")
     runs = next(m for m in at.metric if m.label == "Runs")
     assert runs.value == "4" and runs.delta == "+100 % vs previous period"
+
+
+def _frame_with(at: AppTest, column: str):
+    """The one table of the page that has ``column`` (its displayed values)."""
+    frames = [e.value for e in at.dataframe if column in e.value.columns]
+    assert len(frames) == 1, [list(e.value.columns) for e in at.dataframe]
+    return frames[0]
+
+
+def test_overview_shows_cache_and_reasoning_shares_of_the_tokens(sample_store, monkeypatch):
+    at = _app(sample_store, monkeypatch)
+    with read_connection(sample_store) as conn:
+        expected = analysis.overview(conn, _cli_window(conn))
+    assert (
+        expected.cache_read_share is not None and expected.reasoning_share is not None
+    )  # the sample reports them
+    tiles = _metrics(at)
+    assert tiles["Input tokens"] == charts.format_tokens(expected.input_tokens)
+    assert tiles["Cache reads"] == charts.format_percent(expected.cache_read_share)
+    assert tiles["Cache writes"] == charts.format_percent(expected.cache_write_share, none="not reported")
+    assert tiles["Reasoning"] == charts.format_percent(expected.reasoning_share)
+    shown = _frame_with(at, "cache_read_share").set_index("task_type")["cache_read_share"]
+    for task, share in expected.per_task.set_index("task_type")["cache_read_share"].items():
+        assert shown[task] == pytest.approx(share * 100)  # 0..100 for the "%.1f %%" column
+
+
+def test_token_parts_nobody_reports_read_not_reported_never_zero(controlled_store, monkeypatch):
+    with read_connection(controlled_store) as conn:
+        ov = analysis.overview(conn, _cli_window(conn))
+    assert ov.cache_read_tokens is None  # run_rows sends no cache figures
+    tiles = _metrics(at := _app(controlled_store, monkeypatch))
+    assert tiles["Cache reads"] == "not reported"
+    assert not at.exception
+
+
+def test_baselines_page_shows_p50_p95_of_cache_and_reasoning_tokens(sample_store, monkeypatch):
+    at = _app(sample_store, monkeypatch, "baselines")
+    assert not at.exception
+    with read_connection(sample_store) as conn:
+        expected = analysis.token_part_baselines(conn, _cli_window(conn)).set_index("task_type")
+    shown = _frame_with(at, "p95_cache_read_tokens").set_index("task_type")
+    assert sorted(shown.index) == sorted(expected.index)
+    for column in ("p50_cache_read_tokens", "p95_cache_read_tokens", "p95_reasoning_tokens"):
+        for task, value in expected[column].items():
+            assert shown.loc[task, column] == pytest.approx(value, nan_ok=True)
+
+
+def test_cost_page_shows_latency_per_model(sample_store, monkeypatch):
+    at = _app(sample_store, monkeypatch, "cost")
+    assert not at.exception
+    assert not [e for e in at.dataframe if "p95_duration_s" in e.value.columns]  # on demand only
+    at.toggle(key="cost_latency").set_value(True).run()
+    assert not at.exception
+    with read_connection(sample_store) as conn:
+        expected = analysis.model_latency(conn, _cli_window(conn)).set_index("model")
+    assert expected["timed_calls"].sum() > 0
+    shown = _frame_with(at, "p95_duration_s").set_index("model")
+    assert list(shown.index) == list(expected.index)
+    for column in ("calls", "p50_duration_s", "p95_duration_s"):
+        for model, value in expected[column].items():
+            assert shown.loc[model, column] == pytest.approx(value, nan_ok=True)

@@ -95,11 +95,32 @@ OPTION_SERVICES = (
     "SELECT DISTINCT service_name FROM runs WHERE service_name IS NOT NULL ORDER BY service_name"
 )
 
+#: Token parts (design §3: ``input_tokens`` includes cache reads and writes, ``output_tokens``
+#: includes reasoning): the sums and each part's share of its whole, 0..1. A share counts only
+#: runs that report both the part and its whole (a source that never reports cache reads is
+#: left out, never read as 0 %); NULL when no run does.
+_TOKEN_PARTS = """
+    sum(input_tokens) AS input_tokens,
+    sum(output_tokens) AS output_tokens,
+    sum(cache_read_tokens) AS cache_read_tokens,
+    sum(cache_write_tokens) AS cache_write_tokens,
+    sum(reasoning_tokens) AS reasoning_tokens,
+    sum(cache_read_tokens) FILTER (WHERE input_tokens IS NOT NULL)
+        / nullif(sum(input_tokens) FILTER (WHERE cache_read_tokens IS NOT NULL), 0)
+        AS cache_read_share,
+    sum(cache_write_tokens) FILTER (WHERE input_tokens IS NOT NULL)
+        / nullif(sum(input_tokens) FILTER (WHERE cache_write_tokens IS NOT NULL), 0)
+        AS cache_write_share,
+    sum(reasoning_tokens) FILTER (WHERE output_tokens IS NOT NULL)
+        / nullif(sum(output_tokens) FILTER (WHERE reasoning_tokens IS NOT NULL), 0)
+        AS reasoning_share"""
+
 OVERVIEW_TOTALS = f"""
 WITH {FILTERED}
 SELECT
     count(*) AS runs,
     {_RATES},
+    {_TOKEN_PARTS},
     sum(cost_usd) AS cost_usd,
     count(cost_usd) AS priced_runs,
     count(*) FILTER (WHERE cost_usd IS NOT NULL AND NOT {COST_KNOWN}) AS partially_priced_runs,
@@ -117,7 +138,8 @@ SELECT
     count(*) AS runs,
     {_RATES},
     sum(cost_usd) AS cost_usd,
-    quantile_cont(total_tokens, 0.95) AS p95_total_tokens
+    quantile_cont(total_tokens, 0.95) AS p95_total_tokens,
+    {_TOKEN_PARTS}
 FROM filtered
 GROUP BY task_type
 ORDER BY task_type
@@ -168,6 +190,47 @@ ORDER BY {keys}
 BASELINES_BY_TASK = _baselines("task_type")
 #: Per task type and model combination (``runs.models``: a downgraded run lists both models).
 BASELINES_BY_TASK_MODEL = _baselines("task_type, models")
+
+#: The parts of a run's tokens (design §3), each with P50, P95 and max over the runs that
+#: report it (``n_<part>`` of them; a run without the figure is left out, never read as 0).
+TOKEN_PART_METRICS = ("cache_read_tokens", "cache_write_tokens", "reasoning_tokens")
+
+
+TOKEN_PART_BASELINES = f"""
+WITH {FILTERED},
+q AS (
+    SELECT task_type, count(*) AS n,
+    {", ".join(f"count({m}) AS n_{m}, quantile_cont({m}, [0.5, 0.95]) AS q_{m}, max({m}) AS max_{m}" for m in TOKEN_PART_METRICS)}
+    FROM filtered
+    GROUP BY task_type
+)
+SELECT task_type, n, n < $low_sample_runs AS low_sample,
+    {", ".join(f"n_{m}, q_{m}[1] AS p50_{m}, q_{m}[2] AS p95_{m}, max_{m}" for m in TOKEN_PART_METRICS)}
+FROM q
+ORDER BY task_type
+"""
+
+#: Per model (the response model, else the requested one): calls of the filtered runs, with
+#: P50, P95 and max call duration (``model_calls.duration_s``, s) over the ``timed_calls`` that
+#: have one. With a model filter, only the calls of those models (a downgraded run's other
+#: model is not what was asked for).
+MODEL_LATENCY = f"""
+WITH {FILTERED},
+c AS (
+    SELECT coalesce(response_model, request_model, 'unknown') AS model, duration_s
+    FROM model_calls
+    WHERE run_id IN (SELECT run_id FROM filtered)
+)
+SELECT model, calls, timed_calls, q[1] AS p50_duration_s, q[2] AS p95_duration_s, max_duration_s
+FROM (
+    SELECT model, count(*) AS calls, count(duration_s) AS timed_calls,
+           quantile_cont(duration_s, [0.5, 0.95]) AS q, max(duration_s) AS max_duration_s
+    FROM c
+    WHERE len(CAST($models AS VARCHAR[])) = 0 OR list_contains(CAST($models AS VARCHAR[]), model)
+    GROUP BY model
+)
+ORDER BY calls DESC, model
+"""
 
 #: The limits the runs ran under: the most common non-null value per task type.
 CURRENT_LIMITS = f"""

@@ -233,6 +233,18 @@ class Overview:
     per_task: pd.DataFrame = field(repr=False)
     #: runs with a data-quality flag (``runs.quality``: repaired times, normalized usage, ...)
     flagged_runs: int = 0
+    #: Token sums of the runs (None when no run reports them): input includes the cache reads
+    #: and writes, output includes reasoning (design §3).
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    cache_read_tokens: int | None = None
+    cache_write_tokens: int | None = None
+    reasoning_tokens: int | None = None
+    #: Shares 0..1 over the runs reporting both the part and its whole: cache reads and cache
+    #: writes of input tokens, reasoning of output tokens (None when no run reports them).
+    cache_read_share: float | None = None
+    cache_write_share: float | None = None
+    reasoning_share: float | None = None
 
     @property
     def cost_is_lower_bound(self) -> bool:
@@ -266,8 +278,9 @@ def scalar(value):
 
 def overview(conn, f: Filters) -> Overview:
     """Headline figures and per task type [task_type, runs, budgeted_runs, hit_rate,
-    intervention_rate, cost_usd, p95_total_tokens] for the filtered runs (hit_rate and
-    intervention_rate None for a task type without budgeted runs)."""
+    intervention_rate, cost_usd, p95_total_tokens, cache_read_share, cache_write_share,
+    reasoning_share] for the filtered runs (hit_rate and intervention_rate None for a task type
+    without budgeted runs; shares 0..1 as ``Overview.cache_read_share``, None when unreported)."""
     params = f.params()
     totals = _query(conn, q.OVERVIEW_TOTALS, params).iloc[0]
     per_task = _query(conn, q.OVERVIEW_PER_TASK, params)[
@@ -279,8 +292,13 @@ def overview(conn, f: Filters) -> Overview:
             "intervention_rate",
             "cost_usd",
             "p95_total_tokens",
+            "cache_read_share",
+            "cache_write_share",
+            "reasoning_share",
         ]
     ]
+    parts = {k: _int_or_none(totals[k]) for k in (*q.TOKEN_PART_METRICS, "input_tokens", "output_tokens")}
+    shares = {k: scalar(totals[k]) for k in ("cache_read_share", "cache_write_share", "reasoning_share")}
     return Overview(
         runs=int(totals["runs"]),
         finished_runs=int(totals["finished_runs"]),
@@ -295,7 +313,14 @@ def overview(conn, f: Filters) -> Overview:
         p95_total_tokens=scalar(totals["p95_total_tokens"]),
         per_task=per_task,
         flagged_runs=int(totals["flagged_runs"]),
+        **parts,
+        **shares,
     )
+
+
+def _int_or_none(value) -> int | None:
+    value = scalar(value)
+    return None if value is None else int(value)
 
 
 def baselines(conn, f: Filters, by_model: bool = False) -> pd.DataFrame:
@@ -313,6 +338,28 @@ def baselines(conn, f: Filters, by_model: bool = False) -> pd.DataFrame:
     if by_model:
         frame = frame.rename(columns={"models": "model"})
     return frame
+
+
+def token_part_baselines(conn, f: Filters) -> pd.DataFrame:
+    """P50, P95 and max per task type of the parts of a run's tokens: cache reads and cache
+    writes (parts of input tokens) and reasoning (part of output tokens), design §3.
+
+    Columns: task_type, n (runs), low_sample (n < ``LOW_SAMPLE_RUNS``), then for each of
+    ``queries.TOKEN_PART_METRICS`` n_<part> (runs that report it), p50_<part>, p95_<part>,
+    max_<part> (tokens; quantile_cont over those runs only, NULL when none reports it: a
+    source that does not report cache reads is never read as 0). Statement
+    ``queries.TOKEN_PART_BASELINES``.
+    """
+    return _query(conn, q.TOKEN_PART_BASELINES, {**f.params(), "low_sample_runs": LOW_SAMPLE_RUNS})
+
+
+def model_latency(conn, f: Filters) -> pd.DataFrame:
+    """Latency per model over the calls of the filtered runs: model (the response model, else
+    the requested one, else 'unknown'), calls, timed_calls (calls with a duration),
+    p50_duration_s, p95_duration_s, max_duration_s (seconds per call, quantile_cont over the
+    timed calls; NULL when none has a duration). With a model filter only those models' calls
+    count. Most calls first. Statement ``queries.MODEL_LATENCY``."""
+    return _query(conn, q.MODEL_LATENCY, f.params())
 
 
 def current_limits(conn, f: Filters) -> pd.DataFrame:

@@ -1,4 +1,5 @@
-"""Baselines: n, P50, P95 and max per task type (optionally per model), and per task type the
+"""Baselines: n, P50, P95 and max per task type (optionally per model), the same for cache read,
+cache write and reasoning tokens, and per task type the
 distribution of total tokens per run on a log axis with P50, P95, the preset and the current
 limit marked. Keys: ``baselines_``."""
 
@@ -85,6 +86,31 @@ else:
             _ui.chart(fig, f"baselines_dist_{index}")
 
 if not table.empty:
+    st.subheader("Cache and reasoning tokens per run")
+    st.caption(
+        "Parts of a run's tokens: cache reads and cache writes are part of its input tokens, "
+        "reasoning part of its output tokens. P50 / P95 / max over the runs that report each "
+        "part (their count is shown); — = no run reports it (never read as 0)."
+    )
+    _ui.table(
+        data.token_part_baselines(f),
+        unpriced=MISSING,
+        first=(
+            "task_type",
+            "n",
+            "low_sample",
+            "n_cache_read_tokens",
+            "p50_cache_read_tokens",
+            "p95_cache_read_tokens",
+            "n_cache_write_tokens",
+            "p50_cache_write_tokens",
+            "p95_cache_write_tokens",
+            "n_reasoning_tokens",
+            "p50_reasoning_tokens",
+            "p95_reasoning_tokens",
+        ),
+        key="baselines_token_parts",
+    )
     st.subheader("Censoring-aware P95 (Kaplan–Meier)")
     st.caption(
         "A run stopped by a budget would have used more: Kaplan–Meier counts it as "

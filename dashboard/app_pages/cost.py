@@ -1,5 +1,5 @@
-"""Cost: daily or hourly cost stacked by model and by task type, the cost-per-run distribution
-and the most expensive runs. Unpriced usage is counted apart, never as $0. Keys: ``cost_``."""
+"""Cost: daily or hourly cost stacked by model and by task type, the cost-per-run distribution,
+P50/P95 call latency per model and the most expensive runs. Unpriced usage is counted apart, never as $0. Keys: ``cost_``."""
 
 from __future__ import annotations
 
@@ -92,3 +92,16 @@ else:
         tz=f.tz,
         first=("run_id", "cost_usd", "task_type", "total_tokens", "stop_reason", "models", "start_utc"),
     )
+    st.subheader("Latency per model")
+    st.caption(
+        "Duration of one model call (s), P50 / P95 / max (quantile_cont) over the calls of the "
+        "filtered runs that recorded one (timed calls); — = no call of that model was timed."
+    )
+    # On demand: exact percentiles read every call of the window (about 1 s at 1M runs), so the
+    # page itself stays fast.
+    if st.toggle("Show latency per model", key="cost_latency"):
+        _ui.table(
+            data.model_latency(f),
+            first=("model", "calls", "timed_calls", "p50_duration_s", "p95_duration_s", "max_duration_s"),
+            key="cost_model_latency",
+        )

@@ -1,4 +1,5 @@
-"""Overview: runs, cost, hit rate, P95 tokens and unpriced calls; a banner per task type whose
+"""Overview: runs, cost, hit rate, P95 tokens, unpriced calls, and the share of input that was
+cache reads / writes and of output that was reasoning; a banner per task type whose
 budget hit rate is above the alarm line (``HIT_RATE_ALARM``). Session-state keys start with ``overview_``."""
 
 from __future__ import annotations
@@ -8,7 +9,17 @@ import streamlit as st
 from budgetlens.analysis.views import HIT_RATE_ALARM, LOW_SAMPLE_RUNS
 from budgetlens.dashboard import charts, data
 from budgetlens.dashboard.app_pages import _ui
-from budgetlens.dashboard.formatting import format_hit_rate
+from budgetlens.dashboard.formatting import format_hit_rate, format_percent
+
+#: A tile of a token part no run reports (never 0 %).
+NOT_REPORTED = "not reported"
+
+
+def _part_help(tokens: int | None, part: str, whole: str) -> str:
+    if tokens is None:
+        return f"No run of the window reports {part} tokens (the source does not send them)"
+    return f"{tokens:,} {part} tokens: their share of the {whole} tokens of the runs that report them"
+
 
 f = data.filters()
 period = _ui.period(f)
@@ -79,6 +90,33 @@ _ui.tiles(
         ),
     ]
 )
+_ui.tiles(
+    [
+        (
+            "Input tokens",
+            charts.format_tokens(ov.input_tokens),
+            "All input tokens of the runs, cache reads and cache writes included; output: "
+            + charts.format_tokens(ov.output_tokens)
+            + " tokens, reasoning included",
+        ),
+        (
+            "Cache reads",
+            format_percent(ov.cache_read_share, none=NOT_REPORTED),
+            _part_help(ov.cache_read_tokens, "cache read", "input")
+            + " (a high share = the prompt cache saves input cost)",
+        ),
+        (
+            "Cache writes",
+            format_percent(ov.cache_write_share, none=NOT_REPORTED),
+            _part_help(ov.cache_write_tokens, "cache write", "input"),
+        ),
+        (
+            "Reasoning",
+            format_percent(ov.reasoning_share, none=NOT_REPORTED),
+            _part_help(ov.reasoning_tokens, "reasoning", "output") + " (billed as output)",
+        ),
+    ]
+)
 if ov.flagged_runs:
     st.caption(
         f"{ov.flagged_runs:,} {'run has' if ov.flagged_runs == 1 else 'runs have'} data-quality flags "
@@ -117,7 +155,18 @@ else:
     st.subheader("Per task type")
     _ui.table(
         ov.per_task,  # rates become 0..100 in _ui.display_frame
-        first=("task_type", "runs", "budgeted_runs", "hit_rate", "intervention_rate", "cost_usd"),
+        first=(
+            "task_type",
+            "runs",
+            "budgeted_runs",
+            "hit_rate",
+            "intervention_rate",
+            "cost_usd",
+            "p95_total_tokens",
+            "cache_read_share",
+            "cache_write_share",
+            "reasoning_share",
+        ),
         column_config={
             "hit_rate": st.column_config.ProgressColumn(
                 "Hit rate",
