@@ -18,6 +18,7 @@ A path that is not a budgetlens store (a file DuckDB cannot open) raises DataUna
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import logging
 import os
@@ -170,6 +171,9 @@ def _read(name: str, *args, **kwargs) -> Any:
     """
     path = db_path()
     key = (name, str(path), args, tuple(sorted(kwargs.items())))
+    # The busy fallback ignores the window's bounds: a window "up to now" moves at every rerun,
+    # and the last good result of the same view and filters is what a busy store should show.
+    fallback_key = (name, str(path), tuple(_without_window(a) for a in args), key[3])
     try:
         value = _cached_read(name, str(path), data_version(path), args, key[3])
     except StoreMissing as error:
@@ -179,15 +183,28 @@ def _read(name: str, *args, **kwargs) -> Any:
     except StoreError as error:
         if not is_busy(error):
             raise DataUnavailable(str(error), invalid=True) from error
-        return _fallback(name, key, error)
+        return _fallback(name, fallback_key, error)
     except (duckdb.IOException, duckdb.ConnectionException) as error:
-        return _fallback(name, key, error)
+        return _fallback(name, fallback_key, error)
     with _last_good_lock:
-        _last_good.pop(key, None)
-        _last_good[key] = (time.time(), value)
+        _last_good.pop(fallback_key, None)
+        _last_good[fallback_key] = (time.time(), value)
         while len(_last_good) > LAST_GOOD_ENTRIES:  # drop the least recently read
             _last_good.pop(next(iter(_last_good)))
     return value
+
+
+def _without_window(arg: Any) -> Any:
+    """``arg`` for the busy fallback's key: a Filters' time bounds as minutes before now (the
+    window "last 14 days up to now" keeps its key as now moves; the previous period keeps
+    another); any other argument as it is."""
+    if not isinstance(arg, Filters):
+        return arg
+    now = dt.datetime.now(dt.UTC).replace(tzinfo=None)
+    minutes = [
+        None if b is None else round((now - b).total_seconds() / 60) for b in (arg.start_utc, arg.end_utc)
+    ]
+    return (dataclasses.replace(arg, start_utc=None, end_utc=None), *minutes)
 
 
 # --- the typed reads (one per analysis view; shapes as documented there) ------------------------

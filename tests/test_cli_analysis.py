@@ -62,6 +62,8 @@ def test_presets_json_on_the_sample_is_p95_times_1_5_of_an_independent_quantile(
             "json",
             "--window-days",
             "0",
+            "--method",
+            "plain",  # the plain P95 x 1.5 rule (auto uses Kaplan-Meier where censoring is material)
         ],
         capture_output=True,
         text=True,
