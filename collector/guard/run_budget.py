@@ -369,10 +369,10 @@ class RunBudget:
             lim.check_model(model)
         model = model or self.model
         cost, priced = 0.0, True
-        if self._limits["max_cost_usd"] is not None or self._spend is not None:
-            # No model named (here, by the chain or the reservation): the cost cannot be
-            # estimated, so the cost limit is not enforced before the call; say so, never silently.
-            estimate = estimate_cost_usd(model, estimated_tokens, output, self.provider) if model else None
+        if (self._limits["max_cost_usd"] is not None or self._spend is not None) and model:
+            # Without a model (here, on the reservation or from the chain) the cost cannot be
+            # estimated before the call: it is counted when record() names the model (README).
+            estimate = estimate_cost_usd(model, estimated_tokens, output, self.provider)
             cost, priced = (0.0, False) if estimate is None else (estimate, True)
         with self._lock:
             if not priced:
