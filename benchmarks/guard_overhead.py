@@ -168,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
         "| configuration | us per reserve+record | target |",
         "|---|---|---|",
         f"| bookkeeping, no SDK (no-op tracer), no pricing | {f['bookkeeping_us']:.2f} | <= 5 us |",
-        f"| bookkeeping, no SDK, priced with genai-prices (cached) | {f['bookkeeping_priced_us']:.2f} | "
+        f"| bookkeeping, no SDK, priced by genai-prices calc_price at the call date | {f['bookkeeping_priced_us']:.2f} | "
         f"<= 5 us: {'met' if ok_book else 'MISSED'} |",
         f"| bare OTel span with the same attributes (SDK, BatchSpanProcessor) | {f['bare_span_us']:.2f} | "
         "reference |",
