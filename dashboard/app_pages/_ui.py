@@ -10,6 +10,7 @@ from collections.abc import Sequence
 import pandas as pd
 import streamlit as st
 
+from budgetlens.analysis import preset_export
 from budgetlens.analysis import views as analysis
 from budgetlens.analysis.views import HIT_RATE_ALARM, LOW_SAMPLE_RUNS, Filters
 from budgetlens.dashboard import charts, data
@@ -391,3 +392,25 @@ def no_runs(f: Filters) -> None:
         ways.append(f"clear the {' / '.join(set_filters)} filter")
     advice = (" " + " or ".join(ways).capitalize() + ".") if ways else ""
     st.info(f"No runs match these filters.{advice}", icon=":material/filter_alt_off:")
+
+
+def preset_downloads(document: dict, title: str, key_prefix: str) -> None:
+    """The YAML / TOML / JSON download buttons of a preset document (the file
+    ``RunBudget.from_preset`` loads); button keys ``<key_prefix>_download_<ext>``."""
+    buttons = st.container(horizontal=True, vertical_alignment="center")
+    buttons.markdown(f"**{title}**", width="content")
+    for label, ext, to_text in (
+        ("YAML", "yaml", preset_export.to_yaml),
+        ("TOML", "toml", preset_export.to_toml),
+        ("JSON", "json", preset_export.to_json),
+    ):
+        buttons.download_button(
+            label,
+            to_text(document),
+            file_name=f"presets.{ext}",
+            mime=f"application/{ext}",
+            key=f"{key_prefix}_download_{ext}",
+            icon=":material/download:",
+            help=f"Download presets.{ext}",
+            width="content",
+        )

@@ -155,18 +155,7 @@ else:
     st.subheader("Per task type")
     _ui.table(
         ov.per_task,  # rates become 0..100 in _ui.display_frame
-        first=(
-            "task_type",
-            "runs",
-            "budgeted_runs",
-            "hit_rate",
-            "intervention_rate",
-            "cost_usd",
-            "p95_total_tokens",
-            "cache_read_share",
-            "cache_write_share",
-            "reasoning_share",
-        ),
+        first=tuple(ov.per_task.columns),  # the analysis view's column order
         column_config={
             "hit_rate": st.column_config.ProgressColumn(
                 "Hit rate",

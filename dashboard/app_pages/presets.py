@@ -65,23 +65,7 @@ def render() -> None:
 
 def _downloads(document: dict) -> None:
     """The YAML / TOML / JSON download buttons of the preset document."""
-    buttons = st.container(horizontal=True, vertical_alignment="center")
-    buttons.markdown("**Download presets**", width="content")
-    for label, to_text, mime, ext in (
-        ("YAML", presets_export.to_yaml, "application/yaml", "yaml"),
-        ("TOML", presets_export.to_toml, "application/toml", "toml"),
-        ("JSON", presets_export.to_json, "application/json", "json"),
-    ):
-        buttons.download_button(
-            label,
-            to_text(document),
-            file_name=f"presets.{ext}",
-            mime=mime,
-            key=f"presets_download_{ext}",
-            icon=":material/download:",
-            help=f"Download presets.{ext}",
-            width="content",
-        )
+    _ui.preset_downloads(document, "Download presets", "presets")
 
 
 def _recommended_table(recommended: pd.DataFrame) -> None:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import streamlit as st
 
-from budgetlens.analysis import preset_export as presets_export
 from budgetlens.analysis import whatif
 from budgetlens.dashboard import charts, data
 from budgetlens.dashboard.app_pages import _ui
@@ -84,22 +83,7 @@ def render() -> None:
 
     first, last, _ = data.data_extent()
     document = whatif.plan_document(plan, f, first, last)
-    buttons = st.container(horizontal=True, vertical_alignment="center")
-    buttons.markdown("**Download this preset**", width="content")
-    for label, to_text, mime, ext in (
-        ("YAML", presets_export.to_yaml, "application/yaml", "yaml"),
-        ("TOML", presets_export.to_toml, "application/toml", "toml"),
-        ("JSON", presets_export.to_json, "application/json", "json"),
-    ):
-        buttons.download_button(
-            label,
-            to_text(document),
-            file_name=f"presets.{ext}",
-            mime=mime,
-            key=f"whatif_download_{ext}",
-            icon=":material/download:",
-            width="content",
-        )
+    _ui.preset_downloads(document, "Download this preset", "whatif")
 
     _ui.chart(charts.tradeoff_curve(plan.curve, target, chosen), "whatif_curve")
 
