@@ -21,7 +21,7 @@ import numbers
 
 import pandas as pd
 
-from budgetlens.guard.limits import LIMIT_KEYS, LIMITS, SIGNIFICANT
+from budgetlens.limits import LIMIT_KEYS, LIMITS, SIGNIFICANT
 
 __all__ = [
     "DEFAULT_MULTIPLIER",

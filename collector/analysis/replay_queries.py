@@ -17,7 +17,7 @@ NULL task type included); its NULL limits mean "no limit".
 from __future__ import annotations
 
 from budgetlens.analysis.queries import FILTERED
-from budgetlens.guard.limits import LIMIT_KEYS
+from budgetlens.limits import LIMIT_KEYS
 from budgetlens.store.schema import RUN_COLUMNS
 
 #: The ``runs`` columns holding the limits a run ran under.

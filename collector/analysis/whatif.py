@@ -39,8 +39,8 @@ from budgetlens.analysis.censoring import (
 )
 from budgetlens.analysis.presets import PRESET_RULES, presets
 from budgetlens.analysis.views import Filters, _query, baselines
-from budgetlens.guard.limits import LIMIT_KEYS, check_limit
 from budgetlens.guard.preset_file import read_preset_document
+from budgetlens.limits import LIMIT_KEYS, check_limit
 
 __all__ = [
     "CURVE_MULTIPLIERS",
@@ -110,7 +110,7 @@ RUN_COLUMNS = (
 @dataclass(frozen=True)
 class Budget:
     """A candidate budget: per task type (None = runs without one) the limits of
-    ``budgetlens.guard.limits.LIMIT_KEYS`` (None or missing = no such limit). ``default`` applies
+    ``budgetlens.limits.LIMIT_KEYS`` (None or missing = no such limit). ``default`` applies
     to task types not in ``limits``. Raises ValueError naming the key for a limit the guard would
     refuse."""
 

@@ -19,7 +19,7 @@ VIEWS = ("summary", "runs", "curve", "target")
 
 def _limit(text: str) -> tuple[str, float]:
     """``KEY=VALUE`` of ``--limit``: a guard limit key and a number."""
-    from budgetlens.guard.limits import LIMIT_KEYS, check_limit
+    from budgetlens.limits import LIMIT_KEYS, check_limit
 
     key, sep, value = text.partition("=")
     if not sep or key not in LIMIT_KEYS:
@@ -130,7 +130,7 @@ def run(args) -> int:
 def _target_columns(frame):
     """The target view's columns in reading order: the choice first, then the limits, then the
     evidence; ``lower_bound_keys`` as one space-separated cell."""
-    from budgetlens.guard.limits import LIMIT_KEYS
+    from budgetlens.limits import LIMIT_KEYS
 
     out = frame.copy()
     out["lower_bound_keys"] = [" ".join(keys) for keys in out["lower_bound_keys"]]

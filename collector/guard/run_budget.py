@@ -26,15 +26,16 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from budgetlens import semconv as sc
-from budgetlens.guard import limits as lim
+from budgetlens.guard import options as opt
+from budgetlens.guard import stops as lim
 from budgetlens.guard.compress import cheapest_model, client_summarizer, compress_messages
 from budgetlens.guard.effects import EffectLog
-from budgetlens.guard.events import EventDispatcher, OnEvent, as_callbacks
+from budgetlens.guard.events import EventDispatcher, OnEvent
 from budgetlens.guard.ledger import RunLedger
-from budgetlens.guard.limits import DEFAULT_MAX_TOTAL_TOKENS, UNKNOWN_USAGE_POLICIES
+from budgetlens.guard.options import UNKNOWN_USAGE_POLICIES, RunOptions
 from budgetlens.guard.pool import TokenPool
 from budgetlens.guard.results import (
     EVENT_NAME_TOOL_CALL,
@@ -46,26 +47,37 @@ from budgetlens.guard.results import (
     Reservation,
     RunResult,
 )
+from budgetlens.guard.shared import SharedSteps
+from budgetlens.guard.spend import SpendTracker
 from budgetlens.guard.telemetry import RunTelemetry
+from budgetlens.limits import DEFAULT_MAX_TOTAL_TOKENS, LIMIT_KEYS, check_limits
 from budgetlens.pricing import check_prices_file, estimate_cost_usd, price_call, warm_prices
 from budgetlens.usage import Usage, normalize_usage, usage_missing_parts
 
+if TYPE_CHECKING:
+    from opentelemetry.trace import Span, Tracer
+
 log = logging.getLogger(__name__)
 
-# DEFAULT_MAX_TOTAL_TOKENS and UNKNOWN_USAGE_POLICIES live in budgetlens.guard.limits; re-exported here.
+# DEFAULT_MAX_TOTAL_TOKENS (budgetlens.limits) and UNKNOWN_USAGE_POLICIES (budgetlens.guard.options)
+# are re-exported here.
 __all__ = ["RunBudget", "DEFAULT_MAX_TOTAL_TOKENS", "UNKNOWN_USAGE_POLICIES"]
 
-_UNSET = object()  # a call not priced yet
 _PROBE = Usage(0, 0)  # prices nothing: tells whether a model has a price (not None)
 
 
-def _pool_stop(draw: Callable[[], None]) -> lim.Stop | None:
-    """Run a :class:`TokenPool` check or draw; its refusal as a Stop (None: it allowed)."""
-    try:
-        draw()
-    except BudgetExceeded as exc:
-        return lim.Stop(exc.reason, exc.limit, exc.used, exc.requested, exc.detail)
-    return None
+class _Call(NamedTuple):
+    """One recorded call, as settled under the lock (tokens; USD; None: unpriced or unknown)."""
+
+    action: Action
+    model: str | None
+    start_ns: int | None
+    usage: Usage | None
+    cost_usd: float | None
+    reserved_tokens: int
+    used_tokens: int
+    turn: int
+    remaining_tokens: int | None
 
 
 def _paid_cost(model: str | None, usage: Usage, provider: str | None) -> float | None:
@@ -114,10 +126,13 @@ class RunBudget:
     (``BUDGETLENS_PRICES_FILE``) when it is missing or invalid: it is read here, before any
     call is paid for, not at the first ``record``.
 
-    Validation and stop/threshold decisions are in :mod:`budgetlens.guard.limits`, counters (and the
-    refusal that would be the run's stop) in :class:`budgetlens.guard.ledger.RunLedger`, building and
-    delivering events in :mod:`budgetlens.guard.events`; this class holds the lock, the model chain
-    and the order of checks, records and events.
+    Limit validation is in :mod:`budgetlens.limits`, the other options in
+    :mod:`budgetlens.guard.options` (:class:`RunOptions`, :attr:`options`), stop and threshold
+    decisions in :mod:`budgetlens.guard.stops`, the steps in the shared token pool and spend windows
+    in :mod:`budgetlens.guard.shared`, counters (and the refusal that would be the run's stop) in
+    :class:`budgetlens.guard.ledger.RunLedger`, building and delivering events in
+    :mod:`budgetlens.guard.events`; this class holds the lock, the model chain and the order of
+    checks, records and events.
     """
 
     def __init__(
@@ -142,88 +157,67 @@ class RunBudget:
         unknown_usage: str = "block",
         unknown_usage_residual_tokens: int | None = None,
         clock: Callable[[], float] = time.monotonic,
-        tracer: Any = None,
-        spend: Any = None,
+        tracer: Tracer | None = None,
+        spend: SpendTracker | None = None,
         pool: TokenPool | None = None,
         alert_limits: Mapping[str, float | None] | None = None,
         retry_policy: Callable[[RunResult], bool] | None = None,
     ) -> None:
-        limits = lim.resolve_limits(
-            {
-                "max_total_tokens": max_total_tokens,
-                "max_input_tokens": max_input_tokens,
-                "max_output_tokens": max_output_tokens,
-                "max_turns": max_turns,
-                "max_tool_calls": max_tool_calls,
-                "max_duration_s": max_duration_s,
-                "max_cost_usd": max_cost_usd,
-            },
-            default=not alert_limits,
-        )
-        chain = lim.check_options(
+        limits = (max_total_tokens, max_input_tokens, max_output_tokens, max_turns)
+        limits += (max_tool_calls, max_duration_s, max_cost_usd)  # LIMIT_KEYS' order
+        options = RunOptions.build(
+            dict(zip(LIMIT_KEYS, limits, strict=True)),
             task_type=task_type,
+            run_id=run_id,
+            agent_name=agent_name,
+            provider=provider,
             warn_at=warn_at,
+            model_chain=model_chain,
             downgrade_at=downgrade_at,
             summarize_at=summarize_at,
+            on_event=on_event,
             unknown_usage=unknown_usage,
             unknown_usage_residual_tokens=unknown_usage_residual_tokens,
-            model_chain=model_chain,
+            clock=clock,
+            tracer=tracer,
+            spend=spend,
+            pool=pool,
+            alert_limits=alert_limits,
+            retry_policy=retry_policy,
         )
-        callbacks = as_callbacks(on_event)
-        self._alert_limits = lim.check_alert_limits(alert_limits)
-        if pool is not None and not isinstance(pool, TokenPool):
-            raise ValueError(f"pool must be a TokenPool or None, got {pool!r}")
-        if retry_policy is not None and not callable(retry_policy):
-            raise ValueError(
-                f"retry_policy must be a callable taking a RunResult, or None; got {retry_policy!r}"
-            )
         check_prices_file()
-        self._limits = limits
-        self.task_type = task_type
-        self.run_id = run_id or uuid.uuid4().hex
-        self.provider = provider
-        self.warn_at, self.downgrade_at, self.summarize_at = warn_at, downgrade_at, summarize_at
-        self.model_chain = chain
-        self.unknown_usage = unknown_usage
-        self._residual = unknown_usage_residual_tokens
-        self._clock = clock
-        self._spend = spend
-        self._pool = pool
-        self._retry_policy = retry_policy
+        self._start(options)
+
+    def _start(self, options: RunOptions) -> None:
+        """Set up the run from checked options: state, shared steps, telemetry; start the clock."""
+        self.options = options
+        self._limits: dict[str, float | None] = dict(options.limits)
+        self._alert_limits = dict(options.alert_limits)
+        self.task_type = options.task_type
+        self.run_id = options.run_id or uuid.uuid4().hex
+        self.provider = options.provider
+        self.warn_at, self.downgrade_at = options.warn_at, options.downgrade_at
+        self.summarize_at = options.summarize_at
+        self.model_chain = options.model_chain
+        self.unknown_usage = options.unknown_usage
+        self._residual = options.unknown_usage_residual_tokens
+        self._clock = options.clock
+        self._shared = SharedSteps(options.pool, options.spend)
+        self._retry_policy = options.retry_policy
         self._effects = EffectLog(self.run_id)
         self._limit_changes: list[LimitChange] = []
         self._last_actions: tuple[Action, ...] = ()
         self._lock = threading.RLock()  # callbacks may read stats()
-        if self.model_chain or self._limits["max_cost_usd"] is not None or spend:
+        if self.model_chain or self._limits["max_cost_usd"] is not None or options.spend is not None:
             warm_prices()  # genai-prices loads its data once per process: not on the run's clock
-        self._started = clock()
-        self._telemetry = RunTelemetry(tracer, self.run_id, task_type, agent_name, limits)
-        self._dispatch = EventDispatcher(self._telemetry, callbacks, self.run_id)
+        self._started = self._clock()
+        self._telemetry = RunTelemetry(
+            options.tracer, self.run_id, self.task_type, options.agent_name, self._limits
+        )
+        self._dispatch = EventDispatcher(self._telemetry, options.callbacks, self.run_id)
         self._next_id = 0
         self._finished: RunResult | None = None
-        self._clear_use()
-
-    # --- state -----------------------------------------------------------------------------
-    def _clear_use(self) -> None:
-        old = getattr(self, "_use", None)
-        if old is not None and getattr(self, "_finished", None) is None:
-            self._settle_shared(old, charge=False)  # reset: open reservations are dropped
         self._use = RunLedger()
-        self._dispatch.clear_thresholds()  # the model chain restarts too
-
-    def _settle_shared(self, ledger: RunLedger, *, charge: bool) -> None:
-        """Settle what ``ledger``'s open reservations hold in the shared token pool and spend
-        windows: given back (``charge=False``), or, at ``finish()``, charged as spent. A call
-        that was reserved but neither recorded nor released may have been paid for: its usage
-        is unknown, so it counts as its reservation, never as 0 (design §1); the reservation is
-        no longer held either way."""
-        if self._pool is not None:
-            for res in ledger.reservations.values():
-                self._pool.settle(res.tokens, res.tokens if charge else 0)
-        if self._spend is not None and ledger.reserved_cost_usd:
-            self._spend.release(ledger.reserved_cost_usd)
-            if charge:
-                self._spend.add(ledger.reserved_cost_usd)
 
     @property
     def limits(self) -> dict[str, float | None]:
@@ -260,7 +254,7 @@ class RunBudget:
         return self._use.used_tokens
 
     @property
-    def span(self):
+    def span(self) -> Span:
         """The run's OTel span (non-recording when no SDK is configured)."""
         return self._telemetry.span
 
@@ -274,13 +268,6 @@ class RunBudget:
         if self._use.refuse(exc):
             self._dispatch.emit(Action.STOP, self._use, self._limits, reason=stop.reason)
         raise exc
-
-    def _reserve_spend(self, cost: float) -> None:
-        """Reserve ``cost`` (USD) in the shared spend windows; a refusal is this run's stop."""
-        try:
-            self._spend.reserve(cost)
-        except BudgetExceeded as exc:
-            self._stop_on(lim.Stop(exc.reason, exc.limit, exc.used, exc.requested, "spend window"))
 
     def _check_open(self) -> None:
         if self._finished is not None:
@@ -303,9 +290,10 @@ class RunBudget:
         if self._finished is not None:
             self._check_open()
         self._check_time()
-        self._stop_on(lim.spent_stop(self._limits, self._use, self._spend))
-        if self._pool is not None:
-            self._stop_on(_pool_stop(self._pool.check))
+        shared = self._shared
+        self._stop_on(lim.spent_stop(self._limits, self._use, shared.spend_stop if shared.spend else None))
+        if shared.pool is not None:
+            self._stop_on(shared.pool_stop())
 
     def before_turn(self) -> Action:
         """Check that one more model turn may start (a turn is held by ``reserve`` until the call
@@ -364,12 +352,12 @@ class RunBudget:
         ):
             output = None  # the common case, checked inline (hot path)
         else:
-            output = lim.split_estimate(estimated_tokens, input_tokens, output_tokens)
+            output = opt.split_estimate(estimated_tokens, input_tokens, output_tokens)
         if model is not None and model.__class__ is not str:
-            lim.check_model(model)
+            opt.check_model(model)
         model = model or self.model
         cost, priced = 0.0, True
-        if (self._limits["max_cost_usd"] is not None or self._spend is not None) and model:
+        if (self._limits["max_cost_usd"] is not None or self._shared.spend is not None) and model:
             # Without a model (here, on the reservation or from the chain) the cost cannot be
             # estimated before the call: it is counted when record() names the model (README).
             estimate = estimate_cost_usd(model, estimated_tokens, output, self.provider)
@@ -384,14 +372,7 @@ class RunBudget:
                 or lim.reserve_stop(limits, use, estimated_tokens, output or 0, cost)
             )
             self._check_turns()
-            if self._spend is not None:
-                self._reserve_spend(cost)
-            if self._pool is not None:
-                pool = self._pool
-                stop = _pool_stop(lambda: pool.reserve(estimated_tokens))
-                if stop is not None and self._spend is not None and cost:
-                    self._spend.release(cost)  # the pool refused: the spend reservation goes back
-                self._stop_on(stop)
+            self._stop_on(self._shared.reserve(estimated_tokens, cost))
             self._next_id += 1
             res = Reservation(
                 self._next_id,
@@ -486,69 +467,77 @@ class RunBudget:
         """
         provider = provider or self.provider
         if model is not None and model.__class__ is not str:
-            lim.check_model(model)
+            opt.check_model(model)
         normalized = normalize_usage(usage, provider) if usage is not None else None
         missing = usage_missing_parts(usage, provider) if normalized is not None else ()
         # Price outside the lock when the model is known without settling (genai-prices' own
         # calculation takes far longer than the bookkeeping); else once the reservation is settled.
         # A partial usage is completed from the reservation first, so it is priced inside.
-        early: Any = _UNSET
-        if normalized is not None and not missing and (model is not None or reservation is not None):
-            early = _paid_cost(model or getattr(reservation, "model", None), normalized, provider)
+        early = normalized is not None and not missing and (model is not None or reservation is not None)
+        cost = (
+            _paid_cost(model or getattr(reservation, "model", None), normalized, provider) if early else None
+        )
         with self._lock:
-            if self._finished is not None:
-                self._check_open()
-            use = self._use
-            res = use.settle(reservation, self.run_id)
-            model = model or (res.model if res else None)
-            reserved = res.tokens if res else 0
-            if missing and normalized is not None:  # partial usage: the missing part is charged
-                normalized = use.complete_partial(normalized, missing, res)
-            if early is not _UNSET:
-                cost = early
-            else:
-                cost = None if normalized is None else _paid_cost(model, normalized, provider)
-            used_before = use.used_tokens
-            first_unknown = use.add_call(normalized, cost, reserved)  # a turn; releases are not
-            if self._pool is not None:
-                self._pool.settle(reserved, use.used_tokens - used_before)
-            if first_unknown:
-                log.warning("run %s: call without usage; charged %d tokens", self.run_id, first_unknown)
-            if self._spend is not None:
-                if res is not None and res.cost_usd:
-                    self._spend.release(res.cost_usd)
-                charge = cost if cost is not None else (res.cost_usd if res and normalized is None else None)
-                if charge is not None:
-                    self._spend.add(charge)
-            elif (
-                cost is None
-                and self._limits["max_cost_usd"] is not None
-                and (normalized is not None or _paid_cost(model, _PROBE, provider) is None)
-            ):
-                self._dispatch.cost_unenforced(model, use, self._limits)  # no price for model
-            action, self._last_actions = self._dispatch.thresholds(
-                use, self._limits, self.model_chain, self.warn_at, self.downgrade_at, self.summarize_at
-            )
-            if self._alert_limits:
-                self._dispatch.alerts(use, self._limits, self._alert_limits, self._clock() - self._started)
-            used, turn = use.used_tokens, use.turns
-            remaining = use.remaining(self._limits["max_total_tokens"])
+            call = self._record_call(reservation, normalized, missing, model, provider, (early, cost))
         if self._telemetry.recording:
             self._telemetry.model_call(
-                model=model,
+                model=call.model,
                 response_model=response_model,
                 provider=provider,
-                turn=turn,
-                start_ns=res.start_ns if res else None,
-                usage=normalized,
+                turn=call.turn,
+                start_ns=call.start_ns,
+                usage=call.usage,
                 usage_status=sc.USAGE_PARTIAL if missing else None,
-                reserved_tokens=reserved,
-                used_tokens=used,
-                remaining_tokens=remaining,
-                cost_usd=cost,
+                reserved_tokens=call.reserved_tokens,
+                used_tokens=call.used_tokens,
+                remaining_tokens=call.remaining_tokens,
+                cost_usd=call.cost_usd,
                 error_type=error_type,
             )
-        return action
+        return call.action
+
+    def _record_call(
+        self,
+        reservation: Reservation | None,
+        usage: Usage | None,
+        missing: tuple[str, ...],
+        model: str | None,
+        provider: str | None,
+        early: tuple[bool, float | None],
+    ) -> _Call:
+        """Under the lock: settle ``reservation``, complete a partial usage, price the call (unless
+        ``early`` = (priced, cost) says it was), count it, settle the shared steps, warn about an
+        unenforced cost limit, cross thresholds and alerts."""
+        if self._finished is not None:
+            self._check_open()
+        use = self._use
+        res = use.settle(reservation, self.run_id)
+        model = model or (res.model if res else None)
+        reserved = res.tokens if res else 0
+        if missing and usage is not None:  # partial usage: the missing part is charged
+            usage = use.complete_partial(usage, missing, res)
+        cost = early[1] if early[0] else (None if usage is None else _paid_cost(model, usage, provider))
+        used_before = use.used_tokens
+        first_unknown = use.add_call(usage, cost, reserved)  # a turn; releases are not
+        self._shared.settle_pool(reserved, use.used_tokens - used_before)
+        if first_unknown:
+            log.warning("run %s: call without usage; charged %d tokens", self.run_id, first_unknown)
+        if self._shared.spend is not None:
+            self._shared.settle_spend(res, cost, usage_known=usage is not None)
+        elif (
+            cost is None
+            and self._limits["max_cost_usd"] is not None
+            and (usage is not None or _paid_cost(model, _PROBE, provider) is None)
+        ):
+            self._dispatch.cost_unenforced(model, use, self._limits)  # no price for model
+        action, self._last_actions = self._dispatch.thresholds(
+            use, self._limits, self.model_chain, self.warn_at, self.downgrade_at, self.summarize_at
+        )
+        if self._alert_limits:
+            self._dispatch.alerts(use, self._limits, self._alert_limits, self._clock() - self._started)
+        remaining = use.remaining(self._limits["max_total_tokens"])
+        start_ns = res.start_ns if res else None
+        return _Call(action, model, start_ns, usage, cost, reserved, use.used_tokens, use.turns, remaining)
 
     def release(self, reservation: Reservation) -> None:
         """Give back a reservation whose call failed before spending anything (it is no turn).
@@ -559,10 +548,8 @@ class RunBudget:
         with self._lock:
             if self._finished is None:
                 res = self._use.settle(reservation, self.run_id)
-                if res is not None and res.cost_usd and self._spend is not None:
-                    self._spend.release(res.cost_usd)
-                if res is not None and self._pool is not None:
-                    self._pool.settle(res.tokens, 0)
+                if res is not None:
+                    self._shared.release(res)
 
     # --- helpers for the next call -----------------------------------------------------------
     def output_budget(self, ceiling: int | None = None, prompt_tokens: int = 0) -> int | None:
@@ -617,7 +604,7 @@ class RunBudget:
         next check; thresholds already crossed stay fired. Raises ValueError naming an unknown
         or invalid limit, or a ``changed_by`` that is not a string.
         """
-        lim.check_limits(limits)
+        check_limits(limits)
         if changed_by is not None and not isinstance(changed_by, str):
             raise ValueError(
                 f"changed_by must be a string (who changed the limit) or None, got {changed_by!r}"
@@ -638,7 +625,10 @@ class RunBudget:
         and the fired thresholds, so the warning can fire again; limits, run id and clock start
         stay (and so do ``cost_unenforced`` warnings: once per run and model)."""
         with self._lock:
-            self._clear_use()
+            if self._finished is None:
+                self._shared.settle_open(self._use, charge=False)  # open reservations are dropped
+            self._use = RunLedger()
+            self._dispatch.clear_thresholds()  # the model chain restarts too
 
     # --- reading and finishing --------------------------------------------------------------
     def stats(self) -> BudgetStats:
@@ -667,17 +657,17 @@ class RunBudget:
         ``stop_reason`` defaults to: the reason of a BudgetExceeded ``error``; ``failed`` for
         another ``error``; the budget refusal the run ended at (one after its last recorded call;
         a refusal the run recovered from, recording a call after it, is no stop: see
-        :func:`budgetlens.guard.limits.final_stop_reason`); else ``completed``. The ``budgetlens.stop``
+        :func:`budgetlens.guard.stops.final_stop_reason`); else ``completed``. The ``budgetlens.stop``
         event is still emitted at each refusal.
 
         ``retryable`` (bool) sets ``RunResult.retryable``; without it the constructor's
         ``retry_policy`` (a callable taking the default RunResult, returning bool) decides, else
-        :func:`budgetlens.guard.limits.retryable`. The result also carries the limits the run ran
+        :func:`budgetlens.guard.stops.retryable`. The result also carries the limits the run ran
         under, the utilization, the number of downgrades and the unconfirmed external effects.
         Raises ValueError for a reason outside :data:`budgetlens.semconv.STOP_REASONS` or a
         ``retryable`` that is not a bool.
         """
-        lim.check_stop_reason(stop_reason)
+        opt.check_stop_reason(stop_reason)
         if retryable is not None and not isinstance(retryable, bool):
             raise ValueError(f"retryable must be True, False or None, got {retryable!r}")
         with self._lock:
@@ -705,7 +695,7 @@ class RunBudget:
                 result = dataclasses.replace(result, retryable=retryable)
             # Reservations still open at the end (neither recorded nor released) stop being held
             # in the shared pool and windows; their unknown usage is charged as reserved.
-            self._settle_shared(self._use, charge=True)
+            self._shared.settle_open(self._use, charge=True)
             self._finished = result
         try:
             self._telemetry.finish(result, self._limits, self._use.usage_known)
