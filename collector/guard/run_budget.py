@@ -19,37 +19,28 @@ run, ``RuntimeError`` for a step after ``finish()``.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import logging
-import threading
 import time
-import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
 from budgetlens import semconv as sc
 from budgetlens.guard import options as opt
 from budgetlens.guard import stops as lim
 from budgetlens.guard.compress import cheapest_model, client_summarizer, compress_messages
-from budgetlens.guard.effects import EffectLog
-from budgetlens.guard.events import EventDispatcher, OnEvent
-from budgetlens.guard.ledger import RunLedger
+from budgetlens.guard.events import OnEvent
 from budgetlens.guard.options import UNKNOWN_USAGE_POLICIES, RunOptions
 from budgetlens.guard.pool import TokenPool
 from budgetlens.guard.results import (
-    EVENT_NAME_TOOL_CALL,
     Action,
-    BudgetExceeded,
     BudgetStats,
     Effect,
     LimitChange,
     Reservation,
     RunResult,
 )
-from budgetlens.guard.shared import SharedSteps
+from budgetlens.guard.run_state import RunState
 from budgetlens.guard.spend import SpendTracker
-from budgetlens.guard.telemetry import RunTelemetry
 from budgetlens.limits import DEFAULT_MAX_TOTAL_TOKENS, LIMIT_KEYS, check_limits
 from budgetlens.pricing import check_prices_file, estimate_cost_usd, price_call, warm_prices
 from budgetlens.usage import Usage, normalize_usage, usage_missing_parts
@@ -62,22 +53,6 @@ log = logging.getLogger(__name__)
 # DEFAULT_MAX_TOTAL_TOKENS (budgetlens.limits) and UNKNOWN_USAGE_POLICIES (budgetlens.guard.options)
 # are re-exported here.
 __all__ = ["RunBudget", "DEFAULT_MAX_TOTAL_TOKENS", "UNKNOWN_USAGE_POLICIES"]
-
-_PROBE = Usage(0, 0)  # prices nothing: tells whether a model has a price (not None)
-
-
-class _Call(NamedTuple):
-    """One recorded call, as settled under the lock (tokens; USD; None: unpriced or unknown)."""
-
-    action: Action
-    model: str | None
-    start_ns: int | None
-    usage: Usage | None
-    cost_usd: float | None
-    reserved_tokens: int
-    used_tokens: int
-    turn: int
-    remaining_tokens: int | None
 
 
 def _paid_cost(model: str | None, usage: Usage, provider: str | None) -> float | None:
@@ -190,44 +165,26 @@ class RunBudget:
 
     def _start(self, options: RunOptions) -> None:
         """Set up the run from checked options: state, shared steps, telemetry; start the clock."""
+        """Set up the run from checked options (the clock starts after the prices are warm)."""
         self.options = options
-        self._limits: dict[str, float | None] = dict(options.limits)
-        self._alert_limits = dict(options.alert_limits)
-        self.task_type = options.task_type
-        self.run_id = options.run_id or uuid.uuid4().hex
-        self.provider = options.provider
+        self.task_type, self.provider = options.task_type, options.provider
         self.warn_at, self.downgrade_at = options.warn_at, options.downgrade_at
-        self.summarize_at = options.summarize_at
-        self.model_chain = options.model_chain
+        self.summarize_at, self.model_chain = options.summarize_at, options.model_chain
         self.unknown_usage = options.unknown_usage
-        self._residual = options.unknown_usage_residual_tokens
-        self._clock = options.clock
-        self._shared = SharedSteps(options.pool, options.spend)
-        self._retry_policy = options.retry_policy
-        self._effects = EffectLog(self.run_id)
-        self._limit_changes: list[LimitChange] = []
-        self._last_actions: tuple[Action, ...] = ()
-        self._lock = threading.RLock()  # callbacks may read stats()
-        if self.model_chain or self._limits["max_cost_usd"] is not None or options.spend is not None:
+        if self.model_chain or options.limits["max_cost_usd"] is not None or options.spend is not None:
             warm_prices()  # genai-prices loads its data once per process: not on the run's clock
-        self._started = self._clock()
-        self._telemetry = RunTelemetry(
-            options.tracer, self.run_id, self.task_type, options.agent_name, self._limits
-        )
-        self._dispatch = EventDispatcher(self._telemetry, options.callbacks, self.run_id)
-        self._next_id = 0
-        self._finished: RunResult | None = None
-        self._use = RunLedger()
+        self._state = RunState(options, _paid_cost)
+        self.run_id = self._state.run_id
 
     @property
     def limits(self) -> dict[str, float | None]:
         """The current limits, keyed by constructor argument name."""
-        return dict(self._limits)
+        return dict(self._state.limits)
 
     @property
     def model(self) -> str | None:
         """The model to call now: the chain's current entry (moves once on DOWNGRADE)."""
-        return self.model_chain[self._dispatch.chain_position] if self.model_chain else None
+        return self._state.model
 
     @property
     def last_actions(self) -> tuple[Action, ...]:
@@ -235,66 +192,30 @@ class RunBudget:
         first (e.g. ``(WARN, DOWNGRADE, SUMMARIZE)`` for one call from 0 to 90 %), plus a pending
         DOWNGRADE reported by ``before_turn``; () when it crossed none. The method itself returns
         only the most severe."""
-        return self._last_actions
+        return self._state.last_actions
 
     @property
     def limit_changes(self) -> tuple[LimitChange, ...]:
         """Every limit change by :meth:`set_max`, oldest first."""
-        with self._lock:
-            return tuple(self._limit_changes)
+        with self._state.lock:
+            return tuple(self._state.limit_changes)
 
     @property
     def alert_limits(self) -> dict[str, float]:
         """The alert-only limits (constructor names; they alert once and never stop)."""
-        return dict(self._alert_limits)
+        return dict(self._state.alert_limits)
 
     @property
     def used_tokens(self) -> int:
         """Tokens used: reported usage plus the charges of calls with unknown usage."""
-        return self._use.used_tokens
+        return self._state.use.used_tokens
 
     @property
     def span(self) -> Span:
         """The run's OTel span (non-recording when no SDK is configured)."""
-        return self._telemetry.span
+        return self._state.telemetry.span
 
     # --- checks (raise before spending) -----------------------------------------------------
-    def _stop_on(self, stop: lim.Stop | None) -> None:
-        """Raise ``stop`` (if any) as BudgetExceeded; the first refusal since the last recorded
-        call is kept by the ledger (the run's stop unless it records a call later) and emitted."""
-        if stop is None:
-            return
-        exc = stop.exception()
-        if self._use.refuse(exc):
-            self._dispatch.emit(Action.STOP, self._use, self._limits, reason=stop.reason)
-        raise exc
-
-    def _check_open(self) -> None:
-        if self._finished is not None:
-            raise RuntimeError(
-                f"run {self.run_id} is finished: no turn, reservation, record or tool call after finish()"
-            )
-
-    def _check_time(self) -> None:
-        limit = self._limits["max_duration_s"]
-        if limit is not None:  # the clock is read only when there is a time limit
-            self._stop_on(lim.time_stop(limit, self._clock() - self._started))
-
-    def _check_turns(self) -> None:
-        limit = self._limits["max_turns"]
-        if limit is not None:  # turns: recorded calls plus open reservations
-            use = self._use
-            self._stop_on(lim.count_stop(sc.STOP_BUDGET_TURNS, limit, use.turns + use.open_calls))
-
-    def _check_spent(self) -> None:
-        if self._finished is not None:
-            self._check_open()
-        self._check_time()
-        shared = self._shared
-        self._stop_on(lim.spent_stop(self._limits, self._use, shared.spend_stop if shared.spend else None))
-        if shared.pool is not None:
-            self._stop_on(shared.pool_stop())
-
     def before_turn(self) -> Action:
         """Check that one more model turn may start (a turn is held by ``reserve`` until the call
         is recorded or released, and counted by ``record``). Returns the advised :class:`Action`,
@@ -307,21 +228,8 @@ class RunBudget:
         Raises BudgetExceeded when the turn limit, wall time, cost, a token limit, a spend
         window or the token pool is spent; RuntimeError after ``finish()``.
         """
-        with self._lock:
-            self._check_spent()
-            self._check_turns()
-            use, dispatch = self._use, self._dispatch
-            advised, crossed = dispatch.thresholds(
-                use, self._limits, self.model_chain, self.warn_at, self.downgrade_at, self.summarize_at
-            )
-            if dispatch.take_downgrade():
-                advised = max(advised, Action.DOWNGRADE)
-                if Action.DOWNGRADE not in crossed:
-                    crossed = tuple(sorted((*crossed, Action.DOWNGRADE)))
-            self._last_actions = crossed
-            if self._alert_limits:
-                dispatch.alerts(use, self._limits, self._alert_limits, self._clock() - self._started)
-            return advised
+        with self._state.lock:
+            return self._state.before_turn_locked()
 
     def reserve(
         self,
@@ -357,35 +265,13 @@ class RunBudget:
             opt.check_model(model)
         model = model or self.model
         cost, priced = 0.0, True
-        if (self._limits["max_cost_usd"] is not None or self._shared.spend is not None) and model:
+        if (self._state.limits["max_cost_usd"] is not None or self.options.spend is not None) and model:
             # Without a model (here, on the reservation or from the chain) the cost cannot be
             # estimated before the call: it is counted when record() names the model (README).
             estimate = estimate_cost_usd(model, estimated_tokens, output, self.provider)
             cost, priced = (0.0, False) if estimate is None else (estimate, True)
-        with self._lock:
-            if not priced:
-                self._dispatch.cost_unenforced(model, self._use, self._limits)
-            self._check_spent()
-            use, limits = self._use, self._limits
-            self._stop_on(
-                lim.unknown_usage_stop(self.unknown_usage, self._residual, limits, use, estimated_tokens)
-                or lim.reserve_stop(limits, use, estimated_tokens, output or 0, cost)
-            )
-            self._check_turns()
-            self._stop_on(self._shared.reserve(estimated_tokens, cost))
-            self._next_id += 1
-            res = Reservation(
-                self._next_id,
-                estimated_tokens,
-                use.turns + len(use.reservations) + 1,
-                model,
-                time.time_ns(),
-                output or 0,
-                cost,
-                self.run_id,
-            )
-            use.reserve(res)
-            return res
+        with self._state.lock:
+            return self._state.reserve_locked(estimated_tokens, output, model, cost, priced)
 
     def before_tool_call(self, name: str, *, external_effect: bool = False) -> Effect | None:
         """Count one tool call named ``name`` (a tool call span event; arguments never recorded).
@@ -395,19 +281,9 @@ class RunBudget:
         happened; else returns None. Raises BudgetExceeded when ``max_tool_calls`` calls were made
         or wall time is spent (no effect is begun then); RuntimeError after ``finish()``.
         """
-        with self._lock:
-            self._check_open()
-            self._check_time()
-            self._stop_on(
-                lim.count_stop(sc.STOP_BUDGET_TOOLS, self._limits["max_tool_calls"], self._use.tool_calls)
-            )
-            self._use.tool_calls += 1
-            self._dispatch.emit(None, self._use, self._limits, name=EVENT_NAME_TOOL_CALL, tool_name=str(name))
-            if self._alert_limits:
-                self._dispatch.alerts(
-                    self._use, self._limits, self._alert_limits, self._clock() - self._started
-                )
-        return self._effects.begin(str(name)) if external_effect else None
+        with self._state.lock:
+            self._state.tool_call_locked(str(name))
+        return self._state.effects.begin(str(name)) if external_effect else None
 
     # --- external effects -------------------------------------------------------------------
     def begin_effect(self, name: str) -> Effect:
@@ -415,15 +291,15 @@ class RunBudget:
         Until :meth:`confirm_effect`, a run that ends is not ``retryable`` and its result names
         it in ``unconfirmed_effects``. Raises ValueError for an empty name; RuntimeError after
         ``finish()``."""
-        with self._lock:
-            self._check_open()
-        return self._effects.begin(name)
+        with self._state.lock:
+            self._state.check_open()
+        return self._state.effects.begin(name)
 
     def confirm_effect(self, effect: Effect) -> None:
         """Confirm an effect begun by :meth:`begin_effect` (its outcome is known). Raises
         ValueError for an effect that is not open or of another run; allowed after ``finish()``
         (the result keeps the names it ended with)."""
-        self._effects.confirm(effect)
+        self._state.effects.confirm(effect)
 
     @contextlib.contextmanager
     def external_effect(self, name: str) -> Iterator[Effect]:
@@ -474,13 +350,14 @@ class RunBudget:
         # calculation takes far longer than the bookkeeping); else once the reservation is settled.
         # A partial usage is completed from the reservation first, so it is priced inside.
         early = normalized is not None and not missing and (model is not None or reservation is not None)
-        cost = (
+        paid = (
             _paid_cost(model or getattr(reservation, "model", None), normalized, provider) if early else None
         )
-        with self._lock:
-            call = self._record_call(reservation, normalized, missing, model, provider, (early, cost))
-        if self._telemetry.recording:
-            self._telemetry.model_call(
+        state = self._state
+        with state.lock:
+            call = state.record_locked(reservation, normalized, missing, model, provider, (early, paid))
+        if state.telemetry.recording:
+            state.telemetry.model_call(
                 model=call.model,
                 response_model=response_model,
                 provider=provider,
@@ -496,60 +373,14 @@ class RunBudget:
             )
         return call.action
 
-    def _record_call(
-        self,
-        reservation: Reservation | None,
-        usage: Usage | None,
-        missing: tuple[str, ...],
-        model: str | None,
-        provider: str | None,
-        early: tuple[bool, float | None],
-    ) -> _Call:
-        """Under the lock: settle ``reservation``, complete a partial usage, price the call (unless
-        ``early`` = (priced, cost) says it was), count it, settle the shared steps, warn about an
-        unenforced cost limit, cross thresholds and alerts."""
-        if self._finished is not None:
-            self._check_open()
-        use = self._use
-        res = use.settle(reservation, self.run_id)
-        model = model or (res.model if res else None)
-        reserved = res.tokens if res else 0
-        if missing and usage is not None:  # partial usage: the missing part is charged
-            usage = use.complete_partial(usage, missing, res)
-        cost = early[1] if early[0] else (None if usage is None else _paid_cost(model, usage, provider))
-        used_before = use.used_tokens
-        first_unknown = use.add_call(usage, cost, reserved)  # a turn; releases are not
-        self._shared.settle_pool(reserved, use.used_tokens - used_before)
-        if first_unknown:
-            log.warning("run %s: call without usage; charged %d tokens", self.run_id, first_unknown)
-        if self._shared.spend is not None:
-            self._shared.settle_spend(res, cost, usage_known=usage is not None)
-        elif (
-            cost is None
-            and self._limits["max_cost_usd"] is not None
-            and (usage is not None or _paid_cost(model, _PROBE, provider) is None)
-        ):
-            self._dispatch.cost_unenforced(model, use, self._limits)  # no price for model
-        action, self._last_actions = self._dispatch.thresholds(
-            use, self._limits, self.model_chain, self.warn_at, self.downgrade_at, self.summarize_at
-        )
-        if self._alert_limits:
-            self._dispatch.alerts(use, self._limits, self._alert_limits, self._clock() - self._started)
-        remaining = use.remaining(self._limits["max_total_tokens"])
-        start_ns = res.start_ns if res else None
-        return _Call(action, model, start_ns, usage, cost, reserved, use.used_tokens, use.turns, remaining)
-
     def release(self, reservation: Reservation) -> None:
         """Give back a reservation whose call failed before spending anything (it is no turn).
 
         Raises ValueError as :meth:`record` for a reservation that is not open; after
         ``finish()`` it does nothing (so cleanup code never raises).
         """
-        with self._lock:
-            if self._finished is None:
-                res = self._use.settle(reservation, self.run_id)
-                if res is not None:
-                    self._shared.release(res)
+        with self._state.lock:
+            self._state.release_locked(reservation)
 
     # --- helpers for the next call -----------------------------------------------------------
     def output_budget(self, ceiling: int | None = None, prompt_tokens: int = 0) -> int | None:
@@ -559,8 +390,8 @@ class RunBudget:
         set. Reserve it as output (``reserve(prompt_tokens + n, output_tokens=n)``) to make the
         token limits hard. Raises ValueError for a ``ceiling`` or ``prompt_tokens`` that is not
         an int >= 0."""
-        with self._lock:
-            return lim.output_budget(self._limits, self._use, ceiling, prompt_tokens)
+        with self._state.lock:
+            return lim.output_budget(self._state.limits, self._state.use, ceiling, prompt_tokens)
 
     def cheapest_model(self) -> str | None:
         """The model of ``model_chain`` with the lowest price for 1,000 input + 1,000 output tokens
@@ -609,40 +440,28 @@ class RunBudget:
             raise ValueError(
                 f"changed_by must be a string (who changed the limit) or None, got {changed_by!r}"
             )
-        with self._lock:
-            now = datetime.now(UTC)
-            for name, new in limits.items():
-                previous = self._limits[name]
-                if previous == new:
-                    continue
-                self._limits[name] = new
-                self._limit_changes.append(LimitChange(name, previous, new, changed_by, now))
-                self._dispatch.limit_changed(self._use, self._limits, name, previous, new, changed_by)
-        self._telemetry.set_limits(self._limits)
+        with self._state.lock:
+            self._state.set_limits_locked(limits, changed_by)
+        self._state.telemetry.set_limits(self._state.limits)
 
     def reset(self) -> None:
         """Clear use (tokens, cost, turns, tool calls, reservations, a pending budget refusal)
         and the fired thresholds, so the warning can fire again; limits, run id and clock start
         stay (and so do ``cost_unenforced`` warnings: once per run and model)."""
-        with self._lock:
-            if self._finished is None:
-                self._shared.settle_open(self._use, charge=False)  # open reservations are dropped
-            self._use = RunLedger()
-            self._dispatch.clear_thresholds()  # the model chain restarts too
+        with self._state.lock:
+            self._state.reset_locked()
 
     # --- reading and finishing --------------------------------------------------------------
     def stats(self) -> BudgetStats:
         """A snapshot: used/max/remaining tokens, percent (one decimal), counters, status line
         (naming models whose cost the cost limit cannot enforce)."""
-        with self._lock:
-            return self._use.stats(
-                self._limits, self._clock() - self._started, self._dispatch.cost_unenforced_models
-            )
+        with self._state.lock:
+            return self._state.stats_locked()
 
     @property
     def result(self) -> RunResult | None:
         """The RunResult once finished, else None."""
-        return self._finished
+        return self._state.finished
 
     def finish(
         self,
@@ -670,35 +489,13 @@ class RunBudget:
         opt.check_stop_reason(stop_reason)
         if retryable is not None and not isinstance(retryable, bool):
             raise ValueError(f"retryable must be True, False or None, got {retryable!r}")
-        with self._lock:
-            if self._finished is not None:
-                return self._finished
-            refusal = error if isinstance(error, BudgetExceeded) else self._use.refusal
-            stop_reason = lim.final_stop_reason(stop_reason, error, self._use.refusal)
-            result = self._use.result(
-                self.run_id,
-                self.task_type,
-                stop_reason,
-                self._clock() - self._started,
-                error,
-                limits=self._limits,
-                stop=refusal,
-                unconfirmed_effects=self._effects.unconfirmed,
-                downgrades=self._dispatch.downgrades,
-            )
-            if retryable is None and self._retry_policy is not None:
-                try:
-                    retryable = bool(self._retry_policy(result))
-                except Exception:
-                    log.exception("run %s: retry_policy failed; the default rule decides", self.run_id)
-            if retryable is not None:
-                result = dataclasses.replace(result, retryable=retryable)
-            # Reservations still open at the end (neither recorded nor released) stop being held
-            # in the shared pool and windows; their unknown usage is charged as reserved.
-            self._shared.settle_open(self._use, charge=True)
-            self._finished = result
+        state = self._state
+        with state.lock:
+            if state.finished is not None:
+                return state.finished
+            result = state.finish_locked(stop_reason, error, retryable)
         try:
-            self._telemetry.finish(result, self._limits, self._use.usage_known)
+            state.telemetry.finish(result, state.limits, state.use.usage_known)
         except Exception:
             log.exception("run %s: could not end the run span", self.run_id)
         return result
