@@ -125,7 +125,27 @@ def check_alert_limits(alert_limits: Any) -> dict[str, float]:
 
 @dataclasses.dataclass(frozen=True)
 class RunOptions:
-    """``RunBudget``'s constructor arguments, checked (see :class:`budgetlens.RunBudget` for each).
+    """``RunBudget``'s constructor arguments, checked (the limits: see :class:`budgetlens.RunBudget`).
+
+    Thresholds are fractions of the most-used token or cost limit: ``warn_at`` (0.8, one
+    ``WARN``), ``downgrade_at`` (0.6, one ``DOWNGRADE`` to the next model of ``model_chain``),
+    ``summarize_at`` (0.85, ``SUMMARIZE`` while above); at 1.0 ``STOP``. Each is also a span event
+    and an ``on_event`` callback (a callable or an iterable of callables taking a
+    :class:`budgetlens.guard.results.BudgetEvent`).
+
+    ``unknown_usage``: policy after a call that ended without usage (see
+    :data:`UNKNOWN_USAGE_POLICIES`, default ``block``); ``unknown_usage_residual_tokens`` (default
+    10 % of ``max_total_tokens``) bounds the ``residual`` policy. ``clock``: a monotonic clock in
+    seconds (injectable for tests). ``tracer``: an OTel tracer (default
+    ``opentelemetry.trace.get_tracer("budgetlens")``). ``spend``: an optional
+    :class:`budgetlens.guard.spend.SpendTracker` shared by runs of this process. ``pool``: an
+    optional :class:`budgetlens.guard.pool.TokenPool` (tokens shared by runs: each reservation
+    draws from it too). ``alert_limits``: alert-only limits by constructor name (e.g.
+    ``{"max_total_tokens": 2_000_000}`` for a research agent): reaching one emits one
+    ``budgetlens.alert`` event and a WARNING log, and never stops the run. ``retry_policy``: a
+    callable taking the default :class:`budgetlens.guard.results.RunResult` and returning ``retryable`` (see
+    :meth:`budgetlens.RunBudget.finish`). ``provider``: the
+    default ``gen_ai.provider.name``. ``model_chain``: model names (strings), best first.
 
     ``limits``: every :data:`budgetlens.limits.LIMIT_KEYS` name (None: no limit), as
     :func:`budgetlens.limits.resolve_limits`; ``model_chain``: a tuple of model names;

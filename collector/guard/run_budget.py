@@ -24,26 +24,17 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
-from budgetlens import semconv as sc
-from budgetlens.guard import options as opt
 from budgetlens.guard import stops as lim
 from budgetlens.guard.compress import cheapest_model, client_summarizer, compress_messages
 from budgetlens.guard.events import OnEvent
 from budgetlens.guard.options import UNKNOWN_USAGE_POLICIES, RunOptions
 from budgetlens.guard.pool import TokenPool
-from budgetlens.guard.results import (
-    Action,
-    BudgetStats,
-    Effect,
-    LimitChange,
-    Reservation,
-    RunResult,
-)
+from budgetlens.guard.results import Action, BudgetStats, Effect, LimitChange, Reservation, RunResult
 from budgetlens.guard.run_state import RunState
 from budgetlens.guard.spend import SpendTracker
-from budgetlens.limits import DEFAULT_MAX_TOTAL_TOKENS, LIMIT_KEYS, check_limits
-from budgetlens.pricing import check_prices_file, estimate_cost_usd, price_call, warm_prices
-from budgetlens.usage import Usage, normalize_usage, usage_missing_parts
+from budgetlens.limits import DEFAULT_MAX_TOTAL_TOKENS, LIMIT_KEYS
+from budgetlens.pricing import check_prices_file, price_call, warm_prices
+from budgetlens.usage import Usage
 
 if TYPE_CHECKING:
     from opentelemetry.trace import Span, Tracer
@@ -56,10 +47,9 @@ __all__ = ["RunBudget", "DEFAULT_MAX_TOTAL_TOKENS", "UNKNOWN_USAGE_POLICIES"]
 
 
 def _paid_cost(model: str | None, usage: Usage, provider: str | None) -> float | None:
-    """USD of a call already paid for, priced now through :func:`budgetlens.pricing.price_call`
-    (every billed dimension: tokens by kind and modality, cache writes by duration, web searches,
-    service tier). A price file that fails only now is logged and the call counts as unpriced,
-    so it is never dropped."""
+    """USD of a call already paid for, priced now through :func:`budgetlens.pricing.price_call` (every
+    billed dimension: tokens by kind and modality, cache writes by duration, web searches, service tier). A
+    price file that fails only now is logged and the call counts as unpriced, so it is never dropped."""
     try:
         return price_call(model, usage, provider).cost_usd
     except ValueError:
@@ -70,44 +60,24 @@ def _paid_cost(model: str | None, usage: Usage, provider: str | None) -> float |
 class RunBudget:
     """A hard budget for one agent run.
 
-    Limits (any may be None; with none given, and no ``alert_limits``, ``max_total_tokens`` is 64,000): ``max_total_tokens``,
-    ``max_input_tokens``, ``max_output_tokens`` (tokens), ``max_turns`` (model calls: a limit of
-    n allows exactly n), ``max_tool_calls``, ``max_duration_s`` (seconds of wall time, from
-    construction), ``max_cost_usd`` (USD, priced with :func:`budgetlens.cost_usd`; calls of a
-    model without a price add no cost: the run goes on, with one WARNING log and one
-    ``budgetlens.warning`` event (reason ``cost_unenforced``) per model, and ``stats().status``
-    names the model).
+    Limits (any may be None; with none given, and no ``alert_limits``, ``max_total_tokens`` is 64,000):
+    ``max_total_tokens``, ``max_input_tokens``, ``max_output_tokens`` (tokens), ``max_turns`` (model calls:
+    a limit of n allows exactly n), ``max_tool_calls``, ``max_duration_s`` (seconds of wall time, from
+    construction), ``max_cost_usd`` (USD, priced with :func:`budgetlens.cost_usd`; calls of a model without
+    a price add no cost: the run goes on, with one WARNING log and one ``budgetlens.warning`` event (reason
+    ``cost_unenforced``) per model, and ``stats().status`` names the model).
 
-    Thresholds are fractions of the most-used token or cost limit: ``warn_at`` (0.8, one
-    ``WARN``), ``downgrade_at`` (0.6, one ``DOWNGRADE`` to the next model of ``model_chain``),
-    ``summarize_at`` (0.85, ``SUMMARIZE`` while above); at 1.0 ``STOP``. Each is also a span event
-    and an ``on_event`` callback (a callable or an iterable of callables taking a
-    :class:`BudgetEvent`).
+    The other options (thresholds ``warn_at``, ``downgrade_at``, ``summarize_at``; ``model_chain``,
+    ``on_event``, ``unknown_usage``, ``unknown_usage_residual_tokens``, ``clock``, ``tracer``, ``spend``,
+    ``pool``, ``alert_limits``, ``retry_policy``, ``provider``) are documented on
+    :class:`budgetlens.guard.options.RunOptions`, which holds them checked (:attr:`options`). Raises
+    ``ValueError`` naming a bad argument, and naming the user price file (``BUDGETLENS_PRICES_FILE``) when
+    it is missing or invalid: it is read here, before any call is paid for, not at the first ``record``.
 
-    ``unknown_usage``: policy after a call that ended without usage (see
-    :data:`UNKNOWN_USAGE_POLICIES`, default ``block``); ``unknown_usage_residual_tokens`` (default
-    10 % of ``max_total_tokens``) bounds the ``residual`` policy. ``clock``: a monotonic clock in
-    seconds (injectable for tests). ``tracer``: an OTel tracer (default
-    ``opentelemetry.trace.get_tracer("budgetlens")``). ``spend``: an optional
-    :class:`budgetlens.guard.spend.SpendTracker` shared by runs of this process. ``pool``: an
-    optional :class:`budgetlens.guard.pool.TokenPool` (tokens shared by runs: each reservation
-    draws from it too). ``alert_limits``: alert-only limits by constructor name (e.g.
-    ``{"max_total_tokens": 2_000_000}`` for a research agent): reaching one emits one
-    ``budgetlens.alert`` event and a WARNING log, and never stops the run. ``retry_policy``: a
-    callable taking the default :class:`RunResult` and returning ``retryable`` (see
-    :meth:`finish`). ``provider``: the
-    default ``gen_ai.provider.name``. ``model_chain``: model names (strings), best first.
-    Raises ``ValueError`` naming a bad argument, and naming the user price file
-    (``BUDGETLENS_PRICES_FILE``) when it is missing or invalid: it is read here, before any
-    call is paid for, not at the first ``record``.
-
-    Limit validation is in :mod:`budgetlens.limits`, the other options in
-    :mod:`budgetlens.guard.options` (:class:`RunOptions`, :attr:`options`), stop and threshold
-    decisions in :mod:`budgetlens.guard.stops`, the steps in the shared token pool and spend windows
-    in :mod:`budgetlens.guard.shared`, counters (and the refusal that would be the run's stop) in
-    :class:`budgetlens.guard.ledger.RunLedger`, building and delivering events in
-    :mod:`budgetlens.guard.events`; this class holds the lock, the model chain and the order of
-    checks, records and events.
+    This class checks arguments and holds the documented interface; the lock and the order of checks,
+    records and events are in :class:`budgetlens.guard.run_state.RunState`, limit validation in
+    :mod:`budgetlens.limits`, decisions in :mod:`budgetlens.guard.stops`, the pool and spend-window steps in
+    :mod:`budgetlens.guard.shared`, counters in :class:`budgetlens.guard.ledger.RunLedger`.
     """
 
     def __init__(
@@ -164,7 +134,6 @@ class RunBudget:
         self._start(options)
 
     def _start(self, options: RunOptions) -> None:
-        """Set up the run from checked options: state, shared steps, telemetry; start the clock."""
         """Set up the run from checked options (the clock starts after the prices are warm)."""
         self.options = options
         self.task_type, self.provider = options.task_type, options.provider
@@ -188,10 +157,9 @@ class RunBudget:
 
     @property
     def last_actions(self) -> tuple[Action, ...]:
-        """Every threshold action the last ``before_turn`` or ``record`` crossed, least severe
-        first (e.g. ``(WARN, DOWNGRADE, SUMMARIZE)`` for one call from 0 to 90 %), plus a pending
-        DOWNGRADE reported by ``before_turn``; () when it crossed none. The method itself returns
-        only the most severe."""
+        """Every threshold action the last ``before_turn`` or ``record`` crossed, least severe first (e.g.
+        ``(WARN, DOWNGRADE, SUMMARIZE)`` for one call from 0 to 90 %), plus a pending DOWNGRADE reported by
+        ``before_turn``; () when it crossed none. The method itself returns only the most severe."""
         return self._state.last_actions
 
     @property
@@ -215,18 +183,15 @@ class RunBudget:
         """The run's OTel span (non-recording when no SDK is configured)."""
         return self._state.telemetry.span
 
-    # --- checks (raise before spending) -----------------------------------------------------
     def before_turn(self) -> Action:
-        """Check that one more model turn may start (a turn is held by ``reserve`` until the call
-        is recorded or released, and counted by ``record``). Returns the advised :class:`Action`,
-        the most severe of: SUMMARIZE while use is at or above ``summarize_at``; DOWNGRADE once at
-        the first turn after the model moved along the chain (``run.model`` is the new one),
-        whether or not ``record`` returned it; WARN when this check crossed ``warn_at`` (after
-        ``set_max`` lowered a limit: thresholds are crossed here too); else CONTINUE. Every action
-        crossed is in :attr:`last_actions`. Alert-only limits (wall time) are checked too.
-
-        Raises BudgetExceeded when the turn limit, wall time, cost, a token limit, a spend
-        window or the token pool is spent; RuntimeError after ``finish()``.
+        """Check that one more model turn may start (a turn is held by ``reserve`` until the call is
+        recorded or released, and counted by ``record``). Returns the advised :class:`Action`, the most
+        severe of: SUMMARIZE while use is at or above ``summarize_at``; DOWNGRADE once at the first turn
+        after the model moved along the chain (``run.model`` is the new one), whether or not ``record``
+        returned it; WARN when this check crossed ``warn_at`` (after ``set_max`` lowered a limit: thresholds
+        are crossed here too); else CONTINUE. Every action crossed is in :attr:`last_actions`. Alert-only
+        limits (wall time) are checked too. Raises BudgetExceeded when the turn limit, wall time, cost, a
+        token limit, a spend window or the token pool is spent; RuntimeError after ``finish()``.
         """
         with self._state.lock:
             return self._state.before_turn_locked()
@@ -239,78 +204,52 @@ class RunBudget:
         input_tokens: int | None = None,
         output_tokens: int | None = None,
     ) -> Reservation:
-        """Reserve ``estimated_tokens`` (int >= 0, input + output) for one model call, atomically;
-        it counts as a turn until released.
-
-        It must fit every token limit and the cost limit next to use and open reservations.
-        ``input_tokens`` / ``output_tokens`` split the estimate (give one, the other is the rest;
-        e.g. ``output_tokens`` = the request's ``max_tokens``); unsplit, it counts as input, like
-        an unknown-usage charge. Its cost is estimated at ``model``'s price (default
-        :attr:`model`; see :func:`budgetlens.pricing.estimate_cost_usd`; 0 when unpriced, and
-        under ``max_cost_usd`` the ``cost_unenforced`` warning is given).
-        Raises BudgetExceeded before the call is sent when it does not fit, a limit is spent or
-        the unknown-usage policy refuses; ValueError for a bad estimate or split; RuntimeError
-        after ``finish()``.
+        """Reserve ``estimated_tokens`` (int >= 0, input + output) for one model call, atomically; it counts
+        as a turn until released. It must fit every token limit and the cost limit next to use and open
+        reservations. ``input_tokens`` / ``output_tokens`` split the estimate (give one, the other is the
+        rest; e.g. ``output_tokens`` = the request's ``max_tokens``); unsplit, it counts as input, like an
+        unknown-usage charge. Its cost is estimated at ``model``'s price (default :attr:`model`; see
+        :func:`budgetlens.pricing.estimate_cost_usd`; 0 when unpriced, and under ``max_cost_usd`` the
+        ``cost_unenforced`` warning is given). Raises BudgetExceeded before the call is sent when it does
+        not fit, a limit is spent or the unknown-usage policy refuses; ValueError for a bad estimate or
+        split; RuntimeError after ``finish()``.
         """
-        if (
-            input_tokens is None
-            and output_tokens is None
-            and estimated_tokens.__class__ is int
-            and estimated_tokens >= 0
-        ):
-            output = None  # the common case, checked inline (hot path)
-        else:
-            output = opt.split_estimate(estimated_tokens, input_tokens, output_tokens)
-        if model is not None and model.__class__ is not str:
-            opt.check_model(model)
-        model = model or self.model
-        cost, priced = 0.0, True
-        if (self._state.limits["max_cost_usd"] is not None or self.options.spend is not None) and model:
-            # Without a model (here, on the reservation or from the chain) the cost cannot be
-            # estimated before the call: it is counted when record() names the model (README).
-            estimate = estimate_cost_usd(model, estimated_tokens, output, self.provider)
-            cost, priced = (0.0, False) if estimate is None else (estimate, True)
-        with self._state.lock:
-            return self._state.reserve_locked(estimated_tokens, output, model, cost, priced)
+        return self._state.reserve(estimated_tokens, model, input_tokens, output_tokens)
 
     def before_tool_call(self, name: str, *, external_effect: bool = False) -> Effect | None:
         """Count one tool call named ``name`` (a tool call span event; arguments never recorded).
-
         ``external_effect=True``: the tool writes somewhere (see :meth:`begin_effect`); returns its
-        :class:`Effect`, to confirm with :meth:`confirm_effect` once the write is known to have
-        happened; else returns None. Raises BudgetExceeded when ``max_tool_calls`` calls were made
-        or wall time is spent (no effect is begun then); RuntimeError after ``finish()``.
+        :class:`Effect`, to confirm with :meth:`confirm_effect` once the write is known to have happened;
+        else returns None. Raises BudgetExceeded when ``max_tool_calls`` calls were made or wall time is
+        spent (no effect is begun then); RuntimeError after ``finish()``.
         """
         with self._state.lock:
             self._state.tool_call_locked(str(name))
         return self._state.effects.begin(str(name)) if external_effect else None
 
-    # --- external effects -------------------------------------------------------------------
     def begin_effect(self, name: str) -> Effect:
-        """Note that an external effect named ``name`` (a tool that sends, pushes, pays) starts.
-        Until :meth:`confirm_effect`, a run that ends is not ``retryable`` and its result names
-        it in ``unconfirmed_effects``. Raises ValueError for an empty name; RuntimeError after
-        ``finish()``."""
+        """Note that an external effect named ``name`` (a tool that sends, pushes, pays) starts. Until
+        :meth:`confirm_effect`, a run that ends is not ``retryable`` and its result names it in
+        ``unconfirmed_effects``. Raises ValueError for an empty name; RuntimeError after ``finish()``."""
         with self._state.lock:
             self._state.check_open()
         return self._state.effects.begin(name)
 
     def confirm_effect(self, effect: Effect) -> None:
-        """Confirm an effect begun by :meth:`begin_effect` (its outcome is known). Raises
-        ValueError for an effect that is not open or of another run; allowed after ``finish()``
-        (the result keeps the names it ended with)."""
+        """Confirm an effect begun by :meth:`begin_effect` (its outcome is known). Raises ValueError for an
+        effect that is not open or of another run; allowed after ``finish()`` (the result keeps the names it
+        ended with)."""
         self._state.effects.confirm(effect)
 
     @contextlib.contextmanager
     def external_effect(self, name: str) -> Iterator[Effect]:
-        """``with run.external_effect("send_mail"):`` begins an effect and confirms it when the
-        block ends without an exception; an exception leaves it unconfirmed (the write may or may
-        not have happened) and propagates."""
+        """``with run.external_effect("send_mail"):`` begins an effect and confirms it when the block ends
+        without an exception; an exception leaves it unconfirmed (the write may or may not have happened)
+        and propagates."""
         effect = self.begin_effect(name)
         yield effect
         self.confirm_effect(effect)
 
-    # --- recording (never raises for budget reasons) ----------------------------------------
     def record(
         self,
         usage: Any,
@@ -321,82 +260,45 @@ class RunBudget:
         response_model: str | None = None,
         error_type: str | None = None,
     ) -> Action:
-        """Record one model call (one turn); returns the advised :class:`Action`: the most
-        severe threshold crossed now (WARN, DOWNGRADE, SUMMARIZE once each), SUMMARIZE while at or
-        above ``summarize_at``, STOP from 100 %, else CONTINUE; every action crossed is in
-        :attr:`last_actions` (one call from 0 to 90 % returns SUMMARIZE, and WARN is there).
-
-        ``usage``: a :class:`Usage`, a raw provider payload or response (see
-        :func:`normalize_usage`), or None when the call ended without usage: usage_status becomes
-        ``unknown`` and the call is charged, never 0, as :meth:`RunLedger.add_call` (its
-        reservation, else the run's largest call, else ``DEFAULT_UNKNOWN_CALL_TOKENS``). A usage
-        that lacks a part (Anthropic's final ``message_delta`` alone: output, no input; see
-        :func:`budgetlens.usage.usage_missing_parts`) is *partial*: the missing part is charged
-        from the reservation (its input part; without one, as an unknown call) and the call's and
-        run's usage_status become ``partial``.
-        ``reservation``: the one settled (default: the oldest open one). ``model``/``provider``
-        price the call; a pricing failure is logged and the call counts as unpriced (under
-        ``max_cost_usd``, with the ``cost_unenforced`` warning once per model). Raises,
-        before changing anything, ValueError for a malformed payload or model or a reservation
-        that is not open (settled, dropped by ``reset()``, another run's); RuntimeError after
-        ``finish()``.
+        """Record one model call (one turn); returns the advised :class:`Action`: the most severe threshold
+        crossed now (WARN, DOWNGRADE, SUMMARIZE once each), SUMMARIZE while at or above ``summarize_at``,
+        STOP from 100 %, else CONTINUE; every action crossed is in :attr:`last_actions` (one call from 0 to
+        90 % returns SUMMARIZE, and WARN is there). ``usage``: a :class:`Usage`, a raw provider payload or
+        response (see :func:`normalize_usage`), or None when the call ended without usage: usage_status
+        becomes ``unknown`` and the call is charged, never 0, as :meth:`RunLedger.add_call` (its
+        reservation, else the run's largest call, else ``DEFAULT_UNKNOWN_CALL_TOKENS``). A usage that lacks
+        a part (Anthropic's final ``message_delta`` alone: output, no input; see
+        :func:`budgetlens.usage.usage_missing_parts`) is *partial*: the missing part is charged from the
+        reservation (its input part; without one, as an unknown call) and the call's and run's usage_status
+        become ``partial``. ``reservation``: the one settled (default: the oldest open one).
+        ``model``/``provider`` price the call; a pricing failure is logged and the call counts as unpriced
+        (under ``max_cost_usd``, with the ``cost_unenforced`` warning once per model). Raises, before
+        changing anything, ValueError for a malformed payload or model or a reservation that is not open
+        (settled, dropped by ``reset()``, another run's); RuntimeError after ``finish()``.
         """
-        provider = provider or self.provider
-        if model is not None and model.__class__ is not str:
-            opt.check_model(model)
-        normalized = normalize_usage(usage, provider) if usage is not None else None
-        missing = usage_missing_parts(usage, provider) if normalized is not None else ()
-        # Price outside the lock when the model is known without settling (genai-prices' own
-        # calculation takes far longer than the bookkeeping); else once the reservation is settled.
-        # A partial usage is completed from the reservation first, so it is priced inside.
-        early = normalized is not None and not missing and (model is not None or reservation is not None)
-        paid = (
-            _paid_cost(model or getattr(reservation, "model", None), normalized, provider) if early else None
-        )
-        state = self._state
-        with state.lock:
-            call = state.record_locked(reservation, normalized, missing, model, provider, (early, paid))
-        if state.telemetry.recording:
-            state.telemetry.model_call(
-                model=call.model,
-                response_model=response_model,
-                provider=provider,
-                turn=call.turn,
-                start_ns=call.start_ns,
-                usage=call.usage,
-                usage_status=sc.USAGE_PARTIAL if missing else None,
-                reserved_tokens=call.reserved_tokens,
-                used_tokens=call.used_tokens,
-                remaining_tokens=call.remaining_tokens,
-                cost_usd=call.cost_usd,
-                error_type=error_type,
-            )
-        return call.action
+        return self._state.record(usage, model, reservation, provider, response_model, error_type)
 
     def release(self, reservation: Reservation) -> None:
-        """Give back a reservation whose call failed before spending anything (it is no turn).
-
-        Raises ValueError as :meth:`record` for a reservation that is not open; after
-        ``finish()`` it does nothing (so cleanup code never raises).
+        """Give back a reservation whose call failed before spending anything (it is no turn). Raises
+        ValueError as :meth:`record` for a reservation that is not open; after ``finish()`` it does nothing
+        (so cleanup code never raises).
         """
         with self._state.lock:
             self._state.release_locked(reservation)
 
-    # --- helpers for the next call -----------------------------------------------------------
     def output_budget(self, ceiling: int | None = None, prompt_tokens: int = 0) -> int | None:
-        """The ``max_tokens`` to send with the next call (int, tokens >= 0): the least of the
-        output limit left, the total limit left (open reservations counted) after the call's
-        ``prompt_tokens``, and ``ceiling`` (e.g. the model's output maximum); None when none is
-        set. Reserve it as output (``reserve(prompt_tokens + n, output_tokens=n)``) to make the
-        token limits hard. Raises ValueError for a ``ceiling`` or ``prompt_tokens`` that is not
-        an int >= 0."""
+        """The ``max_tokens`` to send with the next call (int, tokens >= 0): the least of the output limit
+        left, the total limit left (open reservations counted) after the call's ``prompt_tokens``, and
+        ``ceiling`` (e.g. the model's output maximum); None when none is set. Reserve it as output
+        (``reserve(prompt_tokens + n, output_tokens=n)``) to make the token limits hard. Raises ValueError
+        for a ``ceiling`` or ``prompt_tokens`` that is not an int >= 0."""
         with self._state.lock:
             return lim.output_budget(self._state.limits, self._state.use, ceiling, prompt_tokens)
 
     def cheapest_model(self) -> str | None:
         """The model of ``model_chain`` with the lowest price for 1,000 input + 1,000 output tokens
-        (genai-prices or the user price file); the chain's last model when none is priced;
-        :attr:`model` without a chain."""
+        (genai-prices or the user price file); the chain's last model when none is priced; :attr:`model`
+        without a chain."""
         return cheapest_model(self.model_chain, self.provider) or self.model
 
     def compress(
@@ -408,15 +310,14 @@ class RunBudget:
         keep_last: int = 4,
         max_summary_tokens: int = 1024,
     ) -> list:
-        """Compress a conversation when ``SUMMARIZE`` is advised: keep the system prompt and the
-        last ``keep_last`` messages (a tool result stays with its call), replace the middle with
-        one summary message (see :func:`budgetlens.guard.compress.compress_messages`).
-
-        The summary comes from ``summarize(model, middle_messages) -> str`` when given, else from
-        ``client`` (an OpenAI or Anthropic client, plain or wrapped by ``budgetlens.adapters``),
-        called with :meth:`cheapest_model` and ``max_summary_tokens`` through this budget
-        (reserved and recorded like any call). Returns the new message list. Raises ValueError
-        when neither or both are given; BudgetExceeded when the summary call does not fit.
+        """Compress a conversation when ``SUMMARIZE`` is advised: keep the system prompt and the last
+        ``keep_last`` messages (a tool result stays with its call), replace the middle with one summary
+        message (see :func:`budgetlens.guard.compress.compress_messages`). The summary comes from
+        ``summarize(model, middle_messages) -> str`` when given, else from ``client`` (an OpenAI or
+        Anthropic client, plain or wrapped by ``budgetlens.adapters``), called with :meth:`cheapest_model`
+        and ``max_summary_tokens`` through this budget (reserved and recorded like any call). Returns the
+        new message list. Raises ValueError when neither or both are given; BudgetExceeded when the summary
+        call does not fit.
         """
         if (summarize is None) == (client is None):
             raise ValueError("compress needs exactly one of summarize (a callable) or client")
@@ -424,37 +325,26 @@ class RunBudget:
             summarize = client_summarizer(self, client, max_summary_tokens)
         return compress_messages(messages, summarize, keep_last=keep_last, model=self.cheapest_model())
 
-    # --- limits and reset -------------------------------------------------------------------
     def set_max(self, *, changed_by: str | None = None, **limits: float | None) -> None:
-        """Change limits by constructor name (``set_max(max_total_tokens=10_000,
-        changed_by="alice: review needs more")``); None removes a limit.
-
-        Each limit that changes value is kept in :attr:`limit_changes` and delivered as a
-        ``budgetlens.limit_changed`` event (reason: the limit's name; previous and new value;
-        ``changed_by``; the event's time) and an INFO log. A limit below current use stops the
-        next check; thresholds already crossed stay fired. Raises ValueError naming an unknown
-        or invalid limit, or a ``changed_by`` that is not a string.
+        """Change limits by constructor name (``set_max(max_total_tokens=10_000, changed_by="alice: review
+        needs more")``); None removes a limit. Each limit that changes value is kept in
+        :attr:`limit_changes` and delivered as a ``budgetlens.limit_changed`` event (reason: the limit's
+        name; previous and new value; ``changed_by``; the event's time) and an INFO log. A limit below
+        current use stops the next check; thresholds already crossed stay fired. Raises ValueError naming an
+        unknown or invalid limit, or a ``changed_by`` that is not a string.
         """
-        check_limits(limits)
-        if changed_by is not None and not isinstance(changed_by, str):
-            raise ValueError(
-                f"changed_by must be a string (who changed the limit) or None, got {changed_by!r}"
-            )
-        with self._state.lock:
-            self._state.set_limits_locked(limits, changed_by)
-        self._state.telemetry.set_limits(self._state.limits)
+        self._state.set_max(limits, changed_by)
 
     def reset(self) -> None:
-        """Clear use (tokens, cost, turns, tool calls, reservations, a pending budget refusal)
-        and the fired thresholds, so the warning can fire again; limits, run id and clock start
-        stay (and so do ``cost_unenforced`` warnings: once per run and model)."""
+        """Clear use (tokens, cost, turns, tool calls, reservations, a pending budget refusal) and the fired
+        thresholds, so the warning can fire again; limits, run id and clock start stay (and so do
+        ``cost_unenforced`` warnings: once per run and model)."""
         with self._state.lock:
             self._state.reset_locked()
 
-    # --- reading and finishing --------------------------------------------------------------
     def stats(self) -> BudgetStats:
-        """A snapshot: used/max/remaining tokens, percent (one decimal), counters, status line
-        (naming models whose cost the cost limit cannot enforce)."""
+        """A snapshot: used/max/remaining tokens, percent (one decimal), counters, status line (naming
+        models whose cost the cost limit cannot enforce)."""
         with self._state.lock:
             return self._state.stats_locked()
 
@@ -472,33 +362,17 @@ class RunBudget:
     ) -> RunResult:
         """End the run once (later calls return the same result) and end its span; afterwards
         ``before_turn``, ``reserve``, ``record`` and ``before_tool_call`` raise RuntimeError.
-
-        ``stop_reason`` defaults to: the reason of a BudgetExceeded ``error``; ``failed`` for
-        another ``error``; the budget refusal the run ended at (one after its last recorded call;
-        a refusal the run recovered from, recording a call after it, is no stop: see
-        :func:`budgetlens.guard.stops.final_stop_reason`); else ``completed``. The ``budgetlens.stop``
-        event is still emitted at each refusal.
-
-        ``retryable`` (bool) sets ``RunResult.retryable``; without it the constructor's
-        ``retry_policy`` (a callable taking the default RunResult, returning bool) decides, else
-        :func:`budgetlens.guard.stops.retryable`. The result also carries the limits the run ran
-        under, the utilization, the number of downgrades and the unconfirmed external effects.
-        Raises ValueError for a reason outside :data:`budgetlens.semconv.STOP_REASONS` or a
-        ``retryable`` that is not a bool.
+        ``stop_reason`` defaults to: the reason of a BudgetExceeded ``error``; ``failed`` for another
+        ``error``; the budget refusal the run ended at (one after its last recorded call; a refusal the run
+        recovered from, recording a call after it, is no stop: see
+        :func:`budgetlens.guard.stops.final_stop_reason`); else ``completed``. The ``budgetlens.stop`` event
+        is still emitted at each refusal. ``retryable`` (bool) sets ``RunResult.retryable``; without it the
+        constructor's ``retry_policy`` (a callable taking the default RunResult, returning bool) decides,
+        else :func:`budgetlens.guard.stops.retryable`. The result also carries the limits the run ran under,
+        the utilization, the number of downgrades and the unconfirmed external effects. Raises ValueError
+        for a reason outside :data:`budgetlens.semconv.STOP_REASONS` or a ``retryable`` that is not a bool.
         """
-        opt.check_stop_reason(stop_reason)
-        if retryable is not None and not isinstance(retryable, bool):
-            raise ValueError(f"retryable must be True, False or None, got {retryable!r}")
-        state = self._state
-        with state.lock:
-            if state.finished is not None:
-                return state.finished
-            result = state.finish_locked(stop_reason, error, retryable)
-        try:
-            state.telemetry.finish(result, state.limits, state.use.usage_known)
-        except Exception:
-            log.exception("run %s: could not end the run span", self.run_id)
-        return result
+        return self._state.finish(stop_reason, error, retryable)
 
     def __enter__(self) -> RunBudget:
         return self
@@ -514,9 +388,9 @@ class RunBudget:
 
     @classmethod
     def from_preset(cls, task_type: str, path: str, **overrides: Any) -> RunBudget:
-        """A guard with the limits of ``task_type`` in a preset file written by ``budgetlens
-        presets`` (YAML/TOML/JSON by extension). ``overrides`` are constructor keywords and win
-        over the preset (``max_total_tokens=10_000`` replaces its value, ``None`` removes it).
+        """A guard with the limits of ``task_type`` in a preset file written by ``budgetlens presets``
+        (YAML/TOML/JSON by extension). ``overrides`` are constructor keywords and win over the preset
+        (``max_total_tokens=10_000`` replaces its value, ``None`` removes it).
 
         Raises ValueError naming unknown keys or units, KeyError naming a missing task type.
         """

@@ -17,9 +17,10 @@ import time
 import uuid
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from budgetlens import semconv as sc
+from budgetlens.guard import options as opt
 from budgetlens.guard import stops as lim
 from budgetlens.guard.effects import EffectLog
 from budgetlens.guard.events import EventDispatcher
@@ -36,7 +37,9 @@ from budgetlens.guard.results import (
 )
 from budgetlens.guard.shared import SharedSteps
 from budgetlens.guard.telemetry import RunTelemetry
-from budgetlens.usage import Usage
+from budgetlens.limits import check_limits
+from budgetlens.pricing import estimate_cost_usd
+from budgetlens.usage import Usage, normalize_usage, usage_missing_parts
 
 __all__ = ["PriceCall", "RecordedCall", "RunState"]
 
@@ -162,11 +165,30 @@ class RunState:
         self._alerts()
         return advised
 
-    def reserve_locked(
+    def reserve(
+        self, tokens: int, model: str | None, input_tokens: int | None, output_tokens: int | None
+    ) -> Reservation:
+        """``RunBudget.reserve``: check the estimate and its split, estimate its cost outside the
+        lock, then check and hold it under the lock."""
+        if input_tokens is None and output_tokens is None and tokens.__class__ is int and tokens >= 0:
+            output = None  # the common case, checked inline (hot path)
+        else:
+            output = opt.split_estimate(tokens, input_tokens, output_tokens)
+        if model is not None and model.__class__ is not str:
+            opt.check_model(model)
+        model = model or self.model
+        cost, priced = 0.0, True
+        if (self.limits["max_cost_usd"] is not None or self.shared.spend is not None) and model:
+            # Without a model (here, on the reservation or from the chain) the cost cannot be
+            # estimated before the call: it is counted when record() names the model (README).
+            estimate = estimate_cost_usd(model, tokens, output, self.options.provider)
+            cost, priced = (0.0, False) if estimate is None else (estimate, True)
+        with self.lock:
+            return self._reserve_locked(tokens, output, model, cost, priced)
+
+    def _reserve_locked(
         self, tokens: int, output_tokens: int | None, model: str | None, cost_usd: float, priced: bool
     ) -> Reservation:
-        """Check and hold one reservation of ``tokens`` (its output part, estimated ``cost_usd``
-        at ``model``'s price; ``priced`` False: the model has no price)."""
         if not priced:
             self.dispatch.cost_unenforced(model, self.use, self.limits)
         self._check_spent()
@@ -195,7 +217,49 @@ class RunState:
         self.dispatch.emit(None, self.use, self.limits, name=EVENT_NAME_TOOL_CALL, tool_name=name)
         self._alerts()
 
-    def record_locked(
+    def record(
+        self,
+        usage: Any,
+        model: str | None,
+        reservation: Reservation | None,
+        provider: str | None,
+        response_model: str | None,
+        error_type: str | None,
+    ) -> Action:
+        """``RunBudget.record``: normalize ``usage``, price it outside the lock when the model is
+        known without settling, record it under the lock, then emit the model call span."""
+        provider = provider or self.options.provider
+        if model is not None and model.__class__ is not str:
+            opt.check_model(model)
+        normalized = normalize_usage(usage, provider) if usage is not None else None
+        missing = usage_missing_parts(usage, provider) if normalized is not None else ()
+        # Price outside the lock when the model is known without settling (genai-prices' own
+        # calculation takes far longer than the bookkeeping); else once the reservation is settled.
+        # A partial usage is completed from the reservation first, so it is priced inside.
+        early = normalized is not None and not missing and (model is not None or reservation is not None)
+        paid = (
+            self._price(model or getattr(reservation, "model", None), normalized, provider) if early else None
+        )
+        with self.lock:
+            call = self._record_locked(reservation, normalized, missing, model, provider, (early, paid))
+        if self.telemetry.recording:
+            self.telemetry.model_call(
+                model=call.model,
+                response_model=response_model,
+                provider=provider,
+                turn=call.turn,
+                start_ns=call.start_ns,
+                usage=call.usage,
+                usage_status=sc.USAGE_PARTIAL if missing else None,
+                reserved_tokens=call.reserved_tokens,
+                used_tokens=call.used_tokens,
+                remaining_tokens=call.remaining_tokens,
+                cost_usd=call.cost_usd,
+                error_type=error_type,
+            )
+        return call.action
+
+    def _record_locked(
         self,
         reservation: Reservation | None,
         usage: Usage | None,
@@ -244,8 +308,18 @@ class RunState:
             if res is not None:
                 self.shared.release(res)
 
-    def set_limits_locked(self, limits: Mapping[str, float | None], changed_by: str | None) -> None:
-        """Apply checked limit changes; each one that changes value is kept and emitted."""
+    def set_max(self, limits: Mapping[str, float | None], changed_by: str | None) -> None:
+        """``RunBudget.set_max``: check, apply (each change kept and emitted), update the span."""
+        check_limits(limits)
+        if changed_by is not None and not isinstance(changed_by, str):
+            raise ValueError(
+                f"changed_by must be a string (who changed the limit) or None, got {changed_by!r}"
+            )
+        with self.lock:
+            self._set_limits_locked(limits, changed_by)
+        self.telemetry.set_limits(self.limits)
+
+    def _set_limits_locked(self, limits: Mapping[str, float | None], changed_by: str | None) -> None:
         now = datetime.now(UTC)
         for name, new in limits.items():
             previous = self.limits[name]
@@ -266,12 +340,27 @@ class RunState:
         """The ledger's snapshot under the current limits."""
         return self.use.stats(self.limits, self.elapsed_s(), self.dispatch.cost_unenforced_models)
 
-    def finish_locked(
+    def finish(
         self, stop_reason: str | None, error: BaseException | None, retryable: bool | None
     ) -> RunResult:
-        """End the run once (as ``RunBudget.finish`` documents); later calls return the result."""
-        if self.finished is not None:
-            return self.finished
+        """``RunBudget.finish``: check the arguments, end the run once under the lock (later calls
+        return the same result), then end the run span (a failure there is logged)."""
+        opt.check_stop_reason(stop_reason)
+        if retryable is not None and not isinstance(retryable, bool):
+            raise ValueError(f"retryable must be True, False or None, got {retryable!r}")
+        with self.lock:
+            if self.finished is not None:
+                return self.finished
+            result = self._finish_locked(stop_reason, error, retryable)
+        try:
+            self.telemetry.finish(result, self.limits, self.use.usage_known)
+        except Exception:
+            log.exception("run %s: could not end the run span", self.run_id)
+        return result
+
+    def _finish_locked(
+        self, stop_reason: str | None, error: BaseException | None, retryable: bool | None
+    ) -> RunResult:
         refusal = error if isinstance(error, BudgetExceeded) else self.use.refusal
         reason = lim.final_stop_reason(stop_reason, error, self.use.refusal)
         result = self.use.result(
