@@ -108,8 +108,8 @@ class RunBudget:
         alert_limits: Mapping[str, float | None] | None = None,
         retry_policy: Callable[[RunResult], bool] | None = None,
     ) -> None:
-        limits = (max_total_tokens, max_input_tokens, max_output_tokens, max_turns)
-        limits += (max_tool_calls, max_duration_s, max_cost_usd)  # LIMIT_KEYS' order
+        limits: tuple[float | None, ...] = (max_total_tokens, max_input_tokens, max_output_tokens)
+        limits += (max_turns, max_tool_calls, max_duration_s, max_cost_usd)  # LIMIT_KEYS' order
         options = RunOptions.build(
             dict(zip(LIMIT_KEYS, limits, strict=True)),
             task_type=task_type,

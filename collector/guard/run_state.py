@@ -237,9 +237,9 @@ class RunState:
         # calculation takes far longer than the bookkeeping); else once the reservation is settled.
         # A partial usage is completed from the reservation first, so it is priced inside.
         early = normalized is not None and not missing and (model is not None or reservation is not None)
-        paid = (
-            self._price(model or getattr(reservation, "model", None), normalized, provider) if early else None
-        )
+        paid = None
+        if early and normalized is not None:
+            paid = self._price(model or getattr(reservation, "model", None), normalized, provider)
         with self.lock:
             call = self._record_locked(reservation, normalized, missing, model, provider, (early, paid))
         if self.telemetry.recording:
