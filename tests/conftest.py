@@ -41,6 +41,17 @@ def realdata() -> Path:
     return REALDATA
 
 
+@pytest.fixture(scope="session")
+def committed_sample_store(tmp_path_factory) -> Path:
+    """A store loaded once per session from the committed sample file (sample_data/); the tests
+    that use it only read it."""
+    from budgetlens import sample
+
+    path = tmp_path_factory.mktemp("sample") / "sample.duckdb"
+    assert sample.ensure_demo_store(path) is True
+    return path
+
+
 @pytest.fixture
 def python() -> str:
     return sys.executable
