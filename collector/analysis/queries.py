@@ -43,15 +43,15 @@ _LOCAL_BUCKET = "timezone($tz, timezone('UTC', bucket))"
 _LOCAL_DAY = f"CAST(date_trunc('day', {_LOCAL_BUCKET}) AS DATE)"
 
 #: Run-level predicates (stop reasons from ``budgetlens.semconv``: budget stops start 'budget_').
-_IS_BUDGET_STOP = "starts_with(stop_reason, 'budget_')"
-_IS_INTERVENTION = f"({_IS_BUDGET_STOP} OR downgrades > 0 OR summaries > 0)"
+IS_BUDGET_STOP = "starts_with(stop_reason, 'budget_')"
+_IS_INTERVENTION = f"({IS_BUDGET_STOP} OR downgrades > 0 OR summaries > 0)"
 #: The limit columns of ``runs`` (the preset keys' ``limit_*``), from the store schema.
 _LIMIT_COLUMNS = tuple(c for c in RUN_COLUMNS if c.startswith("limit_"))
 #: A run that ran under a budget: at least one ``limit_*`` is set, or a budget stopped it (an
 #: imported run stopped at the source's own limit, e.g. OpenHands' max iterations, whose limit
 #: value the source does not record). Runs without one (imported history, foreign traces, days
 #: before limits existed) cannot be stopped by a budget and are left out of the rates.
-IS_BUDGETED = "(" + " OR ".join(f"{c} IS NOT NULL" for c in _LIMIT_COLUMNS) + f" OR {_IS_BUDGET_STOP})"
+IS_BUDGETED = "(" + " OR ".join(f"{c} IS NOT NULL" for c in _LIMIT_COLUMNS) + f" OR {IS_BUDGET_STOP})"
 #: The rates' denominator: finished runs (a stop reason) that ran under a budget.
 _IS_BUDGETED_FINISHED = f"(stop_reason IS NOT NULL AND {IS_BUDGETED})"
 #: Hit rate = budget stops / budgeted finished runs; intervention rate = budgeted finished runs
@@ -59,7 +59,7 @@ _IS_BUDGETED_FINISHED = f"(stop_reason IS NOT NULL AND {IS_BUDGETED})"
 _RATES = f"""
     count(stop_reason) AS finished_runs,
     count(*) FILTER (WHERE {_IS_BUDGETED_FINISHED}) AS budgeted_runs,
-    count(*) FILTER (WHERE {_IS_BUDGET_STOP}) AS budget_stops,
+    count(*) FILTER (WHERE {IS_BUDGET_STOP}) AS budget_stops,
     count(*) FILTER (WHERE {_IS_BUDGETED_FINISHED} AND {_IS_INTERVENTION}) AS interventions,
     budget_stops / nullif(budgeted_runs, 0) AS hit_rate,
     interventions / nullif(budgeted_runs, 0) AS intervention_rate"""
@@ -256,7 +256,7 @@ b AS (
     SELECT {_BUCKET} AS bucket, task_type,
            count(stop_reason) AS finished,
            count(*) FILTER (WHERE {_IS_BUDGETED_FINISHED}) AS budgeted,
-           count(*) FILTER (WHERE {_IS_BUDGET_STOP}) AS stops,
+           count(*) FILTER (WHERE {IS_BUDGET_STOP}) AS stops,
            count(*) FILTER (WHERE {_IS_BUDGETED_FINISHED} AND {_IS_INTERVENTION}) AS intervened
     FROM filtered GROUP BY ALL
 )

@@ -16,7 +16,7 @@ NULL task type included); its NULL limits mean "no limit".
 
 from __future__ import annotations
 
-from budgetlens.analysis.queries import FILTERED
+from budgetlens.analysis.queries import COST_KNOWN, FILTERED, IS_BUDGET_STOP
 from budgetlens.guard.limits import LIMIT_KEYS
 from budgetlens.store.schema import RUN_COLUMNS
 
@@ -327,9 +327,8 @@ DROP_REPLAY_TABLE = f"DROP TABLE IF EXISTS {REPLAY_TABLE}"
 #: input_tokens, output_tokens, turns, tool_calls, duration_s, cost_usd.
 CENSORING_INPUT = f"""
 WITH {FILTERED}
-SELECT run_id, task_type, coalesce(starts_with(stop_reason, 'budget_'), false) AS censored,
-       coalesce(cost_usd IS NOT NULL AND coalesce(unpriced_calls, 0) = 0
-                AND usage_status = 'reported', false) AS cost_known,
+SELECT run_id, task_type, coalesce({IS_BUDGET_STOP}, false) AS censored,
+       coalesce({COST_KNOWN}, false) AS cost_known,
        total_tokens, input_tokens, output_tokens, turns, tool_calls, duration_s, cost_usd
 FROM filtered
 """
@@ -379,22 +378,11 @@ SPEND_TOTAL = f"WITH {FILTERED} SELECT count(*) AS runs, sum(cost_usd) AS cost_u
 #: [$split_utc, $end_utc) against the previous one [$start_utc, $split_utc). Columns: task_type,
 #: n_recent, n_previous, p95_total_tokens_recent, p95_total_tokens_previous, p95_cost_usd_recent,
 #: p95_cost_usd_previous.
-DRIFT = """
-WITH scoped AS (
-    SELECT * FROM runs
-    WHERE start_utc >= CAST($start_utc AS TIMESTAMP) AND start_utc < CAST($end_utc AS TIMESTAMP)
-      AND (len(CAST($task_types AS VARCHAR[])) = 0
-           OR list_contains(CAST($task_types AS VARCHAR[]), task_type))
-      AND (len(CAST($models AS VARCHAR[])) = 0
-           OR list_has_any(string_split(models, ','), CAST($models AS VARCHAR[])))
-      AND (len(CAST($services AS VARCHAR[])) = 0
-           OR list_contains(CAST($services AS VARCHAR[]), service_name))
-),
+DRIFT = f"""
+WITH {FILTERED},
 tagged AS (
-    SELECT *, start_utc >= CAST($split_utc AS TIMESTAMP) AS recent,
-           (cost_usd IS NOT NULL AND coalesce(unpriced_calls, 0) = 0
-            AND usage_status = 'reported') AS cost_known
-    FROM scoped
+    SELECT *, start_utc >= CAST($split_utc AS TIMESTAMP) AS recent, {COST_KNOWN} AS cost_known
+    FROM filtered
 )
 SELECT task_type,
        count(*) FILTER (WHERE recent) AS n_recent,

@@ -63,6 +63,7 @@ from budgetlens.analysis.presets import (  # noqa: F401
 
 # The low-sample cutoff and the alarm line live in budgetlens.analysis.thresholds; re-exported.
 from budgetlens.analysis.thresholds import HIT_RATE_ALARM, LOW_SAMPLE_RUNS
+from budgetlens.analysis.values import is_missing, scalar  # noqa: F401  (re-exported)
 
 log = logging.getLogger(__name__)
 
@@ -256,24 +257,6 @@ class Overview:
         """Task types whose hit rate is above ``threshold`` (the banner of the Overview)."""
         frame = self.per_task
         return frame.loc[frame["hit_rate"].fillna(0) > threshold, "task_type"].tolist()
-
-
-def is_missing(value) -> bool:
-    """True for None, NaN, NaT and pd.NA (safe on any scalar: never raises, never ambiguous)."""
-    try:
-        return bool(pd.isna(value))
-    except (TypeError, ValueError):  # a list or an array is a value, not a missing one
-        return False
-
-
-def scalar(value):
-    """A pandas/numpy scalar as a plain Python value; None for NaN, NA and NaT. The one
-    "pandas value -> None" rule of the code base (analysis, CLI and dashboard)."""
-    if is_missing(value):
-        return None
-    if isinstance(value, pd.Timestamp):
-        return value.to_pydatetime()
-    return value.item() if hasattr(value, "item") else value
 
 
 def overview(conn, f: Filters) -> Overview:
