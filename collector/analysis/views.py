@@ -221,24 +221,25 @@ def current_limits(conn, f: Filters) -> pd.DataFrame:
     return run_query(conn, q.CURRENT_LIMITS, f.params())
 
 
+#: Columns of ``hit_rate_by_task`` (and of ``budgetlens hit-rate``).
+HIT_RATE_COLUMNS = (
+    "task_type",
+    "finished_runs",
+    "budgeted_runs",
+    "budget_stops",
+    "interventions",
+    "hit_rate",
+    "intervention_rate",
+)
+
+
 def hit_rate_daily(conn, f: Filters) -> pd.DataFrame:
     """Per local day (``f.tz``) and task type: day (date), task_type, finished_runs,
     budgeted_runs (finished under a budget: the rates' denominator), budget_stops,
     interventions, hit_rate, intervention_rate (0..1; None on a day without budgeted runs)."""
     frame = run_query(conn, q.HIT_RATE_DAILY, f.params())
     frame["day"] = pd.to_datetime(frame["day"]).dt.date  # DuckDB DATE -> datetime.date
-    return frame[
-        [
-            "day",
-            "task_type",
-            "finished_runs",
-            "budgeted_runs",
-            "budget_stops",
-            "interventions",
-            "hit_rate",
-            "intervention_rate",
-        ]
-    ]
+    return frame[["day", *HIT_RATE_COLUMNS]]
 
 
 def stop_reasons(conn, f: Filters) -> pd.DataFrame:
@@ -314,18 +315,6 @@ def run_detail(conn, run_id: str) -> RunDetail | None:
         calls=run_query(conn, runq.RUN_DETAIL_CALLS, params),
         events=run_query(conn, runq.RUN_DETAIL_EVENTS, params),
     )
-
-
-#: Columns of ``hit_rate_by_task`` (and of ``budgetlens hit-rate``).
-HIT_RATE_COLUMNS = (
-    "task_type",
-    "finished_runs",
-    "budgeted_runs",
-    "budget_stops",
-    "interventions",
-    "hit_rate",
-    "intervention_rate",
-)
 
 
 def hit_rate_by_task(conn, f: Filters) -> pd.DataFrame:

@@ -49,6 +49,7 @@ from budgetlens.importers.openhands_history import (  # noqa: F401  (re-exported
     SOURCE,
     TOOL_ACTIONS,
     history_span,
+    run_identity,
     stop_reason,
     tool_calls,
     trajectory_rows,
@@ -136,10 +137,7 @@ def _eval_run(path: Path, lineno: int, obj: dict, options: ImportOptions, report
     metadata = as_dict(obj.get("metadata"))
     run_id, configured_model, task_type = _eval_identity(path, lineno, obj, metadata, options)
     base = {
-        "run_id": run_id,
-        "source": SOURCE,
-        "service_name": SERVICE,
-        "task_type": task_type,
+        **run_identity(run_id, task_type),
         "operation_name": semconv.OPERATION_CHAT,
     }
     calls, accumulated, source_priced = yield from _eval_calls(metrics, base, run_id, configured_model)
@@ -150,10 +148,7 @@ def _eval_run(path: Path, lineno: int, obj: dict, options: ImportOptions, report
     yield (
         "record",
         {
-            "run_id": run_id,
-            "source": SOURCE,
-            "service_name": SERVICE,
-            "task_type": task_type,
+            **run_identity(run_id, task_type),
             "agent_name": text(metadata.get("agent_class"), "metadata.agent_class") or SERVICE,
             "model": configured_model,
             "start_utc": start,

@@ -28,6 +28,11 @@ SERVICE = "openhands"
 SKIP_REPEATED_RESPONSE = "repeated model_response on an action or observation"
 
 
+def run_identity(run_id: str, task_type: str) -> dict[str, str]:
+    """The columns every call row and run record of one OpenHands run share."""
+    return {"run_id": run_id, "source": SOURCE, "service_name": SERVICE, "task_type": task_type}
+
+
 def stop_reason(error: object, final_state: str | None = None) -> str:
     """Map an OpenHands ``error`` (or the final agent state of a trajectory) to a stop reason."""
     text = str(error or "").lower()
@@ -129,10 +134,7 @@ def trajectory_rows(path: Path, events: list, options: ImportOptions, report: Im
         yield (
             "call",
             {
-                "run_id": run_id,
-                "source": SOURCE,
-                "service_name": SERVICE,
-                "task_type": task_type,
+                **run_identity(run_id, task_type),
                 "operation_name": semconv.OPERATION_CHAT,
                 "span_id": stable_id(run_id, response_id, index if response_id is None else ""),
                 "provider_name": provider,
@@ -149,10 +151,7 @@ def trajectory_rows(path: Path, events: list, options: ImportOptions, report: Im
     yield (
         "record",
         {
-            "run_id": run_id,
-            "source": SOURCE,
-            "service_name": SERVICE,
-            "task_type": task_type,
+            **run_identity(run_id, task_type),
             "agent_name": SERVICE,
             "model": models[0] if models else None,
             "start_utc": start,

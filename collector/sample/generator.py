@@ -33,24 +33,12 @@ import logging
 import random
 from collections.abc import Iterator
 
-from budgetlens.sample.profile import (  # noqa: F401  (re-exported)
-    DOWNGRADE_AT,
-    DOWNGRADE_CHAIN,
-    ERRORS,
-    FAIL_SHARE,
+from budgetlens.sample.profile import (  # DOWNGRADE_CHAIN, INCIDENT: re-exported
+    DOWNGRADE_CHAIN,  # noqa: F401
     HOURLY,
     INCIDENT,
     LIMITS_FROM_DAY,
-    NO_USAGE_SHARE,
-    PROVIDERS,
-    RUNAWAY_FACTOR,
-    RUNAWAY_SHARE,
-    SOURCE,
-    SUMMARIZE_AT,
-    TAIL_SHARE,
     TASK_TYPES,
-    TOOLS,
-    WARNING_AT,
     WEEKEND_FACTOR,
 )
 from budgetlens.sample.run import SimulatedRun
