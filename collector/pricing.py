@@ -68,8 +68,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from budgetlens.config import ENV_PRICES_FILE
-from budgetlens.docfile import load_document
+from budgetlens.config import ENV_PRICES_FILE, load_document, resolve
 from budgetlens.usage import Usage
 
 log = logging.getLogger(__name__)
@@ -656,7 +655,7 @@ def _user_model(model: str, path: str) -> _UserModel | None:
 
 
 def _configured(prices_file: str | os.PathLike | None) -> str | None:
-    path = prices_file if prices_file is not None else os.environ.get(ENV_PRICES_FILE) or None
+    path = resolve(prices_file, ENV_PRICES_FILE, None)
     return str(path) if path else None
 
 

@@ -44,7 +44,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from budgetlens.docfile import load_document
+from budgetlens.config import load_document
 from budgetlens.limits import LIMIT_KEYS, WHOLE_NUMBER_LIMITS, check_fraction, check_limit
 
 FORMAT_KEY = "budgetlens_presets"
