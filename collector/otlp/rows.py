@@ -47,6 +47,8 @@ _COLUMNS = {  # store table -> its columns
     "run_records": RUN_RECORD_COLUMNS,
     "budget_events": BUDGET_EVENT_COLUMNS,
 }
+#: The columns a mapped row of each table carries (all but ``is_subagent``, which is False).
+_GIVEN = {table: tuple(c for c in columns if c != "is_subagent") for table, columns in _COLUMNS.items()}
 _REQUIRED = {
     "model_calls": ("span_id", "run_id", "source", "usage_status"),
     "run_records": ("run_id", "source"),
@@ -83,19 +85,18 @@ def rows_table(table: str, rows: list[Row]) -> pa.Table:
     A column a row lacks is NULL (``is_subagent`` False, as ``rows_to_table`` makes it).
     Raises ValueError naming the field when a required column is NULL or empty.
     """
-    columns = _COLUMNS[table]
     schema = _schema(table)
+    # column by column (no tuple per row); a column a narrower row lacks is NULL
+    by_name = {name: [row.get(name) for row in rows] for name in _GIVEN[table]}
     for name in _REQUIRED[table]:
-        for index, row in enumerate(rows):
-            if row.get(name) in (None, ""):
-                raise ValueError(f"{table} row {index}: field {name!r} is required")
-    arrays = []
-    for column in columns:
-        if column == "is_subagent":
-            values: list[Any] = [False] * len(rows)
-        else:
-            values = [row.get(column) for row in rows]
-        arrays.append(pa.array(values, type=schema.field(column).type))
+        column = by_name[name]
+        if None in column or "" in column:
+            index = next(i for i, v in enumerate(column) if v in (None, ""))
+            raise ValueError(f"{table} row {index}: field {name!r} is required")
+    arrays = [
+        pa.array(by_name[name] if name != "is_subagent" else [False] * len(rows), type=field.type)
+        for name, field in zip(schema.names, schema)
+    ]
     return pa.Table.from_arrays(arrays, schema=schema)
 
 
