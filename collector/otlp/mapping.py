@@ -47,34 +47,30 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterable
-from typing import Any, NamedTuple
+from typing import Any
 
 from budgetlens import semconv as sc
 from budgetlens.otlp.attributes import (
     ALLOWED_ATTRIBUTES,
-    EVENT_COUNTS,
-    LIMITS,
-    MAX_AMOUNT,
     MAX_ID_CHARS,
-    NO_TOKENS,
-    TOKEN_SOURCES,
     USAGE_KEYS,
     SpanRejected,
-    amount,
-    choice,
-    count,
-    first_count,
     first_text,
-    maximum_of,
     read_attributes,
     text,
-    token_counts,
 )
 from budgetlens.otlp.memory import SpanMemory
-from budgetlens.otlp.rows import Mapped, Row, utc
+from budgetlens.otlp.rows import Mapped, Row
+from budgetlens.otlp.span_rows import (
+    SpanContext,
+    Times,
+    call_row,
+    event_row,
+    is_text,
+    root_record,
+    run_record,
+)
 from budgetlens.otlp.tree import Node, SpanTree
-from budgetlens.pricing import price_call
-from budgetlens.usage import Usage, normalize_counts
 
 log = logging.getLogger(__name__)
 
@@ -83,41 +79,8 @@ _ZERO_SPAN = bytes(8)
 _STATUS_ERROR = 2  # opentelemetry.proto.trace.v1.Status.STATUS_CODE_ERROR
 _AGENT_KINDS = ("AGENT", "CHAIN")
 _EVENT_NAMES = frozenset(sc.EVENT_NAMES)
-_RECORD_TOKENS = tuple((column, names) for column, names in TOKEN_SOURCES if column != "total_tokens")
-#: (model_calls column, span attribute, largest value) of the guard's per-call counts.
-_CALL_COUNTS = tuple(
-    (column, key, maximum_of(key))
-    for column, key in (
-        ("turn", sc.BUDGET_TURN),
-        ("reserved_tokens", sc.BUDGET_RESERVED_TOKENS),
-        ("used_tokens", sc.BUDGET_USED_TOKENS),
-        ("remaining_tokens", sc.BUDGET_REMAINING_TOKENS),
-    )
-)
 #: Clock skew allowed between an agent and the collector before a timestamp counts as future.
 FUTURE_SKEW_S = 300.0
-
-Times = tuple[int | None, int | None, float | None]
-"""(start µs since the epoch, end µs, duration s) of a span; None where unknown."""
-
-
-def _is_text(value: object) -> bool:
-    """True for a value ``text`` would return unchanged: a non-empty str of <= 200 chars."""
-    return type(value) is str and 0 < len(value) <= 200
-
-
-class _Span(NamedTuple):
-    """The parts of one span that its rows are built from."""
-
-    attrs: dict[str, Any]
-    span_hex: str
-    run_id: str
-    trace_hex: str
-    parent_hex: str
-    service: str | None
-    times: Times
-    failed: bool
-    budget_run: str | None
 
 
 #: One row a span produces before it is appended: (table kind, row, its quality flags).
@@ -223,31 +186,33 @@ class _Mapper:
             )
         run_id = budget_run or trace_hex
         agent = get(sc.GEN_AI_AGENT_NAME)
-        if agent is not None and not _is_text(agent):
+        if agent is not None and not is_text(agent):
             agent = text(attrs, sc.GEN_AI_AGENT_NAME)
         if agent and not budget_run:
             self.agent_by_trace.setdefault(trace_hex, agent)
         times, time_flags = self._times(span)
         failed = span.status.code == _STATUS_ERROR
-        ctx = _Span(attrs, span_hex, run_id, trace_hex, parent_hex, service, times, failed, budget_run)
+        ctx = SpanContext(
+            self.source, attrs, span_hex, run_id, trace_hex, parent_hex, service, times, failed, budget_run
+        )
         # built fully before anything is appended, so a rejected span adds nothing
         rows = self._main_rows(ctx, op, kind, span.name)
         if not parent_hex and not budget_run and (op or agent or kind or rows):
-            rows.append(("record", self.root_record(ctx, agent), []))
+            rows.append(("record", root_record(ctx, agent), []))
         for index, event in enumerate(span.events):
             if event.name in _EVENT_NAMES:
-                rows.append(("event", self.event(event, index, ctx), []))
+                rows.append(("event", event_row(event, index, ctx, self.now_ns, self.latest_ns), []))
         self._append(ctx, rows, time_flags)
 
-    def _main_rows(self, ctx: _Span, op: Any, kind: Any, name: str) -> list[_Pending]:
+    def _main_rows(self, ctx: SpanContext, op: Any, kind: Any, name: str) -> list[_Pending]:
         """The run record, model call or tool event a span is (at most one), as pending rows."""
         agentish = op == sc.OPERATION_INVOKE_AGENT or kind in _AGENT_KINDS
         if ctx.budget_run and (op == sc.OPERATION_INVOKE_AGENT or name.startswith("invoke_agent")):
-            return [("record", self.run_record(ctx), [])]
+            return [("record", run_record(ctx), [])]
         if not agentish and (
             op in sc.MODEL_CALL_OPERATIONS or kind == "LLM" or not USAGE_KEYS.isdisjoint(ctx.attrs)
         ):
-            row, flags = self.call(ctx)
+            row, flags = call_row(ctx, self.price)
             return [("call", row, flags)]
         if op == sc.OPERATION_EXECUTE_TOOL or kind == "TOOL":
             tool = {
@@ -261,7 +226,7 @@ class _Mapper:
             return [("event", tool, [])]
         return []
 
-    def _append(self, ctx: _Span, rows: list[_Pending], time_flags: list[str]) -> None:
+    def _append(self, ctx: SpanContext, rows: list[_Pending], time_flags: list[str]) -> None:
         """Append a span's rows, note its node, and attach the time flags to its call or record."""
         out = self.out
         node = Node(ctx.parent_hex, ctx.budget_run)
@@ -282,177 +247,6 @@ class _Mapper:
             else:
                 node.events.append(len(out.event_rows))
                 out.event_rows.append(row)
-
-    def root_record(self, ctx: _Span, agent: str | None) -> Row:
-        """The run record of a foreign root span (the trace's run: start/end, failed)."""
-        start, end, duration = ctx.times
-        return {
-            "run_id": ctx.run_id,
-            "trace_id": ctx.trace_hex,
-            "source": self.source,
-            "service_name": ctx.service,
-            "task_type": agent,
-            "agent_name": agent,
-            "model": first_text(ctx.attrs, sc.GEN_AI_REQUEST_MODEL, sc.LLM_MODEL_NAME),
-            "start_utc": start,
-            "end_utc": end,
-            "duration_s": duration,
-            "stop_reason": sc.STOP_FAILED if ctx.failed else None,
-            "quality": None,
-        }
-
-    def run_record(self, ctx: _Span) -> Row:
-        """The run_records row of a guard's run span (every ``RECORD_KEYS`` column)."""
-        attrs = ctx.attrs
-        stop = choice(attrs, sc.BUDGET_STOP_REASON, sc.STOP_REASONS)
-        retryable = attrs.get(sc.BUDGET_RETRYABLE)
-        if retryable is not None and type(retryable) is not bool:
-            raise SpanRejected(f"attribute {sc.BUDGET_RETRYABLE} must be a boolean")
-        start, end, duration = ctx.times
-        row: Row = {
-            "run_id": ctx.run_id,
-            "trace_id": ctx.trace_hex,
-            "source": self.source,
-            "service_name": ctx.service,
-            "task_type": text(attrs, sc.BUDGET_TASK_TYPE),
-            "agent_name": text(attrs, sc.GEN_AI_AGENT_NAME),
-            "model": text(attrs, sc.GEN_AI_REQUEST_MODEL),
-            "start_utc": start,
-            "end_utc": end,
-            "duration_s": duration,
-            "turns": count(attrs, sc.BUDGET_TURNS),
-            "tool_calls": count(attrs, sc.BUDGET_TOOL_CALLS),
-        }
-        total = count(attrs, sc.BUDGET_USED_TOKENS)
-        cost = amount(attrs, sc.BUDGET_COST_USD)
-        status = choice(attrs, sc.BUDGET_USAGE_STATUS, sc.USAGE_STATUSES)
-        for column, names in _RECORD_TOKENS:
-            row[column] = first_count(attrs, names)
-        row["total_tokens"] = total
-        row["cost_usd"] = cost
-        row["stop_reason"] = stop or (sc.STOP_FAILED if ctx.failed else None)
-        row["usage_status"] = status
-        row["retryable"] = retryable
-        for column, key, integral in LIMITS:
-            row[column] = count(attrs, key) if integral else amount(attrs, key)
-        row["quality"] = None
-        return row
-
-    def call(self, ctx: _Span) -> tuple[Row, list[str]]:
-        """The model_calls row of a span and its quality flags (``foreign_usage``,
-        ``partial_usage``)."""
-        # Each value is taken as it is when it already has the form the row needs (the common
-        # case); anything else goes through the validator, which converts it or rejects the span
-        # with the same message, in the same order as the row's fields.
-        attrs = ctx.attrs
-        get = attrs.get
-        flags = []
-        tokens = token_counts(attrs)
-        if tokens is not NO_TOKENS:
-            try:
-                tokens, normalized = normalize_counts(tokens)
-            except ValueError as error:
-                raise SpanRejected(str(error)) from None
-            if normalized:
-                flags.append("foreign_usage")
-        inp, outp, total, cache_read, cache_write, reasoning = tokens
-        status = get(sc.BUDGET_USAGE_STATUS)
-        if status is None:
-            reported = inp is not None or outp is not None or total is not None
-            status = sc.USAGE_REPORTED if reported else sc.USAGE_UNKNOWN
-        elif status not in sc.USAGE_STATUSES:
-            choice(attrs, sc.BUDGET_USAGE_STATUS, sc.USAGE_STATUSES)
-        if status == sc.USAGE_PARTIAL:
-            flags.append("partial_usage")
-        request_model, response_model, provider = _models(attrs)
-        cost = get(sc.BUDGET_COST_USD)
-        if cost is not None and not (type(cost) is float and 0 <= cost <= MAX_AMOUNT):
-            cost = amount(attrs, sc.BUDGET_COST_USD)
-        version = unpriced = None
-        if cost is None and not ctx.budget_run and status == sc.USAGE_REPORTED:
-            parts = (amount(attrs, sc.GEN_AI_USAGE_INPUT_COST), amount(attrs, sc.GEN_AI_USAGE_OUTPUT_COST))
-            if parts[0] is not None and parts[1] is not None:
-                cost = parts[0] + parts[1]
-            elif self.price:  # at the span's start: a late or backfilled span keeps its date's price
-                usage = None  # a total alone cannot be priced
-                if inp is not None and outp is not None:  # normalized: the parts fit
-                    usage = Usage(inp, outp, cache_read or 0, cache_write or 0, reasoning or 0)
-                model = response_model or request_model
-                priced = price_call(model, usage, provider, at=utc(ctx.times[0]))
-                cost, version = priced.cost_usd, priced.price_version
-                unpriced = ",".join(priced.unpriced) or None
-                if priced.unpriced_reason:
-                    log.debug("call of %r unpriced: %s", model, priced.unpriced_reason)
-        error_type = get(sc.ERROR_TYPE)
-        if error_type is not None:
-            error_type = text(attrs, sc.ERROR_TYPE)
-        if ctx.failed and not error_type:
-            error_type = "_OTHER"
-        task = get(sc.BUDGET_TASK_TYPE)
-        if task is not None and not _is_text(task):
-            task = text(attrs, sc.BUDGET_TASK_TYPE)
-        op = get(sc.GEN_AI_OPERATION_NAME)
-        if op is not None and not _is_text(op):
-            op = text(attrs, sc.GEN_AI_OPERATION_NAME)
-        start, end, duration = ctx.times
-        row: Row = {
-            "span_id": ctx.span_hex,
-            "run_id": ctx.run_id,
-            "trace_id": ctx.trace_hex,
-            "parent_span_id": ctx.parent_hex or None,
-            "source": self.source,
-            "service_name": ctx.service,
-            "task_type": task,
-            "operation_name": op,
-            "provider_name": provider,
-            "request_model": request_model,
-            "response_model": response_model,
-            "start_utc": start,
-            "end_utc": end,
-            "duration_s": duration,
-            "input_tokens": inp,
-            "output_tokens": outp,
-            "total_tokens": total,
-            "cache_read_tokens": cache_read,
-            "cache_write_tokens": cache_write,
-            "reasoning_tokens": reasoning,
-        }
-        for column, key, maximum in _CALL_COUNTS:
-            value = get(key)
-            if value is not None and not (type(value) is int and 0 <= value <= maximum):
-                value = count(attrs, key, maximum)
-            row[column] = value
-        row["cost_usd"] = cost
-        row["usage_status"] = status
-        row["error_type"] = error_type
-        row["quality"] = None
-        row["call_id"] = f"{ctx.trace_hex}:{ctx.span_hex}"
-        row["price_version"] = version
-        row["usage_details"] = None
-        row["unpriced_parts"] = unpriced
-        return row, flags
-
-    def event(self, event: Any, index: int, ctx: _Span) -> Row:
-        """The budget_events row of a ``budgetlens.*`` span event (every ``EVENT_KEYS`` column)."""
-        attrs = read_attributes(event.attributes)
-        ts = event.time_unix_nano
-        if ts > self.latest_ns:
-            ts = self.now_ns
-        row: Row = {
-            "event_id": f"{ctx.trace_hex}:{ctx.span_hex}:{index}",
-            "run_id": ctx.run_id,
-            "span_id": ctx.span_hex,
-            "ts_utc": ts // 1000 if ts else None,
-            "name": event.name,
-            "reason": first_text(attrs, sc.BUDGET_REASON, sc.BUDGET_STOP_REASON),
-            "from_model": text(attrs, sc.BUDGET_FROM_MODEL),
-            "to_model": text(attrs, sc.BUDGET_TO_MODEL),
-            "tool_name": text(attrs, sc.GEN_AI_TOOL_NAME),
-        }
-        for column, key in EVENT_COUNTS:
-            row[column] = count(attrs, key)
-        row["percent"] = amount(attrs, sc.BUDGET_PERCENT)
-        return row
 
     def finish(self) -> Mapped:
         """Apply the trace-wide rules (task type from the agent, the tree rules, quality flags)
@@ -481,23 +275,6 @@ class _Mapper:
                 rows[index]["quality"] = ",".join(sorted(flags))
                 for flag in flags:
                     counts[flag] = counts.get(flag, 0) + 1
-
-
-def _models(attrs: dict[str, Any]) -> tuple[Any, Any, Any]:
-    """(request model, response model, provider) of a call span, from the first name present."""
-    get = attrs.get
-    request_model = get(sc.GEN_AI_REQUEST_MODEL)
-    if not _is_text(request_model):
-        request_model = first_text(attrs, sc.GEN_AI_REQUEST_MODEL, sc.LLM_MODEL_NAME, sc.LLM_REQUEST_MODEL)
-    response_model = get(sc.GEN_AI_RESPONSE_MODEL)
-    if not _is_text(response_model):
-        response_model = first_text(attrs, sc.GEN_AI_RESPONSE_MODEL, sc.LLM_RESPONSE_MODEL)
-    provider = get(sc.GEN_AI_PROVIDER_NAME)
-    if not _is_text(provider):
-        provider = first_text(
-            attrs, sc.GEN_AI_PROVIDER_NAME, sc.GEN_AI_SYSTEM, sc.LLM_PROVIDER, sc.LLM_SYSTEM
-        )
-    return request_model, response_model, provider
 
 
 def map_request(
