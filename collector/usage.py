@@ -31,6 +31,11 @@ Provider quirks handled by :func:`normalize_usage` (each a documented rule, neve
   providers report beside them) are all null or absent carries no usage: None (unknown), not 0.
 
 A provider's own total is never added on top of its parts.
+
+Flat counts (span attributes, importer columns) follow one rule, :func:`normalize_counts`: parts
+above their total mean the total excluded them, so they are added. Module layout: the
+:class:`Usage` shape and that rule in ``budgetlens.usage_types``, the provider readers in
+``budgetlens.usage_shapes``; import them from here.
 """
 
 from __future__ import annotations
