@@ -47,14 +47,11 @@ __all__ = ["RunBudget", "DEFAULT_MAX_TOTAL_TOKENS", "UNKNOWN_USAGE_POLICIES"]
 
 
 def _paid_cost(model: str | None, usage: Usage, provider: str | None) -> float | None:
-    """USD of a call already paid for, priced now through :func:`budgetlens.pricing.price_call` (every
-    billed dimension: tokens by kind and modality, cache writes by duration, web searches, service tier). A
-    price file that fails only now is logged and the call counts as unpriced, so it is never dropped."""
-    try:
-        return price_call(model, usage, provider).cost_usd
-    except ValueError:
-        log.exception("could not price model %r; the call counts as unpriced", model)
-        return None
+    """USD of a call already paid for, priced now through :func:`budgetlens.pricing.price_call`
+    (every billed dimension: tokens by kind and modality, cache writes by duration, web searches,
+    service tier). ``price_call`` never raises for a price: a price file that fails only now
+    is logged there and the call counts as unpriced, so it is never dropped."""
+    return price_call(model, usage, provider).cost_usd
 
 
 class RunBudget:
