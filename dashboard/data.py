@@ -5,8 +5,9 @@ Pages call what they mean: ``data.overview(filters)``, ``data.baselines(filters,
 ``data.run_detail(run_id)``. Each function opens ``budgetlens.store.read_connection`` for the
 length of one analysis call, caches the result with ``st.cache_data`` keyed by the arguments and
 the store's *data version* (size and mtime of the DuckDB file and its WAL, so a commit by the
-collector invalidates the cache at once), and returns what the ``budgetlens.analysis.views``
-function of the same name returns.
+collector invalidates the cache at once), and returns what the analysis function it wraps
+returns. Each loader names its function by reference (``overview = cached(views.overview)``),
+so grep and mypy follow a page's call down to the SQL.
 
 When the store is momentarily unavailable (the writer holds the file past the short read
 timeout, an I/O hiccup) the last good result of the same query is returned instead and
@@ -20,28 +21,30 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import inspect
 import logging
 import os
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import duckdb
-import pandas as pd
 import streamlit as st
 
-from budgetlens.analysis import views as analysis
+from budgetlens.analysis import censoring, views, whatif
+from budgetlens.analysis import drift as drift_analysis
+from budgetlens.analysis import runaways as runaways_analysis
 from budgetlens.analysis.views import Filters
 from budgetlens.config import resolve_db_path
 from budgetlens.store import StoreError, StoreMissing, latest_snapshot, read_connection
 from budgetlens.store.connection import is_lock_conflict
 
-if TYPE_CHECKING:
-    from collections.abc import Callable
-
 log = logging.getLogger(__name__)
+P = ParamSpec("P")
+R = TypeVar("R")
 
 #: Seconds a page query waits for the writer to release the file before falling back.
 READ_TIMEOUT_S = 4.0
@@ -146,36 +149,33 @@ def data_version(path: Path | str | None = None) -> DataVersion:
 
 
 @st.cache_data(ttl=CACHE_TTL_S, max_entries=512, show_spinner=False)
-def _cached_read(name: str, path: str, version: DataVersion, args: tuple, kwargs: tuple):
-    import importlib
-
-    module, _, attr = name.rpartition(".")
-    function: Callable[..., Any] = (
-        getattr(importlib.import_module(f"budgetlens.analysis.{module}"), attr)
-        if module
-        else getattr(analysis, attr)
-    )
+def _cached_call(
+    view: str, path: str, version: DataVersion, args: tuple, kwargs: tuple, _function: Callable[..., Any]
+) -> Any:
+    """``_function(conn, *args, **kwargs)`` on a read-only connection. ``view`` (the function's
+    module and qualified name) keys the cache: Streamlit cannot hash a function, and the
+    leading underscore keeps ``_function`` out of the key."""
     with read_connection(path, timeout_s=READ_TIMEOUT_S) as conn:
-        return function(conn, *args, **dict(kwargs))
+        return _function(conn, *args, **dict(kwargs))
 
 
-def _read(name: str, *args, **kwargs) -> Any:
-    """``budgetlens.analysis.views.<name>(conn, *args, **kwargs)`` on a read-only connection,
-    cached (private: pages call the typed functions below).
-    A dotted ``name`` (``whatif.plan_for_target``) names another module of ``budgetlens.analysis``.
+def _read(function: Callable[..., Any], args: tuple, kwargs: dict[str, Any]) -> Any:
+    """``function(conn, *args, **kwargs)`` on a read-only connection, cached (private: pages
+    call the typed loaders that ``cached`` builds).
 
     Falls back to the last good result of the same call while the store is busy (``stale()``
     turns true). Raises DataUnavailable when the store is missing or busy and nothing was read
     before, and (``invalid``, no retry) when the path is not a budgetlens store; other errors
     propagate.
     """
+    view = f"{function.__module__}.{function.__qualname__}"
     path = db_path()
-    key = (name, str(path), args, tuple(sorted(kwargs.items())))
+    named = tuple(sorted(kwargs.items()))
     # The busy fallback ignores the window's bounds: a window "up to now" moves at every rerun,
     # and the last good result of the same view and filters is what a busy store should show.
-    fallback_key = (name, str(path), tuple(_without_window(a) for a in args), key[3])
+    fallback_key = (view, str(path), tuple(_without_window(a) for a in args), named)
     try:
-        value = _cached_read(name, str(path), data_version(path), args, key[3])
+        value = _cached_call(view, str(path), data_version(path), args, named, function)
     except StoreMissing as error:
         raise DataUnavailable(str(error), missing=True) from error
     except duckdb.CatalogException as error:  # a file whose first migration is not committed
@@ -183,15 +183,37 @@ def _read(name: str, *args, **kwargs) -> Any:
     except StoreError as error:
         if not is_busy(error):
             raise DataUnavailable(str(error), invalid=True) from error
-        return _fallback(name, fallback_key, error)
+        return _fallback(view, fallback_key, error)
     except (duckdb.IOException, duckdb.ConnectionException) as error:
-        return _fallback(name, fallback_key, error)
+        return _fallback(view, fallback_key, error)
     with _last_good_lock:
         _last_good.pop(fallback_key, None)
         _last_good[fallback_key] = (time.time(), value)
         while len(_last_good) > LAST_GOOD_ENTRIES:  # drop the least recently read
             _last_good.pop(next(iter(_last_good)))
     return value
+
+
+def cached(function: Callable[Concatenate[duckdb.DuckDBPyConnection, P], R]) -> Callable[P, R]:
+    """The dashboard's loader of the analysis function ``function(conn, ...)``: the same
+    parameters after the connection, the same return value, read through ``_read`` (read-only
+    connection, cached by data version, busy fallback, ``DataUnavailable``).
+
+    ``inspect.signature`` of the loader is the function's without ``conn``; its docstring
+    names the function it reads.
+    """
+
+    def load(*args: P.args, **kwargs: P.kwargs) -> R:
+        return _read(function, args, kwargs)
+
+    signature = inspect.signature(function)
+    load.__signature__ = signature.replace(parameters=list(signature.parameters.values())[1:])  # type: ignore[attr-defined]
+    load.__name__ = function.__name__
+    load.__qualname__ = function.__qualname__
+    load.__doc__ = (
+        f"``{function.__module__}.{function.__qualname__}`` of the store, cached.\n\n{function.__doc__ or ''}"
+    )
+    return load
 
 
 def _without_window(arg: Any) -> Any:
@@ -207,92 +229,56 @@ def _without_window(arg: Any) -> Any:
     return (dataclasses.replace(arg, start_utc=None, end_utc=None), *minutes)
 
 
-# --- the typed reads (one per analysis view; shapes as documented there) ------------------------
-def data_extent() -> tuple[dt.datetime | None, dt.datetime | None, int]:
-    """(oldest run start, newest run start, runs) of the whole store (naive UTC)."""
-    return _read("data_extent")
+# --- the typed loaders (one per analysis view; shapes as documented there) -----------------------
+#: (oldest run start, newest run start, runs) of the whole store (naive UTC).
+data_extent = cached(views.data_extent)
+#: The values the sidebar filters can take: ``task_types``, ``models``, ``services``.
+filter_options = cached(views.filter_options)
+#: What the window of ``f`` keeps and leaves out of its scope.
+window_coverage = cached(views.window_coverage)
+#: Headline figures and per-task rates of ``f`` (``views.Overview``).
+overview = cached(views.overview)
+#: n, P50, P95 and max per task type (and model).
+baselines = cached(views.baselines)
+#: P50, P95 and max of cache read, cache write and reasoning tokens per task type.
+token_part_baselines = cached(views.token_part_baselines)
+#: Calls and P50/P95/max call duration (s) per model.
+model_latency = cached(views.model_latency)
+#: The limits the runs of ``f`` ran under, per task type.
+current_limits = cached(views.current_limits)
+#: Hit and intervention rate per local day and task type.
+hit_rate_daily = cached(views.hit_rate_daily)
+#: Runs per task type and stop reason.
+stop_reasons = cached(views.stop_reasons)
+#: Cost per local period ('hour', 'day', 'week', 'month') and model or task type.
+cost_by_period = cached(views.cost_by_period)
+#: Runs per log-spaced cost bucket and task type.
+cost_per_run = cached(views.cost_per_run)
+#: Runs per log-spaced total-token bucket and task type.
+token_distribution = cached(views.token_distribution)
+#: The ``limit`` most expensive priced runs.
+top_runs = cached(views.top_runs)
+#: One row per run, newest first.
+runs_table = cached(views.runs_table)
+#: One run with its calls and events, None when it is not in the store.
+run_detail = cached(views.run_detail)
+
+# --- the evidence tools (issue 10) ----------------------------------------------------------------
+#: The trade-off curve, the presets meeting ``target`` (0..1) and their replay (``TargetPlan``).
+whatif_plan = cached(whatif.plan_for_target)
+#: The runaway runs of ``f`` (``Runaways``).
+runaways = cached(runaways_analysis.runaways)
+#: P95 of the last week against the week before, per task type.
+drift = cached(drift_analysis.drift)
+#: Kaplan–Meier P95 per task type with lower-bound flags.
+censored_baselines = cached(censoring.censored_baselines)
+#: The plain and Kaplan–Meier baselines presets rest on (``Evidence``).
+evidence = cached(whatif.evidence)
 
 
-def filter_options() -> dict[str, list[str]]:
-    """The values the sidebar filters can take: ``task_types``, ``models``, ``services``."""
-    return _read("filter_options")
-
-
-def window_coverage(f: Filters) -> analysis.WindowCoverage:
-    """What the window of ``f`` keeps and leaves out of its scope (``views.window_coverage``)."""
-    return _read("window_coverage", f)
-
-
-def overview(f: Filters) -> analysis.Overview:
-    """Headline figures and per-task rates of ``f`` (``views.overview``)."""
-    return _read("overview", f)
-
-
-def baselines(f: Filters, by_model: bool = False) -> pd.DataFrame:
-    """n, P50, P95 and max per task type (and model) (``views.baselines``)."""
-    return _read("baselines", f, by_model=by_model)
-
-
-def token_part_baselines(f: Filters) -> pd.DataFrame:
-    """P50, P95 and max of cache read, cache write and reasoning tokens per task type
-    (``views.token_part_baselines``)."""
-    return _read("token_part_baselines", f)
-
-
-def model_latency(f: Filters) -> pd.DataFrame:
-    """Calls and P50/P95/max call duration (s) per model (``views.model_latency``)."""
-    return _read("model_latency", f)
-
-
-def current_limits(f: Filters) -> pd.DataFrame:
-    """The limits the runs of ``f`` ran under, per task type (``views.current_limits``)."""
-    return _read("current_limits", f)
-
-
-def hit_rate_daily(f: Filters) -> pd.DataFrame:
-    """Hit and intervention rate per local day and task type (``views.hit_rate_daily``)."""
-    return _read("hit_rate_daily", f)
-
-
-def stop_reasons(f: Filters) -> pd.DataFrame:
-    """Runs per task type and stop reason (``views.stop_reasons``)."""
-    return _read("stop_reasons", f)
-
-
-def cost_by_period(f: Filters, period: str = "day", by: str = "model") -> pd.DataFrame:
-    """Cost per local period ('hour', 'day', 'week', 'month') and model or task type
-    (``views.cost_by_period``)."""
-    return _read("cost_by_period", f, period=period, by=by)
-
-
-def cost_per_run(f: Filters) -> pd.DataFrame:
-    """Runs per log-spaced cost bucket and task type (``views.cost_per_run``)."""
-    return _read("cost_per_run", f)
-
-
-def token_distribution(f: Filters) -> pd.DataFrame:
-    """Runs per log-spaced total-token bucket and task type (``views.token_distribution``)."""
-    return _read("token_distribution", f)
-
-
-def top_runs(f: Filters, limit: int = 20) -> pd.DataFrame:
-    """The ``limit`` most expensive priced runs (``views.top_runs``)."""
-    return _read("top_runs", f, limit=limit)
-
-
-def runs_table(f: Filters, search: str = "", limit: int = 500, offset: int = 0) -> pd.DataFrame:
-    """One row per run, newest first (``views.runs_table``)."""
-    return _read("runs_table", f, search=search, limit=limit, offset=offset)
-
-
-def run_detail(run_id: str) -> analysis.RunDetail | None:
-    """One run with its calls and events, None when it is not in the store."""
-    return _read("run_detail", run_id)
-
-
-def _fallback(name: str, key: tuple, error: BaseException):
+def _fallback(view: str, key: tuple, error: BaseException) -> Any:
     """The last good result of ``key`` while the store is busy; DataUnavailable without one."""
-    log.warning("store busy for %s, falling back: %s", name, error)
+    log.warning("store busy for %s, falling back: %s", view, error)
     with _last_good_lock:
         previous = _last_good.get(key)
     if previous is None:
@@ -329,33 +315,4 @@ def filters() -> Filters:
 
 def clear_cache() -> None:
     """Drop every cached query result (the "reload now" button)."""
-    _cached_read.clear()
-
-
-# --- typed loaders of the evidence tools (issue 10) ------------------------------------------------
-def whatif_plan(f, target: float, method: str = "auto"):
-    """``budgetlens.analysis.whatif.plan_for_target`` for the filters ``f``, cached: the trade-off
-    curve, the presets meeting ``target`` (0..1) and their replay (``TargetPlan``)."""
-    return _read("whatif.plan_for_target", f, float(target), method)
-
-
-def runaways(f, k: float = 3.0, repeats: int = 10):
-    """``budgetlens.analysis.runaways.runaways`` for ``f``, cached (``Runaways``)."""
-    return _read("runaways.runaways", f, float(k), int(repeats))
-
-
-def drift(f):
-    """``budgetlens.analysis.drift.drift`` for ``f``, cached: P95 this week vs the week before."""
-    return _read("drift.drift", f)
-
-
-def censored_baselines(f):
-    """``budgetlens.analysis.censoring.censored_baselines`` for ``f``, cached: Kaplan–Meier P95
-    per task type with lower-bound flags."""
-    return _read("censoring.censored_baselines", f)
-
-
-def evidence(f):
-    """``budgetlens.analysis.whatif.evidence`` for ``f``, cached: the plain and Kaplan–Meier
-    baselines presets rest on."""
-    return _read("whatif.evidence", f)
+    _cached_call.clear()

@@ -122,9 +122,26 @@ class Overview:
         return bool(self.unpriced_calls or self.partially_priced_runs or self.unknown_usage_runs)
 
     def alarms(self, threshold: float = HIT_RATE_ALARM) -> list[str]:
-        """Task types whose hit rate is above ``threshold`` (the banner of the Overview)."""
-        frame = self.per_task
-        return frame.loc[frame["hit_rate"].fillna(0) > threshold, "task_type"].tolist()
+        """Task types whose hit rate is above ``threshold``, whatever their sample, in
+        ``per_task`` order (``split_alarms`` tells the alarms from the low samples)."""
+        hot, _ = split_alarms(self.per_task, threshold, min_runs=0)
+        return self.per_task.loc[self.per_task.index.isin(hot.index), "task_type"].tolist()
+
+
+def split_alarms(
+    per_task: pd.DataFrame, threshold: float = HIT_RATE_ALARM, min_runs: int = LOW_SAMPLE_RUNS
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The one "in alarm" rule: the rows of ``per_task`` ([task_type, hit_rate, budgeted_runs,
+    ...], ``Overview.per_task``) whose hit rate (0..1) is above ``threshold``, highest first, as
+    (alarms: at least ``min_runs`` budgeted runs, low sample: fewer; one stop in four runs is
+    25 % but says little). A task type without a hit rate (no budgeted run) is never in alarm.
+    Pure."""
+    if per_task.empty:
+        return per_task, per_task
+    rates = pd.to_numeric(per_task["hit_rate"], errors="coerce").fillna(0)
+    hot = per_task[rates > threshold].sort_values("hit_rate", ascending=False)
+    enough = pd.to_numeric(hot["budgeted_runs"], errors="coerce").fillna(0) >= min_runs
+    return hot[enough], hot[~enough]
 
 
 def overview(conn, f: Filters) -> Overview:

@@ -1,9 +1,10 @@
-"""Small rendering helpers shared by the pages (headers, KPI tiles, charts, tables)."""
+"""Page furniture shared by the pages: the header (filters, freshness, what the window leaves
+out), KPI tiles, charts, the alarm banner, colors, the empty state and preset downloads. Tables
+and run links live in ``_tables``."""
 
 from __future__ import annotations
 
 import datetime as dt
-import urllib.parse
 import zoneinfo
 from collections.abc import Sequence
 
@@ -14,13 +15,7 @@ from budgetlens.analysis import preset_export
 from budgetlens.analysis import views as analysis
 from budgetlens.analysis.views import HIT_RATE_ALARM, LOW_SAMPLE_RUNS, Filters
 from budgetlens.dashboard import charts, data
-from budgetlens.dashboard.formatting import (
-    MISSING,
-    column_label,
-    format_usd,
-    is_missing,
-    number_format,
-)
+from budgetlens.dashboard.formatting import is_missing
 
 #: Plotly's own toolbar is hidden: it covered the chart titles, and Streamlit's element toolbar
 #: already offers full screen; drag to zoom and double-click to reset still work.
@@ -175,41 +170,11 @@ def chart(fig, key: str) -> None:
     st.plotly_chart(fig, key=key, config=PLOTLY_CONFIG)
 
 
-def split_alarms(
-    per_task: pd.DataFrame,
-    daily: pd.DataFrame,
-    threshold: float = HIT_RATE_ALARM,
-    min_runs: int = LOW_SAMPLE_RUNS,
-) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(alarms, low-sample) rows of ``per_task`` whose hit rate is above ``threshold``.
-
-    ``per_task``: [task_type, hit_rate, (budgeted_runs,) ...] (``Overview.per_task``); the
-    rate's denominator is its ``budgeted_runs`` when present, else the ``finished_runs`` of
-    ``daily`` (the ``hit_rate_daily`` frame) summed per task type; either lands in a
-    ``rate_runs`` column. Alarms have at least ``min_runs`` such runs; the others are a low
-    sample (one stop in four runs is 25 % but says little). Both sorted by hit rate, highest
-    first. A task type without a hit rate (no budgeted run) is never an alarm. Pure.
-    """
-    if per_task.empty:
-        return per_task, per_task
-    if "budgeted_runs" in per_task.columns:
-        counts = pd.to_numeric(per_task["budgeted_runs"], errors="coerce").fillna(0).astype(int)
-    else:
-        finished = (
-            daily.groupby("task_type")["finished_runs"].sum() if not daily.empty else pd.Series(dtype="int64")
-        )
-        counts = [int(finished.get(t, 0)) for t in per_task["task_type"]]
-    frame = per_task.assign(rate_runs=list(counts))
-    rates = pd.to_numeric(frame["hit_rate"], errors="coerce").fillna(0)
-    hot = frame[rates > threshold].sort_values("hit_rate", ascending=False)
-    enough = hot["rate_runs"] >= min_runs
-    return hot[enough], hot[~enough]
-
-
-def alarm_banner(per_task: pd.DataFrame, daily: pd.DataFrame, threshold: float = HIT_RATE_ALARM) -> None:
-    """One error banner per task type whose budget hit rate is above ``threshold`` over at least
-    LOW_SAMPLE_RUNS finished runs; one softer note naming the low-sample task types above it."""
-    hot, low = split_alarms(per_task, daily, threshold)
+def alarm_banner(per_task: pd.DataFrame, threshold: float = HIT_RATE_ALARM) -> None:
+    """One error banner per task type of ``per_task`` (``Overview.per_task``) in alarm
+    (``analysis.split_alarms``: hit rate above ``threshold`` over at least LOW_SAMPLE_RUNS
+    budgeted runs); one softer note naming the low-sample task types above it."""
+    hot, low = analysis.split_alarms(per_task, threshold)
     line = f"{threshold * 100:g} %"
     for _, row in hot.iterrows():
         task = str(row["task_type"])
@@ -229,7 +194,7 @@ def alarm_banner(per_task: pd.DataFrame, daily: pd.DataFrame, threshold: float =
             links.page_link(page, label=label, icon=icon, query_params=params)
     if not low.empty:
         names = ", ".join(
-            f"**{row['task_type']}** {charts.format_percent(row['hit_rate'])} of {row['rate_runs']:,}"
+            f"**{row['task_type']}** {charts.format_percent(row['hit_rate'])} of {int(row['budgeted_runs']):,}"
             for _, row in low.iterrows()
         )
         st.info(
@@ -247,116 +212,6 @@ def task_colors() -> dict[str, str]:
 def model_colors() -> dict[str, str]:
     """One color per model of the whole store (stable across charts and filters)."""
     return charts.color_map(data.filter_options()["models"])
-
-
-#: The link of a run id: the Runs page with ``?run=<id>`` (relative, so it works under any
-#: base path); the table shows the id itself (``RUN_LINK_TEXT`` captures it from the link).
-RUN_LINK_PREFIX = "runs?run="
-RUN_LINK_TEXT = r"runs\?run=(.*)$"
-#: Characters of a run id kept as they are in the link (the link text shows the id unchanged).
-_RUN_ID_SAFE = "-_.~:@!$'()*+,;/"
-
-
-def run_link(run_id: str) -> str:
-    """The relative URL that opens ``run_id`` on the Runs page (``runs?run=<id>``)."""
-    return RUN_LINK_PREFIX + urllib.parse.quote(run_id, safe=_RUN_ID_SAFE)
-
-
-#: The widest a pinned run-id column gets (pixels); a longer id is cut, its cell shows it all.
-RUN_ID_MAX_PX = 300
-#: Text of the ``low_sample`` column (a badge, never a checkbox that looks editable).
-LOW_SAMPLE_BADGE = "low sample"
-
-
-def _whole(series: pd.Series) -> bool:
-    values = pd.to_numeric(series, errors="coerce").dropna()
-    return bool(((values - values.round()).abs() < 1e-9).all())
-
-
-def display_frame(
-    frame: pd.DataFrame, *, unpriced: str = "unpriced", tz: str | None = None
-) -> tuple[pd.DataFrame, dict]:
-    """(frame, column_config) for ``st.dataframe`` with the dashboard's one display rule.
-
-    Every column gets its human label (``formatting.column_label``). USD columns (``*_usd``)
-    become text in the CLI's USD format (``format_usd``: ``$0.0039``, never ``$0.00`` for a
-    non-zero value; ``unpriced`` for a missing one); rates and shares (``*_rate``, ``*_share``,
-    0..1) read ``20.1 %``;
-    ``low_sample`` reads ``low sample`` or nothing; percentiles keep one decimal unless the whole
-    column is whole; counts and tokens have thousands separators; ``*_utc`` timestamps are shown
-    in ``tz`` (label ``Start (tz)``); ``run_id`` is pinned, as wide as its ids (at most
-    RUN_ID_MAX_PX). Pure apart
-    from building Streamlit column configs.
-    """
-    shown = frame.copy()
-    config: dict = {}
-    for column in shown.columns:
-        name = str(column)
-        label = column_label(name)
-        series = shown[column]
-        numeric = pd.api.types.is_numeric_dtype(series) and not pd.api.types.is_bool_dtype(series)
-        if name.endswith("_usd"):
-            shown[column] = [format_usd(v, unpriced=unpriced) for v in series]
-            config[column] = st.column_config.TextColumn(label, alignment="right")
-        elif name == "low_sample":
-            shown[column] = [LOW_SAMPLE_BADGE if not is_missing(v) and bool(v) else "" for v in series]
-            config[column] = st.column_config.TextColumn(
-                label, help=f"low sample = fewer than {LOW_SAMPLE_RUNS} runs: a rough guide"
-            )
-        elif name.endswith(("_rate", "_share")) and numeric:
-            shown[column] = series * 100
-            config[column] = st.column_config.NumberColumn(label, format="%.1f %%")
-        elif name == "percent" and numeric:
-            config[column] = st.column_config.NumberColumn(label, format="%.1f %%")
-        elif name.endswith("_utc"):
-            if tz and not shown.empty:
-                values = pd.to_datetime(series)
-                shown[column] = values.dt.tz_localize("UTC").dt.tz_convert(tz).dt.tz_localize(None)
-            config[column] = st.column_config.DatetimeColumn(
-                f"{label} ({tz or 'UTC'})", format="YYYY-MM-DD HH:mm:ss"
-            )
-        elif name == "run_id":
-            longest = max((len(str(v)) for v in series if not is_missing(v)), default=8)
-            shown[column] = [None if is_missing(v) else run_link(str(v)) for v in series]
-            config[column] = st.column_config.LinkColumn(  # wide enough for the whole id
-                label,
-                width=int(min(RUN_ID_MAX_PX, 7.2 * longest + 26)),
-                pinned=True,
-                display_text=RUN_LINK_TEXT,
-                help="The run's id: click to open the run",
-            )
-        elif numeric and number_format(name):
-            fmt = number_format(name)
-            if fmt == "%,.1f" and _whole(series):
-                fmt = "%,.0f"
-            config[column] = st.column_config.NumberColumn(label, format=fmt)
-        elif numeric and pd.api.types.is_integer_dtype(series):
-            config[column] = st.column_config.NumberColumn(label, format="%,d")
-        else:
-            config[column] = label
-    return shown, config
-
-
-def table(
-    frame: pd.DataFrame,
-    column_config: dict | None = None,
-    *,
-    first: Sequence[str] = (),
-    unpriced: str = "unpriced",
-    tz: str | None = None,
-    **kwargs,
-):
-    """``st.dataframe`` (returned: its selection state with ``on_select``) without the index, missing values as an em dash (never ``None``),
-    columns labelled and formatted by ``display_frame``; ``first`` names the columns shown
-    first (the most important ones), the others follow in their order; ``column_config``
-    overrides per column."""
-    shown, config = display_frame(frame, unpriced=unpriced, tz=tz)
-    config.update(column_config or {})
-    order = [c for c in first if c in shown.columns]
-    order += [c for c in shown.columns if c not in order]
-    return st.dataframe(
-        shown, hide_index=True, column_config=config, column_order=order, placeholder=MISSING, **kwargs
-    )
 
 
 def url_filters() -> dict[str, str | list[str]]:

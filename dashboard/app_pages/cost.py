@@ -6,102 +6,107 @@ from __future__ import annotations
 import streamlit as st
 
 from budgetlens.dashboard import charts, data
-from budgetlens.dashboard.app_pages import _ui
+from budgetlens.dashboard.app_pages import _tables, _ui
 
-f = data.filters()
-_ui.header("Cost", "Spend per period, model and task type (USD; prices from genai-prices).", f)
-suggested = _ui.period(f)
-period = st.radio(
-    "Period",
-    ["hour", "day", "week", "month"],
-    index=["hour", "day", "week", "month"].index(suggested),
-    horizontal=True,
-    key="cost_period",
-    format_func=lambda p: f"per {p}",
-)
-ov = data.overview(f)
-by_model = data.cost_by_period(f, period=period, by="model")
-by_task = data.cost_by_period(f, period=period, by="task_type")
-per_run = data.cost_per_run(f)
-top = data.top_runs(f, limit=20)
 
-no_runs = ov.runs == 0
-mean = ov.cost_usd / ov.priced_runs if ov.cost_usd is not None and ov.priced_runs else None
-_ui.tiles(
-    [
-        (
-            "Total cost",
-            "—" if no_runs else charts.format_usd(ov.cost_usd),
-            "Known spend: the sum of the priced calls; unpriced usage is not included",
-        ),
-        (
-            "Priced runs",
-            f"{ov.priced_runs:,} of {ov.runs:,}",
-            f"Runs with a cost; {ov.partially_priced_runs:,} of them are only partly priced",
-        ),
-        (
-            "Mean cost / priced run",
-            "—" if no_runs else charts.format_usd(mean),
-            "Known spend per run with a cost (a partly priced run counts its priced calls)",
-        ),
-        (
-            "Unpriced calls",
-            f"{ov.unpriced_calls:,}",
-            "Calls whose model has no known price; left out of the cost, shown as unpriced",
-        ),
-    ]
-)
-notes = []
-if ov.cost_is_lower_bound:
-    if ov.unpriced_calls:
-        notes.append(
-            f"{ov.unpriced_calls:,} calls used a model with no known price: their cost "
-            "is **unpriced** and not included above (never counted as $0). Add the "
-            "model to a price file (BUDGETLENS_PRICES_FILE) to price it."
-        )
-    if ov.partially_priced_runs:
-        notes.append(
-            f"Partly priced runs: {ov.partially_priced_runs:,} (unpriced calls or "
-            "unknown usage); their cost is known spend **+ unpriced usage**."
-        )
-    if ov.unknown_usage_runs:
-        notes.append(
-            f"Runs with unknown usage: {ov.unknown_usage_runs:,} (a call reported no usage; "
-            "the reservation was charged)."
-        )
-if notes:  # never an empty warning box
-    st.warning(" ".join(notes), icon=":material/money_off:")
-if no_runs:
-    _ui.no_runs(f)
-else:
-    left, right = st.columns(2)
-    with left:
-        _ui.chart(
-            charts.cost_stacked(by_model, period=period, by="model", colors=_ui.model_colors()),
-            "cost_by_model",
-        )
-    with right:
-        _ui.chart(
-            charts.cost_stacked(by_task, period=period, by="task_type", colors=_ui.task_colors()),
-            "cost_by_task",
-        )
-    _ui.chart(charts.cost_per_run(per_run, colors=_ui.task_colors()), "cost_per_run")
-    st.subheader("Most expensive runs")
-    _ui.table(
-        top,
-        tz=f.tz,
-        first=("run_id", "cost_usd", "task_type", "total_tokens", "stop_reason", "models", "start_utc"),
+def render() -> None:
+    f = data.filters()
+    _ui.header("Cost", "Spend per period, model and task type (USD; prices from genai-prices).", f)
+    suggested = _ui.period(f)
+    period = st.radio(
+        "Period",
+        ["hour", "day", "week", "month"],
+        index=["hour", "day", "week", "month"].index(suggested),
+        horizontal=True,
+        key="cost_period",
+        format_func=lambda p: f"per {p}",
     )
-    st.subheader("Latency per model")
-    st.caption(
-        "Duration of one model call (s), P50 / P95 / max (quantile_cont) over the calls of the "
-        "filtered runs that recorded one (timed calls); — = no call of that model was timed."
+    ov = data.overview(f)
+    by_model = data.cost_by_period(f, period=period, by="model")
+    by_task = data.cost_by_period(f, period=period, by="task_type")
+    per_run = data.cost_per_run(f)
+    top = data.top_runs(f, limit=20)
+
+    no_runs = ov.runs == 0
+    mean = ov.cost_usd / ov.priced_runs if ov.cost_usd is not None and ov.priced_runs else None
+    _ui.tiles(
+        [
+            (
+                "Total cost",
+                "—" if no_runs else charts.format_usd(ov.cost_usd),
+                "Known spend: the sum of the priced calls; unpriced usage is not included",
+            ),
+            (
+                "Priced runs",
+                f"{ov.priced_runs:,} of {ov.runs:,}",
+                f"Runs with a cost; {ov.partially_priced_runs:,} of them are only partly priced",
+            ),
+            (
+                "Mean cost / priced run",
+                "—" if no_runs else charts.format_usd(mean),
+                "Known spend per run with a cost (a partly priced run counts its priced calls)",
+            ),
+            (
+                "Unpriced calls",
+                f"{ov.unpriced_calls:,}",
+                "Calls whose model has no known price; left out of the cost, shown as unpriced",
+            ),
+        ]
     )
-    # On demand: exact percentiles read every call of the window (about 1 s at 1M runs), so the
-    # page itself stays fast.
-    if st.toggle("Show latency per model", key="cost_latency"):
-        _ui.table(
-            data.model_latency(f),
-            first=("model", "calls", "timed_calls", "p50_duration_s", "p95_duration_s", "max_duration_s"),
-            key="cost_model_latency",
+    notes = []
+    if ov.cost_is_lower_bound:
+        if ov.unpriced_calls:
+            notes.append(
+                f"{ov.unpriced_calls:,} calls used a model with no known price: their cost "
+                "is **unpriced** and not included above (never counted as $0). Add the "
+                "model to a price file (BUDGETLENS_PRICES_FILE) to price it."
+            )
+        if ov.partially_priced_runs:
+            notes.append(
+                f"Partly priced runs: {ov.partially_priced_runs:,} (unpriced calls or "
+                "unknown usage); their cost is known spend **+ unpriced usage**."
+            )
+        if ov.unknown_usage_runs:
+            notes.append(
+                f"Runs with unknown usage: {ov.unknown_usage_runs:,} (a call reported no usage; "
+                "the reservation was charged)."
+            )
+    if notes:  # never an empty warning box
+        st.warning(" ".join(notes), icon=":material/money_off:")
+    if no_runs:
+        _ui.no_runs(f)
+    else:
+        left, right = st.columns(2)
+        with left:
+            _ui.chart(
+                charts.cost_stacked(by_model, period=period, by="model", colors=_ui.model_colors()),
+                "cost_by_model",
+            )
+        with right:
+            _ui.chart(
+                charts.cost_stacked(by_task, period=period, by="task_type", colors=_ui.task_colors()),
+                "cost_by_task",
+            )
+        _ui.chart(charts.cost_per_run(per_run, colors=_ui.task_colors()), "cost_per_run")
+        st.subheader("Most expensive runs")
+        _tables.table(
+            top,
+            tz=f.tz,
+            first=("run_id", "cost_usd", "task_type", "total_tokens", "stop_reason", "models", "start_utc"),
         )
+        st.subheader("Latency per model")
+        st.caption(
+            "Duration of one model call (s), P50 / P95 / max (quantile_cont) over the calls of the "
+            "filtered runs that recorded one (timed calls); — = no call of that model was timed."
+        )
+        # On demand: exact percentiles read every call of the window (about 1 s at 1M runs), so the
+        # page itself stays fast.
+        if st.toggle("Show latency per model", key="cost_latency"):
+            _tables.table(
+                data.model_latency(f),
+                first=("model", "calls", "timed_calls", "p50_duration_s", "p95_duration_s", "max_duration_s"),
+                key="cost_model_latency",
+            )
+
+
+render()

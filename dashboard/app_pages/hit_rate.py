@@ -7,55 +7,62 @@ import streamlit as st
 
 from budgetlens.analysis.views import HIT_RATE_ALARM, LOW_SAMPLE_RUNS
 from budgetlens.dashboard import charts, data
-from budgetlens.dashboard.app_pages import _ui
+from budgetlens.dashboard.app_pages import _tables, _ui
 from budgetlens.dashboard.formatting import format_hit_rate
 
-f = data.filters()
-ov = data.overview(f)
-daily = data.hit_rate_daily(f)
-reasons = data.stop_reasons(f)
 
-_ui.header(
-    "Budget hit rate",
-    f"Above {HIT_RATE_ALARM:.0%} a budget is too tight or the agent has a bug (stop reasons budget_*).",
-    f,
-)
-_ui.alarm_banner(ov.per_task, daily)
-stops = int(daily["budget_stops"].sum()) if not daily.empty else 0
-interventions = int(daily["interventions"].sum()) if not daily.empty else 0
-_ui.tiles(
-    [
-        (
-            "Hit rate",
-            format_hit_rate(ov.hit_rate, ov.finished_runs)
-            + (" (low sample)" if _ui.low_sample_mark(ov.budgeted_runs) else ""),
-            f"Budget stops / finished budgeted runs ({ov.budgeted_runs:,}); low sample below "
-            f"{LOW_SAMPLE_RUNS} runs; no budget = none of the runs ran under a limit",
-        ),
-        ("Budget stops", f"{stops:,}", None),
-        (
-            "Intervention rate",
-            format_hit_rate(ov.intervention_rate, ov.finished_runs),
-            "Budget stops plus downgraded or summarized runs, over the budgeted runs",
-        ),
-        ("Interventions", f"{interventions:,}", None),
-        (
-            "Budgeted runs",
-            f"{ov.budgeted_runs:,} of {ov.finished_runs:,}",
-            "Finished runs that ran under a budget (at least one limit): the rates' denominator",
-        ),
-    ]
-)
-if ov.runs == 0:
-    _ui.no_runs(f)
-else:
-    colors = _ui.task_colors()
-    _ui.chart(charts.hit_rate_daily(daily, colors=colors), "hit_rate_daily")
-    left, right = st.columns(2)
-    with left:
-        _ui.chart(charts.stop_reasons(reasons), "hit_rate_reasons")
-    with right:
-        _ui.chart(charts.rate_by_task(ov.per_task), "hit_rate_by_task")
-    _ui.chart(charts.hit_rate_daily(daily, rate="intervention_rate", colors=colors), "hit_rate_interventions")
-    with st.expander("Daily figures"):
-        _ui.table(daily, first=("day", "task_type", "hit_rate", "budgeted_runs", "finished_runs"))
+def render() -> None:
+    f = data.filters()
+    ov = data.overview(f)
+    daily = data.hit_rate_daily(f)
+    reasons = data.stop_reasons(f)
+
+    _ui.header(
+        "Budget hit rate",
+        f"Above {HIT_RATE_ALARM:.0%} a budget is too tight or the agent has a bug (stop reasons budget_*).",
+        f,
+    )
+    _ui.alarm_banner(ov.per_task)
+    stops = int(daily["budget_stops"].sum()) if not daily.empty else 0
+    interventions = int(daily["interventions"].sum()) if not daily.empty else 0
+    _ui.tiles(
+        [
+            (
+                "Hit rate",
+                format_hit_rate(ov.hit_rate, ov.finished_runs)
+                + (" (low sample)" if _ui.low_sample_mark(ov.budgeted_runs) else ""),
+                f"Budget stops / finished budgeted runs ({ov.budgeted_runs:,}); low sample below "
+                f"{LOW_SAMPLE_RUNS} runs; no budget = none of the runs ran under a limit",
+            ),
+            ("Budget stops", f"{stops:,}", None),
+            (
+                "Intervention rate",
+                format_hit_rate(ov.intervention_rate, ov.finished_runs),
+                "Budget stops plus downgraded or summarized runs, over the budgeted runs",
+            ),
+            ("Interventions", f"{interventions:,}", None),
+            (
+                "Budgeted runs",
+                f"{ov.budgeted_runs:,} of {ov.finished_runs:,}",
+                "Finished runs that ran under a budget (at least one limit): the rates' denominator",
+            ),
+        ]
+    )
+    if ov.runs == 0:
+        _ui.no_runs(f)
+    else:
+        colors = _ui.task_colors()
+        _ui.chart(charts.hit_rate_daily(daily, colors=colors), "hit_rate_daily")
+        left, right = st.columns(2)
+        with left:
+            _ui.chart(charts.stop_reasons(reasons), "hit_rate_reasons")
+        with right:
+            _ui.chart(charts.rate_by_task(ov.per_task), "hit_rate_by_task")
+        _ui.chart(
+            charts.hit_rate_daily(daily, rate="intervention_rate", colors=colors), "hit_rate_interventions"
+        )
+        with st.expander("Daily figures"):
+            _tables.table(daily, first=("day", "task_type", "hit_rate", "budgeted_runs", "finished_runs"))
+
+
+render()

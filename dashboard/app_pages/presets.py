@@ -12,7 +12,7 @@ from budgetlens.analysis import preset_export as presets_export
 from budgetlens.analysis import views as analysis
 from budgetlens.analysis import whatif
 from budgetlens.dashboard import charts, data
-from budgetlens.dashboard.app_pages import _evidence, _ui
+from budgetlens.dashboard.app_pages import _evidence, _tables, _ui
 from budgetlens.dashboard.formatting import MISSING, column_label
 from budgetlens.guard.preset_file import LIMIT_KEYS
 
@@ -75,7 +75,7 @@ def _recommended_table(recommended: pd.DataFrame) -> None:
         "— = no recommendation: no run of the task type reported that figure (a cost "
         "preset needs fully priced runs)."
     )
-    _ui.table(
+    _tables.table(
         recommended,
         unpriced=MISSING,
         first=("task_type", "n", "low_sample", "max_total_tokens", "max_cost_usd"),
@@ -110,7 +110,7 @@ def _changes(changes: pd.DataFrame) -> None:
             c: st.column_config.NumberColumn(column_label(c), format="%,.0f")
             for c in ("current", "recommended")
         }
-    _ui.table(
+    _tables.table(
         shown.drop(columns=["change_pct"]),
         unpriced=MISSING,
         column_config=labels,

@@ -9,7 +9,7 @@ import streamlit as st
 
 from budgetlens.analysis.views import RunDetail
 from budgetlens.dashboard import charts, data
-from budgetlens.dashboard.app_pages import _ui
+from budgetlens.dashboard.app_pages import _tables, _ui
 from budgetlens.dashboard.formatting import MISSING, is_missing
 
 PAGE_SIZE = 500
@@ -62,7 +62,7 @@ def _runs_list(f) -> None:
         width="content",
         on_click="ignore",
     )
-    event = _ui.table(
+    event = _tables.table(
         table,
         tz=f.tz,
         height=280 if len(table) > 7 else "auto",
@@ -122,7 +122,7 @@ def _run_tables(detail: RunDetail, tz: str) -> None:
     if detail.calls.empty:
         st.caption("No model calls recorded.")
     else:
-        _ui.table(
+        _tables.table(
             detail.calls.drop(columns=["limit_total_tokens"], errors="ignore"),
             tz=tz,
             first=(
@@ -140,7 +140,7 @@ def _run_tables(detail: RunDetail, tz: str) -> None:
         st.caption("No warnings, downgrades, summaries, tool calls or stops were recorded.")
     else:
         events = detail.events.assign(name=detail.events["name"].str.removeprefix("budgetlens."))
-        _ui.table(
+        _tables.table(
             events,
             tz=tz,
             first=(

@@ -8,7 +8,7 @@ import streamlit as st
 
 from budgetlens.analysis import whatif
 from budgetlens.dashboard import charts, data
-from budgetlens.dashboard.app_pages import _ui
+from budgetlens.dashboard.app_pages import _tables, _ui
 from budgetlens.dashboard.formatting import MISSING, column_label
 from budgetlens.limits import LIMIT_KEYS
 
@@ -70,7 +70,7 @@ def render() -> None:
     st.subheader("Multiplier and limits that meet the target")
     shown = chosen.copy()
     shown["lower_bound_keys"] = [", ".join(keys) for keys in shown["lower_bound_keys"]]
-    _ui.table(
+    _tables.table(
         shown.drop(columns=["target_hit_rate"]),
         unpriced=MISSING,
         first=("task_type", "multiplier", "met", "projected_hit_rate", "max_total_tokens", "max_cost_usd"),
@@ -88,7 +88,7 @@ def render() -> None:
     _ui.chart(charts.tradeoff_curve(plan.curve, target, chosen), "whatif_curve")
 
     st.subheader("What that preset would have done")
-    _ui.table(
+    _tables.table(
         plan.replay.summary,
         first=("task_type", "runs", "stopped", "censored", "hit_rate", "avoided_tokens", "avoided_cost_usd"),
     )
@@ -97,7 +97,7 @@ def render() -> None:
         "budget stopped it and this one is larger, so what it would have used is unknown."
     )
     with st.expander(f"Runs it would stop or leave censored ({len(plan.replay.runs):,})"):
-        _ui.table(plan.replay.runs.head(500))
+        _tables.table(plan.replay.runs.head(500))
 
 
 render()

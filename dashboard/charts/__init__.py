@@ -67,5 +67,4 @@ __all__ = [
     "stop_reasons",
     "token_distribution",
     "tradeoff_curve",
-    "top_runs_table",
 ]
