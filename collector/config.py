@@ -63,3 +63,15 @@ def resolve_db_path(argument: str | os.PathLike | None = None) -> Path | str:
 def is_lake_location(location: str | os.PathLike) -> bool:
     """True when the store ``location`` names a DuckLake (``ducklake:...``), not a DuckDB file."""
     return str(location).startswith(LAKE_PREFIX)
+
+
+#: The shared ledger of spend windows and token pools (``ledger=`` wins): empty or ``memory``
+#: (in-process, the default), ``postgresql://...`` (fleet), ``http://host:4318`` (the
+#: collector's) or ``sqlite:///path`` (budgetlens.guard.ledgers).
+ENV_LEDGER = "BUDGETLENS_LEDGER"
+
+#: Seconds a ledger hold lasts without renewal (default 30): a killed worker's holds end within it.
+ENV_LEDGER_LEASE_S = "BUDGETLENS_LEDGER_LEASE_S"
+
+#: What the guard does when the ledger cannot be reached: ``block`` (default) or ``residual:F``.
+ENV_LEDGER_OFFLINE = "BUDGETLENS_LEDGER_OFFLINE"

@@ -68,6 +68,12 @@ def _pool_stop(draw: Callable[[], None]) -> lim.Stop | None:
     return None
 
 
+def _call_id(res: Reservation | None) -> str | None:
+    """The shared ledgers' id of a reservation (run id and number); None for a call recorded
+    without one."""
+    return None if res is None else f"{res.run_id}:{res.id}"
+
+
 def _paid_cost(model: str | None, usage: Usage, provider: str | None) -> float | None:
     """USD of a call already paid for, priced now through :func:`budgetlens.pricing.price_call`
     (every billed dimension: tokens by kind and modality, cache writes by duration, web searches,
@@ -217,13 +223,12 @@ class RunBudget:
         that was reserved but neither recorded nor released may have been paid for: its usage
         is unknown, so it counts as its reservation, never as 0 (design §1); the reservation is
         no longer held either way."""
-        if self._pool is not None:
-            for res in ledger.reservations.values():
-                self._pool.settle(res.tokens, res.tokens if charge else 0)
-        if self._spend is not None and ledger.reserved_cost_usd:
-            self._spend.release(ledger.reserved_cost_usd)
-            if charge:
-                self._spend.add(ledger.reserved_cost_usd)
+        for res in ledger.reservations.values():
+            call_id = _call_id(res)
+            if self._pool is not None:
+                self._pool.settle(res.tokens, res.tokens if charge else 0, call_id=call_id)
+            if self._spend is not None:
+                self._spend.settle(res.cost_usd, res.cost_usd if charge else None, call_id=call_id)
 
     @property
     def limits(self) -> dict[str, float | None]:
@@ -275,10 +280,10 @@ class RunBudget:
             self._dispatch.emit(Action.STOP, self._use, self._limits, reason=stop.reason)
         raise exc
 
-    def _reserve_spend(self, cost: float) -> None:
+    def _reserve_spend(self, cost: float, call_id: str) -> None:
         """Reserve ``cost`` (USD) in the shared spend windows; a refusal is this run's stop."""
         try:
-            self._spend.reserve(cost)
+            self._spend.reserve(cost, call_id=call_id)
         except BudgetExceeded as exc:
             self._stop_on(lim.Stop(exc.reason, exc.limit, exc.used, exc.requested, "spend window"))
 
@@ -384,13 +389,14 @@ class RunBudget:
                 or lim.reserve_stop(limits, use, estimated_tokens, output or 0, cost)
             )
             self._check_turns()
+            call_id = f"{self.run_id}:{self._next_id + 1}"  # the ledgers' id of this reservation
             if self._spend is not None:
-                self._reserve_spend(cost)
+                self._reserve_spend(cost, call_id)
             if self._pool is not None:
                 pool = self._pool
-                stop = _pool_stop(lambda: pool.reserve(estimated_tokens))
-                if stop is not None and self._spend is not None and cost:
-                    self._spend.release(cost)  # the pool refused: the spend reservation goes back
+                stop = _pool_stop(lambda: pool.reserve(estimated_tokens, call_id=call_id))
+                if stop is not None and self._spend is not None:
+                    self._spend.release(cost, call_id=call_id)  # the pool refused: spend goes back
                 self._stop_on(stop)
             self._next_id += 1
             res = Reservation(
@@ -510,16 +516,14 @@ class RunBudget:
                 cost = None if normalized is None else _paid_cost(model, normalized, provider)
             used_before = use.used_tokens
             first_unknown = use.add_call(normalized, cost, reserved)  # a turn; releases are not
+            call_id = _call_id(res)
             if self._pool is not None:
-                self._pool.settle(reserved, use.used_tokens - used_before)
+                self._pool.settle(reserved, use.used_tokens - used_before, call_id=call_id)
             if first_unknown:
                 log.warning("run %s: call without usage; charged %d tokens", self.run_id, first_unknown)
             if self._spend is not None:
-                if res is not None and res.cost_usd:
-                    self._spend.release(res.cost_usd)
                 charge = cost if cost is not None else (res.cost_usd if res and normalized is None else None)
-                if charge is not None:
-                    self._spend.add(charge)
+                self._spend.settle(res.cost_usd if res else 0.0, charge, call_id=call_id)
             elif (
                 cost is None
                 and self._limits["max_cost_usd"] is not None
@@ -559,10 +563,10 @@ class RunBudget:
         with self._lock:
             if self._finished is None:
                 res = self._use.settle(reservation, self.run_id)
-                if res is not None and res.cost_usd and self._spend is not None:
-                    self._spend.release(res.cost_usd)
+                if res is not None and self._spend is not None:
+                    self._spend.release(res.cost_usd, call_id=_call_id(res))
                 if res is not None and self._pool is not None:
-                    self._pool.settle(res.tokens, 0)
+                    self._pool.settle(res.tokens, 0, call_id=_call_id(res))
 
     # --- helpers for the next call -----------------------------------------------------------
     def output_budget(self, ceiling: int | None = None, prompt_tokens: int = 0) -> int | None:
