@@ -35,7 +35,7 @@ _SCHEMA = (
 _LIVE_HOLD = "SELECT 1 FROM ledger_holds WHERE call_id = ? AND expires_at > ? LIMIT 1"
 _SETTLED = "SELECT 1 FROM ledger_settled WHERE call_id = ?"
 _SPENT = "SELECT spent FROM ledger_accounts WHERE key = ?"
-_HELD = "SELECT coalesce(sum(amount), 0) FROM ledger_holds WHERE key = ? AND expires_at > ?"
+_HELD = "SELECT coalesce(sum(amount), 0.0) FROM ledger_holds WHERE key = ? AND expires_at > ?"
 _DROP_EXPIRED = "DELETE FROM ledger_holds WHERE key = ? AND expires_at <= ?"
 _HOLD = "INSERT OR REPLACE INTO ledger_holds (call_id, key, amount, expires_at) VALUES (?, ?, ?, ?)"
 _DROP_HOLDS = "DELETE FROM ledger_holds WHERE call_id = ?"
