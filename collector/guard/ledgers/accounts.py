@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable
@@ -31,7 +32,11 @@ from budgetlens.semconv import STOP_BUDGET_COST, STOP_BUDGET_TOKENS
 
 log = logging.getLogger(__name__)
 
-__all__ = ["SharedPool", "SharedWindows"]
+__all__ = ["CHECK_TTL_S", "SharedPool", "SharedWindows"]
+
+#: Seconds a check (``before_turn``) trusts the spend the ledger last reported; ``reserve``
+#: always asks the ledger.
+CHECK_TTL_S = 1.0
 
 
 class _Calls:
@@ -76,6 +81,26 @@ class _Calls:
             return ledger_id
 
 
+class _Seen:
+    """The spend of accounts as the ledger last reported it, with when (monotonic s): ``check``
+    (``before_turn``) reads it instead of asking the ledger when it is under ``CHECK_TTL_S`` old."""
+
+    def __init__(self) -> None:
+        self._spent: dict[str, tuple[float, float]] = {}
+
+    def note(self, key: str, spent: float) -> None:
+        self._spent[key] = (spent, time.monotonic())
+
+    def fresh(self, keys: list[str]) -> dict[str, float] | None:
+        now, found = time.monotonic(), {}
+        for key in keys:
+            seen = self._spent.get(key)
+            if seen is None or now - seen[1] > CHECK_TTL_S:
+                return None
+            found[key] = seen[0]
+        return found
+
+
 def _deliver(alert: Any, on_alert: Callable[[Any], object] | None, what: str) -> None:
     if on_alert is not None:
         try:
@@ -109,6 +134,7 @@ class SharedWindows:
         self._zone = ZoneInfo(tz)
         self._alert_at, self._on_alert, self._clock = alert_at, on_alert, clock
         self._calls = _Calls(f"spend|{scope}|")
+        self._seen = _Seen()
 
     def period(self, window: str, ts: float | None = None) -> str:
         """The calendar period of ``window`` at ``ts`` (default now): ``YYYY-MM-DD`` or ``YYYY-MM``."""
@@ -141,6 +167,8 @@ class SharedWindows:
         ledger_id = self._calls.new(call_id)
         refusal = self.client.reserve(ledger_id, [(k, lim) for _, k, lim in self._accounts()], cost_usd)
         if refusal is not None:
+            if not refusal.detail:
+                self._seen.note(refusal.key, refusal.spent)
             raise self._refused(refusal, cost_usd)
         self._calls.opened(call_id, ledger_id)
 
@@ -166,6 +194,8 @@ class SharedWindows:
         alerts = []
         for name, key, limit in accounts:
             after = (spent or {}).get(key)
+            if after is not None:
+                self._seen.note(key, after)
             line = self._alert_at * limit
             if after is not None and after - cost_usd < line <= after:
                 period = self.period(name, ts)
@@ -196,22 +226,30 @@ class SharedWindows:
         return self._balance(window).held
 
     def check(self) -> None:
-        """BudgetExceeded(``budget_cost``) when a window has reached its limit, or when the
-        ledger is unreachable and the offline policy blocks."""
+        """BudgetExceeded(``budget_cost``) when a window has reached its limit (spend as the
+        ledger reported it at most ``CHECK_TTL_S`` ago, else asked now), or when the ledger is
+        unreachable and the offline policy blocks."""
         accounts = self._accounts()
-        found = self.client.balances([k for _, k, _ in accounts])
+        keys = [k for _, k, _ in accounts]
+        spent = self._seen.fresh(keys)
+        if spent is None:
+            found = self.client.balances(keys)
+            if found is not None:
+                spent = {key: balance.spent for key, balance in found.items()}
+                for key, value in spent.items():
+                    self._seen.note(key, value)
         for name, key, limit in accounts:
-            if found is None:
+            if spent is None:
                 if not self.client.offline.residual:
                     raise BudgetExceeded(
                         STOP_BUDGET_COST, limit, 0, 0, f"{name} spend window: ledger unreachable (block)"
                     )
                 continue
-            if found[key].spent >= limit:
+            if spent[key] >= limit:
                 raise BudgetExceeded(
                     STOP_BUDGET_COST,
                     limit,
-                    round(found[key].spent, 6),
+                    round(spent[key], 6),
                     0,
                     f"{name} spend window {self.period(name)}",
                 )

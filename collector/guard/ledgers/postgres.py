@@ -2,8 +2,8 @@
 
 Three tables (``budgetlens_ledger_accounts``, ``_holds``, ``_settled``) and two functions,
 created on first use under an advisory lock. A reservation is one statement: the function locks
-each account row (``SELECT ... FOR UPDATE``, keys in sorted order, so two reservations never
-deadlock), sums the account's live holds (``expires_at > now()``, the server's clock: no
+each account row (``SELECT ... FOR UPDATE``, keys in sorted order; settles lock accounts before
+holds too, so nothing deadlocks), sums the account's live holds (``expires_at > now()``, the server's clock: no
 machine's clock skew matters) and inserts the holds only when every account fits. Under READ
 COMMITTED each statement of the function reads what the transactions before it committed, so
 the N processes on M machines reserving against one account are serialized on its row: the check
@@ -65,7 +65,9 @@ BEGIN
             RETURN;
         END IF;
     END LOOP;
-    DELETE FROM budgetlens_ledger_holds WHERE key = ANY (p_keys) AND expires_at <= now();
+    DELETE FROM budgetlens_ledger_holds WHERE ctid IN (
+        SELECT ctid FROM budgetlens_ledger_holds WHERE key = ANY (p_keys) AND expires_at <= now()
+        FOR UPDATE SKIP LOCKED);  -- tidy expired holds; never wait for a settle that drops one
     IF p_amount > 0 THEN
         INSERT INTO budgetlens_ledger_holds (call_id, key, amount, expires_at)
             SELECT p_call, k, p_amount, now() + make_interval(secs => p_lease_s) FROM unnest(p_keys) AS k
@@ -80,20 +82,23 @@ DECLARE
     s double precision;
     result double precision[] := '{{}}';
 BEGIN
-    DELETE FROM budgetlens_ledger_holds WHERE call_id = p_call;
     IF p_amount = 0 OR coalesce(array_length(p_keys, 1), 0) = 0 THEN
+        DELETE FROM budgetlens_ledger_holds WHERE call_id = p_call;
         RETURN result;  -- a release: nothing charged, nothing to remember
     END IF;
     INSERT INTO budgetlens_ledger_settled (call_id, amount, keys) VALUES (p_call, p_amount, p_keys)
         ON CONFLICT (call_id) DO NOTHING;
     IF NOT FOUND THEN
+        DELETE FROM budgetlens_ledger_holds WHERE call_id = p_call;
         RETURN NULL;  -- settled before: charged once
     END IF;
+    -- account rows first, then holds: the order reservations lock in (no deadlock)
     FOREACH k IN ARRAY p_keys LOOP
         INSERT INTO budgetlens_ledger_accounts AS a (key, spent) VALUES (k, p_amount)
             ON CONFLICT (key) DO UPDATE SET spent = a.spent + excluded.spent RETURNING a.spent INTO s;
         result := result || s;
     END LOOP;
+    DELETE FROM budgetlens_ledger_holds WHERE call_id = p_call;
     IF random() < 0.001 THEN
         DELETE FROM budgetlens_ledger_settled WHERE settled_at < now() - interval '3 days';
     END IF;
@@ -155,7 +160,8 @@ class PostgresLedger:
 
     def _run(self, statement: str, params: Sequence[Any], fetch: str) -> Any:
         errors = (self._psycopg.OperationalError, self._psycopg.InterfaceError)
-        for attempt in (1, 2):
+        rollback = self._psycopg.errors.TransactionRollback  # deadlock, serialization: retry
+        for attempt in (1, 2, 3):
             try:
                 cursor = self._connection().execute(statement, params)
                 if fetch == "one":
@@ -163,13 +169,17 @@ class PostgresLedger:
                 if fetch == "all":
                     return cursor.fetchall()
                 return cursor.rowcount
+            except rollback as exc:
+                if attempt == 3:
+                    raise LedgerUnavailable(f"PostgreSQL ledger: {exc}") from exc
+                log.info("PostgreSQL ledger: %s; retrying", exc)
             except errors as exc:
                 conn = getattr(self._local, "conn", None)
                 self._local.conn = None
                 if conn is not None:
                     with contextlib.suppress(Exception):  # a broken connection may fail to close
                         conn.close()
-                if attempt == 2:
+                if attempt >= 2:
                     raise LedgerUnavailable(f"PostgreSQL ledger unreachable: {exc}") from exc
                 log.info("PostgreSQL ledger connection lost (%s); reconnecting", exc)
         raise AssertionError("unreachable")  # pragma: no cover
