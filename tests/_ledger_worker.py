@@ -36,7 +36,8 @@ def main(log_path: str, worker: int, runs: int, limit_usd: float, seed: int) -> 
     fd = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
 
     def log(event: str, **fields) -> None:
-        os.write(fd, (json.dumps({"event": event, "worker": worker, **fields}) + "\n").encode())
+        record = {"event": event, "worker": worker, "t": time.time(), **fields}
+        os.write(fd, (json.dumps(record) + "\n").encode())
 
     rng = random.Random(seed * 1000 + done)
     tracker = SpendTracker({"daily": limit_usd}, clock=lambda: DAY)
@@ -50,13 +51,13 @@ def main(log_path: str, worker: int, runs: int, limit_usd: float, seed: int) -> 
         try:
             res = run.reserve(INPUT_TOKENS + OUTPUT_TOKENS, model=MODEL, output_tokens=OUTPUT_TOKENS)
         except BudgetExceeded as refused:
-            log("refused", run=i, t=time.time(), used=refused.used, requested=refused.requested)
+            log("refused", run=i, used=refused.used, requested=refused.requested)
             run.finish()
             continue
         time.sleep(rng.uniform(0.0, 0.01))  # the model call
         usage = Usage(INPUT_TOKENS, round(OUTPUT_TOKENS * rng.uniform(0.3, 1.6)))
         actual = price_call(MODEL, usage).cost_usd
-        log("paid", run=i, run_id=run_id, estimate=res.cost_usd, actual=actual, t=time.time())
+        log("paid", run=i, run_id=run_id, estimate=res.cost_usd, actual=actual)
         run.record(usage, model=MODEL, reservation=res)
         if rng.random() < 0.1:  # a retried settle: the ledger charges it once
             tracker.settle(res.cost_usd, actual, call_id=f"{run_id}:{res.id}")
