@@ -114,7 +114,7 @@ class SqliteLedger:
                     db.execute(_HOLD, (call_id, key, amount, now + lease_s))
             return None
 
-        return self._transaction(body)  # type: ignore[return-value]
+        return self._transaction(body)
 
     def settle(self, call_id: str, keys: Sequence[str], amount: float) -> dict[str, float] | None:
         def body(db: sqlite3.Connection, now: float) -> dict[str, float] | None:
@@ -129,13 +129,13 @@ class SqliteLedger:
                 db.execute(_PRUNE_SETTLED, (now - SETTLED_RETENTION_S,))
             return spent
 
-        return self._transaction(body)  # type: ignore[return-value]
+        return self._transaction(body)
 
     def renew(self, call_ids: Sequence[str], lease_s: float) -> int:
         def body(db: sqlite3.Connection, now: float) -> int:
             return sum(db.execute(_RENEW, (now + lease_s, call_id, now)).rowcount for call_id in call_ids)
 
-        return self._transaction(body)  # type: ignore[return-value]
+        return self._transaction(body)
 
     def balances(self, keys: Sequence[str]) -> dict[str, Balance]:
         def body(db: sqlite3.Connection, now: float) -> dict[str, Balance]:
@@ -145,7 +145,7 @@ class SqliteLedger:
                 result[key] = Balance(row[0] if row else 0.0, db.execute(_HELD, (key, now)).fetchone()[0])
             return result
 
-        return self._transaction(body)  # type: ignore[return-value]
+        return self._transaction(body)
 
     def close(self) -> None:
         with self._lock:
