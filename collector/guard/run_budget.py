@@ -108,7 +108,8 @@ class RunBudget:
     10 % of ``max_total_tokens``) bounds the ``residual`` policy. ``clock``: a monotonic clock in
     seconds (injectable for tests). ``tracer``: an OTel tracer (default
     ``opentelemetry.trace.get_tracer("budgetlens")``). ``spend``: an optional
-    :class:`budgetlens.guard.spend.SpendTracker` shared by runs of this process. ``pool``: an
+    :class:`budgetlens.guard.spend.SpendTracker` shared by runs of this process (of the fleet,
+    with a shared ledger: docs/fleet.md). ``pool``: an
     optional :class:`budgetlens.guard.pool.TokenPool` (tokens shared by runs: each reservation
     draws from it too). ``alert_limits``: alert-only limits by constructor name (e.g.
     ``{"max_total_tokens": 2_000_000}`` for a research agent): reaching one emits one

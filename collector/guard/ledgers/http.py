@@ -13,6 +13,7 @@ from __future__ import annotations
 import http.client
 import json
 import logging
+import os
 import socket
 import threading
 from collections.abc import Sequence
@@ -47,8 +48,11 @@ class HttpLedger:
         self._timeout = timeout_s
         self._local = threading.local()
         self._auth_logged = False
+        self._pid = os.getpid()
 
     def _connection(self) -> http.client.HTTPConnection:
+        if self._pid != os.getpid():  # a forked child opens its own connections
+            self._pid, self._local = os.getpid(), threading.local()
         conn = getattr(self._local, "conn", None)
         if conn is None:
             kind = http.client.HTTPSConnection if self._https else http.client.HTTPConnection

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import threading
 from collections.abc import Sequence
 from typing import Any
@@ -141,8 +142,11 @@ class PostgresLedger:
         self._all: list[Any] = []
         self._all_lock = threading.Lock()
         self._schema_ready = False
+        self._pid = os.getpid()
 
     def _connection(self) -> Any:
+        if self._pid != os.getpid():  # a forked child never uses its parent's connections
+            self._pid, self._local, self._all = os.getpid(), threading.local(), []
         conn = getattr(self._local, "conn", None)
         if conn is not None and not conn.closed:
             return conn
