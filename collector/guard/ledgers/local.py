@@ -11,11 +11,13 @@ Lease times are read from ``clock`` (seconds since the epoch, injectable).
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from budgetlens.guard.ledgers.protocol import EPSILON, Balance, LedgerUnavailable, Refusal
 
@@ -65,9 +67,8 @@ class SqliteLedger:
         busy_timeout_s: float = 5.0,
     ) -> None:
         target = ":memory:" if path in (None, ":memory:") else str(path)
-        self._db = sqlite3.connect(
-            target, timeout=busy_timeout_s, isolation_level=None, check_same_thread=False
-        )
+        self._target, self._busy_timeout_s, self._pid = target, busy_timeout_s, os.getpid()
+        self._db = self._connect()
         self._clock = clock
         self._lock = threading.Lock()
         self._settles = 0
@@ -78,8 +79,15 @@ class SqliteLedger:
             for statement in _SCHEMA:
                 self._db.execute(statement)
 
-    def _transaction(self, body: Callable[[sqlite3.Connection, float], object]):
+    def _connect(self) -> sqlite3.Connection:
+        return sqlite3.connect(
+            self._target, timeout=self._busy_timeout_s, isolation_level=None, check_same_thread=False
+        )
+
+    def _transaction(self, body: Callable[[sqlite3.Connection, float], object]) -> Any:
         with self._lock:
+            if self._pid != os.getpid() and self._target != ":memory:":
+                self._pid, self._db = os.getpid(), self._connect()  # a forked child: its own
             db = self._db
             try:
                 db.execute("BEGIN IMMEDIATE")
