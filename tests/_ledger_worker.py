@@ -2,11 +2,12 @@
 limit of the ledger in ``BUDGETLENS_LEDGER`` and logs what happened, one JSON line per event
 (written with one ``os.write``, so a kill -9 never leaves half a line).
 
-``python _ledger_worker.py LOG WORKER RUNS LIMIT_USD SEED``: runs number ``done .. RUNS-1`` (a
+``python _ledger_worker.py LOG WORKER RUNS LIMIT_USD SEED [POOL_TOKENS]``: runs number ``done .. RUNS-1`` (a
 restarted worker goes on after the last run it started). Per run: ``start``; then ``refused``
 (with the refusal's numbers and the time) or ``paid`` (the provider "charged" ``actual`` USD
 against the reservation's ``estimate``), then ``settled`` once the ledger has the charge (or
 ``pending`` while it waits in the outbox). A tenth of the settles are sent twice (a retry).
+With ``POOL_TOKENS`` the runs also draw from one shared token pool ``batch`` of that size.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import sys
 import time
 import uuid
 
-from budgetlens import BudgetExceeded, RunBudget, SpendTracker
+from budgetlens import BudgetExceeded, RunBudget, SpendTracker, TokenPool
 from budgetlens.guard.ledgers import shared_client
 from budgetlens.pricing import price_call
 from budgetlens.usage import Usage
@@ -28,7 +29,7 @@ DAY = 1_780_000_000.0  # the window's day is fixed: the test never straddles mid
 INPUT_TOKENS, OUTPUT_TOKENS = 1_000, 500
 
 
-def main(log_path: str, worker: int, runs: int, limit_usd: float, seed: int) -> None:
+def main(log_path: str, worker: int, runs: int, limit_usd: float, seed: int, pool_tokens: int = 0) -> None:
     done = 0
     if os.path.exists(log_path):
         with open(log_path) as log:
@@ -41,13 +42,14 @@ def main(log_path: str, worker: int, runs: int, limit_usd: float, seed: int) -> 
 
     rng = random.Random(seed * 1000 + done)
     tracker = SpendTracker({"daily": limit_usd}, clock=lambda: DAY)
+    pool = TokenPool(pool_tokens, name="batch") if pool_tokens else None
     client = shared_client()
     assert client is not None, "BUDGETLENS_LEDGER is not set"
     log("up", pid=os.getpid(), first_run=done)
     for i in range(done, runs):
         run_id = f"w{worker}-r{i}-{uuid.uuid4().hex[:8]}"
         log("start", run=i, run_id=run_id)
-        run = RunBudget(run_id=run_id, spend=tracker, max_total_tokens=None)
+        run = RunBudget(run_id=run_id, spend=tracker, pool=pool, max_total_tokens=None)
         try:
             res = run.reserve(INPUT_TOKENS + OUTPUT_TOKENS, model=MODEL, output_tokens=OUTPUT_TOKENS)
         except BudgetExceeded as refused:
@@ -57,7 +59,7 @@ def main(log_path: str, worker: int, runs: int, limit_usd: float, seed: int) -> 
         time.sleep(rng.uniform(0.0, 0.01))  # the model call
         usage = Usage(INPUT_TOKENS, round(OUTPUT_TOKENS * rng.uniform(0.3, 1.6)))
         actual = price_call(MODEL, usage).cost_usd
-        log("paid", run=i, run_id=run_id, estimate=res.cost_usd, actual=actual)
+        log("paid", run=i, run_id=run_id, estimate=res.cost_usd, actual=actual, tokens=usage.total_tokens)
         run.record(usage, model=MODEL, reservation=res)
         if rng.random() < 0.1:  # a retried settle: the ledger charges it once
             tracker.settle(res.cost_usd, actual, call_id=f"{run_id}:{res.id}")
@@ -72,4 +74,5 @@ def main(log_path: str, worker: int, runs: int, limit_usd: float, seed: int) -> 
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4]), int(sys.argv[5]))
+    pool_tokens = int(sys.argv[6]) if len(sys.argv) > 6 else 0
+    main(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4]), int(sys.argv[5]), pool_tokens)

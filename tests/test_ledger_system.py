@@ -29,10 +29,10 @@ WORKER = str(Path(__file__).with_name("_ledger_worker.py"))
 DAY_KEY = "spend:daily:UTC:2026-05-28|*"  # the workers' window (their clock is fixed on that day)
 
 
-def _spawn(log: Path, worker: int, runs: int, limit: float, env: dict) -> subprocess.Popen:
+def _spawn(log: Path, worker: int, runs: int, limit: float, env: dict, pool: int = 0) -> subprocess.Popen:
     with open(log.with_suffix(".stderr"), "ab") as stderr:  # the worker's warnings, for a failure
         return subprocess.Popen(
-            [sys.executable, WORKER, str(log), str(worker), str(runs), str(limit), str(worker)],
+            [sys.executable, WORKER, str(log), str(worker), str(runs), str(limit), str(worker), str(pool)],
             env=env,
             stdout=subprocess.DEVNULL,
             stderr=stderr,
@@ -192,8 +192,8 @@ def test_a_worker_killed_while_holding_frees_the_window_within_its_lease(tmp_pat
                 holder.wait()
 
 
-def test_processes_share_one_window_through_the_collector(tmp_path, db_path, free_port):
-    workers, runs, limit = 3, 60, 0.02
+def test_processes_share_one_window_and_pool_through_the_collector(tmp_path, db_path, free_port):
+    workers, runs, limit, pool = 3, 60, 0.05, 60_000  # the pool binds first (about 40 runs)
     logs = [tmp_path / f"worker{w}.log" for w in range(workers)]
     with live_collector(db_path, free_port, token="s3cret") as live:
         bad = requests.post(f"{live.url}/v1/ledger/reserve", json={"call_id": "x"}, timeout=5)
@@ -206,20 +206,22 @@ def test_processes_share_one_window_through_the_collector(tmp_path, db_path, fre
         )
         assert bad.status_code == 400 and "accounts[0] limit must be >= 0" in bad.json()["error"]
         env = _env(live.url, 5.0, BUDGETLENS_COLLECTOR_TOKEN="s3cret")
-        procs = [_spawn(logs[w], w, runs, limit, env) for w in range(workers)]
+        procs = [_spawn(logs[w], w, runs, limit, env, pool) for w in range(workers)]
         for w, p in enumerate(procs):
             assert p.wait(120) == 0, _stderr(logs[w])
         ledger = HttpLedger(live.url, token="s3cret")
         balance = ledger.balances([DAY_KEY])[DAY_KEY]
+        tokens = ledger.balances(["pool:batch|*"])["pool:batch|*"]
         wrong = LedgerClient(HttpLedger(live.url, token="wrong"))
         assert wrong.reserve("w", [(DAY_KEY, 10.0)], 0.001).detail.startswith("ledger unreachable")
     events = _events(logs)
     paid = [e for e in events if e["event"] == "paid"]
     assert sum(e["actual"] for e in paid) == pytest.approx(balance.spent)  # every call charged once
-    shortfall = max(max(0.0, e["actual"] - e["estimate"]) for e in paid)
-    assert limit - 2 * max(e["estimate"] for e in paid) <= balance.spent <= limit + workers * shortfall
-    assert balance.held == 0
-    assert any(e["event"] == "refused" for e in events)
+    assert sum(e["tokens"] for e in paid) == tokens.spent
+    assert balance.held == 0 and tokens.held == 0
+    shortfall = max(max(0, e["tokens"] - 1_500) for e in paid)  # each reserved 1,500 tokens
+    assert pool - 1_500 * workers <= tokens.spent <= pool + workers * shortfall
+    assert balance.spent < limit and any(e["event"] == "refused" for e in events)
 
 
 def test_the_collector_keeps_its_ledger_across_a_restart(python, db_path):
