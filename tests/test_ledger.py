@@ -327,3 +327,21 @@ def test_a_hold_is_renewed_for_at_most_max_hold_s(ledger, monkeypatch):
     later = client_module.time.monotonic() + 5
     monkeypatch.setattr(client_module.time, "monotonic", lambda: later)
     assert client.renew_now() == 0
+
+
+def test_a_failure_is_not_waited_for_again_within_a_second(ledger, monkeypatch):
+    flaky = Flaky(ledger)
+    client = process(flaky)
+    tracker = SpendTracker({"daily": 1.0}, ledger=client)
+    flaky.down = True
+    for _ in range(3):
+        with pytest.raises(BudgetExceeded, match="ledger unreachable"):
+            tracker.reserve(0.1, call_id="a")
+    assert flaky.calls == 1  # the next two applied the policy at once
+    flaky.down = False
+    import budgetlens.guard.ledgers.client as client_module
+
+    later = client_module.time.monotonic() + 1.5
+    monkeypatch.setattr(client_module.time, "monotonic", lambda: later)
+    tracker.reserve(0.1, call_id="a")
+    assert flaky.calls == 2

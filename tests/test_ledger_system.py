@@ -145,7 +145,7 @@ def test_a_fleet_stays_within_the_bound_through_kills_and_a_ledger_restart(tmp_p
     # a refusal either did not fit, or came while the ledger's server was down
     for e in (e for e in events if e["event"] == "refused"):
         if e["used"] + e["requested"] <= limit + 1e-9:
-            assert outage[0] - 0.5 <= e["t"] <= outage[1] + 1.0, f"refused with room: {e}" + _stderr(
+            assert outage[0] - 0.5 <= e["t"] <= outage[1] + 2.0, f"refused with room: {e}" + _stderr(
                 logs[e["worker"]]
             )
 

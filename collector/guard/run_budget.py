@@ -390,7 +390,8 @@ class RunBudget:
                 or lim.reserve_stop(limits, use, estimated_tokens, output or 0, cost)
             )
             self._check_turns()
-            call_id = f"{self.run_id}:{self._next_id + 1}"  # the ledgers' id of this reservation
+            if self._spend is not None or self._pool is not None:
+                call_id = f"{self.run_id}:{self._next_id + 1}"  # the ledgers' id of this reservation
             if self._spend is not None:
                 self._reserve_spend(cost, call_id)
             if self._pool is not None:
@@ -517,7 +518,7 @@ class RunBudget:
                 cost = None if normalized is None else _paid_cost(model, normalized, provider)
             used_before = use.used_tokens
             first_unknown = use.add_call(normalized, cost, reserved)  # a turn; releases are not
-            call_id = _call_id(res)
+            call_id = _call_id(res) if self._spend is not None or self._pool is not None else None
             if self._pool is not None:
                 self._pool.settle(reserved, use.used_tokens - used_before, call_id=call_id)
             if first_unknown:

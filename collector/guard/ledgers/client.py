@@ -9,6 +9,8 @@ caches them) wraps a backend (:class:`~budgetlens.guard.ledgers.protocol.Ledger`
   the lease while the process lives; a process killed with -9 stops renewing and its holds end at
   most ``lease_s`` after its last renewal. A hold is renewed for at most ``max_hold_s`` after it
   was taken (a reservation never settled by a live process ends too).
+- **Failures** are not waited for twice: within ``RETRY_AFTER_S`` (1 s) of one, operations
+  apply the offline policy at once; the renewal thread keeps probing.
 - **Settles** never raise into the agent: a settle that cannot reach the ledger waits in an
   outbox and is sent again (same call id: it charges once) before the next operation and by the
   renewal thread.
@@ -38,6 +40,9 @@ __all__ = ["DEFAULT_LEASE_S", "DEFAULT_MAX_HOLD_S", "LedgerClient", "OfflinePoli
 DEFAULT_LEASE_S = 30.0
 #: Seconds after which a hold is no longer renewed (a call longer than this loses its hold).
 DEFAULT_MAX_HOLD_S = 3600.0
+#: Seconds after a failure during which operations apply the offline policy at once, without
+#: waiting for the ledger again (the renewal thread keeps trying).
+RETRY_AFTER_S = 1.0
 UNREACHABLE = "ledger unreachable"
 
 
@@ -105,6 +110,17 @@ class LedgerClient:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._reachable = True
+        self._down_until = 0.0  # monotonic time before which the ledger counts as unreachable
+
+    def _call(self, op, *args):
+        """``op(*args)`` on the backend; LedgerUnavailable at once within RETRY_AFTER_S of a failure."""
+        if self._down_until > time.monotonic():
+            raise LedgerUnavailable("unreachable a moment ago")
+        try:
+            return op(*args)
+        except LedgerUnavailable:
+            self._down_until = time.monotonic() + RETRY_AFTER_S
+            raise
 
     # --- operations --------------------------------------------------------------------------
     def reserve(self, call_id: str, accounts: Sequence[tuple[str, float]], amount: float) -> Refusal | None:
@@ -112,7 +128,7 @@ class LedgerClient:
         Refusal (``detail`` names an unreachable ledger). Never raises LedgerUnavailable."""
         self._flush()
         try:
-            refusal = self.backend.reserve(call_id, accounts, amount, self.lease_s)
+            refusal = self._call(self.backend.reserve, call_id, accounts, amount, self.lease_s)
         except LedgerUnavailable as exc:
             self._unreachable(exc)
             return self._reserve_offline(call_id, accounts, amount)
@@ -136,7 +152,7 @@ class LedgerClient:
             local = self._local_held.pop(call_id, None)
         self._flush()
         try:
-            spent = self.backend.settle(call_id, keys, amount)
+            spent = self._call(self.backend.settle, call_id, keys, amount)
         except LedgerUnavailable as exc:
             self._unreachable(exc)
             with self._lock:
@@ -156,7 +172,7 @@ class LedgerClient:
         the ledger is unreachable."""
         self._flush()
         try:
-            found = self.backend.balances(keys)
+            found = self._call(self.backend.balances, keys)
         except LedgerUnavailable as exc:
             self._unreachable(exc)
             return None
@@ -214,9 +230,10 @@ class LedgerClient:
             key, limit, self._known_spent.get(key, 0.0), 0.0, f"{UNREACHABLE} (offline policy block)"
         )
 
-    def _flush(self) -> None:
-        """Send the outbox (oldest first); stops at the first failure."""
-        if not self._outbox:
+    def _flush(self, probe: bool = False) -> None:
+        """Send the outbox (oldest first); stops at the first failure. ``probe``: try even
+        within RETRY_AFTER_S of a failure (the renewal thread)."""
+        if not self._outbox or (not probe and self._down_until > time.monotonic()):
             return
         with self._lock:
             waiting = list(self._outbox.items())
@@ -224,7 +241,9 @@ class LedgerClient:
             try:
                 spent = self.backend.settle(call_id, keys, amount)
             except LedgerUnavailable:
+                self._down_until = time.monotonic() + RETRY_AFTER_S
                 return
+            self._down_until = 0.0
             with self._lock:
                 self._outbox.pop(call_id, None)
                 for key in keys:
@@ -265,11 +284,13 @@ class LedgerClient:
                     del self._live[call_id]
                     log.warning("call %s held for over %g s: no longer renewed", call_id, self.max_hold_s)
             live = list(self._live)
-        self._flush()
+        self._flush(probe=True)
         if not live:
             return 0
         try:
-            return self.backend.renew(live, self.lease_s)
+            renewed = self.backend.renew(live, self.lease_s)
+            self._down_until = 0.0
+            return renewed
         except LedgerUnavailable as exc:
             self._unreachable(exc)
             return 0
