@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import os
 import re
-import subprocess
 import sys
 import tempfile
 import threading
@@ -34,105 +33,10 @@ from pathlib import Path
 
 import requests
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
-from opentelemetry.proto.common.v1.common_pb2 import KeyValue
-from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
 from benchmarks._report import machine, publish
-from budgetlens import semconv as sc
-
-SPANS_PER_BODY = 1000
-CALLS_PER_RUN = 9
-
-
-def _kv(key: str, value) -> KeyValue:
-    kv = KeyValue(key=key)
-    if isinstance(value, bool):
-        kv.value.bool_value = value
-    elif isinstance(value, int):
-        kv.value.int_value = value
-    elif isinstance(value, float):
-        kv.value.double_value = value
-    else:
-        kv.value.string_value = value
-    return kv
-
-
-def make_body(seed: int) -> bytes:
-    """One protobuf body of ``SPANS_PER_BODY`` guard-shaped spans with unique ids."""
-    request = ExportTraceServiceRequest()
-    resource_spans = request.resource_spans.add()
-    resource_spans.resource.attributes.append(_kv(sc.SERVICE_NAME, "bench-agent"))
-    spans = resource_spans.scope_spans.add().spans
-    now = time.time_ns()
-    runs = SPANS_PER_BODY // (CALLS_PER_RUN + 1)
-    for run in range(runs):
-        trace_id = (seed * 1_000_003 + run + 1).to_bytes(16, "big")
-        run_span_id = (seed * 100_000 + run * 16 + 1).to_bytes(8, "big")
-        run_id = f"bench-{seed}-{run}"
-        task = f"task-{run % 5}"
-        used = 0
-        for turn in range(1, CALLS_PER_RUN + 1):
-            inp, out = 1000 + 37 * turn, 100 + turn
-            used += inp + out
-            span = Span(
-                trace_id=trace_id,
-                span_id=(seed * 100_000 + run * 16 + 1 + turn).to_bytes(8, "big"),
-                parent_span_id=run_span_id,
-                name="chat gpt-4o-mini",
-                kind=Span.SPAN_KIND_CLIENT,
-                start_time_unix_nano=now + turn * 1000,
-                end_time_unix_nano=now + turn * 1000 + 900,
-            )
-            span.attributes.extend(
-                [
-                    _kv(sc.GEN_AI_OPERATION_NAME, "chat"),
-                    _kv(sc.GEN_AI_PROVIDER_NAME, "openai"),
-                    _kv(sc.GEN_AI_REQUEST_MODEL, "gpt-4o-mini"),
-                    _kv(sc.GEN_AI_RESPONSE_MODEL, "gpt-4o-mini-2024-07-18"),
-                    _kv(sc.GEN_AI_USAGE_INPUT_TOKENS, inp),
-                    _kv(sc.GEN_AI_USAGE_OUTPUT_TOKENS, out),
-                    _kv(sc.GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS, inp // 2),
-                    _kv(sc.BUDGET_RUN_ID, run_id),
-                    _kv(sc.BUDGET_TASK_TYPE, task),
-                    _kv(sc.BUDGET_TURN, turn),
-                    _kv(sc.BUDGET_RESERVED_TOKENS, 4000),
-                    _kv(sc.BUDGET_USED_TOKENS, used),
-                    _kv(sc.BUDGET_REMAINING_TOKENS, 100_000 - used),
-                    _kv(sc.BUDGET_USAGE_STATUS, "reported"),
-                    _kv(sc.BUDGET_COST_USD, used * 1.5e-7),
-                ]
-            )
-            spans.append(span)
-        run_span = Span(
-            trace_id=trace_id,
-            span_id=run_span_id,
-            name=f"invoke_agent {task}",
-            start_time_unix_nano=now,
-            end_time_unix_nano=now + 20_000,
-        )
-        run_span.attributes.extend(
-            [
-                _kv(sc.GEN_AI_OPERATION_NAME, "invoke_agent"),
-                _kv(sc.BUDGET_RUN_ID, run_id),
-                _kv(sc.BUDGET_TASK_TYPE, task),
-                _kv(sc.BUDGET_LIMIT_TOTAL_TOKENS, 100_000),
-                _kv(sc.BUDGET_LIMIT_TURNS, 20),
-                _kv(sc.BUDGET_TURNS, CALLS_PER_RUN),
-                _kv(sc.BUDGET_TOOL_CALLS, 1),
-                _kv(sc.BUDGET_USED_TOKENS, used),
-                _kv(sc.GEN_AI_USAGE_INPUT_TOKENS, used - 1000),
-                _kv(sc.GEN_AI_USAGE_OUTPUT_TOKENS, 1000),
-                _kv(sc.BUDGET_COST_USD, used * 1.5e-7),
-                _kv(sc.BUDGET_STOP_REASON, "completed"),
-                _kv(sc.BUDGET_USAGE_STATUS, "reported"),
-                _kv(sc.BUDGET_RETRYABLE, False),
-            ]
-        )
-        for index, name in enumerate((sc.EVENT_TOOL_CALL, sc.EVENT_WARNING)):
-            event = run_span.events.add(name=name, time_unix_nano=now + 10_000 + index)
-            event.attributes.extend([_kv(sc.BUDGET_USED_TOKENS, used), _kv(sc.BUDGET_PERCENT, 80.0)])
-        spans.append(run_span)
-    return request.SerializeToString()
+from benchmarks.ingest_lag import lag_at_rate, start_collector
+from benchmarks.otlp_bodies import CALLS_PER_RUN, SPANS_PER_BODY, make_body
 
 
 def floor_spans_per_s(bodies: list[bytes]) -> float:
@@ -158,19 +62,6 @@ def floor_spans_per_s(bodies: list[bytes]) -> float:
     return count / (time.perf_counter() - started)
 
 
-def _start_collector(db_path: Path) -> tuple[subprocess.Popen, str]:
-    process = subprocess.Popen(
-        [sys.executable, "-m", "budgetlens.cli", "collector", "--db", str(db_path), "--port", "0"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    line = process.stdout.readline()
-    if "listening on" not in line:
-        raise RuntimeError(f"collector did not start: {line}{process.stderr.read()}")
-    return process, line.rsplit(" ", 1)[1].strip()
-
-
 def _peak_rss_mb(pid: int) -> float:
     status = Path(f"/proc/{pid}/status").read_text()
     return int(re.search(r"VmHWM:\s+(\d+) kB", status).group(1)) / 1024
@@ -185,7 +76,7 @@ def durable_spans_per_s(bodies: list[bytes], clients: int) -> dict:
     """Post ``bodies`` with ``clients`` concurrent keep-alive clients to a fresh collector;
     acknowledged (journaled + fsynced) rate, and end-to-end rate until all are in DuckDB."""
     with tempfile.TemporaryDirectory() as tmp:
-        process, url = _start_collector(Path(tmp) / "bench.duckdb")
+        process, url = start_collector(Path(tmp) / "bench.duckdb")
         try:
             warm = requests.post(
                 f"{url}/v1/traces", data=make_body(10**6), headers={"Content-Type": "application/x-protobuf"}
@@ -309,94 +200,6 @@ def stage_breakdown_ms(bodies: list[bytes]) -> dict:
 
 def _load_average() -> str:
     return " / ".join(f"{value:.2f}" for value in os.getloadavg())
-
-
-def _send_paced(url: str, bodies: list[bytes], rate_spans_s: float, sent_at: dict, failures: list) -> None:
-    """POST ``bodies`` open-loop at ``rate_spans_s`` spans/s (4 client threads so a slow answer
-    does not slow the offered rate); ``sent_at[seed]`` = when each body was sent (perf_counter)."""
-    interval = SPANS_PER_BODY / rate_spans_s
-    started = time.perf_counter()
-    lock = threading.Lock()
-    queue = list(enumerate(bodies))
-
-    def client():
-        session = requests.Session()
-        while True:
-            with lock:
-                if not queue:
-                    return
-                index, body = queue.pop(0)
-            delay = started + index * interval - time.perf_counter()
-            if delay > 0:
-                time.sleep(delay)
-            sent_at[index] = time.perf_counter()
-            response = session.post(
-                f"{url}/v1/traces", data=body, headers={"Content-Type": "application/x-protobuf"}
-            )
-            if response.status_code != 200:
-                failures.append(response.status_code)
-
-    threads = [threading.Thread(target=client) for _ in range(4)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-
-
-def _poll_queryable(db_path: Path, first_seed: int, count: int, seen_at: dict, stop: threading.Event):
-    """Every 0.1 s, one short read-only query (as the dashboard does): when each body's runs
-    became queryable (perf_counter), by body index."""
-    from budgetlens.store import StoreMissing, read_connection
-
-    while not stop.is_set() and len(seen_at) < count:
-        try:
-            with read_connection(db_path) as conn:
-                rows = conn.execute(
-                    "SELECT DISTINCT CAST(split_part(run_id, '-', 2) AS INTEGER) FROM run_records "
-                    "WHERE run_id LIKE 'bench-%'"
-                ).fetchall()
-        except StoreMissing:
-            rows = []
-        now = time.perf_counter()
-        for (seed,) in rows:
-            index = seed - first_seed
-            if 0 <= index < count:
-                seen_at.setdefault(index, now)
-        time.sleep(0.1)
-
-
-def lag_at_rate(rate_spans_s: float, seconds: float) -> dict:
-    """Offer ``rate_spans_s`` spans/s for ``seconds`` to a fresh collector; p50/p95 of the time
-    from sending a body to its spans being queryable in DuckDB (s), and refused requests."""
-    import statistics
-
-    count = max(4, round(rate_spans_s * seconds / SPANS_PER_BODY))
-    first_seed = 2 * 10**5
-    bodies = [make_body(first_seed + i) for i in range(count)]
-    sent_at: dict = {}
-    seen_at: dict = {}
-    failures: list = []
-    stop = threading.Event()
-    with tempfile.TemporaryDirectory() as tmp:
-        db_path = Path(tmp) / "lag.duckdb"
-        process, url = _start_collector(db_path)
-        try:
-            poller = threading.Thread(
-                target=_poll_queryable, args=(db_path, first_seed, count, seen_at, stop)
-            )
-            poller.start()
-            _send_paced(url, bodies, rate_spans_s, sent_at, failures)
-            deadline = time.perf_counter() + 120
-            while len(seen_at) < len(sent_at) - len(failures) and time.perf_counter() < deadline:
-                time.sleep(0.05)
-            stop.set()
-            poller.join()
-        finally:
-            process.terminate()
-            process.wait(60)
-    lags = sorted(seen_at[i] - sent_at[i] for i in seen_at if i in sent_at)
-    quantiles = statistics.quantiles(lags, n=20, method="inclusive")
-    return {"p50": statistics.median(lags), "p95": quantiles[18], "bodies": count, "refused": len(failures)}
 
 
 def _measure(args) -> dict:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import socket
 import sys
 from pathlib import Path
@@ -30,12 +31,25 @@ def free_port() -> int:
     return find_free_port()
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def realdata() -> Path:
-    """The real agent logs in ../shared/realdata (see its SOURCES.md)."""
+    """The real agent logs in ../shared/realdata (see its SOURCES.md). A test that uses it, or a
+    fixture built on it, is marked ``realdata`` and skipped when the directory is missing (see
+    ``pytest_collection_finish``)."""
     if not REALDATA.exists():
         raise FileNotFoundError(f"{REALDATA} is missing: clone main next to shared/")
     return REALDATA
+
+
+@pytest.fixture(scope="session")
+def committed_sample_store(tmp_path_factory) -> Path:
+    """A store loaded once per session from the committed sample file (sample_data/); the tests
+    that use it only read it."""
+    from budgetlens import sample
+
+    path = tmp_path_factory.mktemp("sample") / "sample.duckdb"
+    assert sample.ensure_demo_store(path) is True
+    return path
 
 
 @pytest.fixture
@@ -57,3 +71,35 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.realdata)
         if any(item.get_closest_marker(m) for m in SYSTEM_MARKERS):
             item.add_marker(pytest.mark.system)
+
+
+#: Why the real-data tests did not run (set by ``pytest_collection_finish``), printed once at the end.
+_REALDATA_SKIPPED: list[str] = []
+
+
+def _ci() -> bool:
+    return os.environ.get("CI", "").strip().lower() in {"1", "true", "yes"}
+
+
+def pytest_collection_finish(session):
+    """Without ../shared/realdata, the selected real-data tests are skipped and the run says so once
+    in its summary; under ``CI=true`` the run fails instead, so CI cannot pass without the data."""
+    if REALDATA.exists():
+        return
+    selected = [item for item in session.items if item.get_closest_marker("realdata")]
+    if not selected:
+        return
+    if _ci():
+        raise pytest.UsageError(
+            f"CI=true and {REALDATA} is missing: {len(selected)} real-data tests cannot run; "
+            "clone the repository next to shared/ (see README, Tests)"
+        )
+    reason = f"{REALDATA} is missing (clone the repository next to shared/ to run them)"
+    for item in selected:
+        item.add_marker(pytest.mark.skip(reason=reason))
+    _REALDATA_SKIPPED.append(f"real-data tests skipped: {len(selected)} tests, because {reason}")
+
+
+def pytest_terminal_summary(terminalreporter):
+    for line in _REALDATA_SKIPPED:
+        terminalreporter.write_sep("=", line, yellow=True)

@@ -20,6 +20,8 @@ from budgetlens.importers import import_paths
 from budgetlens.sample import default_end_utc, write_sample
 from budgetlens.store import read_connection, write_batch, write_connection
 
+pytestmark = pytest.mark.system  # Streamlit AppTests: seconds each
+
 APP = Path(__file__).resolve().parent.parent / "dashboard" / "streamlit_app.py"
 PAGES = {  # page file -> the fewest Plotly charts it draws on a sample store
     "overview": 3,
@@ -74,13 +76,11 @@ def null_heavy_store(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def imported_store(tmp_path_factory) -> Path:
+def imported_store(tmp_path_factory, realdata) -> Path:
     """Real Claude Code and Codex logs imported as a user would (no limits, no reservations)."""
-    from conftest import REALDATA
-
     path = tmp_path_factory.mktemp("imported") / "imported.duckdb"
-    import_paths("claude-code", [REALDATA / "claude-code-jsonl"], path)
-    import_paths("codex", [REALDATA / "codex-cli-rollouts"], path)
+    import_paths("claude-code", [realdata / "claude-code-jsonl"], path)
+    import_paths("codex", [realdata / "codex-cli-rollouts"], path)
     return path
 
 
@@ -343,7 +343,9 @@ def test_a_file_without_budgetlens_tables_reads_as_no_data_yet(tmp_path, monkeyp
 
 # --- stores full of NULLs: imports, foreign traces, unpriced models -----------------------------
 @pytest.mark.parametrize("page", PAGES)
-@pytest.mark.parametrize("store", ["null_heavy_store", "imported_store"])
+@pytest.mark.parametrize(
+    "store", ["null_heavy_store", pytest.param("imported_store", marks=pytest.mark.realdata)]
+)
 def test_every_page_renders_on_null_heavy_data_with_missing_values_as_a_dash(
     request, monkeypatch, store, page
 ):

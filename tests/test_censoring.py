@@ -54,6 +54,7 @@ def three_limits(db_path):
     return _store(db_path, sizes, limits)
 
 
+@pytest.mark.system  # thousands of runs; the one-limit test stays fast
 def test_kaplan_meier_p95_recovers_the_true_p95_where_the_plain_one_falls_short(three_limits):
     with read_connection(three_limits) as conn:
         km = censoring.censored_baselines(conn, Filters()).set_index("task_type").loc["research"]
@@ -73,6 +74,7 @@ def test_under_one_limit_below_the_true_p95_the_p95_is_only_a_lower_bound(db_pat
     assert censoring.Percentile(40_000.0, lower_bound=True).text() == "≥ 40,000"
 
 
+@pytest.mark.system  # thousands of runs; the one-limit test stays fast
 def test_presets_of_material_censoring_use_kaplan_meier_and_name_the_lower_bound(db_path):
     path = _store(db_path, _draw(3000, seed=11), [40_000] * 3000)
     with read_connection(path) as conn:

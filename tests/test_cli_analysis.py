@@ -35,11 +35,10 @@ RULES = {
 }
 
 
-@pytest.fixture(scope="module")
-def store(tmp_path_factory):
-    path = tmp_path_factory.mktemp("cli") / "sample.duckdb"
-    sample.load_sample_file(sample.SAMPLE_FILE, path)
-    return path
+@pytest.fixture
+def store(committed_sample_store):
+    """The committed sample, loaded once per session (see conftest); these tests only read it."""
+    return committed_sample_store
 
 
 def _cli(capsys, *argv):
@@ -180,6 +179,7 @@ def test_presets_output_file_loads_into_the_guard(store, capsys, tmp_path):
     assert limits["max_total_tokens"] % 1000 == 0 and limits["max_total_tokens"] > 0
 
 
+@pytest.mark.system  # generates two sample stores; test_sample covers the seed
 def test_sample_command_generates_a_reproducible_store(tmp_path, capsys):
     db = tmp_path / "gen.duckdb"
     argv = [

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from _collector_helpers import SpanRecorder
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExportResult
 
@@ -54,6 +55,7 @@ def test_db_path_defaults_to_the_environment_variable(tmp_path, monkeypatch):
     assert DuckDBSpanExporter().db_path == tmp_path / "env.duckdb"
 
 
+@pytest.mark.system  # the whole guard telemetry round trip; the in-process export test stays fast
 def test_real_guard_telemetry_round_trips_into_the_store(db_path):
     from budgetlens.guard.run_budget import BudgetExceeded, RunBudget
     from budgetlens.usage import Usage

@@ -398,14 +398,14 @@ def test_from_preset_names_a_missing_task_type(tmp_path):
 
 # --- QA regressions: pricing failures, messages, limits, reservations, misuse --------------------
 def test_record_keeps_a_calls_usage_when_pricing_fails(monkeypatch, caplog):
-    import budgetlens.guard.run_budget as run_budget
+    import budgetlens.pricing as pricing
 
     def broken(*args, **kwargs):
         raise ValueError("prices.yaml: models.gpt-4o: unknown key 'input_eur_per_mtok'")
 
     run = RunBudget(max_total_tokens=10**7)
     res = run.reserve(100)
-    monkeypatch.setattr(run_budget, "price_call", broken)
+    monkeypatch.setattr(pricing, "_price", broken)  # what price_call's one error policy catches
     run.record(Usage(10, 10), model="gpt-4o", reservation=res)
     stats = run.stats()
     assert (stats.reserved_tokens, stats.used_tokens, stats.turns, stats.cost_usd) == (0, 20, 1, None)

@@ -10,7 +10,7 @@ import yaml
 
 from budgetlens import Action, BudgetExceeded, RunBudget, TokenPool, Usage
 from budgetlens.guard.compress import SUMMARY_PREFIX, compress_messages, split_for_summary
-from budgetlens.guard.limits import LIMIT_KEYS, LIMITS, WHOLE_NUMBER_LIMITS
+from budgetlens.limits import LIMIT_KEYS, LIMITS, WHOLE_NUMBER_LIMITS
 from budgetlens.semconv import (
     EVENT_ALERT,
     EVENT_LIMIT_CHANGED,

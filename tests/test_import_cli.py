@@ -78,6 +78,7 @@ def test_progress_receives_every_byte_read(realdata, db_path):
     assert sum(fed) == total == report.bytes_read
 
 
+@pytest.mark.system  # a 15 MB stream under tracemalloc
 def test_jsonl_is_streamed_in_constant_memory(tmp_path):
     from benchmarks.import_throughput import generate
 

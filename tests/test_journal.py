@@ -144,6 +144,7 @@ def _tear_cut_points(segment) -> list[int]:
     return sorted(cuts)
 
 
+@pytest.mark.system  # crash test: tears every byte
 def test_a_torn_segment_is_sealed_so_records_acknowledged_after_it_survive_the_next_crash(tmp_path):
     """Issue 14, finding 1: tear the segment being written at every record boundary and every
     byte of its first and last record; restart, acknowledge new records, crash again in the

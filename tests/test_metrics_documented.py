@@ -8,7 +8,9 @@ from prometheus_client import CollectorRegistry
 
 from budgetlens.ingest.metrics import CollectorMetrics
 
-README = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+_ROOT = Path(__file__).resolve().parent.parent
+#: The README first, then every page of docs/ (the reference lives there, linked from the README).
+README = "\n".join(p.read_text() for p in [_ROOT / "README.md", *sorted((_ROOT / "docs").glob("*.md"))])
 
 
 def test_every_collector_metric_is_in_the_readme():

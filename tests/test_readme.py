@@ -10,7 +10,9 @@ import budgetlens
 from budgetlens import config, semconv
 from budgetlens.cli import build_parser
 
-README = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+_ROOT = Path(__file__).resolve().parent.parent
+#: The README first, then every page of docs/ (the reference lives there, linked from the README).
+README = "\n".join(p.read_text() for p in [_ROOT / "README.md", *sorted((_ROOT / "docs").glob("*.md"))])
 
 
 def _subcommands() -> list[str]:
@@ -69,3 +71,21 @@ def test_readme_examples_are_the_files_the_tests_run():
     root = Path(__file__).resolve().parent.parent
     for path, code in blocks:
         assert (root / path).read_text() == code, f"README example differs from {path}"
+
+
+def test_readme_is_short_and_links_every_docs_page():
+    readme = (_ROOT / "README.md").read_text()
+    assert len(readme.splitlines()) <= 300
+    pages = sorted(p.name for p in (_ROOT / "docs").glob("*.md"))
+    assert {"guard-and-adapters.md", "architecture.md", "reference.md"} <= set(pages)
+    missing = [name for name in pages if f"](docs/{name}" not in readme]
+    assert not missing, f"README does not link: {missing}"
+
+
+def test_every_relative_link_in_readme_and_docs_resolves():
+    broken = []
+    for page in [_ROOT / "README.md", *sorted((_ROOT / "docs").glob("*.md"))]:
+        for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", page.read_text()):
+            if "://" not in target and not (page.parent / target).exists():
+                broken.append(f"{page.name}: {target}")
+    assert not broken, f"broken links: {broken}"

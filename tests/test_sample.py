@@ -23,12 +23,10 @@ SIZES = {
 }
 
 
-@pytest.fixture(scope="module")
-def store(tmp_path_factory):
-    """A store loaded from the committed sample file."""
-    path = tmp_path_factory.mktemp("sample") / "sample.duckdb"
-    assert sample.ensure_demo_store(path) is True
-    return path
+@pytest.fixture
+def store(committed_sample_store):
+    """A store loaded from the committed sample file (once per session, see conftest)."""
+    return committed_sample_store
 
 
 def _rows(store, sql, params=()):
@@ -123,6 +121,7 @@ def test_committed_sample_ids_name_its_generation(store):
     assert prefixes == [("sample-20261128-s7",)]
 
 
+@pytest.mark.system  # regenerates the whole sample
 def test_committed_sample_file_is_what_the_generator_writes_byte_for_byte(tmp_path):
     import gzip
     import json

@@ -16,6 +16,8 @@ from budgetlens.config import ENV_DB
 from budgetlens.sample import write_sample
 from budgetlens.store import read_connection
 
+pytestmark = pytest.mark.system  # Streamlit AppTests: seconds each
+
 APP = Path(__file__).resolve().parent.parent / "dashboard" / "streamlit_app.py"
 
 

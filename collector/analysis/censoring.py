@@ -28,9 +28,9 @@ import duckdb
 import numpy as np
 import pandas as pd
 
-from budgetlens.analysis import replay_queries as rq
+from budgetlens.analysis import evidence_queries as eq
+from budgetlens.analysis.filters import Filters, run_query
 from budgetlens.analysis.queries import BASELINE_METRICS
-from budgetlens.analysis.views import Filters, _query
 
 __all__ = [
     "MATERIAL_CENSORED_SHARE",
@@ -116,7 +116,7 @@ def censored_baselines(conn: duckdb.DuckDBPyConnection, f: Filters, probability:
     (bool). Cost uses only runs whose cost is fully known (as the plain cost baseline). With
     another ``probability`` the columns still say ``p95`` (use ``km_percentile`` directly).
     """
-    frame = _query(conn, rq.CENSORING_INPUT, f.params())
+    frame = run_query(conn, eq.CENSORING_INPUT, f.params())
     rows = []
     for task_type, group in frame.groupby("task_type", dropna=False, sort=True):
         n = len(group)

@@ -15,8 +15,8 @@ import datetime as dt
 import duckdb
 import pandas as pd
 
-from budgetlens.analysis import replay_queries as rq
-from budgetlens.analysis.views import Filters, _query, data_extent
+from budgetlens.analysis import evidence_queries as eq
+from budgetlens.analysis.filters import Filters, data_extent, run_query
 
 __all__ = ["DEFAULT_RECENT_DAYS", "DRIFT_THRESHOLD", "MIN_RUNS", "drift"]
 
@@ -71,7 +71,7 @@ def drift(
     split = end - dt.timedelta(days=recent_days)
     start = split - dt.timedelta(days=recent_days)
     params = {**f.params(), "start_utc": start, "split_utc": split, "end_utc": end}
-    frame = _query(conn, rq.DRIFT, params)
+    frame = run_query(conn, eq.DRIFT, params)
     rows = []
     for _, row in frame.iterrows():
         enough = row["n_recent"] >= MIN_RUNS and row["n_previous"] >= MIN_RUNS

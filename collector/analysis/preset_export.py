@@ -9,39 +9,16 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import math
 from typing import Any
 
 import pandas as pd
 
 from budgetlens.analysis.censoring import METHOD_CENSORING_AWARE
+from budgetlens.analysis.defaults import BASIS_COLUMNS, FORMATS  # noqa: F401  (FORMATS re-exported)
 from budgetlens.analysis.presets import round_significant
+from budgetlens.analysis.values import scalar
 from budgetlens.analysis.views import Filters
 from budgetlens.guard.preset_file import BASIS_KEY, FORMAT_KEY, FORMAT_VERSION, LIMIT_KEYS
-
-#: Formats and their file suffixes (the CLI's --format and the dashboard's downloads).
-FORMATS = {"yaml": ".yaml", "toml": ".toml", "json": ".json"}
-#: Baseline columns copied into each preset's ``basis`` (the evidence; ignored by the guard).
-BASIS_COLUMNS = (
-    "p50_total_tokens",
-    "p95_total_tokens",
-    "max_total_tokens",
-    "p95_turns",
-    "p95_tool_calls",
-    "p95_duration_s",
-    "p95_cost_usd",
-)
-
-
-def _plain(value):
-    """A pandas/numpy scalar as int/float/bool/str; None for NaN/NA."""
-    if value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value)):
-        return None
-    if hasattr(value, "item"):
-        value = value.item()
-    if isinstance(value, float) and math.isnan(value):
-        return None
-    return value
 
 
 def _basis_value(column: str, value: float) -> float:
@@ -89,18 +66,18 @@ def build_document(
     for _, row in presets_df.iterrows():
         entry: dict[str, Any] = {}
         for key in LIMIT_KEYS:
-            value = _plain(row.get(key))
+            value = scalar(row.get(key))
             if value is None:
                 continue
             entry[key] = float(value) if key == "max_cost_usd" else int(value)
         basis: dict[str, Any] = {"n_runs": int(row["n"]), "low_sample": bool(row["low_sample"])}
         source = evidence.get(row["task_type"])
         if source is not None:
-            n_cost = _plain(source.get("n_cost"))
+            n_cost = scalar(source.get("n_cost"))
             if n_cost is not None and int(n_cost) != basis["n_runs"]:
                 basis["n_cost_runs"] = int(n_cost)
             for column in BASIS_COLUMNS:
-                value = _plain(source.get(column))
+                value = scalar(source.get(column))
                 if value is not None:
                     basis[column] = _basis_value(column, float(value))
         basis.update(_method_basis(row, multiplier))
@@ -122,20 +99,20 @@ def build_document(
 def _method_basis(row: pd.Series, multiplier: float) -> dict[str, Any]:
     """The method and projection fields of one preset's ``basis`` (see ``build_document``)."""
     out: dict[str, Any] = {}
-    method = _plain(row.get("method"))
+    method = scalar(row.get("method"))
     if method is not None:
         out["method"] = str(method)
-    share = _plain(row.get("censored_share"))
+    share = scalar(row.get("censored_share"))
     if share is not None:
         out["censored_share"] = round_significant(float(share), 4)
-    own = _plain(row.get("multiplier"))
+    own = scalar(row.get("multiplier"))
     if own is not None and float(own) != float(multiplier):
         out["multiplier"] = float(own)
     for column in ("projected_hit_rate", "projected_hit_rate_upper"):
-        value = _plain(row.get(column))
+        value = scalar(row.get(column))
         if value is not None:
             out[column] = round_significant(float(value), 4)
-    km = _plain(row.get("km_p95_total_tokens"))
+    km = scalar(row.get("km_p95_total_tokens"))
     if km is not None and method == METHOD_CENSORING_AWARE:
         out["km_p95_total_tokens"] = round(float(km), 1)
     keys = row.get("lower_bound_keys")

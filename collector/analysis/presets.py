@@ -21,7 +21,9 @@ import numbers
 
 import pandas as pd
 
-from budgetlens.guard.limits import LIMIT_KEYS, LIMITS, SIGNIFICANT
+from budgetlens.analysis.defaults import DEFAULT_MULTIPLIER
+from budgetlens.analysis.values import scalar
+from budgetlens.limits import LIMIT_KEYS, LIMITS, SIGNIFICANT
 
 __all__ = [
     "DEFAULT_MULTIPLIER",
@@ -37,7 +39,6 @@ __all__ = [
     "round_up_significant",
 ]
 
-DEFAULT_MULTIPLIER = 1.5
 #: Preset key -> (baseline metric, rounding): a number is a step (rounded up to a multiple of
 #: it, ``round_up``); ``SIGNIFICANT`` rounds up to 2 significant figures
 #: (``round_up_significant``). Derived from the guard's one limit table.
@@ -49,13 +50,6 @@ OMIT_WHEN_ZERO = frozenset({"max_cost_usd"})
 LIMIT_COLUMNS = {spec.name: spec.store_column for spec in LIMITS}
 #: Relative tolerance: float noise (60000.0000001, 0.44000000000000006) does not add a step.
 _NOISE = 1e-9
-
-
-def _scalar(value):
-    """A pandas/numpy scalar as a plain Python value; NaN, NA and None become None."""
-    if value is None or (not isinstance(value, str) and pd.isna(value)):
-        return None
-    return value.item() if hasattr(value, "item") else value
 
 
 def round_up(value: float | None, step: float) -> float | int | None:
@@ -145,7 +139,7 @@ def presets(baselines_df: pd.DataFrame, multiplier: float = DEFAULT_MULTIPLIER) 
     for _, row in baselines_df.iterrows():
         out = {"task_type": row["task_type"], "n": int(row["n"]), "low_sample": bool(row["low_sample"])}
         for key, (metric, _rounding) in PRESET_RULES.items():
-            out[key] = preset_limit(key, _scalar(row.get(f"p95_{metric}")), multiplier)
+            out[key] = preset_limit(key, scalar(row.get(f"p95_{metric}")), multiplier)
         rows.append(out)
     columns = ["task_type", "n", "low_sample", *PRESET_RULES]
     return pd.DataFrame(rows, columns=columns).astype({k: object for k in PRESET_RULES})
@@ -164,8 +158,8 @@ def preset_changes(presets_df: pd.DataFrame, current_df: pd.DataFrame) -> pd.Dat
     for _, preset in presets_df.iterrows():
         limits = current.get(preset["task_type"])
         for key in LIMIT_KEYS:
-            recommended = _scalar(preset.get(key))
-            now = _scalar(limits.get(LIMIT_COLUMNS[key])) if limits is not None else None
+            recommended = scalar(preset.get(key))
+            now = scalar(limits.get(LIMIT_COLUMNS[key])) if limits is not None else None
             change = None
             if recommended is not None and now not in (None, 0):
                 change = (float(recommended) - float(now)) / float(now) * 100.0

@@ -43,15 +43,15 @@ _LOCAL_BUCKET = "timezone($tz, timezone('UTC', bucket))"
 _LOCAL_DAY = f"CAST(date_trunc('day', {_LOCAL_BUCKET}) AS DATE)"
 
 #: Run-level predicates (stop reasons from ``budgetlens.semconv``: budget stops start 'budget_').
-_IS_BUDGET_STOP = "starts_with(stop_reason, 'budget_')"
-_IS_INTERVENTION = f"({_IS_BUDGET_STOP} OR downgrades > 0 OR summaries > 0)"
+IS_BUDGET_STOP = "starts_with(stop_reason, 'budget_')"
+_IS_INTERVENTION = f"({IS_BUDGET_STOP} OR downgrades > 0 OR summaries > 0)"
 #: The limit columns of ``runs`` (the preset keys' ``limit_*``), from the store schema.
 _LIMIT_COLUMNS = tuple(c for c in RUN_COLUMNS if c.startswith("limit_"))
 #: A run that ran under a budget: at least one ``limit_*`` is set, or a budget stopped it (an
 #: imported run stopped at the source's own limit, e.g. OpenHands' max iterations, whose limit
 #: value the source does not record). Runs without one (imported history, foreign traces, days
 #: before limits existed) cannot be stopped by a budget and are left out of the rates.
-IS_BUDGETED = "(" + " OR ".join(f"{c} IS NOT NULL" for c in _LIMIT_COLUMNS) + f" OR {_IS_BUDGET_STOP})"
+IS_BUDGETED = "(" + " OR ".join(f"{c} IS NOT NULL" for c in _LIMIT_COLUMNS) + f" OR {IS_BUDGET_STOP})"
 #: The rates' denominator: finished runs (a stop reason) that ran under a budget.
 _IS_BUDGETED_FINISHED = f"(stop_reason IS NOT NULL AND {IS_BUDGETED})"
 #: Hit rate = budget stops / budgeted finished runs; intervention rate = budgeted finished runs
@@ -59,7 +59,7 @@ _IS_BUDGETED_FINISHED = f"(stop_reason IS NOT NULL AND {IS_BUDGETED})"
 _RATES = f"""
     count(stop_reason) AS finished_runs,
     count(*) FILTER (WHERE {_IS_BUDGETED_FINISHED}) AS budgeted_runs,
-    count(*) FILTER (WHERE {_IS_BUDGET_STOP}) AS budget_stops,
+    count(*) FILTER (WHERE {IS_BUDGET_STOP}) AS budget_stops,
     count(*) FILTER (WHERE {_IS_BUDGETED_FINISHED} AND {_IS_INTERVENTION}) AS interventions,
     budget_stops / nullif(budgeted_runs, 0) AS hit_rate,
     interventions / nullif(budgeted_runs, 0) AS intervention_rate"""
@@ -256,7 +256,7 @@ b AS (
     SELECT {_BUCKET} AS bucket, task_type,
            count(stop_reason) AS finished,
            count(*) FILTER (WHERE {_IS_BUDGETED_FINISHED}) AS budgeted,
-           count(*) FILTER (WHERE {_IS_BUDGET_STOP}) AS stops,
+           count(*) FILTER (WHERE {IS_BUDGET_STOP}) AS stops,
            count(*) FILTER (WHERE {_IS_BUDGETED_FINISHED} AND {_IS_INTERVENTION}) AS intervened
     FROM filtered GROUP BY ALL
 )
@@ -357,90 +357,3 @@ FROM b GROUP BY task_type, k ORDER BY task_type, k
 #: (unpriced, unknown usage) are left out.
 COST_PER_RUN = _log_histogram("cost_usd", "usd")
 TOKEN_DISTRIBUTION = _log_histogram("total_tokens", "tokens")
-
-#: Columns of the run table (``budgetlens runs`` and the Runs page), in order.
-RUN_TABLE_COLUMNS = (
-    "run_id",
-    "task_type",
-    "service_name",
-    "models",
-    "start_utc",
-    "turns",
-    "tool_calls",
-    "input_tokens",
-    "output_tokens",
-    "total_tokens",
-    "cost_usd",
-    "stop_reason",
-    "usage_status",
-    "quality",
-)
-_RUN_TABLE_SELECT = ", ".join(RUN_TABLE_COLUMNS)
-
-TOP_RUNS = f"""
-WITH {FILTERED}
-SELECT {_RUN_TABLE_SELECT}
-FROM filtered
-WHERE cost_usd IS NOT NULL
-ORDER BY cost_usd DESC, run_id
-LIMIT $limit
-"""
-
-#: ``$search`` matches (case-insensitive substring) the run id, task type, service, models, stop
-#: reason or usage status; '' matches every run. Newest first.
-RUNS_TABLE = f"""
-WITH {FILTERED}
-SELECT {_RUN_TABLE_SELECT}
-FROM filtered
-WHERE $search = ''
-   OR contains(lower(run_id), lower($search))
-   OR contains(lower(coalesce(task_type, '')), lower($search))
-   OR contains(lower(coalesce(service_name, '')), lower($search))
-   OR contains(lower(coalesce(models, '')), lower($search))
-   OR contains(lower(coalesce(stop_reason, '')), lower($search))
-   OR contains(lower(coalesce(usage_status, '')), lower($search))
-   OR contains(lower(coalesce(quality, '')), lower($search))
-ORDER BY start_utc DESC NULLS LAST, run_id
-LIMIT $limit OFFSET $offset
-"""
-
-#: Every column of the ``runs`` rollup: the run table's first, then the others in schema order
-#: (limits, duration, cache and reasoning tokens, warnings, downgrades, summaries...), filtered,
-#: searched and ordered as ``RUNS_TABLE``: the rows of ``budgetlens runs --format json/csv``.
-RUN_EXPORT_COLUMNS = RUN_TABLE_COLUMNS + tuple(c for c in RUN_COLUMNS if c not in RUN_TABLE_COLUMNS)
-RUNS_EXPORT = RUNS_TABLE.replace(
-    f"SELECT {_RUN_TABLE_SELECT}\n", f"SELECT {', '.join(RUN_EXPORT_COLUMNS)}\n", 1
-)
-
-RUN_DETAIL_RUN = "SELECT * FROM runs WHERE run_id = $run_id"
-
-#: One run's calls with the cumulative used tokens: the guard's ``used_tokens`` when recorded,
-#: else the running sum of the calls' totals (an unknown call counts its reservation).
-RUN_DETAIL_CALLS = """
-SELECT
-    c.turn,
-    c.start_utc,
-    coalesce(c.response_model, c.request_model) AS model,
-    c.input_tokens,
-    c.output_tokens,
-    c.reserved_tokens,
-    coalesce(c.used_tokens, sum(coalesce(
-        c.total_tokens, c.input_tokens + c.output_tokens,
-        CASE WHEN c.usage_status = 'unknown' THEN c.reserved_tokens END, 0))
-        OVER (ORDER BY c.start_utc, c.turn, c.span_id ROWS UNBOUNDED PRECEDING))
-        AS cumulative_tokens,
-    r.limit_total_tokens,
-    c.usage_status,
-    c.cost_usd
-FROM model_calls c
-LEFT JOIN runs r ON r.run_id = c.run_id
-WHERE c.run_id = $run_id
-ORDER BY c.start_utc, c.turn, c.span_id
-"""
-
-RUN_DETAIL_EVENTS = """
-SELECT ts_utc, name, reason, from_model, to_model, tool_name, used_tokens, percent
-FROM budget_events
-WHERE run_id = $run_id
-ORDER BY ts_utc, event_id
-"""

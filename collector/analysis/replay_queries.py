@@ -17,7 +17,7 @@ NULL task type included); its NULL limits mean "no limit".
 from __future__ import annotations
 
 from budgetlens.analysis.queries import FILTERED
-from budgetlens.guard.limits import LIMIT_KEYS
+from budgetlens.limits import LIMIT_KEYS
 from budgetlens.store.schema import RUN_COLUMNS
 
 #: The ``runs`` columns holding the limits a run ran under.
@@ -99,7 +99,7 @@ under AS (  -- the runs a budget may stop (every other run completes), under eve
 
 #: The replay, call by call, in time order, of the candidates. Their calls and their
 #: ``budgetlens.tool_call`` events form one stream per run, so that a window counts the tool calls
-#: made before each model call. The guard's checks before call k (``budgetlens.guard.limits``;
+#: made before each model call. The guard's checks before call k (``budgetlens.guard.stops``;
 #: first match wins, in this order):
 #:
 #: - ``budget_time``: seconds since the run's start at the call's start >= max_duration_s;
@@ -320,94 +320,6 @@ CREATE_REPLAY_TABLE = f"CREATE OR REPLACE TEMP TABLE {REPLAY_TABLE} AS {REPLAY_R
 REPLAY_TABLE_SUMMARY = _summary(REPLAY_TABLE)
 REPLAY_TABLE_STOPPED = f"SELECT * FROM {REPLAY_TABLE} WHERE outcome <> 'completed'"
 DROP_REPLAY_TABLE = f"DROP TABLE IF EXISTS {REPLAY_TABLE}"
-
-#: The censoring input of the Kaplan–Meier baselines: per filtered run its task type, the
-#: baseline metrics, whether its cost is fully known, and ``censored`` (a budget stopped it, so
-#: it would have used more). Columns: run_id, task_type, censored, cost_known, total_tokens,
-#: input_tokens, output_tokens, turns, tool_calls, duration_s, cost_usd.
-CENSORING_INPUT = f"""
-WITH {FILTERED}
-SELECT run_id, task_type, coalesce(starts_with(stop_reason, 'budget_'), false) AS censored,
-       coalesce(cost_usd IS NOT NULL AND coalesce(unpriced_calls, 0) = 0
-                AND usage_status = 'reported', false) AS cost_known,
-       total_tokens, input_tokens, output_tokens, turns, tool_calls, duration_s, cost_usd
-FROM filtered
-"""
-
-#: Runaway runs: above ``$k`` x their task type's P95 of total tokens, or with the same tool
-#: called ``$repeats`` or more times in a row (``budgetlens.tool_call`` events in time order;
-#: arguments are never stored, so "the same call" is the same tool name). Columns: run_id,
-#: task_type, start_utc, total_tokens, cost_usd, stop_reason, p95_total_tokens, tokens_ratio
-#: (total / P95), longest_repeat, repeated_tool, over_p95, tool_loop.
-RUNAWAYS = f"""
-WITH {FILTERED},
-p95 AS (
-    SELECT task_type, quantile_cont(total_tokens, 0.95) AS p95_total_tokens
-    FROM filtered GROUP BY task_type
-),
-tools AS (
-    SELECT e.run_id, e.tool_name, e.ts_utc, e.event_id,
-           row_number() OVER (PARTITION BY e.run_id ORDER BY e.ts_utc, e.event_id)
-         - row_number() OVER (PARTITION BY e.run_id, e.tool_name ORDER BY e.ts_utc, e.event_id)
-               AS streak
-    FROM budget_events e JOIN filtered f ON f.run_id = e.run_id
-    WHERE e.name = 'budgetlens.tool_call' AND e.tool_name IS NOT NULL
-),
-streaks AS (
-    SELECT run_id, arg_max(tool_name, n) AS repeated_tool, max(n) AS longest_repeat
-    FROM (SELECT run_id, tool_name, streak, count(*) AS n FROM tools GROUP BY ALL)
-    GROUP BY run_id
-)
-SELECT f.run_id, f.task_type, f.start_utc, f.total_tokens, f.cost_usd, f.stop_reason,
-       p.p95_total_tokens,
-       f.total_tokens / nullif(p.p95_total_tokens, 0) AS tokens_ratio,
-       coalesce(s.longest_repeat, 0) AS longest_repeat,
-       s.repeated_tool,
-       coalesce(f.total_tokens > $k * p.p95_total_tokens, false) AS over_p95,
-       coalesce(s.longest_repeat >= $repeats, false) AS tool_loop
-FROM filtered f
-JOIN p95 p ON p.task_type IS NOT DISTINCT FROM f.task_type
-LEFT JOIN streaks s ON s.run_id = f.run_id
-WHERE f.total_tokens > $k * p.p95_total_tokens OR s.longest_repeat >= $repeats
-ORDER BY f.total_tokens DESC NULLS LAST, f.run_id
-"""
-
-#: Spend of the filtered runs (the denominator of the runaways' share): runs, cost_usd.
-SPEND_TOTAL = f"WITH {FILTERED} SELECT count(*) AS runs, sum(cost_usd) AS cost_usd FROM filtered"
-
-#: Drift: per task type, the P95 of total tokens and of known cost in the recent window
-#: [$split_utc, $end_utc) against the previous one [$start_utc, $split_utc). Columns: task_type,
-#: n_recent, n_previous, p95_total_tokens_recent, p95_total_tokens_previous, p95_cost_usd_recent,
-#: p95_cost_usd_previous.
-DRIFT = """
-WITH scoped AS (
-    SELECT * FROM runs
-    WHERE start_utc >= CAST($start_utc AS TIMESTAMP) AND start_utc < CAST($end_utc AS TIMESTAMP)
-      AND (len(CAST($task_types AS VARCHAR[])) = 0
-           OR list_contains(CAST($task_types AS VARCHAR[]), task_type))
-      AND (len(CAST($models AS VARCHAR[])) = 0
-           OR list_has_any(string_split(models, ','), CAST($models AS VARCHAR[])))
-      AND (len(CAST($services AS VARCHAR[])) = 0
-           OR list_contains(CAST($services AS VARCHAR[]), service_name))
-),
-tagged AS (
-    SELECT *, start_utc >= CAST($split_utc AS TIMESTAMP) AS recent,
-           (cost_usd IS NOT NULL AND coalesce(unpriced_calls, 0) = 0
-            AND usage_status = 'reported') AS cost_known
-    FROM scoped
-)
-SELECT task_type,
-       count(*) FILTER (WHERE recent) AS n_recent,
-       count(*) FILTER (WHERE NOT recent) AS n_previous,
-       quantile_cont(total_tokens, 0.95) FILTER (WHERE recent) AS p95_total_tokens_recent,
-       quantile_cont(total_tokens, 0.95) FILTER (WHERE NOT recent) AS p95_total_tokens_previous,
-       quantile_cont(cost_usd, 0.95) FILTER (WHERE recent AND cost_known) AS p95_cost_usd_recent,
-       quantile_cont(cost_usd, 0.95) FILTER (WHERE NOT recent AND cost_known)
-           AS p95_cost_usd_previous
-FROM tagged
-GROUP BY task_type
-ORDER BY task_type
-"""
 
 #: The task types of the filtered runs (NULL included): every budget of a replay lists them all.
 TASK_TYPES = f"WITH {FILTERED} SELECT DISTINCT task_type FROM filtered ORDER BY task_type NULLS LAST"

@@ -15,8 +15,9 @@ from dataclasses import dataclass, field
 import duckdb
 import pandas as pd
 
-from budgetlens.analysis import replay_queries as rq
-from budgetlens.analysis.views import Filters, _query, scalar
+from budgetlens.analysis import evidence_queries as eq
+from budgetlens.analysis.filters import Filters, run_query
+from budgetlens.analysis.values import scalar
 
 __all__ = ["DEFAULT_K", "DEFAULT_REPEATS", "Runaways", "runaways"]
 
@@ -53,8 +54,8 @@ def runaways(
         raise ValueError(f"k must be a finite number > 0, got {k!r}")
     if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 2:
         raise ValueError(f"repeats must be an integer >= 2, got {repeats!r}")
-    frame = _query(conn, rq.RUNAWAYS, {**f.params(), "k": float(k), "repeats": int(repeats)})
-    totals = _query(conn, rq.SPEND_TOTAL, f.params()).iloc[0]
+    frame = run_query(conn, eq.RUNAWAYS, {**f.params(), "k": float(k), "repeats": int(repeats)})
+    totals = run_query(conn, eq.SPEND_TOTAL, f.params()).iloc[0]
     total_cost = scalar(totals["cost_usd"])
     cost = scalar(frame["cost_usd"].sum(min_count=1)) if len(frame) else None
     share = None

@@ -34,17 +34,25 @@ Definitions:
 
 from __future__ import annotations
 
-import datetime as dt
 import logging
-import numbers
-import re
-import zoneinfo
 from dataclasses import dataclass, field
 
-import duckdb
 import pandas as pd
 
 from budgetlens.analysis import queries as q
+from budgetlens.analysis import run_queries as runq
+from budgetlens.analysis.filters import (  # noqa: F401  (re-exported)
+    DEFAULT_WINDOW_DAYS,
+    Filters,
+    WindowCoverage,
+    count_runs,
+    data_extent,
+    filter_options,
+    run_query,
+    utc_now,
+    window_coverage,
+    window_filters,
+)
 
 # Presets and their rounding live in budgetlens.analysis.presets; re-exported: one analysis namespace.
 from budgetlens.analysis.presets import (  # noqa: F401
@@ -63,151 +71,12 @@ from budgetlens.analysis.presets import (  # noqa: F401
 
 # The low-sample cutoff and the alarm line live in budgetlens.analysis.thresholds; re-exported.
 from budgetlens.analysis.thresholds import HIT_RATE_ALARM, LOW_SAMPLE_RUNS
+from budgetlens.analysis.values import is_missing, scalar  # noqa: F401  (re-exported)
 
 log = logging.getLogger(__name__)
 
-DEFAULT_WINDOW_DAYS = 14
-
 #: The periods of the cost charts (DuckDB ``date_trunc`` parts; a week starts on Monday).
 PERIODS = ("hour", "day", "week", "month")
-
-_PARAM = re.compile(r"\$([a-z_]+)")
-
-
-@dataclass(frozen=True)
-class Filters:
-    """The shared filters of every page and command.
-
-    ``start_utc`` inclusive and ``end_utc`` exclusive are naive UTC datetimes (an aware one is
-    converted), None = no bound. Empty tuples mean "all". ``tz`` is an IANA zone name for the
-    day/hour buckets. Raises ValueError naming the field for an unknown zone or a reversed window.
-    """
-
-    start_utc: dt.datetime | None = None
-    end_utc: dt.datetime | None = None
-    task_types: tuple[str, ...] = ()
-    models: tuple[str, ...] = ()
-    services: tuple[str, ...] = ()
-    tz: str = "UTC"
-
-    def __post_init__(self):
-        for name in ("start_utc", "end_utc"):
-            value = getattr(self, name)
-            if value is not None and not isinstance(value, dt.datetime):
-                raise ValueError(f"Filters.{name} must be a datetime or None, got {value!r}")
-            if value is not None and value.tzinfo is not None:
-                naive = value.astimezone(dt.UTC).replace(tzinfo=None)
-                object.__setattr__(self, name, naive)
-        for name in ("task_types", "models", "services"):
-            object.__setattr__(self, name, tuple(getattr(self, name) or ()))
-        try:
-            zoneinfo.ZoneInfo(self.tz)
-        except (zoneinfo.ZoneInfoNotFoundError, ValueError, TypeError):
-            raise ValueError(f"Filters.tz: unknown IANA time zone {self.tz!r}") from None
-        if self.start_utc and self.end_utc and self.start_utc >= self.end_utc:
-            raise ValueError("Filters: start_utc must be before end_utc")
-
-    def params(self) -> dict:
-        """The named parameters of ``budgetlens.analysis.queries.FILTERED`` (and ``$tz``)."""
-        return {
-            "start_utc": self.start_utc,
-            "end_utc": self.end_utc,
-            "task_types": list(self.task_types),
-            "models": list(self.models),
-            "services": list(self.services),
-            "tz": self.tz,
-        }
-
-
-def utc_now() -> dt.datetime:
-    """The current time as a naive UTC datetime (the store's convention)."""
-    return dt.datetime.now(dt.UTC).replace(tzinfo=None)
-
-
-def window_filters(days: float = DEFAULT_WINDOW_DAYS, now_utc: dt.datetime | None = None, **kw) -> Filters:
-    """Filters for the last ``days`` days up to now (``now_utc``, default: the clock; a later
-    one is clamped to the clock: a window never ends in the future).
-
-    The window does not follow the data: "last 14 days" on a store whose newest run is a month
-    old keeps nothing, and ``window_coverage`` says how many runs it left out. Other keyword
-    arguments are ``Filters`` fields. A window reaching back before the year 1 (or infinite)
-    has no start bound. Raises ValueError for ``days`` <= 0 or NaN.
-    """
-    if isinstance(days, bool) or not isinstance(days, numbers.Real) or not days > 0:
-        raise ValueError(f"days must be a number > 0, got {days!r}")
-    clock = utc_now()
-    if now_utc is None:
-        now_utc = clock
-    elif now_utc.tzinfo is not None:
-        now_utc = now_utc.astimezone(dt.UTC).replace(tzinfo=None)
-    now_utc = min(now_utc, clock)
-    # The store keeps microseconds: +1 µs makes the exclusive end include now_utc itself.
-    end = now_utc + dt.timedelta(microseconds=1)
-    try:
-        start = now_utc - dt.timedelta(days=days)
-    except OverflowError:  # longer than datetime can count back: every run up to now
-        start = None
-    return Filters(start_utc=start, end_utc=end, **kw)
-
-
-@dataclass(frozen=True)
-class WindowCoverage:
-    """How much of its scope a window keeps: ``kept`` runs of ``total`` (the same task type,
-    model and service filters without the time bounds); ``before`` runs started before the
-    window, ``after`` at or after its end (a custom range in the past). ``newest_utc`` is the
-    newest run start of the scope (naive UTC, None when it has no run)."""
-
-    kept: int
-    total: int
-    before: int
-    after: int
-    newest_utc: dt.datetime | None
-
-    @property
-    def left_out(self) -> int:
-        """Runs of the scope outside the window (``before + after``)."""
-        return self.total - self.kept
-
-
-def window_coverage(conn, f: Filters) -> WindowCoverage:
-    """Count what the window of ``f`` keeps and leaves out of its scope (one pass over the runs
-    of the scope; statement ``budgetlens.analysis.queries.WINDOW_COVERAGE``)."""
-    scope = Filters(task_types=f.task_types, models=f.models, services=f.services, tz=f.tz)
-    params = {**scope.params(), "window_start": f.start_utc, "window_end": f.end_utc}
-    row = _query(conn, q.WINDOW_COVERAGE, params).iloc[0]
-    total, before, after = (int(row[c] or 0) for c in ("total", "n_before", "n_after"))
-    return WindowCoverage(
-        kept=total - before - after,
-        total=total,
-        before=before,
-        after=after,
-        newest_utc=scalar(row["newest_utc"]),
-    )
-
-
-def _query(conn: duckdb.DuckDBPyConnection, statement: str, params: dict) -> pd.DataFrame:
-    used = set(_PARAM.findall(statement))
-    return conn.execute(statement, {k: v for k, v in params.items() if k in used}).df()
-
-
-def data_extent(conn) -> tuple[dt.datetime | None, dt.datetime | None, int]:
-    """Return (oldest run start, newest run start, number of runs); (None, None, 0) when empty."""
-    first, last, n = conn.execute(q.DATA_EXTENT).fetchone()
-    return first, last, int(n)
-
-
-def count_runs(conn, f: Filters) -> int:
-    """The number of runs ``f`` keeps."""
-    return int(_query(conn, q.COUNT_FILTERED, f.params()).iloc[0]["runs"])
-
-
-def filter_options(conn) -> dict[str, list[str]]:
-    """Return the values the filters can take: ``task_types``, ``models``, ``services`` (sorted)."""
-    return {
-        "task_types": [r[0] for r in conn.execute(q.OPTION_TASK_TYPES).fetchall()],
-        "models": [r[0] for r in conn.execute(q.OPTION_MODELS).fetchall()],
-        "services": [r[0] for r in conn.execute(q.OPTION_SERVICES).fetchall()],
-    }
 
 
 @dataclass(frozen=True)
@@ -258,32 +127,14 @@ class Overview:
         return frame.loc[frame["hit_rate"].fillna(0) > threshold, "task_type"].tolist()
 
 
-def is_missing(value) -> bool:
-    """True for None, NaN, NaT and pd.NA (safe on any scalar: never raises, never ambiguous)."""
-    try:
-        return bool(pd.isna(value))
-    except (TypeError, ValueError):  # a list or an array is a value, not a missing one
-        return False
-
-
-def scalar(value):
-    """A pandas/numpy scalar as a plain Python value; None for NaN, NA and NaT. The one
-    "pandas value -> None" rule of the code base (analysis, CLI and dashboard)."""
-    if is_missing(value):
-        return None
-    if isinstance(value, pd.Timestamp):
-        return value.to_pydatetime()
-    return value.item() if hasattr(value, "item") else value
-
-
 def overview(conn, f: Filters) -> Overview:
     """Headline figures and per task type [task_type, runs, budgeted_runs, hit_rate,
     intervention_rate, cost_usd, p95_total_tokens, cache_read_share, cache_write_share,
     reasoning_share] for the filtered runs (hit_rate and intervention_rate None for a task type
     without budgeted runs; shares 0..1 as ``Overview.cache_read_share``, None when unreported)."""
     params = f.params()
-    totals = _query(conn, q.OVERVIEW_TOTALS, params).iloc[0]
-    per_task = _query(conn, q.OVERVIEW_PER_TASK, params)[
+    totals = run_query(conn, q.OVERVIEW_TOTALS, params).iloc[0]
+    per_task = run_query(conn, q.OVERVIEW_PER_TASK, params)[
         [
             "task_type",
             "runs",
@@ -334,7 +185,7 @@ def baselines(conn, f: Filters, by_model: bool = False) -> pd.DataFrame:
     the P95. Percentiles: quantile_cont.
     """
     statement = q.BASELINES_BY_TASK_MODEL if by_model else q.BASELINES_BY_TASK
-    frame = _query(conn, statement, {**f.params(), "low_sample_runs": LOW_SAMPLE_RUNS})
+    frame = run_query(conn, statement, {**f.params(), "low_sample_runs": LOW_SAMPLE_RUNS})
     if by_model:
         frame = frame.rename(columns={"models": "model"})
     return frame
@@ -350,7 +201,7 @@ def token_part_baselines(conn, f: Filters) -> pd.DataFrame:
     source that does not report cache reads is never read as 0). Statement
     ``queries.TOKEN_PART_BASELINES``.
     """
-    return _query(conn, q.TOKEN_PART_BASELINES, {**f.params(), "low_sample_runs": LOW_SAMPLE_RUNS})
+    return run_query(conn, q.TOKEN_PART_BASELINES, {**f.params(), "low_sample_runs": LOW_SAMPLE_RUNS})
 
 
 def model_latency(conn, f: Filters) -> pd.DataFrame:
@@ -359,7 +210,7 @@ def model_latency(conn, f: Filters) -> pd.DataFrame:
     p50_duration_s, p95_duration_s, max_duration_s (seconds per call, quantile_cont over the
     timed calls; NULL when none has a duration). With a model filter only those models' calls
     count. Most calls first. Statement ``queries.MODEL_LATENCY``."""
-    return _query(conn, q.MODEL_LATENCY, f.params())
+    return run_query(conn, q.MODEL_LATENCY, f.params())
 
 
 def current_limits(conn, f: Filters) -> pd.DataFrame:
@@ -367,32 +218,33 @@ def current_limits(conn, f: Filters) -> pd.DataFrame:
     each ``limit_*`` column (NULL when no run had that limit). Columns: task_type,
     limit_total_tokens, limit_input_tokens, limit_output_tokens, limit_turns, limit_tool_calls,
     limit_duration_s, limit_cost_usd."""
-    return _query(conn, q.CURRENT_LIMITS, f.params())
+    return run_query(conn, q.CURRENT_LIMITS, f.params())
+
+
+#: Columns of ``hit_rate_by_task`` (and of ``budgetlens hit-rate``).
+HIT_RATE_COLUMNS = (
+    "task_type",
+    "finished_runs",
+    "budgeted_runs",
+    "budget_stops",
+    "interventions",
+    "hit_rate",
+    "intervention_rate",
+)
 
 
 def hit_rate_daily(conn, f: Filters) -> pd.DataFrame:
     """Per local day (``f.tz``) and task type: day (date), task_type, finished_runs,
     budgeted_runs (finished under a budget: the rates' denominator), budget_stops,
     interventions, hit_rate, intervention_rate (0..1; None on a day without budgeted runs)."""
-    frame = _query(conn, q.HIT_RATE_DAILY, f.params())
+    frame = run_query(conn, q.HIT_RATE_DAILY, f.params())
     frame["day"] = pd.to_datetime(frame["day"]).dt.date  # DuckDB DATE -> datetime.date
-    return frame[
-        [
-            "day",
-            "task_type",
-            "finished_runs",
-            "budgeted_runs",
-            "budget_stops",
-            "interventions",
-            "hit_rate",
-            "intervention_rate",
-        ]
-    ]
+    return frame[["day", *HIT_RATE_COLUMNS]]
 
 
 def stop_reasons(conn, f: Filters) -> pd.DataFrame:
     """Runs per task type and stop reason: task_type, stop_reason, runs."""
-    return _query(conn, q.STOP_REASONS, f.params())
+    return run_query(conn, q.STOP_REASONS, f.params())
 
 
 def cost_by_period(conn, f: Filters, period: str = "day", by: str = "model") -> pd.DataFrame:
@@ -406,24 +258,24 @@ def cost_by_period(conn, f: Filters, period: str = "day", by: str = "model") -> 
     if by not in ("model", "task_type"):
         raise ValueError(f"by must be 'model' or 'task_type', got {by!r}")
     statement = q.COST_BY_PERIOD_MODEL if by == "model" else q.COST_BY_PERIOD_TASK
-    return _query(conn, statement, {**f.params(), "period": period})
+    return run_query(conn, statement, {**f.params(), "period": period})
 
 
 def cost_per_run(conn, f: Filters, per_decade: int = 4) -> pd.DataFrame:
     """Histogram of run cost on log-spaced buckets (``per_decade`` per power of ten); unpriced
     runs are left out. Columns: task_type, bucket_low_usd, bucket_high_usd, runs."""
-    return _query(conn, q.COST_PER_RUN, {**f.params(), "per_decade": float(per_decade)})
+    return run_query(conn, q.COST_PER_RUN, {**f.params(), "per_decade": float(per_decade)})
 
 
 def token_distribution(conn, f: Filters, per_decade: int = 10) -> pd.DataFrame:
     """Histogram of run total tokens on log-spaced buckets. Columns: task_type,
     bucket_low_tokens, bucket_high_tokens, runs."""
-    return _query(conn, q.TOKEN_DISTRIBUTION, {**f.params(), "per_decade": float(per_decade)})
+    return run_query(conn, q.TOKEN_DISTRIBUTION, {**f.params(), "per_decade": float(per_decade)})
 
 
 def top_runs(conn, f: Filters, limit: int = 20) -> pd.DataFrame:
     """The ``limit`` most expensive priced runs, columns as ``runs_table``."""
-    return _query(conn, q.TOP_RUNS, {**f.params(), "limit": int(limit)})
+    return run_query(conn, runq.TOP_RUNS, {**f.params(), "limit": int(limit)})
 
 
 def runs_table(conn, f: Filters, search: str = "", limit: int = 500, offset: int = 0):
@@ -436,7 +288,7 @@ def runs_table(conn, f: Filters, search: str = "", limit: int = 500, offset: int
     if limit < 0 or offset < 0:
         raise ValueError("limit and offset must be >= 0")
     params = {**f.params(), "search": search or "", "limit": int(limit), "offset": int(offset)}
-    return _query(conn, q.RUNS_TABLE, params)
+    return run_query(conn, runq.RUNS_TABLE, params)
 
 
 @dataclass(frozen=True)
@@ -454,34 +306,22 @@ class RunDetail:
 def run_detail(conn, run_id: str) -> RunDetail | None:
     """Return one run's detail, or None when ``run_id`` is not in the store."""
     params = {"run_id": run_id}
-    run = _query(conn, q.RUN_DETAIL_RUN, params)
+    run = run_query(conn, runq.RUN_DETAIL_RUN, params)
     if run.empty:
         return None
     record = {k: scalar(v) for k, v in run.iloc[0].to_dict().items()}
     return RunDetail(
         run=record,
-        calls=_query(conn, q.RUN_DETAIL_CALLS, params),
-        events=_query(conn, q.RUN_DETAIL_EVENTS, params),
+        calls=run_query(conn, runq.RUN_DETAIL_CALLS, params),
+        events=run_query(conn, runq.RUN_DETAIL_EVENTS, params),
     )
-
-
-#: Columns of ``hit_rate_by_task`` (and of ``budgetlens hit-rate``).
-HIT_RATE_COLUMNS = (
-    "task_type",
-    "finished_runs",
-    "budgeted_runs",
-    "budget_stops",
-    "interventions",
-    "hit_rate",
-    "intervention_rate",
-)
 
 
 def hit_rate_by_task(conn, f: Filters) -> pd.DataFrame:
     """The Hit rate page's figures per task type: task_type, finished_runs, budgeted_runs (the
     rates' denominator: finished runs that ran under a budget), budget_stops, interventions,
     hit_rate, intervention_rate (0..1; None for a task type without budgeted runs)."""
-    return _query(conn, q.OVERVIEW_PER_TASK, f.params())[list(HIT_RATE_COLUMNS)]
+    return run_query(conn, q.OVERVIEW_PER_TASK, f.params())[list(HIT_RATE_COLUMNS)]
 
 
 def runs_export(conn, f: Filters, search: str = "", limit: int = 500, offset: int = 0) -> pd.DataFrame:
@@ -493,4 +333,4 @@ def runs_export(conn, f: Filters, search: str = "", limit: int = 500, offset: in
     if limit < 0 or offset < 0:
         raise ValueError("limit and offset must be >= 0")
     params = {**f.params(), "search": search or "", "limit": int(limit), "offset": int(offset)}
-    return _query(conn, q.RUNS_EXPORT, params)
+    return run_query(conn, runq.RUNS_EXPORT, params)

@@ -114,11 +114,17 @@ def analysis_session(args):
                 f"{db}: the store has no runs yet; add some with `budgetlens sample`, "
                 "`budgetlens import` or `budgetlens collector`"
             )
-        scope = dict(task_types=tuple(args.task_type), models=tuple(args.model), services=tuple(args.service))
         _note_unknown_scope(conn, args)
-        filters = analysis.Filters(**scope)
+        filters = analysis.Filters(
+            task_types=tuple(args.task_type), models=tuple(args.model), services=tuple(args.service)
+        )
         if args.window_days:
-            windowed = analysis.window_filters(args.window_days, **scope)
+            windowed = analysis.window_filters(
+                args.window_days,
+                task_types=filters.task_types,
+                models=filters.models,
+                services=filters.services,
+            )
             coverage = analysis.window_coverage(conn, windowed)
             if coverage.left_out:
                 _note(window_note(args.window_days, coverage))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from budgetlens.analysis.defaults import BASELINE_HEADLINE_COLUMNS
 from budgetlens.analysis.thresholds import LOW_SAMPLE_RUNS
 from budgetlens.cli._analysis import (
     WINDOW_HELP,
@@ -12,20 +13,7 @@ from budgetlens.cli._analysis import (
 )
 
 #: Columns of the table format (json and csv carry every column).
-TABLE_COLUMNS = (
-    "task_type",
-    "model",
-    "n",
-    "low_sample",
-    "p50_total_tokens",
-    "p95_total_tokens",
-    "max_total_tokens",
-    "p95_turns",
-    "p95_tool_calls",
-    "p95_duration_s",
-    "n_cost",
-    "p95_cost_usd",
-)
+TABLE_COLUMNS = BASELINE_HEADLINE_COLUMNS
 
 
 def register(subparsers) -> None:

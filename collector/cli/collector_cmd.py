@@ -171,14 +171,13 @@ def _token(argument: str | None) -> tuple[str | None, str | None]:
     """(token, problem): the bearer token from ``--token`` or ``$BUDGETLENS_COLLECTOR_TOKEN``
     (the flag wins), None when neither is set. A set but empty or blank token is a problem,
     never "no authentication": unset the variable (or omit the flag) to run without a token."""
-    import os
+    from budgetlens.config import ENV_COLLECTOR_TOKEN, env_value
 
-    from budgetlens.config import ENV_COLLECTOR_TOKEN
-
+    configured = env_value(ENV_COLLECTOR_TOKEN)
     if argument is not None:
         source, token = "--token", argument
-    elif ENV_COLLECTOR_TOKEN in os.environ:
-        source, token = ENV_COLLECTOR_TOKEN, os.environ[ENV_COLLECTOR_TOKEN]
+    elif configured is not None:
+        source, token = ENV_COLLECTOR_TOKEN, configured
     else:
         return None, None
     if not token.strip():

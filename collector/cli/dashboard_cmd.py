@@ -80,8 +80,9 @@ def streamlit_command(db: Path | str, host: str, port: int) -> tuple[list[str], 
         "--theme.primaryColor",
         "#4C78A8",
     ]
-    env = dict(os.environ)
-    env[config.ENV_DB] = str(db.resolve()) if isinstance(db, Path) else db  # a lake: as given
+    env = config.child_environment(
+        **{config.ENV_DB: str(db.resolve()) if isinstance(db, Path) else db}
+    )  # a lake: as given
     return argv, env
 
 

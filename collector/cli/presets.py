@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 
+from budgetlens.analysis.defaults import DEFAULT_MULTIPLIER, FORMATS
 from budgetlens.cli._analysis import (
     WINDOW_HELP,
     add_window_arguments,
@@ -12,14 +13,11 @@ from budgetlens.cli._analysis import (
 from budgetlens.cli._common import positive_float
 from budgetlens.cli.whatif import _rate
 
-#: The preset document formats (``budgetlens.analysis.preset_export.render``).
-FORMATS = ("yaml", "toml", "json")
-
 
 def register(subparsers) -> None:
     parser = subparsers.add_parser(
         "presets",
-        help="recommended presets (P95 x 1.5) as YAML/TOML/JSON",
+        help=f"recommended presets (P95 x {DEFAULT_MULTIPLIER:g}) as YAML/TOML/JSON",
         description=(
             "Write the recommended preset of each task type: P95 x --multiplier, rounded up "
             "(tokens to the next 1,000; turns and tool calls to the next integer; seconds to "
@@ -34,11 +32,14 @@ def register(subparsers) -> None:
     )
     add_window_arguments(parser)
     parser.add_argument(
-        "--multiplier", type=positive_float, default=1.5, help="preset = P95 x this (default: 1.5)"
+        "--multiplier",
+        type=positive_float,
+        default=DEFAULT_MULTIPLIER,
+        help=f"preset = P95 x this (default: {DEFAULT_MULTIPLIER:g})",
     )
     parser.add_argument(
         "--format",
-        choices=FORMATS,
+        choices=tuple(FORMATS),
         default="yaml",
         help="output format (default: yaml) of the preset document: per task type its max_* "
         "limits and their basis (runs, P50/P95); the same keys in every format",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from budgetlens.analysis.defaults import DEFAULT_MULTIPLIER
 from budgetlens.cli._analysis import (
     WINDOW_HELP,
     add_format_argument,
@@ -19,7 +20,7 @@ VIEWS = ("summary", "runs", "curve", "target")
 
 def _limit(text: str) -> tuple[str, float]:
     """``KEY=VALUE`` of ``--limit``: a guard limit key and a number."""
-    from budgetlens.guard.limits import LIMIT_KEYS, check_limit
+    from budgetlens.limits import LIMIT_KEYS, check_limit
 
     key, sep, value = text.partition("=")
     if not sep or key not in LIMIT_KEYS:
@@ -56,7 +57,7 @@ def register(subparsers) -> None:
             "runs it would have stopped (first limit crossed: time, turns, tool calls, cost, "
             "tokens), at which call and why, the projected hit rate and the tokens and USD the "
             "stopped runs would not have spent. The budget is P95 x --multiplier per task type "
-            "(default 1.5), explicit --limit KEY=VALUE for every task type, or a --preset file. "
+            f"(default {DEFAULT_MULTIPLIER:g}), explicit --limit KEY=VALUE for every task type, or a --preset file. "
             "Runs the old budget stopped count as stopped when the new limit is not larger, and "
             "as censored (outcome unknown) when it is. Views: summary (per task type), runs "
             "(the stopped and censored runs), curve (multiplier 1.0-3.0: projected hit rate vs "
@@ -71,7 +72,9 @@ def register(subparsers) -> None:
     add_format_argument(parser)
     budget = parser.add_mutually_exclusive_group()
     budget.add_argument(
-        "--multiplier", type=positive_float, help="budget = P95 x this per task type (default: 1.5)"
+        "--multiplier",
+        type=positive_float,
+        help=f"budget = P95 x this per task type (default: {DEFAULT_MULTIPLIER:g})",
     )
     budget.add_argument(
         "--limit",
@@ -119,7 +122,7 @@ def run(args) -> int:
                 budget = whatif.Budget.from_preset_file(args.preset)
             else:
                 ev = whatif.evidence(conn, filters)
-                multiplier = args.multiplier or 1.5
+                multiplier = args.multiplier or DEFAULT_MULTIPLIER
                 budget = whatif.Budget.from_presets(whatif.evidence_presets(ev, multiplier, args.method))
             result = whatif.replay(conn, filters, budget)
             frame = result.summary if args.view == "summary" else result.runs
@@ -130,7 +133,7 @@ def run(args) -> int:
 def _target_columns(frame):
     """The target view's columns in reading order: the choice first, then the limits, then the
     evidence; ``lower_bound_keys`` as one space-separated cell."""
-    from budgetlens.guard.limits import LIMIT_KEYS
+    from budgetlens.limits import LIMIT_KEYS
 
     out = frame.copy()
     out["lower_bound_keys"] = [" ".join(keys) for keys in out["lower_bound_keys"]]

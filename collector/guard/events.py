@@ -14,7 +14,6 @@ from typing import Any
 
 from budgetlens import semconv as sc
 from budgetlens.config import ENV_PRICES_FILE
-from budgetlens.guard.limits import alerts_reached, cross_thresholds
 from budgetlens.guard.results import (
     EVENT_FOR_ACTION,
     EVENT_NAME_ALERT,
@@ -22,6 +21,7 @@ from budgetlens.guard.results import (
     Action,
     BudgetEvent,
 )
+from budgetlens.guard.stops import alerts_reached, cross_thresholds
 
 log = logging.getLogger(__name__)
 
@@ -131,7 +131,7 @@ class EventDispatcher:
         summarize_at: float,
     ) -> tuple[Action, tuple[Action, ...]]:
         """Emit the thresholds (fractions) crossed after a recorded call, each once until
-        :meth:`clear_thresholds` (see :func:`budgetlens.guard.limits.cross_thresholds`); a DOWNGRADE
+        :meth:`clear_thresholds` (see :func:`budgetlens.guard.stops.cross_thresholds`); a DOWNGRADE
         moves :attr:`chain_position` to the next model of ``chain``. Returns the advised
         :class:`Action` and the actions crossed now (least severe first)."""
         position = self.chain_position

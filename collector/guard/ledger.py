@@ -2,7 +2,7 @@
 
 Plain counters with no limits and no lock: :class:`budgetlens.guard.run_budget.RunBudget` owns both, calls the
 ledger under its lock and replaces it on ``reset()``. Limits and stop decisions are in
-:mod:`budgetlens.guard.limits`.
+:mod:`budgetlens.guard.stops`.
 """
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from budgetlens import semconv as sc
-from budgetlens.guard.limits import DEFAULT_UNKNOWN_CALL_TOKENS, limit_share, retryable
 from budgetlens.guard.results import BudgetExceeded, BudgetStats, Reservation, RunResult
+from budgetlens.guard.stops import DEFAULT_UNKNOWN_CALL_TOKENS, limit_share, retryable
 from budgetlens.usage import Usage
 
 __all__ = ["RunLedger"]
@@ -132,7 +132,7 @@ class RunLedger:
         return max(0, int(max_total_tokens) - self.committed_tokens)
 
     def share(self, limits: Mapping[str, float | None]) -> float:
-        """The share of the most-used token or cost limit (see :func:`budgetlens.guard.limits.limit_share`)."""
+        """The share of the most-used token or cost limit (see :func:`budgetlens.guard.stops.limit_share`)."""
         return limit_share(limits, self.input_tokens, self.output_tokens, self.unknown_tokens, self.cost_usd)
 
     def stats(
@@ -156,7 +156,7 @@ class RunLedger:
         )
 
     def amount(self, limit: str, elapsed_s: float) -> float:
-        """The run's use in ``limit``'s unit (a :data:`budgetlens.guard.limits.LIMIT_KEYS` name),
+        """The run's use in ``limit``'s unit (a :data:`budgetlens.limits.LIMIT_KEYS` name),
         as the hard limits count it: tokens with unknown-usage charges (as input), recorded
         turns, tool calls, ``elapsed_s`` seconds, priced USD. Raises KeyError for another name."""
         return {
@@ -185,7 +185,7 @@ class RunLedger:
         """The :class:`RunResult` of a run that ended with ``stop_reason`` after ``duration_s``
         seconds under ``limits``; ``error_type`` names ``error``'s class when the run ``failed``;
         ``stop``: the refusal the run ended at (for ``retryable``, see
-        :func:`budgetlens.guard.limits.retryable`); ``unconfirmed_effects``: names of external
+        :func:`budgetlens.guard.stops.retryable`); ``unconfirmed_effects``: names of external
         effects never confirmed; ``downgrades``: model moves along the chain."""
         unknown = self.unknown_at is not None
         cost = self.priced_cost_usd

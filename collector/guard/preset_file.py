@@ -44,8 +44,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from budgetlens.docfile import load_document
-from budgetlens.guard.limits import LIMIT_KEYS, WHOLE_NUMBER_LIMITS, check_fraction, check_limit
+from budgetlens.config import load_document
+from budgetlens.limits import LIMIT_KEYS, WHOLE_NUMBER_LIMITS, check_fraction, check_limit
 
 FORMAT_KEY = "budgetlens_presets"
 FORMAT_VERSION = 1
@@ -79,7 +79,7 @@ def read_preset_document(path: str | os.PathLike) -> dict[str, Any]:
 
     Raises ValueError naming unknown top-level or preset keys, a wrong format version, an
     unsupported extension, or a limit that ``RunBudget`` would refuse (not a number >= 0, or not
-    a whole number for token and call counts; :func:`budgetlens.guard.limits.check_limit`).
+    a whole number for token and call counts; :func:`budgetlens.limits.check_limit`).
     """
     p = Path(path)
     doc = load_document(p, "preset file")

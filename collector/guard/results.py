@@ -248,7 +248,7 @@ class RunResult:
     ``stop_reason``: one of :data:`budgetlens.semconv.STOP_REASONS`; ``usage``: the run's summed
     usage (unknown calls counted at their reservation in ``used_tokens``, not in ``usage``);
     ``usage_status``: ``reported`` or ``unknown`` (some call had no usage); ``retryable``: whether a
-    retry could succeed (see :func:`budgetlens.guard.limits.retryable`: a failure, or a stop by
+    retry could succeed (see :func:`budgetlens.guard.stops.retryable`: a failure, or a stop by
     the unknown-usage policy, unless an external effect is unconfirmed; False for any other budget
     stop and a completed run; the caller may decide instead, see ``RunBudget.finish``);
     ``unconfirmed_effects``: names of external effects begun and never confirmed (a retry could
@@ -258,7 +258,7 @@ class RunResult:
     calls and none was priced (unpriced model or unknown usage; never $0 in place of unknown);
     calls with reported usage but no price are not in it (the collector counts them unpriced).
     A budget ``stop_reason`` means the run ended at a refusal: one it recovered from (a call
-    recorded after it) does not count (see :func:`budgetlens.guard.limits.final_stop_reason`).
+    recorded after it) does not count (see :func:`budgetlens.guard.stops.final_stop_reason`).
     """
 
     run_id: str

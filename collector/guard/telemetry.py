@@ -25,8 +25,8 @@ from opentelemetry import trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from budgetlens import semconv as sc
-from budgetlens.guard.limits import LIMITS
 from budgetlens.guard.results import BudgetEvent, RunResult
+from budgetlens.limits import LIMITS
 from budgetlens.usage import Usage
 
 log = logging.getLogger(__name__)

@@ -15,7 +15,7 @@ issue resolver's ``{issue, metrics, success, error, ...}``). Quirks handled (SOU
   instead and the run cost is NULL when that fails too (never $0).
 - Resolver runs have costs but no tokens: their calls have unknown usage and the source's cost.
 - ``accumulated_token_usage.model`` is the placeholder ``default``: models come from the calls.
-- Tool calls are counted from ``history`` (``_tool_calls``): agent actions with
+- Tool calls are counted from ``history`` (``openhands_history.tool_calls``): agent actions with
   ``tool_call_metadata`` or a tool action (``TOOL_ACTIONS``: the resolver's output has no
   metadata); a line without ``history`` has unknown tool calls (NULL, never 0).
 
@@ -42,10 +42,21 @@ from pathlib import Path
 
 from budgetlens import semconv
 from budgetlens.importers.base import ImporterFormat, ImportOptions
+from budgetlens.importers.openhands_history import (  # noqa: F401  (re-exported)
+    NAME,
+    SERVICE,
+    SKIP_REPEATED_RESPONSE,
+    SOURCE,
+    TOOL_ACTIONS,
+    history_span,
+    run_identity,
+    stop_reason,
+    tool_calls,
+    trajectory_rows,
+)
 from budgetlens.importers.reading import iter_json_lines, load_json_document
 from budgetlens.importers.report import ImportReport
 from budgetlens.importers.rows import (
-    from_unix,
     parse_iso,
     price,
     provider_from_model,
@@ -58,24 +69,8 @@ from budgetlens.importers.validation import as_dict, checked_rows, source_number
 
 log = logging.getLogger(__name__)
 
-NAME = "openhands"
-SOURCE = semconv.SOURCE_IMPORT_PREFIX + NAME
-SERVICE = "openhands"
-SKIP_REPEATED_RESPONSE = "repeated model_response on an action or observation"
 SKIP_NOT_A_RUN = "line without OpenHands metrics (not an evaluation output run)"
 SKIP_NOT_TRAJECTORY = "JSON file that is not an event array (not a runtime trajectory)"
-
-
-def stop_reason(error: object, final_state: str | None = None) -> str:
-    """Map an OpenHands ``error`` (or the final agent state of a trajectory) to a stop reason."""
-    text = str(error or "").lower()
-    if not text:
-        return semconv.STOP_FAILED if final_state == "error" else semconv.STOP_COMPLETED
-    if "maximum iteration" in text:
-        return semconv.STOP_BUDGET_TURNS
-    if "budget" in text:
-        return semconv.STOP_BUDGET_COST
-    return semconv.STOP_FAILED
 
 
 def benchmark(metadata: object) -> str | None:
@@ -113,7 +108,7 @@ def read(paths: Sequence[Path], options: ImportOptions, report: ImportReport) ->
                 report.skip(SKIP_NOT_TRAJECTORY)
                 report.files_without_runs.append(str(path))
                 continue
-            yield from checked_rows(report, path, None, _trajectory(path, events, options, report))
+            yield from checked_rows(report, path, None, trajectory_rows(path, events, options, report))
 
 
 def _objects(value: object, name: str) -> list:
@@ -134,58 +129,6 @@ def _cost_of(entry: object, name: str) -> float | None:
     return source_number(entry, name)
 
 
-def _history_span(history: object) -> tuple:
-    stamps = (
-        [parse_iso(e.get("timestamp")) for e in history if isinstance(e, dict)]
-        if isinstance(history, list)
-        else []
-    )
-    known = [s for s in stamps if s is not None]
-    return (min(known), max(known)) if known else (None, None)
-
-
-#: Actions that run a tool (OpenHands ``ActionType``): counted even without
-#: ``tool_call_metadata`` (the resolver's older CodeAct output has none). ``message``,
-#: ``finish``, ``think``, ``system``, ``recall`` and state changes are not tool runs by themselves.
-TOOL_ACTIONS = frozenset(
-    {
-        "run",
-        "run_ipython",
-        "edit",
-        "str_replace_editor",
-        "browse",
-        "browse_interactive",
-        "read",
-        "write",
-        "mcp",
-    }
-)
-
-
-def _tool_calls(events: object) -> int | None:
-    """The tool calls of a run's events (``history`` or a trajectory), None without an event list.
-
-    An agent action event is a tool call when it carries ``tool_call_metadata`` (a function call
-    of the model: each ``tool_call_id`` counted once) or when its ``action`` is in
-    ``TOOL_ACTIONS``. Observations (``observation`` events, which repeat the metadata) and
-    user/environment events are not counted.
-    """
-    if not isinstance(events, list):
-        return None
-    ids, plain = set(), 0
-    for index, event in enumerate(events):
-        if not isinstance(event, dict) or event.get("action") is None:
-            continue
-        if event.get("source") not in (None, "agent"):
-            continue
-        meta = event.get("tool_call_metadata")
-        if isinstance(meta, dict):
-            ids.add(meta.get("tool_call_id") or ("event", index))
-        elif event.get("action") in TOOL_ACTIONS:
-            plain += 1
-    return len(ids) + plain
-
-
 def _eval_run(path: Path, lineno: int, obj: dict, options: ImportOptions, report: ImportReport):
     """The call rows and the run record of one evaluation-output line (raises ValueError)."""
     metrics = obj["metrics"]
@@ -194,30 +137,24 @@ def _eval_run(path: Path, lineno: int, obj: dict, options: ImportOptions, report
     metadata = as_dict(obj.get("metadata"))
     run_id, configured_model, task_type = _eval_identity(path, lineno, obj, metadata, options)
     base = {
-        "run_id": run_id,
-        "source": SOURCE,
-        "service_name": SERVICE,
-        "task_type": task_type,
+        **run_identity(run_id, task_type),
         "operation_name": semconv.OPERATION_CHAT,
     }
     calls, accumulated, source_priced = yield from _eval_calls(metrics, base, run_id, configured_model)
     if not calls:
         report.skip("OpenHands run without model calls")
-    start, end = _history_span(obj.get("history"))
+    start, end = history_span(obj.get("history"))
     start = start or parse_iso(metadata.get("start_time"))
     yield (
         "record",
         {
-            "run_id": run_id,
-            "source": SOURCE,
-            "service_name": SERVICE,
-            "task_type": task_type,
+            **run_identity(run_id, task_type),
             "agent_name": text(metadata.get("agent_class"), "metadata.agent_class") or SERVICE,
             "model": configured_model,
             "start_utc": start,
             "end_utc": end,
             "duration_s": seconds_between(start, end),
-            "tool_calls": _tool_calls(obj.get("history")),
+            "tool_calls": tool_calls(obj.get("history")),
             "cost_usd": accumulated if source_priced else None,
             "stop_reason": stop_reason(obj.get("error")),
             "usage_status": None if calls else semconv.USAGE_UNKNOWN,
@@ -326,76 +263,6 @@ def _eval_calls(metrics: dict, base: dict, run_id: str, configured_model: str | 
             },
         )
     return calls, accumulated, source_priced
-
-
-def _trajectory(path: Path, events: list, options: ImportOptions, report: ImportReport):
-    first_ts = next((e.get("timestamp") for e in events if isinstance(e, dict)), None)
-    run_id = f"{NAME}:{path.stem}:{stable_id(path.stem, first_ts)[:12]}"
-    task_type = options.task_type or SERVICE
-    seen: set = set()
-    calls = 0
-    final_state = None
-    models = []
-    for index, event in enumerate(events):
-        if not isinstance(event, dict):
-            report.bad_line(path, None, f"events[{index}] is not an object")
-            continue
-        if event.get("observation") == "agent_state_changed":
-            extras = as_dict(event.get("extras"))
-            final_state = extras.get("agent_state") or final_state
-        meta = event.get("tool_call_metadata")
-        response = meta.get("model_response") if isinstance(meta, dict) else None
-        if not isinstance(response, dict):
-            continue
-        name = f"events[{index}].tool_call_metadata.model_response"
-        response_id = text(response.get("id"), f"{name}.id")
-        if response_id in seen:
-            report.skip(SKIP_REPEATED_RESPONSE)
-            continue
-        seen.add(response_id)
-        model = text(response.get("model"), f"{name}.model")
-        models.append(model)
-        usage = source_usage(response.get("usage"), f"{name}.usage")
-        when = parse_iso(event.get("timestamp")) or from_unix(response.get("created"))
-        provider = provider_from_model(model)
-        calls += 1
-        yield (
-            "call",
-            {
-                "run_id": run_id,
-                "source": SOURCE,
-                "service_name": SERVICE,
-                "task_type": task_type,
-                "operation_name": semconv.OPERATION_CHAT,
-                "span_id": stable_id(run_id, response_id, index if response_id is None else ""),
-                "provider_name": provider,
-                "request_model": model,
-                "response_model": model,
-                "start_utc": when,
-                "end_utc": when,
-                "turn": calls,
-                **price(model, usage, provider, when),
-                **usage_columns(usage),
-            },
-        )
-    start, end = _history_span(events)
-    yield (
-        "record",
-        {
-            "run_id": run_id,
-            "source": SOURCE,
-            "service_name": SERVICE,
-            "task_type": task_type,
-            "agent_name": SERVICE,
-            "model": models[0] if models else None,
-            "start_utc": start,
-            "end_utc": end,
-            "duration_s": seconds_between(start, end),
-            "tool_calls": _tool_calls(events),
-            "stop_reason": stop_reason(None, final_state),
-            "usage_status": None if calls else semconv.USAGE_UNKNOWN,
-        },
-    )
 
 
 FORMAT = ImporterFormat(

@@ -6,10 +6,3 @@ the store (``loader``), rows the store refuses (``dead_letter``), Prometheus met
 and the in-process span exporter (``exporter``: ``DuckDBSpanExporter``). OTLP decoding and the
 span mapping are the ``otlp`` wing's; SQL and the schema are the ``store`` wing's.
 """
-
-import os as _os
-
-# The Prometheus rollup groups journaled Arrow batches with pyarrow (Acero). Batches read back
-# from the journal's IPC bytes are not 64-byte aligned, and Acero warns on stderr for every one:
-# a flood that filled the collector's stderr pipe and stalled the loader. Realigning is cheap.
-_os.environ.setdefault("ACERO_ALIGNMENT_HANDLING", "reallocate")

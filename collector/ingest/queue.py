@@ -29,7 +29,7 @@ import time
 from concurrent.futures import Future
 from pathlib import Path
 
-from budgetlens.config import ENV_JOURNAL_DIR, is_lake_location
+from budgetlens.config import ENV_JOURNAL_DIR, apply_collector_settings, is_lake_location, resolve
 from budgetlens.ingest.journal import Batch, Encoded, Journal, decode_batch, encode_batch
 from budgetlens.ingest.loader import Backlog, CommitFn, Loader, Pending
 from budgetlens.ingest.metrics import CollectorMetrics
@@ -61,7 +61,7 @@ def journal_dir(db_path: str | os.PathLike) -> Path:
     if is_lake_location(db_path):
         from budgetlens.store.location import parse_lake
 
-        configured = os.environ.get(ENV_JOURNAL_DIR)
+        configured = resolve(None, ENV_JOURNAL_DIR, None)
         return (
             Path(configured) if configured else Path(f"budgetlens-lake-{parse_lake(db_path).key()}.journal")
         )
@@ -98,6 +98,7 @@ class IngestQueue:
         ):
             if value <= 0:
                 raise ValueError(f"{name} must be > 0 (got {value})")
+        apply_collector_settings()  # before the first rollup of a journaled batch (Acero)
         self.db_path: Path | str = str(db_path) if is_lake_location(db_path) else Path(db_path)
         self.metrics = metrics or CollectorMetrics()
         self.max_queue_spans = max_queue_spans

@@ -13,7 +13,7 @@ import contextlib
 import math
 
 from budgetlens import semconv as sc
-from budgetlens.guard.limits import LIMITS as GUARD_LIMITS
+from budgetlens.limits import LIMITS as GUARD_LIMITS
 
 #: Largest token count (and token limit / reserved / used / remaining) a span may carry: 10^12.
 #: Far above any model call, and low enough that per-run sums stay inside DuckDB's BIGINT.

@@ -1,17 +1,19 @@
-"""``Mapped``: the store rows one OTLP request maps to, held as tuples, readable as dicts or Arrow.
+"""``Mapped``: the store rows one OTLP request maps to, as dicts keyed by store columns.
 
-The mapping (``budgetlens.otlp.mapping``) appends one tuple per row in the column order below
-(``CALL_KEYS``, ``RECORD_KEYS``, ``EVENT_KEYS``; ``*_utc`` values as integer microseconds since
-the Unix epoch, UTC). ``Mapped.calls``/``records``/``events`` give the rows as dicts keyed by
-store columns (``*_utc`` as naive UTC datetimes; each row has the keys its kind of span sets),
-``Mapped.tables()`` as pyarrow tables with the store's column types: the ingest path goes
-straight from tuples to Arrow columns, without a dict per row.
+The row layout is the store schema's (``budgetlens.store.schema``): the mapping
+(``budgetlens.otlp.mapping``) appends one dict per row keyed by the column names below
+(``CALL_KEYS``, ``RECORD_KEYS``, ``EVENT_KEYS``; a foreign root span's record and a tool span's
+event carry only ``ROOT_RECORD_KEYS`` / ``TOOL_EVENT_KEYS``; ``*_utc`` values as integer
+microseconds since the Unix epoch, UTC). ``Mapped.calls``/``records``/``events`` give the same
+rows with ``*_utc`` as naive UTC datetimes; ``Mapped.tables()`` as pyarrow tables with the
+store's column types (a column a row lacks is NULL).
 """
 
 from __future__ import annotations
 
 import datetime as dt
 from dataclasses import dataclass, field
+from typing import Any
 
 import pyarrow as pa
 
@@ -19,32 +21,34 @@ from budgetlens.store.schema import BUDGET_EVENT_COLUMNS, MODEL_CALL_COLUMNS, RU
 
 _EPOCH = dt.datetime(1970, 1, 1)
 
-#: Tuple layouts (store columns a mapped row carries, in store order).
+#: Row layouts: the store columns a mapped row carries, in store order.
 CALL_KEYS = tuple(column for column in MODEL_CALL_COLUMNS if column != "is_subagent")
 RECORD_KEYS = RUN_RECORD_COLUMNS
 EVENT_KEYS = BUDGET_EVENT_COLUMNS
-#: Dict keys of the narrower rows: a foreign root span's run record, a tool span's event.
-ROOT_RECORD_KEYS = (
-    "run_id",
-    "trace_id",
-    "source",
-    "service_name",
-    "task_type",
-    "agent_name",
-    "model",
-    "start_utc",
-    "end_utc",
-    "duration_s",
-    "stop_reason",
-    "quality",
+#: Keys of the narrower rows: a foreign root span's run record, a tool span's event.
+ROOT_RECORD_KEYS = tuple(
+    column
+    for column in RUN_RECORD_COLUMNS
+    if column
+    in {"run_id", "trace_id", "source", "service_name", "task_type", "agent_name", "model"}
+    | {"start_utc", "end_utc", "duration_s", "stop_reason", "quality"}
 )
-TOOL_EVENT_KEYS = ("event_id", "run_id", "span_id", "ts_utc", "name", "tool_name")
+TOOL_EVENT_KEYS = tuple(
+    column
+    for column in BUDGET_EVENT_COLUMNS
+    if column in {"event_id", "run_id", "span_id", "ts_utc", "name", "tool_name"}
+)
 
-_LAYOUTS = {  # store table -> (store columns, tuple layout)
-    "model_calls": (MODEL_CALL_COLUMNS, CALL_KEYS),
-    "run_records": (RUN_RECORD_COLUMNS, RECORD_KEYS),
-    "budget_events": (BUDGET_EVENT_COLUMNS, EVENT_KEYS),
+#: One mapped row: store column name -> value (``*_utc`` as integer µs since the epoch, UTC).
+Row = dict[str, Any]
+
+_COLUMNS = {  # store table -> its columns
+    "model_calls": MODEL_CALL_COLUMNS,
+    "run_records": RUN_RECORD_COLUMNS,
+    "budget_events": BUDGET_EVENT_COLUMNS,
 }
+#: The columns a mapped row of each table carries (all but ``is_subagent``, which is False).
+_GIVEN = {table: tuple(c for c in columns if c != "is_subagent") for table, columns in _COLUMNS.items()}
 _REQUIRED = {
     "model_calls": ("span_id", "run_id", "source", "usage_status"),
     "run_records": ("run_id", "source"),
@@ -58,49 +62,41 @@ def _schema(table: str) -> pa.Schema:
     if table not in _SCHEMAS:
         from budgetlens.store.writer import rows_to_table
 
-        _SCHEMAS[table] = rows_to_table(table, _LAYOUTS[table][0], []).schema
+        _SCHEMAS[table] = rows_to_table(table, _COLUMNS[table], []).schema
     return _SCHEMAS[table]
 
 
-def utc(micros):
+def utc(micros: int | None) -> dt.datetime | None:
     """Naive UTC datetime of integer microseconds since the epoch (None stays None)."""
     return None if micros is None else _EPOCH + dt.timedelta(microseconds=micros)
 
 
-def _as_dicts(rows: list, layout: tuple, keys: list | None) -> list[dict]:
-    out = []
-    for index, row in enumerate(rows):
-        full = dict(zip(layout, row))
-        for name in full:
-            if name.endswith("_utc"):
-                full[name] = utc(full[name])
-        narrow = keys[index] if keys is not None else None
-        out.append(full if narrow is None else {name: full[name] for name in narrow})
-    return out
+def _as_dicts(rows: list[Row]) -> list[dict[str, Any]]:
+    """Copies of ``rows`` with ``*_utc`` values as naive UTC datetimes."""
+    return [
+        {name: utc(value) if name.endswith("_utc") else value for name, value in row.items()} for row in rows
+    ]
 
 
-def rows_table(table: str, rows: list) -> pa.Table:
-    """Tuples of ``table``'s layout as a pyarrow table of the store's columns and types.
+def rows_table(table: str, rows: list[Row]) -> pa.Table:
+    """Rows of ``table`` (dicts keyed by its columns) as a pyarrow table of the store's columns
+    and types.
 
-    Columns the layout lacks are NULL (``is_subagent`` False, as ``rows_to_table`` makes it).
+    A column a row lacks is NULL (``is_subagent`` False, as ``rows_to_table`` makes it).
     Raises ValueError naming the field when a required column is NULL or empty.
     """
-    columns, layout = _LAYOUTS[table]
     schema = _schema(table)
-    transposed = list(zip(*rows)) if rows else [()] * len(layout)
-    by_name = dict(zip(layout, transposed))
+    # column by column (no tuple per row); a column a narrower row lacks is NULL
+    by_name = {name: [row.get(name) for row in rows] for name in _GIVEN[table]}
     for name in _REQUIRED[table]:
-        required = by_name[name]
-        if None in required or "" in required:
-            index = next(i for i, v in enumerate(required) if v in (None, ""))
+        column = by_name[name]
+        if None in column or "" in column:
+            index = next(i for i, v in enumerate(column) if v in (None, ""))
             raise ValueError(f"{table} row {index}: field {name!r} is required")
-    arrays = []
-    for column in columns:
-        given = by_name.get(column)
-        values = (
-            list(given) if given is not None else [False if column == "is_subagent" else None] * len(rows)
-        )
-        arrays.append(pa.array(values, type=schema.field(column).type))
+    arrays = [
+        pa.array(by_name[name] if name != "is_subagent" else [False] * len(rows), type=field.type)
+        for name, field in zip(schema.names, schema)
+    ]
     return pa.Table.from_arrays(arrays, schema=schema)
 
 
@@ -119,27 +115,24 @@ class Mapped:
     errors: list[str] = field(default_factory=list)
     #: spans stored after a repair, by quality flag (``budgetlens.semconv.QUALITY_FLAGS``)
     flagged: dict[str, int] = field(default_factory=dict)
-    call_rows: list[tuple] = field(default_factory=list, repr=False)
-    record_rows: list[tuple] = field(default_factory=list, repr=False)
-    event_rows: list[tuple] = field(default_factory=list, repr=False)
-    #: per row, the dict keys of a narrower row (None = every key of the layout)
-    record_keys: list = field(default_factory=list, repr=False)
-    event_keys: list = field(default_factory=list, repr=False)
+    call_rows: list[Row] = field(default_factory=list, repr=False)
+    record_rows: list[Row] = field(default_factory=list, repr=False)
+    event_rows: list[Row] = field(default_factory=list, repr=False)
 
     @property
     def calls(self) -> list[dict]:
         """Model-call rows as dicts (``CALL_KEYS``)."""
-        return _as_dicts(self.call_rows, CALL_KEYS, None)
+        return _as_dicts(self.call_rows)
 
     @property
     def records(self) -> list[dict]:
         """Run records as dicts (``RECORD_KEYS``, or ``ROOT_RECORD_KEYS`` for a foreign root)."""
-        return _as_dicts(self.record_rows, RECORD_KEYS, self.record_keys)
+        return _as_dicts(self.record_rows)
 
     @property
     def events(self) -> list[dict]:
         """Budget events as dicts (``EVENT_KEYS``, or ``TOOL_EVENT_KEYS`` for a tool span)."""
-        return _as_dicts(self.event_rows, EVENT_KEYS, self.event_keys)
+        return _as_dicts(self.event_rows)
 
     @property
     def rows(self) -> int:

@@ -21,7 +21,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from budgetlens.config import ENV_LAKE_DATA_PATH, LAKE_PREFIX
+from budgetlens.config import ENV_LAKE_DATA_PATH, LAKE_PREFIX, resolve
 
 _DATA_PATH_PARAM = "?data_path="
 
@@ -77,7 +77,7 @@ def parse_lake(location: str | os.PathLike | LakeLocation) -> LakeLocation:
         )
     if _DATA_PATH_PARAM in text and not data_path.strip():
         raise ValueError(f"{text!r}: data_path= is empty (a directory or s3://bucket/prefix/)")
-    resolved = data_path.strip() or os.environ.get(ENV_LAKE_DATA_PATH) or None
+    resolved = data_path.strip() or resolve(None, ENV_LAKE_DATA_PATH, None)
     return LakeLocation(catalog=catalog, data_path=resolved)
 
 

@@ -27,7 +27,7 @@ naive ``TIMESTAMP`` values in UTC):
 
 from __future__ import annotations
 
-from budgetlens.guard.limits import LIMITS
+from budgetlens.limits import LIMITS
 
 #: The ``limit_*`` columns of ``run_records`` and ``runs``, from the guard's one limit table.
 LIMIT_COLUMNS: tuple[str, ...] = tuple(spec.store_column for spec in LIMITS)

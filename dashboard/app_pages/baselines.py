@@ -8,6 +8,7 @@ from __future__ import annotations
 import streamlit as st
 
 from budgetlens.analysis import views as analysis
+from budgetlens.analysis.defaults import BASELINE_HEADLINE_COLUMNS
 from budgetlens.dashboard import charts, data
 from budgetlens.dashboard.app_pages import _evidence, _ui
 from budgetlens.dashboard.formatting import MISSING, is_missing
@@ -44,21 +45,7 @@ else:
     _ui.table(
         table,
         unpriced=MISSING,
-        first=(
-            "task_type",
-            "model",
-            "n",
-            "low_sample",
-            "p50_total_tokens",
-            "p95_total_tokens",
-            "max_total_tokens",
-            "p95_turns",
-            "p95_tool_calls",
-            "p95_duration_s",
-            "n_cost",
-            "p95_cost_usd",
-            "max_cost_usd",
-        ),
+        first=(*BASELINE_HEADLINE_COLUMNS, "max_cost_usd"),
     )
     presets = analysis.presets(per_task, multiplier).set_index("task_type")
     limit_by_task = limits.set_index("task_type")["limit_total_tokens"].to_dict() if not limits.empty else {}

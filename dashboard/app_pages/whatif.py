@@ -10,7 +10,7 @@ from budgetlens.analysis import whatif
 from budgetlens.dashboard import charts, data
 from budgetlens.dashboard.app_pages import _ui
 from budgetlens.dashboard.formatting import MISSING, column_label
-from budgetlens.guard.limits import LIMIT_KEYS
+from budgetlens.limits import LIMIT_KEYS
 
 METHOD_LABELS = {
     "auto": "Auto: Kaplan–Meier where > 5 % of runs were stopped",

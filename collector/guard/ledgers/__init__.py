@@ -16,7 +16,6 @@ Leases and offline policy: ``BUDGETLENS_LEDGER_LEASE_S`` (default 30 s) and
 
 from __future__ import annotations
 
-import os
 import threading
 from urllib.parse import urlsplit
 
@@ -25,6 +24,7 @@ from budgetlens.config import (
     ENV_LEDGER,
     ENV_LEDGER_LEASE_S,
     ENV_LEDGER_OFFLINE,
+    env_value,
     resolve,
 )
 from budgetlens.guard.ledgers.client import DEFAULT_LEASE_S, LedgerClient, OfflinePolicy, parse_offline
@@ -68,7 +68,7 @@ def open_backend(url: str) -> Ledger:
     if scheme in ("http", "https"):
         from budgetlens.guard.ledgers.http import HttpLedger
 
-        return HttpLedger(url, token=os.environ.get(ENV_COLLECTOR_TOKEN) or None)
+        return HttpLedger(url, token=env_value(ENV_COLLECTOR_TOKEN) or None)
     if scheme == "sqlite":
         from budgetlens.guard.ledgers.local import SqliteLedger
 

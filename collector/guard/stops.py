@@ -1,109 +1,43 @@
-"""A run's limits: their names and units, their validation, and the stop decisions against them.
+"""The guard's stop decisions: pure functions of the limits and a run's use.
 
-The one owner of "is this a valid limit" (used by :class:`budgetlens.guard.run_budget.RunBudget` and by
-:mod:`budgetlens.guard.preset_file`) and of "is this limit spent" (pure functions that return a
-:class:`Stop`, or None when the limit allows the step). ``RunBudget`` keeps the state and the lock
-and raises :class:`budgetlens.guard.results.BudgetExceeded` from a :class:`Stop`. Stop reasons are the
-closed vocabulary of :mod:`budgetlens.semconv`.
+Each returns a :class:`Stop` (the arguments of :class:`budgetlens.guard.results.BudgetExceeded`) or
+None when the limit allows the step; the threshold crossings, the output budget, the run's final
+stop reason and its retryability are decided here too. ``RunBudget`` keeps the state and the lock
+and raises a :class:`Stop` as ``BudgetExceeded``. Stop reasons are the closed vocabulary of
+:mod:`budgetlens.semconv`; limit names are those of :data:`budgetlens.limits.LIMITS`.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
 from budgetlens import semconv as sc
 from budgetlens.guard.results import Action, BudgetExceeded
 
 __all__ = [
-    "DEFAULT_MAX_TOTAL_TOKENS",
     "DEFAULT_UNKNOWN_CALL_TOKENS",
-    "LIMITS",
-    "LIMIT_KEYS",
-    "LIMIT_SPECS",
-    "SIGNIFICANT",
-    "LimitSpec",
-    "UNKNOWN_USAGE_POLICIES",
-    "WHOLE_NUMBER_LIMITS",
-    "Stop",
     "DETAIL_UNKNOWN_BLOCK",
     "DETAIL_UNKNOWN_RESIDUAL",
     "UNKNOWN_USAGE_DETAILS",
+    "Stop",
     "advice",
     "alerts_reached",
-    "check_alert_limits",
-    "output_budget",
-    "check_fraction",
-    "check_limit",
-    "check_limits",
-    "check_model",
-    "check_options",
-    "check_stop_reason",
-    "count_stop",
     "cost_stop",
+    "count_stop",
     "cross_thresholds",
     "final_stop_reason",
     "limit_share",
+    "output_budget",
     "reserve_stop",
-    "resolve_limits",
     "retryable",
     "spent_stop",
-    "split_estimate",
     "time_stop",
     "token_stop",
     "unknown_usage_stop",
 ]
 
-
-class LimitSpec(NamedTuple):
-    """One row of :data:`LIMITS`, the one limit table every limit name is derived from.
-
-    ``name``: the constructor / preset key (``max_total_tokens``); ``unit``: ``tokens``,
-    ``count``, ``s`` or ``USD``; ``whole``: True when the limit counts tokens or calls (a whole
-    number); ``metric``: the baseline metric (column of the baselines and of ``runs``) that the
-    limit bounds; ``span_attribute``: the run span attribute that carries it
-    (:mod:`budgetlens.semconv`); ``store_column``: the ``runs`` column holding the limit a run
-    ran under; ``preset_step``: the preset rounding step (a number: round up to a multiple of it;
-    :data:`SIGNIFICANT`: up to 2 significant figures).
-    """
-
-    name: str
-    unit: str
-    whole: bool
-    metric: str
-    span_attribute: str
-    store_column: str
-    preset_step: float | str
-
-
-#: The preset rounding marker for "up to 2 significant figures" (USD).
-SIGNIFICANT = "2 significant figures"
-
-
-def _row(metric: str, unit: str, whole: bool, step: float | str, attribute: str) -> LimitSpec:
-    return LimitSpec("max_" + metric, unit, whole, metric, attribute, "limit_" + metric, step)
-
-
-#: The one limit table (order: the guard's constructor order).
-LIMITS: tuple[LimitSpec, ...] = (
-    _row("total_tokens", "tokens", True, 1000, sc.BUDGET_LIMIT_TOTAL_TOKENS),
-    _row("input_tokens", "tokens", True, 1000, sc.BUDGET_LIMIT_INPUT_TOKENS),
-    _row("output_tokens", "tokens", True, 1000, sc.BUDGET_LIMIT_OUTPUT_TOKENS),
-    _row("turns", "count", True, 1, sc.BUDGET_LIMIT_TURNS),
-    _row("tool_calls", "count", True, 1, sc.BUDGET_LIMIT_TOOL_CALLS),
-    _row("duration_s", "s", False, 5, sc.BUDGET_LIMIT_DURATION_S),
-    _row("cost_usd", "USD", False, SIGNIFICANT, sc.BUDGET_LIMIT_COST_USD),
-)
-#: Limit name -> its row of :data:`LIMITS`.
-LIMIT_SPECS: dict[str, LimitSpec] = {spec.name: spec for spec in LIMITS}
-#: Limit keys of one preset, in the guard's constructor argument names (units in the names).
-LIMIT_KEYS: tuple[str, ...] = tuple(spec.name for spec in LIMITS)
-#: A bare guard (no limit given) allows this many tokens.
-DEFAULT_MAX_TOTAL_TOKENS = 64_000
-#: ``block``: after a call with unknown usage no new reservation is admitted (the safe default);
-#: ``residual``: the run may go on, but only within ``unknown_usage_residual_tokens`` more tokens.
-UNKNOWN_USAGE_POLICIES = ("block", "residual")
 #: ``BudgetExceeded.detail`` of a refusal by the unknown-usage policy (``block`` / ``residual``).
 DETAIL_UNKNOWN_BLOCK = "a previous call's usage is unknown; unknown_usage='block'"
 DETAIL_UNKNOWN_RESIDUAL = "residual allowance after unknown usage"
@@ -111,104 +45,6 @@ UNKNOWN_USAGE_DETAILS = frozenset({DETAIL_UNKNOWN_BLOCK, DETAIL_UNKNOWN_RESIDUAL
 #: Charge of a call recorded without usage, without a reservation (or with one of 0 tokens), in a
 #: run that has seen no call yet (tokens); later such calls are charged the run's largest call.
 DEFAULT_UNKNOWN_CALL_TOKENS = 4_000
-#: Limits that count tokens or calls: whole numbers (``2.0`` passes, ``2.5`` does not).
-WHOLE_NUMBER_LIMITS: tuple[str, ...] = tuple(spec.name for spec in LIMITS if spec.whole)
-
-
-_FRACTIONAL = frozenset(spec.name for spec in LIMITS if not spec.whole)
-
-
-# --- validation ---------------------------------------------------------------------------------
-def check_limit(name: str, value: Any, *, label: str | None = None) -> None:
-    """Check one limit value: None (no limit), or a finite number >= 0 (not NaN, not infinity,
-    not a bool); a whole number unless ``name`` is ``max_duration_s`` or ``max_cost_usd``.
-    A limit of 0 is valid and allows nothing of its kind.
-
-    ``label`` names the value in the message (default ``name``, e.g. ``"file: presets.qa.max_turns"``).
-    Raises ValueError naming it and the rule.
-    """
-    if value is None:
-        return
-    label = label or name
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, (int, float))
-        or not math.isfinite(value)
-        or value < 0
-    ):
-        raise ValueError(f"{label} must be a finite number >= 0, or None for no limit; got {value!r}")
-    if name not in _FRACTIONAL and value != int(value):
-        raise ValueError(f"{label} must be a whole number, got {value!r}")
-
-
-def check_limits(limits: Mapping[str, Any]) -> None:
-    """Check limits keyed by :data:`LIMIT_KEYS` names, in order.
-
-    Raises ValueError naming an unknown limit or, as :func:`check_limit`, an invalid value.
-    """
-    for name, value in limits.items():
-        if name not in LIMIT_KEYS:
-            raise ValueError(f"unknown limit {name!r}; expected one of {LIMIT_KEYS}")
-        check_limit(name, value)
-
-
-def resolve_limits(limits: Mapping[str, Any], *, default: bool = True) -> dict[str, float | None]:
-    """All :data:`LIMIT_KEYS` (missing ones None) after :func:`check_limits`; with no limit given
-    and ``default``, ``max_total_tokens`` is :data:`DEFAULT_MAX_TOTAL_TOKENS` (a guard with only
-    alert-only limits passes ``default=False``). Raises ValueError as :func:`check_limits`."""
-    check_limits(limits)
-    resolved = {name: limits.get(name) for name in LIMIT_KEYS}
-    if default and all(v is None for v in resolved.values()):
-        resolved["max_total_tokens"] = DEFAULT_MAX_TOTAL_TOKENS
-    return resolved
-
-
-def check_fraction(name: str, value: Any) -> None:
-    """Check a threshold: a number in (0, 1]. Raises ValueError naming ``name`` and the rule."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
-        raise ValueError(f"{name} must be a fraction in (0, 1], got {value!r}")
-
-
-def check_options(
-    *,
-    task_type: Any,
-    warn_at: Any,
-    downgrade_at: Any,
-    summarize_at: Any,
-    unknown_usage: Any,
-    unknown_usage_residual_tokens: Any,
-    model_chain: Any,
-) -> tuple[str, ...]:
-    """Check ``RunBudget``'s other options (as its constructor documents them); returns the model
-    chain as a tuple. Raises ValueError naming the bad option and the rule."""
-    for name, value in (("warn_at", warn_at), ("downgrade_at", downgrade_at), ("summarize_at", summarize_at)):
-        check_fraction(name, value)
-    if unknown_usage not in UNKNOWN_USAGE_POLICIES:
-        raise ValueError(f"unknown_usage must be one of {UNKNOWN_USAGE_POLICIES}, got {unknown_usage!r}")
-    if not isinstance(task_type, str) or not task_type:
-        raise ValueError(f"task_type must be a non-empty string, got {task_type!r}")
-    check_limit("unknown_usage_residual_tokens", unknown_usage_residual_tokens)
-    chain = None
-    if isinstance(model_chain, Iterable) and not isinstance(model_chain, (str, bytes)):
-        chain = tuple(model_chain)
-    if chain is None or not all(isinstance(m, str) and m for m in chain):
-        raise ValueError(
-            f"model_chain must be an iterable of model names (non-empty strings), got {model_chain!r}"
-        )
-    return chain
-
-
-def check_model(model: Any) -> None:
-    """Check a model argument: a model name (str) or None. Raises ValueError naming the rule."""
-    if model is not None and not isinstance(model, str):
-        raise ValueError(f"model must be a model name (str) or None, got {model!r}")
-
-
-def check_stop_reason(stop_reason: str | None) -> None:
-    """Check a stop reason given by the caller: None or one of :data:`budgetlens.semconv.STOP_REASONS`.
-    Raises ValueError naming the allowed reasons."""
-    if stop_reason is not None and stop_reason not in sc.STOP_REASONS:
-        raise ValueError(f"stop_reason must be one of {sc.STOP_REASONS}, got {stop_reason!r}")
 
 
 # --- use against the limits ---------------------------------------------------------------------
@@ -341,17 +177,16 @@ def token_stop(
     return None
 
 
-def spent_stop(limits: Mapping[str, float | None], use: Any, spend: Any = None) -> Stop | None:
+def spent_stop(
+    limits: Mapping[str, float | None], use: Any, spend_stop: Callable[[], Stop | None] | None = None
+) -> Stop | None:
     """The first spent limit before a step, in order: ``max_cost_usd`` (:func:`cost_stop`), the
-    spend windows of ``spend`` (a :class:`budgetlens.guard.spend.SpendTracker` or None; its refusal
-    becomes a Stop with detail ``spend window``), the token limits (:func:`token_stop`, open
-    reservations included). ``use``: a :class:`budgetlens.guard.ledger.RunLedger`."""
+    spend windows (``spend_stop``, called only when the cost limit allows: e.g.
+    :meth:`budgetlens.guard.shared.SharedSteps.spend_stop`), the token limits (:func:`token_stop`,
+    open reservations included). ``use``: a :class:`budgetlens.guard.ledger.RunLedger`."""
     stop = cost_stop(limits["max_cost_usd"], use.cost_usd)
-    if stop is None and spend is not None:
-        try:
-            spend.check()
-        except BudgetExceeded as exc:
-            stop = Stop(exc.reason, exc.limit, exc.used, 0, "spend window")
+    if stop is None and spend_stop is not None:
+        stop = spend_stop()
     return stop or token_stop(
         limits, use.committed_tokens, use.input_tokens + use.unknown_tokens, use.output_tokens
     )
@@ -364,34 +199,6 @@ def count_stop(reason: str, limit: float | None, count: int) -> Stop | None:
     if limit is not None and count >= limit:
         return Stop(reason, limit, count, 1)
     return None
-
-
-def split_estimate(estimated_tokens: Any, input_tokens: Any, output_tokens: Any) -> int | None:
-    """Check a reservation's estimate and its optional split; returns the output part (tokens),
-    or None when the estimate is not split (it then counts as input, like an unknown-usage charge).
-
-    Every value is an int >= 0; given one part, the other is the rest of ``estimated_tokens``;
-    given both, they must add up to it. Raises ValueError naming the argument and the rule.
-    """
-    for name, value in (
-        ("estimated_tokens", estimated_tokens),
-        ("input_tokens", input_tokens),
-        ("output_tokens", output_tokens),
-    ):
-        if value is None and name != "estimated_tokens":
-            continue
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise ValueError(f"{name} must be an int >= 0, got {value!r}")
-    if input_tokens is None and output_tokens is None:
-        return None
-    output = output_tokens if output_tokens is not None else estimated_tokens - input_tokens
-    inp = input_tokens if input_tokens is not None else estimated_tokens - output_tokens
-    if output < 0 or inp < 0 or inp + output != estimated_tokens:
-        raise ValueError(
-            f"input_tokens + output_tokens must equal estimated_tokens ({estimated_tokens}), got "
-            f"input_tokens={input_tokens!r}, output_tokens={output_tokens!r}"
-        )
-    return output
 
 
 def reserve_stop(
@@ -529,21 +336,6 @@ def output_budget(
     if limit is not None:
         left.append(int(limit) - use.committed_tokens - prompt_tokens)
     return max(0, min(left)) if left else None
-
-
-def check_alert_limits(alert_limits: Any) -> dict[str, float]:
-    """Check alert-only limits: a mapping of :data:`LIMIT_KEYS` names to values as
-    :func:`check_limit` (None entries dropped). Returns them as a dict. Raises ValueError naming
-    the bad key or value."""
-    if alert_limits is None:
-        return {}
-    if not isinstance(alert_limits, Mapping):
-        raise ValueError(f"alert_limits must be a mapping of limit name -> value, got {alert_limits!r}")
-    for name, value in alert_limits.items():
-        if name not in LIMIT_SPECS:
-            raise ValueError(f"alert_limits: unknown limit {name!r}; expected one of {LIMIT_KEYS}")
-        check_limit(name, value, label=f"alert_limits[{name!r}]")
-    return {k: v for k, v in alert_limits.items() if v is not None}
 
 
 def alerts_reached(

@@ -1,0 +1,118 @@
+"""The lag part of the ingest benchmark (``benchmarks.ingest``): bodies offered open-loop at a
+rate to a fresh collector subprocess while a reader polls the store read-only, as the dashboard
+does; p50/p95 of the time from sending a body until its runs are queryable."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import requests
+
+from benchmarks.otlp_bodies import SPANS_PER_BODY, make_body
+
+
+def start_collector(db_path: Path) -> tuple[subprocess.Popen, str]:
+    """Start ``budgetlens collector`` on ``db_path`` at a free port; (process, its base URL)."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "budgetlens.cli", "collector", "--db", str(db_path), "--port", "0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    line = process.stdout.readline()
+    if "listening on" not in line:
+        raise RuntimeError(f"collector did not start: {line}{process.stderr.read()}")
+    return process, line.rsplit(" ", 1)[1].strip()
+
+
+def _send_paced(url: str, bodies: list[bytes], rate_spans_s: float, sent_at: dict, failures: list) -> None:
+    """POST ``bodies`` open-loop at ``rate_spans_s`` spans/s (4 client threads so a slow answer
+    does not slow the offered rate); ``sent_at[seed]`` = when each body was sent (perf_counter)."""
+    interval = SPANS_PER_BODY / rate_spans_s
+    started = time.perf_counter()
+    lock = threading.Lock()
+    queue = list(enumerate(bodies))
+
+    def client():
+        session = requests.Session()
+        while True:
+            with lock:
+                if not queue:
+                    return
+                index, body = queue.pop(0)
+            delay = started + index * interval - time.perf_counter()
+            if delay > 0:
+                time.sleep(delay)
+            sent_at[index] = time.perf_counter()
+            response = session.post(
+                f"{url}/v1/traces", data=body, headers={"Content-Type": "application/x-protobuf"}
+            )
+            if response.status_code != 200:
+                failures.append(response.status_code)
+
+    threads = [threading.Thread(target=client) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+
+def _poll_queryable(db_path: Path, first_seed: int, count: int, seen_at: dict, stop: threading.Event):
+    """Every 0.1 s, one short read-only query (as the dashboard does): when each body's runs
+    became queryable (perf_counter), by body index."""
+    from budgetlens.store import StoreMissing, read_connection
+
+    while not stop.is_set() and len(seen_at) < count:
+        try:
+            with read_connection(db_path) as conn:
+                rows = conn.execute(
+                    "SELECT DISTINCT CAST(split_part(run_id, '-', 2) AS INTEGER) FROM run_records "
+                    "WHERE run_id LIKE 'bench-%'"
+                ).fetchall()
+        except StoreMissing:
+            rows = []
+        now = time.perf_counter()
+        for (seed,) in rows:
+            index = seed - first_seed
+            if 0 <= index < count:
+                seen_at.setdefault(index, now)
+        time.sleep(0.1)
+
+
+def lag_at_rate(rate_spans_s: float, seconds: float) -> dict:
+    """Offer ``rate_spans_s`` spans/s for ``seconds`` to a fresh collector; p50/p95 of the time
+    from sending a body to its spans being queryable in DuckDB (s), and refused requests."""
+    import statistics
+
+    count = max(4, round(rate_spans_s * seconds / SPANS_PER_BODY))
+    first_seed = 2 * 10**5
+    bodies = [make_body(first_seed + i) for i in range(count)]
+    sent_at: dict = {}
+    seen_at: dict = {}
+    failures: list = []
+    stop = threading.Event()
+    with tempfile.TemporaryDirectory() as tmp:
+        db_path = Path(tmp) / "lag.duckdb"
+        process, url = start_collector(db_path)
+        try:
+            poller = threading.Thread(
+                target=_poll_queryable, args=(db_path, first_seed, count, seen_at, stop)
+            )
+            poller.start()
+            _send_paced(url, bodies, rate_spans_s, sent_at, failures)
+            deadline = time.perf_counter() + 120
+            while len(seen_at) < len(sent_at) - len(failures) and time.perf_counter() < deadline:
+                time.sleep(0.05)
+            stop.set()
+            poller.join()
+        finally:
+            process.terminate()
+            process.wait(60)
+    lags = sorted(seen_at[i] - sent_at[i] for i in seen_at if i in sent_at)
+    quantiles = statistics.quantiles(lags, n=20, method="inclusive")
+    return {"p50": statistics.median(lags), "p95": quantiles[18], "bodies": count, "refused": len(failures)}

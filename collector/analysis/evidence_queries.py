@@ -1,0 +1,85 @@
+"""Named, parameterised SQL of the evidence beside the replay (design §6): the censoring input of
+the Kaplan–Meier baselines (``censoring``), runaway runs and the spend they are a share of
+(``runaways``), and the drift of the P95 between two windows (``drift``). Filtered by
+``budgetlens.analysis.queries.FILTERED``.
+"""
+
+from __future__ import annotations
+
+from budgetlens.analysis.queries import COST_KNOWN, FILTERED, IS_BUDGET_STOP
+
+#: The censoring input of the Kaplan–Meier baselines: per filtered run its task type, the
+#: baseline metrics, whether its cost is fully known, and ``censored`` (a budget stopped it, so
+#: it would have used more). Columns: run_id, task_type, censored, cost_known, total_tokens,
+#: input_tokens, output_tokens, turns, tool_calls, duration_s, cost_usd.
+CENSORING_INPUT = f"""
+WITH {FILTERED}
+SELECT run_id, task_type, coalesce({IS_BUDGET_STOP}, false) AS censored,
+       coalesce({COST_KNOWN}, false) AS cost_known,
+       total_tokens, input_tokens, output_tokens, turns, tool_calls, duration_s, cost_usd
+FROM filtered
+"""
+
+#: Runaway runs: above ``$k`` x their task type's P95 of total tokens, or with the same tool
+#: called ``$repeats`` or more times in a row (``budgetlens.tool_call`` events in time order;
+#: arguments are never stored, so "the same call" is the same tool name). Columns: run_id,
+#: task_type, start_utc, total_tokens, cost_usd, stop_reason, p95_total_tokens, tokens_ratio
+#: (total / P95), longest_repeat, repeated_tool, over_p95, tool_loop.
+RUNAWAYS = f"""
+WITH {FILTERED},
+p95 AS (
+    SELECT task_type, quantile_cont(total_tokens, 0.95) AS p95_total_tokens
+    FROM filtered GROUP BY task_type
+),
+tools AS (
+    SELECT e.run_id, e.tool_name, e.ts_utc, e.event_id,
+           row_number() OVER (PARTITION BY e.run_id ORDER BY e.ts_utc, e.event_id)
+         - row_number() OVER (PARTITION BY e.run_id, e.tool_name ORDER BY e.ts_utc, e.event_id)
+               AS streak
+    FROM budget_events e JOIN filtered f ON f.run_id = e.run_id
+    WHERE e.name = 'budgetlens.tool_call' AND e.tool_name IS NOT NULL
+),
+streaks AS (
+    SELECT run_id, arg_max(tool_name, n) AS repeated_tool, max(n) AS longest_repeat
+    FROM (SELECT run_id, tool_name, streak, count(*) AS n FROM tools GROUP BY ALL)
+    GROUP BY run_id
+)
+SELECT f.run_id, f.task_type, f.start_utc, f.total_tokens, f.cost_usd, f.stop_reason,
+       p.p95_total_tokens,
+       f.total_tokens / nullif(p.p95_total_tokens, 0) AS tokens_ratio,
+       coalesce(s.longest_repeat, 0) AS longest_repeat,
+       s.repeated_tool,
+       coalesce(f.total_tokens > $k * p.p95_total_tokens, false) AS over_p95,
+       coalesce(s.longest_repeat >= $repeats, false) AS tool_loop
+FROM filtered f
+JOIN p95 p ON p.task_type IS NOT DISTINCT FROM f.task_type
+LEFT JOIN streaks s ON s.run_id = f.run_id
+WHERE f.total_tokens > $k * p.p95_total_tokens OR s.longest_repeat >= $repeats
+ORDER BY f.total_tokens DESC NULLS LAST, f.run_id
+"""
+
+#: Spend of the filtered runs (the denominator of the runaways' share): runs, cost_usd.
+SPEND_TOTAL = f"WITH {FILTERED} SELECT count(*) AS runs, sum(cost_usd) AS cost_usd FROM filtered"
+
+#: Drift: per task type, the P95 of total tokens and of known cost in the recent window
+#: [$split_utc, $end_utc) against the previous one [$start_utc, $split_utc). Columns: task_type,
+#: n_recent, n_previous, p95_total_tokens_recent, p95_total_tokens_previous, p95_cost_usd_recent,
+#: p95_cost_usd_previous.
+DRIFT = f"""
+WITH {FILTERED},
+tagged AS (
+    SELECT *, start_utc >= CAST($split_utc AS TIMESTAMP) AS recent, {COST_KNOWN} AS cost_known
+    FROM filtered
+)
+SELECT task_type,
+       count(*) FILTER (WHERE recent) AS n_recent,
+       count(*) FILTER (WHERE NOT recent) AS n_previous,
+       quantile_cont(total_tokens, 0.95) FILTER (WHERE recent) AS p95_total_tokens_recent,
+       quantile_cont(total_tokens, 0.95) FILTER (WHERE NOT recent) AS p95_total_tokens_previous,
+       quantile_cont(cost_usd, 0.95) FILTER (WHERE recent AND cost_known) AS p95_cost_usd_recent,
+       quantile_cont(cost_usd, 0.95) FILTER (WHERE NOT recent AND cost_known)
+           AS p95_cost_usd_previous
+FROM tagged
+GROUP BY task_type
+ORDER BY task_type
+"""

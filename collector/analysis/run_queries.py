@@ -1,0 +1,96 @@
+"""Named, parameterised SQL of the run lists (design §6): the most expensive runs, the paged and
+searched run table, its full export, and one run's detail (calls and budget events). Filtered by
+``budgetlens.analysis.queries.FILTERED``; read by ``budgetlens.analysis.views``.
+"""
+
+from __future__ import annotations
+
+from budgetlens.analysis.queries import FILTERED
+from budgetlens.store.schema import RUN_COLUMNS
+
+#: Columns of the run table (``budgetlens runs`` and the Runs page), in order.
+RUN_TABLE_COLUMNS = (
+    "run_id",
+    "task_type",
+    "service_name",
+    "models",
+    "start_utc",
+    "turns",
+    "tool_calls",
+    "input_tokens",
+    "output_tokens",
+    "total_tokens",
+    "cost_usd",
+    "stop_reason",
+    "usage_status",
+    "quality",
+)
+_RUN_TABLE_SELECT = ", ".join(RUN_TABLE_COLUMNS)
+
+TOP_RUNS = f"""
+WITH {FILTERED}
+SELECT {_RUN_TABLE_SELECT}
+FROM filtered
+WHERE cost_usd IS NOT NULL
+ORDER BY cost_usd DESC, run_id
+LIMIT $limit
+"""
+
+#: ``$search`` matches (case-insensitive substring) the run id, task type, service, models, stop
+#: reason or usage status; '' matches every run. Newest first.
+RUNS_TABLE = f"""
+WITH {FILTERED}
+SELECT {_RUN_TABLE_SELECT}
+FROM filtered
+WHERE $search = ''
+   OR contains(lower(run_id), lower($search))
+   OR contains(lower(coalesce(task_type, '')), lower($search))
+   OR contains(lower(coalesce(service_name, '')), lower($search))
+   OR contains(lower(coalesce(models, '')), lower($search))
+   OR contains(lower(coalesce(stop_reason, '')), lower($search))
+   OR contains(lower(coalesce(usage_status, '')), lower($search))
+   OR contains(lower(coalesce(quality, '')), lower($search))
+ORDER BY start_utc DESC NULLS LAST, run_id
+LIMIT $limit OFFSET $offset
+"""
+
+#: Every column of the ``runs`` rollup: the run table's first, then the others in schema order
+#: (limits, duration, cache and reasoning tokens, warnings, downgrades, summaries...), filtered,
+#: searched and ordered as ``RUNS_TABLE``: the rows of ``budgetlens runs --format json/csv``.
+RUN_EXPORT_COLUMNS = RUN_TABLE_COLUMNS + tuple(c for c in RUN_COLUMNS if c not in RUN_TABLE_COLUMNS)
+RUNS_EXPORT = RUNS_TABLE.replace(
+    f"SELECT {_RUN_TABLE_SELECT}\n", f"SELECT {', '.join(RUN_EXPORT_COLUMNS)}\n", 1
+)
+
+RUN_DETAIL_RUN = "SELECT * FROM runs WHERE run_id = $run_id"
+
+#: One run's calls with the cumulative used tokens: the guard's ``used_tokens`` when recorded,
+#: else the running sum of the calls' totals (an unknown call counts its reservation).
+RUN_DETAIL_CALLS = """
+SELECT
+    c.turn,
+    c.start_utc,
+    coalesce(c.response_model, c.request_model) AS model,
+    c.input_tokens,
+    c.output_tokens,
+    c.reserved_tokens,
+    coalesce(c.used_tokens, sum(coalesce(
+        c.total_tokens, c.input_tokens + c.output_tokens,
+        CASE WHEN c.usage_status = 'unknown' THEN c.reserved_tokens END, 0))
+        OVER (ORDER BY c.start_utc, c.turn, c.span_id ROWS UNBOUNDED PRECEDING))
+        AS cumulative_tokens,
+    r.limit_total_tokens,
+    c.usage_status,
+    c.cost_usd
+FROM model_calls c
+LEFT JOIN runs r ON r.run_id = c.run_id
+WHERE c.run_id = $run_id
+ORDER BY c.start_utc, c.turn, c.span_id
+"""
+
+RUN_DETAIL_EVENTS = """
+SELECT ts_utc, name, reason, from_model, to_model, tool_name, used_tokens, percent
+FROM budget_events
+WHERE run_id = $run_id
+ORDER BY ts_utc, event_id
+"""

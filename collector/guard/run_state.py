@@ -1,0 +1,389 @@
+"""One guarded run's state and the order of its checks, records and events (design §1).
+
+:class:`RunState` is what :class:`budgetlens.guard.run_budget.RunBudget` holds: the limits, the
+ledger (:class:`budgetlens.guard.ledger.RunLedger`), the shared steps
+(:class:`budgetlens.guard.shared.SharedSteps`), the event dispatcher and the run's telemetry, all
+changed under one lock. ``RunBudget`` checks arguments and prices calls outside the lock, calls
+one method here per step, and documents the public behaviour; the decisions themselves are in
+:mod:`budgetlens.guard.stops`. Methods named ``*_locked`` expect the caller to hold :attr:`lock`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
+from typing import Any, NamedTuple
+
+from budgetlens import semconv as sc
+from budgetlens.guard import options as opt
+from budgetlens.guard import stops as lim
+from budgetlens.guard.effects import EffectLog
+from budgetlens.guard.events import EventDispatcher
+from budgetlens.guard.ledger import RunLedger
+from budgetlens.guard.options import RunOptions
+from budgetlens.guard.results import (
+    EVENT_NAME_TOOL_CALL,
+    Action,
+    BudgetExceeded,
+    BudgetStats,
+    LimitChange,
+    Reservation,
+    RunResult,
+)
+from budgetlens.guard.shared import SharedSteps
+from budgetlens.guard.telemetry import RunTelemetry
+from budgetlens.limits import check_limits
+from budgetlens.pricing import estimate_cost_usd
+from budgetlens.usage import Usage, normalize_usage, usage_missing_parts
+
+__all__ = ["PriceCall", "RecordedCall", "RunState"]
+
+log = logging.getLogger(__name__)
+
+#: Prices a call already paid for: (model, usage, provider) -> USD, or None when unpriced.
+PriceCall = Callable[[str | None, Usage, str | None], float | None]
+_PROBE = Usage(0, 0)  # prices nothing: tells whether a model has a price (not None)
+
+
+class RecordedCall(NamedTuple):
+    """One recorded call, as settled under the lock (tokens; USD; None: unpriced or unknown)."""
+
+    action: Action
+    model: str | None
+    start_ns: int | None
+    usage: Usage | None
+    cost_usd: float | None
+    reserved_tokens: int
+    used_tokens: int
+    turn: int
+    remaining_tokens: int | None
+
+
+class RunState:
+    """The state of one run built from checked ``options``; ``price`` prices recorded calls.
+
+    The clock starts here (after the caller warmed the prices). Raises only BudgetExceeded (a
+    refusal, kept by the ledger and emitted as ``budgetlens.stop``), RuntimeError for a step after
+    :meth:`finish_locked`, and ValueError as the ledger does for a reservation that is not open.
+    """
+
+    def __init__(self, options: RunOptions, price: PriceCall) -> None:
+        self.options = options
+        self.run_id = options.run_id or uuid.uuid4().hex
+        self.limits: dict[str, float | None] = dict(options.limits)
+        self.alert_limits: dict[str, float] = dict(options.alert_limits)
+        self.shared = SharedSteps(options.pool, options.spend, self.run_id)
+        self.effects = EffectLog(self.run_id)
+        self.limit_changes: list[LimitChange] = []
+        self.last_actions: tuple[Action, ...] = ()
+        self.lock = threading.RLock()  # callbacks may read stats()
+        self._price = price
+        self._clock = options.clock
+        self.started = self._clock()
+        self.telemetry = RunTelemetry(
+            options.tracer, self.run_id, options.task_type, options.agent_name, self.limits
+        )
+        self.dispatch = EventDispatcher(self.telemetry, options.callbacks, self.run_id)
+        self._next_id = 0
+        self.finished: RunResult | None = None
+        self.use = RunLedger()
+
+    def elapsed_s(self) -> float:
+        """Seconds since the run started (on the run's clock)."""
+        return self._clock() - self.started
+
+    @property
+    def model(self) -> str | None:
+        """The chain's current model (None without a chain)."""
+        chain = self.options.model_chain
+        return chain[self.dispatch.chain_position] if chain else None
+
+    # --- checks (raise before spending) -----------------------------------------------------
+    def stop_on(self, stop: lim.Stop | None) -> None:
+        """Raise ``stop`` (if any) as BudgetExceeded; the first refusal since the last recorded
+        call is kept by the ledger (the run's stop unless it records a call later) and emitted."""
+        if stop is None:
+            return
+        exc = stop.exception()
+        if self.use.refuse(exc):
+            self.dispatch.emit(Action.STOP, self.use, self.limits, reason=stop.reason)
+        raise exc
+
+    def check_open(self) -> None:
+        """Raise RuntimeError once the run is finished."""
+        if self.finished is not None:
+            raise RuntimeError(
+                f"run {self.run_id} is finished: no turn, reservation, record or tool call after finish()"
+            )
+
+    def _check_time(self) -> None:
+        limit = self.limits["max_duration_s"]
+        if limit is not None:  # the clock is read only when there is a time limit
+            self.stop_on(lim.time_stop(limit, self.elapsed_s()))
+
+    def _check_turns(self) -> None:
+        limit = self.limits["max_turns"]
+        if limit is not None:  # turns: recorded calls plus open reservations
+            use = self.use
+            self.stop_on(lim.count_stop(sc.STOP_BUDGET_TURNS, limit, use.turns + use.open_calls))
+
+    def _check_spent(self) -> None:
+        if self.finished is not None:
+            self.check_open()
+        self._check_time()
+        shared = self.shared
+        self.stop_on(lim.spent_stop(self.limits, self.use, shared.spend_stop if shared.spend else None))
+        if shared.pool is not None:
+            self.stop_on(shared.pool_stop())
+
+    def _thresholds(self) -> tuple[Action, tuple[Action, ...]]:
+        o = self.options
+        return self.dispatch.thresholds(
+            self.use, self.limits, o.model_chain, o.warn_at, o.downgrade_at, o.summarize_at
+        )
+
+    def _alerts(self) -> None:
+        if self.alert_limits:
+            self.dispatch.alerts(self.use, self.limits, self.alert_limits, self.elapsed_s())
+
+    # --- steps (the caller holds the lock) ----------------------------------------------------
+    def before_turn_locked(self) -> Action:
+        """The checks and thresholds of ``RunBudget.before_turn``; returns the advised action."""
+        self._check_spent()
+        self._check_turns()
+        advised, crossed = self._thresholds()
+        if self.dispatch.take_downgrade():
+            advised = max(advised, Action.DOWNGRADE)
+            if Action.DOWNGRADE not in crossed:
+                crossed = tuple(sorted((*crossed, Action.DOWNGRADE)))
+        self.last_actions = crossed
+        self._alerts()
+        return advised
+
+    def reserve(
+        self, tokens: int, model: str | None, input_tokens: int | None, output_tokens: int | None
+    ) -> Reservation:
+        """``RunBudget.reserve``: check the estimate and its split, estimate its cost outside the
+        lock, then check and hold it under the lock."""
+        if input_tokens is None and output_tokens is None and tokens.__class__ is int and tokens >= 0:
+            output = None  # the common case, checked inline (hot path)
+        else:
+            output = opt.split_estimate(tokens, input_tokens, output_tokens)
+        if model is not None and model.__class__ is not str:
+            opt.check_model(model)
+        model = model or self.model
+        cost, priced = 0.0, True
+        if (self.limits["max_cost_usd"] is not None or self.shared.spend is not None) and model:
+            # Without a model (here, on the reservation or from the chain) the cost cannot be
+            # estimated before the call: it is counted when record() names the model (README).
+            estimate = estimate_cost_usd(model, tokens, output, self.options.provider)
+            cost, priced = (0.0, False) if estimate is None else (estimate, True)
+        with self.lock:
+            return self._reserve_locked(tokens, output, model, cost, priced)
+
+    def _reserve_locked(
+        self, tokens: int, output_tokens: int | None, model: str | None, cost_usd: float, priced: bool
+    ) -> Reservation:
+        if not priced:
+            self.dispatch.cost_unenforced(model, self.use, self.limits)
+        self._check_spent()
+        use, limits, o = self.use, self.limits, self.options
+        residual = o.unknown_usage_residual_tokens
+        self.stop_on(
+            lim.unknown_usage_stop(o.unknown_usage, residual, limits, use, tokens)
+            or lim.reserve_stop(limits, use, tokens, output_tokens or 0, cost_usd)
+        )
+        self._check_turns()
+        self.stop_on(self.shared.reserve(tokens, cost_usd, self._next_id + 1))
+        self._next_id += 1
+        turn = use.turns + len(use.reservations) + 1
+        res = Reservation(
+            self._next_id, tokens, turn, model, time.time_ns(), output_tokens or 0, cost_usd, self.run_id
+        )
+        use.reserve(res)
+        return res
+
+    def tool_call_locked(self, name: str) -> None:
+        """Check and count one tool call named ``name`` (emitted as a span event)."""
+        self.check_open()
+        self._check_time()
+        self.stop_on(lim.count_stop(sc.STOP_BUDGET_TOOLS, self.limits["max_tool_calls"], self.use.tool_calls))
+        self.use.tool_calls += 1
+        self.dispatch.emit(None, self.use, self.limits, name=EVENT_NAME_TOOL_CALL, tool_name=name)
+        self._alerts()
+
+    def record(
+        self,
+        usage: Any,
+        model: str | None,
+        reservation: Reservation | None,
+        provider: str | None,
+        response_model: str | None,
+        error_type: str | None,
+    ) -> Action:
+        """``RunBudget.record``: normalize ``usage``, price it outside the lock when the model is
+        known without settling, record it under the lock, then emit the model call span."""
+        provider = provider or self.options.provider
+        if model is not None and model.__class__ is not str:
+            opt.check_model(model)
+        normalized = normalize_usage(usage, provider) if usage is not None else None
+        missing = usage_missing_parts(usage, provider) if normalized is not None else ()
+        # Price outside the lock when the model is known without settling (genai-prices' own
+        # calculation takes far longer than the bookkeeping); else once the reservation is settled.
+        # A partial usage is completed from the reservation first, so it is priced inside.
+        early = normalized is not None and not missing and (model is not None or reservation is not None)
+        paid = None
+        if early and normalized is not None:
+            paid = self._price(model or getattr(reservation, "model", None), normalized, provider)
+        with self.lock:
+            call = self._record_locked(reservation, normalized, missing, model, provider, (early, paid))
+        if self.telemetry.recording:
+            self.telemetry.model_call(
+                model=call.model,
+                response_model=response_model,
+                provider=provider,
+                turn=call.turn,
+                start_ns=call.start_ns,
+                usage=call.usage,
+                usage_status=sc.USAGE_PARTIAL if missing else None,
+                reserved_tokens=call.reserved_tokens,
+                used_tokens=call.used_tokens,
+                remaining_tokens=call.remaining_tokens,
+                cost_usd=call.cost_usd,
+                error_type=error_type,
+            )
+        return call.action
+
+    def _record_locked(
+        self,
+        reservation: Reservation | None,
+        usage: Usage | None,
+        missing: tuple[str, ...],
+        model: str | None,
+        provider: str | None,
+        early: tuple[bool, float | None],
+    ) -> RecordedCall:
+        """Settle ``reservation``, complete a partial usage, price the call (unless ``early`` =
+        (priced, cost) says it was), count it, settle the shared steps, warn about an unenforced
+        cost limit, cross thresholds and alerts."""
+        if self.finished is not None:
+            self.check_open()
+        use = self.use
+        res = use.settle(reservation, self.run_id)
+        model = model or (res.model if res else None)
+        reserved = res.tokens if res else 0
+        if missing and usage is not None:  # partial usage: the missing part is charged
+            usage = use.complete_partial(usage, missing, res)
+        cost = early[1] if early[0] else (None if usage is None else self._price(model, usage, provider))
+        used_before = use.used_tokens
+        first_unknown = use.add_call(usage, cost, reserved)  # a turn; releases are not
+        self.shared.settle_pool(res, use.used_tokens - used_before)
+        if first_unknown:
+            log.warning("run %s: call without usage; charged %d tokens", self.run_id, first_unknown)
+        if self.shared.spend is not None:
+            self.shared.settle_spend(res, cost, usage_known=usage is not None)
+        elif (
+            cost is None
+            and self.limits["max_cost_usd"] is not None
+            and (usage is not None or self._price(model, _PROBE, provider) is None)
+        ):
+            self.dispatch.cost_unenforced(model, use, self.limits)  # no price for model
+        action, self.last_actions = self._thresholds()
+        self._alerts()
+        remaining = use.remaining(self.limits["max_total_tokens"])
+        start_ns = res.start_ns if res else None
+        return RecordedCall(
+            action, model, start_ns, usage, cost, reserved, use.used_tokens, use.turns, remaining
+        )
+
+    def release_locked(self, reservation: Reservation) -> None:
+        """Give back ``reservation`` (no turn); nothing after the run finished."""
+        if self.finished is None:
+            res = self.use.settle(reservation, self.run_id)
+            if res is not None:
+                self.shared.release(res)
+
+    def set_max(self, limits: Mapping[str, float | None], changed_by: str | None) -> None:
+        """``RunBudget.set_max``: check, apply (each change kept and emitted), update the span."""
+        check_limits(limits)
+        if changed_by is not None and not isinstance(changed_by, str):
+            raise ValueError(
+                f"changed_by must be a string (who changed the limit) or None, got {changed_by!r}"
+            )
+        with self.lock:
+            self._set_limits_locked(limits, changed_by)
+        self.telemetry.set_limits(self.limits)
+
+    def _set_limits_locked(self, limits: Mapping[str, float | None], changed_by: str | None) -> None:
+        now = datetime.now(UTC)
+        for name, new in limits.items():
+            previous = self.limits[name]
+            if previous == new:
+                continue
+            self.limits[name] = new
+            self.limit_changes.append(LimitChange(name, previous, new, changed_by, now))
+            self.dispatch.limit_changed(self.use, self.limits, name, previous, new, changed_by)
+
+    def reset_locked(self) -> None:
+        """Clear use (open reservations given back) and the fired thresholds."""
+        if self.finished is None:
+            self.shared.settle_open(self.use, charge=False)  # open reservations are dropped
+        self.use = RunLedger()
+        self.dispatch.clear_thresholds()  # the model chain restarts too
+
+    def stats_locked(self) -> BudgetStats:
+        """The ledger's snapshot under the current limits."""
+        return self.use.stats(self.limits, self.elapsed_s(), self.dispatch.cost_unenforced_models)
+
+    def finish(
+        self, stop_reason: str | None, error: BaseException | None, retryable: bool | None
+    ) -> RunResult:
+        """``RunBudget.finish``: check the arguments, end the run once under the lock (later calls
+        return the same result), then end the run span (a failure there is logged)."""
+        opt.check_stop_reason(stop_reason)
+        if retryable is not None and not isinstance(retryable, bool):
+            raise ValueError(f"retryable must be True, False or None, got {retryable!r}")
+        with self.lock:
+            if self.finished is not None:
+                return self.finished
+            result = self._finish_locked(stop_reason, error, retryable)
+        try:
+            self.telemetry.finish(result, self.limits, self.use.usage_known)
+        except Exception:
+            log.exception("run %s: could not end the run span", self.run_id)
+        return result
+
+    def _finish_locked(
+        self, stop_reason: str | None, error: BaseException | None, retryable: bool | None
+    ) -> RunResult:
+        refusal = error if isinstance(error, BudgetExceeded) else self.use.refusal
+        reason = lim.final_stop_reason(stop_reason, error, self.use.refusal)
+        result = self.use.result(
+            self.run_id,
+            self.options.task_type,
+            reason,
+            self.elapsed_s(),
+            error,
+            limits=self.limits,
+            stop=refusal,
+            unconfirmed_effects=self.effects.unconfirmed,
+            downgrades=self.dispatch.downgrades,
+        )
+        policy = self.options.retry_policy
+        if retryable is None and policy is not None:
+            try:
+                retryable = bool(policy(result))
+            except Exception:
+                log.exception("run %s: retry_policy failed; the default rule decides", self.run_id)
+        if retryable is not None:
+            result = dataclasses.replace(result, retryable=retryable)
+        # Reservations still open at the end (neither recorded nor released) stop being held
+        # in the shared pool and windows; their unknown usage is charged as reserved.
+        self.shared.settle_open(self.use, charge=True)
+        self.finished = result
+        return result

@@ -1,0 +1,123 @@
+"""The guard's shared steps: what one run holds in the budgets it shares with other runs.
+
+A run may draw from a :class:`budgetlens.guard.pool.TokenPool` (tokens shared by runs) and count
+against a :class:`budgetlens.guard.spend.SpendTracker` (USD spend windows shared by runs). Each
+step of a run has its shared counterpart, kept here in one place: check before a step, reserve
+with a reservation, settle when the call is recorded, release when it failed, and settle what is
+still open when the run is reset or finished. A refusal comes back as a
+:class:`budgetlens.guard.stops.Stop` (None: allowed); ``RunBudget`` raises it, under its lock.
+
+Every step names its call (``call_id``: the run id and the reservation's number), so a pool or
+tracker kept in a shared ledger (docs/fleet.md) settles each hold once, by that id.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from budgetlens.guard.ledger import RunLedger
+from budgetlens.guard.pool import TokenPool
+from budgetlens.guard.results import BudgetExceeded, Reservation
+from budgetlens.guard.spend import SpendTracker
+from budgetlens.guard.stops import Stop
+
+__all__ = ["SPEND_WINDOW_DETAIL", "SharedSteps"]
+
+#: ``BudgetExceeded.detail`` of a refusal by a spend window.
+SPEND_WINDOW_DETAIL = "spend window"
+
+
+def _refusal(step: Callable[[], object], detail: str | None = None) -> Stop | None:
+    """Run a pool or spend-window step; its ``BudgetExceeded`` as a Stop (``detail`` replaces the
+    exception's detail when given), None when it allowed the step."""
+    try:
+        step()
+    except BudgetExceeded as exc:
+        return Stop(exc.reason, exc.limit, exc.used, exc.requested, exc.detail if detail is None else detail)
+    return None
+
+
+def call_id(res: Reservation | None) -> str | None:
+    """The shared ledgers' id of a reservation (``run id:number``); None for a call recorded
+    without one."""
+    return None if res is None else f"{res.run_id}:{res.id}"
+
+
+class SharedSteps:
+    """One run's steps in the shared token pool and spend windows (either may be None: no step).
+
+    ``pool``: a :class:`TokenPool` or None; ``spend``: a :class:`SpendTracker` or None;
+    ``run_id``: names the run's calls in a shared ledger. Tokens are ints, costs USD (float).
+    Never raises for budget reasons: refusals are returned as Stops.
+    """
+
+    def __init__(self, pool: TokenPool | None, spend: SpendTracker | None, run_id: str = "") -> None:
+        self.pool = pool
+        self.spend = spend
+        self.run_id = run_id
+
+    def spend_stop(self) -> Stop | None:
+        """``budget_cost`` (detail ``spend window``) when a spend window has reached its limit."""
+        spend = self.spend
+        return None if spend is None else _refusal(spend.check, SPEND_WINDOW_DETAIL)
+
+    def pool_stop(self) -> Stop | None:
+        """``budget_tokens`` (detail: the pool) when the token pool is spent."""
+        pool = self.pool
+        return None if pool is None else _refusal(pool.check)
+
+    def reserve(self, tokens: int, cost_usd: float, number: int = 0) -> Stop | None:
+        """Hold ``cost_usd`` in the spend windows, then ``tokens`` in the pool, for one call (the
+        run's reservation ``number``).
+
+        The first refusal is returned and nothing stays held (a spend reservation is given back
+        when the pool refuses)."""
+        spend, pool = self.spend, self.pool
+        if spend is None and pool is None:
+            return None
+        cid = f"{self.run_id}:{number}"
+        if spend is not None:
+            stop = _refusal(lambda: spend.reserve(cost_usd, call_id=cid), SPEND_WINDOW_DETAIL)
+            if stop is not None:
+                return stop
+        if pool is not None:
+            stop = _refusal(lambda: pool.reserve(tokens, call_id=cid))
+            if stop is not None:
+                if spend is not None:
+                    spend.release(cost_usd, call_id=cid)  # the pool refused: spend goes back
+                return stop
+        return None
+
+    def settle_pool(self, res: Reservation | None, used_tokens: int) -> None:
+        """Replace a call's pool reservation (``res``; None: none) with the ``used_tokens`` it
+        was charged."""
+        if self.pool is not None:
+            self.pool.settle(res.tokens if res else 0, used_tokens, call_id=call_id(res))
+
+    def settle_spend(self, res: Reservation | None, cost_usd: float | None, usage_known: bool) -> None:
+        """Settle a recorded call in the spend windows: its reservation ``res`` (if any) is given
+        back and the call's ``cost_usd`` added; a call without usage (``usage_known`` False) and
+        without a price is charged its reserved cost, never 0; a priced-nothing call adds nothing."""
+        spend = self.spend
+        if spend is None:
+            return
+        charge = cost_usd if cost_usd is not None else (res.cost_usd if res and not usage_known else None)
+        spend.settle(res.cost_usd if res else 0.0, charge, call_id=call_id(res))  # one step
+
+    def release(self, res: Reservation) -> None:
+        """Give back what ``res`` holds (its call failed before spending anything)."""
+        if self.spend is not None:
+            self.spend.release(res.cost_usd, call_id=call_id(res))
+        if self.pool is not None:
+            self.pool.settle(res.tokens, 0, call_id=call_id(res))
+
+    def settle_open(self, ledger: RunLedger, *, charge: bool) -> None:
+        """Settle what ``ledger``'s open reservations hold: given back (``charge=False``, at
+        ``reset()``), or, at ``finish()``, charged as spent. A call that was reserved but neither
+        recorded nor released may have been paid for: its usage is unknown, so it counts as its
+        reservation, never as 0 (design §1); the reservation is no longer held either way."""
+        for res in ledger.reservations.values():
+            if self.pool is not None:
+                self.pool.settle(res.tokens, res.tokens if charge else 0, call_id=call_id(res))
+            if self.spend is not None:
+                self.spend.settle(res.cost_usd, res.cost_usd if charge else None, call_id=call_id(res))

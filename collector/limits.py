@@ -1,0 +1,133 @@
+"""The shared contract's limit table: every limit's name, unit and rounding, and its validation.
+
+:data:`LIMITS` is the one vocabulary of run limits (design §1, style habit 16): the guard's
+constructor and preset keys, the run span attributes, the ``runs`` store columns, the baseline
+metrics and the preset rounding all derive from it. :func:`check_limit` is the one owner of "is
+this a valid limit value". The guard (:mod:`budgetlens.guard`), the store, the OTLP mapping and the
+analysis import this module; it imports only :mod:`budgetlens.semconv`, never the guard.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any, NamedTuple
+
+from budgetlens import semconv as sc
+
+__all__ = [
+    "DEFAULT_MAX_TOTAL_TOKENS",
+    "LIMITS",
+    "LIMIT_KEYS",
+    "LIMIT_SPECS",
+    "SIGNIFICANT",
+    "WHOLE_NUMBER_LIMITS",
+    "LimitSpec",
+    "check_fraction",
+    "check_limit",
+    "check_limits",
+    "resolve_limits",
+]
+
+
+class LimitSpec(NamedTuple):
+    """One row of :data:`LIMITS`, the one limit table every limit name is derived from.
+
+    ``name``: the constructor / preset key (``max_total_tokens``); ``unit``: ``tokens``,
+    ``count``, ``s`` or ``USD``; ``whole``: True when the limit counts tokens or calls (a whole
+    number); ``metric``: the baseline metric (column of the baselines and of ``runs``) that the
+    limit bounds; ``span_attribute``: the run span attribute that carries it
+    (:mod:`budgetlens.semconv`); ``store_column``: the ``runs`` column holding the limit a run
+    ran under; ``preset_step``: the preset rounding step (a number: round up to a multiple of it;
+    :data:`SIGNIFICANT`: up to 2 significant figures).
+    """
+
+    name: str
+    unit: str
+    whole: bool
+    metric: str
+    span_attribute: str
+    store_column: str
+    preset_step: float | str
+
+
+#: The preset rounding marker for "up to 2 significant figures" (USD).
+SIGNIFICANT = "2 significant figures"
+
+
+def _row(metric: str, unit: str, whole: bool, step: float | str, attribute: str) -> LimitSpec:
+    return LimitSpec("max_" + metric, unit, whole, metric, attribute, "limit_" + metric, step)
+
+
+#: The one limit table (order: the guard's constructor order).
+LIMITS: tuple[LimitSpec, ...] = (
+    _row("total_tokens", "tokens", True, 1000, sc.BUDGET_LIMIT_TOTAL_TOKENS),
+    _row("input_tokens", "tokens", True, 1000, sc.BUDGET_LIMIT_INPUT_TOKENS),
+    _row("output_tokens", "tokens", True, 1000, sc.BUDGET_LIMIT_OUTPUT_TOKENS),
+    _row("turns", "count", True, 1, sc.BUDGET_LIMIT_TURNS),
+    _row("tool_calls", "count", True, 1, sc.BUDGET_LIMIT_TOOL_CALLS),
+    _row("duration_s", "s", False, 5, sc.BUDGET_LIMIT_DURATION_S),
+    _row("cost_usd", "USD", False, SIGNIFICANT, sc.BUDGET_LIMIT_COST_USD),
+)
+#: Limit name -> its row of :data:`LIMITS`.
+LIMIT_SPECS: dict[str, LimitSpec] = {spec.name: spec for spec in LIMITS}
+#: Limit keys of one preset, in the guard's constructor argument names (units in the names).
+LIMIT_KEYS: tuple[str, ...] = tuple(spec.name for spec in LIMITS)
+#: A bare guard (no limit given) allows this many tokens.
+DEFAULT_MAX_TOTAL_TOKENS = 64_000
+#: Limits that count tokens or calls: whole numbers (``2.0`` passes, ``2.5`` does not).
+WHOLE_NUMBER_LIMITS: tuple[str, ...] = tuple(spec.name for spec in LIMITS if spec.whole)
+
+
+_FRACTIONAL = frozenset(spec.name for spec in LIMITS if not spec.whole)
+
+
+# --- validation ---------------------------------------------------------------------------------
+def check_limit(name: str, value: Any, *, label: str | None = None) -> None:
+    """Check one limit value: None (no limit), or a finite number >= 0 (not NaN, not infinity,
+    not a bool); a whole number unless ``name`` is ``max_duration_s`` or ``max_cost_usd``.
+    A limit of 0 is valid and allows nothing of its kind.
+
+    ``label`` names the value in the message (default ``name``, e.g. ``"file: presets.qa.max_turns"``).
+    Raises ValueError naming it and the rule.
+    """
+    if value is None:
+        return
+    label = label or name
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not math.isfinite(value)
+        or value < 0
+    ):
+        raise ValueError(f"{label} must be a finite number >= 0, or None for no limit; got {value!r}")
+    if name not in _FRACTIONAL and value != int(value):
+        raise ValueError(f"{label} must be a whole number, got {value!r}")
+
+
+def check_limits(limits: Mapping[str, Any]) -> None:
+    """Check limits keyed by :data:`LIMIT_KEYS` names, in order.
+
+    Raises ValueError naming an unknown limit or, as :func:`check_limit`, an invalid value.
+    """
+    for name, value in limits.items():
+        if name not in LIMIT_KEYS:
+            raise ValueError(f"unknown limit {name!r}; expected one of {LIMIT_KEYS}")
+        check_limit(name, value)
+
+
+def resolve_limits(limits: Mapping[str, Any], *, default: bool = True) -> dict[str, float | None]:
+    """All :data:`LIMIT_KEYS` (missing ones None) after :func:`check_limits`; with no limit given
+    and ``default``, ``max_total_tokens`` is :data:`DEFAULT_MAX_TOTAL_TOKENS` (a guard with only
+    alert-only limits passes ``default=False``). Raises ValueError as :func:`check_limits`."""
+    check_limits(limits)
+    resolved = {name: limits.get(name) for name in LIMIT_KEYS}
+    if default and all(v is None for v in resolved.values()):
+        resolved["max_total_tokens"] = DEFAULT_MAX_TOTAL_TOKENS
+    return resolved
+
+
+def check_fraction(name: str, value: Any) -> None:
+    """Check a threshold: a number in (0, 1]. Raises ValueError naming ``name`` and the rule."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
+        raise ValueError(f"{name} must be a fraction in (0, 1], got {value!r}")

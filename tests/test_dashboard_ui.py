@@ -1,0 +1,54 @@
+"""Fast unit tests of the dashboard's pure page helpers (``app_pages/_ui``), beside the Streamlit
+AppTests (system) that check the same rules through a rendered page: run links, change against the
+previous period, the low-sample note, the previous window and "how long ago"."""
+
+from __future__ import annotations
+
+import datetime as dt
+import urllib.parse
+
+from budgetlens.analysis.views import LOW_SAMPLE_RUNS, Filters
+from budgetlens.dashboard.app_pages import _ui
+
+
+def test_a_run_link_opens_the_runs_page_and_encodes_what_a_url_cannot_carry():
+    assert _ui.run_link("run-0001") == "runs?run=run-0001"
+    link = _ui.run_link("a b&c=d#e")
+    assert link.startswith("runs?run=")
+    assert " " not in link and "&" not in link and "#" not in link
+    assert urllib.parse.unquote(link.removeprefix("runs?run=")) == "a b&c=d#e"
+
+
+def test_change_text_never_makes_up_a_zero_percent():
+    assert _ui.change_text(None, 10.0) is None
+    assert _ui.change_text(10.0, None) is None
+    assert _ui.change_text(0.0, 0.0) is None
+    assert _ui.change_text(5.0, 0.0) == "new vs previous period"
+    assert _ui.change_text(112.0, 100.0) == "+12 % vs previous period"
+    assert _ui.change_text(50.0, 100.0) == "-50 % vs previous period"
+
+
+def test_the_low_sample_note_is_only_for_a_few_budgeted_runs():
+    assert _ui.low_sample_mark(0) is None
+    assert _ui.low_sample_mark(1) == "low sample: 1 budgeted run"
+    assert _ui.low_sample_mark(LOW_SAMPLE_RUNS - 1) == f"low sample: {LOW_SAMPLE_RUNS - 1:,} budgeted runs"
+    assert _ui.low_sample_mark(LOW_SAMPLE_RUNS) is None
+
+
+def test_the_previous_window_has_the_same_length_and_scope_just_before():
+    start, end = dt.datetime(2026, 3, 10), dt.datetime(2026, 3, 24)
+    f = Filters(start_utc=start, end_utc=end, task_types=("qa",), tz="Europe/Berlin")
+    previous = _ui.previous_window(f)
+    assert previous is not None
+    assert (previous.start_utc, previous.end_utc) == (start - (end - start), start)
+    assert (previous.task_types, previous.tz) == (("qa",), "Europe/Berlin")
+    assert _ui.previous_window(Filters()) is None
+    assert _ui.previous_window(Filters(start_utc=start)) is None
+
+
+def test_ago_reads_minutes_hours_and_days():
+    now = dt.datetime(2026, 3, 24, 12, 0)
+    assert _ui.ago(now - dt.timedelta(seconds=20), now) == "just now"
+    assert _ui.ago(now - dt.timedelta(minutes=3), now) == "3 min ago"
+    assert _ui.ago(now - dt.timedelta(hours=5), now) == "5 h ago"
+    assert _ui.ago(now - dt.timedelta(days=12), now) == "12 days ago"
