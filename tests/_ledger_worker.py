@@ -55,6 +55,8 @@ def main(log_path: str, worker: int, runs: int, limit_usd: float, seed: int, poo
         except BudgetExceeded as refused:
             log("refused", run=i, used=refused.used, requested=refused.requested)
             run.finish()
+            if refused.used + refused.requested <= limit_usd:
+                time.sleep(0.2)  # it fitted: the ledger was unreachable; back off as a queue would
             continue
         time.sleep(rng.uniform(0.0, 0.01))  # the model call
         usage = Usage(INPUT_TOKENS, round(OUTPUT_TOKENS * rng.uniform(0.3, 1.6)))
