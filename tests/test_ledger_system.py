@@ -84,7 +84,7 @@ def test_a_fleet_stays_within_the_bound_through_kills_and_a_ledger_restart(tmp_p
                     for w, p in enumerate(procs)
                     if p.poll() is None and ups[w] == spawns[w] and last[w] not in ("up", "done")
                 ]
-                if busy and kills < 12:
+                if busy and kills < 10:
                     w = rng.choice(busy)
                     procs[w].send_signal(signal.SIGKILL)
                     procs[w].wait()
