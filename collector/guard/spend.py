@@ -18,9 +18,11 @@ cost replaces the estimate; a call without usage keeps the estimate as its charg
 ``release`` gives it back. Spend then passes a limit by at most what one call overshoots its
 own estimate.
 
-This is per process: two processes (or hosts) each sharing their own tracker do not see each
-other's reservations or spend. Fleet-wide spend alerts come from the collector's Prometheus
-metrics (``budgetlens_*`` cost counters aggregated across agents), not from this tracker.
+By default this is per process: two processes (or hosts) each sharing their own tracker do not
+see each other's reservations or spend. With a shared ledger (``ledger=`` or
+``BUDGETLENS_LEDGER``: PostgreSQL, the collector, a SQLite file; see docs/fleet.md) the calendar
+windows of a ``scope`` are kept there and every process reserves against the same window
+(:mod:`budgetlens.guard.ledgers.accounts`).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 from zoneinfo import ZoneInfo
 
 from budgetlens.guard.results import BudgetExceeded
@@ -75,8 +78,11 @@ class SpendTracker:
     ``limits``: ``{"daily": 20.0, "monthly": 400.0, "24h": 25.0, "30d": 500.0}`` (any subset,
     USD > 0); ``tz``: zoneinfo name for calendar windows; ``alert_at``: fraction in (0, 1];
     ``on_alert``: callable taking a :class:`SpendAlert`; ``clock``: seconds since the epoch
-    (injectable). Raises ValueError naming an unknown window, a bad limit or time zone.
-    Thread-safe.
+    (injectable). ``ledger``: a shared ledger URL, backend or client (default
+    ``BUDGETLENS_LEDGER``; unset = in-process); ``scope``: which budget of the ledger (None: the
+    one everyone shares; an attribution key such as ``{"team": "search-infra"}``). Raises
+    ValueError naming an unknown window, a bad limit, time zone, scope or ledger (and a rolling
+    window with a shared ledger). Thread-safe.
     """
 
     def __init__(
@@ -87,6 +93,8 @@ class SpendTracker:
         alert_at: float = 0.8,
         on_alert: Callable[[SpendAlert], object] | None = None,
         clock: Callable[[], float] = time.time,
+        ledger: Any = None,
+        scope: Any = None,
     ) -> None:
         if not limits:
             raise ValueError(f"limits must name at least one window of {tuple(WINDOWS)}")
@@ -113,6 +121,12 @@ class SpendTracker:
         self._windows = [_Window(name, float(v)) for name, v in limits.items()]
         self._alert_at, self._on_alert, self._clock = alert_at, on_alert, clock
         self._lock = threading.Lock()
+        self._shared = _shared_windows(ledger, scope, limits, tz, alert_at, on_alert, clock)
+
+    @property
+    def shared(self) -> bool:
+        """True when the windows are kept in a shared ledger (not in this process)."""
+        return self._shared is not None
 
     def _period(self, window: _Window, ts: float) -> str:
         local = datetime.fromtimestamp(ts, self._zone)
@@ -133,7 +147,9 @@ class SpendTracker:
         if window.alerted and window.spent < self._alert_at * window.limit:
             window.alerted = False
 
-    def add(self, cost_usd: float, ts: float | None = None) -> list[SpendAlert]:
+    def add(
+        self, cost_usd: float, ts: float | None = None, *, call_id: str | None = None
+    ) -> list[SpendAlert]:
         """Add a cost (USD >= 0) at ``ts`` (default now). Returns the alerts this crossed."""
         if (
             isinstance(cost_usd, bool)
@@ -142,6 +158,8 @@ class SpendTracker:
             or cost_usd < 0
         ):
             raise ValueError(f"cost_usd must be a finite USD amount >= 0, got {cost_usd!r}")
+        if self._shared is not None:
+            return self._shared.add(cost_usd, ts, call_id=call_id)
         now = self._clock() if ts is None else ts
         alerts = []
         with self._lock:
@@ -172,11 +190,25 @@ class SpendTracker:
                     log.exception("spend on_alert callback failed")
         return alerts
 
-    def reserve(self, cost_usd: float) -> None:
+    def settle(self, reserved_usd: float, cost_usd: float | None, *, call_id: str | None = None) -> None:
+        """Replace the reservation of ``reserved_usd`` (``call_id``'s) with the call's
+        ``cost_usd`` (None: nothing charged), in one step with a shared ledger (once per call)."""
+        if self._shared is not None:
+            self._shared.settle(reserved_usd, cost_usd, call_id=call_id)
+            return
+        if reserved_usd:
+            self.release(reserved_usd)
+        if cost_usd is not None:
+            self.add(cost_usd)
+
+    def reserve(self, cost_usd: float, *, call_id: str | None = None) -> None:
         """Reserve an estimated ``cost_usd`` (USD >= 0) in every window, atomically across the runs
         sharing this tracker. Raises BudgetExceeded(``budget_cost``) naming the window, changing
         nothing, when spend plus open reservations plus this estimate would pass a limit (or
         spend has reached it)."""
+        if self._shared is not None:
+            self._shared.reserve(cost_usd, call_id=call_id)
+            return
         now = self._clock()
         with self._lock:
             for w in self._windows:
@@ -193,8 +225,12 @@ class SpendTracker:
             for w in self._windows:
                 w.reserved += cost_usd
 
-    def release(self, reserved_usd: float) -> None:
-        """Give back a reservation of ``reserved_usd`` (USD) made with :meth:`reserve`."""
+    def release(self, reserved_usd: float, *, call_id: str | None = None) -> None:
+        """Give back a reservation of ``reserved_usd`` (USD) made with :meth:`reserve` (with a
+        shared ledger: the hold of ``call_id``; without one its lease ends it)."""
+        if self._shared is not None:
+            self._shared.settle(reserved_usd, None, call_id=call_id)
+            return
         with self._lock:
             for w in self._windows:
                 w.reserved = max(0.0, w.reserved - reserved_usd)
@@ -203,6 +239,8 @@ class SpendTracker:
 
     def reserved(self, window: str) -> float:
         """USD of open reservations in ``window``. Raises KeyError for an unknown window."""
+        if self._shared is not None:
+            return self._shared.reserved(window)
         with self._lock:
             for w in self._windows:
                 if w.name == window:
@@ -211,6 +249,8 @@ class SpendTracker:
 
     def spent(self, window: str) -> float:
         """USD spent in ``window`` now. Raises KeyError for a window the tracker has not."""
+        if self._shared is not None:
+            return self._shared.spent(window)
         with self._lock:
             for w in self._windows:
                 if w.name == window:
@@ -220,6 +260,9 @@ class SpendTracker:
 
     def check(self) -> None:
         """Raise BudgetExceeded(``budget_cost``) when any window has reached its limit."""
+        if self._shared is not None:
+            self._shared.check()
+            return
         now = self._clock()
         with self._lock:
             for w in self._windows:
@@ -228,3 +271,18 @@ class SpendTracker:
                     raise BudgetExceeded(
                         STOP_BUDGET_COST, w.limit, round(w.spent, 6), 0, f"{w.name} spend window {w.period}"
                     )
+
+
+def _shared_windows(ledger, scope, limits, tz, alert_at, on_alert, clock):
+    """The shared windows for ``ledger`` (argument, else ``BUDGETLENS_LEDGER``); None: in-process."""
+    from budgetlens.guard.ledgers import scope_key, shared_client
+
+    key = scope_key(scope)
+    client = shared_client(ledger)
+    if client is None:
+        return None  # in-process: the tracker is its own scope
+    from budgetlens.guard.ledgers.accounts import SharedWindows
+
+    return SharedWindows(
+        client, dict(limits), tz=tz, scope=key, alert_at=alert_at, on_alert=on_alert, clock=clock
+    )
