@@ -266,17 +266,17 @@ class Loader:
         batches = [p.batch if p.batch is not None else self.journal.read(p.seq) for p in group]
         started = time.perf_counter()
         try:
-            self._observe(
-                self._commit_tables(
-                    pa.concat_tables([b.calls for b in batches]),
-                    pa.concat_tables([b.records for b in batches]),
-                    pa.concat_tables([b.events for b in batches]),
-                )
+            result = self._commit_tables(
+                pa.concat_tables([b.calls for b in batches]),
+                pa.concat_tables([b.records for b in batches]),
+                pa.concat_tables([b.events for b in batches]),
             )
         except Exception as error:
             if not is_data_error(error):
                 raise
             self._load_around_bad_rows(batches)
+        else:  # outside the try: counting never re-runs a commit that succeeded
+            self._observe(result)
         self.metrics.commit_duration.observe(time.perf_counter() - started)
         with self.backlog.cond:
             # never mark past a batch still waiting (replay order is by sequence number)
@@ -319,10 +319,17 @@ class Loader:
                 pass
 
     def _observe(self, result) -> None:
-        if result is not None:
+        """Count the budget metrics of a commit that succeeded. Never raises: the rows are
+        committed whatever happens here, so an error is logged (with its traceback) and the
+        commit is neither retried nor dead-lettered."""
+        if result is None:
+            return
+        try:
             self.metrics.observe_write(
                 result.new_calls, result.new_events, result.new_records, result.runs_rows
             )
+        except Exception:
+            log.exception("counting the metrics of a committed group failed (the rows are stored)")
 
     def _failed(self, error: BaseException) -> None:
         log.error("loading into %s failed (the journal keeps the rows; retrying): %s", self.db_path, error)

@@ -268,6 +268,8 @@ def write_batch_lake(conn: duckdb.DuckDBPyConnection) -> dict[str, pa.Table | No
             ("new_events", sql.LAKE_NEW_EVENTS, sql.LAKE_INSERT_EVENTS, None),
         ):
             table = conn.sql(select).to_arrow_table()
+            if name == "new_records":  # the store's INTEGER columns, as RETURNING * hands them
+                table = typed_like(conn, "run_records", table)
             new[name] = table
             if len(table):
                 conn.register(name, table)
@@ -280,12 +282,12 @@ def write_batch_lake(conn: duckdb.DuckDBPyConnection) -> dict[str, pa.Table | No
                 registered.append(name)
         runs_rows = None
         if any(len(table) for table in new.values() if table is not None):
-            touched = conn.sql(sql.LAKE_MERGED_TOTALS).to_arrow_table()
+            touched = typed_like(conn, "run_totals", conn.sql(sql.LAKE_MERGED_TOTALS).to_arrow_table())
             conn.register("touched", touched)
             registered.append("touched")
             conn.execute(sql.LAKE_DELETE_TOUCHED_TOTALS)
             conn.execute(sql.LAKE_INSERT_TOUCHED_TOTALS)
-            runs = conn.sql(sql.LAKE_RUNS_OF_TOUCHED).to_arrow_table()
+            runs = typed_like(conn, "runs", conn.sql(sql.LAKE_RUNS_OF_TOUCHED).to_arrow_table())
             conn.register("touched_runs", runs)
             registered.append("touched_runs")
             conn.execute(sql.LAKE_DELETE_TOUCHED_RUNS)
@@ -306,6 +308,28 @@ def write_batch_lake(conn: duckdb.DuckDBPyConnection) -> dict[str, pa.Table | No
         "new_events": events.select(["run_id", "name"]) if events is not None else None,
         "runs_rows": runs_rows,
     }
+
+
+#: Tables whose column types ``typed_like`` may read (fixed names, never request data).
+_TYPED_TABLES = frozenset({"run_totals", "runs", "model_calls", "run_records", "budget_events"})
+
+
+def typed_like(conn: duckdb.DuckDBPyConnection, table: str, rows: pa.Table) -> pa.Table:
+    """``rows`` with each column cast to the type it has in the store table ``table``.
+
+    A SELECT computed on the lake (a sum is HUGEINT, which Arrow carries as decimal128) would
+    otherwise hand ``decimal.Decimal`` where the file store's RETURNING hands ``int``; cast, the
+    Python values are those of the file store. Columns ``table`` lacks are dropped. Raises
+    ValueError for a table outside the store's, pyarrow's ArrowInvalid for a value that does
+    not fit (a sum past BIGINT).
+    """
+    if table not in _TYPED_TABLES:
+        raise ValueError(f"typed_like: {table!r} is not a store table")
+    schema = conn.sql(f"SELECT * FROM {table} LIMIT 0").to_arrow_table().schema
+    fields = [field for field in schema if field.name in rows.column_names]
+    return pa.Table.from_arrays(
+        [rows.column(field.name).cast(field.type) for field in fields], names=[field.name for field in fields]
+    )
 
 
 # --- maintenance ----------------------------------------------------------------------------

@@ -1,0 +1,141 @@
+"""The collector's ingest path on a DuckLake (a DuckDB-file catalog, local data): a commit happens
+once, the lake hands the file store's Python types, and ``/metrics`` equals the file store's."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from _collector_helpers import SpanRecorder
+from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+from prometheus_client import CollectorRegistry
+from test_store_rollup import _stream
+
+from budgetlens import semconv as sc
+from budgetlens.ingest.metrics import CollectorMetrics
+from budgetlens.ingest.queue import IngestQueue
+from budgetlens.otlp.mapping import map_request
+from budgetlens.store import read_connection, write_batch, write_connection
+from budgetlens.store.lake import LATEST_SNAPSHOT, close_all
+
+#: The budget families whose samples must agree between the two kinds of store.
+BUDGET_FAMILIES = (
+    "budgetlens_runs",
+    "budgetlens_budget_hits",
+    "budgetlens_run_tokens",
+    "budgetlens_model_calls",
+    "budgetlens_tokens",
+    "budgetlens_cost_usd",
+    "budgetlens_unpriced_calls",
+    "budgetlens_unknown_usage_calls",
+    "budgetlens_interventions",
+)
+
+
+@pytest.fixture
+def lake(tmp_path, monkeypatch):
+    """A fresh DuckLake location (DuckDB-file catalog) and a journal directory of its own."""
+    monkeypatch.setenv("BUDGETLENS_JOURNAL_DIR", str(tmp_path / "lake.journal"))
+    yield f"ducklake:{tmp_path / 'catalog.ducklake'}?data_path={tmp_path / 'data'}/"
+    close_all()
+
+
+def _fleet_spans() -> list[list]:
+    """Requests of real SDK spans: completed and budget-stopped runs, warnings, downgrades, an
+    unpriced model, a run whose call spans arrive in a later request than its run span."""
+    requests = []
+    for index in range(12):
+        recorder = SpanRecorder()
+        stop = sc.STOP_BUDGET_TOKENS if index % 4 == 0 else sc.STOP_COMPLETED
+        model = "gpt-4o" if index % 3 else "no-such-model"
+        calls = [(model, 100 * (index + 1), 10 + index), ("gpt-4o-mini", 50, 5)]
+        recorder.guard_run(f"run-{index}", f"task-{index % 3}", calls, stop_reason=stop, warnings=index % 2)
+        spans = recorder.spans()
+        if index == 5:  # the run span first, its calls in the next request
+            run_span = [
+                s for s in spans if s.attributes.get(sc.GEN_AI_OPERATION_NAME) == sc.OPERATION_INVOKE_AGENT
+            ]
+            requests.append(run_span)
+            requests.append([s for s in spans if s not in run_span])
+        else:
+            requests.append(spans)
+    requests.append(requests[0])  # an exporter retry: counted once
+    return requests
+
+
+def _ingest(location, requests) -> CollectorMetrics:
+    metrics = CollectorMetrics(CollectorRegistry())
+    queue = IngestQueue(location, metrics=metrics, load_interval_s=0.05).start()
+    try:
+        for spans in requests:
+            queue.submit(map_request(encode_spans(spans))).result(30)
+            _wait(queue)
+    finally:
+        queue.close()
+    return metrics
+
+
+def _wait(queue: IngestQueue, timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while queue.depth and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert queue.depth == 0, f"{queue.depth} rows not loaded"
+
+
+def _budget_samples(metrics: CollectorMetrics) -> dict:
+    samples = {}
+    for family in metrics.registry.collect():
+        if family.name in BUDGET_FAMILIES:
+            for sample in family.samples:
+                if sample.name.endswith("_created"):
+                    continue
+                samples[(sample.name, tuple(sorted(sample.labels.items())))] = round(sample.value, 12)
+    return samples
+
+
+def test_metrics_on_a_lake_equal_the_file_stores_for_the_same_spans(lake, tmp_path):
+    requests = _fleet_spans()
+    on_file = _budget_samples(_ingest(tmp_path / "file.duckdb", requests))
+    on_lake = _budget_samples(_ingest(lake, requests))
+    assert on_file == on_lake
+    runs = {labels: v for (name, labels), v in on_lake.items() if name == "budgetlens_runs_total"}
+    assert sum(runs.values()) == 12  # every run once, the retry not again
+    assert on_lake[("budgetlens_run_tokens_count", (("task_type", "task-0"),))] == 4
+
+
+def test_a_metrics_error_after_a_commit_never_commits_the_group_again(lake, monkeypatch):
+    metrics = CollectorMetrics(CollectorRegistry())
+
+    def broken(*_args):  # what a Decimal in run_tokens.observe used to raise
+        raise TypeError("unsupported operand type(s)")
+
+    monkeypatch.setattr(metrics, "observe_write", broken)
+    with write_connection(lake) as conn:
+        before = conn.execute(LATEST_SNAPSHOT).fetchone()[0]
+    queue = IngestQueue(lake, metrics=metrics, load_interval_s=0.05).start()
+    try:
+        requests = _fleet_spans()[:3]
+        for spans in requests:  # one request, one group, one commit each
+            queue.submit(map_request(encode_spans(spans))).result(30)
+            _wait(queue)
+    finally:
+        queue.close()
+    with read_connection(lake) as conn:
+        after = conn.execute(LATEST_SNAPSHOT).fetchone()[0]
+        stored = conn.execute("SELECT count(*), count(DISTINCT call_id) FROM model_calls").fetchone()
+    assert after - before == len(requests)
+    assert stored == (6, 6)
+
+
+def test_a_lake_write_returns_the_python_types_of_a_file_store_write(lake, tmp_path):
+    results = []
+    for location in (tmp_path / "file.duckdb", lake):
+        with write_connection(location) as conn:
+            for calls, records, events in _stream(seed=3, runs=8, batches=3):
+                result = write_batch(conn, calls, records, events)
+        results.append(result)
+    for name in ("new_calls", "new_records", "new_events", "runs_rows"):
+        on_file, on_lake = (getattr(result, name) for result in results)
+        assert on_lake.schema == on_file.schema, name
+    totals = results[1].runs_rows.column("total_tokens").to_pylist()
+    assert totals and all(type(value) is int for value in totals if value is not None)
