@@ -76,7 +76,7 @@ def copy_store(
             dst.execute("BEGIN TRANSACTION")
             try:
                 if on_lake:
-                    dst.execute(sql.LAKE_TAKE_WRITE_TOKEN)
+                    dst.execute(sql.LAKE_TAKE_FOLD_TOKEN)
                 for table in COPIED_TABLES:
                     result = src.execute(f"SELECT * FROM {table}")
                     # to_arrow_reader since DuckDB 1.4, fetch_record_batch before (deprecated)
