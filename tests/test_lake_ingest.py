@@ -140,3 +140,66 @@ def test_a_lake_write_returns_the_python_types_of_a_file_store_write(lake, tmp_p
         assert on_lake.schema == on_file.schema, name
     totals = results[1].runs_rows.column("total_tokens").to_pylist()
     assert totals and all(type(value) is int for value in totals if value is not None)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_staged_twice_and_folded_at_any_point_the_lake_equals_the_file_store(lake, tmp_path, seed):
+    """Every batch staged twice (two collectors, or a replay), folds at random points, the
+    folded rows cleaned up on the way: the same rows and rollup as the file store."""
+    import random
+
+    from test_store_rollup import _runs
+
+    from budgetlens.store import lake_ingest
+
+    stream = list(_stream(seed, runs=25, batches=12))
+    with write_connection(tmp_path / "file.duckdb") as conn:
+        for batch in stream:
+            write_batch(conn, *batch)
+        expected = _runs(conn)
+        expected_calls = conn.execute("SELECT count(*) FROM model_calls").fetchone()[0]
+    rng = random.Random(seed)
+    with write_connection(lake) as conn:
+        for batch in stream:
+            assert lake_ingest.stage_batch(conn, *batch) == lake_ingest.stage_batch(conn, *batch)
+            if rng.random() < 0.4:
+                lake_ingest.fold(conn)
+            if rng.random() < 0.2:
+                lake_ingest.clean_staged(conn)
+        assert lake_ingest.fold_all(conn) <= 1 and lake_ingest.unfolded_rows(conn) == 0
+        assert lake_ingest.fold(conn) is None  # nothing left: no commit
+        assert _runs(conn) == expected and expected
+        stored = conn.execute("SELECT count(*), count(DISTINCT call_id) FROM model_calls").fetchone()
+        assert stored == (expected_calls, expected_calls)
+        lake_ingest.clean_staged(conn)
+        assert conn.execute("SELECT count(*) FROM staged_model_calls").fetchone()[0] == 0
+
+
+def test_a_collector_acknowledges_while_its_replay_waits_for_the_store(tmp_path):
+    """``start(replay_in_background=True)`` (the CLI's): the journal's batches are queued, not
+    loaded, so a store that cannot be written does not hold up the start; new requests are
+    journaled meanwhile, and everything loads once the store is writable."""
+    from budgetlens.ingest.journal import Journal, encode_batch
+    from budgetlens.ingest.queue import journal_dir
+
+    db_path = tmp_path / "store.duckdb"
+    mapped = [map_request(encode_spans(spans)) for spans in _fleet_spans()[:4]]
+    rows = [max(1, sum(len(table) for table in m.tables())) for m in mapped]
+    journal = Journal(journal_dir(db_path))
+    for m in mapped[:3]:
+        journal.append(encode_batch(*m.tables()))
+    journal.sync()
+    journal.close()
+    db_path.mkdir()  # the store cannot be opened yet
+    queue = IngestQueue(db_path, load_interval_s=0.05).start(replay_in_background=True)
+    try:
+        assert queue.depth == sum(rows[:3])  # queued, not loaded
+        queue.submit(mapped[3]).result(10)  # acknowledged meanwhile
+        assert queue.depth == sum(rows) and queue.alive
+        db_path.rmdir()
+        _wait(queue)
+    finally:
+        queue.close()
+    with read_connection(db_path) as conn:
+        runs = conn.execute("SELECT count(*) FROM runs").fetchone()[0]
+    assert runs == 4

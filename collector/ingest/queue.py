@@ -155,8 +155,13 @@ class IngestQueue:
 
     @property
     def store_error(self) -> str | None:
-        """Why the store could not be written at the last attempt, or None."""
+        """Why the store could not be written at the last attempt, or None (on a lake: the
+        last stage, else the last fold)."""
         error = self._backlog.store_error
+        folder = self._loader.folder if self._loader is not None else None
+        if error is None and folder is not None and folder.error is not None:
+            error = folder.error
+            return f"fold failed: {type(error).__name__}: {error}"
         return None if error is None else f"{type(error).__name__}: {error}"
 
     # --- intake ---------------------------------------------------------------------------

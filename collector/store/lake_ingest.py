@@ -246,6 +246,8 @@ def unfolded_rows(conn: duckdb.DuckDBPyConnection) -> int:
     if "lake_fold" not in existing:
         return 0
     marks = conn.execute(SELECT_MARKS).fetchone()
+    if marks is None:
+        return 0
     total = 0
     for index, (_, staged, *_) in enumerate(STAGED):
         row = conn.execute(f"SELECT count(*) FROM {staged} WHERE rowid > ?", [marks[index]]).fetchone()
