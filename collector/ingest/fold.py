@@ -84,16 +84,26 @@ class Folder:
 
         if not force and self.wait_s() > 0:
             return not self.due
+        started = time.perf_counter()
         try:
             with write_connection(self.location) as conn:
                 result = lake_ingest.fold(conn)
                 if result is not None:
                     self.folds += 1
+                    log.debug(
+                        "fold %d stored %d calls, %d records, %d events in %.3f s",
+                        self.folds,
+                        result.calls,
+                        result.records,
+                        result.events,
+                        time.perf_counter() - started,
+                    )
                     self._clean(conn)
         except duckdb.Error as error:
             if not is_conflict(error):
                 return self._failed(error)
             self.lost += 1
+            self.error = None  # the lake answered: another fold won
             log.debug("a fold lost to another collector's (%d lost so far): %s", self.lost, error)
             self.backoff_s = min(self.backoff_s * 2, MAX_FOLD_BACKOFF_S)
             self.next_at = self.clock() + _jitter(self.backoff_s)
@@ -107,6 +117,23 @@ class Folder:
         if result is not None:
             self.observe(result)
         return True
+
+    def fold_until_done(self, deadline: float | None) -> bool:
+        """At shutdown: fold until a fold of this collector commits or finds nothing left,
+        retrying one that lost to another collector's (whose snapshot may predate this one's
+        last stage) after a jittered wait, until ``deadline`` (``time.monotonic()``; None: no
+        limit). True when done; False when the lake refused (the rows stay staged: any
+        collector's next fold takes them)."""
+        while True:
+            if self.fold_if_due(force=True):
+                return True
+            if self.error is not None:
+                return False
+            wait = self.wait_s()
+            if deadline is not None and self.clock() + wait >= deadline:
+                log.error("shutdown deadline: staged rows left for the next fold of any collector")
+                return False
+            time.sleep(wait)
 
     def _failed(self, error: BaseException) -> bool:
         if self.error is None or str(self.error) != str(error):

@@ -243,7 +243,7 @@ class Loader:
             if self.folder is not None:
                 self.folder.fold_if_due()
         if self.folder is not None and self.folder.due:  # the last groups this collector staged
-            self.folder.fold_if_due(force=True)
+            self.folder.fold_until_done(self.drain_deadline)
 
     def _past_drain_deadline(self) -> bool:
         deadline = self.drain_deadline

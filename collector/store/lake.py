@@ -183,6 +183,7 @@ def close_all() -> None:
         for conn in _instances.values():
             conn.close()
         _instances.clear()
+        _schemas.clear()
 
 
 def is_lake_connection(conn: duckdb.DuckDBPyConnection) -> bool:
@@ -327,6 +328,8 @@ def write_registered(conn: duckdb.DuckDBPyConnection) -> dict[str, pa.Table | No
 
 #: Tables whose column types ``typed_like`` may read (fixed names, never request data).
 _TYPED_TABLES = frozenset({"run_totals", "runs", "model_calls", "run_records", "budget_events"})
+#: Their Arrow schemas, read once per process (cleared by ``close_all``).
+_schemas: dict[str, pa.Schema] = {}
 
 
 def typed_like(conn: duckdb.DuckDBPyConnection, table: str, rows: pa.Table) -> pa.Table:
@@ -340,7 +343,10 @@ def typed_like(conn: duckdb.DuckDBPyConnection, table: str, rows: pa.Table) -> p
     """
     if table not in _TYPED_TABLES:
         raise ValueError(f"typed_like: {table!r} is not a store table")
-    schema = conn.sql(f"SELECT * FROM {table} LIMIT 0").to_arrow_table().schema
+    schema = _schemas.get(table)
+    if schema is None:  # every lake this code migrated has the same columns
+        schema = conn.sql(f"SELECT * FROM {table} LIMIT 0").to_arrow_table().schema
+        _schemas[table] = schema
     fields = [field for field in schema if field.name in rows.column_names]
     return pa.Table.from_arrays(
         [rows.column(field.name).cast(field.type) for field in fields], names=[field.name for field in fields]
