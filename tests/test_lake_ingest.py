@@ -93,6 +93,7 @@ def _budget_samples(metrics: CollectorMetrics) -> dict:
     return samples
 
 
+@pytest.mark.system  # DuckLake: seconds each
 def test_metrics_on_a_lake_equal_the_file_stores_for_the_same_spans(lake, tmp_path):
     requests = _fleet_spans()
     on_file = _budget_samples(_ingest(tmp_path / "file.duckdb", requests))
@@ -103,6 +104,7 @@ def test_metrics_on_a_lake_equal_the_file_stores_for_the_same_spans(lake, tmp_pa
     assert on_lake[("budgetlens_run_tokens_count", (("task_type", "task-0"),))] == 4
 
 
+@pytest.mark.system  # DuckLake: seconds each
 def test_a_metrics_error_after_a_commit_never_commits_the_group_again(lake, monkeypatch):
     metrics = CollectorMetrics(CollectorRegistry())
 
@@ -128,6 +130,7 @@ def test_a_metrics_error_after_a_commit_never_commits_the_group_again(lake, monk
     assert after - before <= 2 * len(requests)  # a stage per group, at most a fold per stage
 
 
+@pytest.mark.system  # DuckLake: seconds each
 def test_a_lake_write_returns_the_python_types_of_a_file_store_write(lake, tmp_path):
     results = []
     for location in (tmp_path / "file.duckdb", lake):
@@ -142,6 +145,7 @@ def test_a_lake_write_returns_the_python_types_of_a_file_store_write(lake, tmp_p
     assert totals and all(type(value) is int for value in totals if value is not None)
 
 
+@pytest.mark.system  # DuckLake: seconds each
 @pytest.mark.parametrize("seed", range(3))
 def test_staged_twice_and_folded_at_any_point_the_lake_equals_the_file_store(lake, tmp_path, seed):
     """Every batch staged twice (two collectors, or a replay), folds at random points, the

@@ -3,8 +3,10 @@
 A collector on a lake stages each load group (the journal then marks it loaded) and folds about
 once every ``FOLD_INTERVAL_S`` while it has staged rows a fold may not have read yet, and every
 ``IDLE_FOLD_INTERVAL_S`` when idle (rows another collector staged before it died). Any fold
-folds every collector's rows, so a fold that loses to another one is not retried at once: the
-next attempt waits twice as long (up to ``MAX_FOLD_BACKOFF_S``), each wait jittered by
+folds every collector's rows: before folding, a collector reads the watermarks (one small
+query) and skips its fold when other collectors' folds have already read past the rows it
+staged (``lake_ingest.is_folded``). A fold that loses to another one is not retried at once:
+the next attempt waits twice as long (up to ``MAX_FOLD_BACKOFF_S``), each wait jittered by
 ±25 %, so N collectors make about one fold a second between them, not N.
 
 Every ``CLEAN_INTERVAL_S`` the collector that just folded deletes the staged rows every fold
@@ -21,7 +23,7 @@ from collections.abc import Callable
 
 import duckdb
 
-from budgetlens.store import write_connection
+from budgetlens.store import lake_ingest, write_connection
 from budgetlens.store.lake import is_conflict
 from budgetlens.store.writer import WriteResult
 
@@ -32,7 +34,7 @@ FOLD_INTERVAL_S = 1.0
 #: Seconds between folds of an idle collector (rows staged by a collector that stopped).
 IDLE_FOLD_INTERVAL_S = 30.0
 #: Longest wait after folds that lost to other collectors' folds (s).
-MAX_FOLD_BACKOFF_S = 8.0
+MAX_FOLD_BACKOFF_S = 4.0
 #: Seconds between deletions of the staged rows every fold has read.
 CLEAN_INTERVAL_S = 60.0
 
@@ -61,6 +63,9 @@ class Folder:
         self.interval_s = interval_s
         self.clock = clock
         self.due = True  # at start: fold what a stopped collector left staged
+        #: the bound of the rows this collector staged that a fold may not have read (None: unknown)
+        self.pending: tuple[int, int, int] | None = None
+        self.skipped = 0
         self.next_at = clock()
         self.backoff_s = interval_s
         self.last_clean = clock()
@@ -68,8 +73,20 @@ class Folder:
         self.lost = 0
         self.error: BaseException | None = None
 
-    def staged(self) -> None:
-        """This collector staged rows: a fold is due (not before the current wait ends)."""
+    def staged(self, bound: tuple[int, int, int] | None = None) -> None:
+        """This collector staged rows; ``bound``: ``lake_ingest.staged_bound`` read right after
+        (None: unknown). A fold is due, not before the current wait ends; it is skipped when
+        other collectors' folds have read past ``bound`` meanwhile."""
+        if not self.due:
+            self.pending = bound
+        elif self.pending is not None and bound is not None:
+            self.pending = (
+                max(self.pending[0], bound[0]),
+                max(self.pending[1], bound[1]),
+                max(self.pending[2], bound[2]),
+            )
+        else:
+            self.pending = None  # unknown: fold
         self.due = True
 
     def wait_s(self) -> float:
@@ -80,14 +97,16 @@ class Folder:
     def fold_if_due(self, *, force: bool = False) -> bool:
         """Fold when one is due (``force``: now, e.g. at shutdown). True when nothing staged is
         left unfolded as far as this collector knows. Errors are logged and kept in ``error``."""
-        from budgetlens.store import lake_ingest
-
         if not force and self.wait_s() > 0:
             return not self.due
         started = time.perf_counter()
         try:
             with write_connection(self.location) as conn:
-                result = lake_ingest.fold(conn)
+                if self.pending is not None and lake_ingest.is_folded(conn, self.pending):
+                    self.skipped += 1  # another collector's fold stored this one's rows
+                    result = None
+                else:
+                    result = lake_ingest.fold(conn)
                 if result is not None:
                     self.folds += 1
                     log.debug(
@@ -112,6 +131,7 @@ class Folder:
             return self._failed(error)
         self.error = None
         self.due = False
+        self.pending = None
         self.backoff_s = self.interval_s
         self.next_at = self.clock() + _jitter(self.interval_s)
         if result is not None:
@@ -147,8 +167,6 @@ class Folder:
 
     def _clean(self, conn) -> None:
         """Delete folded staged rows every ``CLEAN_INTERVAL_S`` (a lost delete waits its turn)."""
-        from budgetlens.store import lake_ingest
-
         if self.clock() - self.last_clean < CLEAN_INTERVAL_S:
             return
         self.last_clean = self.clock()

@@ -45,7 +45,7 @@ from budgetlens.ingest.fold import Folder
 from budgetlens.ingest.journal import Batch, Journal
 from budgetlens.ingest.metrics import CollectorMetrics
 from budgetlens.store import write_batch, write_connection
-from budgetlens.store.lake_ingest import STAGE_CONFLICT_TIMEOUT_S, stage_batch
+from budgetlens.store.lake_ingest import STAGE_CONFLICT_TIMEOUT_S, stage_batch, staged_bound
 
 log = logging.getLogger(__name__)
 
@@ -358,8 +358,8 @@ class Loader:
         fold that stores the rows counts them)."""
         if self.folder is None:
             return write_batch(conn, calls, records, events)
-        stage_batch(conn, calls, records, events, timeout_s=self._bounded(STAGE_CONFLICT_TIMEOUT_S))
-        self.folder.staged()
+        if stage_batch(conn, calls, records, events, timeout_s=self._bounded(STAGE_CONFLICT_TIMEOUT_S)):
+            self.folder.staged(staged_bound(conn))
         return None
 
     def _probe(self) -> None:

@@ -240,6 +240,26 @@ def clean_staged(conn: duckdb.DuckDBPyConnection) -> int:
     return deleted
 
 
+#: The largest rowid of each staged table now (-1 when empty), one query.
+_STAGED_BOUND = "SELECT " + ", ".join(
+    f"(SELECT coalesce(max(rowid), -1) FROM {staged})" for _, staged, *_ in STAGED
+)
+
+
+def staged_bound(conn: duckdb.DuckDBPyConnection) -> tuple[int, int, int]:
+    """The largest rowid of each staged table in the latest snapshot (-1: none). Read right
+    after a stage commits, it bounds that stage's rows: once every watermark is at or past it
+    (``is_folded``), some fold has stored them."""
+    row = conn.execute(_STAGED_BOUND).fetchone()
+    return (int(row[0]), int(row[1]), int(row[2])) if row else (-1, -1, -1)
+
+
+def is_folded(conn: duckdb.DuckDBPyConnection, bound: tuple[int, int, int]) -> bool:
+    """True when folds have read every staged row up to ``bound`` (``staged_bound``)."""
+    marks = conn.execute(SELECT_MARKS).fetchone()
+    return marks is not None and all(mark >= limit for mark, limit in zip(marks, bound))
+
+
 def unfolded_rows(conn: duckdb.DuckDBPyConnection) -> int:
     """Staged rows no fold has read yet (a read; 0 on a lake without staged tables)."""
     existing = {row[0] for row in conn.execute(_TABLE_NAMES).fetchall()}
