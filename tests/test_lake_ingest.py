@@ -207,3 +207,58 @@ def test_a_collector_acknowledges_while_its_replay_waits_for_the_store(tmp_path)
     with read_connection(db_path) as conn:
         runs = conn.execute("SELECT count(*) FROM runs").fetchone()[0]
     assert runs == 4
+
+
+def test_a_fold_that_loses_waits_longer_and_one_done_by_another_collector_is_skipped(monkeypatch):
+    """The fold schedule (``budgetlens.ingest.fold.Folder``) with a fake clock and store: a lost
+    fold waits twice as long each time (jittered, capped), a won fold is counted and resets the
+    wait, and rows other collectors' folds already stored cost no fold."""
+    import contextlib
+
+    import duckdb
+
+    from budgetlens.ingest import fold as fold_module
+    from budgetlens.store import WriteResult, lake_ingest
+
+    clock = [100.0]
+    outcomes: list = []
+    folds: list = []
+    observed: list = []
+
+    def fake_fold(conn):
+        folds.append(clock[0])
+        outcome = outcomes.pop(0)
+        if outcome == "lose":
+            raise duckdb.TransactionException("Transaction conflict - another transaction has altered it")
+        return outcome
+
+    monkeypatch.setattr(lake_ingest, "fold", fake_fold)
+    folded_elsewhere = [False]
+    monkeypatch.setattr(lake_ingest, "is_folded", lambda conn, bound: folded_elsewhere[0])
+    folder = fold_module.Folder(
+        "ducklake:x.ducklake",
+        observed.append,
+        clock=lambda: clock[0],
+        connect=lambda location: contextlib.nullcontext(object()),
+    )
+    waits = []
+    outcomes += ["lose", "lose", "lose"]
+    for _ in range(3):
+        assert folder.fold_if_due() is False and folder.due
+        waits.append(folder.wait_s())
+        assert folder.fold_if_due() is False and len(folds) == len(waits)  # not before the wait
+        clock[0] += waits[-1]
+    assert 1.5 <= waits[0] <= 2.5 and 3.0 <= waits[1] <= 5.0
+    assert 3.0 <= waits[2] <= fold_module.MAX_FOLD_BACKOFF_S * 1.25  # capped
+    outcomes.append(WriteResult(calls=3))
+    assert folder.fold_if_due() is True and not folder.due and observed == [WriteResult(calls=3)]
+    assert 0.75 <= folder.wait_s() - fold_module.IDLE_FOLD_INTERVAL_S <= 1.25  # the wait reset
+    folder.staged((5, -1, 2))
+    clock[0] += folder.wait_s()
+    folded_elsewhere[0] = True
+    assert folder.fold_if_due() is True and folder.skipped == 1 and len(folds) == 4  # no fold
+    folder.staged((6, -1, 2))
+    folder.staged(None)  # a stage whose bound is unknown: fold whatever the watermarks say
+    clock[0] += folder.wait_s()
+    outcomes.append(None)
+    assert folder.fold_if_due() is True and len(folds) == 5 and len(observed) == 1

@@ -47,7 +47,7 @@ class Folder:
     """Folds for one collector: ``location`` (a lake), ``observe(result)`` counts the metrics of
     a fold that committed. ``staged()`` after each stage; ``fold_if_due()`` from the loader
     thread (never raises); ``wait_s()`` says how long the loader may sleep before the next one.
-    ``clock`` is ``time.monotonic`` unless a test injects one.
+    ``clock`` (``time.monotonic``) and ``connect`` (``write_connection``) may be injected (tests).
     """
 
     def __init__(
@@ -57,8 +57,10 @@ class Folder:
         *,
         interval_s: float = FOLD_INTERVAL_S,
         clock: Callable[[], float] = time.monotonic,
+        connect: Callable = write_connection,
     ):
         self.location = location
+        self.connect = connect
         self.observe = observe
         self.interval_s = interval_s
         self.clock = clock
@@ -101,7 +103,7 @@ class Folder:
             return not self.due
         started = time.perf_counter()
         try:
-            with write_connection(self.location) as conn:
+            with self.connect(self.location) as conn:
                 if self.pending is not None and lake_ingest.is_folded(conn, self.pending):
                     self.skipped += 1  # another collector's fold stored this one's rows
                     result = None
