@@ -56,6 +56,12 @@ class PostgresServer:
     def __enter__(self) -> PostgresServer:
         data = self.dir / "data"
         self._run(str(self.bin / "initdb"), "-D", str(data), "-A", "trust", "-U", self.user, "-E", "UTF8")
+        self.start()
+        return self
+
+    def start(self) -> None:
+        """Start the server (again, after ``stop``) on the same port and socket directory."""
+        data = self.dir / "data"
         options = f"-p {self.port} -k {self.dir} -c listen_addresses='' -c max_connections=200"
         self._run(
             str(self.bin / "pg_ctl"),
@@ -68,7 +74,10 @@ class PostgresServer:
             "-w",
             "start",
         )
-        return self
+
+    def stop(self) -> None:
+        """Stop the server at once (clients are disconnected; ``start`` brings it back)."""
+        self._run(str(self.bin / "pg_ctl"), "-D", str(self.dir / "data"), "-m", "immediate", "-w", "stop")
 
     def createdb(self, name: str) -> None:
         self._run(

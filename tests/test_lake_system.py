@@ -19,6 +19,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import duckdb
 import pytest
 import requests
 from _collector_helpers import SpanRecorder
@@ -29,7 +30,7 @@ from test_store_rollup import _stream
 
 from budgetlens import semconv as sc
 from budgetlens.config import ENV_DB, ENV_JOURNAL_DIR
-from budgetlens.store import read_connection, write_connection
+from budgetlens.store import read_connection, sql, write_connection
 from budgetlens.store.lake import close_all
 
 pytestmark = [
@@ -199,10 +200,12 @@ def _dashboard_reads_the_lake_while_collectors_write(lake: str, monkeypatch) -> 
     assert int(tiles["Runs"].replace(",", "")) >= committed
 
 
-def test_two_writers_that_commit_the_same_spans_at_once_store_them_once(postgres, tmp_path):
-    """Two DuckDB instances (as two collectors) on one lake, each in its own transaction over the
-    same batch: the second commit conflicts on the write token, is retried, and adds nothing."""
-    from budgetlens.store.lake import attach, write_batch_lake
+def test_stages_never_conflict_and_of_two_folds_at_once_one_commits(postgres, tmp_path):
+    """Two DuckDB instances (as two collectors) on one lake stage the same batch in interleaved
+    transactions: both commit (inserts only). Their folds overlap: the one that commits second
+    conflicts on the fold token, and after it the lake holds every row once."""
+    from budgetlens.store import lake_ingest
+    from budgetlens.store.lake import attach, rollback
     from budgetlens.store.location import parse_lake
     from budgetlens.store.writer import _TABLES, _as_table
 
@@ -215,26 +218,74 @@ def test_two_writers_that_commit_the_same_spans_at_once_store_them_once(postgres
     for conn in (first, second):
         for (table, columns, key, name), rows in zip(_TABLES, (calls, records, events)):
             conn.register(name, _as_table(table, columns, key, rows))
-    # interleave: both read the store before either commits
-    first.execute("BEGIN TRANSACTION")
-    first.execute("UPDATE write_token SET writes = writes + 1")
-    new_first = first.sql(
-        "SELECT count(*) FROM batch_calls b ANTI JOIN model_calls m USING (span_id)"
-    ).fetchone()
-    second.execute("BEGIN TRANSACTION")
-    second.execute("UPDATE write_token SET writes = writes + 1")
-    first.execute("INSERT INTO model_calls BY NAME SELECT * FROM batch_calls")
+        conn.execute("BEGIN TRANSACTION")
+        for statement in lake_ingest._STAGE.values():
+            conn.execute(statement)
     first.execute("COMMIT")
-    with pytest.raises(Exception, match="onflict"):
-        second.execute("INSERT INTO model_calls BY NAME SELECT * FROM batch_calls")
+    second.execute("COMMIT")  # no conflict: a stage only inserts
+    second.execute("BEGIN TRANSACTION")  # a fold of the second collector, under way ...
+    second.execute(lake_ingest.SELECT_MARKS).fetchone()
+    second.execute(sql.LAKE_TAKE_FOLD_TOKEN)
+    folded = lake_ingest.fold(first)  # ... when the first collector's fold commits
+    with pytest.raises(duckdb.Error, match="onflict"):
         second.execute("COMMIT")
-    from budgetlens.store.lake import is_conflict, retry_on_conflict, rollback
-
     rollback(second)
-    result = retry_on_conflict(lambda: write_batch_lake(second))  # what write_batch does next
-    stored = first.execute("SELECT count(*), count(DISTINCT span_id) FROM model_calls").fetchone()
-    assert new_first[0] == len(calls) == stored[0] == stored[1]
-    assert result["new_calls"] is not None and len(result["new_calls"]) == 0
-    assert is_conflict  # the predicate the retry uses
+    assert folded is not None and folded.calls == len(calls)
+    assert lake_ingest.fold(second) is None  # nothing left unfolded
+    staged = first.execute("SELECT count(*) FROM staged_model_calls").fetchone()[0]
+    stored = first.execute("SELECT count(*), count(DISTINCT call_id) FROM model_calls").fetchone()
+    runs = first.execute("SELECT count(*), count(DISTINCT run_id) FROM runs").fetchone()
+    assert staged == 2 * len(calls) and stored == (len(calls), len(calls))
+    assert runs[0] == runs[1] == len({row["run_id"] for row in calls})
     first.close()
     second.close()
+
+
+def _healthz(url: str) -> dict:
+    response = requests.get(f"{url}/healthz", timeout=5)
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+def test_a_collector_journals_while_postgres_is_down_and_after_kill_9_and_loads_when_it_is_back(
+    postgres, tmp_path
+):
+    """PostgreSQL stops under a running collector: requests are still acknowledged and
+    /healthz says why nothing loads; the collector is killed with -9 and started again while
+    PostgreSQL is still down (it listens at once, its journal waiting); PostgreSQL comes back:
+    every acknowledged span is stored once."""
+    lake = postgres.location("pg_down", tmp_path / "lake-data")
+    runs = sorted(_runs(30).items())
+    batches = [[entry["run"], *entry["calls"]] for _, entry in runs]
+    acknowledged: Counter = Counter()
+    lock, go = threading.Lock(), threading.Event()
+    collector = Collector(lake, tmp_path / "journal")
+    try:
+        _send(collector.url, batches[:10], acknowledged, lock, threading.Event())
+        postgres.stop()
+        try:
+            _send(collector.url, batches[10:20], acknowledged, lock, threading.Event())
+            assert len(acknowledged) == 20 * 4, "requests were refused while PostgreSQL was down"
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline and _healthz(collector.url)["store_error"] is None:
+                time.sleep(0.2)
+            health = _healthz(collector.url)
+            assert health["store_error"] and health["backlog_spans"] > 0
+            collector.kill()
+            collector = Collector(lake, tmp_path / "journal")  # replays once the lake is back
+            assert _healthz(collector.url)["backlog_spans"] > 0
+            _send(collector.url, batches[20:], acknowledged, lock, go)
+        finally:
+            postgres.start()
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and _healthz(collector.url)["backlog_spans"]:
+            time.sleep(0.5)
+    finally:
+        collector.stop()
+    close_all()
+    with read_connection(lake) as conn:
+        stored = Counter(row[0] for row in conn.execute("SELECT span_id FROM model_calls").fetchall())
+        run_ids = [row[0] for row in conn.execute("SELECT run_id FROM runs").fetchall()]
+    call_ids = {_span_id(s) for _, entry in runs for s in entry["calls"]}
+    assert set(stored) == {s for s in acknowledged if s in call_ids} and len(stored) == 90
+    assert max(stored.values()) == 1 and sorted(run_ids) == sorted(run_id for run_id, _ in runs)

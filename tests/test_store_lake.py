@@ -67,7 +67,9 @@ def test_a_new_lake_is_migrated_on_first_write(lake):
     with write_connection(lake) as conn:
         assert is_lake_connection(conn)
         assert schema_version(conn) == SCHEMA_VERSION
-        assert conn.execute("SELECT writes FROM write_token").fetchall() == [(0,)]
+        assert conn.execute("SELECT folds FROM lake_fold").fetchall() == [(0,)]  # the fold token
+        staged = {row[0] for row in conn.execute("SHOW TABLES").fetchall() if row[0].startswith("staged_")}
+        assert staged == {"staged_model_calls", "staged_run_records", "staged_budget_events"}
 
 
 def test_reading_a_lake_that_does_not_exist_says_so(tmp_path):

@@ -52,7 +52,8 @@ def load_around_bad_rows(
 ) -> int:
     """Commit each of ``batches`` (objects with ``calls``/``records``/``events`` pyarrow tables
     and ``seq``) alone; a batch refused for its data is committed row by row and the refused
-    rows go to ``dead_letter_path``. ``on_result`` gets each commit's result (metrics).
+    rows go to ``dead_letter_path``. ``on_result`` gets each commit's result (metrics) after
+    that commit succeeded; what it raises propagates and never causes a commit to be re-run.
 
     Returns the number of rows dead-lettered. Raises what ``commit`` raises when it is not a
     data error (``is_data_error``), and OSError when the dead-letter file cannot be written.
@@ -61,12 +62,14 @@ def load_around_bad_rows(
     for batch in batches:
         tables = (batch.calls, batch.records, batch.events)
         try:
-            on_result(commit(*tables))
-            continue
+            result = commit(*tables)
         except Exception as error:
             if not is_data_error(error):
                 raise
             log.error("journal batch %d refused by the store (%s); loading it row by row", batch.seq, error)
+        else:  # outside the try: an error in ``on_result`` never re-runs a commit that succeeded
+            on_result(result)
+            continue
         for position, (name, table) in enumerate(
             zip(("model_calls", "run_records", "budget_events"), tables)
         ):
@@ -83,14 +86,16 @@ def _bisect(tables, position: int, name: str, rows: pa.Table, commit: Commit, pa
     single = [t.slice(0, 0) for t in tables]
     single[position] = rows
     try:
-        on_result(commit(*single))
-        return 0
+        result = commit(*single)
     except Exception as error:
         if not is_data_error(error):
             raise
         if len(rows) == 1:
             _append(path, name, rows.to_pylist()[0], error)
             return 1
+    else:
+        on_result(result)
+        return 0
     half = len(rows) // 2
     return _bisect(tables, position, name, rows.slice(0, half), commit, path, on_result) + _bisect(
         tables, position, name, rows.slice(half), commit, path, on_result

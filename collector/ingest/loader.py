@@ -39,10 +39,13 @@ from pathlib import Path
 
 import pyarrow as pa
 
+from budgetlens.config import is_lake_location
 from budgetlens.ingest.dead_letter import DEAD_LETTER_FILE, is_data_error, load_around_bad_rows
+from budgetlens.ingest.fold import Folder
 from budgetlens.ingest.journal import Batch, Journal
 from budgetlens.ingest.metrics import CollectorMetrics
 from budgetlens.store import write_batch, write_connection
+from budgetlens.store.lake_ingest import STAGE_CONFLICT_TIMEOUT_S, stage_batch, staged_bound
 
 log = logging.getLogger(__name__)
 
@@ -170,16 +173,16 @@ class Loader:
         self.max_group_spans = max_group_spans
         self.load_interval_s = load_interval_s
         self.intake_alive = intake_alive
+        #: on a DuckLake: groups are staged, and this collector's folds move them into the store
+        self.folder = Folder(db_path, self._observe) if commit is None and is_lake_location(db_path) else None
+        #: ``time.monotonic()`` past which a shutdown stops loading (set by ``IngestQueue.close``)
+        self.drain_deadline: float | None = None
         self.thread = threading.Thread(target=self.run, name="budgetlens-loader", daemon=True)
 
     # --- replay at start ----------------------------------------------------------------
-    def replay(self) -> None:
-        """Queue every journaled batch not yet marked loaded and load it now, in groups.
-
-        Without any, probe the store once (a ``write_connection``; skipped with an injected
-        ``commit``). A store that cannot be written is logged and recorded in
-        ``backlog.store_error``, not raised: the batches stay queued for the loader thread's retry.
-        """
+    def queue_unloaded(self) -> int:
+        """Queue every journaled batch not yet marked loaded (oldest first, before any new one);
+        return how many. The loader thread loads them (``start(replay_in_background=True)``)."""
         backlog, now = self.backlog, time.monotonic()
         with backlog.cond:
             for batch in self.journal.unloaded():
@@ -188,8 +191,18 @@ class Loader:
             replayed = len(backlog.waiting)
         if replayed:
             log.info("replaying %d journaled batches (%d rows) into %s", replayed, backlog.rows, self.db_path)
+        return replayed
+
+    def replay(self) -> None:
+        """Queue every journaled batch not yet marked loaded and load it now, in groups.
+
+        Without any, probe the store once (a ``write_connection``; skipped with an injected
+        ``commit``). A store that cannot be written is logged and recorded in
+        ``backlog.store_error``, not raised: the batches stay queued for the loader thread's retry.
+        """
+        replayed = self.queue_unloaded()
         try:
-            while backlog.waiting:
+            while self.backlog.waiting:
                 self._load_next()
             if not replayed and self.commit is None:
                 self._probe()
@@ -198,32 +211,55 @@ class Loader:
 
     # --- the loader thread ----------------------------------------------------------------
     def run(self) -> None:
-        """The loader thread: load groups until intake has stopped and the backlog is empty."""
+        """The loader thread: load groups until intake has stopped and the backlog is empty (or
+        the drain deadline has passed); on a lake, fold when due and once more at the end."""
         _lower_priority()
         retry_s = _RETRY_MIN_S
-        while True:
-            if not self._wait_for_work():
+        while self._wait_for_work():
+            if self._past_drain_deadline():
                 return
             loading = bool(self.backlog.waiting)
-            try:
-                if loading:
-                    self._load_next()
-                else:
-                    self._probe()
-                if self.backlog.store_error is not None:
-                    log.info("store %s is writable again", self.db_path)
-                self.backlog.store_error = None
-                retry_s = _RETRY_MIN_S
-            except Exception as error:
-                if loading:
-                    self._failed(error)
-                else:
-                    self.backlog.store_error = error
-                if self.backlog.closing and not self.intake_alive():
-                    log.error("giving up loading at shutdown: %s (the journal keeps the rows)", error)
-                    return
-                time.sleep(retry_s)
-                retry_s = min(retry_s * 2, _RETRY_MAX_S)
+            if loading or self.backlog.store_error is not None or self.folder is None:
+                try:
+                    if loading:
+                        self._load_next()
+                    else:
+                        self._probe()
+                    if self.backlog.store_error is not None:
+                        log.info("store %s is writable again", self.db_path)
+                    self.backlog.store_error = None
+                    retry_s = _RETRY_MIN_S
+                except Exception as error:
+                    if loading:
+                        self._failed(error)
+                    else:
+                        self.backlog.store_error = error
+                    if self.backlog.closing and not self.intake_alive():
+                        log.error("giving up loading at shutdown: %s (the journal keeps the rows)", error)
+                        return
+                    time.sleep(self._bounded(retry_s))
+                    retry_s = min(retry_s * 2, _RETRY_MAX_S)
+                    continue
+            if self.folder is not None:
+                self.folder.fold_if_due()
+        if self.folder is not None and self.folder.due:  # the last groups this collector staged
+            self.folder.fold_until_done(self.drain_deadline)
+
+    def _past_drain_deadline(self) -> bool:
+        deadline = self.drain_deadline
+        if deadline is None or time.monotonic() < deadline:
+            return False
+        log.error(
+            "shutdown drain deadline passed with %d rows not loaded (they stay in the journal and "
+            "load at the next start)",
+            self.backlog.rows,
+        )
+        return True
+
+    def _bounded(self, seconds: float) -> float:
+        """``seconds``, cut to what is left before the drain deadline (if one is set)."""
+        deadline = self.drain_deadline
+        return seconds if deadline is None else max(0.0, min(seconds, deadline - time.monotonic()))
 
     def _wait_for_work(self) -> bool:
         """Block until a group is due (or the store needs a probe); False when all is done."""
@@ -244,6 +280,11 @@ class Loader:
                 wait = self.load_interval_s
                 if backlog.waiting:
                     wait = max(0.001, backlog.waiting[0].journaled_at + wait - time.monotonic())
+                if self.folder is not None and not backlog.closing:
+                    fold_in = self.folder.wait_s()
+                    if fold_in <= 0:
+                        return True  # a fold is due
+                    wait = min(wait, fold_in)
                 backlog.cond.wait(wait)
 
     def _load_next(self) -> None:
@@ -266,17 +307,17 @@ class Loader:
         batches = [p.batch if p.batch is not None else self.journal.read(p.seq) for p in group]
         started = time.perf_counter()
         try:
-            self._observe(
-                self._commit_tables(
-                    pa.concat_tables([b.calls for b in batches]),
-                    pa.concat_tables([b.records for b in batches]),
-                    pa.concat_tables([b.events for b in batches]),
-                )
+            result = self._commit_tables(
+                pa.concat_tables([b.calls for b in batches]),
+                pa.concat_tables([b.records for b in batches]),
+                pa.concat_tables([b.events for b in batches]),
             )
         except Exception as error:
             if not is_data_error(error):
                 raise
             self._load_around_bad_rows(batches)
+        else:  # outside the try: counting never re-runs a commit that succeeded
+            self._observe(result)
         self.metrics.commit_duration.observe(time.perf_counter() - started)
         with self.backlog.cond:
             # never mark past a batch still waiting (replay order is by sequence number)
@@ -298,7 +339,7 @@ class Loader:
             with write_connection(self.db_path, timeout_s=LOADER_WRITE_TIMEOUT_S) as conn:
                 conn.execute("SET threads TO 1")
                 dead = load_around_bad_rows(
-                    batches, lambda *tables: write_batch(conn, *tables), dead_letter, self._observe
+                    batches, lambda *tables: self._write(conn, *tables), dead_letter, self._observe
                 )
         if dead:
             self.metrics.dead_lettered.inc(dead)
@@ -310,7 +351,16 @@ class Loader:
             return None
         with write_connection(self.db_path, timeout_s=LOADER_WRITE_TIMEOUT_S) as conn:
             conn.execute("SET threads TO 1")  # one core for loading, the other for intake
+            return self._write(conn, calls, records, events)
+
+    def _write(self, conn, calls: pa.Table, records: pa.Table, events: pa.Table):
+        """One commit: ``write_batch`` on a file (its WriteResult), a stage on a lake (None: the
+        fold that stores the rows counts them)."""
+        if self.folder is None:
             return write_batch(conn, calls, records, events)
+        if stage_batch(conn, calls, records, events, timeout_s=self._bounded(STAGE_CONFLICT_TIMEOUT_S)):
+            self.folder.staged(staged_bound(conn))
+        return None
 
     def _probe(self) -> None:
         """Open the store for writing once (raises what ``write_connection`` raises)."""
@@ -319,10 +369,17 @@ class Loader:
                 pass
 
     def _observe(self, result) -> None:
-        if result is not None:
+        """Count the budget metrics of a commit that succeeded. Never raises: the rows are
+        committed whatever happens here, so an error is logged (with its traceback) and the
+        commit is neither retried nor dead-lettered."""
+        if result is None:
+            return
+        try:
             self.metrics.observe_write(
                 result.new_calls, result.new_events, result.new_records, result.runs_rows
             )
+        except Exception:
+            log.exception("counting the metrics of a committed group failed (the rows are stored)")
 
     def _failed(self, error: BaseException) -> None:
         log.error("loading into %s failed (the journal keeps the rows; retrying): %s", self.db_path, error)

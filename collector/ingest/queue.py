@@ -17,7 +17,10 @@ answers 503 with Retry-After). A store that cannot be written (readers hold the 
 broken) does not stop intake: the journal absorbs the backlog up to its budget while the loader
 retries. At most ``max_queue_spans`` waiting rows stay in memory; older ones are read back from
 the journal. ``IngestClosed`` after ``close``; ``close`` (SIGTERM) stops intake, fsyncs, loads
-everything and joins both threads.
+what it can within ``DEFAULT_DRAIN_TIMEOUT_S`` (the rest stays journaled) and joins both threads.
+
+On a DuckLake the loader stages each group and folds (``budgetlens.ingest.fold``), and
+groups are formed every ``DEFAULT_LAKE_LOAD_INTERVAL_S``.
 """
 
 from __future__ import annotations
@@ -41,6 +44,11 @@ DEFAULT_MAX_QUEUE_SPANS = 50_000
 DEFAULT_MAX_JOURNAL_BYTES = 1024 * 1024 * 1024
 DEFAULT_MAX_GROUP_SPANS = 50_000
 DEFAULT_LOAD_INTERVAL_S = 0.25
+#: Load interval on a DuckLake (s): about one commit per collector per second under load
+#: (a PostgreSQL catalog takes some tens of commits a second in total).
+DEFAULT_LAKE_LOAD_INTERVAL_S = 1.0
+#: How long ``close`` (SIGTERM) keeps loading before it leaves the rest in the journal (s).
+DEFAULT_DRAIN_TIMEOUT_S = 30.0
 
 
 class QueueFull(RuntimeError):
@@ -87,9 +95,13 @@ class IngestQueue:
         max_queue_spans: int = DEFAULT_MAX_QUEUE_SPANS,
         max_journal_bytes: int = DEFAULT_MAX_JOURNAL_BYTES,
         max_group_spans: int = DEFAULT_MAX_GROUP_SPANS,
-        load_interval_s: float = DEFAULT_LOAD_INTERVAL_S,
+        load_interval_s: float | None = None,
         commit: CommitFn | None = None,
     ):
+        if load_interval_s is None:
+            load_interval_s = (
+                DEFAULT_LAKE_LOAD_INTERVAL_S if is_lake_location(db_path) else DEFAULT_LOAD_INTERVAL_S
+            )
         for name, value in (
             ("max_queue_spans", max_queue_spans),
             ("max_journal_bytes", max_journal_bytes),
@@ -143,15 +155,22 @@ class IngestQueue:
 
     @property
     def store_error(self) -> str | None:
-        """Why the store could not be written at the last attempt, or None."""
+        """Why the store could not be written at the last attempt, or None (on a lake: the
+        last stage, else the last fold)."""
         error = self._backlog.store_error
+        folder = self._loader.folder if self._loader is not None else None
+        if error is None and folder is not None and folder.error is not None:
+            error = folder.error
+            return f"fold failed: {type(error).__name__}: {error}"
         return None if error is None else f"{type(error).__name__}: {error}"
 
     # --- intake ---------------------------------------------------------------------------
-    def start(self) -> IngestQueue:
+    def start(self, *, replay_in_background: bool = False) -> IngestQueue:
         """Open the journal, replay what it holds into the store, start both threads
-        (idempotent); return self. A store that cannot be written is logged, not raised: the
-        replayed batches stay queued and the loader retries. Raises
+        (idempotent); return self. ``replay_in_background``: queue the journaled batches and
+        return at once, the loader thread loads them (the collector serves and journals
+        meanwhile); else they are loaded before this returns. A store that cannot be written is
+        logged, not raised: the replayed batches stay queued and the loader retries. Raises
         ``budgetlens.ingest.journal.JournalError`` when the journal directory is a file or
         another collector holds it, OSError when it cannot be created."""
         with self._cond:
@@ -169,7 +188,10 @@ class IngestQueue:
                 intake_alive=lambda: bool(self._incoming) or self._journal_thread.is_alive(),
             )
             self._started = True
-        self._loader.replay()
+        if replay_in_background:
+            self._loader.queue_unloaded()
+        else:
+            self._loader.replay()
         self._journal_thread.start()
         self._loader.thread.start()
         return self
@@ -199,15 +221,22 @@ class IngestQueue:
             self._cond.notify_all()
         return future
 
-    def close(self, timeout_s: float | None = 60.0) -> None:
-        """Stop intake, fsync the journal, load everything, join both threads (idempotent)."""
+    def close(self, timeout_s: float = DEFAULT_DRAIN_TIMEOUT_S) -> None:
+        """Stop intake, fsync the journal, load what is journaled for up to ``timeout_s``
+        seconds (the drain bound: what is not loaded by then stays in the journal and loads at
+        the next start), join both threads (idempotent)."""
+        deadline = time.monotonic() + timeout_s
         with self._cond:
             self._backlog.closing = True
+            if self._loader is not None:
+                self._loader.drain_deadline = deadline
             self._cond.notify_all()
         threads = [self._journal_thread] + ([self._loader.thread] if self._loader else [])
         for thread in threads:
             if thread.is_alive():
-                thread.join(timeout_s)
+                # the loader stops at the deadline between commits; one commit in flight may
+                # end a few seconds past it
+                thread.join(max(0.0, deadline - time.monotonic()) + 5.0)
                 if thread.is_alive():
                     log.error(
                         "%s did not finish within %.0f s; %d spans not loaded (they stay "

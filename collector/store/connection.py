@@ -35,6 +35,8 @@ from budgetlens.store.schema import MIGRATIONS, SCHEMA_VERSION
 log = logging.getLogger(__name__)
 
 DEFAULT_WRITE_TIMEOUT_S = 60.0
+#: DuckDB errors about the rows themselves (the attachment is fine).
+_DATA_ERRORS = (duckdb.DataError, duckdb.ConversionException, duckdb.ConstraintException)
 DEFAULT_READ_TIMEOUT_S = 20.0
 
 
@@ -89,13 +91,17 @@ def _cannot_open(path: Path, read_only: bool, error: duckdb.Error) -> StoreError
 def migrate(conn: duckdb.DuckDBPyConnection) -> int:
     """Apply the migrations not yet recorded; return the schema version now in force.
 
-    On a DuckLake the DDL drops primary keys (``lake.lake_ddl``), the first migration also
-    creates the write token, and a migration that loses a conflict with a concurrent one (two
-    collectors starting at once) is retried. Raises StoreError when the store has a newer
+    On a DuckLake the DDL drops primary keys (``lake.lake_ddl``), the staged tables and the
+    fold token are created after the migrations (``lake_ingest.ensure_tables``), and a step
+    that loses a conflict with a concurrent one (two collectors starting at once) is retried. Raises StoreError when the store has a newer
     schema than this code knows.
     """
     if lake.is_lake_connection(conn):
-        return lake.retry_on_conflict(lambda: _migrate(conn, on_lake=True), what="migrate")
+        from budgetlens.store import lake_ingest
+
+        version = lake.retry_on_conflict(lambda: _migrate(conn, on_lake=True), what="migrate")
+        lake.retry_on_conflict(lambda: lake_ingest.ensure_tables(conn), what="create the staged tables")
+        return version
     return _migrate(conn, on_lake=False)
 
 
@@ -112,7 +118,7 @@ def _migrate(conn: duckdb.DuckDBPyConnection, *, on_lake: bool) -> int:
         if version in applied:
             continue
         if on_lake:
-            script = adapt(script) + (";" + lake.WRITE_TOKEN_DDL if version == MIGRATIONS[0][0] else "")
+            script = adapt(script)
         conn.execute("BEGIN TRANSACTION")
         try:
             for statement in script.split(";"):
@@ -149,6 +155,13 @@ def _lake_connection(location: LakeLocation, *, write: bool) -> Iterator[duckdb.
         raise StoreMissing(str(error)) from error
     except lake.LakeError as error:
         raise StoreError(str(error)) from error
+    except duckdb.Error as error:
+        # a writer (the collector's loader) attaches anew after an error that is neither a lost
+        # conflict nor about the data: the catalog connection may be gone (PostgreSQL
+        # restarted), and a fresh attach is how it comes back
+        if write and not lake.is_conflict(error) and not isinstance(error, _DATA_ERRORS):
+            lake.forget(location)
+        raise
 
 
 @contextmanager

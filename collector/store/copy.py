@@ -3,7 +3,9 @@
 Every table of the data contract is copied as it is (the stored calls, records and events and
 their rollup), in Arrow record batches, in one write transaction on the destination: a copy that
 fails leaves the destination as it was. The destination must hold no rows yet, so the counts on
-both sides are equal after a copy (checked by reading the destination back).
+both sides are equal after a copy (checked by reading the destination back). A DuckLake source
+whose collectors staged rows no fold has stored yet is folded first
+(``budgetlens.store.lake_ingest``; that needs write access to its catalog).
 """
 
 from __future__ import annotations
@@ -58,6 +60,14 @@ def copy_store(
         raise ValueError(f"batch_rows must be >= 1 (got {batch_rows})")
     if store_location(source) == store_location(destination):
         raise ValueError(f"{source}: source and destination are the same store")
+    if isinstance(store_location(source), LakeLocation):  # what collectors staged goes too
+        from budgetlens.store import lake_ingest
+
+        with read_connection(source) as conn:  # StoreMissing when there is no lake
+            unfolded = lake_ingest.unfolded_rows(conn)
+        if unfolded:
+            with write_connection(source) as conn:
+                lake_ingest.fold_all(conn)
     with read_connection(source) as src:
         version = schema_version(src)
         if version != SCHEMA_VERSION:
@@ -76,7 +86,7 @@ def copy_store(
             dst.execute("BEGIN TRANSACTION")
             try:
                 if on_lake:
-                    dst.execute(sql.LAKE_TAKE_WRITE_TOKEN)
+                    dst.execute(sql.LAKE_TAKE_FOLD_TOKEN)
                 for table in COPIED_TABLES:
                     result = src.execute(f"SELECT * FROM {table}")
                     # to_arrow_reader since DuckDB 1.4, fetch_record_batch before (deprecated)

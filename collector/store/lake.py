@@ -5,18 +5,15 @@ Parquet files under a data path; every budgetlens process attaches it to an in-m
 as ``budgetlens_lake`` and makes it the default database, so the schema and the analysis SQL are
 the ones of the file store.
 
-Many writers. DuckLake commits optimistically: two transactions that only insert into a table
-both commit (DuckLake retries the loser against the new snapshot without looking at its rows),
-and it has no primary keys. So an anti-join "insert what is not stored yet" alone would store a
-span twice when two collectors commit it at the same time (a load balancer retry). Every write
-transaction therefore also updates the one row of ``write_token``: an update deletes that row,
-and two transactions deleting the same row (inlined or in a data file) are a logical conflict
-DuckLake refuses to merge. One of two concurrent writers commits; the other fails, rolls back,
-and ``write_batch_lake`` runs it again on a fresh snapshot, where the anti-join now sees the
-winner's rows. Hence: a span, event or run record is stored at most once whatever collector
-receives it, and the ``run_totals``/``runs`` rollup of a run whose spans reach different
-collectors is merged in commit order, never from a stale snapshot. The price: commits to one lake
-are serialized (decoding, journaling and batching in each collector still run in parallel).
+Many writers. DuckLake commits optimistically and has no primary keys: two transactions that
+only insert into a table both commit, so an anti-join "insert what is not stored yet" alone
+would store a span twice when two writers commit it at once. Every transaction that writes the
+store's tables therefore first updates the one row of ``lake_fold`` (the fold token); DuckLake
+refuses to commit a transaction that updates a table a concurrent commit wrote, so the second of
+two such writers fails, rolls back, and ``write_batch_lake`` runs it again on a fresh snapshot,
+where the anti-join sees the winner's rows. Collectors do not take the token for each batch:
+they stage their rows (insert-only, never in conflict) and fold them in about once a second
+between them (``budgetlens.store.lake_ingest``, which says why that is exact).
 
 Extensions come from the PyPI packages ``duckdb-extension-ducklake`` and
 ``duckdb-extension-postgres-scanner`` (the ``lake`` extra; built for the pinned DuckDB), loaded
@@ -170,12 +167,23 @@ def lake_cursor(location: LakeLocation, *, create: bool) -> Iterator[duckdb.Duck
         cursor.close()
 
 
+def forget(location: LakeLocation) -> None:
+    """Drop this process's attachment of ``location`` (the next cursor attaches anew): after
+    an error that may have broken its catalog connection (PostgreSQL restarted or away)."""
+    with _instances_lock:
+        base = _instances.pop(location, None)
+    if base is not None:
+        with contextlib.suppress(duckdb.Error):
+            base.close()
+
+
 def close_all() -> None:
     """Detach every lake this process attached (tests, benchmarks)."""
     with _instances_lock:
         for conn in _instances.values():
             conn.close()
         _instances.clear()
+        _schemas.clear()
 
 
 def is_lake_connection(conn: duckdb.DuckDBPyConnection) -> bool:
@@ -200,10 +208,6 @@ def lake_ddl(script: str) -> str:
     constraints, so ``PRIMARY KEY`` is dropped (uniqueness is the writer's job, see the module
     docstring); everything else is the file store's DDL."""
     return _PRIMARY_KEY.sub("", script)
-
-
-#: Created with the first migration (same transaction, so two first writers cannot both add a row).
-WRITE_TOKEN_DDL = "CREATE TABLE write_token (writes BIGINT NOT NULL); INSERT INTO write_token VALUES (0)"
 
 
 # --- writing with retry on conflict ----------------------------------------------------------
@@ -250,17 +254,36 @@ def retry_on_conflict(
 
 
 def write_batch_lake(conn: duckdb.DuckDBPyConnection) -> dict[str, pa.Table | None]:
-    """One write transaction on the lake over the registered ``batch_*`` relations.
+    """One write transaction on the lake's tables over the registered ``batch_*`` relations
+    (a direct writer: an import, ``store copy``, the sample; collectors stage and fold instead,
+    ``budgetlens.store.lake_ingest``).
 
-    Takes the write token, inserts the calls, events and changed run records not stored yet, and
-    replaces the ``run_totals`` and ``runs`` rows of the runs they touch. Returns the tables
-    ``new_calls``, ``new_records``, ``new_events`` and ``runs_rows`` (None when nothing changed).
-    Rolls back and re-raises on error (``retry_on_conflict`` runs it again on a conflict).
+    Takes the fold token (the ``lake_fold`` row, so it conflicts with folds and other direct
+    writers), then ``write_registered``. Returns its tables. Rolls back and re-raises on error
+    (``retry_on_conflict`` runs it again on a conflict).
     """
-    registered: list[str] = []
     conn.execute("BEGIN TRANSACTION")
     try:
-        conn.execute(sql.LAKE_TAKE_WRITE_TOKEN)
+        conn.execute(sql.LAKE_TAKE_FOLD_TOKEN)
+        new = write_registered(conn)
+        conn.execute("COMMIT")
+    except BaseException:
+        rollback(conn)
+        raise
+    return new
+
+
+def write_registered(conn: duckdb.DuckDBPyConnection) -> dict[str, pa.Table | None]:
+    """Inside the caller's transaction: insert the calls, events and changed run records of the
+    registered ``batch_*`` relations that the store does not hold yet, and replace the
+    ``run_totals`` and ``runs`` rows of the runs they touch.
+
+    Returns the tables ``new_calls``, ``new_records``, ``new_events`` and ``runs_rows`` (None
+    when nothing changed), typed as the file store's writer returns them. Exact only when no
+    concurrent transaction writes these tables: the caller holds the fold token.
+    """
+    registered: list[str] = []
+    try:
         new: dict[str, pa.Table | None] = {}
         for name, select, insert, delete in (
             ("new_calls", sql.LAKE_NEW_CALLS, sql.LAKE_INSERT_CALLS, None),
@@ -268,33 +291,28 @@ def write_batch_lake(conn: duckdb.DuckDBPyConnection) -> dict[str, pa.Table | No
             ("new_events", sql.LAKE_NEW_EVENTS, sql.LAKE_INSERT_EVENTS, None),
         ):
             table = conn.sql(select).to_arrow_table()
+            if name == "new_records":  # the store's INTEGER columns, as RETURNING * hands them
+                table = typed_like(conn, "run_records", table)
             new[name] = table
+            conn.register(name, table)
+            registered.append(name)
             if len(table):
-                conn.register(name, table)
-                registered.append(name)
                 if delete:
                     conn.execute(delete)
                 conn.execute(insert)
-            else:
-                conn.register(name, table)
-                registered.append(name)
         runs_rows = None
         if any(len(table) for table in new.values() if table is not None):
-            touched = conn.sql(sql.LAKE_MERGED_TOTALS).to_arrow_table()
+            touched = typed_like(conn, "run_totals", conn.sql(sql.LAKE_MERGED_TOTALS).to_arrow_table())
             conn.register("touched", touched)
             registered.append("touched")
             conn.execute(sql.LAKE_DELETE_TOUCHED_TOTALS)
             conn.execute(sql.LAKE_INSERT_TOUCHED_TOTALS)
-            runs = conn.sql(sql.LAKE_RUNS_OF_TOUCHED).to_arrow_table()
+            runs = typed_like(conn, "runs", conn.sql(sql.LAKE_RUNS_OF_TOUCHED).to_arrow_table())
             conn.register("touched_runs", runs)
             registered.append("touched_runs")
             conn.execute(sql.LAKE_DELETE_TOUCHED_RUNS)
             conn.execute(sql.LAKE_INSERT_TOUCHED_RUNS)
             runs_rows = runs.select(["run_id", "task_type", "stop_reason", "total_tokens"])
-        conn.execute("COMMIT")
-    except BaseException:
-        rollback(conn)
-        raise
     finally:
         for name in registered:
             conn.unregister(name)
@@ -308,6 +326,33 @@ def write_batch_lake(conn: duckdb.DuckDBPyConnection) -> dict[str, pa.Table | No
     }
 
 
+#: Tables whose column types ``typed_like`` may read (fixed names, never request data).
+_TYPED_TABLES = frozenset({"run_totals", "runs", "model_calls", "run_records", "budget_events"})
+#: Their Arrow schemas, read once per process (cleared by ``close_all``).
+_schemas: dict[str, pa.Schema] = {}
+
+
+def typed_like(conn: duckdb.DuckDBPyConnection, table: str, rows: pa.Table) -> pa.Table:
+    """``rows`` with each column cast to the type it has in the store table ``table``.
+
+    A SELECT computed on the lake (a sum is HUGEINT, which Arrow carries as decimal128) would
+    otherwise hand ``decimal.Decimal`` where the file store's RETURNING hands ``int``; cast, the
+    Python values are those of the file store. Columns ``table`` lacks are dropped. Raises
+    ValueError for a table outside the store's, pyarrow's ArrowInvalid for a value that does
+    not fit (a sum past BIGINT).
+    """
+    if table not in _TYPED_TABLES:
+        raise ValueError(f"typed_like: {table!r} is not a store table")
+    schema = _schemas.get(table)
+    if schema is None:  # every lake this code migrated has the same columns
+        schema = conn.sql(f"SELECT * FROM {table} LIMIT 0").to_arrow_table().schema
+        _schemas[table] = schema
+    fields = [field for field in schema if field.name in rows.column_names]
+    return pa.Table.from_arrays(
+        [rows.column(field.name).cast(field.type) for field in fields], names=[field.name for field in fields]
+    )
+
+
 # --- maintenance ----------------------------------------------------------------------------
 
 
@@ -316,12 +361,18 @@ def compact(conn: duckdb.DuckDBPyConnection, *, expire_older_than_s: float = 360
     many deleted rows, expire snapshots older than ``expire_older_than_s`` seconds and delete
     the files no snapshot needs any more.
 
-    Returns counts: ``flushed_tables``, ``merged_files``, ``rewritten_files``,
-    ``expired_snapshots``, ``deleted_files``. Each step retries while it loses a conflict with a
-    concurrent writer. Raises ValueError for a negative age.
+    First folds what collectors staged and deletes the staged rows every fold has read
+    (``budgetlens.store.lake_ingest``). Returns counts: ``folds``, ``cleaned_staged_rows``,
+    ``flushed_tables``, ``merged_files``, ``rewritten_files``, ``expired_snapshots``,
+    ``deleted_files``. Each step retries while it loses a conflict with a concurrent writer.
+    Raises ValueError for a negative age.
     """
+    from budgetlens.store import lake_ingest  # it imports the writer, which imports this module
+
     if expire_older_than_s < 0:
         raise ValueError(f"expire_older_than_s must be >= 0 (got {expire_older_than_s})")
+    folds = lake_ingest.fold_all(conn)
+    cleaned = retry_on_conflict(lambda: lake_ingest.clean_staged(conn), what="compact")
 
     def count(statement: str, params: list | None = None) -> int:
         def run() -> int:  # arrow: the TIMESTAMP WITH TIME ZONE columns need no pytz
@@ -337,6 +388,8 @@ def compact(conn: duckdb.DuckDBPyConnection, *, expire_older_than_s: float = 360
     merged = count(merge)
     rewritten = count(f"SELECT * FROM ducklake_rewrite_data_files('{LAKE_ALIAS}', delete_threshold => 0.1)")
     return {
+        "folds": folds,
+        "cleaned_staged_rows": cleaned,
         "flushed_tables": flushed,
         "merged_files": merged + (count(merge) if rewritten else 0),
         "rewritten_files": rewritten,

@@ -266,10 +266,11 @@ COUNT_RUNS = "SELECT count(*) FROM runs"
 
 # --- DuckLake (``budgetlens.store.lake``): no primary keys, no RETURNING ------------------------
 # The same rollup as above, written as SELECT (into a registered relation) + DELETE + INSERT.
-# Every write transaction first takes the write token, so concurrent writers conflict and the
-# loser re-runs these anti-joins on a snapshot that holds the winner's rows.
+# Every transaction that writes these tables first takes the fold token (the one ``lake_fold``
+# row, see ``budgetlens.store.lake_ingest``), so two such writers conflict and the loser re-runs
+# these anti-joins on a snapshot that holds the winner's rows. Collectors only stage rows.
 
-LAKE_TAKE_WRITE_TOKEN = "UPDATE write_token SET writes = writes + 1"
+LAKE_TAKE_FOLD_TOKEN = "UPDATE lake_fold SET folds = folds + 1"
 LAKE_NEW_CALLS = (
     "SELECT b.* FROM batch_calls b WHERE NOT EXISTS (SELECT 1 FROM model_calls m WHERE m.call_id = b.call_id)"
 )

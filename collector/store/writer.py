@@ -11,8 +11,9 @@ store. All in one transaction: after it returns, the batch is durable (DuckDB fs
 commit). ``rebuild_runs`` recomputes both from scratch and gives the same ``runs``.
 
 On a DuckLake (no primary keys, no RETURNING) the same batch goes through
-``budgetlens.store.lake.write_batch_lake``: anti-joins under a write token that makes concurrent
+``budgetlens.store.lake.write_batch_lake``: anti-joins under the fold token that makes concurrent
 writers conflict, retried on a fresh snapshot when a commit loses; same rows, same rollup.
+Collectors on a lake stage their rows instead (``budgetlens.store.lake_ingest``).
 """
 
 from __future__ import annotations
@@ -215,6 +216,11 @@ def _write_lake(conn: duckdb.DuckDBPyConnection, batches: dict[str, pa.Table]) -
     finally:
         for name in batches:
             conn.unregister(name)
+    return result_of_lake_write(new)
+
+
+def result_of_lake_write(new: dict[str, pa.Table | None]) -> WriteResult:
+    """The ``WriteResult`` of the tables ``budgetlens.store.lake.write_registered`` returned."""
     calls, records, events, runs_rows = (
         new["new_calls"],
         new["new_records"],
@@ -235,7 +241,7 @@ def _write_lake(conn: duckdb.DuckDBPyConnection, batches: dict[str, pa.Table]) -
 
 def rebuild_runs(conn: duckdb.DuckDBPyConnection) -> int:
     """Rebuild ``run_totals`` and the whole ``runs`` rollup from the stored rows (after a bulk
-    load); return the number of runs. On a DuckLake it takes the write token (see the module
+    load); return the number of runs. On a DuckLake it takes the fold token (see the module
     docstring) and is retried when it loses a conflict."""
     if lake.is_lake_connection(conn):
         return lake.retry_on_conflict(lambda: _rebuild(conn, on_lake=True), what="rebuild_runs")
@@ -246,7 +252,7 @@ def _rebuild(conn: duckdb.DuckDBPyConnection, *, on_lake: bool) -> int:
     conn.execute("BEGIN TRANSACTION")
     try:
         if on_lake:
-            conn.execute(sql.LAKE_TAKE_WRITE_TOKEN)
+            conn.execute(sql.LAKE_TAKE_FOLD_TOKEN)
         conn.execute(sql.DELETE_ALL_RUN_TOTALS)
         conn.execute(sql.INSERT_ALL_RUN_TOTALS)
         conn.execute(sql.DELETE_ALL_RUNS)
