@@ -30,6 +30,7 @@ from typing import Any
 
 from budgetlens import semconv as sc
 from budgetlens.guard import limits as lim
+from budgetlens.guard.closing import budget_cause, charge_unrecorded
 from budgetlens.guard.compress import cheapest_model, client_summarizer, compress_messages
 from budgetlens.guard.effects import EffectLog
 from budgetlens.guard.events import EventDispatcher, OnEvent, as_callbacks
@@ -478,7 +479,8 @@ class RunBudget:
         from the reservation (its input part; without one, as an unknown call) and the call's and
         run's usage_status become ``partial``.
         ``reservation``: the one settled (default: the oldest open one). ``model``/``provider``
-        price the call; a pricing failure is logged and the call counts as unpriced (under
+        price the call (``response_model`` does when neither ``model`` nor the reservation names
+        one); a pricing failure is logged and the call counts as unpriced (under
         ``max_cost_usd``, with the ``cost_unenforced`` warning once per model). Raises,
         before changing anything, ValueError for a malformed payload or model or a reservation
         that is not open (settled, dropped by ``reset()``, another run's); RuntimeError after
@@ -493,21 +495,24 @@ class RunBudget:
         # calculation takes far longer than the bookkeeping); else once the reservation is settled.
         # A partial usage is completed from the reservation first, so it is priced inside.
         early: Any = _UNSET
-        if normalized is not None and not missing and (model is not None or reservation is not None):
-            early = _paid_cost(model or getattr(reservation, "model", None), normalized, provider)
+        if normalized is not None and not missing and (model or reservation or response_model):
+            early = _paid_cost(
+                model or getattr(reservation, "model", None) or response_model, normalized, provider
+            )
         with self._lock:
             if self._finished is not None:
                 self._check_open()
             use = self._use
             res = use.settle(reservation, self.run_id)
             model = model or (res.model if res else None)
+            priced = model or response_model  # the response names the model when the request did not
             reserved = res.tokens if res else 0
             if missing and normalized is not None:  # partial usage: the missing part is charged
                 normalized = use.complete_partial(normalized, missing, res)
             if early is not _UNSET:
                 cost = early
             else:
-                cost = None if normalized is None else _paid_cost(model, normalized, provider)
+                cost = None if normalized is None else _paid_cost(priced, normalized, provider)
             used_before = use.used_tokens
             first_unknown = use.add_call(normalized, cost, reserved)  # a turn; releases are not
             if self._pool is not None:
@@ -523,9 +528,9 @@ class RunBudget:
             elif (
                 cost is None
                 and self._limits["max_cost_usd"] is not None
-                and (normalized is not None or _paid_cost(model, _PROBE, provider) is None)
+                and (normalized is not None or _paid_cost(priced, _PROBE, provider) is None)
             ):
-                self._dispatch.cost_unenforced(model, use, self._limits)  # no price for model
+                self._dispatch.cost_unenforced(priced, use, self._limits)  # no price for model
             action, self._last_actions = self._dispatch.thresholds(
                 use, self._limits, self.model_chain, self.warn_at, self.downgrade_at, self.summarize_at
             )
@@ -664,7 +669,13 @@ class RunBudget:
         """End the run once (later calls return the same result) and end its span; afterwards
         ``before_turn``, ``reserve``, ``record`` and ``before_tool_call`` raise RuntimeError.
 
-        ``stop_reason`` defaults to: the reason of a BudgetExceeded ``error``; ``failed`` for
+        Reservations still open (reserved, never recorded nor released: the call may have been
+        paid for) are recorded first as calls of unknown usage charged their reservation (see
+        :func:`budgetlens.guard.closing.charge_unrecorded`).
+
+        ``stop_reason`` defaults to: the reason of a BudgetExceeded ``error`` or of one in its
+        cause chain (a framework's wrapper of a hook's refusal; see
+        :func:`budgetlens.guard.closing.budget_cause`); ``failed`` for
         another ``error``; the budget refusal the run ended at (one after its last recorded call;
         a refusal the run recovered from, recording a call after it, is no stop: see
         :func:`budgetlens.guard.limits.final_stop_reason`); else ``completed``. The ``budgetlens.stop``
@@ -683,6 +694,8 @@ class RunBudget:
         with self._lock:
             if self._finished is not None:
                 return self._finished
+            error = budget_cause(error) or error  # a refusal a framework re-raised as its own
+            charge_unrecorded(self._use, self.record, error)  # reserved, never recorded: unknown
             refusal = error if isinstance(error, BudgetExceeded) else self._use.refusal
             stop_reason = lim.final_stop_reason(stop_reason, error, self._use.refusal)
             result = self._use.result(
