@@ -192,7 +192,9 @@ class GuardedStream:
     def close(self) -> None:
         """Close the SDK stream and record the usage seen (unknown when none arrived)."""
         try:
-            self._stream.close()
+            closer = getattr(self._stream, "close", None)
+            if callable(closer):
+                closer()
         finally:
             self._end()
 
@@ -226,7 +228,10 @@ class GuardedAsyncStream(GuardedStream):
     async def aclose(self) -> None:
         """Close the SDK stream and record the usage seen."""
         try:
-            await self._stream.close()
+            closer = getattr(self._stream, "close", None) or getattr(self._stream, "aclose", None)
+            result = closer() if callable(closer) else None
+            if inspect.isawaitable(result):
+                await result
         finally:
             self._end()
 
