@@ -25,10 +25,19 @@ from typing import Any
 INPUT_TOKENS, CACHED_TOKENS, OUTPUT_TOKENS, REASONING_TOKENS = 1_200, 1_024, 300, 64
 
 
+def _text(content: Any) -> str:
+    if isinstance(content, list):
+        return " ".join(str(b.get("text", "")) for b in content if isinstance(b, dict))
+    return content if isinstance(content, str) else ""
+
+
 def _has_tool_result(body: dict[str, Any]) -> bool:
     for message in body.get("messages") or []:
         if message.get("role") == "tool":
             return True
+        content = message.get("content")
+        if message.get("role") == "user" and "Observation:" in _text(content):
+            return True  # smolagents sends tool results as user text
         content = message.get("content")
         if isinstance(content, list) and any(
             isinstance(b, dict) and b.get("type") == "tool_result" for b in content
@@ -40,12 +49,17 @@ def _has_tool_result(body: dict[str, Any]) -> bool:
     )
 
 
+def _name(tool: dict[str, Any]) -> str | None:
+    return tool.get("name") or (tool.get("function") or {}).get("name")
+
+
 def _tool_name(body: dict[str, Any]) -> str | None:
     tools = body.get("tools") or []
-    if not tools or _has_tool_result(body):
+    if not tools:
         return None
-    tool = tools[0]
-    return tool.get("name") or (tool.get("function") or {}).get("name")
+    if _has_tool_result(body):  # a framework that ends through a tool gets it called
+        return "final_answer" if any(_name(t) == "final_answer" for t in tools) else None
+    return next((_name(t) for t in tools if _name(t) != "final_answer"), _name(tools[0]))
 
 
 def _tool_count(body: dict[str, Any]) -> int:
@@ -54,12 +68,16 @@ def _tool_count(body: dict[str, Any]) -> int:
 
 
 def _arguments(body: dict[str, Any]) -> dict[str, Any]:
-    """Arguments for the first tool, from its JSON schema (strings ``"a.py"``, numbers 1)."""
-    tool = (body.get("tools") or [{}])[0]
+    """Arguments for the tool called, from its JSON schema (its required properties when it
+    names them: strings ``"a.py"``, numbers 1, objects {}, arrays [])."""
+    tools = body.get("tools") or [{}]
+    tool = next((t for t in tools if _name(t) == _tool_name(body)), tools[0])  # the one called
     schema = tool.get("parameters") or (tool.get("function") or {}).get("parameters")
     schema = schema or tool.get("input_schema") or {}
     props = schema.get("properties") or {"path": {"type": "string"}}
-    kinds = {"integer": 1, "number": 1, "boolean": True}
+    if schema.get("required"):
+        props = {k: v for k, v in props.items() if k in schema["required"]}
+    kinds: dict[str, Any] = {"integer": 1, "number": 1, "boolean": True, "object": {}, "array": []}
     return {k: kinds.get(str(v.get("type")), "a.py") for k, v in props.items()}
 
 
