@@ -143,3 +143,19 @@ def test_a_sub_agent_run_inside_a_tool_is_charged_to_the_run(server):
     calls = len(server.requests) - sent  # lead: 2 calls, sub-agent: 2 calls
     assert calls == 4 and run.result.turns == 4 and run.result.tool_calls == 2
     assert run.result.usage == CALL + CALL + CALL + CALL
+
+
+@pytest.mark.system
+def test_a_status_error_is_released_and_a_lost_connection_is_unknown(server):
+    import openai
+
+    run = RunBudget(max_total_tokens=50_000)
+    handler = BudgetCallbackHandler(run)
+    with pytest.raises(openai.InternalServerError):
+        llm(server, "error-500").invoke("hi", config={"callbacks": [handler]})
+    assert run.stats().reserved_tokens == 0 and run.stats().turns == 0
+    lost = ChatOpenAI(model="gpt-4o-mini", base_url="http://127.0.0.1:9/v1", api_key="t", max_retries=0)
+    with pytest.raises(openai.APIConnectionError):
+        lost.invoke("hi", config={"callbacks": [handler]})
+    result = run.finish()
+    assert result.usage_status == USAGE_UNKNOWN and result.turns == 1 and result.used_tokens > 0

@@ -98,3 +98,11 @@ def test_a_failed_call_without_status_is_unknown(server):
     with pytest.raises(AgentGenerationError), RunBudget(max_total_tokens=50_000) as run:
         guard_smolagent(a, run).run("go")
     assert run.result.usage_status == USAGE_UNKNOWN and run.result.used_tokens > 0
+
+
+def test_streamed_steps_are_recorded_from_the_deltas_usage(server):
+    with RunBudget(max_total_tokens=50_000) as run:
+        guard_smolagent(agent(server, stream_outputs=True), run).run("Fix the failing test")
+    assert server.requests[-1][1]["stream"] is True
+    assert run.result.turns == 2 and run.result.usage_status == USAGE_REPORTED
+    assert run.result.used_tokens == 2 * (INPUT_TOKENS + OUTPUT_TOKENS)
