@@ -123,10 +123,28 @@ class CallGuard:
         (``status_code``: the request was refused, nothing generated) releases it; any other
         (timeout, lost connection: the model may have run) is recorded with unknown usage, charged
         its reservation."""
-        if isinstance(getattr(error, "status_code", None), int):
+        if answered(error):
             self.run.release(res)
         else:
             self.record(res, None, error=error)
+
+
+#: Error classes that carry a status but mean the request may have reached the model (LiteLLM
+#: gives its connection errors and timeouts a status of 500 / 408).
+_NOT_ANSWERED = frozenset({"APIConnectionError", "Timeout", "APITimeoutError", "MidStreamFallbackError"})
+
+
+def answered(error: BaseException) -> bool:
+    """Whether the API answered ``error`` with an HTTP status (``status_code`` or ``code``, 4xx or
+    5xx): the request was refused and nothing was generated, so its reservation is released. A
+    connection error or timeout (whatever status its SDK gives it) was not answered: the model
+    may have run, so the call is unknown, charged its reservation."""
+    if any(cls.__name__ in _NOT_ANSWERED for cls in type(error).__mro__):
+        return False
+    status = getattr(error, "status_code", None)
+    if not isinstance(status, int):
+        status = getattr(error, "code", None)
+    return isinstance(status, int) and not isinstance(status, bool) and 400 <= status < 600
 
 
 class GuardedStream:
@@ -254,7 +272,7 @@ class GuardedStreamManager:
 
     def _end(self, error: BaseException | None, final: Any) -> None:
         usage, model = (_final_usage(final), final.model) if final is not None else (None, None)
-        if error is not None and usage is None and isinstance(getattr(error, "status_code", None), int):
+        if error is not None and usage is None and answered(error):
             self._guard.run.release(self._res)
             return
         self._guard.record(self._res, usage, model, error)

@@ -25,7 +25,7 @@ from uuid import UUID
 
 from langchain_core.callbacks import BaseCallbackHandler
 
-from budgetlens.guard.adapters._calls import DEFAULT_MAX_OUTPUT_TOKENS
+from budgetlens.guard.adapters._calls import DEFAULT_MAX_OUTPUT_TOKENS, answered
 from budgetlens.guard.estimate import estimate_tokens
 from budgetlens.usage import Usage, normalize_usage
 
@@ -140,7 +140,7 @@ class BudgetCallbackHandler(BaseCallbackHandler):
             provider = self._providers.pop(run_id, None)
         if res is None:
             return
-        if isinstance(getattr(error, "status_code", None), int):
+        if answered(error):
             self.run.release(res)
         else:
             self.run.record(

@@ -76,10 +76,7 @@ class GuardedLiteLLM:
 
     @staticmethod
     def _failed(guard: CallGuard, res: Any, exc: BaseException) -> None:
-        if isinstance(exc, (litellm.Timeout, litellm.APIConnectionError)):
-            guard.record(res, None, error=exc)  # the model may have run: unknown, charged
-        else:
-            guard.failed(res, exc)
+        guard.failed(res, exc)  # Timeout / APIConnectionError count as not answered (see answered)
 
     def _settle(
         self, kwargs: dict[str, Any], guard: CallGuard, res: Any, response: Any, is_async: bool
