@@ -138,13 +138,21 @@ def answered(error: BaseException) -> bool:
     """Whether the API answered ``error`` with an HTTP status (``status_code`` or ``code``, 4xx or
     5xx): the request was refused and nothing was generated, so its reservation is released. A
     connection error or timeout (whatever status its SDK gives it) was not answered: the model
-    may have run, so the call is unknown, charged its reservation."""
-    if any(cls.__name__ in _NOT_ANSWERED for cls in type(error).__mro__):
-        return False
-    status = getattr(error, "status_code", None)
-    if not isinstance(status, int):
-        status = getattr(error, "code", None)
-    return isinstance(status, int) and not isinstance(status, bool) and 400 <= status < 600
+    may have run, so the call is unknown, charged its reservation. The cause chain is followed (a
+    framework's own error raised from the SDK's)."""
+    seen: set[int] = set()
+    exc: BaseException | None = error
+    while exc is not None and id(exc) not in seen:  # a framework's error wrapping the SDK's
+        seen.add(id(exc))
+        if any(cls.__name__ in _NOT_ANSWERED for cls in type(exc).__mro__):
+            return False
+        status = getattr(exc, "status_code", None)
+        if not isinstance(status, int):
+            status = getattr(exc, "code", None)
+        if isinstance(status, int) and not isinstance(status, bool) and 400 <= status < 600:
+            return True
+        exc = exc.__cause__ or getattr(exc, "inner_exception", None)
+    return False
 
 
 class GuardedStream:
