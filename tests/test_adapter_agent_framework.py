@@ -82,11 +82,9 @@ def test_stream_without_usage_is_unknown(server):
         ):
             pass
 
-    with RunBudget(max_total_tokens=50_000) as run:
-        try:
-            asyncio.run(main(run))
-        except Exception:
-            pass
+    # a cut stream may raise; either way the call is charged
+    with RunBudget(max_total_tokens=50_000) as run, contextlib.suppress(Exception):
+        asyncio.run(main(run))
     assert run.result.usage_status == USAGE_UNKNOWN and run.result.used_tokens > 0 and run.result.turns == 1
 
 

@@ -4,13 +4,11 @@ local OpenAI-shaped server stands in for the provider; no network) with ``Budget
 from __future__ import annotations
 
 import asyncio
-import os
 import sys
 from pathlib import Path
 
 import pytest
 
-os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 pytest.importorskip("google.adk")
 pytest.importorskip("litellm")
 

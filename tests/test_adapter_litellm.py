@@ -4,18 +4,18 @@ server (no network; LiteLLM's own price map is read from its package)."""
 from __future__ import annotations
 
 import asyncio
-import os
 import sys
 from pathlib import Path
 
 import pytest
 
-os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # no download at import
-litellm = pytest.importorskip("litellm")
+pytest.importorskip("litellm")
+
+import litellm
 
 from budgetlens import BudgetExceeded, RunBudget, Usage
 from budgetlens.guard.adapters.litellm_sdk import GuardedLiteLLM
-from budgetlens.semconv import STOP_BUDGET_TOOLS, STOP_BUDGET_TOKENS, USAGE_REPORTED, USAGE_UNKNOWN
+from budgetlens.semconv import STOP_BUDGET_TOKENS, STOP_BUDGET_TOOLS, USAGE_REPORTED, USAGE_UNKNOWN
 
 sys.path.insert(0, str(Path(__file__).parent / "examples"))
 from llm_server import CACHED_TOKENS, INPUT_TOKENS, OUTPUT_TOKENS, REASONING_TOKENS, LLMServer

@@ -101,7 +101,7 @@ class _Beta(Proxy):
     def __init__(self, beta: Any, guard: CallGuard, is_async: bool) -> None:
         super().__init__(beta)
         self.messages = _Messages(beta.messages, guard, is_async, "beta.messages")
-        setattr(self.messages, "tool_runner", Refused("beta.messages.tool_runner", _TOOL_RUNNER_HINT))
+        vars(self.messages)["tool_runner"] = Refused("beta.messages.tool_runner", _TOOL_RUNNER_HINT)
         for name in _BETA_REFUSED:
             setattr(self, name, Refused(f"beta.{name}", BY_HAND_HINT))
         for name in _RAW:
