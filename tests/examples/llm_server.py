@@ -356,7 +356,7 @@ class _Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
         self.server.requests.append((self.path, body))
-        route = _ROUTES.get(self.path)
+        route = _ROUTES.get(self.path.split("?")[0])  # Claude Code adds ?beta=true
         if route is None:
             self._send(404, {"error": {"message": f"no route {self.path}", "type": "not_found"}})
             return
