@@ -9,6 +9,10 @@ from pathlib import Path
 
 import pytest
 
+# LiteLLM (the litellm and google-adk adapter tests) downloads its price map at import unless told
+# to read the copy in its package: the tests run offline.
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 REALDATA = REPO_ROOT.parent / "shared" / "realdata"
 

@@ -22,6 +22,15 @@ HEAVY = (
     "agents",
     "langchain_core",
     "langgraph",
+    # the framework adapters' packages (issue 20): optional extras, never loaded by the import
+    "litellm",
+    "pydantic_ai",
+    "smolagents",
+    "crewai",
+    "llama_index",
+    "google.adk",
+    "agent_framework",
+    "claude_agent_sdk",
 )
 WINGS = ("guard", "otlp", "ingest", "importers", "store", "analysis", "sample", "cli")
 

@@ -22,7 +22,11 @@ PER_MESSAGE_TOKENS = 4
 
 
 def _plain(value: Any) -> Any:
-    """Pydantic models (SDK types) and other objects as JSON-able data."""
+    """Pydantic models (SDK types) and other objects as JSON-able data; a model class (a
+    structured-output ``response_format``) as its JSON schema, which is what the request sends."""
+    if isinstance(value, type):
+        schema = getattr(value, "model_json_schema", None)
+        return schema() if callable(schema) else value.__name__
     dump = getattr(value, "model_dump", None)
     if callable(dump):
         return dump(exclude_none=True)

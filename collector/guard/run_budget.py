@@ -268,7 +268,8 @@ class RunBudget:
         :func:`budgetlens.usage.usage_missing_parts`) is *partial*: the missing part is charged from the
         reservation (its input part; without one, as an unknown call) and the call's and run's usage_status
         become ``partial``. ``reservation``: the one settled (default: the oldest open one).
-        ``model``/``provider`` price the call; a pricing failure is logged and the call counts as unpriced
+        ``model``/``provider`` price the call (``response_model`` does when neither ``model`` nor the
+        reservation names one); a pricing failure is logged and the call counts as unpriced
         (under ``max_cost_usd``, with the ``cost_unenforced`` warning once per model). Raises, before
         changing anything, ValueError for a malformed payload or model or a reservation that is not open
         (settled, dropped by ``reset()``, another run's); RuntimeError after ``finish()``.
@@ -359,8 +360,12 @@ class RunBudget:
     ) -> RunResult:
         """End the run once (later calls return the same result) and end its span; afterwards
         ``before_turn``, ``reserve``, ``record`` and ``before_tool_call`` raise RuntimeError.
-        ``stop_reason`` defaults to: the reason of a BudgetExceeded ``error``; ``failed`` for another
-        ``error``; the budget refusal the run ended at (one after its last recorded call; a refusal the run
+        Reservations still open (reserved, never recorded nor released: the call may have been paid for)
+        are recorded first as calls of unknown usage charged their reservation
+        (:func:`budgetlens.guard.closing.charge_unrecorded`).
+        ``stop_reason`` defaults to: the reason of a BudgetExceeded ``error`` or of one in its cause chain
+        (a framework's wrapper of a hook's refusal: :func:`budgetlens.guard.closing.budget_cause`);
+        ``failed`` for another ``error``; the budget refusal the run ended at (one after its last recorded call; a refusal the run
         recovered from, recording a call after it, is no stop: see
         :func:`budgetlens.guard.stops.final_stop_reason`); else ``completed``. The ``budgetlens.stop`` event
         is still emitted at each refusal. ``retryable`` (bool) sets ``RunResult.retryable``; without it the

@@ -22,6 +22,7 @@ from typing import Any, NamedTuple
 from budgetlens import semconv as sc
 from budgetlens.guard import options as opt
 from budgetlens.guard import stops as lim
+from budgetlens.guard.closing import budget_cause, charge_unrecorded
 from budgetlens.guard.effects import EffectLog
 from budgetlens.guard.events import EventDispatcher
 from budgetlens.guard.ledger import RunLedger
@@ -236,12 +237,18 @@ class RunState:
         # Price outside the lock when the model is known without settling (genai-prices' own
         # calculation takes far longer than the bookkeeping); else once the reservation is settled.
         # A partial usage is completed from the reservation first, so it is priced inside.
-        early = normalized is not None and not missing and (model is not None or reservation is not None)
+        # The response names the model when neither the request nor the reservation did.
+        early = (
+            normalized is not None and not missing and (model or reservation or response_model) is not None
+        )
         paid = None
         if early and normalized is not None:
-            paid = self._price(model or getattr(reservation, "model", None), normalized, provider)
+            priced = model or getattr(reservation, "model", None) or response_model
+            paid = self._price(priced, normalized, provider)
         with self.lock:
-            call = self._record_locked(reservation, normalized, missing, model, provider, (early, paid))
+            call = self._record_locked(
+                reservation, normalized, missing, model, provider, (early, paid), response_model
+            )
         if self.telemetry.recording:
             self.telemetry.model_call(
                 model=call.model,
@@ -267,6 +274,7 @@ class RunState:
         model: str | None,
         provider: str | None,
         early: tuple[bool, float | None],
+        response_model: str | None = None,
     ) -> RecordedCall:
         """Settle ``reservation``, complete a partial usage, price the call (unless ``early`` =
         (priced, cost) says it was), count it, settle the shared steps, warn about an unenforced
@@ -276,10 +284,11 @@ class RunState:
         use = self.use
         res = use.settle(reservation, self.run_id)
         model = model or (res.model if res else None)
+        priced = model or response_model  # what prices the call
         reserved = res.tokens if res else 0
         if missing and usage is not None:  # partial usage: the missing part is charged
             usage = use.complete_partial(usage, missing, res)
-        cost = early[1] if early[0] else (None if usage is None else self._price(model, usage, provider))
+        cost = early[1] if early[0] else (None if usage is None else self._price(priced, usage, provider))
         used_before = use.used_tokens
         first_unknown = use.add_call(usage, cost, reserved)  # a turn; releases are not
         self.shared.settle_pool(res, use.used_tokens - used_before)
@@ -290,9 +299,9 @@ class RunState:
         elif (
             cost is None
             and self.limits["max_cost_usd"] is not None
-            and (usage is not None or self._price(model, _PROBE, provider) is None)
+            and (usage is not None or self._price(priced, _PROBE, provider) is None)
         ):
-            self.dispatch.cost_unenforced(model, use, self.limits)  # no price for model
+            self.dispatch.cost_unenforced(priced, use, self.limits)  # no price for model
         action, self.last_actions = self._thresholds()
         self._alerts()
         remaining = use.remaining(self.limits["max_total_tokens"])
@@ -351,12 +360,20 @@ class RunState:
         with self.lock:
             if self.finished is not None:
                 return self.finished
+            error = budget_cause(error) or error  # a refusal a framework re-raised as its own
+            charge_unrecorded(self.use, self._record_unknown, error)  # reserved, never recorded
             result = self._finish_locked(stop_reason, error, retryable)
         try:
             self.telemetry.finish(result, self.limits, self.use.usage_known)
         except Exception:
             log.exception("run %s: could not end the run span", self.run_id)
         return result
+
+    def _record_unknown(
+        self, usage: None, *, reservation: Reservation, error_type: str | None = None
+    ) -> Action:
+        """Record ``reservation`` as a call of unknown usage (``charge_unrecorded``'s callback)."""
+        return self.record(usage, None, reservation, None, None, error_type)
 
     def _finish_locked(
         self, stop_reason: str | None, error: BaseException | None, retryable: bool | None

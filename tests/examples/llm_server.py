@@ -3,8 +3,11 @@
 It answers ``POST /v1/chat/completions``, ``/v1/responses`` and ``/v1/messages`` with bodies of
 the providers' recorded shapes (plain JSON, or server-sent events when ``stream`` is true),
 usage included. The first call of a conversation that offers tools asks for a tool call; once a
-tool result is in the conversation it answers with text. A model named ``error-429`` or
-``error-500`` gets that HTTP error; ``drop-stream`` gets a stream cut before its usage.
+tool result is in the conversation it answers with text (JSON ``{"answer": "Done."}`` when the
+request asks for structured output); a model named ``parallel-*`` is asked for 3 tool calls in one
+response. A model named ``error-429`` or ``error-500`` gets that HTTP error; ``drop-stream`` gets a
+stream cut before its usage; ``cut-stream`` an Anthropic stream cut after its content deltas,
+before ``message_delta``. ``/v1/embeddings`` and legacy ``/v1/completions`` are answered too.
 No network: it listens on 127.0.0.1 on a free port, in a daemon thread.
 
     with LLMServer() as server:
@@ -22,10 +25,19 @@ from typing import Any
 INPUT_TOKENS, CACHED_TOKENS, OUTPUT_TOKENS, REASONING_TOKENS = 1_200, 1_024, 300, 64
 
 
+def _text(content: Any) -> str:
+    if isinstance(content, list):
+        return " ".join(str(b.get("text", "")) for b in content if isinstance(b, dict))
+    return content if isinstance(content, str) else ""
+
+
 def _has_tool_result(body: dict[str, Any]) -> bool:
     for message in body.get("messages") or []:
         if message.get("role") == "tool":
             return True
+        content = message.get("content")
+        if message.get("role") == "user" and "Observation:" in _text(content):
+            return True  # smolagents sends tool results as user text
         content = message.get("content")
         if isinstance(content, list) and any(
             isinstance(b, dict) and b.get("type") == "tool_result" for b in content
@@ -37,20 +49,59 @@ def _has_tool_result(body: dict[str, Any]) -> bool:
     )
 
 
+def _name(tool: dict[str, Any]) -> str | None:
+    return tool.get("name") or (tool.get("function") or {}).get("name")
+
+
 def _tool_name(body: dict[str, Any]) -> str | None:
     tools = body.get("tools") or []
-    if not tools or _has_tool_result(body):
+    if not tools:
         return None
-    tool = tools[0]
-    return tool.get("name") or (tool.get("function") or {}).get("name")
+    if _has_tool_result(body):  # a framework that ends through a tool gets it called
+        return "final_answer" if any(_name(t) == "final_answer" for t in tools) else None
+    return next((_name(t) for t in tools if _name(t) != "final_answer"), _name(tools[0]))
+
+
+def _tool_count(body: dict[str, Any]) -> int:
+    """Tool calls to ask for: 3 in parallel for a model named ``parallel-*``, else 1."""
+    return 3 if str(body.get("model", "")).startswith("parallel") else 1
+
+
+def _arguments(body: dict[str, Any]) -> dict[str, Any]:
+    """Arguments for the tool called, from its JSON schema (its required properties when it
+    names them: strings ``"a.py"``, numbers 1, objects {}, arrays [])."""
+    tools = body.get("tools") or [{}]
+    tool = next((t for t in tools if _name(t) == _tool_name(body)), tools[0])  # the one called
+    schema = tool.get("parameters") or (tool.get("function") or {}).get("parameters")
+    schema = schema or tool.get("input_schema") or {}
+    props = schema.get("properties") or {"path": {"type": "string"}}
+    if schema.get("required"):
+        props = {k: v for k, v in props.items() if k in schema["required"]}
+    kinds: dict[str, Any] = {"integer": 1, "number": 1, "boolean": True, "object": {}, "array": []}
+    return {k: kinds.get(str(v.get("type")), "a.py") for k, v in props.items()}
+
+
+def _structured(body: dict[str, Any]) -> bool:
+    """Whether the request asks for JSON output (Chat ``response_format`` json_schema,
+    Responses ``text.format``, Anthropic ``output_config.format``)."""
+    chat = (body.get("response_format") or {}).get("type") == "json_schema"
+    responses = ((body.get("text") or {}).get("format") or {}).get("type") == "json_schema"
+    return chat or responses or bool((body.get("output_config") or {}).get("format"))
+
+
+#: The JSON text answered to a structured-output request (a schema with one string ``answer``).
+STRUCTURED_TEXT = '{"answer": "Done."}'
 
 
 def _chat(body: dict[str, Any]) -> dict[str, Any]:
     tool = _tool_name(body)
-    message: dict[str, Any] = {"role": "assistant", "content": None if tool else "Done.", "refusal": None}
+    text = STRUCTURED_TEXT if _structured(body) else "Done."
+    message: dict[str, Any] = {"role": "assistant", "content": None if tool else text, "refusal": None}
     if tool:
+        args = json.dumps(_arguments(body))
         message["tool_calls"] = [
-            {"id": "call_1", "type": "function", "function": {"name": tool, "arguments": '{"path": "a.py"}'}}
+            {"id": f"call_{n}", "type": "function", "function": {"name": tool, "arguments": args}}
+            for n in range(1, _tool_count(body) + 1)
         ]
     return {
         "id": "chatcmpl-1",
@@ -78,12 +129,17 @@ def _chat(body: dict[str, Any]) -> dict[str, Any]:
 def _chat_chunks(body: dict[str, Any]) -> list[dict[str, Any]]:
     full = _chat(body)
     base = {k: full[k] for k in ("id", "created", "model")} | {"object": "chat.completion.chunk"}
-    chunks = [
-        base
-        | {"choices": [{"index": 0, "delta": {"role": "assistant", "content": word}, "finish_reason": None}]}
-        for word in ("Do", "ne.")
-    ]
-    chunks.append(base | {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
+    message = full["choices"][0]["message"]
+    if message.get("tool_calls"):
+        deltas = [
+            {"role": "assistant", "tool_calls": [call | {"index": i}]}
+            for i, call in enumerate(message["tool_calls"])
+        ]
+    else:
+        deltas = [{"role": "assistant", "content": word} for word in ("Do", "ne.")]
+    chunks = [base | {"choices": [{"index": 0, "delta": d, "finish_reason": None}]} for d in deltas]
+    reason = full["choices"][0]["finish_reason"]
+    chunks.append(base | {"choices": [{"index": 0, "delta": {}, "finish_reason": reason}]})
     if (body.get("stream_options") or {}).get("include_usage"):
         chunks.append(base | {"choices": [], "usage": full["usage"]})
     return chunks
@@ -95,21 +151,23 @@ def _responses(body: dict[str, Any]) -> dict[str, Any]:
         output: list[dict[str, Any]] = [
             {
                 "type": "function_call",
-                "id": "fc_1",
-                "call_id": "call_1",
+                "id": f"fc_{n}",
+                "call_id": f"call_{n}",
                 "name": tool,
-                "arguments": '{"path": "a.py"}',
+                "arguments": json.dumps(_arguments(body)),
                 "status": "completed",
             }
+            for n in range(1, _tool_count(body) + 1)
         ]
     else:
+        text = STRUCTURED_TEXT if _structured(body) else "Done."
         output = [
             {
                 "type": "message",
                 "id": "msg_1",
                 "role": "assistant",
                 "status": "completed",
-                "content": [{"type": "output_text", "text": "Done.", "annotations": []}],
+                "content": [{"type": "output_text", "text": text, "annotations": []}],
             }
         ]
     return {
@@ -136,15 +194,17 @@ def _responses_events(body: dict[str, Any]) -> list[dict[str, Any]]:
     full = _responses(body)
     started = full | {"status": "in_progress", "output": [], "usage": None}
     item = full["output"][0]
-    if item["type"] != "message":  # a function call: added, then done
-        steps: list[dict[str, Any]] = [
-            {
-                "type": "response.output_item.added",
-                "output_index": 0,
-                "item": item | {"status": "in_progress"},
-            },
-            {"type": "response.output_item.done", "output_index": 0, "item": item},
-        ]
+    if item["type"] != "message":  # function calls: each added, then done
+        steps: list[dict[str, Any]] = []
+        for i, call in enumerate(full["output"]):
+            steps.append(
+                {
+                    "type": "response.output_item.added",
+                    "output_index": i,
+                    "item": call | {"status": "in_progress"},
+                }
+            )
+            steps.append({"type": "response.output_item.done", "output_index": i, "item": call})
     else:
         part = {"type": "output_text", "text": "", "annotations": []}
         at = {"item_id": item["id"], "output_index": 0, "content_index": 0}
@@ -170,10 +230,14 @@ def _responses_events(body: dict[str, Any]) -> list[dict[str, Any]]:
 
 def _messages(body: dict[str, Any]) -> dict[str, Any]:
     tool = _tool_name(body)
+    text = STRUCTURED_TEXT if _structured(body) else "Done."
     content: list[dict[str, Any]] = (
-        [{"type": "tool_use", "id": "toolu_1", "name": tool, "input": {"path": "a.py"}}]
+        [
+            {"type": "tool_use", "id": f"toolu_{n}", "name": tool, "input": _arguments(body)}
+            for n in range(1, _tool_count(body) + 1)
+        ]
         if tool
-        else [{"type": "text", "text": "Done."}]
+        else [{"type": "text", "text": text}]
     )
     return {
         "id": "msg_1",
@@ -195,25 +259,84 @@ def _messages(body: dict[str, Any]) -> dict[str, Any]:
 def _messages_events(body: dict[str, Any]) -> list[dict[str, Any]]:
     full = _messages(body)
     start = full | {"content": [], "stop_reason": None, "usage": full["usage"] | {"output_tokens": 1}}
+    blocks: list[dict[str, Any]] = []
+    for i, block in enumerate(full["content"]):
+        if block["type"] == "tool_use":
+            blocks += [
+                {"type": "content_block_start", "index": i, "content_block": block | {"input": {}}},
+                {
+                    "type": "content_block_delta",
+                    "index": i,
+                    "delta": {"type": "input_json_delta", "partial_json": json.dumps(block["input"])},
+                },
+            ]
+        else:
+            blocks += [
+                {"type": "content_block_start", "index": i, "content_block": {"type": "text", "text": ""}},
+                {
+                    "type": "content_block_delta",
+                    "index": i,
+                    "delta": {"type": "text_delta", "text": block["text"]},
+                },
+            ]
+        blocks.append({"type": "content_block_stop", "index": i})
     return [
         {"type": "message_start", "message": start},
-        {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
-        {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "Done."}},
-        {"type": "content_block_stop", "index": 0},
+        *blocks,
         {
             "type": "message_delta",
-            "delta": {"stop_reason": "end_turn", "stop_sequence": None},
+            "delta": {"stop_reason": full["stop_reason"], "stop_sequence": None},
             "usage": {"output_tokens": OUTPUT_TOKENS},
         },
         {"type": "message_stop"},
     ]
 
 
+def _embeddings(body: dict[str, Any]) -> dict[str, Any]:
+    texts = body.get("input")
+    count = len(texts) if isinstance(texts, list) else 1
+    return {
+        "object": "list",
+        "model": body["model"],
+        "data": [{"object": "embedding", "index": i, "embedding": [0.1, 0.2]} for i in range(count)],
+        "usage": {"prompt_tokens": INPUT_TOKENS, "total_tokens": INPUT_TOKENS},
+    }
+
+
+def _completions(body: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "id": "cmpl-1",
+        "object": "text_completion",
+        "created": 1_764_000_000,
+        "model": body["model"],
+        "choices": [{"index": 0, "text": "Done.", "logprobs": None, "finish_reason": "stop"}],
+        "usage": {
+            "prompt_tokens": INPUT_TOKENS,
+            "completion_tokens": OUTPUT_TOKENS,
+            "total_tokens": INPUT_TOKENS + OUTPUT_TOKENS,
+        },
+    }
+
+
+def _completions_chunks(body: dict[str, Any]) -> list[dict[str, Any]]:
+    full = _completions(body)
+    base = {k: full[k] for k in ("id", "object", "created", "model")}
+    chunks = [base | {"choices": [{"index": 0, "text": "Done.", "logprobs": None, "finish_reason": "stop"}]}]
+    if (body.get("stream_options") or {}).get("include_usage"):
+        chunks.append(base | {"choices": [], "usage": full["usage"]})
+    return chunks
+
+
 _ROUTES = {
     "/v1/chat/completions": (_chat, _chat_chunks, False),
     "/v1/responses": (_responses, _responses_events, True),
     "/v1/messages": (_messages, _messages_events, True),
+    "/v1/embeddings": (_embeddings, lambda body: [], False),
+    "/v1/completions": (_completions, _completions_chunks, False),
 }
+#: Per streamed route: how many events a ``drop-stream`` model gets (cut before any usage) and a
+#: ``cut-stream`` model gets (Anthropic: cut after content deltas, before ``message_delta``).
+_CUT_AT = {"drop-stream": 2, "cut-stream": 3}
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -233,7 +356,7 @@ class _Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
         self.server.requests.append((self.path, body))
-        route = _ROUTES.get(self.path)
+        route = _ROUTES.get(self.path.split("?")[0])  # Claude Code adds ?beta=true
         if route is None:
             self._send(404, {"error": {"message": f"no route {self.path}", "type": "not_found"}})
             return
@@ -249,15 +372,16 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(200, plain(body))
             return
         events = streamed(body)
-        if model == "drop-stream":
-            events = events[:2]  # cut before any usage
+        cut = model in _CUT_AT
+        if cut:
+            events = events[: _CUT_AT[model]]
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.end_headers()
         for event in events:
             head = f"event: {event['type']}\n" if named_events else ""
             self.wfile.write(f"{head}data: {json.dumps(event)}\n\n".encode())
-        if not named_events and model != "drop-stream":
+        if not named_events and not cut:
             self.wfile.write(b"data: [DONE]\n\n")
         self.wfile.flush()
         self.close_connection = True

@@ -7,8 +7,12 @@
   ``AsyncAnthropic`` Messages. Extra ``anthropic``.
 - :class:`BudgetRunHooks` (``openai_agents``): run hooks for the OpenAI Agents SDK. Extra
   ``agents``.
-- :class:`BudgetCallbackHandler` (``langchain``): a LangChain / LangGraph callback handler.
-  Extra ``langchain``.
+- :class:`BudgetCallbackHandler` (``langchain``): a LangChain / LangGraph callback handler;
+  :func:`guard_chat_model` a chat model that carries it and asks for stream usage. Extra
+  ``langchain``.
+
+- :class:`UnguardedCallError`: raised by a wrapped client for a model call it cannot guard
+  (naming the method); nothing is sent.
 
 Each name is imported on first use, so ``import budgetlens`` loads no SDK.
 """
@@ -18,18 +22,28 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from budgetlens.guard.adapters._refuse import UnguardedCallError
     from budgetlens.guard.adapters.anthropic_client import wrap_anthropic
-    from budgetlens.guard.adapters.langchain import BudgetCallbackHandler
+    from budgetlens.guard.adapters.langchain import BudgetCallbackHandler, guard_chat_model
     from budgetlens.guard.adapters.openai_agents import BudgetRunHooks
     from budgetlens.guard.adapters.openai_client import wrap_openai
 
-__all__ = ["BudgetCallbackHandler", "BudgetRunHooks", "wrap_anthropic", "wrap_openai"]
+__all__ = [
+    "BudgetCallbackHandler",
+    "BudgetRunHooks",
+    "UnguardedCallError",
+    "guard_chat_model",
+    "wrap_anthropic",
+    "wrap_openai",
+]
 
 _HOMES = {
     "wrap_openai": "openai_client",
     "wrap_anthropic": "anthropic_client",
     "BudgetRunHooks": "openai_agents",
     "BudgetCallbackHandler": "langchain",
+    "UnguardedCallError": "_refuse",
+    "guard_chat_model": "langchain",
 }
 
 

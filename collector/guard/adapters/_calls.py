@@ -8,6 +8,7 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
+from budgetlens.guard.adapters._tools import StreamToolCalls, ToolCallCount, response_tool_calls
 from budgetlens.guard.estimate import estimate_tokens
 from budgetlens.guard.results import Reservation
 from budgetlens.usage import UsageAccumulator
@@ -28,7 +29,9 @@ class CallGuard:
     """One adapter's link to a ``RunBudget``: ``run``; ``provider`` (``gen_ai.provider.name``);
     ``count_tokens``: a callable taking the request's keyword arguments and returning its prompt
     tokens (default :func:`budgetlens.guard.estimate.estimate_tokens` over its text);
-    ``max_output_tokens``: the output cap (tokens) added to requests that set none."""
+    ``max_output_tokens``: the output cap (tokens) added to requests that set none;
+    ``count_tool_calls``: count the tool calls responses ask for against ``max_tool_calls`` (see
+    :mod:`budgetlens.guard.adapters._tools`)."""
 
     def __init__(
         self,
@@ -36,6 +39,7 @@ class CallGuard:
         provider: str,
         count_tokens: Callable[[dict[str, Any]], int] | None = None,
         max_output_tokens: int = DEFAULT_MAX_OUTPUT_TOKENS,
+        count_tool_calls: bool = True,
     ) -> None:
         if count_tokens is not None and not callable(count_tokens):
             raise ValueError(
@@ -47,8 +51,11 @@ class CallGuard:
             or max_output_tokens < 1
         ):
             raise ValueError(f"max_output_tokens must be an int >= 1 (tokens), got {max_output_tokens!r}")
+        if not isinstance(count_tool_calls, bool):
+            raise ValueError(f"count_tool_calls must be True or False, got {count_tool_calls!r}")
         self.run, self.provider = run, provider
         self._count, self._ceiling = count_tokens, max_output_tokens
+        self.tools = ToolCallCount.of(run) if count_tool_calls else None
 
     def prompt_tokens(self, kwargs: dict[str, Any], prompt_parts: tuple[Any, ...]) -> int:
         """The request's prompt tokens: ``count_tokens(kwargs)``, else the estimate of its parts."""
@@ -74,7 +81,9 @@ class CallGuard:
         """Reserve the request's prompt tokens + output cap (the first of ``cap_keys`` it sets;
         else :meth:`output_cap`, written into ``kwargs[set_key]`` so the call cannot outgrow its
         reservation) for ``kwargs['model']``. Raises BudgetExceeded before the call when it does
-        not fit."""
+        not fit (also for tool calls the last response asked for that no longer fit)."""
+        if self.tools is not None:
+            self.tools.settle()
         prompt = self.prompt_tokens(kwargs, prompt_parts)
         given = next((kwargs[k] for k in cap_keys if kwargs.get(k) is not None), None)
         cap = self.output_cap(prompt, given)
@@ -99,15 +108,51 @@ class CallGuard:
             error_type=type(error).__name__ if error is not None else None,
         )
 
+    def asked_tools(self, names: list[str]) -> None:
+        """The response asked for tool calls ``names`` (see :class:`ToolCallCount`)."""
+        if self.tools is not None:
+            self.tools.asked(names)
+
+    def responded(self, res: Reservation, response: Any) -> None:
+        """Record a whole response (its usage and model) and the tool calls it asks for."""
+        self.record(res, getattr(response, "usage", None), getattr(response, "model", None))
+        self.asked_tools(response_tool_calls(response))
+
     def failed(self, res: Reservation, error: BaseException) -> None:
         """Settle the reservation of a call that raised: an error the API answered with a status
         (``status_code``: the request was refused, nothing generated) releases it; any other
         (timeout, lost connection: the model may have run) is recorded with unknown usage, charged
         its reservation."""
-        if isinstance(getattr(error, "status_code", None), int):
+        if answered(error):
             self.run.release(res)
         else:
             self.record(res, None, error=error)
+
+
+#: Error classes that carry a status but mean the request may have reached the model (LiteLLM
+#: gives its connection errors and timeouts a status of 500 / 408).
+_NOT_ANSWERED = frozenset({"APIConnectionError", "Timeout", "APITimeoutError", "MidStreamFallbackError"})
+
+
+def answered(error: BaseException) -> bool:
+    """Whether the API answered ``error`` with an HTTP status (``status_code`` or ``code``, 4xx or
+    5xx): the request was refused and nothing was generated, so its reservation is released. A
+    connection error or timeout (whatever status its SDK gives it) was not answered: the model
+    may have run, so the call is unknown, charged its reservation. The cause chain is followed (a
+    framework's own error raised from the SDK's)."""
+    seen: set[int] = set()
+    exc: BaseException | None = error
+    while exc is not None and id(exc) not in seen:  # a framework's error wrapping the SDK's
+        seen.add(id(exc))
+        if any(cls.__name__ in _NOT_ANSWERED for cls in type(exc).__mro__):
+            return False
+        status = getattr(exc, "status_code", None)
+        if not isinstance(status, int):
+            status = getattr(exc, "code", None)
+        if isinstance(status, int) and not isinstance(status, bool) and 400 <= status < 600:
+            return True
+        exc = exc.__cause__ or getattr(exc, "inner_exception", None)
+    return False
 
 
 class GuardedStream:
@@ -118,12 +163,21 @@ class GuardedStream:
     def __init__(self, stream: Any, guard: CallGuard, res: Reservation) -> None:
         self._stream, self._guard, self._res = stream, guard, res
         self._usage = UsageAccumulator(guard.provider)
+        self._tools = StreamToolCalls()
+        self._started: dict[str, Any] | None = None  # Anthropic message_start usage
+        self._delta = False  # Anthropic message_delta (the final output count) seen
         self._model: str | None = None
         self._open = True
 
     def _take(self, chunk: Any) -> Any:
-        if getattr(chunk, "usage", None) is not None or getattr(chunk, "type", None) in _USAGE_EVENTS:
+        kind = getattr(chunk, "type", None)
+        if getattr(chunk, "usage", None) is not None or kind in _USAGE_EVENTS:
             self._usage.add(chunk)
+            if kind == "message_start":
+                usage = getattr(getattr(chunk, "message", None), "usage", None)
+                self._started = _as_dict(usage)
+            self._delta = self._delta or kind == "message_delta"
+        self._tools.add(chunk)
         if self._model is None:
             model = getattr(chunk, "model", None) or getattr(getattr(chunk, "message", None), "model", None)
             model = model or getattr(getattr(chunk, "response", None), "model", None)
@@ -133,7 +187,13 @@ class GuardedStream:
     def _end(self, error: BaseException | None = None) -> None:
         if self._open:
             self._open = False
-            self._guard.record(self._res, self._usage.usage, self._model, error)
+            usage: Any = self._usage.usage
+            if self._started is not None and not self._delta:
+                # cut before message_delta: message_start's output count (1) is no report
+                usage = _without_output(self._started)
+            self._guard.record(self._res, usage, self._model, error)
+            if error is None:
+                self._guard.asked_tools(self._tools.names)
 
     def __iter__(self) -> GuardedStream:
         return self
@@ -158,7 +218,9 @@ class GuardedStream:
     def close(self) -> None:
         """Close the SDK stream and record the usage seen (unknown when none arrived)."""
         try:
-            self._stream.close()
+            closer = getattr(self._stream, "close", None)
+            if callable(closer):
+                closer()
         finally:
             self._end()
 
@@ -192,7 +254,10 @@ class GuardedAsyncStream(GuardedStream):
     async def aclose(self) -> None:
         """Close the SDK stream and record the usage seen."""
         try:
-            await self._stream.close()
+            closer = getattr(self._stream, "close", None) or getattr(self._stream, "aclose", None)
+            result = closer() if callable(closer) else None
+            if inspect.isawaitable(result):
+                await result
         finally:
             self._end()
 
@@ -213,12 +278,14 @@ class GuardedStreamManager:
         self._manager, self._guard, self._res = manager, guard, res
         self._stream: Any = None
 
-    def _end(self, error: BaseException | None, found: tuple[Any, Any] | None) -> None:
-        usage, model = found or (None, None)
-        if error is not None and usage is None and isinstance(getattr(error, "status_code", None), int):
+    def _end(self, error: BaseException | None, final: Any) -> None:
+        usage, model = (_final_usage(final), final.model) if final is not None else (None, None)
+        if error is not None and usage is None and answered(error):
             self._guard.run.release(self._res)
             return
         self._guard.record(self._res, usage, model, error)
+        if error is None and final is not None:
+            self._guard.asked_tools(response_tool_calls(final))
 
     def __enter__(self) -> Any:
         try:
@@ -232,10 +299,10 @@ class GuardedStreamManager:
         try:
             return self._manager.__exit__(exc_type, exc, tb)
         finally:
-            found = None
+            final = None
             with contextlib.suppress(Exception):  # nothing with usage arrived: unknown
-                found = _final_usage(self._stream)
-            self._end(exc, found)
+                final = _final(self._stream)
+            self._end(exc, final)
 
     async def __aenter__(self) -> Any:
         try:
@@ -249,25 +316,43 @@ class GuardedStreamManager:
         try:
             return await self._manager.__aexit__(exc_type, exc, tb)
         finally:
-            found = None
+            final = None
             with contextlib.suppress(Exception):  # nothing with usage arrived: unknown
-                found = _final_usage(self._stream)
-                if inspect.isawaitable(found):  # the async helpers' get_final_response
-                    final = await found
-                    found = (final.usage, final.model)
-            self._end(exc, found)
+                final = _final(self._stream)
+                if inspect.isawaitable(final):  # the async helpers' get_final_response
+                    final = await final
+            self._end(exc, final)
 
 
-def _final_usage(stream: Any) -> Any:
-    """(usage, model) of a stream helper's result: Anthropic's message snapshot, OpenAI's chat
-    completion snapshot, or OpenAI's final response (read to its end if the caller did not); for
-    an async OpenAI helper, the awaitable of its final response instead."""
+def _final(stream: Any) -> Any:
+    """A stream helper's result: Anthropic's message snapshot, OpenAI's chat completion
+    snapshot, or OpenAI's final response (read to its end if the caller did not); for an async
+    OpenAI helper, the awaitable of its final response instead."""
     for name in ("current_message_snapshot", "current_completion_snapshot"):
         if hasattr(type(stream), name):
-            snapshot = getattr(stream, name)
-            return snapshot.usage, snapshot.model
-    final = stream.get_final_response()
-    return final if inspect.isawaitable(final) else (final.usage, final.model)
+            return getattr(stream, name)
+    return stream.get_final_response()
+
+
+def _final_usage(final: Any) -> Any:
+    """The usage of a stream helper's result; an Anthropic message snapshot that never got its
+    ``message_delta`` (no ``stop_reason``: the stream was left early) has no output count, so its
+    usage is partial (output charged from the reservation), never message_start's 1."""
+    usage = getattr(final, "usage", None)
+    if usage is not None and getattr(final, "type", None) == "message" and final.stop_reason is None:
+        return _without_output(_as_dict(usage) or {})
+    return usage
+
+
+def _as_dict(usage: Any) -> dict[str, Any] | None:
+    if usage is None:
+        return None
+    dump = getattr(usage, "model_dump", None)
+    return dict(dump()) if callable(dump) else dict(usage)
+
+
+def _without_output(usage: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in usage.items() if k != "output_tokens" and v is not None}
 
 
 #: Stream event types that carry usage (Anthropic ``message_start``/``message_delta``, Responses'

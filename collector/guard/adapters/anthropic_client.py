@@ -1,13 +1,24 @@
 """A hard budget for the official Anthropic Python client (extra ``anthropic``).
 
-``client = wrap_anthropic(Anthropic(), run)``: every ``client.messages.create`` (sync with
-``Anthropic``, async with ``AsyncAnthropic``, plain or ``stream=True``) and ``client.messages.
-stream(...)`` first reserves the prompt estimate plus the request's ``max_tokens`` from ``run``
-(raising ``BudgetExceeded`` before the request is sent when it does not fit), then records the
-response's usage (for streams: ``message_start``'s input and cache counts and the last
-``message_delta``'s output count). Errors: an API error with a status releases the
-reservation; a timeout or broken connection is recorded with unknown usage (charged its
-reservation). Everything else on the client passes through unguarded.
+``client = wrap_anthropic(Anthropic(), run)``: every ``messages.create`` / ``.parse`` /
+``.stream(...)`` and the same under ``beta.messages`` (sync with ``Anthropic``, async with
+``AsyncAnthropic``, plain or ``stream=True``) first reserves the prompt estimate plus the
+request's ``max_tokens`` from ``run`` (raising ``BudgetExceeded`` before the request is sent when
+it does not fit), then records the response's usage (for streams: ``message_start``'s input and
+cache counts and the last ``message_delta``'s output count; a stream that ends before its
+``message_delta`` is *partial*: its output is charged at the reservation's output part, never
+message_start's 1). Tool calls a response asks for count against ``max_tool_calls`` (see
+:mod:`budgetlens.guard.adapters._tools`). ``with_options(...)``, ``copy(...)`` and
+``with_middleware(...)`` return a guarded client on the same budget.
+
+Refused with :class:`UnguardedCallError` (naming the method; nothing is sent): message batches
+(``messages.batches``, ``beta.messages.batches``), ``beta.messages.tool_runner`` (it calls the
+unwrapped client; run the tool loop on the guarded client instead), ``with_raw_response`` /
+``with_streaming_response``, and ``beta.agents`` / ``beta.sessions`` / ``beta.deployments`` /
+``beta.deployment_runs``. ``count_tokens`` (free) and resources without model calls pass through.
+
+Errors: an API error with a status releases the reservation; a timeout or broken connection is
+recorded with unknown usage (charged its reservation).
 """
 
 from __future__ import annotations
@@ -25,8 +36,16 @@ from budgetlens.guard.adapters._calls import (
     GuardedStreamManager,
 )
 from budgetlens.guard.adapters._proxy import Proxy
+from budgetlens.guard.adapters._refuse import BY_HAND_HINT, RAW_HINT, Refused
 
 __all__ = ["wrap_anthropic"]
+
+_RAW = ("with_raw_response", "with_streaming_response")
+_BETA_REFUSED = ("agents", "sessions", "deployments", "deployment_runs")
+_TOOL_RUNNER_HINT = (
+    "the tool runner calls the unwrapped client; loop over client.beta.messages.create (guarded) "
+    "and run the tools yourself"
+)
 
 
 def wrap_anthropic(
@@ -35,16 +54,18 @@ def wrap_anthropic(
     *,
     count_tokens: Callable[[dict[str, Any]], int] | None = None,
     max_output_tokens: int = DEFAULT_MAX_OUTPUT_TOKENS,
+    count_tool_calls: bool = True,
 ) -> Any:
     """``client`` (``anthropic.Anthropic`` or ``anthropic.AsyncAnthropic``) guarded by ``run``
     (a ``RunBudget``). ``count_tokens(request_kwargs) -> int`` replaces the prompt estimate (e.g.
     through ``client.messages.count_tokens``); ``max_output_tokens`` fills ``max_tokens`` when a
-    request omits it. Raises ValueError for a client of another kind or a bad option."""
+    request omits it; ``count_tool_calls`` counts the tool calls responses ask for. Raises
+    ValueError for a client of another kind or a bad option."""
     if not isinstance(client, (anthropic.Anthropic, anthropic.AsyncAnthropic)):
         raise ValueError(
             f"wrap_anthropic takes an anthropic.Anthropic or anthropic.AsyncAnthropic client, got {client!r}"
         )
-    guard = CallGuard(run, "anthropic", count_tokens, max_output_tokens)
+    guard = CallGuard(run, "anthropic", count_tokens, max_output_tokens, count_tool_calls)
     return GuardedAnthropic(client, guard, isinstance(client, anthropic.AsyncAnthropic))
 
 
@@ -54,18 +75,52 @@ class GuardedAnthropic(Proxy):
     def __init__(self, client: Any, guard: CallGuard, is_async: bool) -> None:
         super().__init__(client)
         self.budgetlens_run = guard.run
-        self.messages = _Messages(client.messages, guard, is_async)
+        self._guard, self._is_async = guard, is_async
+        self.messages = _Messages(client.messages, guard, is_async, "messages")
+        self.beta = _Beta(client.beta, guard, is_async)
+        for name in _RAW:
+            setattr(self, name, Refused(name, RAW_HINT))
+
+    def _again(self, client: Any) -> GuardedAnthropic:
+        return GuardedAnthropic(client, self._guard, self._is_async)
+
+    def with_options(self, **options: Any) -> GuardedAnthropic:
+        """The SDK's ``with_options``, guarded by the same budget."""
+        return self._again(self._target.with_options(**options))
+
+    def copy(self, **options: Any) -> GuardedAnthropic:
+        """The SDK's ``copy``, guarded by the same budget."""
+        return self._again(self._target.copy(**options))
+
+    def with_middleware(self, *args: Any, **kwargs: Any) -> GuardedAnthropic:
+        """The SDK's ``with_middleware``, guarded by the same budget."""
+        return self._again(self._target.with_middleware(*args, **kwargs))
+
+
+class _Beta(Proxy):
+    def __init__(self, beta: Any, guard: CallGuard, is_async: bool) -> None:
+        super().__init__(beta)
+        self.messages = _Messages(beta.messages, guard, is_async, "beta.messages")
+        vars(self.messages)["tool_runner"] = Refused("beta.messages.tool_runner", _TOOL_RUNNER_HINT)
+        for name in _BETA_REFUSED:
+            setattr(self, name, Refused(f"beta.{name}", BY_HAND_HINT))
+        for name in _RAW:
+            setattr(self, name, Refused(f"beta.{name}", RAW_HINT))
 
 
 def _prompt(kwargs: dict[str, Any]) -> tuple[Any, ...]:
-    return (kwargs.get("system"), kwargs.get("messages"), kwargs.get("tools"))
+    return (kwargs.get("system"), kwargs.get("messages"), kwargs.get("tools"), kwargs.get("output_format"))
 
 
 class _Messages(Proxy):
-    def __init__(self, messages: Any, guard: CallGuard, is_async: bool) -> None:
+    def __init__(self, messages: Any, guard: CallGuard, is_async: bool, path: str) -> None:
         super().__init__(messages)
         self._guard, self._is_async = guard, is_async
         self.create = self._acreate if is_async else self._create
+        self.parse = self._aparse if is_async else self._parse
+        self.batches = Refused(f"{path}.batches", BY_HAND_HINT)
+        for name in _RAW:
+            setattr(self, name, Refused(f"{path}.{name}", RAW_HINT))
 
     def _prepare(self, kwargs: dict[str, Any]) -> tuple[dict[str, Any], Any]:
         kwargs = dict(kwargs)
@@ -74,26 +129,38 @@ class _Messages(Proxy):
     def _settle(self, kwargs: dict[str, Any], res: Any, response: Any) -> Any:
         if kwargs.get("stream") is True:
             return (GuardedAsyncStream if self._is_async else GuardedStream)(response, self._guard, res)
-        self._guard.record(res, getattr(response, "usage", None), getattr(response, "model", None))
+        self._guard.responded(res, response)
         return response
 
-    def _create(self, **kwargs: Any) -> Any:
+    def _call(self, method: str, kwargs: dict[str, Any]) -> Any:
         kwargs, res = self._prepare(kwargs)
         try:
-            response = self._target.create(**kwargs)
+            response = getattr(self._target, method)(**kwargs)
         except BaseException as exc:
             self._guard.failed(res, exc)
             raise
         return self._settle(kwargs, res, response)
 
-    async def _acreate(self, **kwargs: Any) -> Any:
+    async def _acall(self, method: str, kwargs: dict[str, Any]) -> Any:
         kwargs, res = self._prepare(kwargs)
         try:
-            response = await self._target.create(**kwargs)
+            response = await getattr(self._target, method)(**kwargs)
         except BaseException as exc:
             self._guard.failed(res, exc)
             raise
         return self._settle(kwargs, res, response)
+
+    def _create(self, **kwargs: Any) -> Any:
+        return self._call("create", kwargs)
+
+    def _parse(self, **kwargs: Any) -> Any:
+        return self._call("parse", kwargs)
+
+    async def _acreate(self, **kwargs: Any) -> Any:
+        return await self._acall("create", kwargs)
+
+    async def _aparse(self, **kwargs: Any) -> Any:
+        return await self._acall("parse", kwargs)
 
     def stream(self, **kwargs: Any) -> Any:
         """``client.messages.stream(...)``: the SDK's stream manager, guarded (reserved on

@@ -8,6 +8,12 @@ most ``max_output_tokens``) and raises ``BudgetExceeded`` before the call when i
 the response's ``usage_metadata`` (streamed usage included when the model reports it; unknown,
 charged its reservation, when it does not); a failed call (``on_llm_error``) is released when the
 API answered with a status, else charged; each tool call counts against ``max_tool_calls``.
+
+A callback handler cannot change the request: a ``ChatOpenAI(streaming=True)`` on another base URL
+streams without usage (unknown, so the default policy blocks the run after its first call).
+``guard_chat_model(llm, run)`` returns a copy of the chat model that carries the handler itself
+(so every call of the model is guarded, inside any chain or graph) and asks for stream usage
+(``stream_usage=True``) where the model has that option.
 """
 
 from __future__ import annotations
@@ -19,30 +25,37 @@ from uuid import UUID
 
 from langchain_core.callbacks import BaseCallbackHandler
 
-from budgetlens.guard.adapters._calls import DEFAULT_MAX_OUTPUT_TOKENS
+from budgetlens.guard.adapters._calls import DEFAULT_MAX_OUTPUT_TOKENS, answered
 from budgetlens.guard.estimate import estimate_tokens
-from budgetlens.usage import Usage
+from budgetlens.usage import Usage, normalize_usage
 
-__all__ = ["BudgetCallbackHandler", "langchain_usage"]
+__all__ = ["BudgetCallbackHandler", "guard_chat_model", "langchain_usage"]
 
 _CAP_KEYS = ("max_tokens", "max_completion_tokens", "max_output_tokens")
 _MODEL_KEYS = ("model", "model_name", "model_id")
 
 
 def langchain_usage(usage_metadata: Any) -> Usage | None:
-    """LangChain's ``usage_metadata`` (``input_tokens`` with all input, ``output_tokens`` with
-    all output; ``input_token_details.cache_read`` / ``cache_creation`` and
-    ``output_token_details.reasoning`` as parts) as a :class:`budgetlens.Usage`; None without."""
+    """LangChain's ``usage_metadata`` as a :class:`budgetlens.Usage`; None without.
+
+    ``input_tokens`` should hold all input, ``output_tokens`` all output, with
+    ``input_token_details.cache_read`` / ``cache_creation`` and ``output_token_details.reasoning``
+    as parts; some integrations leave the cache out of ``input_tokens`` (langchain-aws on Bedrock:
+    input 23, cache read 16,000). The counts go through :func:`budgetlens.usage.normalize_usage`
+    in its Chat Completions shape, whose rule covers both: cache parts larger than the input
+    total cannot be inside it, so they are added (16,023 input)."""
     if not usage_metadata:
         return None
     inp = usage_metadata.get("input_token_details") or {}
     out = usage_metadata.get("output_token_details") or {}
-    return Usage(
-        int(usage_metadata.get("input_tokens") or 0),
-        int(usage_metadata.get("output_tokens") or 0),
-        cache_read_tokens=int(inp.get("cache_read") or 0),
-        cache_write_tokens=int(inp.get("cache_creation") or 0),
-        reasoning_tokens=int(out.get("reasoning") or 0),
+    return normalize_usage(
+        {
+            "prompt_tokens": usage_metadata.get("input_tokens"),
+            "completion_tokens": usage_metadata.get("output_tokens"),
+            "cache_read_input_tokens": inp.get("cache_read"),
+            "cache_creation_input_tokens": inp.get("cache_creation"),
+            "completion_tokens_details": {"reasoning_tokens": out.get("reasoning")},
+        }
     )
 
 
@@ -127,7 +140,7 @@ class BudgetCallbackHandler(BaseCallbackHandler):
             provider = self._providers.pop(run_id, None)
         if res is None:
             return
-        if isinstance(getattr(error, "status_code", None), int):
+        if answered(error):
             self.run.release(res)
         else:
             self.run.record(
@@ -138,3 +151,21 @@ class BudgetCallbackHandler(BaseCallbackHandler):
         self, serialized: dict[str, Any], input_str: str, *, run_id: UUID, **kwargs: Any
     ) -> None:
         self.run.before_tool_call(str((serialized or {}).get("name") or kwargs.get("name") or "tool"))
+
+
+def guard_chat_model(model: Any, run: Any, **options: Any) -> Any:
+    """A copy of the LangChain chat model ``model`` guarded by ``run`` (a ``RunBudget``): it
+    carries a :class:`BudgetCallbackHandler` (built with ``options``) among its own callbacks, so
+    every call of it is reserved and recorded wherever it runs, and it asks for stream usage
+    (``stream_usage=True``, e.g. ``ChatOpenAI`` on any base URL) unless that is set already.
+    Raises ValueError for an object that is not a chat model."""
+    fields = getattr(type(model), "model_fields", None)
+    if fields is None or "callbacks" not in fields:
+        raise ValueError(f"guard_chat_model takes a LangChain chat model, got {model!r}")
+    callbacks = getattr(model, "callbacks", None)
+    if callbacks is not None and not isinstance(callbacks, list):
+        raise ValueError("guard_chat_model: the model's callbacks must be a list (or None), not a manager")
+    update: dict[str, Any] = {"callbacks": [*(callbacks or []), BudgetCallbackHandler(run, **options)]}
+    if "stream_usage" in fields and not getattr(model, "stream_usage", None):
+        update["stream_usage"] = True
+    return model.model_copy(update=update)

@@ -1,39 +1,78 @@
 """A hard budget for agents built on the OpenAI Agents SDK (extra ``agents``), through its
 run-hooks interface.
 
-``Runner.run(agent, task, hooks=BudgetRunHooks(run))``: before each model call
-(``on_llm_start``) the hooks reserve the prompt estimate (system prompt and input items) plus
-the agent's ``model_settings.max_tokens`` (else the budget's output left, at most
-``max_output_tokens``), raising ``BudgetExceeded`` before the call when it does not fit; after
-it (``on_llm_end``) they record the response's usage; each local tool call counts against
-``max_tool_calls`` (``on_tool_start``). The ``BudgetExceeded`` propagates out of
-``Runner.run``.
+``hooks = BudgetRunHooks(run)``; ``Runner.run(agent, task, hooks=hooks, run_config=hooks.run_config())``:
+
+- before each model call (``on_llm_start``) the hooks reserve the prompt estimate (system prompt
+  and input items) plus the agent's ``model_settings.max_tokens`` (else the budget's output left,
+  at most ``max_output_tokens``), raising ``BudgetExceeded`` before the call when it does not
+  fit; after it (``on_llm_end``) they record the response's usage. A response that reports no
+  tokens (a Chat Completions stream the server sent without usage) is *unknown*, charged its
+  reservation, never 0. ``run_config()`` asks Chat Completions streams for their usage
+  (``ModelSettings(include_usage=True)``; the SDK asks only OpenAI's own endpoint by default).
+- a model call that raised (a 429 after the SDK's retries, a cut stream) gets no end hook: its
+  reservation stays open and is charged as unknown usage when the run finishes (or when the same
+  agent of the same run starts its next call).
+- each local tool call and each handoff counts against ``max_tool_calls`` (``on_tool_start``,
+  ``on_handoff``); several tool calls of one response are each counted before any runs.
+- sub-agents of ``agent.as_tool()`` run in a nested ``Runner`` without these hooks: the hooks
+  attach themselves to the sub-agent (its ``agent.hooks``, keeping hooks it had) when its tool
+  starts, so its model and tool calls are charged to the same run. A sub-agent's refusal that
+  ``as_tool`` turns into a tool error message for the model is raised again at the run's next
+  step, so the run stops there.
+- a refusal is raised as :class:`AgentsBudgetExceeded`, a ``BudgetExceeded`` that is also the
+  SDK's own ``AgentsException``, so the SDK lets it out of ``Runner.run`` as it is (not wrapped in
+  a ``UserError``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from agents import RunHooks
+from agents import AgentHooks, RunConfig, RunHooks
+from agents.exceptions import AgentsException
+from agents.model_settings import ModelSettings
 
 from budgetlens.guard.adapters._calls import DEFAULT_MAX_OUTPUT_TOKENS
 from budgetlens.guard.estimate import estimate_tokens
+from budgetlens.guard.results import BudgetExceeded
 from budgetlens.usage import Usage
 
-__all__ = ["BudgetRunHooks", "agents_usage"]
+__all__ = ["AgentsBudgetExceeded", "BudgetRunHooks", "agents_usage"]
+
+
+class AgentsBudgetExceeded(BudgetExceeded, AgentsException):
+    """A :class:`BudgetExceeded` the Agents SDK re-raises unchanged (it wraps other exceptions
+    from tools and hooks in ``UserError``). Same ``reason``/``limit``/``used``/``requested``."""
+
+
+def _raise_as_agents(call: Callable[[], Any]) -> Any:
+    try:
+        return call()
+    except AgentsBudgetExceeded:
+        raise
+    except BudgetExceeded as exc:
+        raise AgentsBudgetExceeded(exc.reason, exc.limit, exc.used, exc.requested, exc.detail) from None
 
 
 def agents_usage(usage: Any) -> Usage | None:
     """An Agents SDK ``Usage`` of one model response as a :class:`budgetlens.Usage` (tokens;
-    cached input and reasoning output as parts); None when it reports no request."""
+    cached input and reasoning output as parts); None when it reports no request or no tokens
+    (no call has an empty prompt: 0/0 is a response without usage, unknown, never 0)."""
     if usage is None or not getattr(usage, "requests", 1):
+        return None
+    if not (usage.input_tokens or usage.output_tokens):
         return None
     cached = getattr(getattr(usage, "input_tokens_details", None), "cached_tokens", 0) or 0
     reasoning = getattr(getattr(usage, "output_tokens_details", None), "reasoning_tokens", 0) or 0
     return Usage(
-        usage.input_tokens, usage.output_tokens, cache_read_tokens=cached, reasoning_tokens=reasoning
+        usage.input_tokens,
+        usage.output_tokens,
+        cache_read_tokens=min(cached, usage.input_tokens),
+        reasoning_tokens=min(reasoning, usage.output_tokens),
     )
 
 
@@ -54,10 +93,11 @@ def _model_name(agent: Any) -> str | None:
 
 class BudgetRunHooks(RunHooks):
     """Run hooks that put ``run`` (a ``RunBudget``) around every model and tool call of an
-    Agents SDK run. ``count_tokens(system_prompt, input_items) -> int`` replaces the prompt
-    estimate; ``max_output_tokens`` is reserved for agents whose settings set no ``max_tokens``;
-    ``provider`` names the ``gen_ai.provider.name``. ``effect_tools``: names of tools that
-    write somewhere (each begins an external effect, confirmed when the tool returns)."""
+    Agents SDK run, its handoffs and its ``as_tool`` sub-agents. ``count_tokens(system_prompt,
+    input_items) -> int`` replaces the prompt estimate; ``max_output_tokens`` is reserved for
+    agents whose settings set no ``max_tokens``; ``provider`` names the
+    ``gen_ai.provider.name``. ``effect_tools``: names of tools that write somewhere (each begins
+    an external effect, confirmed when the tool returns)."""
 
     def __init__(
         self,
@@ -71,12 +111,45 @@ class BudgetRunHooks(RunHooks):
         self.run, self.provider = run, provider
         self._count, self._ceiling = count_tokens, max_output_tokens
         self._effect_tools = frozenset(effect_tools)
-        self._open: dict[int, deque] = {}
+        self._open: dict[tuple[int, int], deque] = {}
         self._effects: dict[int, deque] = {}
+        self._pending_stop: BudgetExceeded | None = None  # a sub-agent's refusal the SDK swallowed
+
+    def _stop_pending(self) -> None:
+        """Raise the refusal of a sub-agent that ``as_tool`` turned into a tool error message for
+        the model (its default ``failure_error_function``): the run stops at its next step."""
+        stop, self._pending_stop = self._pending_stop, None
+        if stop is not None:
+            raise AgentsBudgetExceeded(stop.reason, stop.limit, stop.used, stop.requested, stop.detail)
+
+    def run_config(self, base: RunConfig | None = None) -> RunConfig:
+        """``base`` (default: a new ``RunConfig``) asking Chat Completions streams for usage
+        (``include_usage=True`` unless ``base`` sets it); nested ``as_tool`` runs inherit it."""
+        base = base or RunConfig()
+        settings = base.model_settings or ModelSettings()
+        if settings.include_usage is None:
+            settings = dataclasses.replace(settings, include_usage=True)
+        return dataclasses.replace(base, model_settings=settings)
+
+    def _own(self, agent: Any) -> bool:
+        """Whether the run hooks handle ``agent`` (not when the agent's own hooks, attached by
+        these for a sub-agent, do: each call is charged once)."""
+        hooks = getattr(agent, "hooks", None)
+        return not (isinstance(hooks, _SubAgentHooks) and hooks.owner is self)
 
     async def on_llm_start(
         self, context: Any, agent: Any, system_prompt: str | None, input_items: list
     ) -> None:
+        if self._own(agent):
+            self.llm_start(context, agent, system_prompt, input_items)
+
+    def llm_start(self, context: Any, agent: Any, system_prompt: str | None, input_items: list) -> None:
+        """Reserve one model call of ``agent`` (see the module doc)."""
+        self._stop_pending()
+        key = (id(context), id(agent))
+        stale = self._open.get(key)
+        while stale:  # the same agent of the same run calls again: the last call raised
+            self.run.record(None, reservation=stale.popleft(), provider=self.provider)
         if self._count is not None:
             prompt = self._count(system_prompt, input_items)
         else:
@@ -89,11 +162,16 @@ class BudgetRunHooks(RunHooks):
         if not isinstance(cap, int):
             left = self.run.output_budget(self._ceiling, prompt)
             cap = self._ceiling if left is None or left < 1 else left
-        res = self.run.reserve(prompt + cap, _model_name(agent), output_tokens=cap)
-        self._open.setdefault(id(agent), deque()).append(res)
+        res = _raise_as_agents(lambda: self.run.reserve(prompt + cap, _model_name(agent), output_tokens=cap))
+        self._open.setdefault(key, deque()).append(res)
 
     async def on_llm_end(self, context: Any, agent: Any, response: Any) -> None:
-        queue = self._open.get(id(agent))
+        if self._own(agent):
+            self.llm_end(context, agent, response)
+
+    def llm_end(self, context: Any, agent: Any, response: Any) -> None:
+        """Record the model call of ``agent`` that ended with ``response``."""
+        queue = self._open.get((id(context), id(agent)))
         res = queue.popleft() if queue else None
         self.run.record(
             agents_usage(getattr(response, "usage", None)),
@@ -103,13 +181,84 @@ class BudgetRunHooks(RunHooks):
         )
 
     async def on_tool_start(self, context: Any, agent: Any, tool: Any) -> None:
+        if self._own(agent):
+            self.tool_start(agent, tool)
+
+    def tool_start(self, agent: Any, tool: Any) -> None:
+        """Count one tool call; attach these hooks to the sub-agent of an ``as_tool`` tool."""
+        self._stop_pending()
         name = str(getattr(tool, "name", type(tool).__name__))
-        effect = self.run.before_tool_call(name, external_effect=name in self._effect_tools)
+        effect = _raise_as_agents(
+            lambda: self.run.before_tool_call(name, external_effect=name in self._effect_tools)
+        )
         if effect is not None:
             self._effects.setdefault(id(agent), deque()).append(effect)
+        sub = getattr(tool, "_agent_instance", None)  # set by Agent.as_tool
+        if sub is not None and self._own(sub) and hasattr(sub, "hooks"):
+            sub.hooks = _SubAgentHooks(self, sub.hooks)
 
     async def on_tool_end(self, context: Any, agent: Any, tool: Any, result: object) -> None:
+        if self._own(agent):
+            self.tool_end(agent, tool)
+
+    def tool_end(self, agent: Any, tool: Any) -> None:
+        """Confirm the effect of an effect tool that returned."""
         name = str(getattr(tool, "name", type(tool).__name__))
         queue = self._effects.get(id(agent))
         if name in self._effect_tools and queue:
             self.run.confirm_effect(queue.popleft())
+
+    async def on_handoff(self, context: Any, from_agent: Any, to_agent: Any) -> None:
+        if self._own(from_agent):
+            self.handoff(to_agent)
+
+    def handoff(self, to_agent: Any) -> None:
+        """Count a handoff as a tool call (``transfer_to_<agent>``)."""
+        self._stop_pending()
+        name = f"transfer_to_{getattr(to_agent, 'name', 'agent')}"
+        _raise_as_agents(lambda: self.run.before_tool_call(name))
+
+
+class _SubAgentHooks(AgentHooks):
+    """Agent hooks that charge a sub-agent's calls to ``owner``'s run, then call the hooks the
+    sub-agent had (``previous``)."""
+
+    def __init__(self, owner: BudgetRunHooks, previous: Any) -> None:
+        self.owner, self.previous = owner, previous
+
+    def _charge(self, step: Callable[[], Any]) -> None:
+        try:
+            step()
+        except BudgetExceeded as exc:
+            self.owner._pending_stop = exc  # as_tool may swallow it: the run stops at its next step
+            raise
+
+    async def _then(self, name: str, *args: Any) -> None:
+        if self.previous is not None:
+            await getattr(self.previous, name)(*args)
+
+    async def on_start(self, context: Any, agent: Any) -> None:
+        await self._then("on_start", context, agent)
+
+    async def on_end(self, context: Any, agent: Any, output: Any) -> None:
+        await self._then("on_end", context, agent, output)
+
+    async def on_llm_start(self, context: Any, agent: Any, system_prompt: Any, input_items: Any) -> None:
+        self._charge(lambda: self.owner.llm_start(context, agent, system_prompt, input_items))
+        await self._then("on_llm_start", context, agent, system_prompt, input_items)
+
+    async def on_llm_end(self, context: Any, agent: Any, response: Any) -> None:
+        self.owner.llm_end(context, agent, response)
+        await self._then("on_llm_end", context, agent, response)
+
+    async def on_tool_start(self, context: Any, agent: Any, tool: Any) -> None:
+        self._charge(lambda: self.owner.tool_start(agent, tool))
+        await self._then("on_tool_start", context, agent, tool)
+
+    async def on_tool_end(self, context: Any, agent: Any, tool: Any, result: Any) -> None:
+        self.owner.tool_end(agent, tool)
+        await self._then("on_tool_end", context, agent, tool, result)
+
+    async def on_handoff(self, context: Any, agent: Any, source: Any) -> None:
+        self._charge(lambda: self.owner.handoff(agent))
+        await self._then("on_handoff", context, agent, source)

@@ -1,0 +1,192 @@
+"""A hard budget for LlamaIndex LLMs and agents (extra ``llama-index``): the call is wrapped
+(LlamaIndex's instrumentation swallows an event handler's exception, so a handler cannot refuse).
+
+``llm = guard_llm(llm, run)`` (any LlamaIndex ``LLM``; a guarded copy of it), or
+``guard_llama_agent(agent, run)`` for a workflow agent (``FunctionAgent``, ``ReActAgent``: its
+LLM and tools, in place):
+
+- ``chat`` / ``achat`` / ``stream_chat`` / ``astream_chat`` (and so ``complete``, ``*_with_tools``
+  and the agents built on them) reserve the prompt estimate (messages) plus the LLM's
+  ``max_tokens`` (else the budget's output left, at most ``max_output_tokens``, passed as
+  ``max_tokens``) and raise ``BudgetExceeded`` before the call when it does not fit; then record
+  the usage of the raw provider response (``ChatResponse.raw``; streams: the last chunk that
+  carries usage, and ``stream_options={"include_usage": True}`` is asked for); a call without
+  usage is *unknown*, charged its reservation; a failed call is released when the API answered
+  with a status, else charged;
+- each tool call of a guarded agent (``FunctionTool.call`` / ``acall``) counts against
+  ``max_tool_calls`` before it runs; the agent hands a tool's exception to the model, so a refusal
+  is raised again by the agent's next LLM call (the run stops there).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import AsyncIterator, Callable, Iterator
+from typing import Any
+
+from budgetlens.guard.adapters._calls import DEFAULT_MAX_OUTPUT_TOKENS, CallGuard
+from budgetlens.guard.results import BudgetExceeded
+from budgetlens.usage import normalize_usage
+
+__all__ = ["guard_llama_agent", "guard_llm"]
+
+
+def _usage(response: Any) -> Any:
+    raw = getattr(response, "raw", None)
+    if raw is None:
+        return None
+    try:
+        return normalize_usage(raw)
+    except ValueError:
+        return None
+
+
+def _model(response: Any) -> str | None:
+    model = getattr(getattr(response, "raw", None), "model", None)
+    return model if isinstance(model, str) else None
+
+
+def guard_llm(
+    llm: Any,
+    run: Any,
+    *,
+    max_output_tokens: int = DEFAULT_MAX_OUTPUT_TOKENS,
+    provider: str = "llama_index",
+    stream_usage: bool = True,
+    _pending: list[Any] | None = None,
+) -> Any:
+    """A copy of the LlamaIndex ``llm`` whose chat calls go through ``run`` (a ``RunBudget``);
+    see the module doc. ``stream_usage``: ask streams for usage (an OpenAI-compatible option).
+    Raises ValueError for an object that is not a LlamaIndex LLM."""
+    if not all(hasattr(llm, name) for name in ("chat", "achat", "stream_chat", "astream_chat", "metadata")):
+        raise ValueError(f"guard_llm takes a LlamaIndex LLM, got {llm!r}")
+    guard = CallGuard(run, provider, None, max_output_tokens)
+    base = type(llm)
+    model_name = getattr(llm, "model", None)
+
+    def prepare(self: Any, messages: Any, kwargs: dict[str, Any], stream: bool) -> Any:
+        if _pending:  # a tool refusal the agent handed to the model: the run stops here
+            raise _pending.pop()
+        prompt = guard.prompt_tokens({"messages": messages}, ([getattr(m, "content", m) for m in messages],))
+        cap = guard.output_cap(prompt, kwargs.get("max_tokens", getattr(self, "max_tokens", None)))
+        kwargs.setdefault("max_tokens", cap)
+        if stream and stream_usage:
+            kwargs.setdefault("stream_options", {"include_usage": True})
+        return run.reserve(
+            prompt + cap, model_name if isinstance(model_name, str) else None, output_tokens=cap
+        )
+
+    def chat(self: Any, messages: Any, **kwargs: Any) -> Any:
+        res = prepare(self, messages, kwargs, False)
+        try:
+            response = base.chat(self, messages, **kwargs)
+        except BaseException as exc:
+            guard.failed(res, exc)
+            raise
+        guard.record(res, _usage(response), _model(response))
+        return response
+
+    async def achat(self: Any, messages: Any, **kwargs: Any) -> Any:
+        res = prepare(self, messages, kwargs, False)
+        try:
+            response = await base.achat(self, messages, **kwargs)
+        except BaseException as exc:
+            guard.failed(res, exc)
+            raise
+        guard.record(res, _usage(response), _model(response))
+        return response
+
+    def stream_chat(self: Any, messages: Any, **kwargs: Any) -> Iterator[Any]:
+        res = prepare(self, messages, kwargs, True)
+        last: list[Any] = [None, None]  # usage, model
+
+        def gen() -> Iterator[Any]:
+            try:
+                for chunk in base.stream_chat(self, messages, **kwargs):
+                    last[0] = _usage(chunk) or last[0]
+                    last[1] = last[1] or _model(chunk)
+                    yield chunk
+            except BaseException as exc:
+                guard.record(res, last[0], last[1], exc) if last[0] else guard.failed(res, exc)
+                raise
+            guard.record(res, last[0], last[1])
+
+        return gen()
+
+    async def astream_chat(self: Any, messages: Any, **kwargs: Any) -> AsyncIterator[Any]:
+        res = prepare(self, messages, kwargs, True)
+        try:
+            inner = await base.astream_chat(self, messages, **kwargs)
+        except BaseException as exc:
+            guard.failed(res, exc)
+            raise
+
+        async def gen() -> AsyncIterator[Any]:
+            usage, model = None, None
+            try:
+                async for chunk in inner:
+                    usage, model = _usage(chunk) or usage, model or _model(chunk)
+                    yield chunk
+            except BaseException as exc:
+                guard.record(res, usage, model, exc) if usage else guard.failed(res, exc)
+                raise
+            guard.record(res, usage, model)
+
+        return gen()
+
+    guarded = type(
+        f"Budget{base.__name__}",
+        (base,),
+        {
+            "chat": chat,
+            "achat": achat,
+            "stream_chat": stream_chat,
+            "astream_chat": astream_chat,
+            "__module__": __name__,
+        },
+    )
+    copy = llm.model_copy() if hasattr(llm, "model_copy") else llm
+    copy.__class__ = guarded
+    return copy
+
+
+def _counted(
+    call: Callable[..., Any], name: str, run: Any, is_async: bool, pending: list
+) -> Callable[..., Any]:
+    def count() -> None:
+        try:
+            run.before_tool_call(name)
+        except BudgetExceeded as exc:
+            pending[:] = [exc]  # the agent hands tool errors to the model: raised at its next call
+            raise
+
+    if is_async:
+
+        @functools.wraps(call)
+        async def acounted(*args: Any, **kwargs: Any) -> Any:
+            count()
+            return await call(*args, **kwargs)
+
+        return acounted
+
+    @functools.wraps(call)
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        count()
+        return call(*args, **kwargs)
+
+    return counted
+
+
+def guard_llama_agent(agent: Any, run: Any, **options: Any) -> Any:
+    """Guard a LlamaIndex workflow agent in place (its ``llm`` through :func:`guard_llm` with
+    ``options``; each of its tools counted); returns ``agent``."""
+    pending: list[Any] = []
+    agent.llm = guard_llm(agent.llm, run, _pending=pending, **options)
+    for tool in getattr(agent, "tools", None) or ():
+        name = str(getattr(getattr(tool, "metadata", None), "name", None) or "tool")
+        original_call = getattr(tool, "_budgetlens_call", None) or tool.call
+        original_acall = getattr(tool, "_budgetlens_acall", None) or tool.acall
+        tool._budgetlens_call, tool._budgetlens_acall = original_call, original_acall
+        tool.call = _counted(original_call, name, run, False, pending)
+        tool.acall = _counted(original_acall, name, run, True, pending)
+    return agent

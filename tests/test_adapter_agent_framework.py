@@ -1,0 +1,117 @@
+"""Microsoft Agent Framework under a budget (issue 20): the real ``agent-framework-core`` and
+``agent-framework-openai`` packages against the local server (no network)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("agent_framework")
+pytest.importorskip("agent_framework_openai")
+
+from agent_framework import Agent
+from agent_framework.openai import OpenAIChatCompletionClient
+
+from budgetlens import BudgetExceeded, RunBudget, Usage
+from budgetlens.guard.adapters.agent_framework import budget_middleware
+from budgetlens.semconv import STOP_BUDGET_TOKENS, STOP_BUDGET_TOOLS, USAGE_REPORTED, USAGE_UNKNOWN
+
+sys.path.insert(0, str(Path(__file__).parent / "examples"))
+from llm_server import CACHED_TOKENS, INPUT_TOKENS, OUTPUT_TOKENS, REASONING_TOKENS, LLMServer
+
+pytestmark = pytest.mark.system  # each test starts an HTTP server
+
+CALL = Usage(INPUT_TOKENS, OUTPUT_TOKENS, cache_read_tokens=CACHED_TOKENS, reasoning_tokens=REASONING_TOKENS)
+
+
+@pytest.fixture(scope="module")
+def server():
+    with LLMServer() as s:
+        yield s
+
+
+def read_file(path: str) -> str:
+    """Read a file of the repository."""
+    return "def f(): ..."
+
+
+def client(server, model="gpt-4o-mini"):
+    return OpenAIChatCompletionClient(model=model, base_url=server.openai_url, api_key="test")
+
+
+def agent(server, run, model="gpt-4o-mini", **kwargs):
+    return Agent(
+        client=client(server, model),
+        instructions="Fix bugs.",
+        tools=[read_file],
+        middleware=budget_middleware(run),
+        **kwargs,
+    )
+
+
+def test_agent_run_is_reserved_recorded_and_its_tools_counted(server):
+    with RunBudget(max_total_tokens=50_000) as run:
+        reply = asyncio.run(agent(server, run).run("Fix the failing test"))
+    assert reply.text == "Done."
+    assert (run.result.turns, run.result.tool_calls, run.result.usage) == (2, 1, CALL + CALL)
+    assert run.result.usage_status == USAGE_REPORTED
+    body = server.requests[-1][1]
+    assert body.get("max_tokens", body.get("max_completion_tokens")) == 4096
+
+
+def test_streamed_run_is_recorded(server):
+    async def main(run):
+        async for _ in agent(server, run).run("Fix the failing test", stream=True):
+            pass
+
+    with RunBudget(max_total_tokens=50_000) as run:
+        asyncio.run(main(run))
+    assert run.result.turns == 2 and run.result.tool_calls == 1
+    assert server.requests[-1][1]["stream_options"] == {"include_usage": True}
+    assert run.result.usage == CALL + CALL and run.result.usage_status == USAGE_REPORTED
+
+
+def test_stream_without_usage_is_unknown(server):
+    async def main(run):
+        async for _ in Agent(client=client(server, "drop-stream"), middleware=budget_middleware(run)).run(
+            "hi", stream=True
+        ):
+            pass
+
+    # a cut stream may raise; either way the call is charged
+    with RunBudget(max_total_tokens=50_000) as run, contextlib.suppress(Exception):
+        asyncio.run(main(run))
+    assert run.result.usage_status == USAGE_UNKNOWN and run.result.used_tokens > 0 and run.result.turns == 1
+
+
+def test_refused_before_sending_and_parallel_tools_over_the_limit(server):
+    sent = len(server.requests)
+    with pytest.raises(BudgetExceeded), RunBudget(max_total_tokens=1_000) as run:
+        asyncio.run(agent(server, run, default_options={"max_tokens": 2_000}).run("go"))
+    assert len(server.requests) == sent and run.result.stop_reason == STOP_BUDGET_TOKENS
+    with pytest.raises(BudgetExceeded), RunBudget(max_total_tokens=50_000, max_tool_calls=2) as stopped:
+        asyncio.run(agent(server, stopped, "parallel-gpt").run("go"))
+    assert stopped.result.stop_reason == STOP_BUDGET_TOOLS
+
+
+def test_status_error_releases_and_sub_agent_is_charged(server):
+    run = RunBudget(max_total_tokens=50_000)
+    with pytest.raises(Exception):  # noqa: B017 - the framework's own error type
+        asyncio.run(agent(server, run, "error-500").run("go"))
+    assert run.stats().turns == 0 and run.stats().reserved_tokens == 0
+    with RunBudget(max_total_tokens=50_000) as charged:
+        reader = Agent(
+            client=client(server), name="reader", instructions="read", middleware=budget_middleware(charged)
+        )
+        lead = Agent(
+            client=client(server),
+            instructions="delegate",
+            tools=[reader.as_tool()],
+            middleware=budget_middleware(charged),
+        )
+        asyncio.run(lead.run("go"))
+    assert charged.result.turns == 3 and charged.result.tool_calls == 1

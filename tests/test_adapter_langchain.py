@@ -1,0 +1,161 @@
+"""LangChain / LangGraph under a budget (issue 20): usage shapes that leave the cache out, the
+response model pricing a call, stream usage, parallel tool calls and sub-agents, with the real
+packages (langchain-core, langgraph, langchain-openai) against the local server (no network)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("langchain_openai")
+pytest.importorskip("langgraph")
+
+from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+from langchain_core.messages import AIMessage
+from langchain_core.tools import tool
+from langchain_openai import ChatOpenAI
+from langgraph.prebuilt import create_react_agent
+
+from budgetlens import BudgetExceeded, RunBudget, Usage
+from budgetlens.guard.adapters import BudgetCallbackHandler, guard_chat_model
+from budgetlens.guard.adapters.langchain import langchain_usage
+from budgetlens.semconv import STOP_BUDGET_TOOLS, USAGE_REPORTED, USAGE_UNKNOWN
+
+sys.path.insert(0, str(Path(__file__).parent / "examples"))
+from llm_server import CACHED_TOKENS, INPUT_TOKENS, OUTPUT_TOKENS, REASONING_TOKENS, LLMServer
+
+CALL = Usage(INPUT_TOKENS, OUTPUT_TOKENS, cache_read_tokens=CACHED_TOKENS, reasoning_tokens=REASONING_TOKENS)
+#: langchain-aws's usage_metadata for a Bedrock call that read 16,000 tokens from the cache.
+BEDROCK_METADATA = {
+    "input_tokens": 23,
+    "output_tokens": 50,
+    "total_tokens": 16_073,
+    "input_token_details": {"cache_read": 16_000, "cache_creation": 0},
+}
+
+
+@pytest.fixture(scope="module")
+def server():
+    with LLMServer() as s:
+        yield s
+
+
+@tool
+def read_file(path: str) -> str:
+    """Read a file of the repository."""
+    return "def f(): ..."
+
+
+def llm(server, model="gpt-4o-mini", **kwargs):
+    return ChatOpenAI(model=model, base_url=server.openai_url, api_key="test", max_retries=0, **kwargs)
+
+
+# --- usage shapes and pricing (a real LangChain chat model, no provider) -------------------------
+@pytest.mark.parametrize(
+    "metadata, expected",
+    [
+        (BEDROCK_METADATA, Usage(16_023, 50, cache_read_tokens=16_000)),
+        (
+            {"input_tokens": 16_023, "output_tokens": 50, "input_token_details": {"cache_read": 16_000}},
+            Usage(16_023, 50, cache_read_tokens=16_000),
+        ),
+        (
+            {"input_tokens": 1_200, "output_tokens": 300, "output_token_details": {"reasoning": 64}},
+            Usage(1_200, 300, reasoning_tokens=64),
+        ),
+    ],
+)
+def test_usage_metadata_with_or_without_the_cache_inside_input(metadata, expected):
+    assert langchain_usage(metadata) == expected
+
+
+def test_cache_left_out_of_input_is_recorded_not_raised_and_priced_by_the_response_model():
+    reply = AIMessage(
+        "Done.", usage_metadata=BEDROCK_METADATA, response_metadata={"model_name": "gpt-4o-mini"}
+    )
+    model = GenericFakeChatModel(messages=iter([reply]))  # its invocation params name no model
+    run = RunBudget(max_total_tokens=50_000)
+    assert model.invoke("hi", config={"callbacks": [BudgetCallbackHandler(run)]}).content == "Done."
+    result = run.finish()
+    assert result.usage == Usage(16_023, 50, cache_read_tokens=16_000)
+    assert result.cost_usd is not None and result.cost_usd > 0
+
+
+# --- streams ask for usage -----------------------------------------------------------------------
+@pytest.mark.system
+def test_streaming_chat_openai_on_another_base_url_gets_stream_usage_when_guarded(server):
+    run = RunBudget(max_total_tokens=50_000)
+    guarded = guard_chat_model(llm(server, streaming=True), run)
+    assert guarded.invoke("hi").content == "Done."
+    assert server.requests[-1][1]["stream_options"] == {"include_usage": True}
+    assert "".join(c.content for c in guarded.stream("hi")) == "Done."
+    result = run.finish()
+    assert result.usage == CALL + CALL and result.usage_status == USAGE_REPORTED
+
+
+@pytest.mark.system
+def test_streaming_without_usage_through_the_handler_alone_is_unknown(server):
+    run = RunBudget(max_total_tokens=50_000)
+    llm(server, streaming=True).invoke("hi", config={"callbacks": [BudgetCallbackHandler(run)]})
+    assert "stream_options" not in server.requests[-1][1]
+    assert run.finish().usage_status == USAGE_UNKNOWN
+
+
+@pytest.mark.system
+def test_guarded_model_refuses_before_sending_inside_a_graph(server):
+    run = RunBudget(max_total_tokens=1_000)
+    graph = create_react_agent(guard_chat_model(llm(server, max_tokens=2_000), run), [read_file])
+    sent = len(server.requests)
+    with pytest.raises(BudgetExceeded):
+        graph.invoke({"messages": [("user", "go")]})
+    assert len(server.requests) == sent
+
+
+def test_guard_chat_model_rejects_other_objects():
+    with pytest.raises(ValueError, match="chat model"):
+        guard_chat_model(object(), RunBudget())
+
+
+# --- tools and sub-agents ------------------------------------------------------------------------
+@pytest.mark.system
+def test_three_parallel_tool_calls_over_max_tool_calls_stop_the_graph(server):
+    graph = create_react_agent(llm(server, "parallel-gpt"), [read_file])
+    with pytest.raises(BudgetExceeded) as info, RunBudget(max_total_tokens=50_000, max_tool_calls=2) as run:
+        graph.invoke({"messages": [("user", "go")]}, config={"callbacks": [BudgetCallbackHandler(run)]})
+    assert info.value.reason == STOP_BUDGET_TOOLS and run.result.stop_reason == STOP_BUDGET_TOOLS
+
+
+@pytest.mark.system
+def test_a_sub_agent_run_inside_a_tool_is_charged_to_the_run(server):
+    sub_agent = create_react_agent(llm(server), [read_file])
+
+    @tool
+    def delegate(task: str) -> str:
+        """Hand a task to the reading sub-agent."""
+        return sub_agent.invoke({"messages": [("user", task)]})["messages"][-1].content
+
+    graph = create_react_agent(llm(server), [delegate])
+    sent = len(server.requests)
+    with RunBudget(max_total_tokens=50_000) as run:
+        graph.invoke({"messages": [("user", "go")]}, config={"callbacks": [BudgetCallbackHandler(run)]})
+    calls = len(server.requests) - sent  # lead: 2 calls, sub-agent: 2 calls
+    assert calls == 4 and run.result.turns == 4 and run.result.tool_calls == 2
+    assert run.result.usage == CALL + CALL + CALL + CALL
+
+
+@pytest.mark.system
+def test_a_status_error_is_released_and_a_lost_connection_is_unknown(server):
+    import openai
+
+    run = RunBudget(max_total_tokens=50_000)
+    handler = BudgetCallbackHandler(run)
+    with pytest.raises(openai.InternalServerError):
+        llm(server, "error-500").invoke("hi", config={"callbacks": [handler]})
+    assert run.stats().reserved_tokens == 0 and run.stats().turns == 0
+    lost = ChatOpenAI(model="gpt-4o-mini", base_url="http://127.0.0.1:9/v1", api_key="t", max_retries=0)
+    with pytest.raises(openai.APIConnectionError):
+        lost.invoke("hi", config={"callbacks": [handler]})
+    result = run.finish()
+    assert result.usage_status == USAGE_UNKNOWN and result.turns == 1 and result.used_tokens > 0

@@ -1,0 +1,99 @@
+"""LlamaIndex under a budget (issue 20): the real ``llama-index-core`` with its LiteLLM LLM
+against the local server (no network)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("llama_index.core")
+pytest.importorskip("llama_index.llms.litellm")
+
+from llama_index.core.agent.workflow import FunctionAgent
+from llama_index.core.llms import ChatMessage
+from llama_index.core.tools import FunctionTool
+from llama_index.llms.litellm import LiteLLM
+
+from budgetlens import BudgetExceeded, RunBudget, Usage
+from budgetlens.guard.adapters.llama_index import guard_llama_agent, guard_llm
+from budgetlens.semconv import STOP_BUDGET_TOKENS, STOP_BUDGET_TOOLS, USAGE_REPORTED
+
+sys.path.insert(0, str(Path(__file__).parent / "examples"))
+from llm_server import CACHED_TOKENS, INPUT_TOKENS, OUTPUT_TOKENS, REASONING_TOKENS, LLMServer
+
+pytestmark = pytest.mark.system  # each test starts an HTTP server
+
+CALL = Usage(INPUT_TOKENS, OUTPUT_TOKENS, cache_read_tokens=CACHED_TOKENS, reasoning_tokens=REASONING_TOKENS)
+HI = [ChatMessage(role="user", content="Fix the failing test")]
+
+
+@pytest.fixture(scope="module")
+def server():
+    with LLMServer() as s:
+        yield s
+
+
+def llm(server, name="gpt-4o-mini", **kwargs):
+    return LiteLLM(model=f"openai/{name}", api_base=server.openai_url, api_key="test", **kwargs)
+
+
+def read_file(path: str) -> str:
+    """Read a file of the repository."""
+    return "def f(): ..."
+
+
+def test_chat_sync_async_and_streamed_are_reserved_and_recorded(server):
+    run = RunBudget(max_total_tokens=50_000)
+    guarded = guard_llm(llm(server), run)
+    assert guarded.chat(HI).message.content == "Done."
+    assert server.requests[-1][1]["max_tokens"] == 4096
+    assert "".join(c.delta or "" for c in guarded.stream_chat(HI)) == "Done."
+    assert server.requests[-1][1]["stream_options"] == {"include_usage": True}
+
+    async def main():
+        await guarded.achat(HI)
+        async for _ in await guarded.astream_chat(HI):
+            pass
+
+    asyncio.run(main())
+    result = run.finish()
+    assert result.turns == 4 and result.usage == CALL + CALL + CALL + CALL
+    assert result.usage_status == USAGE_REPORTED
+
+
+def test_refused_before_sending_and_failures_settled(server):
+    run = RunBudget(max_total_tokens=1_000)
+    sent = len(server.requests)
+    with pytest.raises(BudgetExceeded) as info:
+        guard_llm(llm(server, max_tokens=2_000), run).chat(HI)
+    assert info.value.reason == STOP_BUDGET_TOKENS and len(server.requests) == sent
+    other = RunBudget(max_total_tokens=50_000)
+    with pytest.raises(Exception):  # noqa: B017 - LiteLLM's RateLimitError
+        guard_llm(llm(server, "error-429", max_retries=0), other).chat(HI)
+    assert other.stats().turns == 0 and other.stats().reserved_tokens == 0
+    with contextlib.suppress(Exception):  # LiteLLM may raise at the cut; either way it is charged
+        for _ in guard_llm(llm(server, "drop-stream"), other).stream_chat(HI):
+            pass
+    result = other.finish()  # settled, never left open (LiteLLM may count a cut stream itself)
+    assert result.turns == 1 and result.used_tokens > 0 and other.stats().reserved_tokens == 0
+
+
+def test_function_agent_calls_and_tools_are_guarded(server):
+    async def main(run, model="gpt-4o-mini"):
+        agent = FunctionAgent(tools=[FunctionTool.from_defaults(read_file)], llm=llm(server, model))
+        guard_llama_agent(agent, run)
+        return await agent.run("Fix the failing test")
+
+    with RunBudget(max_total_tokens=50_000) as run:
+        asyncio.run(main(run))
+    assert run.result.turns == 2 and run.result.tool_calls == 1
+    assert run.result.usage_status == USAGE_REPORTED and run.result.used_tokens == 2 * (
+        INPUT_TOKENS + OUTPUT_TOKENS
+    )
+    with pytest.raises(Exception), RunBudget(max_total_tokens=50_000, max_tool_calls=0) as stopped:  # noqa: B017
+        asyncio.run(main(stopped))
+    assert stopped.result.tool_calls == 0 and stopped.result.stop_reason == STOP_BUDGET_TOOLS
