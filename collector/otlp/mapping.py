@@ -12,7 +12,8 @@ What a span becomes:
   OpenLLMetry (``llm.usage.total_tokens``, ``gen_ai.usage.cache_*_input_tokens``);
 - a tool span (``execute_tool``, OpenInference ``TOOL``) → a ``budgetlens.tool_call`` event;
 - a foreign root span (no parent, GenAI attributes) → a ``run_records`` row for the trace
-  (start/end; status ERROR → stop reason ``failed``).
+  (start/end; status ERROR → stop reason ``failed``, OK → ``completed`` even when a call below
+  it failed and was recovered from).
 
 Run id: ``budgetlens.run_id``, else the trace id (hex). Task type: ``budgetlens.task_type``, else
 ``gen_ai.agent.name`` (from any span of the trace in the same request), else ``service.name``
@@ -76,6 +77,7 @@ log = logging.getLogger(__name__)
 
 _ZERO_TRACE = bytes(16)
 _ZERO_SPAN = bytes(8)
+_STATUS_OK = 1  # opentelemetry.proto.trace.v1.Status.STATUS_CODE_OK
 _STATUS_ERROR = 2  # opentelemetry.proto.trace.v1.Status.STATUS_CODE_ERROR
 _AGENT_KINDS = ("AGENT", "CHAIN")
 _EVENT_NAMES = frozenset(sc.EVENT_NAMES)
@@ -191,9 +193,20 @@ class _Mapper:
         if agent and not budget_run:
             self.agent_by_trace.setdefault(trace_hex, agent)
         times, time_flags = self._times(span)
-        failed = span.status.code == _STATUS_ERROR
+        code = span.status.code
+        failed = code == _STATUS_ERROR
         ctx = SpanContext(
-            self.source, attrs, span_hex, run_id, trace_hex, parent_hex, service, times, failed, budget_run
+            self.source,
+            attrs,
+            span_hex,
+            run_id,
+            trace_hex,
+            parent_hex,
+            service,
+            times,
+            failed,
+            budget_run,
+            code == _STATUS_OK,
         )
         # built fully before anything is appended, so a rejected span adds nothing
         rows = self._main_rows(ctx, op, kind, span.name)

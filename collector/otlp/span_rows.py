@@ -68,10 +68,16 @@ class SpanContext(NamedTuple):
     times: Times
     failed: bool
     budget_run: str | None
+    #: The span's status is OK (set explicitly by the instrumentation: the operation succeeded).
+    succeeded: bool = False
 
 
 def root_record(ctx: SpanContext, agent: str | None) -> Row:
-    """The run record of a foreign root span (the trace's run: start/end, failed)."""
+    """The run record of a foreign root span (the trace's run: start/end, stop reason).
+
+    The root's own status decides the run: ERROR -> ``failed``, OK -> ``completed`` (a call
+    error below it that the run recovered from, e.g. a retried attempt, does not fail it);
+    UNSET leaves the stop reason to the store's rollup (``failed`` when a call errored)."""
     start, end, duration = ctx.times
     return {
         "run_id": ctx.run_id,
@@ -84,7 +90,7 @@ def root_record(ctx: SpanContext, agent: str | None) -> Row:
         "start_utc": start,
         "end_utc": end,
         "duration_s": duration,
-        "stop_reason": sc.STOP_FAILED if ctx.failed else None,
+        "stop_reason": sc.STOP_FAILED if ctx.failed else (sc.STOP_COMPLETED if ctx.succeeded else None),
         "quality": None,
     }
 
