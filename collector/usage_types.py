@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
+from budgetlens.limits import check_tokens
+
 TokenCounts = tuple[int | None, int | None, int | None, int | None, int | None, int | None]
 """(input, output, total, cache read, cache write, reasoning) tokens; None = not reported."""
 
@@ -21,7 +23,8 @@ class Usage:
 
     ``input_tokens`` includes ``cache_read_tokens`` and ``cache_write_tokens``; ``output_tokens``
     includes ``reasoning_tokens``. Raises ``ValueError`` naming the field when a value is not a
-    non-negative int or a part exceeds its total.
+    non-negative int, is above ``budgetlens.limits.MAX_TOKENS`` (10^12, the one token bound), or
+    a part exceeds its total.
     """
 
     input_tokens: int = 0
@@ -51,6 +54,7 @@ class Usage:
                 continue
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise ValueError(f"Usage.{f.name} must be an int >= 0, got {value!r}")
+            check_tokens(value, f"Usage.{f.name}")
         if self.cache_read_tokens + self.cache_write_tokens > self.input_tokens:
             raise ValueError(
                 "Usage.cache_read_tokens + cache_write_tokens must not exceed input_tokens "

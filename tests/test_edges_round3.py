@@ -92,3 +92,86 @@ def test_a_call_error_the_run_recovered_from_does_not_fail_the_run(tmp_path):
 def test_a_root_span_in_error_still_fails_the_run(tmp_path):
     db_path = _store(tmp_path, map_request(encode_spans(_retried_call(StatusCode.ERROR)), price=False))
     assert _run(db_path, "stop_reason") == (sc.STOP_FAILED,)
+
+
+# --- a request with no valid span ---------------------------------------------------------------
+def test_a_request_whose_every_span_is_invalid_is_a_400_naming_the_field(db_path, free_port):
+    import requests
+    from _collector_helpers import live_collector
+    from google.rpc.status_pb2 import Status as RpcStatus
+
+    from budgetlens.otlp import PROTOBUF
+
+    recorder = _Recorder()
+    for _ in range(2):
+        with recorder.tracer.start_as_current_span("chat gpt-4o", kind=SpanKind.CLIENT) as call:
+            call.set_attributes(_chat("gpt-4o", 10, 2))
+    request = encode_spans(recorder.spans())
+    for span in request.resource_spans[0].scope_spans[0].spans:
+        span.span_id = b"\x01\x02\x03"  # 3 bytes: a bad id
+    with live_collector(db_path, free_port) as live:
+        response = requests.post(
+            f"{live.url}/v1/traces", data=request.SerializeToString(), headers={"Content-Type": PROTOBUF}
+        )
+        status = RpcStatus.FromString(response.content)
+        assert response.status_code == 400 and status.code == 3  # INVALID_ARGUMENT
+        assert "span_id must be 8 bytes" in status.message
+        # one valid span beside a bad one: 200 with partial_success, as before
+        good = encode_spans(recorder.spans())
+        bad = good.resource_spans[0].scope_spans[0].spans[0]
+        bad.span_id = b"\x01"
+        mixed = requests.post(
+            f"{live.url}/v1/traces", data=good.SerializeToString(), headers={"Content-Type": PROTOBUF}
+        )
+        assert mixed.status_code == 200
+
+
+# --- one token bound --------------------------------------------------------------------------
+def test_the_one_token_bound_is_refused_at_every_source(tmp_path):
+    import json
+
+    from budgetlens import RunBudget
+    from budgetlens.importers.validation import check_row
+    from budgetlens.limits import MAX_TOKENS
+    from budgetlens.otlp.attributes import MAX_TOKENS as SPAN_MAX_TOKENS
+    from budgetlens.usage import normalize_usage
+
+    assert SPAN_MAX_TOKENS is MAX_TOKENS == 10**12  # defined once
+    with pytest.raises(ValueError, match="max_total_tokens must be at most"):
+        RunBudget(max_total_tokens=10**15)
+    RunBudget(max_total_tokens=MAX_TOKENS)  # the bound itself is allowed
+    budget = RunBudget(max_cost_usd=1.0)
+    with pytest.raises(ValueError, match="estimated_tokens must be at most"):
+        budget.reserve(2 * 10**12)
+    with pytest.raises(ValueError, match="Usage.input_tokens must be at most"):
+        normalize_usage({"prompt_tokens": 2 * 10**12, "completion_tokens": 1})
+    with pytest.raises(ValueError, match="input_tokens must be a whole number >= 0 of at most"):
+        check_row("call", {"input_tokens": 2 * 10**12})
+    preset = tmp_path / "presets.json"
+    preset.write_text(
+        json.dumps({"budgetlens_presets": 1, "presets": {"qa": {"max_total_tokens": 10**29}}})
+    )
+    with pytest.raises(ValueError, match="presets.qa.max_total_tokens must be at most"):
+        RunBudget.from_preset("qa", str(preset))
+
+
+def test_a_guard_run_at_the_token_bound_reaches_the_store_whole(tmp_path):
+    """The largest limit the guard accepts is one the collector stores: the run never vanishes."""
+    from budgetlens.limits import MAX_TOKENS
+
+    recorder = _Recorder()
+    with recorder.tracer.start_as_current_span("invoke_agent qa") as run:
+        run.set_attributes(
+            {
+                sc.GEN_AI_OPERATION_NAME: sc.OPERATION_INVOKE_AGENT,
+                sc.BUDGET_RUN_ID: "run-bound",
+                sc.BUDGET_TASK_TYPE: "qa",
+                sc.BUDGET_LIMIT_TOTAL_TOKENS: MAX_TOKENS,
+            }
+        )
+        with recorder.tracer.start_as_current_span("chat gpt-4o", kind=SpanKind.CLIENT) as call:
+            call.set_attributes(_chat("gpt-4o", MAX_TOKENS, 1, **{sc.BUDGET_RUN_ID: "run-bound"}))
+    mapped = map_request(encode_spans(recorder.spans()), price=False)
+    assert mapped.rejected == 0
+    db_path = _store(tmp_path, mapped)
+    assert _run(db_path, "run_id, limit_total_tokens, input_tokens") == ("run-bound", MAX_TOKENS, MAX_TOKENS)

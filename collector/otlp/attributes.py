@@ -14,14 +14,12 @@ import math
 
 from budgetlens import semconv as sc
 from budgetlens.limits import LIMITS as GUARD_LIMITS
+from budgetlens.limits import MAX_AMOUNT, MAX_TOKENS
+from budgetlens.limits import MAX_COUNT as MAX_INT32
 
-#: Largest token count (and token limit / reserved / used / remaining) a span may carry: 10^12.
-#: Far above any model call, and low enough that per-run sums stay inside DuckDB's BIGINT.
-MAX_TOKENS = 10**12
-#: Largest turn / turns / tool-call count / turn or tool-call limit (the store's INTEGER).
-MAX_INT32 = 2**31 - 1
-#: Largest amount (cost in USD, duration in s, percent) a span may carry.
-MAX_AMOUNT = 1e12
+# MAX_TOKENS (token counts, token limits / reserved / used / remaining), MAX_INT32 (turns, tool
+# calls and their limits) and MAX_AMOUNT (cost, duration, percent) are the shared contract's
+# bounds (budgetlens.limits), the same the guard, the preset file and the importers check.
 #: Longest ``budgetlens.run_id`` (characters); it is a primary key.
 MAX_ID_CHARS = 256
 
