@@ -148,9 +148,7 @@ def test_the_one_token_bound_is_refused_at_every_source(tmp_path):
     with pytest.raises(ValueError, match="input_tokens must be a whole number >= 0 of at most"):
         check_row("call", {"input_tokens": 2 * 10**12})
     preset = tmp_path / "presets.json"
-    preset.write_text(
-        json.dumps({"budgetlens_presets": 1, "presets": {"qa": {"max_total_tokens": 10**29}}})
-    )
+    preset.write_text(json.dumps({"budgetlens_presets": 1, "presets": {"qa": {"max_total_tokens": 10**29}}}))
     with pytest.raises(ValueError, match="presets.qa.max_total_tokens must be at most"):
         RunBudget.from_preset("qa", str(preset))
 
@@ -175,3 +173,49 @@ def test_a_guard_run_at_the_token_bound_reaches_the_store_whole(tmp_path):
     assert mapped.rejected == 0
     db_path = _store(tmp_path, mapped)
     assert _run(db_path, "run_id, limit_total_tokens, input_tokens") == ("run-bound", MAX_TOKENS, MAX_TOKENS)
+
+
+# --- calendar windows, costs out of time order ------------------------------------------------
+def _epoch(*args) -> float:
+    import datetime as dt
+
+    return dt.datetime(*args, tzinfo=dt.UTC).timestamp()
+
+
+def test_a_late_cost_counts_in_its_own_month_not_the_current_one():
+    import datetime as dt
+
+    from budgetlens.guard.spend import SpendTracker
+
+    clock = [_epoch(2026, 4, 10, 12)]
+    tracker = SpendTracker({"monthly": 100.0, "daily": 50.0, "24h": 50.0}, clock=lambda: clock[0])
+    tracker.add(2.00)
+    tracker.add(0.75, ts=_epoch(2026, 3, 31, 23))  # stamped in March, arrives in April
+    assert tracker.spent("monthly") == pytest.approx(2.00)
+    assert tracker.spent("daily") == pytest.approx(2.00)
+    assert tracker.spent("24h") == pytest.approx(2.00)  # 9.5 days old: outside the 24 h window
+    tracker.add(0.25, ts=_epoch(2026, 4, 10, 1))  # earlier today, arriving late: counts today
+    assert tracker.spent("daily") == pytest.approx(2.25) and tracker.spent("24h") == pytest.approx(2.25)
+    assert tracker.next_reset("monthly") == dt.datetime(2026, 5, 1, tzinfo=dt.UTC)
+    assert tracker.next_reset("daily") == dt.datetime(2026, 4, 11, tzinfo=dt.UTC)
+    assert tracker.next_reset("24h") == dt.datetime(2026, 4, 11, 1, tzinfo=dt.UTC)  # oldest leaves
+    clock[0] = _epoch(2026, 4, 11, 1, 30)
+    assert tracker.spent("24h") == pytest.approx(2.00)  # the 01:00 cost left, the 12:00 one stays
+    clock[0] = _epoch(2026, 5, 1, 0, 1)
+    assert tracker.spent("monthly") == 0.0
+
+
+def test_next_reset_is_local_midnight_in_the_trackers_time_zone():
+    import datetime as dt
+    from zoneinfo import ZoneInfo
+
+    from budgetlens.guard.spend import SpendTracker
+
+    tracker = SpendTracker(
+        {"daily": 5.0, "monthly": 9.0}, tz="America/New_York", clock=lambda: _epoch(2026, 12, 31, 23)
+    )
+    zone = ZoneInfo("America/New_York")
+    assert tracker.next_reset("daily") == dt.datetime(2027, 1, 1, tzinfo=zone)  # 18:00 local
+    assert tracker.next_reset("monthly") == dt.datetime(2027, 1, 1, tzinfo=zone)
+    with pytest.raises(KeyError):
+        tracker.next_reset("30d")
