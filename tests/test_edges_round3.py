@@ -219,3 +219,57 @@ def test_next_reset_is_local_midnight_in_the_trackers_time_zone():
     assert tracker.next_reset("monthly") == dt.datetime(2027, 1, 1, tzinfo=zone)
     with pytest.raises(KeyError):
         tracker.next_reset("30d")
+
+
+# --- a span id reused by a different span in a later request -----------------------------------
+def _one_chat(inp: int):
+    recorder = _Recorder()
+    with recorder.tracer.start_as_current_span("chat gpt-4o", kind=SpanKind.CLIENT) as call:
+        call.set_attributes(_chat("gpt-4o", inp, 10))
+    return encode_spans(recorder.spans())
+
+
+def test_a_different_span_under_ids_of_an_earlier_request_is_rejected_and_flagged():
+    from budgetlens.otlp.memory import SpanMemory
+
+    memory = SpanMemory()
+    first = _one_chat(100)
+    second = _one_chat(200)
+    span = second.resource_spans[0].scope_spans[0].spans[0]
+    original = first.resource_spans[0].scope_spans[0].spans[0]
+    span.trace_id, span.span_id = original.trace_id, original.span_id  # same ids, other content
+    assert map_request(first, price=False, memory=memory).rejected == 0
+    retry = map_request(first, price=False, memory=memory)  # an exporter retry: still fine
+    assert retry.rejected == 0 and len(retry.calls) == 1
+    mapped = map_request(second, price=False, memory=memory)
+    assert mapped.rejected == 1 and mapped.calls == []
+    assert "span id collision" in mapped.errors[0] and "earlier" in mapped.errors[0]
+    assert mapped.flagged == {"span_id_collision": 1}
+
+
+def test_a_reused_span_id_in_a_later_request_is_reported_by_the_collector(db_path, free_port):
+    import requests
+    from _collector_helpers import live_collector
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
+
+    from budgetlens.otlp import PROTOBUF
+
+    first, second = _one_chat(100), _one_chat(200)
+    span = second.resource_spans[0].scope_spans[0].spans[0]
+    original = first.resource_spans[0].scope_spans[0].spans[0]
+    span.trace_id, span.span_id = original.trace_id, original.span_id
+    headers = {"Content-Type": PROTOBUF}
+    with live_collector(db_path, free_port) as live:
+        url = f"{live.url}/v1/traces"
+        assert requests.post(url, data=first.SerializeToString(), headers=headers).status_code == 200
+        extra = second.resource_spans[0].scope_spans[0].spans.add()
+        extra.CopyFrom(_one_chat(300).resource_spans[0].scope_spans[0].spans[0])  # a valid one beside
+        response = requests.post(url, data=second.SerializeToString(), headers=headers)
+        registry = live.app.state.metrics.registry
+        flagged = registry.get_sample_value(
+            "budgetlens_ingest_flagged_spans_total", {"reason": "span_id_collision"}
+        )
+    partial = ExportTraceServiceResponse.FromString(response.content).partial_success
+    assert response.status_code == 200 and partial.rejected_spans == 1
+    assert "span id collision" in partial.error_message
+    assert flagged == 1

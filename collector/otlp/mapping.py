@@ -33,7 +33,8 @@ unknown stop reason or usage status) is rejected alone with a reason naming the 
 Runs as they really were (within one request, and across requests through a ``SpanMemory``):
 
 - identity: a span is (trace id, span id); an exact repeat is stored once, a different span under
-  the same ids is rejected (``span id collision``);
+  the same ids is rejected (``span id collision``, also counted in ``Mapped.flagged``), in this
+  request and, through the ``SpanMemory``, in a later one;
 - a span that names no run belongs to the run of its nearest ancestor that names one;
 - aggregates are not calls: a span with usage above other model-call spans of its trace is
   dropped as a call; a disagreement with the sum of the calls right below it is flagged;
@@ -106,6 +107,8 @@ class _Mapper:
         self.foreign_calls: list[int] = []  # indexes into out.call_rows
         self.tree = SpanTree(memory)
         self.seen: dict[tuple[str, str], object] = {}  # (trace hex, span hex) -> first span
+        self.prints: dict[tuple[str, str], int] = {}  # content fingerprints for the memory
+        self.collisions = 0  # spans rejected for a span id collision (also a flagged count)
         self.call_flags: dict[int, set[str]] = {}
         self.record_flags: dict[int, set[str]] = {}
 
@@ -124,6 +127,7 @@ class _Mapper:
                         self.span(span, service)
                     except SpanRejected as reason:
                         out.rejected += 1
+                        self.prints.pop((span.trace_id.hex(), span.span_id.hex()), None)
                         out.errors.append(f"span {span.span_id.hex() or '?'}: {reason}")
 
     def _identity(self, span: Any) -> tuple[str, str, str] | None:
@@ -142,10 +146,23 @@ class _Mapper:
         if first is not span:
             if first == span:
                 return None
+            self.collisions += 1
             raise SpanRejected(
                 f"span id collision: trace {key[0]} already has a different span {key[1]} "
                 "in this request (a span is identified by trace id + span id)"
             )
+        memory = self.tree.memory
+        if memory is not None:
+            fingerprint = hash(span.SerializeToString(deterministic=True))
+            earlier = memory.fingerprint(*key)
+            if earlier is not None and earlier != fingerprint:
+                del self.seen[key]
+                self.collisions += 1
+                raise SpanRejected(
+                    f"span id collision: trace {key[0]} span {key[1]} was received earlier with "
+                    "other content (a span is identified by trace id + span id); not stored"
+                )
+            self.prints[key] = fingerprint  # an exact repeat (a retry) maps as before
         return key[0], key[1], parent.hex()
 
     def _times(self, span: Any) -> tuple[Times, list[str]]:
@@ -274,7 +291,11 @@ class _Mapper:
         self.tree.inherit_runs(rows, out.event_rows)
         aggregates = self.tree.aggregates(rows, self.call_flags)
         self._write_flags()
+        if self.collisions:
+            out.flagged["span_id_collision"] = out.flagged.get("span_id_collision", 0) + self.collisions
         self.tree.remember()
+        if self.prints and self.tree.memory is not None:
+            self.tree.memory.remember_prints(self.prints)
         if aggregates:
             out.call_rows = [row for index, row in enumerate(rows) if index not in aggregates]
         return out
