@@ -273,3 +273,51 @@ def test_a_reused_span_id_in_a_later_request_is_reported_by_the_collector(db_pat
     assert response.status_code == 200 and partial.rejected_spans == 1
     assert "span id collision" in partial.error_message
     assert flagged == 1
+
+
+# --- an aggregate span that arrives first ------------------------------------------------------
+def _agent_and_three_chats():
+    recorder = _Recorder()
+    usage = ((300, 40), (500, 60), (200, 20))
+    with recorder.tracer.start_as_current_span("agent run") as root:
+        root.set_attributes(
+            {
+                sc.GEN_AI_AGENT_NAME: "researcher",
+                sc.GEN_AI_USAGE_INPUT_TOKENS: sum(u[0] for u in usage),
+                sc.GEN_AI_USAGE_OUTPUT_TOKENS: sum(u[1] for u in usage),
+            }
+        )
+        for inp, out in usage:
+            with recorder.tracer.start_as_current_span("chat gpt-4o", kind=SpanKind.CLIENT) as call:
+                call.set_attributes(_chat("gpt-4o", inp, out))
+    spans = recorder.spans()
+    return [s for s in spans if s.parent is None], [s for s in spans if s.parent is not None], usage
+
+
+@pytest.mark.parametrize("aggregate_first", [True, False])
+def test_an_aggregate_span_is_recognised_whichever_request_brings_it_first(tmp_path, aggregate_first):
+    """Two requests, no shared memory (as two collectors writing one store): the store decides."""
+    roots, children, usage = _agent_and_three_chats()
+    order = (roots, children) if aggregate_first else (children, roots)
+    db_path = tmp_path / "store.duckdb"
+    with write_connection(db_path) as conn:
+        for spans in order:
+            write_batch(conn, *map_request(encode_spans(spans), price=False).tables())
+    calls, total, inp = _run(db_path, "model_calls, total_tokens, input_tokens")
+    assert (calls, total, inp) == (3, sum(a + b for a, b in usage), sum(a for a, _ in usage))
+    with write_connection(db_path) as conn:  # the incremental rollup equals a full rebuild
+        from budgetlens.store import rebuild_runs
+
+        rebuild_runs(conn)
+    assert _run(db_path, "model_calls, total_tokens") == (3, sum(a + b for a, b in usage))
+
+
+def test_an_aggregate_first_through_one_collector_memory(tmp_path):
+    from budgetlens.otlp.memory import SpanMemory
+
+    roots, children, usage = _agent_and_three_chats()
+    memory = SpanMemory()
+    first = map_request(encode_spans(roots), price=False, memory=memory)
+    second = map_request(encode_spans(children), price=False, memory=memory)
+    db_path = _store(tmp_path, first, second)
+    assert _run(db_path, "model_calls, total_tokens") == (3, sum(a + b for a, b in usage))
