@@ -321,3 +321,99 @@ def test_an_aggregate_first_through_one_collector_memory(tmp_path):
     second = map_request(encode_spans(children), price=False, memory=memory)
     db_path = _store(tmp_path, first, second)
     assert _run(db_path, "model_calls, total_tokens") == (3, sum(a + b for a, b in usage))
+
+
+# --- service tier, reasoning spellings, the conventions' renames -------------------------------
+def _reference(model: str, context=None, **usage) -> float:
+    """genai-prices' own calculation over a hand-written usage."""
+    from genai_prices import Usage as PriceUsage
+    from genai_prices import calc_price
+
+    return float(calc_price(PriceUsage(**usage), model, price_context=context).total_price)
+
+
+def _call_of(attributes: dict, price: bool = True) -> dict:
+    recorder = _Recorder()
+    with recorder.tracer.start_as_current_span("chat", kind=SpanKind.CLIENT) as call:
+        call.set_attributes(attributes)
+    mapped = map_request(encode_spans(recorder.spans()), price=price)
+    assert mapped.rejected == 0, mapped.errors
+    (row,) = mapped.calls
+    return row
+
+
+@pytest.mark.parametrize(
+    "tier_attribute",
+    [
+        "openai.response.service_tier",
+        "gen_ai.openai.response.service_tier",
+        "gen_ai.response.service_tier",
+        "openai.request.service_tier",
+        "gen_ai.openai.request.service_tier",
+    ],
+)
+def test_a_service_tier_from_telemetry_selects_its_price(tier_attribute):
+    # o4-mini: genai-prices has a flex rate for it (for gpt-4o-mini its flex price is the standard)
+    for model in ("o4-mini", "gpt-4o-mini"):
+        row = _call_of({**_chat(model, 10_000, 2_000), tier_attribute: "flex"})
+        flex = _reference(model, {"service_tier": "flex"}, input_tokens=10_000, output_tokens=2_000)
+        assert row["cost_usd"] == pytest.approx(flex)
+    standard = _reference("o4-mini", input_tokens=10_000, output_tokens=2_000)
+    assert row["cost_usd"] is not None and flex <= standard
+    assert _reference("o4-mini", {"service_tier": "flex"}, input_tokens=10_000, output_tokens=2_000) < standard
+
+
+def test_a_requested_tier_of_auto_is_the_standard_price():
+    row = _call_of({**_chat("gpt-4o-mini", 10_000, 2_000), "openai.request.service_tier": "auto"})
+    assert row["cost_usd"] == pytest.approx(
+        _reference("gpt-4o-mini", input_tokens=10_000, output_tokens=2_000)
+    )
+
+
+@pytest.mark.parametrize(
+    "reasoning_attribute",
+    [
+        "gen_ai.usage.reasoning.output_tokens",  # GenAI semconv
+        "gen_ai.usage.reasoning_tokens",  # OpenLLMetry
+        "llm.token_count.completion_details.reasoning",  # OpenInference
+    ],
+)
+def test_every_reasoning_spelling_is_read(reasoning_attribute):
+    row = _call_of({**_chat("gpt-4o-mini", 300, 60), reasoning_attribute: 45}, price=False)
+    assert (row["input_tokens"], row["output_tokens"], row["reasoning_tokens"]) == (300, 60, 45)
+
+
+def test_the_cache_write_rename_is_read_and_never_added_twice():
+    renamed = _call_of(
+        {**_chat("claude-sonnet-4-5", 1_000, 50), "gen_ai.usage.cache_write.input_tokens": 400}
+    )
+    both = _call_of(
+        {
+            **_chat("claude-sonnet-4-5", 1_000, 50),
+            "gen_ai.usage.cache_write.input_tokens": 400,
+            "gen_ai.usage.cache_creation.input_tokens": 400,
+        }
+    )
+    assert renamed["cache_write_tokens"] == both["cache_write_tokens"] == 400
+    assert both["input_tokens"] == 1_000 and both["cost_usd"] == pytest.approx(renamed["cost_usd"])
+
+
+def test_a_stated_cost_amount_is_the_calls_cost_not_repriced(tmp_path):
+    row = _call_of(
+        {
+            **_chat("gpt-4o-mini", 1_000, 100),
+            "gen_ai.usage.cost.amount": 0.5,
+            "gen_ai.usage.cost.currency": "USD",
+        }
+    )
+    assert row["cost_usd"] == 0.5 and row["price_version"] is None
+    euros = _call_of(
+        {
+            **_chat("gpt-4o-mini", 1_000, 100),
+            "gen_ai.usage.cost.amount": 0.5,
+            "gen_ai.usage.cost.currency": "EUR",
+        }
+    )
+    assert euros["cost_usd"] == pytest.approx(
+        _reference("gpt-4o-mini", input_tokens=1_000, output_tokens=100)
+    )

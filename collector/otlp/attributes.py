@@ -45,12 +45,20 @@ TOKEN_SOURCES = (
     (
         "cache_write_tokens",
         (
+            sc.GEN_AI_USAGE_CACHE_WRITE_INPUT_TOKENS,
             sc.GEN_AI_USAGE_CACHE_CREATION_INPUT_TOKENS,
             sc.GEN_AI_USAGE_CACHE_CREATION_INPUT_TOKENS_OPENLLMETRY,
             sc.LLM_TOKEN_COUNT_CACHE_WRITE,
         ),
     ),
-    ("reasoning_tokens", (sc.GEN_AI_USAGE_REASONING_OUTPUT_TOKENS, sc.LLM_TOKEN_COUNT_REASONING)),
+    (
+        "reasoning_tokens",
+        (
+            sc.GEN_AI_USAGE_REASONING_OUTPUT_TOKENS,
+            sc.GEN_AI_USAGE_REASONING_TOKENS_OPENLLMETRY,
+            sc.LLM_TOKEN_COUNT_REASONING,
+        ),
+    ),
 )
 USAGE_KEYS = frozenset(name for _, names in TOKEN_SOURCES for name in names)
 #: (record field, attribute, integral?); integral limits are capped by ``limit_maximum``.
@@ -93,8 +101,12 @@ _TEXT_KEYS = (
     sc.BUDGET_FROM_MODEL,
     sc.BUDGET_TO_MODEL,
     sc.BUDGET_REASON,
+    sc.GEN_AI_USAGE_COST_CURRENCY,
+    *sc.SERVICE_TIER_RESPONSE_ATTRIBUTES,
+    *sc.SERVICE_TIER_REQUEST_ATTRIBUTES,
 )
 _AMOUNT_KEYS = (
+    sc.GEN_AI_USAGE_COST_AMOUNT,
     sc.GEN_AI_USAGE_INPUT_COST,
     sc.GEN_AI_USAGE_OUTPUT_COST,
     sc.BUDGET_COST_USD,

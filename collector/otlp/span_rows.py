@@ -167,12 +167,22 @@ def call_row(ctx: SpanContext, price: bool) -> tuple[Row, list[str]]:
     version = unpriced = None
     if cost is None and not ctx.budget_run and status == sc.USAGE_REPORTED:
         parts = (amount(attrs, sc.GEN_AI_USAGE_INPUT_COST), amount(attrs, sc.GEN_AI_USAGE_OUTPUT_COST))
-        if parts[0] is not None and parts[1] is not None:
+        stated = _stated_cost(attrs)
+        if stated is not None:
+            cost = stated  # the source's cost, never repriced
+        elif parts[0] is not None and parts[1] is not None:
             cost = parts[0] + parts[1]
         elif price:  # at the span's start: a late or backfilled span keeps its date's price
             usage = None  # a total alone cannot be priced
             if inp is not None and outp is not None:  # normalized: the parts fit
-                usage = Usage(inp, outp, cache_read or 0, cache_write or 0, reasoning or 0)
+                usage = Usage(
+                    inp,
+                    outp,
+                    cache_read or 0,
+                    cache_write or 0,
+                    reasoning or 0,
+                    service_tier=service_tier(attrs),
+                )
             model = response_model or request_model
             priced = price_call(model, usage, provider, at=utc(ctx.times[0]))
             cost, version = priced.cost_usd, priced.price_version
@@ -253,6 +263,29 @@ def event_row(event: Any, index: int, ctx: SpanContext, now_ns: int, latest_ns: 
     return row
 
 
+def service_tier(attrs: dict[str, Any]) -> str | None:
+    """The service tier a call span names (``flex``, ``priority``, ``batch``, ...; lower case):
+    the response's tier, else the request's unless ``auto``; None when neither says."""
+    tier = first_text(attrs, *sc.SERVICE_TIER_RESPONSE_ATTRIBUTES)
+    if tier is None:
+        tier = first_text(attrs, *sc.SERVICE_TIER_REQUEST_ATTRIBUTES)
+        if tier is not None and tier.lower() == "auto":
+            return None
+    return tier.lower() if tier else None
+
+
+def _stated_cost(attrs: dict[str, Any]) -> float | None:
+    """``gen_ai.usage.cost.amount`` (USD) when its currency is USD or absent; None otherwise."""
+    stated = amount(attrs, sc.GEN_AI_USAGE_COST_AMOUNT)
+    if stated is None:
+        return None
+    currency = text(attrs, sc.GEN_AI_USAGE_COST_CURRENCY)
+    if currency is not None and currency.upper() != "USD":
+        log.debug("cost in %s not read (costs are stored in USD)", currency)
+        return None
+    return stated
+
+
 def _models(attrs: dict[str, Any]) -> tuple[Any, Any, Any]:
     """(request model, response model, provider) of a call span, from the first name present."""
     get = attrs.get
@@ -270,4 +303,13 @@ def _models(attrs: dict[str, Any]) -> tuple[Any, Any, Any]:
     return request_model, response_model, provider
 
 
-__all__ = ["SpanContext", "Times", "call_row", "event_row", "is_text", "root_record", "run_record"]
+__all__ = [
+    "SpanContext",
+    "Times",
+    "call_row",
+    "event_row",
+    "is_text",
+    "root_record",
+    "run_record",
+    "service_tier",
+]
