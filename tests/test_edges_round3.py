@@ -417,3 +417,38 @@ def test_a_stated_cost_amount_is_the_calls_cost_not_repriced(tmp_path):
     assert euros["cost_usd"] == pytest.approx(
         _reference("gpt-4o-mini", input_tokens=1_000, output_tokens=100)
     )
+
+
+# --- OpenAI Batch output lines ----------------------------------------------------------------
+def test_an_openai_batch_output_line_is_usage_priced_at_the_batch_rate():
+    from budgetlens.pricing import price_call
+    from budgetlens.usage import normalize_usage
+
+    body = {
+        "object": "chat.completion",
+        "model": "gpt-4.1-mini",
+        "service_tier": "default",
+        "usage": {
+            "prompt_tokens": 8_000,
+            "completion_tokens": 500,
+            "total_tokens": 8_500,
+            "prompt_tokens_details": {"cached_tokens": 6_000},
+        },
+    }
+    line = {"id": "batch_req_1", "custom_id": "task-7", "response": {"status_code": 200, "body": body}}
+    usage = normalize_usage(line)
+    assert usage is not None
+    assert (usage.input_tokens, usage.cache_read_tokens, usage.output_tokens) == (8_000, 6_000, 500)
+    batch = _reference(
+        "gpt-4.1-mini",
+        {"service_tier": "batch", "processing": "batch"},
+        input_tokens=8_000,
+        cache_read_tokens=6_000,
+        output_tokens=500,
+    )
+    assert batch == pytest.approx(0.0014)
+    assert price_call("gpt-4.1-mini", usage, "openai").cost_usd == pytest.approx(batch)
+    real_time = price_call("gpt-4.1-mini", normalize_usage(body), "openai").cost_usd
+    assert real_time == pytest.approx(0.0022)  # the body alone is a real-time call
+    failed = {"custom_id": "task-8", "response": None, "error": {"code": "server_error"}}
+    assert normalize_usage(failed) is None  # no usage: unknown, never 0
