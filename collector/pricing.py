@@ -383,12 +383,17 @@ def estimate_cost_usd(
 # --- store columns ------------------------------------------------------------------------------
 
 #: Usage fields stored in ``model_calls.usage_details`` (the token columns hold the rest).
-_DETAIL_FIELDS = (*(name for name in USAGE_KEYS if name not in _TOKEN_COLUMNS), "service_tier")
+_DETAIL_FIELDS = (
+    *(name for name in USAGE_KEYS if name not in _TOKEN_COLUMNS),
+    "service_tier",
+    "provider_total_tokens",
+)
 
 
 def usage_details(usage: Usage | None) -> str | None:
     """``model_calls.usage_details``: a JSON object of the billing parts of ``usage`` beyond the
-    token columns (audio/image/video tokens, 1h cache writes, web searches, service tier), only
+    token columns (audio/image/video tokens, 1h cache writes, web searches, service tier, the
+    provider's own total when it disagrees with the parts), only
     those reported; None when there are none."""
     if usage is None:
         return None

@@ -148,6 +148,7 @@ QUALITY_FLAGS = {
     "foreign_usage": "cache parts above input (or reasoning above output): input excluded them; normalized",
     "aggregate_mismatch": "an aggregate span's usage differs from the sum of the calls below it",
     "partial_usage": "a usage lacking its input or output part; the missing part was charged",
+    "total_mismatch": "the provider's total differs from input + output; the parts are the usage, the total kept",
     "span_id_collision": "a different span under the ids of one received earlier; rejected, not stored",
 }
 

@@ -452,3 +452,40 @@ def test_an_openai_batch_output_line_is_usage_priced_at_the_batch_rate():
     assert real_time == pytest.approx(0.0022)  # the body alone is a real-time call
     failed = {"custom_id": "task-8", "response": None, "error": {"code": "server_error"}}
     assert normalize_usage(failed) is None  # no usage: unknown, never 0
+
+
+# --- a provider total that disagrees with its parts --------------------------------------------
+GEMINI = {
+    "promptTokenCount": 1_000,
+    "candidatesTokenCount": 200,
+    "thoughtsTokenCount": 50,
+    "totalTokenCount": 1_400,  # 150 above prompt + candidates + thoughts
+}
+
+
+def test_a_provider_total_above_its_parts_is_kept_beside_them_and_flagged(tmp_path):
+    from budgetlens import RunBudget
+    from budgetlens.importers.rows import usage_columns
+    from budgetlens.usage import normalize_usage
+
+    usage = normalize_usage({"usageMetadata": GEMINI})
+    assert (usage.input_tokens, usage.output_tokens, usage.total_tokens) == (1_000, 250, 1_250)
+    assert usage.provider_total_tokens == 1_400
+    agreeing = normalize_usage({"usageMetadata": {**GEMINI, "totalTokenCount": 1_250}})
+    assert agreeing.provider_total_tokens is None
+    openai = normalize_usage({"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15})
+    assert openai.provider_total_tokens is None
+    assert usage_columns(usage)["quality"] == "total_mismatch"  # every importer's token columns
+
+    # the guard: the call span carries the provider total, the collector flags call and run
+    memory = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(memory))
+    with RunBudget(max_total_tokens=10_000, task_type="qa", tracer=provider.get_tracer("t")) as run:
+        run.record({"usageMetadata": GEMINI}, model="gemini-2.5-flash", provider="gcp.gemini")
+    mapped = map_request(encode_spans(list(memory.get_finished_spans())), price=False)
+    (call,) = mapped.calls
+    assert call["total_tokens"] == 1_250 and call["quality"] == "total_mismatch"
+    assert mapped.flagged == {"total_mismatch": 1}
+    db_path = _store(tmp_path, mapped)
+    assert _run(db_path, "total_tokens, quality") == (1_250, "total_mismatch")

@@ -30,7 +30,7 @@ from budgetlens.otlp.attributes import (
     token_counts,
 )
 from budgetlens.otlp.rows import Row, utc
-from budgetlens.pricing import price_call
+from budgetlens.pricing import price_call, usage_details
 from budgetlens.usage import Usage, normalize_counts
 
 log = logging.getLogger(__name__)
@@ -135,7 +135,8 @@ def run_record(ctx: SpanContext) -> Row:
 
 def call_row(ctx: SpanContext, price: bool) -> tuple[Row, list[str]]:
     """The model_calls row of a span and its quality flags (``foreign_usage``,
-    ``partial_usage``); ``price``: price a foreign call without a cost through
+    ``partial_usage``, ``total_mismatch``: a reported total that is not input + output, kept in
+    ``usage_details`` as ``provider_total_tokens``); ``price``: price a foreign call without a cost through
     ``budgetlens.pricing.price_call`` (unpriced: NULL). Raises SpanRejected naming the attribute."""
     # Each value is taken as it is when it already has the form the row needs (the common
     # case); anything else goes through the validator, which converts it or rejects the span
@@ -144,13 +145,13 @@ def call_row(ctx: SpanContext, price: bool) -> tuple[Row, list[str]]:
     get = attrs.get
     flags = []
     tokens = token_counts(attrs)
+    provider_total = None
     if tokens is not NO_TOKENS:
-        try:
-            tokens, normalized = normalize_counts(tokens)
-        except ValueError as error:
-            raise SpanRejected(str(error)) from None
+        tokens, normalized, provider_total = normalize_counts(tokens)
         if normalized:
             flags.append("foreign_usage")
+        if provider_total is not None:
+            flags.append("total_mismatch")
     inp, outp, total, cache_read, cache_write, reasoning = tokens
     status = get(sc.BUDGET_USAGE_STATUS)
     if status is None:
@@ -234,7 +235,9 @@ def call_row(ctx: SpanContext, price: bool) -> tuple[Row, list[str]]:
     row["quality"] = None
     row["call_id"] = f"{ctx.trace_hex}:{ctx.span_hex}"
     row["price_version"] = version
-    row["usage_details"] = None
+    row["usage_details"] = (
+        None if provider_total is None else usage_details(Usage(provider_total_tokens=provider_total))
+    )
     row["unpriced_parts"] = unpriced
     return row, flags
 
