@@ -360,7 +360,9 @@ def test_a_service_tier_from_telemetry_selects_its_price(tier_attribute):
         assert row["cost_usd"] == pytest.approx(flex)
     standard = _reference("o4-mini", input_tokens=10_000, output_tokens=2_000)
     assert row["cost_usd"] is not None and flex <= standard
-    assert _reference("o4-mini", {"service_tier": "flex"}, input_tokens=10_000, output_tokens=2_000) < standard
+    assert (
+        _reference("o4-mini", {"service_tier": "flex"}, input_tokens=10_000, output_tokens=2_000) < standard
+    )
 
 
 def test_a_requested_tier_of_auto_is_the_standard_price():
@@ -489,3 +491,42 @@ def test_a_provider_total_above_its_parts_is_kept_beside_them_and_flagged(tmp_pa
     assert mapped.flagged == {"total_mismatch": 1}
     db_path = _store(tmp_path, mapped)
     assert _run(db_path, "total_tokens, quality") == (1_250, "total_mismatch")
+
+
+# --- the lock message -------------------------------------------------------------------------
+@pytest.mark.system
+def test_the_lock_message_names_the_file_the_holder_and_what_to_do(tmp_path, python):
+    import subprocess
+
+    from budgetlens.store import StoreError
+    from budgetlens.store.lock_holder import lock_holder
+
+    db_path = tmp_path / "store.duckdb"
+    with write_connection(db_path):
+        pass
+    holder = subprocess.Popen(
+        [
+            python,
+            "-c",
+            f"import duckdb, sys, time; c = duckdb.connect({str(db_path)!r}); print('held', flush=True); time.sleep(60)",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(StoreError) as caught:
+            with read_connection(db_path, timeout_s=0.3):
+                pass
+        message = str(caught.value)
+        assert str(db_path) in message and f"PID {holder.pid}" in message
+        assert "duckdb.connect" in message  # the holder's command line
+        assert "--db" in message and "collector is committing" not in message
+        found = lock_holder(db_path)  # from /proc/locks, without DuckDB's text
+        import sys
+
+        if sys.platform == "linux":
+            assert found.pid == holder.pid and "duckdb.connect" in (found.command or "")
+    finally:
+        holder.kill()
+        holder.wait()
