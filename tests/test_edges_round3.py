@@ -530,3 +530,56 @@ def test_the_lock_message_names_the_file_the_holder_and_what_to_do(tmp_path, pyt
     finally:
         holder.kill()
         holder.wait()
+
+
+# --- audio without an audio price ---------------------------------------------------------------
+def test_audio_without_an_audio_price_is_partly_unpriced_and_counted(tmp_path):
+    import datetime as dt
+
+    from budgetlens.analysis.filters import Filters
+    from budgetlens.analysis.views import overview
+    from budgetlens.pricing import price_call, price_columns
+    from budgetlens.usage import normalize_usage
+
+    raw = {
+        "prompt_tokens": 1_000,
+        "completion_tokens": 500,
+        "prompt_tokens_details": {"audio_tokens": 600},
+        "completion_tokens_details": {"audio_tokens": 400},
+    }
+    usage = normalize_usage(raw)
+    priced = price_call("gpt-4o-audio-preview", usage, "openai")
+    text_only = _reference("gpt-4o-audio-preview", input_tokens=400, output_tokens=100)
+    assert priced.unpriced == ("input_audio_tokens", "output_audio_tokens")
+    assert priced.cost_usd == pytest.approx(text_only)  # the text part; audio never at the text rate
+    # a model that has audio rates prices them (no unpriced part)
+    realtime = price_call("gpt-4o-realtime-preview", usage, "openai")
+    assert realtime.unpriced == () and realtime.cost_usd == pytest.approx(
+        _reference(
+            "gpt-4o-realtime-preview",
+            input_tokens=1_000,
+            output_tokens=500,
+            input_audio_tokens=600,
+            output_audio_tokens=400,
+        )
+    )
+    start = dt.datetime(2026, 3, 2, 10, 0)
+    row = {
+        "span_id": "audio-1",
+        "run_id": "run-audio",
+        "source": "test",
+        "task_type": "voice",
+        "request_model": "gpt-4o-audio-preview",
+        "start_utc": start,
+        "input_tokens": usage.input_tokens,
+        "output_tokens": usage.output_tokens,
+        "usage_status": sc.USAGE_REPORTED,
+        **price_columns("gpt-4o-audio-preview", usage, "openai", at=start),
+    }
+    db_path = tmp_path / "store.duckdb"
+    with write_connection(db_path) as conn:
+        write_batch(conn, [row])
+    assert _run(db_path, "unpriced_calls") == (1,)
+    with read_connection(db_path) as conn:
+        ov = overview(conn, Filters())
+    assert ov.partially_priced_runs == 1 and ov.unpriced_calls == 1

@@ -61,6 +61,7 @@ INSERTED_CALL_COLUMNS: tuple[str, ...] = (
     "reasoning_tokens",
     "reserved_tokens",
     "cost_usd",
+    "unpriced_parts",
     "usage_status",
     "error_type",
     "quality",
@@ -109,7 +110,8 @@ _CALL_AGGREGATES = """
     sum(cache_write_tokens) AS c_cache_write_tokens,
     sum(reasoning_tokens) AS c_reasoning_tokens,
     sum(cost_usd) AS c_cost_usd,
-    count(*) FILTER (WHERE cost_usd IS NULL AND usage_status = 'reported') AS c_unpriced_calls,
+    count(*) FILTER (WHERE (cost_usd IS NULL OR unpriced_parts IS NOT NULL)
+                     AND usage_status = 'reported') AS c_unpriced_calls,
     count(*) FILTER (WHERE usage_status = 'unknown') AS c_unknown_usage_calls,
     bool_or(error_type IS NOT NULL) AS c_any_error,
     list(quality) FILTER (WHERE quality IS NOT NULL) AS c_quality"""
