@@ -583,3 +583,52 @@ def test_audio_without_an_audio_price_is_partly_unpriced_and_counted(tmp_path):
     with read_connection(db_path) as conn:
         ov = overview(conn, Filters())
     assert ov.partially_priced_runs == 1 and ov.unpriced_calls == 1
+
+
+# --- days whose usage is all unpriced --------------------------------------------------------------
+def test_a_day_whose_usage_is_all_unpriced_is_drawn_as_unpriced_with_its_calls(tmp_path):
+    import datetime as dt
+
+    import pandas as pd
+
+    from budgetlens.analysis.filters import Filters
+    from budgetlens.analysis.views import cost_by_period
+    from budgetlens.dashboard import charts
+
+    day1, day2 = dt.datetime(2026, 3, 2, 10), dt.datetime(2026, 3, 3, 10)
+    calls = [
+        {
+            "span_id": "p1",
+            "run_id": "r1",
+            "source": "test",
+            "request_model": "gpt-4o",
+            "start_utc": day1,
+            "input_tokens": 10,
+            "output_tokens": 5,
+            "usage_status": sc.USAGE_REPORTED,
+            "cost_usd": 0.25,
+        },
+        *[
+            {
+                "span_id": f"u{i}",
+                "run_id": "r2",
+                "source": "test",
+                "request_model": "local-llama",
+                "start_utc": day2,
+                "input_tokens": 10,
+                "output_tokens": 5,
+                "usage_status": sc.USAGE_REPORTED,
+            }
+            for i in range(3)
+        ],
+    ]
+    db_path = tmp_path / "store.duckdb"
+    with write_connection(db_path) as conn:
+        write_batch(conn, calls)
+    with read_connection(db_path) as conn:
+        frame = cost_by_period(conn, Filters(), period="day", by="model")
+    fig = charts.cost_stacked(frame, period="day", by="model")
+    assert [list(t.y) for t in fig.data] == [[0.25]]  # the priced day, a bar
+    assert [a.text for a in fig.layout.annotations] == ["unpriced<br>3 calls"]
+    (band,) = fig.layout.shapes
+    assert pd.Timestamp(band.x0) < pd.Timestamp(day2.date()) < pd.Timestamp(band.x1)  # where its bar would be
