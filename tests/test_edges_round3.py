@@ -632,3 +632,56 @@ def test_a_day_whose_usage_is_all_unpriced_is_drawn_as_unpriced_with_its_calls(t
     assert [a.text for a in fig.layout.annotations] == ["unpriced<br>3 calls"]
     (band,) = fig.layout.shapes
     assert pd.Timestamp(band.x0) < pd.Timestamp(day2.date()) < pd.Timestamp(band.x1)  # where its bar would be
+
+
+# --- continuation copies across imports ------------------------------------------------------------
+def _assistant(session: str, ts: str, message_id: str, request_id: str, inp: int, out: int) -> dict:
+    return {
+        "type": "assistant",
+        "sessionId": session,
+        "timestamp": ts,
+        "cwd": "/work/shop",
+        "requestId": request_id,
+        "message": {
+            "id": message_id,
+            "role": "assistant",
+            "model": "claude-sonnet-4-5-20250929",
+            "content": [{"type": "text", "text": "ok"}],
+            "usage": {"input_tokens": inp, "output_tokens": out, "cache_read_input_tokens": 10},
+        },
+    }
+
+
+def test_continuation_copies_imported_in_a_later_run_are_not_counted_again(tmp_path):
+    import json
+
+    from budgetlens.importers import import_paths
+
+    original = [
+        (f"2026-03-02T09:0{i}:05Z", f"msg_0{i}", f"req_0{i}", 1000 * (i + 1), 100 * (i + 1)) for i in range(4)
+    ]
+    own = [
+        ("2026-03-02T10:00:05Z", "msg_10", "req_10", 3000, 300),
+        ("2026-03-02T10:01:05Z", "msg_11", "req_11", 3500, 350),
+    ]
+    project = tmp_path / "-work-shop"
+    project.mkdir()
+    first = project / "s-one.jsonl"
+    first.write_text("".join(json.dumps(_assistant("s-one", *c)) + "\n" for c in original))
+    later = tmp_path / "later" / "-work-shop"
+    later.mkdir(parents=True)
+    second = later / "s-two.jsonl"
+    second.write_text("".join(json.dumps(_assistant("s-two", *c)) + "\n" for c in [*original, *own]))
+    db_path = tmp_path / "store.duckdb"
+    import_paths("claude-code", [first], db_path)
+    report = import_paths("claude-code", [second], db_path)  # a separate, later import
+    with read_connection(db_path) as conn:
+        calls, tokens = conn.execute("SELECT count(*), sum(total_tokens) FROM model_calls").fetchone()
+        runs = dict(conn.execute("SELECT run_id, model_calls FROM runs").fetchall())
+    # hand count: each call is input + cache read (10) + output
+    expected = sum(inp + 10 + out for *_, inp, out in [*original, *own])
+    assert (calls, tokens) == (6, expected)
+    assert runs == {"claude-code:s-one": 4, "claude-code:s-two": 2}
+    assert report.new_calls == 2
+    again = import_paths("claude-code", [first, second], db_path)  # re-import: nothing new
+    assert again.new_calls == 0

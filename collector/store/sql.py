@@ -68,9 +68,17 @@ INSERTED_CALL_COLUMNS: tuple[str, ...] = (
 )
 
 #: Insert new calls; returns only the rows inserted (a re-sent span returns nothing).
+#: A call whose ``response_id`` is already stored (a response copied into a later transcript,
+#: imported in a later run) is not new: the stored one (the session that made it) keeps it.
+_NOT_A_STORED_RESPONSE = (
+    "(b.response_id IS NULL OR NOT EXISTS (SELECT 1 FROM model_calls m "
+    "WHERE m.response_id IS NOT NULL AND m.response_id = b.response_id))"
+)
 INSERT_CALLS = (
-    "INSERT INTO model_calls BY NAME SELECT * FROM batch_calls ON CONFLICT DO NOTHING "
-    "RETURNING " + ", ".join(INSERTED_CALL_COLUMNS)
+    "INSERT INTO model_calls BY NAME SELECT * FROM batch_calls b WHERE "
+    + _NOT_A_STORED_RESPONSE
+    + " ON CONFLICT DO NOTHING RETURNING "
+    + ", ".join(INSERTED_CALL_COLUMNS)
 )
 
 
@@ -307,7 +315,8 @@ COUNT_RUNS = "SELECT count(*) FROM runs"
 
 LAKE_TAKE_WRITE_TOKEN = "UPDATE write_token SET writes = writes + 1"
 LAKE_NEW_CALLS = (
-    "SELECT b.* FROM batch_calls b WHERE NOT EXISTS (SELECT 1 FROM model_calls m WHERE m.call_id = b.call_id)"
+    "SELECT b.* FROM batch_calls b WHERE NOT EXISTS (SELECT 1 FROM model_calls m WHERE m.call_id = b.call_id) "
+    "AND " + _NOT_A_STORED_RESPONSE
 )
 LAKE_INSERT_CALLS = "INSERT INTO model_calls BY NAME SELECT * FROM new_calls"
 LAKE_NEW_EVENTS = (
