@@ -51,7 +51,7 @@ def without_parts(usage: Usage, names: tuple[str, ...]) -> Usage:
     """``usage`` with the audio parts ``names`` taken out of their totals (the priced part);
     taking out the input audio takes out its cached part too (a part of it)."""
     names = (*names, "cache_read_audio_tokens") if "input_audio_tokens" in names else names
-    changes: dict[str, int] = {}
+    changes: dict[str, Any] = {}
     for name in dict.fromkeys(names):
         total = _AUDIO_FIELDS[name][1]
         changes[total] = changes.get(total, getattr(usage, total)) - getattr(usage, name)

@@ -515,9 +515,8 @@ def test_the_lock_message_names_the_file_the_holder_and_what_to_do(tmp_path, pyt
     )
     try:
         assert holder.stdout.readline().strip() == "held"
-        with pytest.raises(StoreError) as caught:
-            with read_connection(db_path, timeout_s=0.3):
-                pass
+        with pytest.raises(StoreError) as caught, read_connection(db_path, timeout_s=0.3):
+            pass
         message = str(caught.value)
         assert str(db_path) in message and f"PID {holder.pid}" in message
         assert "duckdb.connect" in message  # the holder's command line

@@ -106,7 +106,7 @@ class _Mapper:
         self.agent_by_trace: dict[str, str] = {}
         self.foreign_calls: list[int] = []  # indexes into out.call_rows
         self.tree = SpanTree(memory)
-        self.seen: dict[tuple[str, str], object] = {}  # (trace hex, span hex) -> first span
+        self.seen: dict[tuple[str, str], Any] = {}  # (trace hex, span hex) -> first span
         self.prints: dict[tuple[str, str], int] = {}  # content fingerprints for the memory
         self.collisions = 0  # spans rejected for a span id collision (also a flagged count)
         self.call_flags: dict[int, set[str]] = {}

@@ -68,8 +68,8 @@ def lock_holder(path: str | os.PathLike, error: BaseException | None = None) -> 
     if match:
         pid = int(match["pid"])
         return LockHolder(pid, _command(pid) or match["program"])
-    pid = _pid_from_proc_locks(Path(path))
-    return LockHolder(pid, _command(pid) if pid is not None else None)
+    found = _pid_from_proc_locks(Path(path))
+    return LockHolder(found, _command(found) if found is not None else None)
 
 
 def lock_message(path: str | os.PathLike, error: BaseException | None = None) -> str:
