@@ -17,6 +17,9 @@ from budgetlens import semconv as sc
 
 __all__ = [
     "DEFAULT_MAX_TOTAL_TOKENS",
+    "MAX_AMOUNT",
+    "MAX_COUNT",
+    "MAX_TOKENS",
     "LIMITS",
     "LIMIT_KEYS",
     "LIMIT_SPECS",
@@ -26,6 +29,7 @@ __all__ = [
     "check_fraction",
     "check_limit",
     "check_limits",
+    "check_tokens",
     "resolve_limits",
 ]
 
@@ -73,6 +77,16 @@ LIMITS: tuple[LimitSpec, ...] = (
 LIMIT_SPECS: dict[str, LimitSpec] = {spec.name: spec for spec in LIMITS}
 #: Limit keys of one preset, in the guard's constructor argument names (units in the names).
 LIMIT_KEYS: tuple[str, ...] = tuple(spec.name for spec in LIMITS)
+#: The one token bound (tokens, int): the largest token count of one call, and the largest token
+#: limit, reservation or per-run use. Far above any model call, and low enough that per-run sums
+#: stay inside DuckDB's BIGINT. Checked where a value enters: the guard (limits, reservations,
+#: recorded usage through ``budgetlens.usage.Usage``), the preset file, the importers and the
+#: collector's span attributes; a value beyond it is refused with a ValueError naming it.
+MAX_TOKENS = 10**12
+#: Largest turn / tool-call count and turn or tool-call limit (the store's INTEGER).
+MAX_COUNT = 2**31 - 1
+#: Largest amount (cost in USD, duration in s, percent) a limit or a span may carry.
+MAX_AMOUNT = 1e12
 #: A bare guard (no limit given) allows this many tokens.
 DEFAULT_MAX_TOTAL_TOKENS = 64_000
 #: Limits that count tokens or calls: whole numbers (``2.0`` passes, ``2.5`` does not).
@@ -85,7 +99,9 @@ _FRACTIONAL = frozenset(spec.name for spec in LIMITS if not spec.whole)
 # --- validation ---------------------------------------------------------------------------------
 def check_limit(name: str, value: Any, *, label: str | None = None) -> None:
     """Check one limit value: None (no limit), or a finite number >= 0 (not NaN, not infinity,
-    not a bool); a whole number unless ``name`` is ``max_duration_s`` or ``max_cost_usd``.
+    not a bool); a whole number unless ``name`` is ``max_duration_s`` or ``max_cost_usd``; at most
+    :data:`MAX_TOKENS` (token limits), :data:`MAX_COUNT` (turns, tool calls) or
+    :data:`MAX_AMOUNT` (seconds, USD), the bounds the collector stores.
     A limit of 0 is valid and allows nothing of its kind.
 
     ``label`` names the value in the message (default ``name``, e.g. ``"file: presets.qa.max_turns"``).
@@ -103,6 +119,22 @@ def check_limit(name: str, value: Any, *, label: str | None = None) -> None:
         raise ValueError(f"{label} must be a finite number >= 0, or None for no limit; got {value!r}")
     if name not in _FRACTIONAL and value != int(value):
         raise ValueError(f"{label} must be a whole number, got {value!r}")
+    unit = LIMIT_SPECS[name].unit if name in LIMIT_SPECS else "tokens"
+    maximum = MAX_TOKENS if unit == "tokens" else MAX_COUNT if unit == "count" else MAX_AMOUNT
+    if value > maximum:
+        raise ValueError(
+            f"{label} must be at most {maximum:.0e} {unit} (the collector's bound), got {value!r}"
+        )
+
+
+def check_tokens(value: int, label: str) -> None:
+    """Check one token count against :data:`MAX_TOKENS` (the value is already an int >= 0).
+
+    Raises ValueError naming ``label`` and the bound."""
+    if value > MAX_TOKENS:
+        raise ValueError(
+            f"{label} must be at most {MAX_TOKENS:.0e} tokens (the one token bound), got {value}"
+        )
 
 
 def check_limits(limits: Mapping[str, Any]) -> None:

@@ -45,6 +45,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
+from budgetlens.billing_parts import unpriced_audio, unpriced_fields, without_parts
 from budgetlens.config import ENV_PRICES_FILE, resolve
 from budgetlens.price_file import USAGE_KEYS, UserModel, genai_usage, load_price_file, user_table
 from budgetlens.usage import Usage
@@ -97,7 +98,6 @@ _DOTTED_PREFIX = re.compile(
 _REGION_PREFIX = re.compile(r"^(?:us|eu|apac|au|jp|ca|us-gov|global)\.")
 
 #: Usage fields billed per count (not tokens): a model without their price leaves them unpriced.
-_COUNT_FIELDS = {"web_search_requests": "web_searches_kcount", "code_executions": "code_executions_kcount"}
 
 _TOKEN_COLUMNS = (
     "input_tokens",
@@ -236,14 +236,6 @@ def _price_context(usage: Usage) -> dict[str, str] | None:
     return {"service_tier": tier, "processing": "batch"} if tier == "batch" else {"service_tier": tier}
 
 
-def _unpriced_fields(usage: Usage, model_price: Any) -> tuple[str, ...]:
-    return tuple(
-        name
-        for name, price_key in _COUNT_FIELDS.items()
-        if getattr(usage, name, 0) and getattr(model_price, price_key, None) is None
-    )
-
-
 def _as_utc(at: dt.datetime | None) -> dt.datetime:
     if at is None:
         return dt.datetime.now(tz=dt.UTC)
@@ -308,10 +300,18 @@ def _price(
             genai_request_timestamp=_as_utc(at),
             price_context=_price_context(usage),
         )
+        audio = unpriced_audio(usage, calc.model_price)
+        if audio:  # the text part is priced; the audio part is named unpriced, never text-rated
+            calc = info.calc_price(
+                genai_usage(without_parts(usage, audio)),
+                genai_provider,
+                genai_request_timestamp=_as_utc(at),
+                price_context=_price_context(usage),
+            )
     return _priced(
         model,
         float(calc.total_price),
-        _unpriced_fields(usage, calc.model_price),
+        unpriced_fields(usage, calc.model_price),
         f"genai-prices:{genai_provider.id}/{info.id}",
         price_version(),
     )
@@ -340,7 +340,7 @@ def _price_user(model: str, usage: Usage, user: UserModel) -> CallPrice:
         warnings.simplefilter("ignore")
         result = model_price.calc_price(genai_usage(usage))
     return _priced(
-        model, float(result["total_price"]), _unpriced_fields(usage, model_price), user.source, user.version
+        model, float(result["total_price"]), unpriced_fields(usage, model_price), user.source, user.version
     )
 
 
@@ -383,12 +383,17 @@ def estimate_cost_usd(
 # --- store columns ------------------------------------------------------------------------------
 
 #: Usage fields stored in ``model_calls.usage_details`` (the token columns hold the rest).
-_DETAIL_FIELDS = (*(name for name in USAGE_KEYS if name not in _TOKEN_COLUMNS), "service_tier")
+_DETAIL_FIELDS = (
+    *(name for name in USAGE_KEYS if name not in _TOKEN_COLUMNS),
+    "service_tier",
+    "provider_total_tokens",
+)
 
 
 def usage_details(usage: Usage | None) -> str | None:
     """``model_calls.usage_details``: a JSON object of the billing parts of ``usage`` beyond the
-    token columns (audio/image/video tokens, 1h cache writes, web searches, service tier), only
+    token columns (audio/image/video tokens, 1h cache writes, web searches, service tier, the
+    provider's own total when it disagrees with the parts), only
     those reported; None when there are none."""
     if usage is None:
         return None

@@ -19,6 +19,25 @@ GEN_AI_USAGE_OUTPUT_TOKENS = "gen_ai.usage.output_tokens"
 GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS = "gen_ai.usage.cache_read.input_tokens"
 GEN_AI_USAGE_CACHE_CREATION_INPUT_TOKENS = "gen_ai.usage.cache_creation.input_tokens"
 GEN_AI_USAGE_REASONING_OUTPUT_TOKENS = "gen_ai.usage.reasoning.output_tokens"
+#: The cache-creation count's newer name (semantic-conventions-genai #440); both are read, the
+#: first present wins (never added twice).
+GEN_AI_USAGE_CACHE_WRITE_INPUT_TOKENS = "gen_ai.usage.cache_write.input_tokens"
+#: A call's cost as the source states it (proposed, semantic-conventions-genai #443): kept as the
+#: call's cost (read when the currency is USD or absent), never repriced.
+GEN_AI_USAGE_COST_AMOUNT = "gen_ai.usage.cost.amount"
+GEN_AI_USAGE_COST_CURRENCY = "gen_ai.usage.cost.currency"
+#: The service tier a call was served at, every spelling the instrumentations emit: response
+#: first (the tier used), then request (the tier asked for; ``auto`` means not known).
+SERVICE_TIER_RESPONSE_ATTRIBUTES = (
+    "openai.response.service_tier",
+    "gen_ai.openai.response.service_tier",
+    "gen_ai.response.service_tier",
+)
+SERVICE_TIER_REQUEST_ATTRIBUTES = (
+    "openai.request.service_tier",
+    "gen_ai.openai.request.service_tier",
+    "gen_ai.request.service_tier",
+)
 SERVICE_NAME = "service.name"
 ERROR_TYPE = "error.type"
 
@@ -129,6 +148,8 @@ QUALITY_FLAGS = {
     "foreign_usage": "cache parts above input (or reasoning above output): input excluded them; normalized",
     "aggregate_mismatch": "an aggregate span's usage differs from the sum of the calls below it",
     "partial_usage": "a usage lacking its input or output part; the missing part was charged",
+    "total_mismatch": "the provider's total differs from input + output; the parts are the usage, the total kept",
+    "span_id_collision": "a different span under the ids of one received earlier; rejected, not stored",
 }
 
 # --- names other instrumentations send (read by the collector's mapping) ---------------------
@@ -142,6 +163,7 @@ LLM_REQUEST_MODEL = "llm.request.model"
 LLM_RESPONSE_MODEL = "llm.response.model"
 GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS_OPENLLMETRY = "gen_ai.usage.cache_read_input_tokens"
 GEN_AI_USAGE_CACHE_CREATION_INPUT_TOKENS_OPENLLMETRY = "gen_ai.usage.cache_creation_input_tokens"
+GEN_AI_USAGE_REASONING_TOKENS_OPENLLMETRY = "gen_ai.usage.reasoning_tokens"
 #: OpenInference (Arize) names.
 OPENINFERENCE_SPAN_KIND = "openinference.span.kind"
 LLM_MODEL_NAME = "llm.model_name"

@@ -21,6 +21,8 @@ Provider quirks handled by :func:`normalize_usage` (each a documented rule, neve
 - Gemini ``usageMetadata`` reports thinking outside candidates and tool-use prompt outside the
   prompt: input = prompt + tool-use prompt, output = candidates + thoughts; the prompt includes
   ``cachedContentTokenCount``.
+- OpenAI Batch output lines (``custom_id`` + ``response.body``): the body's usage, at the batch
+  rate (service tier ``batch``).
 - Codex CLI ``token_count`` (``cached_input_tokens``, ``reasoning_output_tokens``): included.
 - Langfuse ``usageDetails`` (``input``, ``output``, ``total`` and detail keys): the reported
   ``total`` tells whether details are exclusive (total = sum of all keys) or included.
@@ -53,6 +55,17 @@ _CONTAINER_KEYS = ("usage", "usageMetadata", "usage_metadata", "usageDetails")
 
 
 _RESPONSE_EVENT_PREFIX = "response."  # OpenAI Responses stream events carry usage in "response"
+#: The service tier of a call made through a batch API (genai-prices prices it as batch processing).
+BATCH_TIER = "batch"
+
+
+def _batch_body(mapping: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The response body of an OpenAI Batch output line (``{"custom_id": ..., "response":
+    {"status_code": ..., "body": {...}}}``), None for any other payload."""
+    if "custom_id" not in mapping or "response" not in mapping:
+        return None
+    response = sub_mapping(mapping, "response")
+    return sub_mapping(response, "body") if "body" in response else None
 
 
 def _usage_mapping(payload: Any) -> tuple[Mapping[str, Any] | None, str]:
@@ -60,6 +73,9 @@ def _usage_mapping(payload: Any) -> tuple[Mapping[str, Any] | None, str]:
     mapping = as_mapping(payload)
     if not mapping:
         return None, ""
+    body = _batch_body(mapping)
+    if body is not None:
+        mapping = body
     kind = str(mapping.get("type", ""))
     if kind == "message_start" and "message" in mapping:
         mapping = sub_mapping(mapping, "message")
@@ -75,7 +91,8 @@ def normalize_usage(payload: Any, provider: str | None = None) -> Usage | None:
     """Normalize a provider usage payload to :class:`Usage`.
 
     ``payload`` may be a usage object or dict, a whole response (object or dict) holding
-    ``usage`` / ``usageMetadata`` / ``usage_metadata``, an Anthropic stream event
+    ``usage`` / ``usageMetadata`` / ``usage_metadata``, an OpenAI Batch output line
+    (``{"custom_id", "response": {"body": <response>}}``: its usage, service tier ``batch``), an Anthropic stream event
     (``message_start`` / ``message_delta``) or an OpenAI Responses stream event
     (``response.completed``, usage in its ``response``). ``provider`` (an OTel ``gen_ai.provider.name`` such
     as ``"anthropic"``) only disambiguates payloads whose keys fit several providers.
@@ -91,6 +108,9 @@ def normalize_usage(payload: Any, provider: str | None = None) -> Usage | None:
         return payload
     mapping, _ = _usage_mapping(payload)
     usage = read_usage(mapping, provider) if mapping else None
+    outer = as_mapping(payload)
+    if usage is not None and outer and _batch_body(outer) is not None:
+        return replace(usage, service_tier=BATCH_TIER)  # billed at the Batch API's rate
     if usage is not None and usage.service_tier is None:
         tier = _response_service_tier(payload)  # OpenAI states the tier on the response
         if tier is not None:

@@ -237,7 +237,30 @@ def read_usage(u: Mapping[str, Any], provider: str | None) -> Usage | None:
     shape = _shape(u, provider)
     if shape is None or all(u.get(k) is None for k in shape[1]):
         return None  # no shape, or every count null: unknown usage, never 0
-    return _with_billing_parts(shape[0](u), u)
+    usage = _with_billing_parts(shape[0](u), u)
+    if shape[0] is not _langfuse:  # Langfuse's total tells how its details count, see _langfuse
+        usage = _with_provider_total(usage, u, shape[1])
+    return usage
+
+
+#: The keys a provider states its own total under (OpenAI, Gemini, Bedrock).
+_TOTAL_KEYS = ("total_tokens", "totalTokenCount", "total_token_count", "totalTokens")
+
+
+def _with_provider_total(usage: Usage, u: Mapping[str, Any], main: tuple[str, ...]) -> Usage:
+    """``usage`` with ``provider_total_tokens`` set when the payload states a total that is
+    neither input + output nor the sum of its raw main counts (the total its convention makes):
+    the parts stay the usage, the total is kept beside them (design §2: never added on top)."""
+    for key in _TOTAL_KEYS:
+        raw = u.get(key)
+        if raw is None:
+            continue
+        total = token_count(raw, key)
+        stated = sum(token_count(u.get(k), k) for k in main if u.get(k) is not None)
+        if total not in (usage.total_tokens, stated):
+            return replace(usage, provider_total_tokens=total)
+        return usage
+    return usage
 
 
 # --- billing dimensions beyond the five token counts (issue 9) -----------------------------------

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
+from budgetlens.limits import check_tokens
+
 TokenCounts = tuple[int | None, int | None, int | None, int | None, int | None, int | None]
 """(input, output, total, cache read, cache write, reasoning) tokens; None = not reported."""
 
@@ -21,7 +23,8 @@ class Usage:
 
     ``input_tokens`` includes ``cache_read_tokens`` and ``cache_write_tokens``; ``output_tokens``
     includes ``reasoning_tokens``. Raises ``ValueError`` naming the field when a value is not a
-    non-negative int or a part exceeds its total.
+    non-negative int, is above ``budgetlens.limits.MAX_TOKENS`` (10^12, the one token bound), or
+    a part exceeds its total.
     """
 
     input_tokens: int = 0
@@ -41,16 +44,23 @@ class Usage:
     web_search_requests: int = 0
     code_executions: int = 0
     service_tier: str | None = None
+    #: The provider's own total (tokens) when it disagrees with input + output (None: it agrees
+    #: or none was stated). Kept beside the parts, never used as the usage (flag
+    #: ``total_mismatch``); not summed by ``+``.
+    provider_total_tokens: int | None = None
 
     def __post_init__(self) -> None:
         for f in fields(self):
             value = getattr(self, f.name)
+            if f.name == "provider_total_tokens" and value is None:
+                continue
             if f.name == "service_tier":
                 if value is not None and not isinstance(value, str):
                     raise ValueError(f"Usage.service_tier must be a str or None, got {value!r}")
                 continue
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise ValueError(f"Usage.{f.name} must be an int >= 0, got {value!r}")
+            check_tokens(value, f"Usage.{f.name}")
         if self.cache_read_tokens + self.cache_write_tokens > self.input_tokens:
             raise ValueError(
                 "Usage.cache_read_tokens + cache_write_tokens must not exceed input_tokens "
@@ -113,10 +123,13 @@ class Usage:
         sums = {
             f.name: getattr(self, f.name) + getattr(other, f.name)
             for f in fields(self)
-            if f.name != "service_tier"
+            if f.name not in _NOT_SUMMED
         }
         tier = self.service_tier if self.service_tier == other.service_tier else None
         return Usage(**sums, service_tier=tier)
+
+
+_NOT_SUMMED = ("service_tier", "provider_total_tokens")
 
 
 def including_parts(total: int, parts: int) -> int:
@@ -126,23 +139,24 @@ def including_parts(total: int, parts: int) -> int:
     return total + parts if parts > total else total
 
 
-def normalize_counts(counts: TokenCounts) -> tuple[TokenCounts, bool]:
+def normalize_counts(counts: TokenCounts) -> tuple[TokenCounts, bool, int | None]:
     """Flat token counts (``TokenCounts``, e.g. read from span attributes) in the standard
-    convention, and whether they had to be normalized (:func:`including_parts` for the input
-    with cache read + write, and the output with reasoning). A reported total must equal
-    input + output before or after that (then it is recomputed); otherwise raises ValueError
-    naming the counts."""
+    convention, whether they had to be normalized (:func:`including_parts` for the input with
+    cache read + write, and the output with reasoning), and the reported total when it disagrees
+    with the parts (None when it agrees with input + output before or after that, or there is
+    none). The parts are the usage: the total is then input + output, the provider's own kept
+    beside it by the caller (flag ``total_mismatch``), never used in their place."""
     inp, outp, total, cache_read, cache_write, reasoning = counts
     fixed_inp = None if inp is None else including_parts(inp, (cache_read or 0) + (cache_write or 0))
     fixed_out = None if outp is None else including_parts(outp, reasoning or 0)
     normalized = (fixed_inp, fixed_out) != (inp, outp)
+    disagreeing = None
     if total is not None and inp is not None and outp is not None:
         assert fixed_inp is not None and fixed_out is not None
         if total not in (inp + outp, fixed_inp + fixed_out):
-            raise ValueError(f"total tokens ({total}) must equal input + output tokens ({inp} + {outp})")
-        if normalized:
-            total = fixed_inp + fixed_out
-    return (fixed_inp, fixed_out, total, cache_read, cache_write, reasoning), normalized
+            disagreeing = total
+        total = fixed_inp + fixed_out
+    return (fixed_inp, fixed_out, total, cache_read, cache_write, reasoning), normalized, disagreeing
 
 
 __all__ = ["TokenCounts", "Usage", "including_parts", "normalize_counts"]

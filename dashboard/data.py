@@ -41,6 +41,7 @@ from budgetlens.analysis.views import Filters
 from budgetlens.config import resolve_db_path
 from budgetlens.store import StoreError, StoreMissing, latest_snapshot, read_connection
 from budgetlens.store.connection import is_lock_conflict
+from budgetlens.store.lock_holder import lock_message
 
 log = logging.getLogger(__name__)
 P = ParamSpec("P")
@@ -277,14 +278,14 @@ evidence = cached(whatif.evidence)
 
 
 def _fallback(view: str, key: tuple, error: BaseException) -> Any:
-    """The last good result of ``key`` while the store is busy; DataUnavailable without one."""
+    """The last good result of ``key`` while the store is busy; DataUnavailable without one,
+    naming the file, the process holding it and what to do (``budgetlens.store.lock_holder``)."""
     log.warning("store busy for %s, falling back: %s", view, error)
     with _last_good_lock:
         previous = _last_good.get(key)
     if previous is None:
-        raise DataUnavailable(
-            "The store is busy (the collector is committing); retrying in a moment."
-        ) from error
+        cause = error.__cause__ if isinstance(error, StoreError) and error.__cause__ else error
+        raise DataUnavailable(f"Retrying in a moment: {lock_message(key[1], cause)}") from error
     _mark_stale(previous[0])
     return previous[1]
 

@@ -47,8 +47,9 @@ def test_cost_chart_of_only_unpriced_usage_says_so_instead_of_zero():
         }
     )
     fig = charts.cost_stacked(frame)
-    assert not fig.data
-    assert _annotations(fig) == ["No priced usage in this selection"]
+    assert not fig.data  # no bar: an unpriced day is never drawn as $0
+    assert _annotations(fig) == ["unpriced<br>9 calls"]  # issue 22: the day drawn as unpriced
+    assert len(fig.layout.shapes) == 1
 
 
 def test_hit_rate_chart_is_in_percent_with_the_20_percent_line():

@@ -460,22 +460,19 @@ def test_deeply_nested_json_is_a_400_not_a_crash(body):
     assert caught.value.status == 400
 
 
-@pytest.mark.parametrize(
-    "attributes, named",
-    [
-        (
-            {
-                "gen_ai.usage.input_tokens": 100,
-                "gen_ai.usage.output_tokens": 10,
-                "llm.usage.total_tokens": 5000,
-            },
-            "total tokens (5000) must equal input + output",
-        ),
-    ],
-)
-def test_usage_whose_parts_exceed_their_whole_rejects_the_span(attributes, named):
-    mapped = _foreign_call({"gen_ai.operation.name": "chat", **attributes})
-    assert mapped.rejected == 1 and named in mapped.errors[0]
+def test_a_total_that_disagrees_with_the_parts_keeps_the_parts_and_flags_the_call():
+    """Issue 22 replaces issue 15's rejection: the parts are the usage, the total kept beside."""
+    mapped = _foreign_call(
+        {
+            "gen_ai.operation.name": "chat",
+            "gen_ai.usage.input_tokens": 100,
+            "gen_ai.usage.output_tokens": 10,
+            "llm.usage.total_tokens": 5000,
+        }
+    )
+    (call,) = mapped.calls
+    assert mapped.rejected == 0 and call["total_tokens"] == 110
+    assert call["quality"] == "total_mismatch" and '"provider_total_tokens": 5000' in call["usage_details"]
 
 
 def test_a_call_with_only_a_total_is_reported_usage_with_unknown_parts():

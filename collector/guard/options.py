@@ -18,7 +18,14 @@ from budgetlens.guard.events import OnEvent, as_callbacks
 from budgetlens.guard.pool import TokenPool
 from budgetlens.guard.results import BudgetEvent, RunResult
 from budgetlens.guard.spend import SpendTracker
-from budgetlens.limits import LIMIT_KEYS, LIMIT_SPECS, check_fraction, check_limit, resolve_limits
+from budgetlens.limits import (
+    LIMIT_KEYS,
+    LIMIT_SPECS,
+    check_fraction,
+    check_limit,
+    check_tokens,
+    resolve_limits,
+)
 
 if TYPE_CHECKING:
     from opentelemetry.trace import Tracer
@@ -84,7 +91,7 @@ def split_estimate(estimated_tokens: Any, input_tokens: Any, output_tokens: Any)
     """Check a reservation's estimate and its optional split; returns the output part (tokens),
     or None when the estimate is not split (it then counts as input, like an unknown-usage charge).
 
-    Every value is an int >= 0; given one part, the other is the rest of ``estimated_tokens``;
+    Every value is an int >= 0 of at most ``budgetlens.limits.MAX_TOKENS``; given one part, the other is the rest of ``estimated_tokens``;
     given both, they must add up to it. Raises ValueError naming the argument and the rule.
     """
     for name, value in (
@@ -96,6 +103,7 @@ def split_estimate(estimated_tokens: Any, input_tokens: Any, output_tokens: Any)
             continue
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise ValueError(f"{name} must be an int >= 0, got {value!r}")
+        check_tokens(value, name)
     if input_tokens is None and output_tokens is None:
         return None
     output = output_tokens if output_tokens is not None else estimated_tokens - input_tokens

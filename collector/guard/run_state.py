@@ -38,7 +38,7 @@ from budgetlens.guard.results import (
 )
 from budgetlens.guard.shared import SharedSteps
 from budgetlens.guard.telemetry import RunTelemetry
-from budgetlens.limits import check_limits
+from budgetlens.limits import MAX_TOKENS, check_limits
 from budgetlens.pricing import estimate_cost_usd
 from budgetlens.usage import Usage, normalize_usage, usage_missing_parts
 
@@ -171,7 +171,12 @@ class RunState:
     ) -> Reservation:
         """``RunBudget.reserve``: check the estimate and its split, estimate its cost outside the
         lock, then check and hold it under the lock."""
-        if input_tokens is None and output_tokens is None and tokens.__class__ is int and tokens >= 0:
+        if (
+            input_tokens is None
+            and output_tokens is None
+            and tokens.__class__ is int
+            and 0 <= tokens <= MAX_TOKENS
+        ):
             output = None  # the common case, checked inline (hot path)
         else:
             output = opt.split_estimate(tokens, input_tokens, output_tokens)

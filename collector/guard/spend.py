@@ -7,6 +7,11 @@ A :class:`SpendTracker` sums the cost of every run of THIS process that shares i
   name, default ``UTC``); the sum starts again at local midnight / on the 1st.
 - ``24h`` and ``30d``: rolling windows, only when named so.
 
+Each cost counts in the period of its own timestamp, whatever order costs arrive in: a late cost
+stamped in an earlier month goes to that month (never resets the current one), and a cost older
+than a rolling window's length is not in it. :meth:`SpendTracker.next_reset` tells when a
+window's sum next starts again (calendar) or next drops (rolling).
+
 Per window: one alert when spend crosses ``alert_at`` (default 80 %) of its limit (again only in
 the next calendar period, or for rolling windows after spend fell back below the line), and a
 hard stop (``BudgetExceeded`` with reason ``budget_cost``) from the moment spend reaches the limit.
@@ -27,14 +32,14 @@ windows of a ``scope`` are kept there and every process reserves against the sam
 
 from __future__ import annotations
 
+import bisect
 import logging
 import math
 import threading
 import time
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
 
@@ -61,14 +66,15 @@ class SpendAlert:
 
 
 class _Window:
-    __slots__ = ("name", "limit", "length", "period", "spent", "alerted", "entries", "reserved")
+    __slots__ = ("name", "limit", "length", "period", "spent", "alerted", "entries", "reserved", "ahead")
 
     def __init__(self, name: str, limit: float) -> None:
         self.name, self.limit, self.length = name, limit, WINDOWS[name]
         self.period: str | None = None
         self.spent = 0.0
         self.alerted = False
-        self.entries: deque[tuple[float, float]] = deque()
+        self.entries: list[tuple[float, float]] = []  # rolling: (ts, USD), sorted by ts
+        self.ahead: dict[str, float] = {}  # calendar: USD stamped in periods after the current one
         self.reserved = 0.0  # USD of open reservations (not yet spent)
 
 
@@ -136,12 +142,16 @@ class SpendTracker:
         if window.length is None:
             period = self._period(window, now)
             if period != window.period:
-                window.period, window.spent, window.alerted = period, 0.0, False
+                # costs stamped ahead of the clock (skew) count once their period comes
+                window.period, window.spent, window.alerted = period, window.ahead.pop(period, 0.0), False
+                window.ahead = {p: v for p, v in window.ahead.items() if p > period}
             return
         window.period = window.name
-        while window.entries and window.entries[0][0] <= now - window.length:
-            _, cost = window.entries.popleft()
-            window.spent -= cost
+        cut = 0
+        while cut < len(window.entries) and window.entries[cut][0] <= now - window.length:
+            window.spent -= window.entries[cut][1]
+            cut += 1
+        del window.entries[:cut]
         if window.spent < 1e-12:
             window.spent = 0.0
         if window.alerted and window.spent < self._alert_at * window.limit:
@@ -150,7 +160,9 @@ class SpendTracker:
     def add(
         self, cost_usd: float, ts: float | None = None, *, call_id: str | None = None
     ) -> list[SpendAlert]:
-        """Add a cost (USD >= 0) at ``ts`` (default now). Returns the alerts this crossed."""
+        """Add a cost (USD >= 0) at ``ts`` (seconds since the epoch, default now): it counts in
+        the period of ``ts`` (a late cost in its own past period, not the current one). Returns
+        the alerts this crossed."""
         if (
             isinstance(cost_usd, bool)
             or not isinstance(cost_usd, (int, float))
@@ -160,14 +172,23 @@ class SpendTracker:
             raise ValueError(f"cost_usd must be a finite USD amount >= 0, got {cost_usd!r}")
         if self._shared is not None:
             return self._shared.add(cost_usd, ts, call_id=call_id)
-        now = self._clock() if ts is None else ts
+        now = self._clock()
+        stamped = now if ts is None else ts
         alerts = []
         with self._lock:
             for w in self._windows:
                 self._roll(w, now)
+                if w.length is None:
+                    period = self._period(w, stamped)
+                    if period != w.period:
+                        if w.period is not None and period > w.period:
+                            w.ahead[period] = w.ahead.get(period, 0.0) + cost_usd
+                        continue  # an earlier period's cost: not in the current one
+                elif stamped <= now - w.length:
+                    continue  # already outside the rolling window
+                else:
+                    bisect.insort(w.entries, (stamped, cost_usd))
                 w.spent += cost_usd
-                if w.length is not None:
-                    w.entries.append((now, cost_usd))
                 if not w.alerted and w.spent >= self._alert_at * w.limit:
                     w.alerted = True
                     alerts.append(
@@ -256,6 +277,29 @@ class SpendTracker:
                 if w.name == window:
                     self._roll(w, self._clock())
                     return w.spent
+        raise KeyError(f"no spend window {window!r}")
+
+    def next_reset(self, window: str) -> datetime | None:
+        """When ``window`` next starts again (calendar: the next local midnight or 1st of the
+        month, as an aware datetime in the tracker's time zone) or next drops a cost (rolling:
+        when its oldest cost leaves it; None when it holds none). Raises KeyError for a window
+        the tracker has not."""
+        now = self._clock()
+        with self._lock:
+            for w in self._windows:
+                if w.name != window:
+                    continue
+                self._roll(w, now)
+                if w.length is not None:
+                    if not w.entries:
+                        return None
+                    return datetime.fromtimestamp(w.entries[0][0] + w.length, self._zone)
+                local = datetime.fromtimestamp(now, self._zone)
+                if w.name == "daily":
+                    day = local.date() + timedelta(days=1)
+                else:
+                    day = (local.date().replace(day=28) + timedelta(days=4)).replace(day=1)
+                return datetime(day.year, day.month, day.day, tzinfo=self._zone)
         raise KeyError(f"no spend window {window!r}")
 
     def check(self) -> None:

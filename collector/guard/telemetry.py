@@ -37,14 +37,19 @@ _LIMIT_ATTRIBUTES = tuple((spec.name, spec.span_attribute) for spec in LIMITS)
 
 
 def usage_attributes(usage: Usage) -> dict[str, int]:
-    """``gen_ai.usage.*`` attributes of a usage (tokens); parts under their own names."""
-    return {
+    """``gen_ai.usage.*`` attributes of a usage (tokens); parts under their own names. A
+    provider total that disagrees with the parts goes out as ``llm.usage.total_tokens`` so the
+    collector keeps it beside them and flags the call (``total_mismatch``)."""
+    attributes = {
         sc.GEN_AI_USAGE_INPUT_TOKENS: usage.input_tokens,
         sc.GEN_AI_USAGE_OUTPUT_TOKENS: usage.output_tokens,
         sc.GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS: usage.cache_read_tokens,
         sc.GEN_AI_USAGE_CACHE_CREATION_INPUT_TOKENS: usage.cache_write_tokens,
         sc.GEN_AI_USAGE_REASONING_OUTPUT_TOKENS: usage.reasoning_tokens,
     }
+    if usage.provider_total_tokens is not None:
+        attributes[sc.LLM_USAGE_TOTAL_TOKENS] = usage.provider_total_tokens
+    return attributes
 
 
 class RunTelemetry:

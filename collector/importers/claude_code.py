@@ -29,7 +29,10 @@ Quirks handled (see ../shared/realdata/SOURCES.md §3):
 - A resumed or continued session starts a new transcript with copies of the earlier session's
   responses (same ``message.id`` and ``requestId``, the new ``sessionId``). A response is counted
   once per import, in the session that made it: files are read oldest first (by their first
-  timestamp, then modification time) and a later copy is counted as skipped.
+  timestamp, then modification time) and a later copy is counted as skipped. Across imports the
+  store decides: each call carries ``response_id`` (message id + request id, the same in every
+  copy), and a call whose response is already stored is not stored again (the import's
+  ``new_calls`` leave it out).
 
 Task type: ``--task-type``, else the project folder name (for Claude's encoded folder names such
 as ``-home-me-projects-shop`` the basename of the session's ``cwd``, here ``shop``).
@@ -364,6 +367,8 @@ def _finish(
         **cost,
         "is_subagent": call.is_subagent,
         **usage_columns(usage),
+        # the same in every transcript that copies this response: stored once across imports
+        "response_id": None if call.key[0] == "line" else f"{NAME}:{stable_id(NAME, *call.key)}",
     }
     check_row("call", row)
     session.task_type = task_type

@@ -87,6 +87,8 @@ def usage_columns(usage: Usage | None) -> dict:
         "cache_write_tokens": usage.cache_write_tokens,
         "reasoning_tokens": usage.reasoning_tokens,
         "usage_status": semconv.USAGE_REPORTED,
+        # the provider's total disagrees with its parts: kept in usage_details, flagged
+        "quality": None if usage.provider_total_tokens is None else "total_mismatch",
     }
 
 

@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
 from budgetlens.importers.report import ImportReport, shorten
+from budgetlens.limits import MAX_TOKENS
 from budgetlens.store.schema import BUDGET_EVENT_COLUMNS, MODEL_CALL_COLUMNS, RUN_RECORD_COLUMNS
 from budgetlens.usage import Usage, normalize_usage
 
@@ -173,7 +174,8 @@ def check_row(kind: Kind, row: Mapping) -> None:
     """Validate one row against the store's column types before it is queued.
 
     Rules (None is always allowed): text columns hold ``str`` (valid UTF-8, no lone
-    surrogates); ``*_tokens`` ints in 0..2**63-1 (``remaining_tokens`` may be negative);
+    surrogates); ``*_tokens`` ints in 0..``budgetlens.limits.MAX_TOKENS`` (10^12; ``remaining_tokens``
+    may be negative down to -10^12);
     ``turn``/``turns``/``tool_calls``/``limit_turns``/``limit_tool_calls`` ints in 0..2**31-1;
     ``*_usd``, ``*_s`` and ``percent`` finite numbers >= 0; ``*_utc`` datetimes; booleans bool.
     Raises ValueError naming the column and the rule (KeyError for an unknown ``kind``).
@@ -191,10 +193,11 @@ def check_row(kind: Kind, row: Mapping) -> None:
             problem = "a string (valid UTF-8)"
         elif rule == "int64" or rule == "int32":
             if type(value) is int:
-                low = -_INT64_MAX - 1 if column in _SIGNED_COLUMNS else 0
-                if low <= value <= (_INT32_MAX if rule == "int32" else _INT64_MAX):
+                low = -MAX_TOKENS if column in _SIGNED_COLUMNS else 0
+                if low <= value <= (_INT32_MAX if rule == "int32" else MAX_TOKENS):
                     continue
-            problem = "a whole number >= 0 in range"
+            top = _INT32_MAX if rule == "int32" else MAX_TOKENS
+            problem = f"a whole number >= 0 of at most {top:.0e} (the one bound)"
         elif rule == "float":
             if (
                 type(value) is float and math.isfinite(value) or type(value) is int and value <= _INT64_MAX

@@ -209,6 +209,8 @@ class _Receiver:
         self.metrics.observe_received(prepared.spans, prepared.rejected, prepared.flagged)
         if prepared.rejected:
             log.info("rejected %d of %d spans: %s", prepared.rejected, prepared.spans, prepared.log_message)
+            if prepared.rejected == prepared.spans:  # nothing accepted: the spec allows a 400
+                return _error(kind, 400, f"no valid span in the request: {prepared.error_message}")
         if prepared.encoded is not None:
             try:
                 await asyncio.wrap_future(self.ingest.submit(prepared.encoded))

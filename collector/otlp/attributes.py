@@ -14,14 +14,12 @@ import math
 
 from budgetlens import semconv as sc
 from budgetlens.limits import LIMITS as GUARD_LIMITS
+from budgetlens.limits import MAX_AMOUNT, MAX_TOKENS
+from budgetlens.limits import MAX_COUNT as MAX_INT32
 
-#: Largest token count (and token limit / reserved / used / remaining) a span may carry: 10^12.
-#: Far above any model call, and low enough that per-run sums stay inside DuckDB's BIGINT.
-MAX_TOKENS = 10**12
-#: Largest turn / turns / tool-call count / turn or tool-call limit (the store's INTEGER).
-MAX_INT32 = 2**31 - 1
-#: Largest amount (cost in USD, duration in s, percent) a span may carry.
-MAX_AMOUNT = 1e12
+# MAX_TOKENS (token counts, token limits / reserved / used / remaining), MAX_INT32 (turns, tool
+# calls and their limits) and MAX_AMOUNT (cost, duration, percent) are the shared contract's
+# bounds (budgetlens.limits), the same the guard, the preset file and the importers check.
 #: Longest ``budgetlens.run_id`` (characters); it is a primary key.
 MAX_ID_CHARS = 256
 
@@ -47,12 +45,20 @@ TOKEN_SOURCES = (
     (
         "cache_write_tokens",
         (
+            sc.GEN_AI_USAGE_CACHE_WRITE_INPUT_TOKENS,
             sc.GEN_AI_USAGE_CACHE_CREATION_INPUT_TOKENS,
             sc.GEN_AI_USAGE_CACHE_CREATION_INPUT_TOKENS_OPENLLMETRY,
             sc.LLM_TOKEN_COUNT_CACHE_WRITE,
         ),
     ),
-    ("reasoning_tokens", (sc.GEN_AI_USAGE_REASONING_OUTPUT_TOKENS, sc.LLM_TOKEN_COUNT_REASONING)),
+    (
+        "reasoning_tokens",
+        (
+            sc.GEN_AI_USAGE_REASONING_OUTPUT_TOKENS,
+            sc.GEN_AI_USAGE_REASONING_TOKENS_OPENLLMETRY,
+            sc.LLM_TOKEN_COUNT_REASONING,
+        ),
+    ),
 )
 USAGE_KEYS = frozenset(name for _, names in TOKEN_SOURCES for name in names)
 #: (record field, attribute, integral?); integral limits are capped by ``limit_maximum``.
@@ -95,8 +101,12 @@ _TEXT_KEYS = (
     sc.BUDGET_FROM_MODEL,
     sc.BUDGET_TO_MODEL,
     sc.BUDGET_REASON,
+    sc.GEN_AI_USAGE_COST_CURRENCY,
+    *sc.SERVICE_TIER_RESPONSE_ATTRIBUTES,
+    *sc.SERVICE_TIER_REQUEST_ATTRIBUTES,
 )
 _AMOUNT_KEYS = (
+    sc.GEN_AI_USAGE_COST_AMOUNT,
     sc.GEN_AI_USAGE_INPUT_COST,
     sc.GEN_AI_USAGE_OUTPUT_COST,
     sc.BUDGET_COST_USD,

@@ -12,7 +12,8 @@ What a span becomes:
   OpenLLMetry (``llm.usage.total_tokens``, ``gen_ai.usage.cache_*_input_tokens``);
 - a tool span (``execute_tool``, OpenInference ``TOOL``) → a ``budgetlens.tool_call`` event;
 - a foreign root span (no parent, GenAI attributes) → a ``run_records`` row for the trace
-  (start/end; status ERROR → stop reason ``failed``).
+  (start/end; status ERROR → stop reason ``failed``, OK → ``completed`` even when a call below
+  it failed and was recovered from).
 
 Run id: ``budgetlens.run_id``, else the trace id (hex). Task type: ``budgetlens.task_type``, else
 ``gen_ai.agent.name`` (from any span of the trace in the same request), else ``service.name``
@@ -32,7 +33,8 @@ unknown stop reason or usage status) is rejected alone with a reason naming the 
 Runs as they really were (within one request, and across requests through a ``SpanMemory``):
 
 - identity: a span is (trace id, span id); an exact repeat is stored once, a different span under
-  the same ids is rejected (``span id collision``);
+  the same ids is rejected (``span id collision``, also counted in ``Mapped.flagged``), in this
+  request and, through the ``SpanMemory``, in a later one;
 - a span that names no run belongs to the run of its nearest ancestor that names one;
 - aggregates are not calls: a span with usage above other model-call spans of its trace is
   dropped as a call; a disagreement with the sum of the calls right below it is flagged;
@@ -76,6 +78,7 @@ log = logging.getLogger(__name__)
 
 _ZERO_TRACE = bytes(16)
 _ZERO_SPAN = bytes(8)
+_STATUS_OK = 1  # opentelemetry.proto.trace.v1.Status.STATUS_CODE_OK
 _STATUS_ERROR = 2  # opentelemetry.proto.trace.v1.Status.STATUS_CODE_ERROR
 _AGENT_KINDS = ("AGENT", "CHAIN")
 _EVENT_NAMES = frozenset(sc.EVENT_NAMES)
@@ -103,7 +106,9 @@ class _Mapper:
         self.agent_by_trace: dict[str, str] = {}
         self.foreign_calls: list[int] = []  # indexes into out.call_rows
         self.tree = SpanTree(memory)
-        self.seen: dict[tuple[str, str], object] = {}  # (trace hex, span hex) -> first span
+        self.seen: dict[tuple[str, str], Any] = {}  # (trace hex, span hex) -> first span
+        self.prints: dict[tuple[str, str], int] = {}  # content fingerprints for the memory
+        self.collisions = 0  # spans rejected for a span id collision (also a flagged count)
         self.call_flags: dict[int, set[str]] = {}
         self.record_flags: dict[int, set[str]] = {}
 
@@ -122,6 +127,7 @@ class _Mapper:
                         self.span(span, service)
                     except SpanRejected as reason:
                         out.rejected += 1
+                        self.prints.pop((span.trace_id.hex(), span.span_id.hex()), None)
                         out.errors.append(f"span {span.span_id.hex() or '?'}: {reason}")
 
     def _identity(self, span: Any) -> tuple[str, str, str] | None:
@@ -140,10 +146,23 @@ class _Mapper:
         if first is not span:
             if first == span:
                 return None
+            self.collisions += 1
             raise SpanRejected(
                 f"span id collision: trace {key[0]} already has a different span {key[1]} "
                 "in this request (a span is identified by trace id + span id)"
             )
+        memory = self.tree.memory
+        if memory is not None:
+            fingerprint = hash(span.SerializeToString(deterministic=True))
+            earlier = memory.fingerprint(*key)
+            if earlier is not None and earlier != fingerprint:
+                del self.seen[key]
+                self.collisions += 1
+                raise SpanRejected(
+                    f"span id collision: trace {key[0]} span {key[1]} was received earlier with "
+                    "other content (a span is identified by trace id + span id); not stored"
+                )
+            self.prints[key] = fingerprint  # an exact repeat (a retry) maps as before
         return key[0], key[1], parent.hex()
 
     def _times(self, span: Any) -> tuple[Times, list[str]]:
@@ -191,9 +210,20 @@ class _Mapper:
         if agent and not budget_run:
             self.agent_by_trace.setdefault(trace_hex, agent)
         times, time_flags = self._times(span)
-        failed = span.status.code == _STATUS_ERROR
+        code = span.status.code
+        failed = code == _STATUS_ERROR
         ctx = SpanContext(
-            self.source, attrs, span_hex, run_id, trace_hex, parent_hex, service, times, failed, budget_run
+            self.source,
+            attrs,
+            span_hex,
+            run_id,
+            trace_hex,
+            parent_hex,
+            service,
+            times,
+            failed,
+            budget_run,
+            code == _STATUS_OK,
         )
         # built fully before anything is appended, so a rejected span adds nothing
         rows = self._main_rows(ctx, op, kind, span.name)
@@ -261,7 +291,11 @@ class _Mapper:
         self.tree.inherit_runs(rows, out.event_rows)
         aggregates = self.tree.aggregates(rows, self.call_flags)
         self._write_flags()
+        if self.collisions:
+            out.flagged["span_id_collision"] = out.flagged.get("span_id_collision", 0) + self.collisions
         self.tree.remember()
+        if self.prints and self.tree.memory is not None:
+            self.tree.memory.remember_prints(self.prints)
         if aggregates:
             out.call_rows = [row for index, row in enumerate(rows) if index not in aggregates]
         return out

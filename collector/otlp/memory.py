@@ -10,6 +10,10 @@ span with a model call below it: that fact. With them, ``budgetlens.otlp.mapping
 - treats a span with usage as an aggregate (not a call) also when the calls below it came in an
   earlier request (the usual order).
 
+Kept per span also a fingerprint of its content, so a *different* span sent later under the ids
+of one already received (a reused span id) is rejected as a span id collision rather than
+silently dropped by the store's primary key; an exact repeat (an exporter retry) passes.
+
 Not covered: calls stored before the ancestor that names their run arrives (they stay in the
 trace's run). Bounded: the oldest entries are forgotten beyond ``max_spans``. Thread-safe.
 """
@@ -39,6 +43,7 @@ class SpanMemory:
         self.max_spans = max_spans
         self._nodes: dict[Key, tuple[str, str | None]] = {}  # -> (parent hex, run id or None)
         self._below: dict[Key, None] = {}  # spans with a model call below them (ordered set)
+        self._prints: dict[Key, int] = {}  # content fingerprint of each span received
         self._lock = threading.Lock()
 
     def __len__(self) -> int:
@@ -61,6 +66,19 @@ class SpanMemory:
         """True when a model call mapped earlier lies below this span."""
         with self._lock:
             return (trace_hex, span_hex) in self._below
+
+    def fingerprint(self, trace_hex: str, span_hex: str) -> int | None:
+        """The content fingerprint of the span received earlier under these ids (None: none)."""
+        with self._lock:
+            return self._prints.get((trace_hex, span_hex))
+
+    def remember_prints(self, prints: dict[Key, int]) -> None:
+        """Remember the content fingerprints of accepted spans (``(trace hex, span hex) -> int``)."""
+        with self._lock:
+            table = self._prints
+            table.update(prints)
+            while len(table) > self.max_spans:
+                del table[next(iter(table))]  # the oldest first
 
     def remember(self, spans: list[tuple[str, str, str, str | None, bool]]) -> None:
         """Remember spans as ``(trace hex, span hex, parent hex, run id or None, is a call or has

@@ -30,7 +30,7 @@ from budgetlens.otlp.attributes import (
     token_counts,
 )
 from budgetlens.otlp.rows import Row, utc
-from budgetlens.pricing import price_call
+from budgetlens.pricing import price_call, usage_details
 from budgetlens.usage import Usage, normalize_counts
 
 log = logging.getLogger(__name__)
@@ -68,10 +68,16 @@ class SpanContext(NamedTuple):
     times: Times
     failed: bool
     budget_run: str | None
+    #: The span's status is OK (set explicitly by the instrumentation: the operation succeeded).
+    succeeded: bool = False
 
 
 def root_record(ctx: SpanContext, agent: str | None) -> Row:
-    """The run record of a foreign root span (the trace's run: start/end, failed)."""
+    """The run record of a foreign root span (the trace's run: start/end, stop reason).
+
+    The root's own status decides the run: ERROR -> ``failed``, OK -> ``completed`` (a call
+    error below it that the run recovered from, e.g. a retried attempt, does not fail it);
+    UNSET leaves the stop reason to the store's rollup (``failed`` when a call errored)."""
     start, end, duration = ctx.times
     return {
         "run_id": ctx.run_id,
@@ -84,7 +90,7 @@ def root_record(ctx: SpanContext, agent: str | None) -> Row:
         "start_utc": start,
         "end_utc": end,
         "duration_s": duration,
-        "stop_reason": sc.STOP_FAILED if ctx.failed else None,
+        "stop_reason": sc.STOP_FAILED if ctx.failed else (sc.STOP_COMPLETED if ctx.succeeded else None),
         "quality": None,
     }
 
@@ -129,7 +135,8 @@ def run_record(ctx: SpanContext) -> Row:
 
 def call_row(ctx: SpanContext, price: bool) -> tuple[Row, list[str]]:
     """The model_calls row of a span and its quality flags (``foreign_usage``,
-    ``partial_usage``); ``price``: price a foreign call without a cost through
+    ``partial_usage``, ``total_mismatch``: a reported total that is not input + output, kept in
+    ``usage_details`` as ``provider_total_tokens``); ``price``: price a foreign call without a cost through
     ``budgetlens.pricing.price_call`` (unpriced: NULL). Raises SpanRejected naming the attribute."""
     # Each value is taken as it is when it already has the form the row needs (the common
     # case); anything else goes through the validator, which converts it or rejects the span
@@ -138,13 +145,13 @@ def call_row(ctx: SpanContext, price: bool) -> tuple[Row, list[str]]:
     get = attrs.get
     flags = []
     tokens = token_counts(attrs)
+    provider_total = None
     if tokens is not NO_TOKENS:
-        try:
-            tokens, normalized = normalize_counts(tokens)
-        except ValueError as error:
-            raise SpanRejected(str(error)) from None
+        tokens, normalized, provider_total = normalize_counts(tokens)
         if normalized:
             flags.append("foreign_usage")
+        if provider_total is not None:
+            flags.append("total_mismatch")
     inp, outp, total, cache_read, cache_write, reasoning = tokens
     status = get(sc.BUDGET_USAGE_STATUS)
     if status is None:
@@ -161,12 +168,22 @@ def call_row(ctx: SpanContext, price: bool) -> tuple[Row, list[str]]:
     version = unpriced = None
     if cost is None and not ctx.budget_run and status == sc.USAGE_REPORTED:
         parts = (amount(attrs, sc.GEN_AI_USAGE_INPUT_COST), amount(attrs, sc.GEN_AI_USAGE_OUTPUT_COST))
-        if parts[0] is not None and parts[1] is not None:
+        stated = _stated_cost(attrs)
+        if stated is not None:
+            cost = stated  # the source's cost, never repriced
+        elif parts[0] is not None and parts[1] is not None:
             cost = parts[0] + parts[1]
         elif price:  # at the span's start: a late or backfilled span keeps its date's price
             usage = None  # a total alone cannot be priced
             if inp is not None and outp is not None:  # normalized: the parts fit
-                usage = Usage(inp, outp, cache_read or 0, cache_write or 0, reasoning or 0)
+                usage = Usage(
+                    inp,
+                    outp,
+                    cache_read or 0,
+                    cache_write or 0,
+                    reasoning or 0,
+                    service_tier=service_tier(attrs),
+                )
             model = response_model or request_model
             priced = price_call(model, usage, provider, at=utc(ctx.times[0]))
             cost, version = priced.cost_usd, priced.price_version
@@ -218,7 +235,9 @@ def call_row(ctx: SpanContext, price: bool) -> tuple[Row, list[str]]:
     row["quality"] = None
     row["call_id"] = f"{ctx.trace_hex}:{ctx.span_hex}"
     row["price_version"] = version
-    row["usage_details"] = None
+    row["usage_details"] = (
+        None if provider_total is None else usage_details(Usage(provider_total_tokens=provider_total))
+    )
     row["unpriced_parts"] = unpriced
     return row, flags
 
@@ -247,6 +266,29 @@ def event_row(event: Any, index: int, ctx: SpanContext, now_ns: int, latest_ns: 
     return row
 
 
+def service_tier(attrs: dict[str, Any]) -> str | None:
+    """The service tier a call span names (``flex``, ``priority``, ``batch``, ...; lower case):
+    the response's tier, else the request's unless ``auto``; None when neither says."""
+    tier = first_text(attrs, *sc.SERVICE_TIER_RESPONSE_ATTRIBUTES)
+    if tier is None:
+        tier = first_text(attrs, *sc.SERVICE_TIER_REQUEST_ATTRIBUTES)
+        if tier is not None and tier.lower() == "auto":
+            return None
+    return tier.lower() if tier else None
+
+
+def _stated_cost(attrs: dict[str, Any]) -> float | None:
+    """``gen_ai.usage.cost.amount`` (USD) when its currency is USD or absent; None otherwise."""
+    stated = amount(attrs, sc.GEN_AI_USAGE_COST_AMOUNT)
+    if stated is None:
+        return None
+    currency = text(attrs, sc.GEN_AI_USAGE_COST_CURRENCY)
+    if currency is not None and currency.upper() != "USD":
+        log.debug("cost in %s not read (costs are stored in USD)", currency)
+        return None
+    return stated
+
+
 def _models(attrs: dict[str, Any]) -> tuple[Any, Any, Any]:
     """(request model, response model, provider) of a call span, from the first name present."""
     get = attrs.get
@@ -264,4 +306,13 @@ def _models(attrs: dict[str, Any]) -> tuple[Any, Any, Any]:
     return request_model, response_model, provider
 
 
-__all__ = ["SpanContext", "Times", "call_row", "event_row", "is_text", "root_record", "run_record"]
+__all__ = [
+    "SpanContext",
+    "Times",
+    "call_row",
+    "event_row",
+    "is_text",
+    "root_record",
+    "run_record",
+    "service_tier",
+]

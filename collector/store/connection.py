@@ -30,6 +30,7 @@ import duckdb
 
 from budgetlens.store import lake, sql
 from budgetlens.store.location import LakeLocation, store_location
+from budgetlens.store.lock_holder import lock_message
 from budgetlens.store.schema import MIGRATIONS, SCHEMA_VERSION
 
 log = logging.getLogger(__name__)
@@ -67,8 +68,7 @@ def _connect_with_retry(path: Path, read_only: bool, timeout_s: float) -> duckdb
                 raise _cannot_open(path, read_only, error) from error
             if time.monotonic() >= deadline:
                 raise StoreError(
-                    f"{path}: still locked by another process after {timeout_s:.0f} s "
-                    "(only one process may write a DuckDB file; is a second collector running?)"
+                    f"still locked after {timeout_s:.0f} s: {lock_message(path, error)}"
                 ) from error
             time.sleep(delay * (0.5 + random.random()))
             delay = min(delay * 2, 0.2)

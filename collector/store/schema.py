@@ -68,6 +68,9 @@ MODEL_CALL_COLUMNS: tuple[str, ...] = (
     "price_version",
     "usage_details",
     "unpriced_parts",
+    # issue 22: the source's own identity of the response (an importer's; NULL from OTLP): a
+    # copy of a stored response (a continued session imported later) is not stored again
+    "response_id",
 )
 
 RUN_RECORD_COLUMNS: tuple[str, ...] = (
@@ -384,11 +387,18 @@ ALTER TABLE model_calls ADD COLUMN usage_details VARCHAR;
 ALTER TABLE model_calls ADD COLUMN unpriced_parts VARCHAR
 """
 
+# issue 22: model_calls.response_id, the source's identity of one API response (Claude Code:
+# message id + request id), the same in every transcript that copies the response.
+_V4_RESPONSE_ID = """
+ALTER TABLE model_calls ADD COLUMN response_id VARCHAR
+"""
+
 #: Ordered migrations: (version, SQL script). Append only; never edit an applied one.
 MIGRATIONS: tuple[tuple[int, str], ...] = (
     (1, _V1),
     (2, _V2_QUALITY_AND_SPAN_IDENTITY),  # issue 15: call identity (trace, span) and quality flags
     (3, _V3_PRICE_VERSION),  # issue 9: price version of each priced call
+    (4, _V4_RESPONSE_ID),  # issue 22: a response copied into a later import is stored once
 )
 
 SCHEMA_VERSION = MIGRATIONS[-1][0]

@@ -41,6 +41,9 @@ _RECORD_FIELDS = [c for c in RUN_RECORD_COLUMNS if c not in ("run_id", "quality"
 
 #: Columns of a newly inserted call that the writer returns (the rollup and the metrics use them).
 INSERTED_CALL_COLUMNS: tuple[str, ...] = (
+    "call_id",
+    "span_id",
+    "parent_span_id",
     "run_id",
     "trace_id",
     "source",
@@ -58,15 +61,24 @@ INSERTED_CALL_COLUMNS: tuple[str, ...] = (
     "reasoning_tokens",
     "reserved_tokens",
     "cost_usd",
+    "unpriced_parts",
     "usage_status",
     "error_type",
     "quality",
 )
 
 #: Insert new calls; returns only the rows inserted (a re-sent span returns nothing).
+#: A call whose ``response_id`` is already stored (a response copied into a later transcript,
+#: imported in a later run) is not new: the stored one (the session that made it) keeps it.
+_NOT_A_STORED_RESPONSE = (
+    "(b.response_id IS NULL OR NOT EXISTS (SELECT 1 FROM model_calls m "
+    "WHERE m.response_id IS NOT NULL AND m.response_id = b.response_id))"
+)
 INSERT_CALLS = (
-    "INSERT INTO model_calls BY NAME SELECT * FROM batch_calls ON CONFLICT DO NOTHING "
-    "RETURNING " + ", ".join(INSERTED_CALL_COLUMNS)
+    "INSERT INTO model_calls BY NAME SELECT * FROM batch_calls b WHERE "
+    + _NOT_A_STORED_RESPONSE
+    + " ON CONFLICT DO NOTHING RETURNING "
+    + ", ".join(INSERTED_CALL_COLUMNS)
 )
 
 
@@ -106,7 +118,8 @@ _CALL_AGGREGATES = """
     sum(cache_write_tokens) AS c_cache_write_tokens,
     sum(reasoning_tokens) AS c_reasoning_tokens,
     sum(cost_usd) AS c_cost_usd,
-    count(*) FILTER (WHERE cost_usd IS NULL AND usage_status = 'reported') AS c_unpriced_calls,
+    count(*) FILTER (WHERE (cost_usd IS NULL OR unpriced_parts IS NOT NULL)
+                     AND usage_status = 'reported') AS c_unpriced_calls,
     count(*) FILTER (WHERE usage_status = 'unknown') AS c_unknown_usage_calls,
     bool_or(error_type IS NOT NULL) AS c_any_error,
     list(quality) FILTER (WHERE quality IS NOT NULL) AS c_quality"""
@@ -254,6 +267,37 @@ def _upsert_runs() -> str:
 #: Upsert the ``runs`` row of every run in ``touched`` (no scan of the big tables).
 UPSERT_TOUCHED_RUNS = _upsert_runs()
 
+#: Aggregates are not calls (design §4), decided by the store across requests and collectors: a
+#: stored call that is the parent of a new call, or a new call that is the parent of a stored one,
+#: sums the calls below it; it is deleted (``FIND_AGGREGATES`` into ``aggregates``, then
+#: ``DELETE_AGGREGATES``, returning (call_id, run_id) of each).
+#: Only the traces of the batch are read.
+FIND_AGGREGATES = """
+WITH stored AS (
+    SELECT call_id, trace_id, span_id, parent_span_id FROM model_calls
+    WHERE trace_id IN (SELECT trace_id FROM new_calls WHERE trace_id IS NOT NULL)
+)
+SELECT stored.call_id FROM stored JOIN new_calls
+    ON stored.trace_id = new_calls.trace_id AND stored.span_id = new_calls.parent_span_id
+UNION
+SELECT new_calls.call_id FROM new_calls JOIN stored
+    ON stored.trace_id = new_calls.trace_id AND stored.parent_span_id = new_calls.span_id
+"""
+DELETE_AGGREGATES = (
+    "DELETE FROM model_calls WHERE call_id IN (SELECT call_id FROM aggregates) RETURNING call_id, run_id"
+)
+#: Recount the ``run_totals`` of the runs in ``recount`` (run_id) from the stored rows.
+DELETE_RECOUNT_TOTALS = "DELETE FROM run_totals WHERE run_id IN (SELECT run_id FROM recount)"
+INSERT_RECOUNT_TOTALS = (
+    "INSERT INTO run_totals BY NAME "
+    + _totals_from(
+        "(SELECT * FROM model_calls WHERE run_id IN (SELECT run_id FROM recount))",
+        "(SELECT * FROM run_records WHERE run_id IN (SELECT run_id FROM recount))",
+        "(SELECT * FROM budget_events WHERE run_id IN (SELECT run_id FROM recount))",
+    )
+    + " RETURNING *"
+)
+
 #: The full rebuild (after a bulk load; also the reference the incremental merge must equal).
 DELETE_ALL_RUN_TOTALS = "DELETE FROM run_totals"
 INSERT_ALL_RUN_TOTALS = "INSERT INTO run_totals BY NAME " + _totals_from(
@@ -272,7 +316,8 @@ COUNT_RUNS = "SELECT count(*) FROM runs"
 
 LAKE_TAKE_FOLD_TOKEN = "UPDATE lake_fold SET folds = folds + 1"
 LAKE_NEW_CALLS = (
-    "SELECT b.* FROM batch_calls b WHERE NOT EXISTS (SELECT 1 FROM model_calls m WHERE m.call_id = b.call_id)"
+    "SELECT b.* FROM batch_calls b WHERE NOT EXISTS (SELECT 1 FROM model_calls m WHERE m.call_id = b.call_id) "
+    "AND " + _NOT_A_STORED_RESPONSE
 )
 LAKE_INSERT_CALLS = "INSERT INTO model_calls BY NAME SELECT * FROM new_calls"
 LAKE_NEW_EVENTS = (

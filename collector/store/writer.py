@@ -181,11 +181,17 @@ def write_batch(
             "new_events": _returned(conn, sql.INSERT_EVENTS),
         }
         runs_rows = None
-        if any(len(table) for table in new.values()):
-            for name, table in new.items():
+        recounted = None
+        merged = new
+        if len(new["new_calls"]):
+            merged, new["new_calls"], recounted = _drop_aggregates(conn, new, registered)
+        if recounted is not None or any(len(table) for table in new.values()):
+            for name, table in merged.items():
                 conn.register(name, table)
                 registered.append(name)
             touched = _returned(conn, sql.MERGE_RUN_TOTALS)
+            if recounted is not None:
+                touched = pa.concat_tables([touched, recounted.select(touched.column_names)])
             conn.register("touched", touched)
             registered.append("touched")
             runs_rows = _returned(conn, sql.UPSERT_TOUCHED_RUNS)
@@ -206,6 +212,42 @@ def write_batch(
         new_events=new["new_events"],
         runs_rows=runs_rows,
     )
+
+
+def _drop_aggregates(
+    conn: duckdb.DuckDBPyConnection, new: dict[str, pa.Table], registered: list[str]
+) -> tuple[dict[str, pa.Table], pa.Table, pa.Table | None]:
+    """Delete the aggregates the new calls reveal (``sql.DELETE_AGGREGATES``: a call with a call
+    right below it, whichever arrived first) and recount the totals of their runs from the stored
+    rows. Returns the new rows to merge (without those runs: their totals are recounted, not
+    merged), the new calls without the aggregates, and the recounted ``run_totals`` rows (None
+    when there was no aggregate)."""
+    conn.register("new_calls", new["new_calls"])
+    registered.append("new_calls")
+    aggregates = conn.sql(sql.FIND_AGGREGATES).to_arrow_table()
+    conn.unregister("new_calls")
+    registered.remove("new_calls")
+    if not len(aggregates):
+        return new, new["new_calls"], None
+    conn.register("aggregates", aggregates)
+    registered.append("aggregates")
+    dropped = _returned(conn, sql.DELETE_AGGREGATES)
+    if not len(dropped):
+        return new, new["new_calls"], None
+    recount = pa.table({"run_id": pc.unique(dropped["run_id"])})
+    conn.register("recount", recount)
+    registered.append("recount")
+    conn.execute(sql.DELETE_RECOUNT_TOTALS)
+    recounted = _returned(conn, sql.INSERT_RECOUNT_TOTALS)
+    kept = {}
+    for name, table in new.items():
+        keep = pc.invert(pc.is_in(table["run_id"], value_set=recount["run_id"]))
+        if name == "new_calls":
+            keep = pc.and_(keep, pc.invert(pc.is_in(table["call_id"], value_set=dropped["call_id"])))
+        kept[name] = table.filter(pc.fill_null(keep, True))
+    calls = new["new_calls"]
+    written = calls.filter(pc.invert(pc.is_in(calls["call_id"], value_set=dropped["call_id"])))
+    return kept, written, recounted
 
 
 def _write_lake(conn: duckdb.DuckDBPyConnection, batches: dict[str, pa.Table]) -> WriteResult:

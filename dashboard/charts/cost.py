@@ -29,15 +29,23 @@ def cost_stacked(
     ``df``: [period_start, key, cost_usd, runs, unpriced_calls]; ``period`` one of 'hour',
     'day', 'week', 'month' (each bar spans 80 % of it, so a store with one day of data shows
     one full-width bar, not a hairline). Rows with NULL cost (unpriced) are left out of the
-    bars. ``colors``: key -> color (see ``color_map``).
+    bars; a period whose usage is all unpriced is drawn as a hatched gray band labelled
+    "unpriced" with its unpriced calls counted (never an empty or $0 period).
+    ``colors``: key -> color (see ``color_map``).
     """
     _require(df, ("period_start", "key", "cost_usd"), "cost_stacked")
     label = "model" if by == "model" else "task type"
     x_title = {"hour": "Hour", "day": "Day", "week": "Week (from Monday)", "month": "Month"}[period]
     fig = _base(f"Cost per {period} by {label}", x_title, "Cost (USD)")
     priced = df[df["cost_usd"].notna()]
-    if priced.empty:
+    unpriced = _unpriced_periods(df)
+    if priced.empty and not unpriced:
         return _empty(fig, "No priced usage in this selection" if len(df) else EMPTY_TEXT)
+    _unpriced_bands(fig, unpriced, period)
+    if priced.empty:
+        fig.update_yaxes(showticklabels=False)
+        _few_periods(fig, [start for start, _ in unpriced], period)
+        return fig
     colors = _colors(priced["key"], colors, TASK_COLORS if by == "task_type" else None)
     for key, part in priced.groupby("key", sort=True):
         part = part.sort_values("period_start")
@@ -55,6 +63,37 @@ def cost_stacked(
     _few_periods(fig, priced["period_start"], period)
     fig.update_yaxes(tickformat="$,.3~g")  # $0.005, $0.25, $12 (never $0.00 for a cost)
     return fig
+
+
+def _unpriced_periods(df: pd.DataFrame) -> list[tuple[pd.Timestamp, int]]:
+    """(period start, unpriced calls) of each period with usage but no priced cost at all."""
+    if "unpriced_calls" not in df.columns or df.empty:
+        return []
+    grouped = df.groupby("period_start", sort=True).agg(
+        cost=("cost_usd", lambda c: c.notna().any()), calls=("unpriced_calls", "sum")
+    )
+    return [
+        (pd.Timestamp(start), int(row.calls))
+        for start, row in grouped.iterrows()
+        if not row.cost and row.calls > 0
+    ]
+
+
+def _unpriced_bands(fig: go.Figure, periods: list[tuple[pd.Timestamp, int]], period: str) -> None:
+    """A hatched gray band over each all-unpriced period, labelled with its unpriced calls."""
+    half = pd.Timedelta(milliseconds=_bar_width(period) / 2)
+    for start, calls in periods:
+        fig.add_vrect(
+            x0=start - half,
+            x1=start + half,
+            fillcolor="#bbbbbb",
+            opacity=0.35,
+            line_width=0,
+            layer="below",
+            annotation_text=f"unpriced<br>{calls:,} call{'s' if calls != 1 else ''}",
+            annotation_position="top",
+            annotation_font={"size": 11, "color": "#666"},
+        )
 
 
 def bucket_label(low: float, high: float) -> str:
