@@ -64,6 +64,7 @@ from budgetlens.analysis.presets import (  # noqa: F401
     preset_changes,
     preset_limit,
     presets,
+    recommended_presets,
     round_significant,
     round_up,
     round_up_significant,

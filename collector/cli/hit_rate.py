@@ -42,5 +42,5 @@ def run(args) -> int:
             frame = analysis.hit_rate_daily(conn, dataclasses.replace(filters, tz=args.tz))
         else:
             frame = analysis.hit_rate_by_task(conn, filters)
-    write_frame(frame, args.format, float_format="{:.1%}")
+    write_frame(frame, args.format)
     return 0
