@@ -61,8 +61,8 @@ def render() -> None:
         st.caption(
             f"Log axis. Preset = P95 × {multiplier:g} rounded up to the next 1,000 tokens, on the "
             "Kaplan–Meier P95 where more than 5 % of the runs were stopped (as on Presets) "
-            "(change the multiplier on the Presets page). The current limit is drawn when "
-            "the runs ran under one."
+            "(change the multiplier on the Presets page). The limit in force (the latest) is "
+            "drawn when the runs ran under one."
         )
         columns = st.columns(2)
         for index, (_, row) in enumerate(per_task.sort_values("task_type").iterrows()):
@@ -81,6 +81,7 @@ def render() -> None:
                 _ui.chart(fig, f"baselines_dist_{index}")
 
     if not table.empty:
+        _evidence.limits_in_force(limits, data.limit_history(f), f.tz)
         st.subheader("Cache and reasoning tokens per run")
         st.caption(
             "Parts of a run's tokens: cache reads and cache writes are part of its input tokens, "
