@@ -9,6 +9,7 @@ from budgetlens.cli._analysis import (
     analysis_session,
     write_frame,
 )
+from budgetlens.cli._common import time_zone
 
 
 def register(subparsers) -> None:
@@ -28,7 +29,9 @@ def register(subparsers) -> None:
     add_window_arguments(parser)
     add_format_argument(parser)
     parser.add_argument("--daily", action="store_true", help="one row per day and task type")
-    parser.add_argument("--tz", default="UTC", help="IANA time zone of the days (default: UTC)")
+    parser.add_argument(
+        "--tz", type=time_zone, default="UTC", help="IANA time zone of the days (default: UTC)"
+    )
     parser.set_defaults(func=run)
 
 

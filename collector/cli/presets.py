@@ -69,6 +69,16 @@ def run(args) -> int:
     from budgetlens.analysis import views as analysis
     from budgetlens.analysis import whatif
 
+    if args.output:  # fail before computing anything: the directory must exist
+        import os
+
+        folder = os.path.dirname(os.path.abspath(args.output))
+        if not os.path.isdir(folder):
+            print(
+                f"budgetlens presets: error: -o {args.output}: the directory {folder} does not exist",
+                file=sys.stderr,
+            )
+            return 2
     with analysis_session(args) as (conn, filters):
         ev = whatif.evidence(conn, filters)
         base = ev.baselines
