@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from budgetlens.guard.otel_setup import configure
 from budgetlens.guard.pool import PoolAlert, TokenPool
 from budgetlens.guard.results import (
     Action,
@@ -50,6 +51,7 @@ __all__ = [
     "TokenPool",
     "Usage",
     "UsageAccumulator",
+    "configure",
     "cost_usd",
     "normalize_usage",
 ]

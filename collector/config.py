@@ -28,6 +28,46 @@ ENV_DASHBOARD_HOST = "BUDGETLENS_DASHBOARD_HOST"
 DEFAULT_DASHBOARD_PORT = 8501
 DEFAULT_DASHBOARD_HOST = "127.0.0.1"
 
+#: The OpenTelemetry SDK's standard variables that budgetlens reads to set up OTLP export in one
+#: step (``budgetlens.configure`` / the first ``RunBudget``); the SDK itself reads them and the
+#: rest (``OTEL_EXPORTER_OTLP_HEADERS``, ``OTEL_SERVICE_NAME``, ``OTEL_RESOURCE_ATTRIBUTES``).
+ENV_OTEL_EXPORTER_OTLP_ENDPOINT = "OTEL_EXPORTER_OTLP_ENDPOINT"
+ENV_OTEL_EXPORTER_OTLP_TRACES_ENDPOINT = "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"
+ENV_OTEL_EXPORTER_OTLP_HEADERS = "OTEL_EXPORTER_OTLP_HEADERS"
+ENV_OTEL_SERVICE_NAME = "OTEL_SERVICE_NAME"
+ENV_OTEL_RESOURCE_ATTRIBUTES = "OTEL_RESOURCE_ATTRIBUTES"
+ENV_OTEL_SDK_DISABLED = "OTEL_SDK_DISABLED"
+
+#: A URL template that turns a run's trace id into a link to the team's tracing UI (Jaeger,
+#: Tempo, Phoenix, Langfuse): ``{trace_id}`` is replaced, e.g.
+#: ``http://127.0.0.1:16686/trace/{trace_id}``; unset = no links (``trace_url``).
+ENV_TRACE_URL = "BUDGETLENS_TRACE_URL"
+TRACE_ID_PLACEHOLDER = "{trace_id}"
+
+
+def trace_url_template(argument: str | None = None) -> str | None:
+    """The trace URL template: ``argument``, else ``BUDGETLENS_TRACE_URL``, else None. Raises
+    ValueError naming the variable when the template lacks ``{trace_id}``."""
+    template = resolve(argument, ENV_TRACE_URL, None)
+    if not template:
+        return None
+    if TRACE_ID_PLACEHOLDER not in template:
+        raise ValueError(
+            f"{ENV_TRACE_URL}: the template must contain {TRACE_ID_PLACEHOLDER}, got {template!r}"
+        )
+    return str(template)
+
+
+def trace_url(trace_id: str | None, template: str | None) -> str | None:
+    """``template`` with ``{trace_id}`` replaced by ``trace_id`` (URL-quoted); None when either
+    is missing."""
+    if not trace_id or not template:
+        return None
+    from urllib.parse import quote
+
+    return template.replace(TRACE_ID_PLACEHOLDER, quote(str(trace_id), safe=""))
+
+
 #: Optional user price file (YAML/JSON/TOML) that overrides or adds model prices (budgetlens.pricing).
 ENV_PRICES_FILE = "BUDGETLENS_PRICES_FILE"
 

@@ -245,8 +245,10 @@ baselines = cached(views.baselines)
 token_part_baselines = cached(views.token_part_baselines)
 #: Calls and P50/P95/max call duration (s) per model.
 model_latency = cached(views.model_latency)
-#: The limits the runs of ``f`` ran under, per task type.
+#: The limits in force now (the latest, with the date they took effect), per task type.
 current_limits = cached(views.current_limits)
+#: Every change of limits per task type (periods of unchanged limits, oldest first).
+limit_history = cached(views.limit_history)
 #: Hit and intervention rate per local day and task type.
 hit_rate_daily = cached(views.hit_rate_daily)
 #: Runs per task type and stop reason.

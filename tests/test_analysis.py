@@ -333,19 +333,22 @@ def test_overview_of_fully_priced_runs_is_not_a_lower_bound(db_path):
     assert not o.cost_is_lower_bound
 
 
-def test_current_limits_are_the_most_common_value_per_task_type(db_path):
-    records = [
-        _record(0, limit_total_tokens=5000, limit_turns=4),
-        _record(1, limit_total_tokens=5000),
-        _record(2, limit_total_tokens=8000),
-        _record(3),
-    ]
+def test_current_limits_are_the_latest_with_the_date_they_took_effect(db_path):
+    # issue 24: 50 runs at 12,000 then 15 under an exported 18,000 preset -> current is 18,000
+    records = [_record(i, limit_total_tokens=12000, limit_turns=4) for i in range(50)]
+    records += [_record(50 + i, limit_total_tokens=18000, limit_cost_usd=0.5) for i in range(15)]
+    records += [_record(70)]  # no limit: not a period
     _store(db_path, records)
     with read_connection(db_path) as conn:
         row = analysis.current_limits(conn, Filters()).iloc[0]
-    assert row["limit_total_tokens"] == 5000
-    assert row["limit_turns"] == 4
-    assert pd.isna(row["limit_cost_usd"])
+        history = analysis.limit_history(conn, Filters())
+    assert row["limit_total_tokens"] == 18000 and row["limit_cost_usd"] == 0.5
+    assert pd.isna(row["limit_turns"])
+    assert row["since_utc"] == T0 + dt.timedelta(minutes=50)
+    assert (row["runs_since"], row["changes"]) == (15, 1)
+    assert history["limit_total_tokens"].tolist() == [12000, 18000]
+    assert history["runs"].tolist() == [50, 15]
+    assert history["since_utc"].tolist() == [T0, T0 + dt.timedelta(minutes=50)]
 
 
 def test_preset_changes_compare_recommended_with_current():

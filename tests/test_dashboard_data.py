@@ -14,6 +14,7 @@ READS = (
     "overview",
     "baselines",
     "current_limits",
+    "limit_history",
     "hit_rate_daily",
     "stop_reasons",
     "cost_by_period",

@@ -239,6 +239,7 @@ def test_demo_stops_the_collector_and_says_why_when_the_dashboard_port_is_taken(
         )
     assert result.returncode == 1
     assert f"the dashboard did not start on 127.0.0.1:{port}: the port is in use" in result.stderr
+    assert not (tmp_path / "d.duckdb").exists()  # failed before building the store (issue 24)
 
 
 def test_another_dashboard_answering_on_the_port_is_not_taken_for_the_demos_own(tmp_path):

@@ -44,6 +44,32 @@ def test_budget_metrics_count_committed_runs_calls_tokens_and_hits(db_path):
     assert value("budgetlens_commit_duration_seconds_count") == 1
 
 
+def test_budgeted_runs_count_only_runs_under_a_budget_by_a_capped_service(db_path):
+    metrics = CollectorMetrics(CollectorRegistry(), max_label_values=2)
+    recorder = SpanRecorder(service="triage-bot")
+    recorder.guard_run("r1", "triage", [("gpt-4o", 100, 20)])
+    recorder.guard_run("r2", "triage", [("gpt-4o", 300, 80)], stop_reason=sc.STOP_BUDGET_TOKENS)
+    recorder.guard_run("r3", "triage", [("gpt-4o", 30, 8)], limit_total_tokens=None)  # no budget
+    second = SpanRecorder(service="second-service")
+    second.guard_run("r4", "triage", [("gpt-4o", 10, 2)])
+    third = SpanRecorder(service="third-service")  # past the cap of 2: folds into other
+    third.guard_run("r5", "triage", [("gpt-4o", 10, 2)])
+    _commit(db_path, metrics, recorder.spans())
+    _commit(db_path, metrics, second.spans())
+    _commit(db_path, metrics, third.spans())
+    value = metrics.registry.get_sample_value
+    budgeted = "budgetlens_budgeted_runs_total"
+    assert value(budgeted, {"task_type": "triage", "service": "triage-bot", "stop_reason": "completed"}) == 1
+    assert (
+        value(budgeted, {"task_type": "triage", "service": "triage-bot", "stop_reason": "budget_tokens"}) == 1
+    )
+    assert value(budgeted, {"task_type": "triage", "service": "other", "stop_reason": "completed"}) == 1
+    assert (
+        value(budgeted, {"task_type": "triage", "service": "second-service", "stop_reason": "completed"}) == 1
+    )
+    assert value("budgetlens_runs_total", {"task_type": "triage", "stop_reason": "completed"}) == 4
+
+
 def test_a_resent_batch_does_not_count_twice(db_path):
     metrics = CollectorMetrics(CollectorRegistry())
     recorder = SpanRecorder()

@@ -17,7 +17,7 @@ from budgetlens import semconv as sc
 
 pytestmark = pytest.mark.prometheus
 
-HIT_RATE = "sum(budgetlens_budget_hits_total) / sum(budgetlens_runs_total)"
+HIT_RATE = "sum(budgetlens_budget_hits_total) / sum(budgetlens_budgeted_runs_total)"
 #: The alert rule the README shows (hit rate over 20 % for a task type, over 1 h).
 ALERT_RULES = """\
 groups:
@@ -26,7 +26,7 @@ groups:
       - alert: BudgetHitRateHigh
         expr: |
           sum by (task_type) (increase(budgetlens_budget_hits_total[1h]))
-            / sum by (task_type) (increase(budgetlens_runs_total[1h])) > 0.20
+            / sum by (task_type) (increase(budgetlens_budgeted_runs_total[1h])) > 0.20
         for: 15m
         labels:
           severity: warning

@@ -179,7 +179,10 @@ def test_a_store_that_cannot_be_written_is_absorbed_by_the_journal_then_503_at_i
             assert time.monotonic() < deadline, "the loader never tried the store"
             time.sleep(0.1)
         second = requests.post(f"{live.url}/v1/traces", data=body, headers=headers)
-        health = requests.get(f"{live.url}/healthz").json()
+        answer = requests.get(f"{live.url}/healthz")
+        health = answer.json()
+    assert answer.status_code == 503 and health["status"].startswith("store unavailable: ")
+    assert health["journal_used_pct"] >= 100 and health["refused_in_s"] == 0
     assert first.status_code == 200
     assert second.status_code == 503 and second.headers["Retry-After"] == "1"
     assert health["store_error"] and health["backlog_spans"] > 0 and health["backlog_bytes"] > 0

@@ -165,22 +165,43 @@ def test_replay_of_an_empty_window_has_the_documented_columns(history):
     assert list(result.runs.columns) == list(whatif.RUN_COLUMNS) and result.runs.empty
 
 
-def test_smallest_multiplier_picks_the_first_that_meets_the_target():
+def test_smallest_multiplier_is_met_only_when_the_upper_bound_meets_the_target():
     curve = pd.DataFrame(
         {
-            "task_type": ["qa"] * 3 + ["code"] * 2,
-            "multiplier": [1.0, 1.5, 2.0, 1.0, 2.0],
-            "hit_rate": [0.30, 0.05, 0.01, 0.5, 0.4],
-            "hit_rate_upper": [0.3, 0.06, 0.02, 0.5, 0.4],
-            "avoided_tokens": [9, 5, 1, 7, 3],
-            "avoided_cost_usd": [0.9, 0.5, 0.1, 0.7, 0.3],
+            "task_type": ["qa"] * 3 + ["code"] * 2 + ["docs"] * 2,
+            "multiplier": [1.0, 1.5, 2.0, 1.0, 2.0, 1.0, 2.0],
+            "hit_rate": [0.30, 0.05, 0.01, 0.5, 0.4, 0.2, 0.017],
+            "hit_rate_upper": [0.3, 0.06, 0.02, 0.5, 0.4, 0.3, 0.249],
+            "avoided_tokens": [9, 5, 1, 7, 3, 4, 2],
+            "avoided_cost_usd": [0.9, 0.5, 0.1, 0.7, 0.3, 0.4, 0.2],
         }
     )
     picked = whatif.smallest_multiplier(curve, 0.05).set_index("task_type")
-    assert picked.loc["qa", "multiplier"] == 1.5 and bool(picked.loc["qa", "met"])
-    assert pd.isna(picked.loc["code", "multiplier"]) and not bool(picked.loc["code", "met"])
+    # 1.5 meets only on the lower bound (0.05 .. 0.06): the first sure one is 2.0
+    assert picked.loc["qa", "multiplier"] == 2.0 and picked.loc["qa", "verdict"] == "met"
+    assert bool(picked.loc["qa", "met"])
+    # the case: projected 1.7 % with an upper bound of 24.9 % is unknown, not met
+    assert picked.loc["docs", "multiplier"] == 2.0 and picked.loc["docs", "verdict"] == "unknown"
+    assert not bool(picked.loc["docs", "met"])
+    assert pd.isna(picked.loc["code", "multiplier"]) and picked.loc["code", "verdict"] == "not met"
+    assert not bool(picked.loc["code", "met"])
     with pytest.raises(ValueError, match="target"):
         whatif.smallest_multiplier(curve, 1.5)
+
+
+def test_rates_read_in_percent_and_censored_hit_rates_as_a_range():
+    from budgetlens.analysis.values import format_rate, format_rate_range
+
+    assert format_rate(0.249) == "24.9 %" and format_rate(None) == ""
+    assert format_rate_range(0.017, 0.249) == "1.7–24.9 %"
+    assert format_rate_range(0.05, 0.05) == "5.0 %" and format_rate_range(0.05, None) == "5.0 %"
+
+
+def test_whatif_table_prints_rates_in_percent_like_hit_rate(history, capsys):
+    code, out, _ = _cli(capsys, "whatif", "--db", str(history), "--window-days", "0", *_limit_args())
+    assert code == 0 and "77.8 %" in out  # 7 of 9 runs, as `hit-rate` would print it
+    code, out, _ = _cli(capsys, "hit-rate", "--db", str(history), "--window-days", "0")
+    assert code == 0 and " %" in out
 
 
 # --- the CLI: the same numbers as the analysis ---------------------------------------------------
@@ -242,6 +263,7 @@ def test_whatif_cli_target_view_names_a_multiplier_and_its_limits(history, capsy
     )
     row = json.loads(out)[0]
     assert code == 0 and row["met"] is True and row["multiplier"] == 1.0  # any budget meets 100 %
+    assert row["verdict"] == "met" and row["projected_hit_rate_range"].endswith(" %")
     assert row["max_total_tokens"] >= 1000 and row["target_hit_rate"] == 1.0
 
 
@@ -354,3 +376,26 @@ def test_the_curve_replays_each_multiplier_as_a_single_replay_would(history):
             assert mine[column] == pytest.approx(alone[column]), (m, column)
     rates = curve.sort_values("multiplier")["hit_rate"].tolist()
     assert rates == sorted(rates, reverse=True)  # larger limits never stop more runs
+
+
+def test_one_preset_number_in_the_cli_the_file_and_the_analysis(history, capsys):
+    from budgetlens.analysis.censoring import censored_baselines
+    from budgetlens.analysis.presets import recommended_presets
+    from budgetlens.analysis.views import baselines
+
+    with read_connection(history) as conn:
+        f = Filters()
+        expected = recommended_presets(baselines(conn, f), censored_baselines(conn, f), 1.5)
+    expected = expected.set_index("task_type")
+    code, out, _ = _cli(capsys, "presets", "--db", str(history), "--window-days", "0", "--format", "json")
+    document = json.loads(out)
+    assert code == 0
+    for task_type, entry in document["presets"].items():
+        assert entry["max_total_tokens"] == expected.loc[task_type, "max_total_tokens"]
+        assert entry["basis"]["method"] == expected.loc[task_type, "method"]
+    code, out, _ = _cli(capsys, "baselines", "--db", str(history), "--window-days", "0", "--format", "json")
+    row = json.loads(out)[0]
+    assert code == 0 and row["censored_runs"] >= 1 and 0 < row["censored_share"] <= 1
+    assert row["km_p50_total_tokens"] is not None and row["km_p95_total_tokens"] is not None
+    code, out, _ = _cli(capsys, "baselines", "--db", str(history), "--window-days", "0")
+    assert code == 0 and "Kaplan" not in out and "km_p95_total_tokens" in out.splitlines()[0]

@@ -112,8 +112,8 @@ def censored_baselines(conn: duckdb.DuckDBPyConnection, f: Filters, probability:
 
     Returns a DataFrame, one row per task type: task_type, n, censored_runs (stopped by a
     budget), censored_share (0..1), material (censored_share > 5 %), then per metric of
-    ``BASELINE_METRICS`` ``km_p95_<metric>`` (float or None) and ``km_p95_<metric>_lower_bound``
-    (bool). Cost uses only runs whose cost is fully known (as the plain cost baseline). With
+    ``BASELINE_METRICS`` ``km_p50_<metric>`` / ``km_p95_<metric>`` (float or None) and
+    ``km_p50_<metric>_lower_bound`` / ``km_p95_<metric>_lower_bound`` (bool). Cost uses only runs whose cost is fully known (as the plain cost baseline). With
     another ``probability`` the columns still say ``p95`` (use ``km_percentile`` directly).
     """
     frame = run_query(conn, eq.CENSORING_INPUT, f.params())
@@ -130,13 +130,15 @@ def censored_baselines(conn: duckdb.DuckDBPyConnection, f: Filters, probability:
         }
         for metric in BASELINE_METRICS:
             part = group[group["cost_known"]] if metric == "cost_usd" else group
-            estimate = km_percentile(
-                part[metric].astype(float).to_numpy(), part["censored"].to_numpy(), probability
-            )
-            row[f"km_p95_{metric}"] = estimate.value
-            row[f"km_p95_{metric}_lower_bound"] = estimate.lower_bound
+            values = part[metric].astype(float).to_numpy()
+            stopped = part["censored"].to_numpy()
+            for name, p in (("p50", 0.5), ("p95", probability)):
+                estimate = km_percentile(values, stopped, p)
+                row[f"km_{name}_{metric}"] = estimate.value
+                row[f"km_{name}_{metric}_lower_bound"] = estimate.lower_bound
         rows.append(row)
     columns = ["task_type", "n", "censored_runs", "censored_share", "material"]
     for metric in BASELINE_METRICS:
-        columns += [f"km_p95_{metric}", f"km_p95_{metric}_lower_bound"]
+        for name in ("p50", "p95"):
+            columns += [f"km_{name}_{metric}", f"km_{name}_{metric}_lower_bound"]
     return pd.DataFrame(rows, columns=columns)

@@ -21,6 +21,7 @@ import numbers
 
 import pandas as pd
 
+from budgetlens.analysis.censoring import METHOD_CENSORING_AWARE, METHOD_PLAIN
 from budgetlens.analysis.defaults import DEFAULT_MULTIPLIER
 from budgetlens.analysis.values import scalar
 from budgetlens.limits import LIMIT_KEYS, LIMITS, SIGNIFICANT
@@ -31,9 +32,11 @@ __all__ = [
     "OMIT_WHEN_ZERO",
     "PRESET_RULES",
     "SIGNIFICANT",
+    "METHODS",
     "preset_changes",
     "preset_limit",
     "presets",
+    "recommended_presets",
     "round_significant",
     "round_up",
     "round_up_significant",
@@ -48,6 +51,9 @@ PRESET_RULES = {spec.name: (spec.metric, spec.preset_step) for spec in LIMITS}
 OMIT_WHEN_ZERO = frozenset({"max_cost_usd"})
 #: Preset key -> the ``runs`` column holding the limit the run ran under.
 LIMIT_COLUMNS = {spec.name: spec.store_column for spec in LIMITS}
+#: ``auto``: Kaplan–Meier where censoring is material (> 5 % of a task type's runs were stopped),
+#: plain elsewhere; ``plain``: always the plain P95; ``kaplan-meier``: always Kaplan–Meier.
+METHODS = ("auto", METHOD_PLAIN, METHOD_CENSORING_AWARE)
 #: Relative tolerance: float noise (60000.0000001, 0.44000000000000006) does not add a step.
 _NOISE = 1e-9
 
@@ -143,6 +149,60 @@ def presets(baselines_df: pd.DataFrame, multiplier: float = DEFAULT_MULTIPLIER) 
         rows.append(out)
     columns = ["task_type", "n", "low_sample", *PRESET_RULES]
     return pd.DataFrame(rows, columns=columns).astype({k: object for k in PRESET_RULES})
+
+
+def recommended_presets(
+    baselines_df: pd.DataFrame,
+    censoring_df: pd.DataFrame | None,
+    multiplier: float = DEFAULT_MULTIPLIER,
+    method: str = "auto",
+) -> pd.DataFrame:
+    """THE recommendation: every surface (Baselines markers, Presets page, What-if,
+    ``budgetlens presets`` / ``whatif``, the exported file) shows this function's numbers.
+
+    ``baselines_df`` is ``views.baselines``, ``censoring_df`` ``censoring.censored_baselines``
+    of the same filters (None: plain everywhere). Per task type the P95 is the plain one, or the
+    Kaplan–Meier one when ``method`` is ``kaplan-meier``, or ``auto`` and more than 5 % of its
+    runs were stopped by a budget; then P95 x ``multiplier`` rounded up (``presets``).
+
+    Returns the ``presets`` frame plus columns: method (``plain`` or ``kaplan-meier``),
+    censored_share (0..1), lower_bound_keys (list of preset keys whose Kaplan–Meier P95 is only a
+    lower bound: raise that limit for a while to learn the real tail), km_p95_total_tokens
+    (float or None, whether used or not), multiplier. Raises ValueError for a method not in
+    ``METHODS`` or a bad multiplier (as ``presets``). Pure.
+    """
+    if method not in METHODS:
+        raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+    base = baselines_df.copy()
+    censoring = {}
+    if censoring_df is not None:
+        censoring = {row["task_type"]: row for _, row in censoring_df.iterrows()}
+    methods, shares, bounds, km_p95 = [], [], [], []
+    for index, row in base.iterrows():
+        km = censoring.get(row["task_type"])
+        use_km = km is not None and (
+            method == METHOD_CENSORING_AWARE or (method == "auto" and bool(km["material"]))
+        )
+        lower: list[str] = []
+        if use_km and km is not None:
+            for key, (metric, _rounding) in PRESET_RULES.items():
+                value = scalar(km[f"km_p95_{metric}"])
+                if value is None:
+                    continue
+                base.at[index, f"p95_{metric}"] = value
+                if bool(km[f"km_p95_{metric}_lower_bound"]):
+                    lower.append(key)
+        km_p95.append(scalar(km["km_p95_total_tokens"]) if km is not None else None)
+        methods.append(METHOD_CENSORING_AWARE if use_km else METHOD_PLAIN)
+        shares.append(float(km["censored_share"]) if km is not None else 0.0)
+        bounds.append(lower)
+    out = presets(base, multiplier)
+    out["method"] = methods
+    out["censored_share"] = shares
+    out["lower_bound_keys"] = bounds
+    out["km_p95_total_tokens"] = km_p95
+    out["multiplier"] = float(multiplier)
+    return out
 
 
 def preset_changes(presets_df: pd.DataFrame, current_df: pd.DataFrame) -> pd.DataFrame:

@@ -232,22 +232,6 @@ FROM (
 ORDER BY calls DESC, model
 """
 
-#: The limits the runs ran under: the most common non-null value per task type.
-CURRENT_LIMITS = f"""
-WITH {FILTERED}
-SELECT
-    task_type,
-    mode(limit_total_tokens) AS limit_total_tokens,
-    mode(limit_input_tokens) AS limit_input_tokens,
-    mode(limit_output_tokens) AS limit_output_tokens,
-    mode(limit_turns) AS limit_turns,
-    mode(limit_tool_calls) AS limit_tool_calls,
-    mode(limit_duration_s) AS limit_duration_s,
-    mode(limit_cost_usd) AS limit_cost_usd
-FROM filtered
-GROUP BY task_type
-ORDER BY task_type
-"""
 
 #: Per local day and task type; rates as ``_RATES`` (NULL on a day without budgeted runs).
 HIT_RATE_DAILY = f"""

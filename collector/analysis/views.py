@@ -64,6 +64,7 @@ from budgetlens.analysis.presets import (  # noqa: F401
     preset_changes,
     preset_limit,
     presets,
+    recommended_presets,
     round_significant,
     round_up,
     round_up_significant,
@@ -231,11 +232,24 @@ def model_latency(conn, f: Filters) -> pd.DataFrame:
 
 
 def current_limits(conn, f: Filters) -> pd.DataFrame:
-    """The limits the filtered runs ran under: per task type the most common non-null value of
-    each ``limit_*`` column (NULL when no run had that limit). Columns: task_type,
-    limit_total_tokens, limit_input_tokens, limit_output_tokens, limit_turns, limit_tool_calls,
-    limit_duration_s, limit_cost_usd."""
-    return run_query(conn, q.CURRENT_LIMITS, f.params())
+    """The limits in force now: per task type those of the latest budgeted run's period of
+    unchanged limits (``budgetlens.analysis.limit_queries``; NULL when no run had that limit),
+    not the most common ones. Columns: task_type, limit_total_tokens, limit_input_tokens,
+    limit_output_tokens, limit_turns, limit_tool_calls, limit_duration_s, limit_cost_usd,
+    since_utc (the first run under them, naive UTC), runs_since (runs under them), changes
+    (earlier periods: ``limit_history``)."""
+    from budgetlens.analysis import limit_queries
+
+    return run_query(conn, limit_queries.CURRENT_LIMITS, f.params())
+
+
+def limit_history(conn, f: Filters) -> pd.DataFrame:
+    """Every change of limits per task type, oldest first: one row per period of unchanged
+    ``limit_*`` values. Columns: task_type, since_utc, last_run_utc (naive UTC), runs, the
+    ``limit_*`` columns (NULL = no such limit). Runs without any limit are left out."""
+    from budgetlens.analysis import limit_queries
+
+    return run_query(conn, limit_queries.LIMIT_HISTORY, f.params())
 
 
 #: Columns of ``hit_rate_by_task`` (and of ``budgetlens hit-rate``).

@@ -22,7 +22,6 @@ target (default 5 %).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,12 +30,10 @@ import pandas as pd
 
 from budgetlens.analysis import replay_queries as rq
 from budgetlens.analysis.censoring import (
-    METHOD_CENSORING_AWARE,
-    METHOD_PLAIN,
     censored_baselines,
 )
 from budgetlens.analysis.filters import Filters, run_query
-from budgetlens.analysis.presets import PRESET_RULES, presets
+from budgetlens.analysis.presets import METHODS, PRESET_RULES, recommended_presets
 from budgetlens.analysis.replay import (  # noqa: F401  (re-exported)
     RUN_COLUMNS,
     SUMMARY_COLUMNS,
@@ -53,6 +50,9 @@ __all__ = [
     "CURVE_MULTIPLIERS",
     "DEFAULT_TARGET_HIT_RATE",
     "METHODS",
+    "VERDICT_MET",
+    "VERDICT_NOT_MET",
+    "VERDICT_UNKNOWN",
     "Budget",
     "Evidence",
     "TargetPlan",
@@ -72,9 +72,6 @@ __all__ = [
 DEFAULT_TARGET_HIT_RATE = 0.05
 #: The multipliers of the trade-off curve: 1.0 to 3.0 in steps of 0.1.
 CURVE_MULTIPLIERS: tuple[float, ...] = tuple(round(1.0 + 0.1 * i, 1) for i in range(21))
-#: ``auto``: Kaplan–Meier where censoring is material (> 5 % of a task type's runs were stopped),
-#: plain elsewhere; ``plain``: always the plain P95; ``kaplan-meier``: always Kaplan–Meier.
-METHODS = ("auto", METHOD_PLAIN, METHOD_CENSORING_AWARE)
 
 
 @dataclass(frozen=True)
@@ -100,36 +97,7 @@ def evidence_presets(ev: Evidence, multiplier: float, method: str = "auto") -> p
     Kaplan–Meier P95 of total tokens, whether used or not), multiplier. Raises
     ValueError for an unknown method or multiplier (as ``presets``).
     """
-    if method not in METHODS:
-        raise ValueError(f"method must be one of {METHODS}, got {method!r}")
-    base = ev.baselines.copy()
-    censoring = {row["task_type"]: row for _, row in ev.censoring.iterrows()}
-    methods, shares, bounds, km_p95 = [], [], [], []
-    for index, row in base.iterrows():
-        km = censoring.get(row["task_type"])
-        use_km = km is not None and (
-            method == METHOD_CENSORING_AWARE or (method == "auto" and bool(km["material"]))
-        )
-        lower: list[str] = []
-        if use_km and km is not None:
-            for key, (metric, _rounding) in PRESET_RULES.items():
-                value = km[f"km_p95_{metric}"]
-                if value is None or (isinstance(value, float) and math.isnan(value)):
-                    continue
-                base.at[index, f"p95_{metric}"] = value
-                if bool(km[f"km_p95_{metric}_lower_bound"]):
-                    lower.append(key)
-        km_p95.append(km["km_p95_total_tokens"] if km is not None else None)
-        methods.append(METHOD_CENSORING_AWARE if use_km else METHOD_PLAIN)
-        shares.append(float(km["censored_share"]) if km is not None else 0.0)
-        bounds.append(lower)
-    out = presets(base, multiplier)
-    out["method"] = methods
-    out["censored_share"] = shares
-    out["lower_bound_keys"] = bounds
-    out["km_p95_total_tokens"] = km_p95
-    out["multiplier"] = float(multiplier)
-    return out
+    return recommended_presets(ev.baselines, ev.censoring, multiplier, method)
 
 
 def with_projection(conn, f: Filters, presets_df: pd.DataFrame) -> pd.DataFrame:
@@ -173,29 +141,48 @@ def tradeoff(
     return frame[columns].sort_values(["task_type", "multiplier"]).reset_index(drop=True)
 
 
+#: ``smallest_multiplier`` verdicts: ``met`` when the upper bound (stopped + censored runs) meets
+#: the target, ``unknown`` when only the lower bound (stopped runs) does, ``not met`` otherwise.
+VERDICT_MET = "met"
+VERDICT_UNKNOWN = "unknown"
+VERDICT_NOT_MET = "not met"
+
+
 def smallest_multiplier(curve: pd.DataFrame, target: float = DEFAULT_TARGET_HIT_RATE) -> pd.DataFrame:
-    """Per task type, the smallest multiplier of ``curve`` (``tradeoff``) whose projected hit
-    rate is at most ``target`` (0..1). Columns: task_type, multiplier (None when no multiplier of
-    the curve meets it), hit_rate, hit_rate_upper, avoided_tokens, avoided_cost_usd (at that
-    multiplier; at the largest one when not met), met (bool). Raises ValueError for a target
-    outside [0, 1]. Pure."""
+    """Per task type, the smallest multiplier of ``curve`` (``tradeoff``) that meets ``target``
+    (0..1). A projected hit rate with censored runs is a range, ``hit_rate`` (the stopped runs)
+    to ``hit_rate_upper`` (plus the censored ones), so the verdict is ``met`` only when the upper
+    bound is at most the target, ``unknown`` when only the lower bound is (the smallest such
+    multiplier is chosen), ``not met`` otherwise (at the largest multiplier).
+
+    Columns: task_type, multiplier (None when ``not met``), hit_rate, hit_rate_upper,
+    avoided_tokens, avoided_cost_usd (at that multiplier), verdict (``VERDICT_*``), met (bool:
+    verdict is ``met``). Raises ValueError for a target outside [0, 1]. Pure."""
     if not (isinstance(target, int | float) and 0 <= target <= 1):
         raise ValueError(f"target hit rate must be a number in [0, 1], got {target!r}")
     rows = []
     for task_type, group in curve.groupby("task_type", dropna=False, sort=True):
         group = group.sort_values("multiplier")
-        meets = group[group["hit_rate"].fillna(0) <= target + 1e-12]
-        met = not meets.empty
-        chosen = meets.iloc[0] if met else group.iloc[-1]
+        lower = group["hit_rate"].fillna(0)
+        upper = group["hit_rate_upper"].fillna(lower)
+        sure = group[upper <= target + 1e-12]
+        maybe = group[lower <= target + 1e-12]
+        if not sure.empty:
+            verdict, chosen = VERDICT_MET, sure.iloc[0]
+        elif not maybe.empty:
+            verdict, chosen = VERDICT_UNKNOWN, maybe.iloc[0]
+        else:
+            verdict, chosen = VERDICT_NOT_MET, group.iloc[-1]
         rows.append(
             {
                 "task_type": None if pd.isna(task_type) else task_type,
-                "multiplier": float(chosen["multiplier"]) if met else None,
+                "multiplier": None if verdict == VERDICT_NOT_MET else float(chosen["multiplier"]),
                 "hit_rate": chosen["hit_rate"],
                 "hit_rate_upper": chosen["hit_rate_upper"],
                 "avoided_tokens": chosen["avoided_tokens"],
                 "avoided_cost_usd": chosen["avoided_cost_usd"],
-                "met": met,
+                "verdict": verdict,
+                "met": verdict == VERDICT_MET,
             }
         )
     columns = [
@@ -205,6 +192,7 @@ def smallest_multiplier(curve: pd.DataFrame, target: float = DEFAULT_TARGET_HIT_
         "hit_rate_upper",
         "avoided_tokens",
         "avoided_cost_usd",
+        "verdict",
         "met",
     ]
     return pd.DataFrame(rows, columns=columns)
@@ -214,7 +202,8 @@ def target_presets(
     ev: Evidence, curve: pd.DataFrame, target: float = DEFAULT_TARGET_HIT_RATE, method: str = "auto"
 ) -> pd.DataFrame:
     """The preset of each task type at the smallest multiplier of ``curve`` that meets ``target``
-    (``smallest_multiplier``); where none does, at the curve's largest multiplier (``met`` False).
+    (``smallest_multiplier``: ``verdict`` met / unknown / not met, ``met`` only when the upper
+    bound meets it); where none does, at the curve's largest multiplier.
 
     Columns: the ``evidence_presets`` columns (task_type, n, low_sample, the limit keys, method,
     censored_share, lower_bound_keys, multiplier), then projected_hit_rate, projected_hit_rate_upper,
@@ -224,7 +213,9 @@ def target_presets(
     largest = float(curve["multiplier"].max()) if len(curve) else CURVE_MULTIPLIERS[-1]
     rows = []
     for _, pick in choice.iterrows():
-        multiplier = pick["multiplier"] if pick["met"] else largest
+        multiplier = (
+            largest if pick["multiplier"] is None or pd.isna(pick["multiplier"]) else pick["multiplier"]
+        )
         table = evidence_presets(ev, float(multiplier), method)
         mine = table[
             table["task_type"].eq(pick["task_type"])
@@ -238,6 +229,7 @@ def target_presets(
             projected_hit_rate_upper=pick["hit_rate_upper"],
             avoided_tokens=pick["avoided_tokens"],
             avoided_cost_usd=pick["avoided_cost_usd"],
+            verdict=pick["verdict"],
             met=bool(pick["met"]),
             target_hit_rate=float(target),
         )
@@ -256,6 +248,7 @@ def target_presets(
         "projected_hit_rate_upper",
         "avoided_tokens",
         "avoided_cost_usd",
+        "verdict",
         "met",
         "target_hit_rate",
     ]

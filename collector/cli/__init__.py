@@ -31,6 +31,16 @@ COMMANDS = (
 )
 
 
+def _version() -> str:
+    """The installed distribution's version (``importlib.metadata``), or ``unknown``."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("budgetlens")
+    except PackageNotFoundError:
+        return "unknown"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="budgetlens",
@@ -44,6 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
             "store is written ducklake:postgres:dbname=NAME host=HOST[?data_path=DIR]."
         ),
     )
+    parser.add_argument("--version", action="version", version=f"budgetlens {_version()}")
     parser.add_argument(
         "-v", "--verbose", action="store_true", help="log debug details (and show the traceback of an error)"
     )

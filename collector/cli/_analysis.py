@@ -8,6 +8,8 @@ Output conventions (every format):
 - times are ISO-8601 UTC with a ``Z`` (``2026-11-27T23:55:17.851192Z``);
 - JSON and CSV floats are rounded to 6 significant digits and token percentiles to 1 decimal;
   counts stay integers (null when unknown);
+- rates and shares (``*_rate``, ``*_share``, ``*_rate_upper``) are 0..1 in JSON and CSV and
+  percent with one decimal in the table (``24.9 %``), in every command;
 - the table shows tokens with thousands separators (no decimals when a column has none), costs
   (USD) with 4 significant figures (``0.009165``, never ``0.00``), other numbers with 2
   decimals.
@@ -212,6 +214,8 @@ def _cost_text(value: float) -> str:
 
 def _for_reading(frame, float_format: str):
     """A copy of ``frame`` as text cells for the table (conventions in the module docstring)."""
+    from budgetlens.analysis.values import format_rate, is_rate_column
+
     shown = frame.copy()
     for column in shown.columns:
         series, kind = shown[column], shown[column].dtype.kind
@@ -220,6 +224,8 @@ def _for_reading(frame, float_format: str):
         elif kind in "iuf" and _is_tokens(column):
             pattern = "{:,.0f}" if kind in "iu" or _whole(series) else "{:,.1f}"
             shown[column] = series.map(lambda v, p=pattern: "" if _missing(v) else p.format(v))
+        elif kind in "iuf" and is_rate_column(column):
+            shown[column] = series.map(format_rate)
         elif kind == "f" and _is_cost(column):
             shown[column] = series.map(lambda v: "" if _missing(v) else _cost_text(v))
         elif kind == "f":

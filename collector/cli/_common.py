@@ -62,3 +62,18 @@ positive_int = _number(int, 1, strict=False)
 tcp_port = _number(int, 0, strict=False, maximum=65535)
 #: ``--max-line-mb``: MiB, a finite float > 0 and <= 1048576 (1 TiB).
 line_limit_mib = _number(float, 0, strict=True, maximum=1 << 20)
+
+
+def time_zone(text: str) -> str:
+    """An IANA time zone name (``Europe/Berlin``, ``UTC``) for ``--tz``; an unknown one is a
+    usage error naming the option: ``--tz: unknown IANA time zone 'Mars/Phobos' (e.g. UTC,
+    Europe/Berlin, America/New_York)``."""
+    import zoneinfo
+
+    try:
+        zoneinfo.ZoneInfo(text)
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError, TypeError):
+        raise argparse.ArgumentTypeError(
+            f"unknown IANA time zone {text!r} (e.g. UTC, Europe/Berlin, America/New_York)"
+        ) from None
+    return text

@@ -134,6 +134,10 @@ def run(args) -> int:
         )
         return 1
     with sock:
+        problem = store_problem(db_path)
+        if problem:  # a text file, a directory, a lake that cannot be attached: refuse, one line
+            print(f"budgetlens collector: cannot start: {problem}", file=sys.stderr)
+            return 2
         ledger = _open_ledger(db_path)
         app = create_app(
             db_path,
@@ -167,6 +171,34 @@ def _open_ledger(db_path):
     path = ledger_path(db_path)
     path.parent.mkdir(parents=True, exist_ok=True)
     return SqliteLedger(path)
+
+
+def store_problem(db_path) -> str | None:
+    """One line saying why the collector cannot write ``db_path`` (a file that is not a DuckDB
+    store, a directory, no permission, a ``ducklake:`` location that cannot be attached or whose
+    extra is missing), or None when it can: opens it for writing once (creating and migrating
+    it). Another process holding the file (a reader's lock) is not a problem: the journal
+    absorbs until it lets go."""
+    import duckdb
+
+    from budgetlens.store import StoreError, write_connection
+    from budgetlens.store.connection import is_lock_conflict
+
+    try:
+        with write_connection(db_path, timeout_s=2.0):
+            return None
+    except StoreError as error:
+        if is_lock_conflict(error.__cause__ or error):
+            return None
+        return _one_line(error)
+    except (duckdb.Error, OSError, ImportError) as error:
+        return _one_line(error)
+
+
+def _one_line(error: BaseException) -> str:
+    """The first non-empty line of ``error``'s message (DuckDB's errors run to several)."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    return lines[0] if lines else type(error).__name__
 
 
 def _token(argument: str | None) -> tuple[str | None, str | None]:

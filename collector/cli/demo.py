@@ -184,6 +184,17 @@ def run(args: argparse.Namespace) -> int:
     db = db.resolve() if isinstance(db, Path) else db
     host, port = resolve_server(args)
     port = port or _free_port(host)
+    for name, number, flag in (
+        ("collector", args.collector_port, "--collector-port"),
+        ("dashboard", port, "--port"),
+    ):
+        if number and port_in_use(host, number):  # before building the store: known now
+            print(
+                f"budgetlens demo: error: the {name} did not start on {host}:{number}: the port is "
+                f"in use (nothing was built; pick another with {flag})",
+                file=sys.stderr,
+            )
+            return 1
     if ensure_demo_store(db):
         print(f"budgetlens demo: loaded the committed sample into {db}", flush=True)
     else:

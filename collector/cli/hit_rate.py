@@ -9,6 +9,7 @@ from budgetlens.cli._analysis import (
     analysis_session,
     write_frame,
 )
+from budgetlens.cli._common import time_zone
 
 
 def register(subparsers) -> None:
@@ -28,7 +29,9 @@ def register(subparsers) -> None:
     add_window_arguments(parser)
     add_format_argument(parser)
     parser.add_argument("--daily", action="store_true", help="one row per day and task type")
-    parser.add_argument("--tz", default="UTC", help="IANA time zone of the days (default: UTC)")
+    parser.add_argument(
+        "--tz", type=time_zone, default="UTC", help="IANA time zone of the days (default: UTC)"
+    )
     parser.set_defaults(func=run)
 
 
@@ -42,5 +45,5 @@ def run(args) -> int:
             frame = analysis.hit_rate_daily(conn, dataclasses.replace(filters, tz=args.tz))
         else:
             frame = analysis.hit_rate_by_task(conn, filters)
-    write_frame(frame, args.format, float_format="{:.1%}")
+    write_frame(frame, args.format)
     return 0

@@ -69,6 +69,16 @@ def run(args) -> int:
     from budgetlens.analysis import views as analysis
     from budgetlens.analysis import whatif
 
+    if args.output:  # fail before computing anything: the directory must exist
+        import os
+
+        folder = os.path.dirname(os.path.abspath(args.output))
+        if not os.path.isdir(folder):
+            print(
+                f"budgetlens presets: error: -o {args.output}: the directory {folder} does not exist",
+                file=sys.stderr,
+            )
+            return 2
     with analysis_session(args) as (conn, filters):
         ev = whatif.evidence(conn, filters)
         base = ev.baselines
@@ -110,7 +120,8 @@ def run(args) -> int:
     if args.output:
         with open(args.output, "w", encoding="utf-8") as out:
             out.write(text)
-        print(f"wrote {len(table)} presets to {args.output}", file=sys.stderr)
+        noun = "preset" if len(table) == 1 else "presets"
+        print(f"wrote {len(table)} {noun} to {args.output}", file=sys.stderr)
     else:
         sys.stdout.write(text)
     return 0
@@ -118,10 +129,12 @@ def run(args) -> int:
 
 def _note_evidence(table) -> None:
     """Notes on stderr: presets resting on the Kaplan–Meier P95, lower bounds, missed targets."""
+    from budgetlens.analysis.values import format_rate, format_rate_range
+
     for row in table.itertuples():
         if row.method == "kaplan-meier":
             print(
-                f"note: {row.task_type}: {row.censored_share:.0%} of the runs were stopped by a "
+                f"note: {row.task_type}: {format_rate(row.censored_share)} of the runs were stopped by a "
                 "budget; the preset rests on the censoring-aware (Kaplan-Meier) P95",
                 file=sys.stderr,
             )
@@ -132,9 +145,17 @@ def _note_evidence(table) -> None:
                 f"{keys} for a while to learn the real tail",
                 file=sys.stderr,
             )
-        if getattr(row, "met", True) is False:
+        verdict = getattr(row, "verdict", "met")
+        if verdict == "not met":
             print(
                 f"note: {row.task_type}: no multiplier up to {row.multiplier:g} meets the target "
-                f"hit rate (projected {row.projected_hit_rate:.1%})",
+                f"hit rate (projected {format_rate_range(row.projected_hit_rate, row.projected_hit_rate_upper)})",
+                file=sys.stderr,
+            )
+        elif verdict == "unknown":
+            print(
+                f"note: {row.task_type}: unknown whether x{row.multiplier:g} meets the target hit "
+                f"rate: projected {format_rate_range(row.projected_hit_rate, row.projected_hit_rate_upper)} "
+                "(the censored runs may have been stopped)",
                 file=sys.stderr,
             )

@@ -56,5 +56,10 @@ def run(args) -> int:
         limit = args.limit if args.limit > 0 else 2**62
         rows = analysis.runs_table if args.format == "table" else analysis.runs_export
         frame = rows(conn, filters, search=args.search, limit=limit, offset=args.offset)
+    if args.format != "table":
+        from budgetlens.config import trace_url, trace_url_template
+
+        template = trace_url_template()
+        frame["trace_url"] = [trace_url(t, template) for t in frame["trace_id"]]
     write_frame(frame, args.format)
     return 0

@@ -136,11 +136,19 @@ def _target_columns(frame):
     from budgetlens.limits import LIMIT_KEYS
 
     out = frame.copy()
+    from budgetlens.analysis.values import format_rate_range
+
     out["lower_bound_keys"] = [" ".join(keys) for keys in out["lower_bound_keys"]]
+    out["projected_hit_rate_range"] = [
+        format_rate_range(lo, hi)
+        for lo, hi in zip(out["projected_hit_rate"], out["projected_hit_rate_upper"])
+    ]
     first = [
         "task_type",
         "multiplier",
+        "verdict",
         "met",
+        "projected_hit_rate_range",
         "projected_hit_rate",
         "projected_hit_rate_upper",
         "avoided_tokens",

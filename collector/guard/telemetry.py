@@ -65,6 +65,10 @@ class RunTelemetry:
         agent_name: str | None,
         limits: dict[str, Any],
     ) -> None:
+        if tracer is None:
+            from budgetlens.guard.otel_setup import auto_configure
+
+            auto_configure()  # OTEL_EXPORTER_OTLP_ENDPOINT alone sends the spans (once per process)
         self._tracer = tracer if tracer is not None else trace.get_tracer(TRACER_NAME)
         self._run_id, self._task_type = run_id, task_type
         attributes: dict[str, Any] = {

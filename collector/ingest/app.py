@@ -23,10 +23,12 @@ Routes:
   ``budgetlens.ingest.ledger_api``).
 - ``GET /metrics``: Prometheus text exposition of ``CollectorMetrics``.
 - ``GET /healthz``: ``{"status": "ok", "queue_spans": N, "backlog_spans": N, "backlog_bytes": B,
-  "journal_budget_bytes": B, "loader_lag_s": S, "store_error": null, "inflight_bytes": B}``
-  (backlog = rows acknowledged, not yet in DuckDB; lag = age of the oldest of them, s;
-  store_error = why the last load attempt failed); 503 when the journal or loader thread has
-  stopped.
+  "journal_budget_bytes": B, "journal_used_pct": P, "refused_in_s": S|null, "loader_lag_s": S,
+  "store_error": null, "inflight_bytes": B}`` (``health``: backlog = rows acknowledged, not yet
+  in DuckDB; lag = age of the oldest of them, s; store_error = why the last load attempt
+  failed); 503 with the reason in ``status`` while the store cannot be written
+  (``"store unavailable: ..."``, with ``refused_in_s``: when, at the backlog's growth so far,
+  new spans will be refused) or when the journal or loader thread has stopped.
 """
 
 from __future__ import annotations
@@ -228,19 +230,7 @@ class _Receiver:
         return Response(generate_latest(self.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     async def healthz(self, request: Request) -> Response:
-        ingest = self.ingest
-        ok = ingest.alive
-        body = {
-            "status": "ok" if ok else "writer stopped",
-            "queue_spans": ingest.depth,
-            "backlog_spans": ingest.depth,
-            "backlog_bytes": ingest.backlog_bytes,
-            "journal_budget_bytes": ingest.max_journal_bytes,
-            "loader_lag_s": round(ingest.lag_s, 3),
-            "store_error": ingest.store_error,
-            "inflight_bytes": self.budget.used,
-        }
-        return JSONResponse(body, status_code=200 if ok else 503)
+        return JSONResponse(*health(self.ingest, self.budget.used))
 
     @contextlib.asynccontextmanager
     async def lifespan(self, app):
@@ -252,6 +242,40 @@ class _Receiver:
         finally:
             await loop.run_in_executor(None, self.pool.close)
             await loop.run_in_executor(None, self.ingest.close)
+
+
+def health(ingest: IngestQueue, inflight_bytes: int = 0) -> tuple[dict, int]:
+    """(body, HTTP status) of ``/healthz`` for ``ingest``: 200 ``ok``; 503 ``writer stopped``
+    when a thread has stopped; 503 ``store unavailable: <reason>`` while the last load failed
+    for another reason than readers holding the file (a lock the journal absorbs: still 200).
+    ``journal_used_pct`` is the backlog's share of the journal's disk budget (percent); at 100 %
+    new spans are refused (503). ``refused_in_s`` (only while the store is unavailable) estimates
+    when: the free budget at the rate the backlog grew since its oldest batch (None when it is
+    empty)."""
+    error = ingest.store_error
+    backlog, budget, lag = ingest.backlog_bytes, ingest.max_journal_bytes, ingest.lag_s
+    if not ingest.alive:
+        status = "writer stopped"
+    elif error is not None and ingest.store_unwritable:
+        status = f"store unavailable: {error}"
+    else:
+        status = "ok"
+    refused_in = None
+    if error is not None and backlog > 0 and lag > 0:
+        refused_in = round(max(0, budget - backlog) * lag / backlog, 1)
+    body = {
+        "status": status,
+        "queue_spans": ingest.depth,
+        "backlog_spans": ingest.depth,
+        "backlog_bytes": backlog,
+        "journal_budget_bytes": budget,
+        "journal_used_pct": round(100.0 * backlog / budget, 2) if budget else None,
+        "refused_in_s": refused_in,
+        "loader_lag_s": round(lag, 3),
+        "store_error": error,
+        "inflight_bytes": inflight_bytes,
+    }
+    return body, 200 if status == "ok" else 503
 
 
 def create_app(

@@ -7,7 +7,7 @@ rejected or failed batch is never counted; ``observe_write`` does the same from 
 Ingest-health metrics (spans received/rejected, journal fsync and load latency, backlog of rows
 journaled but not yet loaded, loader lag) describe the collector itself.
 
-Labels are bounded: ``task_type``, ``model``, ``stop_reason``, ``usage_status`` and fixed enums
+Labels are bounded: ``task_type``, ``model``, ``service``, ``stop_reason``, ``usage_status`` and fixed enums
 (``token_type``, ``kind``). Values from the wire pass through ``LabelCap``: after
 ``max_label_values`` distinct values per label, the rest fold into ``other``. A run id is never a
 label. Counters are process-local: a restart starts them at 0 again (Prometheus ``rate`` and
@@ -23,6 +23,8 @@ import pyarrow as pa
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from budgetlens import semconv as sc
+from budgetlens.store.schema import LIMIT_COLUMNS
+from budgetlens.store.sql import METRIC_RUN_COLUMNS
 
 #: Run-token buckets: powers of 4 from 1 to 4**13 (≈ 67 M), as the GenAI semconv advises for
 #: ``gen_ai.client.token.usage``.
@@ -81,6 +83,9 @@ class CollectorMetrics:
 
     Names (all ``budgetlens_``, units and ``_total`` as Prometheus asks):
     ``runs_total{task_type,stop_reason}``, ``budget_hits_total{task_type,stop_reason}``,
+    ``budgeted_runs_total{task_type,service,stop_reason}`` (finished runs under a budget: the
+    hit rate's denominator, so ``budget_hits_total / budgeted_runs_total`` is the dashboard's hit
+    rate; ``service`` is capped like every label from the wire, past it ``other``),
     ``run_tokens{task_type}`` (histogram, tokens), ``model_calls_total{task_type,model,usage_status}``,
     ``tokens_total{task_type,model,token_type}``, ``cost_usd_total{task_type,model}``,
     ``unpriced_calls_total{task_type,model}``, ``unknown_usage_calls_total{task_type,model}``,
@@ -114,6 +119,13 @@ class CollectorMetrics:
             "budgetlens_budget_hits",
             "Runs the budget stopped, by stop reason (budget_*).",
             ["task_type", "stop_reason"],
+            registry=r,
+        )
+        self.budgeted_runs = Counter(
+            "budgetlens_budgeted_runs",
+            "Finished runs that ran under a budget (a limit was set, or a budget stopped them): "
+            "the dashboard's hit-rate denominator; budget_hits_total / this = its hit rate.",
+            ["task_type", "service", "stop_reason"],
             registry=r,
         )
         self.run_tokens = Histogram(
@@ -272,7 +284,8 @@ class CollectorMetrics:
                     self.interventions.labels(cap("task_type", task_by_run.get(run_id)), kind).inc(count)
         if records is not None and len(records):
             written = set(records["run_id"].to_pylist())
-            rows = runs.select(["run_id", "task_type", "stop_reason", "total_tokens"]).to_pylist()
+            columns = [c for c in METRIC_RUN_COLUMNS if c in runs.column_names]
+            rows = runs.select(columns).to_pylist()
             self.observe_commit((), (), [row for row in rows if row["run_id"] in written])
 
     def observe_commit(
@@ -318,8 +331,19 @@ class CollectorMetrics:
             self.runs.labels(task, stop).inc()
             if row.get("stop_reason") in sc.BUDGET_STOP_REASONS:
                 self.budget_hits.labels(task, stop).inc()
+            if _budgeted_finished(row):
+                self.budgeted_runs.labels(task, cap("service", row.get("service_name")), stop).inc()
             if row.get("total_tokens") is not None:
                 self.run_tokens.labels(task).observe(row["total_tokens"])
+
+
+def _budgeted_finished(row: Mapping) -> bool:
+    """The dashboard's hit-rate denominator (``budgetlens.analysis.queries.IS_BUDGETED``): a
+    finished run (a stop reason) with a limit set, or one a budget stopped."""
+    stop = row.get("stop_reason")
+    if stop is None:
+        return False
+    return stop in sc.BUDGET_STOP_REASONS or any(row.get(c) is not None for c in LIMIT_COLUMNS)
 
 
 def _counts(*columns) -> dict:

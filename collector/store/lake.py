@@ -312,7 +312,7 @@ def write_registered(conn: duckdb.DuckDBPyConnection) -> dict[str, pa.Table | No
             registered.append("touched_runs")
             conn.execute(sql.LAKE_DELETE_TOUCHED_RUNS)
             conn.execute(sql.LAKE_INSERT_TOUCHED_RUNS)
-            runs_rows = runs.select(["run_id", "task_type", "stop_reason", "total_tokens"])
+            runs_rows = runs.select(list(sql.METRIC_RUN_COLUMNS))
     finally:
         for name in registered:
             conn.unregister(name)

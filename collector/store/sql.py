@@ -21,7 +21,7 @@ type) is the smallest non-NULL value among the run's calls.
 
 from __future__ import annotations
 
-from budgetlens.store.schema import RUN_COLUMNS, RUN_RECORD_COLUMNS
+from budgetlens.store.schema import LIMIT_COLUMNS, RUN_COLUMNS, RUN_RECORD_COLUMNS
 
 CREATE_MIGRATIONS_TABLE = """
 CREATE TABLE IF NOT EXISTS schema_migrations (
@@ -254,13 +254,25 @@ FROM (
 """
 
 
+#: The ``runs`` columns a commit hands to the Prometheus metrics (``CollectorMetrics.observe_write``):
+#: enough to count finished runs, budgeted ones (a limit set) and budget stops per service.
+METRIC_RUN_COLUMNS: tuple[str, ...] = (
+    "run_id",
+    "task_type",
+    "stop_reason",
+    "total_tokens",
+    "service_name",
+    *LIMIT_COLUMNS,
+)
+
+
 def _upsert_runs() -> str:
     assignments = ", ".join(f"{c} = excluded.{c}" for c in RUN_COLUMNS if c != "run_id")
     return (
         "INSERT INTO runs BY NAME "
         + _RUNS_FROM_TOTALS.format(totals="touched")
         + f" ON CONFLICT (run_id) DO UPDATE SET {assignments} "
-        "RETURNING run_id, task_type, stop_reason, total_tokens"
+        "RETURNING " + ", ".join(METRIC_RUN_COLUMNS)
     )
 
 

@@ -1,4 +1,5 @@
-"""Shared bits of the evidence tools on the Baselines and Presets pages: the drift flag."""
+"""Shared bits of the evidence tools on the Baselines and Presets pages: the drift flag and the
+limits in force (the latest per task type, the date they took effect, and their history)."""
 
 from __future__ import annotations
 
@@ -64,3 +65,22 @@ def km_table(frame: pd.DataFrame) -> pd.DataFrame:
             out[f"KM P95 {metric}"] = Percentile(float(value), bound).text(fmt) if known else "—"
         rows.append(out)
     return pd.DataFrame(rows)
+
+
+def limits_in_force(current: pd.DataFrame, history: pd.DataFrame, tz: str | None = None) -> None:
+    """The limits in force per task type (``views.current_limits``: the latest, not the most
+    common, with ``since_utc`` = when they took effect) and, in an expander, every change
+    (``views.limit_history``). Nothing when no run ran under a limit."""
+    from budgetlens.dashboard.app_pages import _tables
+
+    shown = current.dropna(subset=["since_utc"]) if len(current) else current
+    if shown.empty:
+        return
+    st.subheader("Limits in force")
+    st.caption(
+        "Per task type the limits of the latest budgeted runs and the date they took effect "
+        "(the first run under them); changes = earlier sets of limits."
+    )
+    _tables.table(shown, first=("task_type", "since_utc", "runs_since", "changes"), tz=tz)
+    with st.expander(f"History of limit changes ({len(history):,} periods)"):
+        _tables.table(history, first=("task_type", "since_utc", "last_run_utc", "runs"), tz=tz)

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 import pandas as pd
 import streamlit as st
 
+from budgetlens.analysis.values import is_rate_column
 from budgetlens.analysis.views import LOW_SAMPLE_RUNS
 from budgetlens.dashboard.formatting import (
     MISSING,
@@ -52,7 +53,7 @@ def display_frame(
     Every column gets its human label (``formatting.column_label``). USD columns (``*_usd``)
     become text in the CLI's USD format (``format_usd``: ``$0.0039``, never ``$0.00`` for a
     non-zero value; ``unpriced`` for a missing one); rates and shares (``*_rate``, ``*_share``,
-    0..1) read ``20.1 %``;
+    ``*_rate_upper``, 0..1) read ``20.1 %``;
     ``low_sample`` reads ``low sample`` or nothing; percentiles keep one decimal unless the whole
     column is whole; counts and tokens have thousands separators; ``*_utc`` timestamps are shown
     in ``tz`` (label ``Start (tz)``); ``run_id`` is pinned, as wide as its ids (at most
@@ -74,7 +75,7 @@ def display_frame(
             config[column] = st.column_config.TextColumn(
                 label, help=f"low sample = fewer than {LOW_SAMPLE_RUNS} runs: a rough guide"
             )
-        elif name.endswith(("_rate", "_share")) and numeric:
+        elif is_rate_column(name) and numeric:
             shown[column] = series * 100
             config[column] = st.column_config.NumberColumn(label, format="%.1f %%")
         elif name == "percent" and numeric:

@@ -49,16 +49,20 @@ def render() -> None:
             unpriced=MISSING,
             first=(*BASELINE_HEADLINE_COLUMNS, "max_cost_usd"),
         )
-        presets = analysis.presets(per_task, multiplier).set_index("task_type")
+        # the one recommendation (as Presets, What-if and `budgetlens presets`)
+        presets = analysis.recommended_presets(per_task, data.censored_baselines(f), multiplier).set_index(
+            "task_type"
+        )
         limit_by_task = (
             limits.set_index("task_type")["limit_total_tokens"].to_dict() if not limits.empty else {}
         )
         colors = _ui.task_colors()
         st.subheader("Total tokens per run")
         st.caption(
-            f"Log axis. Preset = P95 × {multiplier:g} rounded up to the next 1,000 tokens "
-            "(change the multiplier on the Presets page). The current limit is drawn when "
-            "the runs ran under one."
+            f"Log axis. Preset = P95 × {multiplier:g} rounded up to the next 1,000 tokens, on the "
+            "Kaplan–Meier P95 where more than 5 % of the runs were stopped (as on Presets) "
+            "(change the multiplier on the Presets page). The limit in force (the latest) is "
+            "drawn when the runs ran under one."
         )
         columns = st.columns(2)
         for index, (_, row) in enumerate(per_task.sort_values("task_type").iterrows()):
@@ -77,6 +81,7 @@ def render() -> None:
                 _ui.chart(fig, f"baselines_dist_{index}")
 
     if not table.empty:
+        _evidence.limits_in_force(limits, data.limit_history(f), f.tz)
         st.subheader("Cache and reasoning tokens per run")
         st.caption(
             "Parts of a run's tokens: cache reads and cache writes are part of its input tokens, "

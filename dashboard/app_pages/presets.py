@@ -59,6 +59,7 @@ def render() -> None:
     _downloads(document)
     _recommended_table(recommended)
     _changes(changes)
+    _evidence.limits_in_force(limits, data.limit_history(f), f.tz)
     with st.expander("Preview of the preset file (YAML)"):
         st.code(presets_export.to_yaml(document), language="yaml")
 
@@ -89,7 +90,7 @@ def _recommended_table(recommended: pd.DataFrame) -> None:
 
 def _changes(changes: pd.DataFrame) -> None:
     """Per limit key: the current limit against the recommendation (chart and table)."""
-    st.subheader("Change against the limits the runs ran under")
+    st.subheader("Change against the limits in force (the latest)")
     key = st.selectbox("Limit", LIMIT_KEYS, key="presets_key")
     _ui.chart(charts.preset_comparison(changes, key), "presets_comparison")
     shown = changes[changes["key"] == key].copy()

@@ -164,6 +164,7 @@ def _run_detail(run_id: str, tz: str) -> None:
         return
     st.subheader(f"Run {run_id}")
     _run_summary(detail.run)
+    _trace_link(detail.run)
     if detail.calls.empty:
         st.info(
             "No model calls were recorded for this run (its log carried no per-call usage), "
@@ -173,7 +174,59 @@ def _run_detail(run_id: str, tz: str) -> None:
     else:
         limit = detail.run.get("limit_total_tokens")
         _ui.chart(charts.run_turns(detail.calls, detail.events, limit, run_id=run_id), "runs_turns")
+    _run_limits(detail)
     _run_tables(detail, tz)
+
+
+def _trace_link(run: dict) -> None:
+    """A link to the run's trace in the team's tracing UI (``BUDGETLENS_TRACE_URL``)."""
+    from budgetlens.config import trace_url, trace_url_template
+
+    try:
+        url = trace_url(run.get("trace_id"), trace_url_template())
+    except ValueError as error:
+        st.warning(str(error), icon=":material/link_off:")
+        return
+    if url:
+        st.link_button("Open the trace", url, icon=":material/open_in_new:")
+
+
+def _run_limits(detail: RunDetail) -> None:
+    """Every limit the run ran under, the one that stopped it marked, and cost and time per turn
+    on their own axes with their limits."""
+    from budgetlens.analysis.run_limits import run_limits
+
+    limits = run_limits(detail.run)
+    if limits.empty:
+        st.caption("This run ran under no limit.")
+        return
+    st.markdown("**Limits the run ran under** (the one that stopped it is marked)")
+    shown = limits.assign(fired=["stopped the run" if f else "" for f in limits["fired"]])
+    shown["limit"] = [_limit_text(k, v) for k, v in zip(shown["key"], shown["limit"], strict=True)]
+    shown["used"] = [_limit_text(k, v) for k, v in zip(shown["key"], shown["used"], strict=True)]
+    _tables.table(
+        shown.drop(columns=["unit"]),
+        first=("key", "limit", "used", "used_share", "fired"),
+        column_config={"fired": st.column_config.TextColumn("Stopped the run")},
+    )
+    fired = next((k for k, f in zip(limits["key"], limits["fired"], strict=True) if f), None)
+    keyed = dict(zip(limits["key"], limits["limit"], strict=True))
+    if not detail.calls.empty and ("max_cost_usd" in keyed or "max_duration_s" in keyed):
+        figure = charts.run_cost_time(
+            detail.calls, keyed.get("max_cost_usd"), keyed.get("max_duration_s"), fired
+        )
+        _ui.chart(figure, "runs_cost_time")
+
+
+def _limit_text(key: str, value) -> str:
+    """A limit or used figure in the limit's unit (text: one column holds several units)."""
+    if is_missing(value):
+        return "—"
+    if key.endswith("_usd"):
+        return charts.format_usd(value)
+    if key.endswith("_s"):
+        return charts.format_duration(value)
+    return charts.format_tokens(value)
 
 
 def render() -> None:

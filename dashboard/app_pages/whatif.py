@@ -7,6 +7,7 @@ from __future__ import annotations
 import streamlit as st
 
 from budgetlens.analysis import whatif
+from budgetlens.analysis.values import format_rate_range
 from budgetlens.dashboard import charts, data
 from budgetlens.dashboard.app_pages import _tables, _ui
 from budgetlens.dashboard.formatting import MISSING, column_label
@@ -51,33 +52,53 @@ def render() -> None:
         return
 
     chosen = plan.presets
-    missed = chosen.loc[~chosen["met"].astype(bool), "task_type"].tolist()
+    missed = chosen.loc[chosen["verdict"] == whatif.VERDICT_NOT_MET, "task_type"].tolist()
+    unsure = chosen.loc[chosen["verdict"] == whatif.VERDICT_UNKNOWN, "task_type"].tolist()
+    notes = []
     if missed:
-        st.warning(
-            f"No multiplier up to 3.0 meets {target_pct:.1f} % for: {', '.join(map(str, missed))} "
-            "(shown at 3.0).",
-            icon=":material/warning:",
+        notes.append(
+            f"No multiplier up to 3.0 meets {target_pct:.1f} % for {', '.join(map(str, missed))} (shown at 3.0)."
         )
-    for row in chosen.itertuples():
-        if row.lower_bound_keys:
-            keys = ", ".join(row.lower_bound_keys)
-            st.info(
-                f"{row.task_type}: the P95 behind {keys} is only a lower bound (every run that "
-                f"could show the tail was stopped); raise {keys} for a while to learn the real tail.",
-                icon=":material/info:",
-            )
+    if unsure:
+        notes.append(
+            f"Unknown for {', '.join(map(str, unsure))}: only the lower bound meets {target_pct:.1f} %; "
+            "with the censored runs the hit rate may be higher."
+        )
+    bounds = [
+        f"{row.task_type}: {', '.join(row.lower_bound_keys)}"
+        for row in chosen.itertuples()
+        if row.lower_bound_keys
+    ]
+    if bounds:
+        notes.append(
+            "Lower-bound P95 (every run that could show the tail was stopped; raise these limits for "
+            f"a while to learn it): {'; '.join(bounds)}."
+        )
+    if notes:
+        st.warning(" ".join(notes), icon=":material/warning:")
 
     st.subheader("Multiplier and limits that meet the target")
+    st.caption(
+        "Met = the upper bound (stopped + censored runs) is at most the target; unknown = only the "
+        "lower bound is; the projected hit rate is that range."
+    )
     shown = chosen.copy()
     shown["lower_bound_keys"] = [", ".join(keys) for keys in shown["lower_bound_keys"]]
+    shown["projected"] = [
+        format_rate_range(lo, hi)
+        for lo, hi in zip(shown["projected_hit_rate"], shown["projected_hit_rate_upper"])
+    ]
     _tables.table(
-        shown.drop(columns=["target_hit_rate"]),
+        shown.drop(columns=["target_hit_rate", "met"]),
         unpriced=MISSING,
-        first=("task_type", "multiplier", "met", "projected_hit_rate", "max_total_tokens", "max_cost_usd"),
+        first=("task_type", "multiplier", "verdict", "projected", "max_total_tokens", "max_cost_usd"),
         column_config={
-            k: st.column_config.NumberColumn(column_label(k), format="%,.0f")
-            for k in LIMIT_KEYS
-            if not k.endswith("_usd")
+            "projected": st.column_config.TextColumn("Projected hit rate", alignment="right"),
+            **{
+                k: st.column_config.NumberColumn(column_label(k), format="%,.0f")
+                for k in LIMIT_KEYS
+                if not k.endswith("_usd")
+            },
         },
     )
 

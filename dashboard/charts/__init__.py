@@ -28,7 +28,7 @@ from budgetlens.dashboard.charts._style import (
 from budgetlens.dashboard.charts.cost import bucket_label, cost_per_run, cost_stacked
 from budgetlens.dashboard.charts.distributions import preset_comparison, token_distribution
 from budgetlens.dashboard.charts.rates import hit_rate_daily, rate_by_task, stop_reasons
-from budgetlens.dashboard.charts.runs import run_turns, runs_per_day
+from budgetlens.dashboard.charts.runs import run_cost_time, run_turns, runs_per_day
 from budgetlens.dashboard.charts.whatif import tradeoff_curve
 from budgetlens.dashboard.formatting import (  # re-exported for the pages
     format_change,
@@ -62,6 +62,7 @@ __all__ = [
     "is_missing",
     "preset_comparison",
     "rate_by_task",
+    "run_cost_time",
     "run_turns",
     "runs_per_day",
     "stop_reasons",

@@ -186,3 +186,51 @@ def runs_per_day(df: pd.DataFrame, *, colors: dict[str, str] | None = None, peri
     _count_axis(fig, float(df.groupby("day")["finished_runs"].sum().max()))
     _few_periods(fig, df["day"], noun)
     return fig
+
+
+def run_cost_time(
+    calls: pd.DataFrame,
+    limit_cost_usd: float | None = None,
+    limit_duration_s: float | None = None,
+    fired: str | None = None,
+) -> go.Figure:
+    """One run's cumulative cost (USD, top) and elapsed time (s since its first call, bottom) per
+    turn, each on its own axis with its limit as a line (the one that stopped the run, ``fired``
+    = ``max_cost_usd`` / ``max_duration_s``, drawn thick and labelled "stopped the run").
+    ``calls``: [turn, start_utc, cost_usd]. Unpriced calls add nothing to the cost line."""
+    from plotly.subplots import make_subplots
+
+    _require(calls, ("turn", "start_utc", "cost_usd"), "run_cost_time")
+    fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.12)
+    fig.update_layout(title="Cost and time per turn", height=420, hovermode="closest", showlegend=False)
+    if calls.empty:
+        return fig
+    ordered = calls.sort_values("start_utc", kind="stable").reset_index(drop=True)
+    turns = pd.Series(range(1, len(ordered) + 1))
+    cost = pd.to_numeric(ordered["cost_usd"], errors="coerce").fillna(0).cumsum()
+    start = pd.to_datetime(ordered["start_utc"])
+    elapsed = (start - start.min()).dt.total_seconds()
+    fig.add_trace(go.Scatter(x=turns, y=cost, mode="lines+markers", name="cost (USD)"), row=1, col=1)
+    fig.add_trace(go.Scatter(x=turns, y=elapsed, mode="lines+markers", name="elapsed (s)"), row=2, col=1)
+    for row, value, key, text in (
+        (1, _number(limit_cost_usd), "max_cost_usd", "cost limit ${:,.4g}"),
+        (2, _number(limit_duration_s), "max_duration_s", "time limit {:,.0f} s"),
+    ):
+        if value is None:
+            continue
+        hit = fired == key
+        label = text.format(value) + (" — stopped the run" if hit else "")
+        fig.add_hline(
+            y=value,
+            row=row,
+            col=1,
+            line_color="#E45756" if hit else "#BAB0AC",
+            line_width=3 if hit else 1.5,
+            line_dash="solid" if hit else "dash",
+            annotation_text=label,
+            annotation_position="top left",
+        )
+    fig.update_yaxes(title_text="Cost (USD)", row=1, col=1, rangemode="tozero")
+    fig.update_yaxes(title_text="Elapsed (s)", row=2, col=1, rangemode="tozero")
+    fig.update_xaxes(title_text="Model call (in start order)", row=2, col=1)
+    return fig

@@ -21,7 +21,7 @@ def tradeoff_curve(
     hit rate and the USD avoided. ``curve``: ``budgetlens.analysis.whatif.tradeoff`` [multiplier,
     task_type, hit_rate, avoided_cost_usd, avoided_cost_share, avoided_tokens_share] (rates and
     shares 0..1). ``target`` (0..1) draws a dashed line; ``chosen``
-    (``whatif.target_presets``: task_type, multiplier, met) rings each task type's pick. A task
+    (``whatif.target_presets``: task_type, multiplier) rings each task type's pick. A task
     type without priced spend uses its tokens share. Raises ValueError for missing columns."""
     _require(curve, ("multiplier", "task_type", "hit_rate", "avoided_cost_share"), "tradeoff_curve")
     fig = _base(
@@ -55,7 +55,7 @@ def tradeoff_curve(
             )
         )
         if chosen is not None and not chosen.empty:
-            pick = chosen[(chosen["task_type"] == task) & chosen["met"].astype(bool)]
+            pick = chosen[(chosen["task_type"] == task) & chosen["multiplier"].notna()]
             if not pick.empty:
                 at = part[part["multiplier"] == pick["multiplier"].iloc[0]]
                 if not at.empty:

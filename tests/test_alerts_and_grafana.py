@@ -1,0 +1,171 @@
+"""The shipped alert rules and Grafana dashboard (issue 24): promtool checks and unit-tests the
+rules; the committed dashboard JSON is what the builder makes; against a real Prometheus scraping
+a real collector every panel query returns data and the PromQL hit rate equals
+``budgetlens hit-rate``."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+import requests
+from _collector_helpers import SpanRecorder, collector_process
+from conftest import find_free_port
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+from opentelemetry.sdk.trace.export import SpanExportResult
+
+from budgetlens import semconv as sc
+
+MONITORING = Path(__file__).resolve().parents[1] / "monitoring"
+RULES = MONITORING / "budgetlens-alerts.yml"
+RULE_TESTS = MONITORING / "budgetlens-alerts.test.yml"
+DASHBOARD = MONITORING / "budgetlens-grafana.json"
+#: The hit rate since the collector started (raw counters: exact, no extrapolation).
+HIT_RATE = (
+    "sum by (task_type) (budgetlens_budget_hits_total) / sum by (task_type) (budgetlens_budgeted_runs_total)"
+)
+
+
+def _builder():
+    spec = importlib.util.spec_from_file_location("grafana_dashboard", MONITORING / "grafana_dashboard.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_committed_grafana_dashboard_is_what_the_builder_makes():
+    builder = _builder()
+    assert DASHBOARD.read_text(encoding="utf-8") == builder.render()
+    queries = builder.panel_queries(json.loads(DASHBOARD.read_text()))
+    assert len(queries) >= 8 and all("budgetlens_" in q for q in queries)
+
+
+@pytest.mark.system
+@pytest.mark.prometheus
+def test_promtool_checks_and_unit_tests_the_alert_rules():
+    promtool = shutil.which("promtool")
+    assert promtool, "promtool is installed by .ci/test (Debian package prometheus)"
+    check = subprocess.run(
+        [promtool, "check", "rules", str(RULES)], capture_output=True, text=True, timeout=120
+    )
+    assert check.returncode == 0, check.stdout + check.stderr
+    assert "SUCCESS" in check.stdout
+    tested = subprocess.run(
+        [promtool, "test", "rules", str(RULE_TESTS)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=MONITORING,
+    )
+    assert tested.returncode == 0, tested.stdout + tested.stderr
+    names = {
+        "BudgetlensHitRateHigh",
+        "BudgetlensSpendWindow80",
+        "BudgetlensCollectorBacklog",
+        "BudgetlensStoreErrors",
+    }
+    assert all(name in RULE_TESTS.read_text() for name in names)
+
+
+def _query(base: str, promql: str) -> list:
+    response = requests.get(f"{base}/api/v1/query", params={"query": promql}, timeout=10)
+    response.raise_for_status()
+    return response.json()["data"]["result"]
+
+
+def _runs() -> SpanRecorder:
+    """Two task types: runs stopped by a budget, completed runs, and runs without any limit
+    (which the hit rate leaves out: PromQL must too)."""
+    recorder = SpanRecorder(service="triage-bot")
+    plan = {
+        "triage": [sc.STOP_COMPLETED, sc.STOP_BUDGET_TOKENS, sc.STOP_COMPLETED, sc.STOP_BUDGET_TURNS],
+        "code_generation": [sc.STOP_COMPLETED, sc.STOP_COMPLETED, sc.STOP_BUDGET_TOKENS],
+    }
+    for task_type, stops in plan.items():
+        for index, stop in enumerate(stops):
+            recorder.guard_run(
+                f"{task_type}-{index}", task_type, [("gpt-4o", 100 * (index + 1), 10)], stop_reason=stop
+            )
+        for index in range(3):  # no limit: not in the hit rate's denominator
+            recorder.guard_run(
+                f"{task_type}-free-{index}", task_type, [("gpt-4o", 50, 5)], limit_total_tokens=None
+            )
+    return recorder
+
+
+@pytest.mark.system
+@pytest.mark.prometheus
+def test_promql_hit_rate_equals_the_cli_and_every_grafana_panel_returns_data(tmp_path, python):
+    prometheus = shutil.which("prometheus")
+    assert prometheus, "prometheus is installed by .ci/test (Debian package prometheus)"
+    db = tmp_path / "store.duckdb"
+    queries = _builder().panel_queries(json.loads(DASHBOARD.read_text()))
+    with collector_process(python, db) as (_, url):
+        exporter = OTLPSpanExporter(endpoint=f"{url}/v1/traces")
+        assert exporter.export(_runs().spans()) == SpanExportResult.SUCCESS
+        shutil.copy(RULES, tmp_path / "alerts.yml")
+        (tmp_path / "prometheus.yml").write_text(
+            "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
+            "rule_files:\n  - alerts.yml\n"
+            f"scrape_configs:\n  - job_name: budgetlens\n    static_configs:\n"
+            f"      - targets: ['{url.removeprefix('http://')}']\n"
+        )
+        port = find_free_port()
+        server = subprocess.Popen(
+            [
+                prometheus,
+                f"--config.file={tmp_path / 'prometheus.yml'}",
+                f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+                f"--web.listen-address=127.0.0.1:{port}",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        base = f"http://127.0.0.1:{port}"
+        try:
+            promql, deadline = {}, time.monotonic() + 120
+            while len(promql) < 2 and time.monotonic() < deadline:
+                time.sleep(1)
+                try:
+                    promql = {r["metric"]["task_type"]: float(r["value"][1]) for r in _query(base, HIT_RATE)}
+                except requests.RequestException:
+                    promql = {}
+            assert len(promql) == 2, f"Prometheus never returned the hit rate of both task types: {promql}"
+            cli = subprocess.run(
+                [
+                    python,
+                    "-m",
+                    "budgetlens.cli",
+                    "hit-rate",
+                    "--db",
+                    str(db),
+                    "--window-days",
+                    "0",
+                    "--format",
+                    "json",
+                ],
+                capture_output=True,
+                text=True,
+                timeout=300,
+            )
+            assert cli.returncode == 0, cli.stderr
+            expected = {row["task_type"]: row["hit_rate"] for row in json.loads(cli.stdout)}
+            assert expected == pytest.approx({"triage": 0.5, "code_generation": 1 / 3}, rel=1e-5)
+            assert promql == pytest.approx(expected, rel=1e-5)
+            # every panel of the shipped Grafana dashboard returns data (increase needs 2 samples)
+            empty, deadline = list(queries), time.monotonic() + 60
+            while empty and time.monotonic() < deadline:
+                time.sleep(1)
+                empty = [q for q in empty if not _query(base, q)]
+            assert not empty, f"panels without data: {empty}"
+            service = _query(base, "sum by (service) (budgetlens_budgeted_runs_total)")
+            assert [r["metric"]["service"] for r in service] == ["triage-bot"]
+        finally:
+            server.terminate()
+            server.wait(30)
