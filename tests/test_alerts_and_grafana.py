@@ -21,7 +21,7 @@ from opentelemetry.sdk.trace.export import SpanExportResult
 
 from budgetlens import semconv as sc
 
-MONITORING = Path(__file__).resolve().parents[1] / "monitoring"
+MONITORING = Path(__file__).resolve().parents[1] / "docs" / "monitoring"
 RULES = MONITORING / "budgetlens-alerts.yml"
 RULE_TESTS = MONITORING / "budgetlens-alerts.test.yml"
 DASHBOARD = MONITORING / "budgetlens-grafana.json"

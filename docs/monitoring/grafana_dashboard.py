@@ -1,9 +1,9 @@
-"""Build the budgetlens Grafana dashboard (``monitoring/budgetlens-grafana.json``) with
+"""Build the budgetlens Grafana dashboard (``docs/monitoring/budgetlens-grafana.json``) with
 grafana-foundation-sdk (``pip install 'budgetlens[grafana]'``).
 
 Every panel queries the collector's Prometheus metrics (docs/metrics-and-alerts.md); the hit rate
 is the dashboard's (budget stops / finished runs that ran under a budget). Regenerate with
-``python monitoring/grafana_dashboard.py`` (tests/test_grafana_dashboard.py checks the committed
+``python docs/monitoring/grafana_dashboard.py`` (tests/test_grafana_dashboard.py checks the committed
 file is what this builds, and runs every panel's query against a real Prometheus).
 """
 
