@@ -9,7 +9,7 @@ import streamlit as st
 from budgetlens.analysis import whatif
 from budgetlens.dashboard import charts, data
 from budgetlens.dashboard.app_pages import _tables, _ui
-from budgetlens.dashboard.formatting import MISSING, column_label
+from budgetlens.dashboard.formatting import MISSING, column_label, safe_text
 from budgetlens.limits import LIMIT_KEYS
 
 METHOD_LABELS = {
@@ -54,15 +54,15 @@ def render() -> None:
     missed = chosen.loc[~chosen["met"].astype(bool), "task_type"].tolist()
     if missed:
         st.warning(
-            f"No multiplier up to 3.0 meets {target_pct:.1f} % for: {', '.join(map(str, missed))} "
+            f"No multiplier up to 3.0 meets {target_pct:.1f} % for: {', '.join(map(safe_text, missed))} "
             "(shown at 3.0).",
             icon=":material/warning:",
         )
     for row in chosen.itertuples():
         if row.lower_bound_keys:
-            keys = ", ".join(row.lower_bound_keys)
+            keys = ", ".join(map(safe_text, row.lower_bound_keys))
             st.info(
-                f"{row.task_type}: the P95 behind {keys} is only a lower bound (every run that "
+                f"{safe_text(row.task_type)}: the P95 behind {keys} is only a lower bound (every run that "
                 f"could show the tail was stopped); raise {keys} for a while to learn the real tail.",
                 icon=":material/info:",
             )
