@@ -66,7 +66,7 @@ def test_a_resent_batch_does_not_count_twice(db_path):
 
 
 def test_label_values_past_the_cap_fold_into_other_and_run_ids_are_never_labels(db_path):
-    metrics = CollectorMetrics(CollectorRegistry(), max_label_values=2)
+    metrics = CollectorMetrics(CollectorRegistry(), max_series=2)
     recorder = SpanRecorder()
     for index in range(4):
         recorder.guard_run(f"run-{index}", f"task-{index}", [("gpt-4o", 10, 1)])
@@ -83,11 +83,12 @@ def test_label_values_past_the_cap_fold_into_other_and_run_ids_are_never_labels(
     )
 
 
-def test_label_cap_maps_empty_to_unknown_and_rejects_a_zero_cap():
-    cap = LabelCap(1)
-    assert cap("model", None) == "unknown" and cap("model", "a") == "a" and cap("model", "b") == "other"
-    with pytest.raises(ValueError, match="max_label_values must be >= 1"):
-        LabelCap(0)
+def test_label_cap_maps_empty_to_unknown_and_long_values_to_other():
+    cap = LabelCap()
+    assert cap("model", None) == "unknown" and cap("model", "a") == "a" and cap("model", "b") == "b"
+    assert cap("model", "x" * 101) == "other"
+    with pytest.raises(ValueError, match="max_series must be >= 1"):
+        CollectorMetrics(CollectorRegistry(), max_series=0)
 
 
 def test_token_buckets_are_powers_of_four():

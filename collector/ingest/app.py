@@ -110,6 +110,11 @@ class ByteBudget:
         self.by_client[client] = mine + nbytes
         return True
 
+    def fits(self, nbytes: int, client: str = "") -> bool:
+        """Whether ``take(nbytes, client)`` would succeed now (nothing is reserved)."""
+        mine = self.by_client.get(client, 0)
+        return mine + nbytes <= self.share and not (self.used and self.used + nbytes > self.limit)
+
     def give(self, nbytes: int, client: str = "") -> None:
         """Release ``nbytes`` reserved earlier by ``client``."""
         if not nbytes:
@@ -192,6 +197,8 @@ class _Receiver:
         declared = request.headers.get("content-length")
         if declared and declared.isdigit() and int(declared) > limit:
             raise OtlpError(413, f"request body is {declared} bytes; the limit is {limit}: {BATCH_HINT}")
+        if declared and declared.isdigit() and not self.budget.fits(int(declared), client):
+            self._reserve(int(declared), [0], client)  # raises Busy: refused before a byte is read
         body = bytearray()
         async for chunk in self._chunks(request):
             if len(body) + len(chunk) > limit:
