@@ -136,21 +136,47 @@ def is_lake_location(location: str | os.PathLike) -> bool:
     return str(location).startswith(LAKE_PREFIX)
 
 
+#: The largest configuration document read (bytes): a price or preset file is a few KB.
+MAX_DOCUMENT_BYTES = 16 * 1024 * 1024
+
+
+def _read_regular(p: Path, what: str) -> bytes:
+    """The bytes of the regular file ``p``. Opened without blocking, so a FIFO (or a device)
+    is refused at once instead of hanging the process; ValueError for anything but a regular
+    file or a file over ``MAX_DOCUMENT_BYTES``; FileNotFoundError when it is missing."""
+    import stat
+
+    fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise ValueError(f"{p}: a {what} must be a regular file (not a FIFO, device or directory)")
+        if info.st_size > MAX_DOCUMENT_BYTES:
+            raise ValueError(f"{p}: a {what} must be at most {MAX_DOCUMENT_BYTES} bytes")
+        with os.fdopen(fd, "rb") as file:
+            fd = -1
+            return file.read(MAX_DOCUMENT_BYTES + 1)
+    finally:
+        if fd >= 0:
+            os.close(fd)
+
+
 def load_document(path: str | os.PathLike, what: str) -> object:
     """Read a small configuration document (YAML, TOML or JSON, chosen by the file extension):
     the parsed document at ``path`` (a mapping, usually).
 
     ``what`` names the file in errors ("preset file", "price file"). The file is UTF-8 text; a
     leading byte-order mark is ignored. Raises ValueError naming the file for an extension other
-    than .yaml, .yml, .toml or .json, text that is not UTF-8, or a document that does not parse;
-    FileNotFoundError when the file is missing.
+    than .yaml, .yml, .toml or .json, a path that is not a regular file (a FIFO is refused, never
+    waited on), text that is not UTF-8, or a document that does not parse; FileNotFoundError when
+    the file is missing.
     """
     p = Path(path)
     suffix = p.suffix.lower()
     if suffix not in (".yaml", ".yml", ".toml", ".json"):
         raise ValueError(f"{p}: {what} extension must be .yaml, .yml, .toml or .json, got {suffix!r}")
     try:
-        text = p.read_bytes().decode("utf-8-sig")
+        text = _read_regular(p, what).decode("utf-8-sig")
     except UnicodeDecodeError as error:
         raise ValueError(f"{p}: a {what} must be UTF-8 text: {error}") from error
     try:

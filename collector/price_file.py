@@ -240,7 +240,8 @@ def load_price_file(path: str | os.PathLike) -> dict[str, Any]:
     """Read a user price file (YAML/JSON/TOML by extension) -> {lower-case model name: prices}.
 
     Raises ``ValueError`` naming the file and key for an unknown key or unit, a bad value, an
-    implausible token price (see the module docstring) or an unsupported extension;
+    implausible token price (see the module docstring), two model names that differ only by
+    case, a path that is not a regular file (a FIFO is refused) or an unsupported extension;
     ``FileNotFoundError`` when the file is missing.
     """
     p = Path(path)
@@ -256,6 +257,14 @@ def load_price_file(path: str | os.PathLike) -> dict[str, Any]:
     allow_all = doc.get(_ALLOW_KEY, False)
     if not isinstance(allow_all, bool):
         raise ValueError(f"{p}: {_ALLOW_KEY} must be true or false")
+    seen: dict[str, str] = {}
+    for name in models:
+        first = seen.setdefault(str(name).lower(), str(name))
+        if first != str(name):
+            raise ValueError(
+                f"{p}: models {first!r} and {str(name)!r} differ only by case (model names are "
+                "matched case-insensitively); keep one"
+            )
     version = f"user:{p}#{hashlib.sha256(p.read_bytes()).hexdigest()[:12]}"
     return {
         str(name).lower(): _parse_entry(str(name), entry, str(p), version, allow_all)

@@ -134,6 +134,49 @@ def text(value) -> str:
     return MISSING if _missing(value) else str(value)
 
 
+#: Every ASCII punctuation character: CommonMark lets a backslash escape each of them, so an
+#: escaped one is always shown as itself (no link, image, emphasis, code, directive, LaTeX, HTML).
+_MARKDOWN_PUNCTUATION = frozenset("!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~")
+#: Characters before which ``safe_text`` puts a word joiner (U+2060, invisible): no autolink.
+_AUTOLINK_BREAKS = frozenset(":@")
+_WORD_JOINER = "\u2060"
+#: Longest stored or URL-supplied string a page shows inline; the rest is cut with an ellipsis.
+SAFE_TEXT_MAX_CHARS = 200
+
+
+def safe_text(value, *, max_chars: int = SAFE_TEXT_MAX_CHARS) -> str:
+    """A stored or URL-supplied value (task type, model, service, run id, tool name, stop
+    reason, tag) as markdown that shows exactly its characters and nothing else.
+
+    Streamlit renders markdown (links, images, ``:color[...]`` directives, ``$...$`` LaTeX)
+    in ``st.markdown``, captions, banners, subheaders, labels and badges, so every such string
+    goes through here before it meets an f-string of markdown. Each ASCII punctuation
+    character is backslash-escaped (so ``![x](http://a)``, ``[t](u)``, ``<img>`` stay text) and an
+    invisible word joiner (U+2060) goes before each ``:``, ``@`` and the dot of ``www.`` (GFM
+    links bare URLs and e-mail addresses even when escaped); line breaks and other control
+    characters become spaces (no block syntax, no header); longer than ``max_chars`` characters
+    is cut with ``…``. ``MISSING`` for None/NaN/NA. Returns str; never raises.
+    """
+    if value is None or _missing(value):
+        return MISSING
+    raw = str(value)
+    if len(raw) > max_chars:
+        raw = raw[:max_chars] + "…"
+    out = []
+    for index, ch in enumerate(raw):
+        if ch in _AUTOLINK_BREAKS or (ch == "." and raw[max(0, index - 3) : index].lower() == "www"):
+            # GFM finds bare URLs and e-mail addresses after escapes are resolved: a word joiner
+            # before the scheme's colon, the ``@`` and the dot of ``www.`` breaks the match.
+            out.append(_WORD_JOINER)
+        if ch in _MARKDOWN_PUNCTUATION:
+            out.append("\\" + ch)
+        elif ch < " " or ch == "\x7f" or ch in "\u2028\u2029":
+            out.append(" ")
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
 #: Column-name prefixes of percentiles: shown with one decimal (P95 is interpolated, so
 #: 56,463.5 stays 56,463.5 in every table and tooltip, as in the CLI).
 PERCENTILE_PREFIXES = ("p50_", "p95_")

@@ -21,6 +21,7 @@ from pathlib import Path
 import streamlit as st
 
 from budgetlens.dashboard import data
+from budgetlens.dashboard.formatting import safe_text
 
 HERE = Path(__file__).resolve().parent
 
@@ -222,7 +223,7 @@ def sidebar_filters():
     st.session_state.setdefault("app_window", DEFAULT_WINDOW)
     with st.sidebar:
         st.markdown("### budgetlens")
-        st.caption(f"Store `{data.store_name()}` · {n_runs:,} runs")
+        st.caption(f"Store {safe_text(data.store_name())} · {n_runs:,} runs")
         tz = st.selectbox(
             "Time zone",
             _zones(),
@@ -332,11 +333,17 @@ def main() -> None:
     except data.DataUnavailable as error:
         st.session_state[data.UNAVAILABLE_KEY] = error.state
         if error.missing:
-            st.info(f"**No data yet.** {error}", icon=":material/database:")
+            st.info(f"**No data yet.** {safe_text(error, max_chars=500)}", icon=":material/database:")
         elif error.invalid:
-            st.error(f"**This file is not a budgetlens store:** {error}", icon=":material/error:")
+            st.error(
+                f"**This file is not a budgetlens store:** {safe_text(error, max_chars=500)}",
+                icon=":material/error:",
+            )
         else:
-            st.warning(f"**Data unavailable, retrying…** {error}", icon=":material/hourglass_top:")
+            st.warning(
+                f"**Data unavailable, retrying…** {safe_text(error, max_chars=500)}",
+                icon=":material/hourglass_top:",
+            )
     stale_since = data.stale()
     if stale_since:
         st.session_state[data.UNAVAILABLE_KEY] = "busy"  # retry soon, refresh on or off

@@ -129,3 +129,38 @@ def test_axis_ticks_are_compact(value, text):
 )
 def test_columns_get_human_labels(column, label):
     assert formatting.column_label(column) == label
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "![x](http://attacker.example/a.png)",
+        "[sign in again](https://attacker.example/phish)",
+        '<img src="http://attacker.example/i.png">',
+        ":red[alarm] :material/warning: $x^2$",
+        "http://attacker.example/bare www.attacker.example",
+        "`code` **bold** _it_ ~~del~~ | table |",
+    ],
+)
+def test_safe_text_escapes_every_markdown_punctuation_character(value):
+    escaped = formatting.safe_text(value)
+    assert "p://" not in escaped.replace("\\", "") and "www." not in escaped.replace("\\", "")
+    escaped = escaped.replace("\u2060", "")  # the word joiners that break bare-URL autolinks
+    unescaped = []
+    chars = iter(escaped)
+    for ch in chars:
+        if ch == "\\":
+            nxt = next(chars)
+            assert nxt in formatting._MARKDOWN_PUNCTUATION
+            unescaped.append(nxt)
+        else:
+            assert ch not in formatting._MARKDOWN_PUNCTUATION, (ch, escaped)
+            unescaped.append(ch)
+    assert "".join(unescaped) == value
+
+
+def test_safe_text_turns_line_breaks_into_spaces_and_cuts_long_values():
+    assert formatting.safe_text("a\n# b\r\nc") == "a \\# b  c"
+    assert formatting.safe_text("x" * 300, max_chars=10) == "x" * 10 + "…"
+    assert formatting.safe_text(None) == formatting.MISSING
+    assert formatting.safe_text("code_generation") == "code\\_generation"

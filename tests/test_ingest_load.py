@@ -27,8 +27,9 @@ def _body(first_seed: int, parts: int) -> bytes:
 
 
 def _post_until_accepted(url: str, body: bytes, results: list) -> None:
-    """POST ``body``, honouring 503 + Retry-After as the OTel exporters do (up to 120 s)."""
-    deadline = time.monotonic() + 120
+    """POST ``body``, honouring 503 + Retry-After as the OTel exporters do (up to 300 s: one
+    client's bodies now go one share at a time)."""
+    deadline = time.monotonic() + 300
     while True:
         response = requests.post(f"{url}/v1/traces", data=body, headers=HEADERS, timeout=120)
         if response.status_code != 503 or time.monotonic() > deadline:

@@ -45,14 +45,15 @@ def test_budget_metrics_count_committed_runs_calls_tokens_and_hits(db_path):
 
 
 def test_budgeted_runs_count_only_runs_under_a_budget_by_a_capped_service(db_path):
-    metrics = CollectorMetrics(CollectorRegistry(), max_label_values=2)
+    # three combinations per family (issue 23's cap on label combinations, not on values per label)
+    metrics = CollectorMetrics(CollectorRegistry(), max_series=3)
     recorder = SpanRecorder(service="triage-bot")
     recorder.guard_run("r1", "triage", [("gpt-4o", 100, 20)])
     recorder.guard_run("r2", "triage", [("gpt-4o", 300, 80)], stop_reason=sc.STOP_BUDGET_TOKENS)
     recorder.guard_run("r3", "triage", [("gpt-4o", 30, 8)], limit_total_tokens=None)  # no budget
     second = SpanRecorder(service="second-service")
     second.guard_run("r4", "triage", [("gpt-4o", 10, 2)])
-    third = SpanRecorder(service="third-service")  # past the cap of 2: folds into other
+    third = SpanRecorder(service="third-service")  # a fourth combination: folds into other
     third.guard_run("r5", "triage", [("gpt-4o", 10, 2)])
     _commit(db_path, metrics, recorder.spans())
     _commit(db_path, metrics, second.spans())
@@ -63,7 +64,7 @@ def test_budgeted_runs_count_only_runs_under_a_budget_by_a_capped_service(db_pat
     assert (
         value(budgeted, {"task_type": "triage", "service": "triage-bot", "stop_reason": "budget_tokens"}) == 1
     )
-    assert value(budgeted, {"task_type": "triage", "service": "other", "stop_reason": "completed"}) == 1
+    assert value(budgeted, {"task_type": "other", "service": "other", "stop_reason": "completed"}) == 1
     assert (
         value(budgeted, {"task_type": "triage", "service": "second-service", "stop_reason": "completed"}) == 1
     )
@@ -92,7 +93,7 @@ def test_a_resent_batch_does_not_count_twice(db_path):
 
 
 def test_label_values_past_the_cap_fold_into_other_and_run_ids_are_never_labels(db_path):
-    metrics = CollectorMetrics(CollectorRegistry(), max_label_values=2)
+    metrics = CollectorMetrics(CollectorRegistry(), max_series=2)
     recorder = SpanRecorder()
     for index in range(4):
         recorder.guard_run(f"run-{index}", f"task-{index}", [("gpt-4o", 10, 1)])
@@ -109,11 +110,12 @@ def test_label_values_past_the_cap_fold_into_other_and_run_ids_are_never_labels(
     )
 
 
-def test_label_cap_maps_empty_to_unknown_and_rejects_a_zero_cap():
-    cap = LabelCap(1)
-    assert cap("model", None) == "unknown" and cap("model", "a") == "a" and cap("model", "b") == "other"
-    with pytest.raises(ValueError, match="max_label_values must be >= 1"):
-        LabelCap(0)
+def test_label_cap_maps_empty_to_unknown_and_long_values_to_other():
+    cap = LabelCap()
+    assert cap("model", None) == "unknown" and cap("model", "a") == "a" and cap("model", "b") == "b"
+    assert cap("model", "x" * 101) == "other"
+    with pytest.raises(ValueError, match="max_series must be >= 1"):
+        CollectorMetrics(CollectorRegistry(), max_series=0)
 
 
 def test_token_buckets_are_powers_of_four():

@@ -117,3 +117,23 @@ def test_non_finite_window_limit_is_rejected(value):
 def test_non_finite_or_negative_cost_is_rejected(value):
     with pytest.raises(ValueError, match="cost_usd must be a finite USD amount >= 0"):
         SpendTracker({"daily": 1.0}).add(value)
+
+
+def test_overlapping_under_estimated_calls_pass_the_limit_by_at_most_their_summed_shortfall():
+    """The documented bound: spend passes a window's limit by at most the sum of the in-flight
+    calls' shortfall against their estimates (not what one call overshoots)."""
+    tracker = SpendTracker({"daily": 1.0}, clock=lambda: 1_700_000_000.0)
+    estimate, actual = 0.02, 0.03  # every call costs 50 % more than it reserved
+    for _ in range(50):  # 50 calls in flight at once: together they fill the limit exactly
+        tracker.reserve(estimate)
+    with pytest.raises(BudgetExceeded):
+        tracker.reserve(0.001)  # no 51st call while they are open
+    for _ in range(50):  # each settles: its real cost replaces its estimate
+        tracker.release(estimate)
+        tracker.add(actual)
+    overshoot = tracker.spent("daily") - 1.0
+    shortfall = 50 * (actual - estimate)
+    assert overshoot == pytest.approx(shortfall)  # the bound is reached, never passed
+    assert overshoot > 40 * (actual - estimate)  # far more than one call's overshoot
+    with pytest.raises(BudgetExceeded):
+        tracker.reserve(0.0)

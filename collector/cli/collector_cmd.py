@@ -95,6 +95,19 @@ def register(subparsers) -> None:
         metavar="SECONDS",
         help="time a client has to send a whole request body before 408 (default 30)",
     )
+    parser.add_argument(
+        "--idle-timeout",
+        type=positive_float,
+        default=5.0,
+        metavar="SECONDS",
+        help="longest pause between two pieces of a request body before 408 (default 5)",
+    )
+    parser.add_argument(
+        "--allow-unauthenticated",
+        action="store_true",
+        help="serve on a non-loopback --host without a token (refused otherwise: anyone who "
+        "can reach the port could write spans)",
+    )
     parser.set_defaults(func=run)
 
 
@@ -116,6 +129,20 @@ def run(args) -> int:
     if problem:
         print(f"budgetlens collector: {problem}", file=sys.stderr)
         return 2
+    if token is None and not is_loopback(args.host):
+        if not args.allow_unauthenticated:
+            print(
+                f"budgetlens collector: --host {args.host} is reachable from other machines and no "
+                "token is set: set --token (or $BUDGETLENS_COLLECTOR_TOKEN), or pass "
+                "--allow-unauthenticated to serve without one",
+                file=sys.stderr,
+            )
+            return 2
+        print(
+            f"budgetlens collector: warning: serving {args.host} without a token "
+            "(--allow-unauthenticated): anyone who can reach the port can write spans",
+            file=sys.stderr,
+        )
     max_body_bytes = int(args.max_body_mib * MIB)
     max_inflight_bytes = int(args.max_inflight_mib * MIB)
     if max_inflight_bytes < max_body_bytes:
@@ -148,6 +175,7 @@ def run(args) -> int:
             max_inflight_bytes=max_inflight_bytes,
             body_timeout_s=args.body_timeout,
             ledger=ledger,
+            idle_timeout_s=args.idle_timeout,
         )
         try:  # open (and lock) the journal before serving; its batches load while it serves
             app.state.ingest.start(replay_in_background=True)
@@ -216,7 +244,24 @@ def _token(argument: str | None) -> tuple[str | None, str | None]:
         return None, None
     if not token.strip():
         return None, (f"{source} is set but empty; set a token, or unset it to run without authentication")
+    if token != token.strip():
+        return None, (
+            f"{source} starts or ends with whitespace, which no Authorization header can carry; remove it"
+        )
     return token, None
+
+
+def is_loopback(host: str) -> bool:
+    """True when ``host`` is ``localhost`` or a loopback address (127.0.0.0/8, ::1); a name
+    or any other address (0.0.0.0, ::, a LAN address) is reachable from other machines."""
+    import ipaddress
+
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
 
 
 def bind_socket(host: str, port: int):
@@ -246,6 +291,9 @@ def _announcing_server(config, *, db_path, token_set):
 
     The first line is ``budgetlens collector listening on http://HOST:PORT`` (``demo`` parses it).
     """
+    import contextlib
+    import signal
+
     import uvicorn
 
     from budgetlens.store.location import display
@@ -267,5 +315,12 @@ def _announcing_server(config, *, db_path, token_set):
                 f"  store: {display(db_path)}   auth: {'bearer token' if token_set else 'none'}", flush=True
             )
             print(f"  export OTEL_EXPORTER_OTLP_ENDPOINT={endpoint}", flush=True)
+
+        @contextlib.contextmanager
+        def capture_signals(self):
+            with super().capture_signals():
+                yield
+                # the drain finished: exit 0 instead of re-raising SIGTERM (status 143)
+                self._captured_signals[:] = [sig for sig in self._captured_signals if sig != signal.SIGTERM]
 
     return Server(config)

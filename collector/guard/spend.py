@@ -20,8 +20,9 @@ Reservations: ``RunBudget.reserve`` reserves the call's estimated cost in every 
 tracker atomically (one lock for all runs that share it) and refuses a call whose estimate does
 not fit next to spend and the other runs' open reservations; ``record`` settles it (the actual
 cost replaces the estimate; a call without usage keeps the estimate as its charge) and
-``release`` gives it back. Spend then passes a limit by at most what one call overshoots its
-own estimate.
+``release`` gives it back. Spend then passes a limit by at most the sum of the in-flight calls'
+shortfall against their estimates (real cost minus estimate, where positive): each open
+reservation fitted under the limit, so only the excess of the calls in flight can land past it.
 
 By default this is per process: two processes (or hosts) each sharing their own tracker do not
 see each other's reservations or spend. With a shared ledger (``ledger=`` or

@@ -68,6 +68,15 @@ RETRY_AFTER_S = 1
 DEFAULT_MAX_INFLIGHT_BYTES = 2 * DEFAULT_MAX_BODY_BYTES
 #: Default time a client has to send a whole request body (s); a stalled upload is dropped.
 DEFAULT_BODY_TIMEOUT_S = 30.0
+#: Default longest pause between two pieces of a body (s): a connection that sends nothing for
+#: this long gets 408 and is closed, however much of ``body_timeout_s`` is left.
+DEFAULT_IDLE_TIMEOUT_S = 5.0
+#: Default cap on an OTLP/JSON body (bytes, compressed and inflated): the JSON decoder is slow
+#: enough that a larger one is not acknowledged within the exporters' 10 s default timeout, so
+#: it gets an early 413 that says to lower the batch size instead of a retried timeout.
+DEFAULT_MAX_JSON_BODY_BYTES = 4 * 1024 * 1024
+#: What a 413 suggests (the OTel SDK's batch span processor setting).
+BATCH_HINT = "lower the exporter's batch size (OTEL_BSP_MAX_EXPORT_BATCH_SIZE) or send protobuf"
 #: HTTP status -> google.rpc.Code of the error body.
 _RPC_CODES = {400: 3, 401: 16, 408: 4, 413: 8, 415: 3, 503: 14}
 
@@ -77,26 +86,53 @@ class Busy(Exception):
 
 
 class ByteBudget:
-    """Request body bytes held at once (read, or waiting for their decode), capped at ``limit``.
+    """Request body bytes held at once (received, or waiting for their decode), capped at
+    ``limit`` in all and at ``share`` per client (its address), so one client's big or stalled
+    bodies leave ``limit - share`` bytes to the others.
 
-    Used from the event loop only (no lock). ``take`` refuses once ``limit`` would be passed,
-    except when nothing is held (so one body up to the body limit always fits).
+    Bytes are charged as they arrive, never as a ``Content-Length`` declares. Used from the
+    event loop only (no lock). ``take`` refuses once either cap would be passed, except that a
+    client holding nothing may always take up to ``share`` while the total stays within
+    ``limit`` (so one body up to the body limit always fits). Raises ValueError for
+    ``share`` < 1 or ``share`` > ``limit``.
     """
 
-    def __init__(self, limit: int):
+    def __init__(self, limit: int, share: int | None = None):
+        share = limit if share is None else share
+        if not 1 <= share <= limit:
+            raise ValueError(f"the per-client share ({share}) must be from 1 to the limit ({limit})")
         self.limit = limit
+        self.share = share
         self.used = 0
+        self.by_client: dict[str, int] = {}
 
-    def take(self, nbytes: int) -> bool:
-        """Reserve ``nbytes``; False (nothing reserved) when that would pass ``limit``."""
+    def take(self, nbytes: int, client: str = "") -> bool:
+        """Reserve ``nbytes`` for ``client``; False (nothing reserved) when that would pass the
+        client's share or the total limit."""
+        mine = self.by_client.get(client, 0)
+        if mine + nbytes > self.share:
+            return False
         if self.used and self.used + nbytes > self.limit:
             return False
         self.used += nbytes
+        self.by_client[client] = mine + nbytes
         return True
 
-    def give(self, nbytes: int) -> None:
-        """Release ``nbytes`` reserved earlier."""
+    def fits(self, nbytes: int, client: str = "") -> bool:
+        """Whether ``take(nbytes, client)`` would succeed now (nothing is reserved)."""
+        mine = self.by_client.get(client, 0)
+        return mine + nbytes <= self.share and not (self.used and self.used + nbytes > self.limit)
+
+    def give(self, nbytes: int, client: str = "") -> None:
+        """Release ``nbytes`` reserved earlier by ``client``."""
+        if not nbytes:
+            return
         self.used -= nbytes
+        left = self.by_client.get(client, 0) - nbytes
+        if left > 0:
+            self.by_client[client] = left
+        else:
+            self.by_client.pop(client, None)
 
 
 class _Receiver:
@@ -112,20 +148,28 @@ class _Receiver:
         max_body_bytes: int,
         budget: ByteBudget,
         body_timeout_s: float,
+        idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S,
+        max_json_body_bytes: int = DEFAULT_MAX_JSON_BODY_BYTES,
     ):
         self.ingest = ingest
         self.pool = pool
         self.metrics = metrics
-        self.expected = token.encode() if token else None
+        self.expected = token.encode("utf-8") if token else None
         self.max_body_bytes = max_body_bytes
         self.budget = budget
         self.body_timeout_s = body_timeout_s
+        self.idle_timeout_s = idle_timeout_s
+        self.max_json_body_bytes = max_json_body_bytes
 
     def authorized(self, request: Request) -> bool:
         if self.expected is None:
             return True
         scheme, _, given = request.headers.get("authorization", "").strip().partition(" ")
-        return scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(), self.expected)
+        # the server decoded the header as latin-1: back to the bytes the client sent, which
+        # are compared with the token's UTF-8 bytes (a non-ASCII token sent as UTF-8 matches)
+        return scheme.lower() == "bearer" and hmac.compare_digest(
+            given.strip().encode("latin-1", "replace"), self.expected
+        )
 
     async def traces(self, request: Request) -> Response:
         content_type = request.headers.get("content-type")
@@ -133,11 +177,12 @@ class _Receiver:
         if not self.authorized(request):
             return _error(kind, 401, "missing or wrong bearer token", {"WWW-Authenticate": "Bearer"})
         held = [0]  # bytes reserved in ``budget`` for this request
+        client = request.client.host if request.client else ""
         try:
-            media_type(content_type)
-            body = await self._read_body(request, held)
+            limit = self.max_json_body_bytes if media_type(content_type) == JSON else self.max_body_bytes
+            body = await self._read_body(request, held, client, limit)
             prepared = await self.pool.prepare(
-                body, content_type, request.headers.get("content-encoding"), self.max_body_bytes
+                body, content_type, request.headers.get("content-encoding"), limit
             )
             del body
         except OtlpError as error:  # 408: a stalled upload, close its connection
@@ -149,60 +194,74 @@ class _Receiver:
         except DecodeUnavailable as error:
             return _retry_later(kind, f"collector busy: {error}")
         finally:
-            self.budget.give(held[0])
+            self.budget.give(held[0], client)
         return await self._store(prepared)
 
-    async def _read_body(self, request: Request, held: list[int]) -> bytearray:
-        """The body, refusing 413 past ``max_body_bytes``, 408 when it takes longer than
-        ``body_timeout_s``, Busy when the byte budget is spent (the declared length is
-        reserved up front, the rest as it arrives; ``held`` counts what was reserved)."""
-        limit = self.max_body_bytes
+    async def _read_body(self, request: Request, held: list[int], client: str, limit: int) -> bytearray:
+        """The body, refusing 413 past ``limit`` (at once when ``Content-Length`` declares more),
+        408 when it takes longer than ``body_timeout_s`` or pauses longer than
+        ``idle_timeout_s``, Busy when the client's share or the whole byte budget is spent.
+        Bytes are charged as they arrive (``held`` counts them), never as declared."""
         declared = request.headers.get("content-length")
-        length = int(declared) if declared and declared.isdigit() else None
-        if length is not None:
-            if length > limit:
-                raise OtlpError(413, f"request body is {declared} bytes; the limit is {limit}")
-            self._reserve(length, held)
-        # one copy of the body: filled in place when its length is declared
-        body = bytearray(length or 0)
-        size = 0
-        try:
-            async with asyncio.timeout(self.body_timeout_s):
-                async for chunk in request.stream():
-                    end = size + len(chunk)
-                    if end > limit:
-                        raise OtlpError(413, f"request body exceeds the limit of {limit} bytes")
-                    if end > held[0]:
-                        self._reserve(end - held[0], held)
-                    if end <= len(body):
-                        body[size:end] = chunk
-                    else:
-                        del body[size:]
-                        body += chunk
-                    size = end
-        except TimeoutError:
-            raise OtlpError(408, f"request body not received within {self.body_timeout_s:g} s") from None
-        del body[size:]  # a body shorter than declared
+        if declared and declared.isdigit() and int(declared) > limit:
+            raise OtlpError(413, f"request body is {declared} bytes; the limit is {limit}: {BATCH_HINT}")
+        if declared and declared.isdigit() and not self.budget.fits(int(declared), client):
+            self._reserve(int(declared), [0], client)  # raises Busy: refused before a byte is read
+        body = bytearray()
+        async for chunk in self._chunks(request):
+            if len(body) + len(chunk) > limit:
+                raise OtlpError(413, f"request body exceeds the limit of {limit} bytes: {BATCH_HINT}")
+            self._reserve(len(chunk), held, client)
+            body += chunk
         return body
+
+    async def _chunks(self, request: Request):
+        """The body's pieces as they arrive; OtlpError 408 past ``body_timeout_s`` in all or
+        ``idle_timeout_s`` between two pieces."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.body_timeout_s
+        stream = request.stream().__aiter__()
+        while True:
+            left = deadline - loop.time()
+            wait = min(self.idle_timeout_s, left)
+            try:
+                async with asyncio.timeout(max(wait, 0)):
+                    chunk = await anext(stream)
+            except StopAsyncIteration:
+                return
+            except TimeoutError:
+                if left <= self.idle_timeout_s:
+                    raise OtlpError(
+                        408, f"request body not received within {self.body_timeout_s:g} s"
+                    ) from None
+                raise OtlpError(
+                    408, f"request body paused for more than {self.idle_timeout_s:g} s (idle timeout)"
+                ) from None
+            if chunk:
+                yield chunk
 
     async def _discard_body(self, request: Request, started: bool) -> bool:
         """Read and drop the body of a request refused for the byte cap (nothing is kept), so
         the connection stays usable for the client's retry. False when it cannot be: the body
-        was partly read already, or did not arrive within ``body_timeout_s`` (a stalled upload;
-        the caller closes the connection then)."""
+        was partly read already, or stalled (``body_timeout_s`` / ``idle_timeout_s``; the
+        caller closes the connection then)."""
         if started:
             return False
         try:
-            async with asyncio.timeout(self.body_timeout_s):
-                async for _ in request.stream():
-                    pass
-        except TimeoutError:
+            async for _ in self._chunks(request):
+                pass
+        except OtlpError:
             return False
         return True
 
-    def _reserve(self, nbytes: int, held: list[int]) -> None:
-        if not self.budget.take(nbytes):
-            raise Busy(f"{self.budget.used} request bytes in flight (the cap is {self.budget.limit})")
+    def _reserve(self, nbytes: int, held: list[int], client: str) -> None:
+        budget = self.budget
+        if not budget.take(nbytes, client):
+            mine = budget.by_client.get(client, 0)
+            raise Busy(
+                f"{budget.used} request bytes in flight, {mine} of them this client's (the cap is "
+                f"{budget.limit}, {budget.share} per client)"
+            )
         held[0] += nbytes
 
     async def _store(self, prepared: Prepared) -> Response:
@@ -287,6 +346,9 @@ def create_app(
     max_journal_bytes: int = DEFAULT_MAX_JOURNAL_BYTES,
     max_inflight_bytes: int = DEFAULT_MAX_INFLIGHT_BYTES,
     body_timeout_s: float = DEFAULT_BODY_TIMEOUT_S,
+    idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S,
+    max_client_inflight_bytes: int | None = None,
+    max_json_body_bytes: int = DEFAULT_MAX_JSON_BODY_BYTES,
     metrics: CollectorMetrics | None = None,
     ingest: IngestQueue | None = None,
     decode_pool: DecodePool | None = None,
@@ -299,14 +361,19 @@ def create_app(
     ``max_queue_spans``: rows waiting for the loader held in memory; ``max_journal_bytes``: the
     journal backlog at which intake answers 503 (``budgetlens.ingest.queue``).
     ``max_inflight_bytes``: cap on request body bytes held at once (503 + Retry-After beyond);
-    ``body_timeout_s``: time to receive a whole body (408 after it).
+    ``body_timeout_s``: time to receive a whole body, ``idle_timeout_s``: longest pause between
+    two of its pieces (408 after either; s). ``max_client_inflight_bytes``: one client's (address)
+    share of the in-flight cap (default ``max_body_bytes``: one body, the rest is the others').
+    ``max_json_body_bytes``: cap on an OTLP/JSON body (compressed and inflated; at most
+    ``max_body_bytes``), so any accepted body is acknowledged within the exporters' 10 s.
     ``ledger``: the state behind ``/v1/ledger/*`` (default: a SQLite ledger in memory; the
     ``collector`` command keeps it in a file next to the journal).
     ``metrics``/``ingest``/``decode_pool`` may be injected (tests); the app starts the ingest
     writer and the decode workers on startup and, on shutdown (SIGTERM under uvicorn), commits
     what is pending before it exits.
     Raises ValueError for ``max_body_bytes`` < 1, ``max_inflight_bytes`` < ``max_body_bytes``,
-    ``body_timeout_s`` <= 0 or an empty token.
+    a client share below ``max_body_bytes`` or above ``max_inflight_bytes``, a timeout <= 0, or
+    a token that is empty or has surrounding whitespace.
     """
     if max_body_bytes < 1:
         raise ValueError(f"max_body_bytes must be >= 1 (got {max_body_bytes})")
@@ -314,10 +381,20 @@ def create_app(
         raise ValueError(
             f"max_inflight_bytes ({max_inflight_bytes}) must be >= max_body_bytes ({max_body_bytes})"
         )
-    if body_timeout_s <= 0:
-        raise ValueError(f"body_timeout_s must be > 0 (got {body_timeout_s})")
+    if body_timeout_s <= 0 or idle_timeout_s <= 0:
+        raise ValueError(
+            f"body_timeout_s and idle_timeout_s must be > 0 (got {body_timeout_s}, {idle_timeout_s})"
+        )
+    share = max_body_bytes if max_client_inflight_bytes is None else max_client_inflight_bytes
+    if not max_body_bytes <= share <= max_inflight_bytes:
+        raise ValueError(
+            f"max_client_inflight_bytes ({share}) must be from max_body_bytes ({max_body_bytes}) "
+            f"to max_inflight_bytes ({max_inflight_bytes})"
+        )
     if token is not None and not token.strip():
         raise ValueError("token must not be empty (omit it to disable authentication)")
+    if token is not None and token != token.strip():
+        raise ValueError("token must not start or end with whitespace (a header value cannot carry it)")
     metrics = metrics or (ingest.metrics if ingest else CollectorMetrics())
     ingest = ingest or IngestQueue(
         db_path, metrics=metrics, max_queue_spans=max_queue_spans, max_journal_bytes=max_journal_bytes
@@ -328,8 +405,10 @@ def create_app(
         metrics,
         token=token,
         max_body_bytes=max_body_bytes,
-        budget=ByteBudget(max_inflight_bytes),
+        budget=ByteBudget(max_inflight_bytes, share),
         body_timeout_s=body_timeout_s,
+        idle_timeout_s=idle_timeout_s,
+        max_json_body_bytes=min(max_json_body_bytes, max_body_bytes),
     )
     app = Starlette(
         routes=[

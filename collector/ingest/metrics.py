@@ -8,21 +8,22 @@ Ingest-health metrics (spans received/rejected, journal fsync and load latency, 
 journaled but not yet loaded, loader lag) describe the collector itself.
 
 Labels are bounded: ``task_type``, ``model``, ``service``, ``stop_reason``, ``usage_status`` and fixed enums
-(``token_type``, ``kind``). Values from the wire pass through ``LabelCap``: after
-``max_label_values`` distinct values per label, the rest fold into ``other``. A run id is never a
-label. Counters are process-local: a restart starts them at 0 again (Prometheus ``rate`` and
+(``token_type``, ``kind``). Values from the wire are cleaned by ``LabelCap`` (empty → ``unknown``,
+over 100 characters → ``other``), and each budget family keeps at most ``max_series`` label
+combinations (``budgetlens.ingest.series.SeriesCap``: quiet combinations give their place to new
+ones, the rest fold into ``other`` meanwhile). A run id is never a label. Counters are process-local: a restart starts them at 0 again (Prometheus ``rate`` and
 ``increase`` treat that as a counter reset).
 """
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterable, Mapping
 
 import pyarrow as pa
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from budgetlens import semconv as sc
+from budgetlens.ingest.series import DEFAULT_MAX_SERIES, DEFAULT_QUIET_S, CappedFamily, SeriesCap
 from budgetlens.store.schema import LIMIT_COLUMNS
 from budgetlens.store.sql import METRIC_RUN_COLUMNS
 
@@ -31,7 +32,8 @@ from budgetlens.store.sql import METRIC_RUN_COLUMNS
 TOKEN_BUCKETS = tuple(float(4**i) for i in range(14))
 #: Commit latency buckets in seconds.
 COMMIT_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
-DEFAULT_MAX_LABEL_VALUES = 50
+#: Longest label value kept (characters); a longer one is counted under ``other``.
+MAX_LABEL_CHARS = 100
 OTHER = "other"
 UNKNOWN = "unknown"
 _TOKEN_TYPES = (
@@ -49,33 +51,31 @@ _INTERVENTIONS = {
 
 
 class LabelCap:
-    """Folds label values from the wire into at most ``max_values`` distinct values per label.
-
-    Empty values become ``unknown``; values past the cap (or longer than 100 characters) become
-    ``other``. Thread-safe. Raises ValueError when ``max_values`` < 1.
-    """
-
-    def __init__(self, max_values: int = DEFAULT_MAX_LABEL_VALUES):
-        if max_values < 1:
-            raise ValueError(f"max_label_values must be >= 1 (got {max_values})")
-        self.max_values = max_values
-        self._seen: dict[str, set[str]] = {}
-        self._lock = threading.Lock()
+    """Cleans label values from the wire: None or empty becomes ``unknown``, a value longer than
+    ``MAX_LABEL_CHARS`` becomes ``other``, anything else is kept as text. How many series a
+    family holds is bounded per label combination by ``SeriesCap``, never per value (a cap per
+    value was first come, first served for the life of the process). Stateless."""
 
     def __call__(self, label: str, value) -> str:
         if value is None or value == "":
             return UNKNOWN
         value = str(value)
-        seen = self._seen.setdefault(label, set())
-        if value in seen:
-            return value
-        if len(value) > 100:
-            return OTHER
-        with self._lock:
-            if len(seen) >= self.max_values:
-                return OTHER
-            seen.add(value)
-        return value
+        return OTHER if len(value) > MAX_LABEL_CHARS else value
+
+
+#: The families whose labels carry values from the wire (their combinations are capped).
+_CAPPED_FAMILIES = (
+    "runs",
+    "budget_hits",
+    "budgeted_runs",
+    "run_tokens",
+    "model_calls",
+    "tokens",
+    "cost",
+    "unpriced",
+    "unknown_usage",
+    "interventions",
+)
 
 
 class CollectorMetrics:
@@ -97,14 +97,26 @@ class CollectorMetrics:
     ``spans_dead_lettered_total`` (rows the store refused for their data, written to the
     dead-letter file instead), ``journal_failures_total`` (requests answered 503 because the
     journal could not be written, e.g. a full disk).
+
+    ``max_series``: label combinations per budget family (default ``DEFAULT_MAX_SERIES``);
+    ``quiet_s``: how long (s) a combination must go unseen before a new one may take its place;
+    ``series``: an injected ``SeriesCap`` (tests: a fake clock). Raises ValueError for
+    ``max_series`` < 1 or ``quiet_s`` < 0.
     """
 
     def __init__(
-        self, registry: CollectorRegistry | None = None, max_label_values: int = DEFAULT_MAX_LABEL_VALUES
+        self,
+        registry: CollectorRegistry | None = None,
+        max_series: int = DEFAULT_MAX_SERIES,
+        quiet_s: float = DEFAULT_QUIET_S,
+        series: SeriesCap | None = None,
     ):
         self.registry = registry if registry is not None else CollectorRegistry()
-        self.cap = LabelCap(max_label_values)
+        self.cap = LabelCap()
+        self.series = series or SeriesCap(max_series, quiet_s)
         self._register_budget_metrics(self.registry)
+        for name in _CAPPED_FAMILIES:
+            setattr(self, name, CappedFamily(getattr(self, name), self.series))
         self._register_ingest_metrics(self.registry)
 
     def _register_budget_metrics(self, r: CollectorRegistry) -> None:

@@ -133,6 +133,18 @@ _USUAL_FIELD = {
 ALLOWED_ATTRIBUTES = frozenset(_USUAL_FIELD)
 
 
+def _shape(value) -> str:
+    """What kind of value a rejected attribute held, never the value itself (an attribute may
+    carry a secret, and rejection reasons go back to the client and into logs)."""
+    if isinstance(value, str):
+        return f"a string of {len(value)} characters"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number out of range" if value == value else "NaN"
+    return f"a {type(value).__name__}"
+
+
 class SpanRejected(ValueError):
     """One span is invalid; the message names the attribute and the rule."""
 
@@ -184,7 +196,7 @@ def count(attrs: dict, key: str, maximum: int | None = None):
     if number is not None and 0 <= number <= maximum:
         return number
     raise SpanRejected(
-        f"attribute {key} must be a non-negative integer of at most {maximum} (got {str(value)[:40]!r})"
+        f"attribute {key} must be a non-negative integer of at most {maximum} (got {_shape(value)})"
     )
 
 
@@ -236,7 +248,7 @@ def amount(attrs: dict, key: str):
     if 0 <= number <= MAX_AMOUNT:  # False for NaN; inf is above the maximum
         return float(number)
     raise SpanRejected(
-        f"attribute {key} must be a non-negative number of at most {MAX_AMOUNT:.0e} (got {str(value)[:40]!r})"
+        f"attribute {key} must be a non-negative number of at most {MAX_AMOUNT:.0e} (got {_shape(value)})"
     )
 
 
@@ -245,7 +257,7 @@ def choice(attrs: dict, key: str, allowed: tuple):
     value = attrs.get(key)
     if value is None or value in allowed:
         return value
-    raise SpanRejected(f"attribute {key} must be one of {', '.join(allowed)} (got {str(value)[:40]!r})")
+    raise SpanRejected(f"attribute {key} must be one of {', '.join(allowed)} (got {_shape(value)})")
 
 
 def _scalar_text(key: str, value) -> str:

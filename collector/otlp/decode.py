@@ -15,6 +15,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import re
 import zlib
 from dataclasses import dataclass, field
 
@@ -170,7 +171,21 @@ def _parse_part(value: dict, message, where: str) -> None:
     try:
         json_format.ParseDict(value, message, ignore_unknown_fields=True)
     except (json_format.ParseError, TypeError, ValueError) as error:
-        raise OtlpError(400, f"{where}: {str(error)[:200]}") from None
+        raise OtlpError(400, f"{where}: {_parse_reason(error)}") from None
+
+
+#: The field names protobuf's JSON parser puts in its messages ("Failed to parse X field: ...").
+_PARSE_FIELD = re.compile(r"Failed to parse (\w+) field")
+
+
+def _parse_reason(error: Exception) -> str:
+    """A rejection reason naming the field path and the rule, never the value: protobuf's
+    ``ParseError`` quotes the offending value, and reasons go back in ``partial_success`` and
+    into logs (an attribute may hold a secret)."""
+    path = ".".join(_PARSE_FIELD.findall(str(error)))
+    if path:
+        return f"field {path} has a value of the wrong type for OTLP/JSON"
+    return f"a field has a value of the wrong type for OTLP/JSON ({type(error).__name__})"
 
 
 def _hex_to_b64(value, name: str, size: int, required: bool) -> str:
@@ -183,7 +198,7 @@ def _hex_to_b64(value, name: str, size: int, required: bool) -> str:
     try:
         raw = binascii.unhexlify(value)
     except (binascii.Error, ValueError):
-        raise ValueError(f"{name} must be hex (got {value[:40]!r})") from None
+        raise ValueError(f"{name} must be hex (got a string of {len(value)} characters)") from None
     if len(raw) != size:
         raise ValueError(f"{name} must be {size * 2} hex digits (got {len(value)})")
     return base64.b64encode(raw).decode("ascii")
@@ -209,7 +224,9 @@ def _add_json_span(span, spans) -> str | None:
         fixed["links"] = links
         message = Span()
         json_format.ParseDict(fixed, message, ignore_unknown_fields=True)
-    except (json_format.ParseError, TypeError, ValueError, AttributeError) as error:
+    except json_format.ParseError as error:
+        return _parse_reason(error)
+    except (TypeError, ValueError, AttributeError) as error:
         return str(error)[:200]
     spans.append(message)
     return None

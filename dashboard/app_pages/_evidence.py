@@ -7,6 +7,7 @@ import pandas as pd
 import streamlit as st
 
 from budgetlens.analysis.drift import DEFAULT_RECENT_DAYS, DRIFT_THRESHOLD
+from budgetlens.dashboard.formatting import safe_text
 
 
 def _change(value) -> str:
@@ -21,7 +22,7 @@ def drift_flag(frame: pd.DataFrame) -> None:
     if flagged.empty:
         return
     parts = [
-        f"**{row.task_type}** (P95 tokens {_change(row.change_total_tokens)}, "
+        f"**{safe_text(row.task_type)}** (P95 tokens {_change(row.change_total_tokens)}, "
         f"cost {_change(row.change_cost_usd)})"
         for row in flagged.itertuples()
     ]

@@ -15,7 +15,7 @@ from budgetlens.analysis import preset_export
 from budgetlens.analysis import views as analysis
 from budgetlens.analysis.views import HIT_RATE_ALARM, LOW_SAMPLE_RUNS, Filters
 from budgetlens.dashboard import charts, data
-from budgetlens.dashboard.formatting import is_missing
+from budgetlens.dashboard.formatting import is_missing, safe_text
 
 #: Plotly's own toolbar is hidden: it covered the chart titles, and Streamlit's element toolbar
 #: already offers full screen; drag to zoom and double-click to reset still work.
@@ -58,8 +58,8 @@ def describe(f: Filters) -> str:
     parts = [window]
     for label, values in (("task", f.task_types), ("model", f.models), ("service", f.services)):
         if values:
-            parts.append(f"{label}: {', '.join(values)}")
-    parts.append(f"times and days in {f.tz}")
+            parts.append(f"{label}: {', '.join(safe_text(v) for v in values)}")
+    parts.append(f"times and days in {safe_text(f.tz)}")
     return " · ".join(parts)
 
 
@@ -178,8 +178,9 @@ def alarm_banner(per_task: pd.DataFrame, threshold: float = HIT_RATE_ALARM) -> N
     line = f"{threshold * 100:g} %"
     for _, row in hot.iterrows():
         task = str(row["task_type"])
+        shown = safe_text(task)
         st.error(
-            f"**{task}**: budget hit rate {charts.format_percent(row['hit_rate'])} is "
+            f"**{shown}**: budget hit rate {charts.format_percent(row['hit_rate'])} is "
             f"above the {line} alarm line: the budget is too tight or the agent has a "
             "bug. Compare its baseline and preset.",
             icon=":material/warning:",
@@ -187,14 +188,14 @@ def alarm_banner(per_task: pd.DataFrame, threshold: float = HIT_RATE_ALARM) -> N
         links = st.container(horizontal=True)
         params = {**url_filters(), "task_type": task}
         for page, label, icon in (
-            ("app_pages/baselines.py", f"Baseline of {task}", ":material/insights:"),
-            ("app_pages/presets.py", f"Preset of {task}", ":material/tune:"),
-            ("app_pages/runs.py", f"Runs of {task}", ":material/list:"),
+            ("app_pages/baselines.py", f"Baseline of {shown}", ":material/insights:"),
+            ("app_pages/presets.py", f"Preset of {shown}", ":material/tune:"),
+            ("app_pages/runs.py", f"Runs of {shown}", ":material/list:"),
         ):
             links.page_link(page, label=label, icon=icon, query_params=params)
     if not low.empty:
         names = ", ".join(
-            f"**{row['task_type']}** {charts.format_percent(row['hit_rate'])} of {int(row['budgeted_runs']):,}"
+            f"**{safe_text(row['task_type'])}** {charts.format_percent(row['hit_rate'])} of {int(row['budgeted_runs']):,}"
             for _, row in low.iterrows()
         )
         st.info(
@@ -253,7 +254,7 @@ def preset_downloads(document: dict, title: str, key_prefix: str) -> None:
     """The YAML / TOML / JSON download buttons of a preset document (the file
     ``RunBudget.from_preset`` loads); button keys ``<key_prefix>_download_<ext>``."""
     buttons = st.container(horizontal=True, vertical_alignment="center")
-    buttons.markdown(f"**{title}**", width="content")
+    buttons.markdown(f"**{safe_text(title)}**", width="content")
     for label, ext, to_text in (
         ("YAML", "yaml", preset_export.to_yaml),
         ("TOML", "toml", preset_export.to_toml),

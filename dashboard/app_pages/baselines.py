@@ -11,7 +11,7 @@ from budgetlens.analysis import views as analysis
 from budgetlens.analysis.defaults import BASELINE_HEADLINE_COLUMNS
 from budgetlens.dashboard import charts, data
 from budgetlens.dashboard.app_pages import _evidence, _tables, _ui
-from budgetlens.dashboard.formatting import MISSING, is_missing
+from budgetlens.dashboard.formatting import MISSING, is_missing, safe_text
 
 
 def render() -> None:
@@ -36,7 +36,7 @@ def render() -> None:
         low = table.loc[table["low_sample"], "task_type"].unique().tolist()
         if low:
             st.warning(
-                f"Low sample (< {analysis.LOW_SAMPLE_RUNS} runs): {', '.join(low)}. Their P95 "
+                f"Low sample (< {analysis.LOW_SAMPLE_RUNS} runs): {', '.join(map(safe_text, low))}. Their P95 "
                 "is a rough guide; collect more runs before adopting a preset.",
                 icon=":material/science:",
             )

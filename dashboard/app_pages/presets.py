@@ -13,7 +13,7 @@ from budgetlens.analysis import views as analysis
 from budgetlens.analysis import whatif
 from budgetlens.dashboard import charts, data
 from budgetlens.dashboard.app_pages import _evidence, _tables, _ui
-from budgetlens.dashboard.formatting import MISSING, column_label
+from budgetlens.dashboard.formatting import MISSING, column_label, safe_text
 from budgetlens.guard.preset_file import LIMIT_KEYS
 
 
@@ -48,7 +48,8 @@ def render() -> None:
     low = recommended.loc[recommended["low_sample"], "task_type"].tolist()
     if low:
         st.warning(
-            f"Low sample (< {analysis.LOW_SAMPLE_RUNS} runs): {', '.join(low)}.", icon=":material/science:"
+            f"Low sample (< {analysis.LOW_SAMPLE_RUNS} runs): {', '.join(map(safe_text, low))}.",
+            icon=":material/science:",
         )
 
     start = f.start_utc or first

@@ -10,7 +10,7 @@ import streamlit as st
 from budgetlens.analysis.views import RunDetail
 from budgetlens.dashboard import charts, data
 from budgetlens.dashboard.app_pages import _tables, _ui
-from budgetlens.dashboard.formatting import MISSING, is_missing
+from budgetlens.dashboard.formatting import MISSING, is_missing, safe_text
 
 PAGE_SIZE = 500
 #: The most runs one CSV download carries (every column, costs as numbers in USD).
@@ -84,10 +84,11 @@ def _run_summary(run: dict) -> None:
     color = "green" if stop == "completed" else "red" if stop.startswith("budget_") else "gray"
     usage = run.get("usage_status") or "n/a"
     st.markdown(
-        f"**Task type** :blue-badge[{run.get('task_type')}] · **Service** "
-        f":gray-badge[{run.get('service_name') or 'n/a'}] · **Models** "
-        f":gray-badge[{run.get('models') or 'n/a'}] · **Stop reason** :{color}-badge[{stop}] · "
-        f"**Usage** :{'orange' if usage == 'unknown' else 'green'}-badge[{usage}]"
+        f"**Task type** :blue-badge[{safe_text(run.get('task_type'))}] · **Service** "
+        f":gray-badge[{safe_text(run.get('service_name') or 'n/a')}] · **Models** "
+        f":gray-badge[{safe_text(run.get('models') or 'n/a')}] · **Stop reason** "
+        f":{color}-badge[{safe_text(stop)}] · "
+        f"**Usage** :{'orange' if usage == 'unknown' else 'green'}-badge[{safe_text(usage)}]"
         + (" · retryable" if run.get("retryable") else "")
     )
     limit = run.get("limit_total_tokens")
@@ -160,9 +161,9 @@ def _run_detail(run_id: str, tz: str) -> None:
     """One run: summary, the per-turn chart and its tables."""
     detail = data.run_detail(run_id)
     if detail is None:
-        st.warning(f"Run `{run_id}` is not in this store.", icon=":material/search_off:")
+        st.warning(f"Run {safe_text(run_id)} is not in this store.", icon=":material/search_off:")
         return
-    st.subheader(f"Run {run_id}")
+    st.subheader(f"Run {safe_text(run_id)}")
     _run_summary(detail.run)
     _trace_link(detail.run)
     if detail.calls.empty:

@@ -10,7 +10,7 @@ from budgetlens.analysis import whatif
 from budgetlens.analysis.values import format_rate_range
 from budgetlens.dashboard import charts, data
 from budgetlens.dashboard.app_pages import _tables, _ui
-from budgetlens.dashboard.formatting import MISSING, column_label
+from budgetlens.dashboard.formatting import MISSING, column_label, safe_text
 from budgetlens.limits import LIMIT_KEYS
 
 METHOD_LABELS = {
@@ -57,15 +57,15 @@ def render() -> None:
     notes = []
     if missed:
         notes.append(
-            f"No multiplier up to 3.0 meets {target_pct:.1f} % for {', '.join(map(str, missed))} (shown at 3.0)."
+            f"No multiplier up to 3.0 meets {target_pct:.1f} % for {', '.join(map(safe_text, missed))} (shown at 3.0)."
         )
     if unsure:
         notes.append(
-            f"Unknown for {', '.join(map(str, unsure))}: only the lower bound meets {target_pct:.1f} %; "
+            f"Unknown for {', '.join(map(safe_text, unsure))}: only the lower bound meets {target_pct:.1f} %; "
             "with the censored runs the hit rate may be higher."
         )
     bounds = [
-        f"{row.task_type}: {', '.join(row.lower_bound_keys)}"
+        f"{safe_text(row.task_type)}: {', '.join(map(safe_text, row.lower_bound_keys))}"
         for row in chosen.itertuples()
         if row.lower_bound_keys
     ]

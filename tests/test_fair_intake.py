@@ -1,0 +1,106 @@
+"""Fair intake against a real ``budgetlens collector`` subprocess and real sockets: stalled and
+dripping uploads from one address, reconnecting as an attacker would, never take the in-flight
+budget from the other clients; the byte budget charges bytes as they arrive and per client."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+
+import pytest
+import requests
+from _collector_helpers import collector_process
+
+from benchmarks.ingest import make_body
+from budgetlens.ingest.app import ByteBudget
+from budgetlens.otlp import PROTOBUF
+
+MIB = 1024 * 1024
+ATTACKER = "127.0.0.2"  # another loopback address: the collector tells the clients apart by it
+
+
+def test_one_clients_share_leaves_the_rest_of_the_budget_to_others():
+    budget = ByteBudget(32 * MIB, 16 * MIB)
+    assert budget.take(10 * MIB, "attacker") and budget.take(6 * MIB, "attacker")
+    assert not budget.take(1, "attacker")  # its share is spent
+    assert budget.take(15 * MIB, "honest")  # the other half is the others'
+    assert not budget.take(2 * MIB, "third")  # the whole budget is spent
+    budget.give(16 * MIB, "attacker")
+    assert budget.by_client == {"honest": 15 * MIB} and budget.used == 15 * MIB
+    assert budget.take(2 * MIB, "third")
+
+
+def test_a_share_outside_one_byte_to_the_limit_is_refused():
+    with pytest.raises(ValueError, match="per-client share"):
+        ByteBudget(10, 11)
+
+
+def _stall(host: str, port: int, drip: bool, stop: threading.Event, answers: list) -> None:
+    """One attacker slot: declare a 16 MiB body, send nothing (or 1 MiB, then a byte a second),
+    wait for the answer, reconnect; until ``stop``."""
+    while not stop.is_set():
+        sock = socket.create_connection((host, port), source_address=(ATTACKER, 0))
+        sock.settimeout(1.0)
+        head = (
+            f"POST /v1/traces HTTP/1.1\r\nHost: {host}\r\nContent-Type: {PROTOBUF}\r\n"
+            f"Content-Length: {16 * MIB}\r\n\r\n"
+        ).encode()
+        try:
+            sock.sendall(head + (b"\n" * MIB if drip else b""))
+            while not stop.is_set():
+                try:
+                    answer = sock.recv(64)
+                except TimeoutError:
+                    if drip:
+                        sock.sendall(b"\n")
+                    continue
+                answers.append(answer.split(b"\r\n")[0])
+                break
+        except OSError:
+            pass
+        finally:
+            sock.close()
+
+
+def _honest(url: str, body: bytes, stop: threading.Event, statuses: list) -> None:
+    while not stop.is_set():
+        try:  # a generous timeout: the point is the status, not the speed of a loaded machine
+            response = requests.post(
+                f"{url}/v1/traces", data=body, headers={"Content-Type": PROTOBUF}, timeout=30
+            )
+        except requests.RequestException as error:
+            statuses.append(type(error).__name__)
+        else:
+            statuses.append(response.status_code)
+
+
+@pytest.mark.system
+def test_twenty_stalled_uploads_without_a_token_leave_every_honest_client_served(tmp_path, python):
+    with collector_process(python, tmp_path / "store.duckdb", 0) as (_, url):
+        host, port = url.removeprefix("http://").split(":")
+        stop = threading.Event()
+        answers: list = []
+        statuses: list = []
+        attackers = [
+            threading.Thread(target=_stall, args=(host, int(port), i % 2 == 1, stop, answers))
+            for i in range(20)
+        ]
+        for thread in attackers:
+            thread.start()
+        time.sleep(1.5)  # the attacker's uploads are in flight first
+        honest = [
+            threading.Thread(target=_honest, args=(url, make_body(i), stop, statuses)) for i in range(3)
+        ]
+        for thread in honest:
+            thread.start()
+        time.sleep(15)
+        inflight = requests.get(f"{url}/healthz", timeout=5).json()["inflight_bytes"]
+        stop.set()
+        for thread in honest + attackers:
+            thread.join(30)
+    assert statuses and set(statuses) == {200}, statuses
+    assert len(statuses) >= 6
+    assert answers and {a.split(b" ")[1] for a in answers} <= {b"408", b"503"}, answers[:5]
+    assert b"HTTP/1.1 408 Request Timeout" in answers  # stalled ones are dropped, then reconnect
+    assert inflight <= 32 * MIB
