@@ -20,6 +20,13 @@ GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS = "gen_ai.usage.cache_read.input_tokens"
 GEN_AI_USAGE_CACHE_CREATION_INPUT_TOKENS = "gen_ai.usage.cache_creation.input_tokens"
 GEN_AI_USAGE_REASONING_OUTPUT_TOKENS = "gen_ai.usage.reasoning.output_tokens"
 SERVICE_NAME = "service.name"
+#: Who a call or run is for (OTel general conventions; OpenInference uses the same two names).
+USER_ID = "user.id"
+SESSION_ID = "session.id"
+ENDUSER_ID = "enduser.id"
+ENDUSER_PSEUDO_ID = "enduser.pseudo.id"
+#: The GenAI conventions' conversation (a session of a chat).
+GEN_AI_CONVERSATION_ID = "gen_ai.conversation.id"
 ERROR_TYPE = "error.type"
 
 #: gen_ai.operation.name values used by budgetlens spans.
@@ -31,6 +38,14 @@ OPERATION_EXECUTE_TOOL = "execute_tool"
 BUDGET_RUN_ID = "budgetlens.run_id"
 BUDGET_TASK_TYPE = "budgetlens.task_type"
 BUDGET_TURN = "budgetlens.turn"
+#: Attribution on the run span (and read from any span or resource): see budgetlens.attribution.
+#: ``budgetlens.tenant`` is ``budgetlens.team``'s other name; tags are ``budgetlens.tag.<key>``.
+BUDGET_SERVICE = "budgetlens.service"
+BUDGET_TEAM = "budgetlens.team"
+BUDGET_TENANT = "budgetlens.tenant"
+BUDGET_USER = "budgetlens.user"
+BUDGET_SESSION_ID = "budgetlens.session_id"
+BUDGET_TAG_PREFIX = "budgetlens.tag."
 BUDGET_TURNS = "budgetlens.turns"
 BUDGET_TOOL_CALLS = "budgetlens.tool_calls"
 BUDGET_RESERVED_TOKENS = "budgetlens.reserved_tokens"

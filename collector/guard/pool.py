@@ -14,9 +14,10 @@ from __future__ import annotations
 import logging
 import math
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from budgetlens.attribution import check_scope
 from budgetlens.guard.results import BudgetExceeded
 from budgetlens.semconv import STOP_BUDGET_TOKENS
 
@@ -40,7 +41,9 @@ class TokenPool:
     """``max_tokens`` (int >= 0) shared by every run given this pool.
 
     ``name``: shown in refusals and logs; ``alert_at``: fraction in (0, 1] of recorded use at
-    which one :class:`PoolAlert` goes to ``on_alert`` (and a WARNING log), once per pool. Raises
+    which one :class:`PoolAlert` goes to ``on_alert`` (and a WARNING log), once per pool. ``scope``: None (every run given it) or an
+    attribution mapping such as ``{"team": "search-infra"}``: only runs whose attribution matches it
+    (``RunBudget(team=...)``, see :mod:`budgetlens.attribution`) draw from it; others ignore it. Raises
     ValueError naming a bad argument.
     """
 
@@ -51,6 +54,7 @@ class TokenPool:
         name: str = "default",
         alert_at: float = 0.8,
         on_alert: Callable[[PoolAlert], object] | None = None,
+        scope: Mapping[str, str] | None = None,
     ) -> None:
         if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 0:
             raise ValueError(f"max_tokens must be an int >= 0 (tokens), got {max_tokens!r}")
@@ -70,6 +74,7 @@ class TokenPool:
         self._used = self._reserved = 0
         self._alerted = False
         self._lock = threading.Lock()
+        self.scope = check_scope(scope)
 
     @property
     def used_tokens(self) -> int:

@@ -30,11 +30,12 @@ import math
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from zoneinfo import ZoneInfo
 
+from budgetlens.attribution import check_scope
 from budgetlens.guard.results import BudgetExceeded
 from budgetlens.semconv import STOP_BUDGET_COST
 
@@ -75,7 +76,9 @@ class SpendTracker:
     ``limits``: ``{"daily": 20.0, "monthly": 400.0, "24h": 25.0, "30d": 500.0}`` (any subset,
     USD > 0); ``tz``: zoneinfo name for calendar windows; ``alert_at``: fraction in (0, 1];
     ``on_alert``: callable taking a :class:`SpendAlert`; ``clock``: seconds since the epoch
-    (injectable). Raises ValueError naming an unknown window, a bad limit or time zone.
+    (injectable). ``scope``: None (every run given it) or an
+    attribution mapping such as ``{"team": "search-infra"}``: only runs whose attribution matches it
+    (``RunBudget(team=...)``, see :mod:`budgetlens.attribution`) draw from it; others ignore it. Raises ValueError naming an unknown window, a bad limit or time zone.
     Thread-safe.
     """
 
@@ -87,6 +90,7 @@ class SpendTracker:
         alert_at: float = 0.8,
         on_alert: Callable[[SpendAlert], object] | None = None,
         clock: Callable[[], float] = time.time,
+        scope: Mapping[str, str] | None = None,
     ) -> None:
         if not limits:
             raise ValueError(f"limits must name at least one window of {tuple(WINDOWS)}")
@@ -113,6 +117,7 @@ class SpendTracker:
         self._windows = [_Window(name, float(v)) for name, v in limits.items()]
         self._alert_at, self._on_alert, self._clock = alert_at, on_alert, clock
         self._lock = threading.Lock()
+        self.scope = check_scope(scope)
 
     def _period(self, window: _Window, ts: float) -> str:
         local = datetime.fromtimestamp(ts, self._zone)
