@@ -7,8 +7,9 @@ rejected or failed batch is never counted; ``observe_write`` does the same from 
 Ingest-health metrics (spans received/rejected, journal fsync and load latency, backlog of rows
 journaled but not yet loaded, loader lag) describe the collector itself.
 
-Labels are bounded: ``task_type``, ``model``, ``stop_reason``, ``usage_status`` and fixed enums
-(``token_type``, ``kind``). Values from the wire pass through ``LabelCap``: after
+Labels are bounded: ``task_type``, ``model``, ``stop_reason``, ``usage_status``, on the run
+metrics ``team`` (= tenant) and ``service``, and fixed enums (``token_type``, ``kind``). A user
+is never a label (unbounded); ask the store (``budgetlens spend --by user``). Values from the wire pass through ``LabelCap``: after
 ``max_label_values`` distinct values per label, the rest fold into ``other``. A run id is never a
 label. Counters are process-local: a restart starts them at 0 again (Prometheus ``rate`` and
 ``increase`` treat that as a counter reset).
@@ -46,6 +47,10 @@ _INTERVENTIONS = {
 }
 
 
+#: Columns of a ``runs`` row the run metrics read (``team`` and ``service_name`` label them).
+RUN_METRIC_COLUMNS = ("run_id", "task_type", "stop_reason", "total_tokens", "team", "service_name")
+
+
 class LabelCap:
     """Folds label values from the wire into at most ``max_values`` distinct values per label.
 
@@ -80,8 +85,9 @@ class CollectorMetrics:
     """The collector's metric families, registered on ``registry`` (a fresh one by default).
 
     Names (all ``budgetlens_``, units and ``_total`` as Prometheus asks):
-    ``runs_total{task_type,stop_reason}``, ``budget_hits_total{task_type,stop_reason}``,
-    ``run_tokens{task_type}`` (histogram, tokens), ``model_calls_total{task_type,model,usage_status}``,
+    ``runs_total{task_type,stop_reason,team,service}``,
+    ``budget_hits_total{task_type,stop_reason,team,service}``,
+    ``run_tokens{task_type,team,service}`` (histogram, tokens), ``model_calls_total{task_type,model,usage_status}``,
     ``tokens_total{task_type,model,token_type}``, ``cost_usd_total{task_type,model}``,
     ``unpriced_calls_total{task_type,model}``, ``unknown_usage_calls_total{task_type,model}``,
     ``interventions_total{task_type,kind}``, ``spans_received_total``, ``spans_rejected_total``,
@@ -107,19 +113,19 @@ class CollectorMetrics:
         self.runs = Counter(
             "budgetlens_runs",
             "Finished runs (run records committed).",
-            ["task_type", "stop_reason"],
+            ["task_type", "stop_reason", "team", "service"],
             registry=r,
         )
         self.budget_hits = Counter(
             "budgetlens_budget_hits",
             "Runs the budget stopped, by stop reason (budget_*).",
-            ["task_type", "stop_reason"],
+            ["task_type", "stop_reason", "team", "service"],
             registry=r,
         )
         self.run_tokens = Histogram(
             "budgetlens_run_tokens",
             "Total tokens per finished run.",
-            ["task_type"],
+            ["task_type", "team", "service"],
             buckets=TOKEN_BUCKETS,
             registry=r,
         )
@@ -272,7 +278,8 @@ class CollectorMetrics:
                     self.interventions.labels(cap("task_type", task_by_run.get(run_id)), kind).inc(count)
         if records is not None and len(records):
             written = set(records["run_id"].to_pylist())
-            rows = runs.select(["run_id", "task_type", "stop_reason", "total_tokens"]).to_pylist()
+            columns = [c for c in RUN_METRIC_COLUMNS if c in runs.column_names]
+            rows = runs.select(columns).to_pylist()
             self.observe_commit((), (), [row for row in rows if row["run_id"] in written])
 
     def observe_commit(
@@ -285,7 +292,7 @@ class CollectorMetrics:
         """Update the budget metrics from rows a commit inserted.
 
         ``calls``/``events`` are store rows; ``runs`` are rows of the ``runs`` rollup (``task_type``,
-        ``stop_reason``, ``total_tokens``) for the runs whose record was inserted;
+        ``stop_reason``, ``total_tokens``, ``team``, ``service_name``) for the runs whose record was inserted;
         ``task_by_run`` maps run ids to task types for events (which carry none).
         """
         cap = self.cap
@@ -315,11 +322,12 @@ class CollectorMetrics:
         for row in runs:
             task = cap("task_type", row.get("task_type"))
             stop = cap("stop_reason", row.get("stop_reason"))
-            self.runs.labels(task, stop).inc()
+            team, service = cap("team", row.get("team")), cap("service", row.get("service_name"))
+            self.runs.labels(task, stop, team, service).inc()
             if row.get("stop_reason") in sc.BUDGET_STOP_REASONS:
-                self.budget_hits.labels(task, stop).inc()
+                self.budget_hits.labels(task, stop, team, service).inc()
             if row.get("total_tokens") is not None:
-                self.run_tokens.labels(task).observe(row["total_tokens"])
+                self.run_tokens.labels(task, team, service).observe(row["total_tokens"])
 
 
 def _counts(*columns) -> dict:

@@ -290,7 +290,9 @@ def write_batch_lake(conn: duckdb.DuckDBPyConnection) -> dict[str, pa.Table | No
             registered.append("touched_runs")
             conn.execute(sql.LAKE_DELETE_TOUCHED_RUNS)
             conn.execute(sql.LAKE_INSERT_TOUCHED_RUNS)
-            runs_rows = runs.select(["run_id", "task_type", "stop_reason", "total_tokens"])
+            runs_rows = runs.select(
+                ["run_id", "task_type", "stop_reason", "total_tokens", "team", "service_name"]
+            )
         conn.execute("COMMIT")
     except BaseException:
         rollback(conn)

@@ -272,7 +272,7 @@ def _upsert_runs() -> str:
         "INSERT INTO runs BY NAME "
         + _RUNS_FROM_TOTALS.format(totals="touched", attribution=_RUN_ATTRIBUTION)
         + f" ON CONFLICT (run_id) DO UPDATE SET {assignments} "
-        "RETURNING run_id, task_type, stop_reason, total_tokens"
+        "RETURNING run_id, task_type, stop_reason, total_tokens, team, service_name"
     )
 
 
