@@ -123,18 +123,18 @@ def _store_of_foreign_and_guard_runs(db_path):
     # another instrumentation: user on the resource (enduser.id), session on the model call span
     other = InMemorySpanExporter()
     foreign = _provider(other, **{sc.ENDUSER_ID: "carol"}).get_tracer("openinference")
-    with foreign.start_as_current_span("agent", attributes={sc.OPENINFERENCE_SPAN_KIND: "AGENT"}):
-        with foreign.start_as_current_span(
-            "llm",
-            attributes={
-                sc.OPENINFERENCE_SPAN_KIND: "LLM",
-                sc.LLM_MODEL_NAME: "gpt-4o",
-                sc.LLM_TOKEN_COUNT_PROMPT: 400,
-                sc.LLM_TOKEN_COUNT_COMPLETION: 0,
-                sc.SESSION_ID: "sess-9",
-            },
-        ):
-            pass
+    llm = {
+        sc.OPENINFERENCE_SPAN_KIND: "LLM",
+        sc.LLM_MODEL_NAME: "gpt-4o",
+        sc.LLM_TOKEN_COUNT_PROMPT: 400,
+        sc.LLM_TOKEN_COUNT_COMPLETION: 0,
+        sc.SESSION_ID: "sess-9",
+    }
+    with (
+        foreign.start_as_current_span("agent", attributes={sc.OPENINFERENCE_SPAN_KIND: "AGENT"}),
+        foreign.start_as_current_span("llm", attributes=llm),
+    ):
+        pass
     exporter = DuckDBSpanExporter(db_path)
     exporter.export(memory.get_finished_spans())
     exporter.export(other.get_finished_spans())

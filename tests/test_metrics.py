@@ -15,7 +15,6 @@ from budgetlens.ingest.metrics import TOKEN_BUCKETS, CollectorMetrics, LabelCap
 from budgetlens.ingest.queue import IngestQueue
 from budgetlens.otlp.mapping import map_request
 
-
 #: The run metrics' attribution labels of a run without a team, from the recorder's service.
 _NO_TEAM = {"team": "unknown", "service": "agent-service"}
 

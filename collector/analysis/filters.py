@@ -189,11 +189,12 @@ def count_runs(conn, f: Filters) -> int:
 
 def filter_options(conn) -> dict[str, list[str]]:
     """Return the values the filters can take: ``task_types``, ``models``, ``services``,
-    ``teams``, ``users`` (sorted)."""
+    ``teams``, ``users``, ``tags`` (``key=value``; sorted)."""
     return {
         "task_types": [r[0] for r in conn.execute(q.OPTION_TASK_TYPES).fetchall()],
         "models": [r[0] for r in conn.execute(q.OPTION_MODELS).fetchall()],
         "services": [r[0] for r in conn.execute(q.OPTION_SERVICES).fetchall()],
         "teams": [r[0] for r in conn.execute(q.OPTION_TEAMS).fetchall()],
         "users": [r[0] for r in conn.execute(q.OPTION_USERS).fetchall()],
+        "tags": [r[0] for r in conn.execute(q.OPTION_TAGS).fetchall()],
     }

@@ -93,6 +93,12 @@ FROM filtered
 
 OPTION_TEAMS = "SELECT DISTINCT team FROM runs WHERE team IS NOT NULL ORDER BY team"
 OPTION_USERS = "SELECT DISTINCT user_id FROM runs WHERE user_id IS NOT NULL ORDER BY user_id"
+#: Every stored tag as ``key=value`` (the values a ``--tag`` filter can take).
+OPTION_TAGS = """
+SELECT DISTINCT j.key || '=' || (j.value ->> '$') AS tag
+FROM (SELECT tags FROM runs WHERE tags IS NOT NULL) AS r, json_each(r.tags) AS j
+ORDER BY tag
+"""
 OPTION_TASK_TYPES = "SELECT DISTINCT task_type FROM runs WHERE task_type IS NOT NULL ORDER BY task_type"
 OPTION_MODELS = """
 SELECT DISTINCT model FROM (
