@@ -155,9 +155,9 @@ def big_store(path: Path, calls: int) -> None:
     with write_connection(path) as conn:
         conn.execute(
             """
-            INSERT INTO model_calls (span_id, run_id, source, task_type, request_model, start_utc,
-                end_utc, turn, input_tokens, output_tokens, cost_usd, usage_status)
-            SELECT 'big-' || i, 'big-run-' || (i // 10), 'bench', 'task-' || (i % 5),
+            INSERT INTO model_calls (call_id, span_id, run_id, source, task_type, request_model,
+                start_utc, end_utc, turn, input_tokens, output_tokens, cost_usd, usage_status)
+            SELECT 'big-' || i, 'big-' || i, 'big-run-' || (i // 10), 'bench', 'task-' || (i % 5),
                 'gpt-4o-mini', TIMESTAMP '2026-01-01' + to_seconds(i),
                 TIMESTAMP '2026-01-01' + to_seconds(i + 1), i % 10, 1000, 100, 0.0002,
                 'reported'

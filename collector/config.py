@@ -125,3 +125,15 @@ def load_document(path: str | os.PathLike, what: str) -> object:
         return json.loads(text)
     except Exception as error:  # JSONDecodeError, TOMLDecodeError, yaml.YAMLError, ...
         raise ValueError(f"{p}: not a valid {what}: {error}") from error
+
+
+#: The shared ledger of spend windows and token pools (``ledger=`` wins): empty or ``memory``
+#: (in-process, the default), ``postgresql://...`` (fleet), ``http://host:4318`` (the
+#: collector's) or ``sqlite:///path`` (budgetlens.guard.ledgers).
+ENV_LEDGER = "BUDGETLENS_LEDGER"
+
+#: Seconds a ledger hold lasts without renewal (default 30): a killed worker's holds end within it.
+ENV_LEDGER_LEASE_S = "BUDGETLENS_LEDGER_LEASE_S"
+
+#: What the guard does when the ledger cannot be reached: ``block`` (default) or ``residual:F``.
+ENV_LEDGER_OFFLINE = "BUDGETLENS_LEDGER_OFFLINE"

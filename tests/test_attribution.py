@@ -109,7 +109,7 @@ def test_a_bad_scope_names_the_rule():
     with pytest.raises(ValueError, match="scope 'team': keys and values must be non-empty strings"):
         SpendTracker({"daily": 1.0}, scope={"team": "a,b"})
     with pytest.raises(ValueError, match="scope must be None or a non-empty mapping"):
-        TokenPool(10, scope="team")
+        TokenPool(10, scope=["team"])
 
 
 # --- the collector: foreign spans and the store -----------------------------------------------
@@ -213,3 +213,15 @@ def test_run_metrics_carry_team_and_service_capped_and_never_the_user():
     assert value("budgetlens_runs_total", {**labels, "team": "other"}) == 2  # past the cap of 2
     text = generate_latest(metrics.registry).decode()
     assert "user" not in text and "r0" not in text
+
+
+def test_a_scope_names_one_shared_ledger_account_whether_said_team_or_tenant(tmp_path):
+    ledger = f"sqlite:///{tmp_path / 'ledger.sqlite3'}"
+    by_team = SpendTracker({"daily": 1.0}, ledger=ledger, scope={"team": "search-infra"})
+    by_tenant = SpendTracker({"daily": 1.0}, ledger=ledger, scope={"tenant": "search-infra"})
+    other = SpendTracker({"daily": 1.0}, ledger=ledger, scope={"team": "ml"})
+    _guard_run(None, "a", [(1_000, 100)], team="search-infra", spend=by_team)  # $0.0035
+    _guard_run(None, "b", [(2_000, 0)], tenant="search-infra", spend=by_tenant)  # $0.005
+    _guard_run(None, "c", [(2_000, 0)], team="search-infra", spend=other)  # not ml's run
+    assert by_team.spent("daily") == pytest.approx(0.0085) == by_tenant.spent("daily")
+    assert other.spent("daily") == 0

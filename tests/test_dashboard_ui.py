@@ -1,4 +1,4 @@
-"""Fast unit tests of the dashboard's pure page helpers (``app_pages/_ui``), beside the Streamlit
+"""Fast unit tests of the dashboard's pure page helpers (``app_pages/_ui``, ``app_pages/_tables``), beside the Streamlit
 AppTests (system) that check the same rules through a rendered page: run links, change against the
 previous period, the low-sample note, the previous window and "how long ago"."""
 
@@ -8,12 +8,12 @@ import datetime as dt
 import urllib.parse
 
 from budgetlens.analysis.views import LOW_SAMPLE_RUNS, Filters
-from budgetlens.dashboard.app_pages import _ui
+from budgetlens.dashboard.app_pages import _tables, _ui
 
 
 def test_a_run_link_opens_the_runs_page_and_encodes_what_a_url_cannot_carry():
-    assert _ui.run_link("run-0001") == "runs?run=run-0001"
-    link = _ui.run_link("a b&c=d#e")
+    assert _tables.run_link("run-0001") == "runs?run=run-0001"
+    link = _tables.run_link("a b&c=d#e")
     assert link.startswith("runs?run=")
     assert " " not in link and "&" not in link and "#" not in link
     assert urllib.parse.unquote(link.removeprefix("runs?run=")) == "a b&c=d#e"

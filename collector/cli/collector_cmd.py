@@ -132,6 +132,7 @@ def run(args) -> int:
         )
         return 1
     with sock:
+        ledger = _open_ledger(db_path)
         app = create_app(
             db_path,
             token=token,
@@ -140,6 +141,7 @@ def run(args) -> int:
             max_journal_bytes=int(args.max_journal_mib * MIB),
             max_inflight_bytes=max_inflight_bytes,
             body_timeout_s=args.body_timeout,
+            ledger=ledger,
         )
         try:  # open (and lock) the journal and replay it before serving; lifespan start no-op
             app.state.ingest.start()
@@ -152,6 +154,17 @@ def run(args) -> int:
         server = _announcing_server(config, db_path=db_path, token_set=bool(token))
         server.run(sockets=[sock])
     return 0 if server.started else 1
+
+
+def _open_ledger(db_path):
+    """The collector's ledger (``/v1/ledger/*``): a SQLite file beside its journal, so spend,
+    holds and settled call ids survive a restart."""
+    from budgetlens.guard.ledgers.local import SqliteLedger
+    from budgetlens.ingest.ledger_api import ledger_path
+
+    path = ledger_path(db_path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return SqliteLedger(path)
 
 
 def _token(argument: str | None) -> tuple[str | None, str | None]:
@@ -184,6 +197,9 @@ def bind_socket(host: str, port: int):
     sock = socket.socket(family, socket.SOCK_STREAM)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        # accepted connections inherit it: a response's headers and body are separate writes,
+        # and without it the body waits for the client's delayed ACK (about 40 ms a request)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         sock.bind((host, port))
     except OSError:
         sock.close()

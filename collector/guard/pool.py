@@ -5,8 +5,9 @@ bounds tokens: pass one pool to every run (``RunBudget(pool=pool)``). A run's re
 drawn from the pool as well as from its own limits, atomically (a reservation that does not fit
 the pool raises ``BudgetExceeded`` with reason ``budget_tokens`` and detail ``token pool NAME``,
 before the call); ``record`` replaces the reservation with the call's tokens (or the
-unknown-usage charge), ``release`` gives it back. Per process and thread-safe; across processes
-the collector's Prometheus metrics carry the fleet's token use.
+unknown-usage charge), ``release`` gives it back. Per process and thread-safe by default; with a
+shared ledger (``ledger=`` or ``BUDGETLENS_LEDGER``, see docs/fleet.md) one pool of a ``scope``
+is drawn from by every process (:mod:`budgetlens.guard.ledgers.accounts`).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import math
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from budgetlens.attribution import check_scope
 from budgetlens.guard.results import BudgetExceeded
@@ -41,10 +43,13 @@ class TokenPool:
     """``max_tokens`` (int >= 0) shared by every run given this pool.
 
     ``name``: shown in refusals and logs; ``alert_at``: fraction in (0, 1] of recorded use at
-    which one :class:`PoolAlert` goes to ``on_alert`` (and a WARNING log), once per pool. ``scope``: None (every run given it) or an
-    attribution mapping such as ``{"team": "search-infra"}``: only runs whose attribution matches it
-    (``RunBudget(team=...)``, see :mod:`budgetlens.attribution`) draw from it; others ignore it. Raises
-    ValueError naming a bad argument.
+    which one :class:`PoolAlert` goes to ``on_alert`` (and a WARNING log), once per pool.
+    ``ledger``: a shared ledger URL, backend or client (default ``BUDGETLENS_LEDGER``; unset =
+    in-process). Raises ValueError naming a bad argument.
+    ``scope``: None (shared by every run given it) or an attribution mapping such as
+    ``{"team": "search-infra"}``: only runs whose attribution matches it (``RunBudget(team=...)``,
+    see :mod:`budgetlens.attribution`) draw from it, others ignore it; with a shared ledger it
+    also names the ledger's account (a plain string scope names an account and matches every run).
     """
 
     def __init__(
@@ -54,7 +59,8 @@ class TokenPool:
         name: str = "default",
         alert_at: float = 0.8,
         on_alert: Callable[[PoolAlert], object] | None = None,
-        scope: Mapping[str, str] | None = None,
+        ledger: Any = None,
+        scope: Mapping[str, str] | str | None = None,
     ) -> None:
         if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 0:
             raise ValueError(f"max_tokens must be an int >= 0 (tokens), got {max_tokens!r}")
@@ -74,44 +80,63 @@ class TokenPool:
         self._used = self._reserved = 0
         self._alerted = False
         self._lock = threading.Lock()
-        self.scope = check_scope(scope)
+        self.scope = None if scope is None or isinstance(scope, str) else check_scope(scope)
+        shared_scope = scope if self.scope is None else self.scope  # tenant -> team: one account
+        self._shared = _shared_pool(ledger, shared_scope, name, max_tokens, alert_at, on_alert)
+
+    @property
+    def shared(self) -> bool:
+        """True when the pool is kept in a shared ledger (not in this process)."""
+        return self._shared is not None
 
     @property
     def used_tokens(self) -> int:
         """Tokens recorded by the runs (unknown-usage charges included)."""
-        return self._used
+        return self._used if self._shared is None else self._shared.used_tokens
 
     @property
     def reserved_tokens(self) -> int:
         """Tokens held by open reservations."""
-        return self._reserved
+        return self._reserved if self._shared is None else self._shared.reserved_tokens
 
     @property
     def remaining_tokens(self) -> int:
         """Tokens left (int, >= 0) after use and open reservations."""
+        if self._shared is not None:
+            return self._shared.remaining_tokens
         with self._lock:
             return max(0, self.max_tokens - self._used - self._reserved)
 
     def check(self) -> None:
         """Raise BudgetExceeded(``budget_tokens``) when the pool is spent (use and open
         reservations reach ``max_tokens``)."""
+        if self._shared is not None:
+            self._shared.check()
+            return
         with self._lock:
             held = self._used + self._reserved
             if held >= self.max_tokens:
                 raise BudgetExceeded(STOP_BUDGET_TOKENS, self.max_tokens, held, 0, self._detail)
 
-    def reserve(self, tokens: int) -> None:
+    def reserve(self, tokens: int, *, call_id: str | None = None) -> None:
         """Hold ``tokens`` (int >= 0) for one call. Raises BudgetExceeded(``budget_tokens``) when
         they do not fit next to use and open reservations (nothing is held then)."""
+        if self._shared is not None:
+            self._shared.reserve(tokens, call_id=call_id)
+            return
         with self._lock:
             held = self._used + self._reserved
             if held + tokens > self.max_tokens:
                 raise BudgetExceeded(STOP_BUDGET_TOKENS, self.max_tokens, held, tokens, self._detail)
             self._reserved += tokens
 
-    def settle(self, reserved_tokens: int, used_tokens: int) -> None:
+    def settle(self, reserved_tokens: int, used_tokens: int, *, call_id: str | None = None) -> None:
         """Replace a reservation of ``reserved_tokens`` with ``used_tokens`` (0: released).
-        Never raises for budget reasons: a call that used more than it reserved is counted."""
+        Never raises for budget reasons: a call that used more than it reserved is counted.
+        With a shared ledger the hold of ``call_id`` is settled, once."""
+        if self._shared is not None:
+            self._shared.settle(reserved_tokens, used_tokens, call_id=call_id)
+            return
         with self._lock:
             self._reserved = max(0, self._reserved - reserved_tokens)
             self._used += used_tokens
@@ -138,3 +163,16 @@ class TokenPool:
                 self._on_alert(alert)
             except Exception:
                 log.exception("token pool on_alert callback failed")
+
+
+def _shared_pool(ledger, scope, name, max_tokens, alert_at, on_alert):
+    """The shared pool for ``ledger`` (argument, else ``BUDGETLENS_LEDGER``); None: in-process."""
+    from budgetlens.guard.ledgers import scope_key, shared_client
+
+    key = scope_key(scope)
+    client = shared_client(ledger)
+    if client is None:
+        return None
+    from budgetlens.guard.ledgers.accounts import SharedPool
+
+    return SharedPool(client, name, max_tokens, scope=key, alert_at=alert_at, on_alert=on_alert)

@@ -77,7 +77,7 @@ class RunState:
         self.run_id = options.run_id or uuid.uuid4().hex
         self.limits: dict[str, float | None] = dict(options.limits)
         self.alert_limits: dict[str, float] = dict(options.alert_limits)
-        self.shared = SharedSteps(*options.scoped())
+        self.shared = SharedSteps(*options.scoped(), self.run_id)
         self.effects = EffectLog(self.run_id)
         self.limit_changes: list[LimitChange] = []
         self.last_actions: tuple[Action, ...] = ()
@@ -204,7 +204,7 @@ class RunState:
             or lim.reserve_stop(limits, use, tokens, output_tokens or 0, cost_usd)
         )
         self._check_turns()
-        self.stop_on(self.shared.reserve(tokens, cost_usd))
+        self.stop_on(self.shared.reserve(tokens, cost_usd, self._next_id + 1))
         self._next_id += 1
         turn = use.turns + len(use.reservations) + 1
         res = Reservation(
@@ -287,7 +287,7 @@ class RunState:
         cost = early[1] if early[0] else (None if usage is None else self._price(model, usage, provider))
         used_before = use.used_tokens
         first_unknown = use.add_call(usage, cost, reserved)  # a turn; releases are not
-        self.shared.settle_pool(reserved, use.used_tokens - used_before)
+        self.shared.settle_pool(res, use.used_tokens - used_before)
         if first_unknown:
             log.warning("run %s: call without usage; charged %d tokens", self.run_id, first_unknown)
         if self.shared.spend is not None:

@@ -6,6 +6,9 @@ step of a run has its shared counterpart, kept here in one place: check before a
 with a reservation, settle when the call is recorded, release when it failed, and settle what is
 still open when the run is reset or finished. A refusal comes back as a
 :class:`budgetlens.guard.stops.Stop` (None: allowed); ``RunBudget`` raises it, under its lock.
+
+Every step names its call (``call_id``: the run id and the reservation's number), so a pool or
+tracker kept in a shared ledger (docs/fleet.md) settles each hold once, by that id.
 """
 
 from __future__ import annotations
@@ -34,16 +37,24 @@ def _refusal(step: Callable[[], object], detail: str | None = None) -> Stop | No
     return None
 
 
+def call_id(res: Reservation | None) -> str | None:
+    """The shared ledgers' id of a reservation (``run id:number``); None for a call recorded
+    without one."""
+    return None if res is None else f"{res.run_id}:{res.id}"
+
+
 class SharedSteps:
     """One run's steps in the shared token pool and spend windows (either may be None: no step).
 
-    ``pool``: a :class:`TokenPool` or None; ``spend``: a :class:`SpendTracker` or None. Tokens are
-    ints, costs USD (float). Never raises for budget reasons: refusals are returned as Stops.
+    ``pool``: a :class:`TokenPool` or None; ``spend``: a :class:`SpendTracker` or None;
+    ``run_id``: names the run's calls in a shared ledger. Tokens are ints, costs USD (float).
+    Never raises for budget reasons: refusals are returned as Stops.
     """
 
-    def __init__(self, pool: TokenPool | None, spend: SpendTracker | None) -> None:
+    def __init__(self, pool: TokenPool | None, spend: SpendTracker | None, run_id: str = "") -> None:
         self.pool = pool
         self.spend = spend
+        self.run_id = run_id
 
     def spend_stop(self) -> Stop | None:
         """``budget_cost`` (detail ``spend window``) when a spend window has reached its limit."""
@@ -55,29 +66,33 @@ class SharedSteps:
         pool = self.pool
         return None if pool is None else _refusal(pool.check)
 
-    def reserve(self, tokens: int, cost_usd: float) -> Stop | None:
-        """Hold ``cost_usd`` in the spend windows, then ``tokens`` in the pool, for one call.
+    def reserve(self, tokens: int, cost_usd: float, number: int = 0) -> Stop | None:
+        """Hold ``cost_usd`` in the spend windows, then ``tokens`` in the pool, for one call (the
+        run's reservation ``number``).
 
         The first refusal is returned and nothing stays held (a spend reservation is given back
         when the pool refuses)."""
         spend, pool = self.spend, self.pool
+        if spend is None and pool is None:
+            return None
+        cid = f"{self.run_id}:{number}"
         if spend is not None:
-            stop = _refusal(lambda: spend.reserve(cost_usd), SPEND_WINDOW_DETAIL)
+            stop = _refusal(lambda: spend.reserve(cost_usd, call_id=cid), SPEND_WINDOW_DETAIL)
             if stop is not None:
                 return stop
         if pool is not None:
-            stop = _refusal(lambda: pool.reserve(tokens))
+            stop = _refusal(lambda: pool.reserve(tokens, call_id=cid))
             if stop is not None:
-                if spend is not None and cost_usd:
-                    spend.release(cost_usd)  # the pool refused: the spend reservation goes back
+                if spend is not None:
+                    spend.release(cost_usd, call_id=cid)  # the pool refused: spend goes back
                 return stop
         return None
 
-    def settle_pool(self, reserved_tokens: int, used_tokens: int) -> None:
-        """Replace a call's pool reservation of ``reserved_tokens`` with the ``used_tokens`` it
+    def settle_pool(self, res: Reservation | None, used_tokens: int) -> None:
+        """Replace a call's pool reservation (``res``; None: none) with the ``used_tokens`` it
         was charged."""
         if self.pool is not None:
-            self.pool.settle(reserved_tokens, used_tokens)
+            self.pool.settle(res.tokens if res else 0, used_tokens, call_id=call_id(res))
 
     def settle_spend(self, res: Reservation | None, cost_usd: float | None, usage_known: bool) -> None:
         """Settle a recorded call in the spend windows: its reservation ``res`` (if any) is given
@@ -86,29 +101,23 @@ class SharedSteps:
         spend = self.spend
         if spend is None:
             return
-        if res is not None and res.cost_usd:
-            spend.release(res.cost_usd)
-        if cost_usd is not None:
-            spend.add(cost_usd)
-        elif res is not None and not usage_known:
-            spend.add(res.cost_usd)
+        charge = cost_usd if cost_usd is not None else (res.cost_usd if res and not usage_known else None)
+        spend.settle(res.cost_usd if res else 0.0, charge, call_id=call_id(res))  # one step
 
     def release(self, res: Reservation) -> None:
         """Give back what ``res`` holds (its call failed before spending anything)."""
-        if res.cost_usd and self.spend is not None:
-            self.spend.release(res.cost_usd)
+        if self.spend is not None:
+            self.spend.release(res.cost_usd, call_id=call_id(res))
         if self.pool is not None:
-            self.pool.settle(res.tokens, 0)
+            self.pool.settle(res.tokens, 0, call_id=call_id(res))
 
     def settle_open(self, ledger: RunLedger, *, charge: bool) -> None:
         """Settle what ``ledger``'s open reservations hold: given back (``charge=False``, at
         ``reset()``), or, at ``finish()``, charged as spent. A call that was reserved but neither
         recorded nor released may have been paid for: its usage is unknown, so it counts as its
         reservation, never as 0 (design §1); the reservation is no longer held either way."""
-        if self.pool is not None:
-            for res in ledger.reservations.values():
-                self.pool.settle(res.tokens, res.tokens if charge else 0)
-        if self.spend is not None and ledger.reserved_cost_usd:
-            self.spend.release(ledger.reserved_cost_usd)
-            if charge:
-                self.spend.add(ledger.reserved_cost_usd)
+        for res in ledger.reservations.values():
+            if self.pool is not None:
+                self.pool.settle(res.tokens, res.tokens if charge else 0, call_id=call_id(res))
+            if self.spend is not None:
+                self.spend.settle(res.cost_usd, res.cost_usd if charge else None, call_id=call_id(res))

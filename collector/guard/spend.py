@@ -18,9 +18,11 @@ cost replaces the estimate; a call without usage keeps the estimate as its charg
 ``release`` gives it back. Spend then passes a limit by at most what one call overshoots its
 own estimate.
 
-This is per process: two processes (or hosts) each sharing their own tracker do not see each
-other's reservations or spend. Fleet-wide spend alerts come from the collector's Prometheus
-metrics (``budgetlens_*`` cost counters aggregated across agents), not from this tracker.
+By default this is per process: two processes (or hosts) each sharing their own tracker do not
+see each other's reservations or spend. With a shared ledger (``ledger=`` or
+``BUDGETLENS_LEDGER``: PostgreSQL, the collector, a SQLite file; see docs/fleet.md) the calendar
+windows of a ``scope`` are kept there and every process reserves against the same window
+(:mod:`budgetlens.guard.ledgers.accounts`).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 from zoneinfo import ZoneInfo
 
 from budgetlens.attribution import check_scope
@@ -76,10 +79,14 @@ class SpendTracker:
     ``limits``: ``{"daily": 20.0, "monthly": 400.0, "24h": 25.0, "30d": 500.0}`` (any subset,
     USD > 0); ``tz``: zoneinfo name for calendar windows; ``alert_at``: fraction in (0, 1];
     ``on_alert``: callable taking a :class:`SpendAlert`; ``clock``: seconds since the epoch
-    (injectable). ``scope``: None (every run given it) or an
-    attribution mapping such as ``{"team": "search-infra"}``: only runs whose attribution matches it
-    (``RunBudget(team=...)``, see :mod:`budgetlens.attribution`) draw from it; others ignore it. Raises ValueError naming an unknown window, a bad limit or time zone.
-    Thread-safe.
+    (injectable). ``ledger``: a shared ledger URL, backend or client (default
+    ``BUDGETLENS_LEDGER``; unset = in-process). Raises
+    ValueError naming an unknown window, a bad limit, time zone, scope or ledger (and a rolling
+    window with a shared ledger). Thread-safe.
+    ``scope``: None (shared by every run given it) or an attribution mapping such as
+    ``{"team": "search-infra"}``: only runs whose attribution matches it (``RunBudget(team=...)``,
+    see :mod:`budgetlens.attribution`) draw from it, others ignore it; with a shared ledger it
+    also names the ledger's account (a plain string scope names an account and matches every run).
     """
 
     def __init__(
@@ -90,7 +97,8 @@ class SpendTracker:
         alert_at: float = 0.8,
         on_alert: Callable[[SpendAlert], object] | None = None,
         clock: Callable[[], float] = time.time,
-        scope: Mapping[str, str] | None = None,
+        ledger: Any = None,
+        scope: Mapping[str, str] | str | None = None,
     ) -> None:
         if not limits:
             raise ValueError(f"limits must name at least one window of {tuple(WINDOWS)}")
@@ -117,7 +125,14 @@ class SpendTracker:
         self._windows = [_Window(name, float(v)) for name, v in limits.items()]
         self._alert_at, self._on_alert, self._clock = alert_at, on_alert, clock
         self._lock = threading.Lock()
-        self.scope = check_scope(scope)
+        self.scope = None if scope is None or isinstance(scope, str) else check_scope(scope)
+        shared_scope = scope if self.scope is None else self.scope  # tenant -> team: one account
+        self._shared = _shared_windows(ledger, shared_scope, limits, tz, alert_at, on_alert, clock)
+
+    @property
+    def shared(self) -> bool:
+        """True when the windows are kept in a shared ledger (not in this process)."""
+        return self._shared is not None
 
     def _period(self, window: _Window, ts: float) -> str:
         local = datetime.fromtimestamp(ts, self._zone)
@@ -138,7 +153,9 @@ class SpendTracker:
         if window.alerted and window.spent < self._alert_at * window.limit:
             window.alerted = False
 
-    def add(self, cost_usd: float, ts: float | None = None) -> list[SpendAlert]:
+    def add(
+        self, cost_usd: float, ts: float | None = None, *, call_id: str | None = None
+    ) -> list[SpendAlert]:
         """Add a cost (USD >= 0) at ``ts`` (default now). Returns the alerts this crossed."""
         if (
             isinstance(cost_usd, bool)
@@ -147,6 +164,8 @@ class SpendTracker:
             or cost_usd < 0
         ):
             raise ValueError(f"cost_usd must be a finite USD amount >= 0, got {cost_usd!r}")
+        if self._shared is not None:
+            return self._shared.add(cost_usd, ts, call_id=call_id)
         now = self._clock() if ts is None else ts
         alerts = []
         with self._lock:
@@ -177,11 +196,25 @@ class SpendTracker:
                     log.exception("spend on_alert callback failed")
         return alerts
 
-    def reserve(self, cost_usd: float) -> None:
+    def settle(self, reserved_usd: float, cost_usd: float | None, *, call_id: str | None = None) -> None:
+        """Replace the reservation of ``reserved_usd`` (``call_id``'s) with the call's
+        ``cost_usd`` (None: nothing charged), in one step with a shared ledger (once per call)."""
+        if self._shared is not None:
+            self._shared.settle(reserved_usd, cost_usd, call_id=call_id)
+            return
+        if reserved_usd:
+            self.release(reserved_usd)
+        if cost_usd is not None:
+            self.add(cost_usd)
+
+    def reserve(self, cost_usd: float, *, call_id: str | None = None) -> None:
         """Reserve an estimated ``cost_usd`` (USD >= 0) in every window, atomically across the runs
         sharing this tracker. Raises BudgetExceeded(``budget_cost``) naming the window, changing
         nothing, when spend plus open reservations plus this estimate would pass a limit (or
         spend has reached it)."""
+        if self._shared is not None:
+            self._shared.reserve(cost_usd, call_id=call_id)
+            return
         now = self._clock()
         with self._lock:
             for w in self._windows:
@@ -198,8 +231,12 @@ class SpendTracker:
             for w in self._windows:
                 w.reserved += cost_usd
 
-    def release(self, reserved_usd: float) -> None:
-        """Give back a reservation of ``reserved_usd`` (USD) made with :meth:`reserve`."""
+    def release(self, reserved_usd: float, *, call_id: str | None = None) -> None:
+        """Give back a reservation of ``reserved_usd`` (USD) made with :meth:`reserve` (with a
+        shared ledger: the hold of ``call_id``; without one its lease ends it)."""
+        if self._shared is not None:
+            self._shared.settle(reserved_usd, None, call_id=call_id)
+            return
         with self._lock:
             for w in self._windows:
                 w.reserved = max(0.0, w.reserved - reserved_usd)
@@ -208,6 +245,8 @@ class SpendTracker:
 
     def reserved(self, window: str) -> float:
         """USD of open reservations in ``window``. Raises KeyError for an unknown window."""
+        if self._shared is not None:
+            return self._shared.reserved(window)
         with self._lock:
             for w in self._windows:
                 if w.name == window:
@@ -216,6 +255,8 @@ class SpendTracker:
 
     def spent(self, window: str) -> float:
         """USD spent in ``window`` now. Raises KeyError for a window the tracker has not."""
+        if self._shared is not None:
+            return self._shared.spent(window)
         with self._lock:
             for w in self._windows:
                 if w.name == window:
@@ -225,6 +266,9 @@ class SpendTracker:
 
     def check(self) -> None:
         """Raise BudgetExceeded(``budget_cost``) when any window has reached its limit."""
+        if self._shared is not None:
+            self._shared.check()
+            return
         now = self._clock()
         with self._lock:
             for w in self._windows:
@@ -233,3 +277,18 @@ class SpendTracker:
                     raise BudgetExceeded(
                         STOP_BUDGET_COST, w.limit, round(w.spent, 6), 0, f"{w.name} spend window {w.period}"
                     )
+
+
+def _shared_windows(ledger, scope, limits, tz, alert_at, on_alert, clock):
+    """The shared windows for ``ledger`` (argument, else ``BUDGETLENS_LEDGER``); None: in-process."""
+    from budgetlens.guard.ledgers import scope_key, shared_client
+
+    key = scope_key(scope)
+    client = shared_client(ledger)
+    if client is None:
+        return None  # in-process: the tracker is its own scope
+    from budgetlens.guard.ledgers.accounts import SharedWindows
+
+    return SharedWindows(
+        client, dict(limits), tz=tz, scope=key, alert_at=alert_at, on_alert=on_alert, clock=clock
+    )

@@ -18,6 +18,9 @@ Routes:
   (408, or that 503 when its body does not arrive in time) has its connection closed. Error bodies are a ``google.rpc.Status`` (code,
   message) in the request's encoding, as OTLP/HTTP asks (protobuf, or JSON
   ``{"code": N, "message": "..."}``; text/plain when the content type was not OTLP).
+- ``POST /v1/ledger/{reserve,settle,renew,balances}``: the shared ledger of spend windows and
+  token pools for the processes of this machine (same bearer token;
+  ``budgetlens.ingest.ledger_api``).
 - ``GET /metrics``: Prometheus text exposition of ``CollectorMetrics``.
 - ``GET /healthz``: ``{"status": "ok", "queue_spans": N, "backlog_spans": N, "backlog_bytes": B,
   "journal_budget_bytes": B, "loader_lag_s": S, "store_error": null, "inflight_bytes": B}``
@@ -41,7 +44,10 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
+from budgetlens.guard.ledgers.local import SqliteLedger
+from budgetlens.guard.ledgers.protocol import Ledger
 from budgetlens.ingest.decode_pool import DecodePool, DecodeUnavailable, Prepared
+from budgetlens.ingest.ledger_api import ledger_routes
 from budgetlens.ingest.metrics import CollectorMetrics
 from budgetlens.ingest.queue import (
     DEFAULT_MAX_JOURNAL_BYTES,
@@ -258,6 +264,7 @@ def create_app(
     metrics: CollectorMetrics | None = None,
     ingest: IngestQueue | None = None,
     decode_pool: DecodePool | None = None,
+    ledger: Ledger | None = None,
 ) -> Starlette:
     """Build the ASGI app writing to the DuckDB file ``db_path``.
 
@@ -267,6 +274,8 @@ def create_app(
     journal backlog at which intake answers 503 (``budgetlens.ingest.queue``).
     ``max_inflight_bytes``: cap on request body bytes held at once (503 + Retry-After beyond);
     ``body_timeout_s``: time to receive a whole body (408 after it).
+    ``ledger``: the state behind ``/v1/ledger/*`` (default: a SQLite ledger in memory; the
+    ``collector`` command keeps it in a file next to the journal).
     ``metrics``/``ingest``/``decode_pool`` may be injected (tests); the app starts the ingest
     writer and the decode workers on startup and, on shutdown (SIGTERM under uvicorn), commits
     what is pending before it exits.
@@ -301,6 +310,7 @@ def create_app(
             Route("/v1/traces", receiver.traces, methods=["POST"]),
             Route("/metrics", receiver.metrics_endpoint, methods=["GET"]),
             Route("/healthz", receiver.healthz, methods=["GET"]),
+            *ledger_routes(ledger if ledger is not None else SqliteLedger(), receiver.authorized),
         ],
         lifespan=receiver.lifespan,
     )
