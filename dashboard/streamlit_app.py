@@ -268,7 +268,7 @@ def sidebar_filters():
         elif isinstance(days, (int, float)):
             windowed = window_filters(days)
             start_utc, end_utc = windowed.start_utc, windowed.end_utc
-        chosen = {
+        picked = {
             option: tuple(
                 st.multiselect(label, options[option], key=key, placeholder=f"All {label.lower()}s")
             )
@@ -277,12 +277,12 @@ def sidebar_filters():
     chosen_filters = Filters(
         start_utc=start_utc,
         end_utc=end_utc,
-        task_types=chosen["task_types"],
-        models=chosen["models"],
-        services=chosen["services"],
-        teams=chosen["teams"],
-        users=chosen["users"],
-        tags=tuple(tuple(tag.split("=", 1)) for tag in chosen["tags"]),
+        task_types=picked["task_types"],
+        models=picked["models"],
+        services=picked["services"],
+        teams=picked["teams"],
+        users=picked["users"],
+        tags=tuple(tuple(tag.split("=", 1)) for tag in picked["tags"]),
         tz=tz,
     )
     _save_url(chosen_filters, window)
