@@ -282,7 +282,7 @@ def sidebar_filters():
         services=picked["services"],
         teams=picked["teams"],
         users=picked["users"],
-        tags=tuple(tuple(tag.split("=", 1)) for tag in picked["tags"]),
+        tags=tuple(tag.partition("=")[::2] for tag in picked["tags"]),
         tz=tz,
     )
     _save_url(chosen_filters, window)
