@@ -39,6 +39,13 @@ SERVICE_TIER_REQUEST_ATTRIBUTES = (
     "gen_ai.request.service_tier",
 )
 SERVICE_NAME = "service.name"
+#: Who a call or run is for (OTel general conventions; OpenInference uses the same two names).
+USER_ID = "user.id"
+SESSION_ID = "session.id"
+ENDUSER_ID = "enduser.id"
+ENDUSER_PSEUDO_ID = "enduser.pseudo.id"
+#: The GenAI conventions' conversation (a session of a chat).
+GEN_AI_CONVERSATION_ID = "gen_ai.conversation.id"
 ERROR_TYPE = "error.type"
 
 #: gen_ai.operation.name values used by budgetlens spans.
@@ -50,6 +57,14 @@ OPERATION_EXECUTE_TOOL = "execute_tool"
 BUDGET_RUN_ID = "budgetlens.run_id"
 BUDGET_TASK_TYPE = "budgetlens.task_type"
 BUDGET_TURN = "budgetlens.turn"
+#: Attribution on the run span (and read from any span or resource): see budgetlens.attribution.
+#: ``budgetlens.tenant`` is ``budgetlens.team``'s other name; tags are ``budgetlens.tag.<key>``.
+BUDGET_SERVICE = "budgetlens.service"
+BUDGET_TEAM = "budgetlens.team"
+BUDGET_TENANT = "budgetlens.tenant"
+BUDGET_USER = "budgetlens.user"
+BUDGET_SESSION_ID = "budgetlens.session_id"
+BUDGET_TAG_PREFIX = "budgetlens.tag."
 BUDGET_TURNS = "budgetlens.turns"
 BUDGET_TOOL_CALLS = "budgetlens.tool_calls"
 BUDGET_RESERVED_TOKENS = "budgetlens.reserved_tokens"

@@ -34,7 +34,7 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 import duckdb
 import streamlit as st
 
-from budgetlens.analysis import censoring, views, whatif
+from budgetlens.analysis import censoring, spenders, views, whatif
 from budgetlens.analysis import drift as drift_analysis
 from budgetlens.analysis import runaways as runaways_analysis
 from budgetlens.analysis.views import Filters
@@ -233,7 +233,8 @@ def _without_window(arg: Any) -> Any:
 # --- the typed loaders (one per analysis view; shapes as documented there) -----------------------
 #: (oldest run start, newest run start, runs) of the whole store (naive UTC).
 data_extent = cached(views.data_extent)
-#: The values the sidebar filters can take: ``task_types``, ``models``, ``services``.
+#: The values the sidebar filters can take: ``task_types``, ``models``, ``services``, ``teams``,
+#: ``users``, ``tags``.
 filter_options = cached(views.filter_options)
 #: What the window of ``f`` keeps and leaves out of its scope.
 window_coverage = cached(views.window_coverage)
@@ -261,6 +262,8 @@ cost_per_run = cached(views.cost_per_run)
 token_distribution = cached(views.token_distribution)
 #: The ``limit`` most expensive priced runs.
 top_runs = cached(views.top_runs)
+#: Who spent it: spend and runs per team, user or service.
+spend_by = cached(spenders.spend_by)
 #: One row per run, newest first.
 runs_table = cached(views.runs_table)
 #: One run with its calls and events, None when it is not in the store.

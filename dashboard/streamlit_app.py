@@ -44,7 +44,19 @@ URL_PARAMS = {
     "task_type": "app_task_types",
     "model": "app_models",
     "service": "app_services",
+    "team": "app_teams",
+    "user": "app_users",
+    "tag": "app_tags",
 }
+#: The multiselect filters: (URL parameter, widget key, ``filter_options`` key, label).
+_CHOICES = (
+    ("task_type", "app_task_types", "task_types", "Task type"),
+    ("model", "app_models", "models", "Model"),
+    ("service", "app_services", "services", "Service"),
+    ("team", "app_teams", "teams", "Team"),
+    ("user", "app_users", "users", "User"),
+    ("tag", "app_tags", "tags", "Tag"),
+)
 FAVICON = HERE / "favicon.png"
 REFRESH = {"Off": None, "5 s": 5, "30 s": 30}
 #: While the store is unavailable the app retries this often (seconds), refresh on or off.
@@ -166,11 +178,7 @@ def _load_url(options: dict[str, list[str]]) -> None:
     st.session_state["app_window"] = _window_label(params.get("window")) or DEFAULT_WINDOW
     wanted_tz = params.get("tz") or "UTC"
     st.session_state["app_tz"] = wanted_tz if wanted_tz in zoneinfo.available_timezones() else "UTC"
-    for param, key, option in (
-        ("task_type", "app_task_types", "task_types"),
-        ("model", "app_models", "models"),
-        ("service", "app_services", "services"),
-    ):
+    for param, key, option, _ in _CHOICES:
         st.session_state[key] = [v for v in params.get_all(param) if v in options[option]]
     if st.session_state["app_window"] == "Custom range":
         try:
@@ -184,7 +192,7 @@ def _load_url(options: dict[str, list[str]]) -> None:
 #: The sidebar widgets' values outlive a run that draws no sidebar (Streamlit drops a widget's
 #: state when a run does not draw it: a page switch, a store that was briefly unavailable).
 _SAVED_KEY = "app_saved_filters"
-_WIDGET_KEYS = ("app_window", "app_tz", "app_range", "app_task_types", "app_models", "app_services")
+_WIDGET_KEYS = ("app_window", "app_tz", "app_range", *(key for _, key, _, _ in _CHOICES))
 
 
 def _restore_widgets() -> None:
@@ -200,7 +208,15 @@ def _save_url(f, window: str) -> None:
         chosen: tuple = tuple(st.session_state.get("app_range") or ())
         if len(chosen) == 2:
             wanted["from"], wanted["to"] = chosen[0].isoformat(), chosen[1].isoformat()
-    for param, values in (("task_type", f.task_types), ("model", f.models), ("service", f.services)):
+    tags = tuple(f"{k}={v}" for k, v in f.tags)
+    for param, values in (
+        ("task_type", f.task_types),
+        ("model", f.models),
+        ("service", f.services),
+        ("team", f.teams),
+        ("user", f.users),
+        ("tag", tags),
+    ):
         if values:
             wanted[param] = list(values)
     current = {k: st.query_params.get_all(k) for k in st.query_params}
@@ -253,19 +269,21 @@ def sidebar_filters():
         elif isinstance(days, (int, float)):
             windowed = window_filters(days)
             start_utc, end_utc = windowed.start_utc, windowed.end_utc
-        task_types = st.multiselect(
-            "Task type", options["task_types"], key="app_task_types", placeholder="All task types"
-        )
-        models = st.multiselect("Model", options["models"], key="app_models", placeholder="All models")
-        services = st.multiselect(
-            "Service", options["services"], key="app_services", placeholder="All services"
-        )
+        picked = {
+            option: tuple(
+                st.multiselect(label, options[option], key=key, placeholder=f"All {label.lower()}s")
+            )
+            for _, key, option, label in _CHOICES
+        }
     chosen_filters = Filters(
         start_utc=start_utc,
         end_utc=end_utc,
-        task_types=tuple(task_types),
-        models=tuple(models),
-        services=tuple(services),
+        task_types=picked["task_types"],
+        models=picked["models"],
+        services=picked["services"],
+        teams=picked["teams"],
+        users=picked["users"],
+        tags=tuple(tag.partition("=")[::2] for tag in picked["tags"]),
         tz=tz,
     )
     _save_url(chosen_filters, window)

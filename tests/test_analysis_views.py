@@ -261,6 +261,8 @@ def test_runs_table_is_newest_first_searchable_and_paged(conn):
         "run_id",
         "task_type",
         "service_name",
+        "team",
+        "user_id",
         "models",
         "start_utc",
         "turns",

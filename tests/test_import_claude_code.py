@@ -293,3 +293,17 @@ def test_a_file_without_claude_code_lines_holds_no_run(tmp_path):
     report = ImportReport()
     assert list(read_rows("claude-code", [path], report=report)) == []
     assert report.files_without_runs == [str(path)] and report.bad_line_count == 0
+
+
+def test_each_run_carries_its_transcripts_session_id_as_attribution(transcripts, db_path):
+    import_paths("claude-code", [transcripts], db_path)
+    runs = _runs(db_path)
+    session_ids = set()
+    for path in transcripts.rglob("*.jsonl"):
+        for line in path.read_text().splitlines():
+            if '"sessionId"' in line:
+                session_ids.add(json.loads(line)["sessionId"])
+    assert runs and all(
+        run["session_id"] == run_id.removeprefix("claude-code:") for run_id, run in runs.items()
+    )
+    assert {run["session_id"] for run in runs.values()} <= session_ids

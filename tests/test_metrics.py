@@ -15,6 +15,9 @@ from budgetlens.ingest.metrics import TOKEN_BUCKETS, CollectorMetrics, LabelCap
 from budgetlens.ingest.queue import IngestQueue
 from budgetlens.otlp.mapping import map_request
 
+#: The run metrics' attribution labels of a run without a team, from the recorder's service.
+_NO_TEAM = {"team": "unknown", "service": "agent-service"}
+
 
 def _commit(db_path, metrics, spans):
     queue = IngestQueue(db_path, metrics=metrics).start()
@@ -29,8 +32,16 @@ def test_budget_metrics_count_committed_runs_calls_tokens_and_hits(db_path):
     recorder.guard_run("r2", "triage", [("gpt-4o", 300, 80)], stop_reason=sc.STOP_BUDGET_TOKENS)
     _commit(db_path, metrics, recorder.spans())
     value = metrics.registry.get_sample_value
-    assert value("budgetlens_runs_total", {"task_type": "triage", "stop_reason": "completed"}) == 1
-    assert value("budgetlens_budget_hits_total", {"task_type": "triage", "stop_reason": "budget_tokens"}) == 1
+    assert (
+        value("budgetlens_runs_total", {"task_type": "triage", "stop_reason": "completed", **_NO_TEAM}) == 1
+    )
+    assert (
+        value(
+            "budgetlens_budget_hits_total",
+            {"task_type": "triage", "stop_reason": "budget_tokens", **_NO_TEAM},
+        )
+        == 1
+    )
     assert (
         value("budgetlens_tokens_total", {"task_type": "triage", "model": "gpt-4o", "token_type": "input"})
         == 400
@@ -39,8 +50,8 @@ def test_budget_metrics_count_committed_runs_calls_tokens_and_hits(db_path):
         500e-6
     )
     assert value("budgetlens_interventions_total", {"task_type": "triage", "kind": "warning"}) == 1
-    assert value("budgetlens_run_tokens_count", {"task_type": "triage"}) == 2
-    assert value("budgetlens_run_tokens_bucket", {"task_type": "triage", "le": "256.0"}) == 1
+    assert value("budgetlens_run_tokens_count", {"task_type": "triage", **_NO_TEAM}) == 2
+    assert value("budgetlens_run_tokens_bucket", {"task_type": "triage", "le": "256.0", **_NO_TEAM}) == 1
     assert value("budgetlens_commit_duration_seconds_count") == 1
 
 
@@ -79,7 +90,7 @@ def test_a_resent_batch_does_not_count_twice(db_path):
     _commit(db_path, metrics, recorder.spans())
     assert (
         metrics.registry.get_sample_value(
-            "budgetlens_runs_total", {"task_type": "triage", "stop_reason": "completed"}
+            "budgetlens_runs_total", {"task_type": "triage", "stop_reason": "completed", **_NO_TEAM}
         )
         == 1
     )
@@ -104,7 +115,7 @@ def test_label_values_past_the_cap_fold_into_other_and_run_ids_are_never_labels(
     assert "run-0" not in text and "run_id" not in text
     assert (
         metrics.registry.get_sample_value(
-            "budgetlens_runs_total", {"task_type": "other", "stop_reason": "completed"}
+            "budgetlens_runs_total", {"task_type": "other", "stop_reason": "completed", **_NO_TEAM}
         )
         == 2
     )

@@ -5,6 +5,7 @@ with the queries that need nothing else (``data_extent``, ``count_runs``, ``filt
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import numbers
 import re
@@ -16,6 +17,7 @@ import pandas as pd
 
 from budgetlens.analysis import queries as q
 from budgetlens.analysis.values import scalar
+from budgetlens.attribution import tags_json
 
 __all__ = [
     "DEFAULT_WINDOW_DAYS",
@@ -41,8 +43,10 @@ class Filters:
     """The shared filters of every page and command.
 
     ``start_utc`` inclusive and ``end_utc`` exclusive are naive UTC datetimes (an aware one is
-    converted), None = no bound. Empty tuples mean "all". ``tz`` is an IANA zone name for the
-    day/hour buckets. Raises ValueError naming the field for an unknown zone or a reversed window.
+    converted), None = no bound. Empty tuples mean "all". ``teams``/``users``: a run matches
+    when its team (= tenant) / user is in the tuple; ``tags``: ``(key, value)`` pairs a run must
+    all carry. ``tz`` is an IANA zone name for the day/hour buckets. Raises ValueError naming the
+    field for an unknown zone, a reversed window or a tag that is not a (key, value) pair.
     """
 
     start_utc: dt.datetime | None = None
@@ -51,6 +55,9 @@ class Filters:
     models: tuple[str, ...] = ()
     services: tuple[str, ...] = ()
     tz: str = "UTC"
+    teams: tuple[str, ...] = ()
+    users: tuple[str, ...] = ()
+    tags: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self):
         for name in ("start_utc", "end_utc"):
@@ -60,8 +67,12 @@ class Filters:
             if value is not None and value.tzinfo is not None:
                 naive = value.astimezone(dt.UTC).replace(tzinfo=None)
                 object.__setattr__(self, name, naive)
-        for name in ("task_types", "models", "services"):
+        for name in ("task_types", "models", "services", "teams", "users"):
             object.__setattr__(self, name, tuple(getattr(self, name) or ()))
+        tags = tuple(tuple(pair) for pair in self.tags or ())
+        if not all(len(pair) == 2 and all(isinstance(p, str) for p in pair) for pair in tags):
+            raise ValueError(f"Filters.tags must be (key, value) pairs of strings, got {self.tags!r}")
+        object.__setattr__(self, "tags", tags)
         try:
             zoneinfo.ZoneInfo(self.tz)
         except (zoneinfo.ZoneInfoNotFoundError, ValueError, TypeError):
@@ -77,8 +88,15 @@ class Filters:
             "task_types": list(self.task_types),
             "models": list(self.models),
             "services": list(self.services),
+            "teams": list(self.teams),
+            "users": list(self.users),
+            "tags": tags_json(dict(self.tags)) or "{}",
             "tz": self.tz,
         }
+
+    def scope(self) -> Filters:
+        """These filters without the time bounds (what ``window_coverage`` counts against)."""
+        return dataclasses.replace(self, start_utc=None, end_utc=None)
 
 
 def utc_now() -> dt.datetime:
@@ -134,8 +152,7 @@ class WindowCoverage:
 def window_coverage(conn, f: Filters) -> WindowCoverage:
     """Count what the window of ``f`` keeps and leaves out of its scope (one pass over the runs
     of the scope; statement ``budgetlens.analysis.queries.WINDOW_COVERAGE``)."""
-    scope = Filters(task_types=f.task_types, models=f.models, services=f.services, tz=f.tz)
-    params = {**scope.params(), "window_start": f.start_utc, "window_end": f.end_utc}
+    params = {**f.scope().params(), "window_start": f.start_utc, "window_end": f.end_utc}
     row = run_query(conn, q.WINDOW_COVERAGE, params).iloc[0]
     total, before, after = (int(row[c] or 0) for c in ("total", "n_before", "n_after"))
     return WindowCoverage(
@@ -171,9 +188,13 @@ def count_runs(conn, f: Filters) -> int:
 
 
 def filter_options(conn) -> dict[str, list[str]]:
-    """Return the values the filters can take: ``task_types``, ``models``, ``services`` (sorted)."""
+    """Return the values the filters can take: ``task_types``, ``models``, ``services``,
+    ``teams``, ``users``, ``tags`` (``key=value``; sorted)."""
     return {
         "task_types": [r[0] for r in conn.execute(q.OPTION_TASK_TYPES).fetchall()],
         "models": [r[0] for r in conn.execute(q.OPTION_MODELS).fetchall()],
         "services": [r[0] for r in conn.execute(q.OPTION_SERVICES).fetchall()],
+        "teams": [r[0] for r in conn.execute(q.OPTION_TEAMS).fetchall()],
+        "users": [r[0] for r in conn.execute(q.OPTION_USERS).fetchall()],
+        "tags": [r[0] for r in conn.execute(q.OPTION_TAGS).fetchall()],
     }

@@ -10,6 +10,9 @@ Shared parameters of the run filter (``FILTERED``):
 - ``$start_utc`` / ``$end_utc``: naive UTC timestamps, inclusive / exclusive, NULL = no bound;
 - ``$task_types``, ``$models``, ``$services``: VARCHAR lists, empty = all; a run matches the
   model filter when any of its models (``runs.models``, comma-separated) is in the list;
+- ``$teams``, ``$users``: VARCHAR lists, empty = all (``runs.team``, ``runs.user_id``);
+- ``$tags``: a JSON object of tags a run must all carry (``'{}'`` = all): ``runs.tags``
+  (a JSON object) contains it;
 - ``$tz``: IANA time zone for day/hour buckets (stored times are UTC; buckets are local).
 
 Percentiles are ``quantile_cont`` (linear interpolation between closest ranks, as numpy's
@@ -32,6 +35,9 @@ filtered AS (
            OR list_has_any(string_split(models, ','), CAST($models AS VARCHAR[])))
       AND (len(CAST($services AS VARCHAR[])) = 0
            OR list_contains(CAST($services AS VARCHAR[]), service_name))
+      AND (len(CAST($teams AS VARCHAR[])) = 0 OR list_contains(CAST($teams AS VARCHAR[]), team))
+      AND (len(CAST($users AS VARCHAR[])) = 0 OR list_contains(CAST($users AS VARCHAR[]), user_id))
+      AND (CAST($tags AS VARCHAR) = '{}' OR coalesce(json_contains(tags, CAST($tags AS VARCHAR)), false))
 )"""
 
 #: Day and hour buckets are local to ``$tz``. Converting every run's time is the costly part
@@ -85,6 +91,14 @@ SELECT count(*) AS total,
 FROM filtered
 """
 
+OPTION_TEAMS = "SELECT DISTINCT team FROM runs WHERE team IS NOT NULL ORDER BY team"
+OPTION_USERS = "SELECT DISTINCT user_id FROM runs WHERE user_id IS NOT NULL ORDER BY user_id"
+#: Every stored tag as ``key=value`` (the values a ``--tag`` filter can take).
+OPTION_TAGS = """
+SELECT DISTINCT j.key || '=' || (j.value ->> '$') AS tag
+FROM (SELECT tags FROM runs WHERE tags IS NOT NULL) AS r, json_each(r.tags) AS j
+ORDER BY tag
+"""
 OPTION_TASK_TYPES = "SELECT DISTINCT task_type FROM runs WHERE task_type IS NOT NULL ORDER BY task_type"
 OPTION_MODELS = """
 SELECT DISTINCT model FROM (

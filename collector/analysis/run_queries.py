@@ -13,6 +13,8 @@ RUN_TABLE_COLUMNS = (
     "run_id",
     "task_type",
     "service_name",
+    "team",
+    "user_id",
     "models",
     "start_utc",
     "turns",
@@ -36,7 +38,7 @@ ORDER BY cost_usd DESC, run_id
 LIMIT $limit
 """
 
-#: ``$search`` matches (case-insensitive substring) the run id, task type, service, models, stop
+#: ``$search`` matches (case-insensitive substring) the run id, task type, service, team, user, models, stop
 #: reason or usage status; '' matches every run. Newest first.
 RUNS_TABLE = f"""
 WITH {FILTERED}
@@ -46,6 +48,8 @@ WHERE $search = ''
    OR contains(lower(run_id), lower($search))
    OR contains(lower(coalesce(task_type, '')), lower($search))
    OR contains(lower(coalesce(service_name, '')), lower($search))
+   OR contains(lower(coalesce(team, '')), lower($search))
+   OR contains(lower(coalesce(user_id, '')), lower($search))
    OR contains(lower(coalesce(models, '')), lower($search))
    OR contains(lower(coalesce(stop_reason, '')), lower($search))
    OR contains(lower(coalesce(usage_status, '')), lower($search))

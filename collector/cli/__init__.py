@@ -26,6 +26,7 @@ COMMANDS = (
     "hit_rate",
     "whatif",
     "runaways",
+    "spend",
     "reprice",
     "store_cmd",
 )

@@ -38,6 +38,8 @@ _SCOPES = (
     ("task_type", "task_types", "task type"),
     ("model", "models", "model"),
     ("service", "services", "service"),
+    ("team", "teams", "team"),
+    ("user", "users", "user"),
 )
 
 
@@ -51,18 +53,70 @@ def add_window_arguments(parser: argparse.ArgumentParser) -> None:
         help="days up to now (default: 14; 0 = all runs); a note says how many runs the window "
         "leaves out and when the newest run started",
     )
-    parser.add_argument(
+    add_filter_arguments(parser)
+
+
+def _tag(text: str) -> tuple[str, str]:
+    from budgetlens.attribution import parse_tag_filter
+
+    try:
+        return parse_tag_filter(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
+def add_filter_arguments(parser: argparse.ArgumentParser) -> None:
+    """The run filters every analysis command shares (one argument group, ``filters``): task
+    type, model, service, team (= tenant), user, tag; each repeatable. Values of one option are
+    alternatives; different options (and every ``--tag``) must all hold."""
+    group = parser.add_argument_group("filters", "only the runs that match (each option repeatable)")
+    group.add_argument(
         "--task-type", action="append", default=[], metavar="NAME", help="only this task type (repeatable)"
     )
-    parser.add_argument(
+    group.add_argument(
         "--model",
         action="append",
         default=[],
         metavar="NAME",
         help="only runs that used this model (repeatable)",
     )
-    parser.add_argument(
+    group.add_argument(
         "--service", action="append", default=[], metavar="NAME", help="only this service (repeatable)"
+    )
+    group.add_argument(
+        "--team",
+        "--tenant",
+        dest="team",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="only runs of this team (= tenant; repeatable)",
+    )
+    group.add_argument(
+        "--user", action="append", default=[], metavar="ID", help="only runs of this user (repeatable)"
+    )
+    group.add_argument(
+        "--tag",
+        action="append",
+        default=[],
+        type=_tag,
+        metavar="KEY=VALUE",
+        help="only runs carrying this tag (repeatable: every tag must match)",
+    )
+
+
+def filters_of(args, **kw):
+    """The ``Filters`` of the filter arguments (``kw``: the other fields, e.g. the window)."""
+    from budgetlens.analysis import views as analysis
+
+    return analysis.Filters(
+        task_types=tuple(args.task_type),
+        models=tuple(args.model),
+        services=tuple(args.service),
+        teams=tuple(args.team),
+        users=tuple(args.user),
+        tags=tuple(args.tag),
+        **kw,
     )
 
 
@@ -96,7 +150,7 @@ def analysis_session(args):
     is missing, is not a DuckDB file or has no runs, ValueError for a negative or NaN window.
 
     Prints to stderr (never to stdout) a note naming the values that exist when a
-    --task-type/--model/--service value matches no run, and one when the window leaves runs out:
+    --task-type/--model/--service/--team/--user value matches no run, and one when the window leaves runs out:
     ``window: last 14 days up to now keeps 2 of 41 runs (newest run 2026-05-11 08:00 UTC); use
     --window-days 0 for all``.
     """
@@ -117,15 +171,16 @@ def analysis_session(args):
                 "`budgetlens import` or `budgetlens collector`"
             )
         _note_unknown_scope(conn, args)
-        filters = analysis.Filters(
-            task_types=tuple(args.task_type), models=tuple(args.model), services=tuple(args.service)
-        )
+        filters = filters_of(args)
         if args.window_days:
             windowed = analysis.window_filters(
                 args.window_days,
                 task_types=filters.task_types,
                 models=filters.models,
                 services=filters.services,
+                teams=filters.teams,
+                users=filters.users,
+                tags=filters.tags,
             )
             coverage = analysis.window_coverage(conn, windowed)
             if coverage.left_out:

@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from budgetlens import semconv as sc
+from budgetlens.attribution import Attribution
 from budgetlens.guard.events import OnEvent, as_callbacks
 from budgetlens.guard.pool import TokenPool
 from budgetlens.guard.results import BudgetEvent, RunResult
@@ -156,7 +157,9 @@ class RunOptions:
     default ``gen_ai.provider.name``. ``model_chain``: model names (strings), best first.
 
     ``limits``: every :data:`budgetlens.limits.LIMIT_KEYS` name (None: no limit), as
-    :func:`budgetlens.limits.resolve_limits`; ``model_chain``: a tuple of model names;
+    :func:`budgetlens.limits.resolve_limits`; ``attribution``: who the run belongs to
+    (:class:`budgetlens.attribution.Attribution`, from ``service``, ``team``/``tenant``, ``user``,
+    ``session_id`` and ``tags``); ``model_chain``: a tuple of model names;
     ``callbacks``: ``on_event`` as a tuple of callables; ``alert_limits``: the alert-only limits
     set (None entries dropped). Build it with :meth:`build`, which raises ValueError naming a bad
     argument and the rule.
@@ -180,6 +183,17 @@ class RunOptions:
     pool: TokenPool | None = None
     alert_limits: Mapping[str, float] = dataclasses.field(default_factory=dict)
     retry_policy: Callable[[RunResult], bool] | None = None
+    attribution: Attribution = dataclasses.field(default_factory=Attribution)
+
+    def scoped(self) -> tuple[TokenPool | None, SpendTracker | None]:
+        """(pool, spend) that apply to this run: a pool or tracker with a ``scope`` that this
+        run's attribution does not match is left out (it budgets other runs)."""
+        pool, spend = self.pool, self.spend
+        if pool is not None and not self.attribution.matches(pool.scope):
+            pool = None
+        if spend is not None and not self.attribution.matches(spend.scope):
+            spend = None
+        return pool, spend
 
     @classmethod
     def build(
@@ -189,11 +203,19 @@ class RunOptions:
         model_chain: Iterable[str] = (),
         on_event: OnEvent = None,
         alert_limits: Mapping[str, float | None] | None = None,
+        service: Any = None,
+        team: Any = None,
+        tenant: Any = None,
+        user: Any = None,
+        session_id: Any = None,
+        tags: Any = None,
         **options: Any,
     ) -> RunOptions:
         """Check ``limits`` (constructor names), the options and ``on_event``, ``alert_limits``,
-        ``pool`` and ``retry_policy``, in that order. ``options``: the other fields by name.
-        Raises ValueError naming the first bad argument and the rule."""
+        ``pool``, ``retry_policy`` and the attribution (``service``, ``team``/``tenant``,
+        ``user``, ``session_id``, ``tags``: :meth:`budgetlens.attribution.Attribution.build`), in
+        that order. ``options``: the other fields by name. Raises ValueError naming the first
+        bad argument and the rule."""
         resolved = resolve_limits(limits, default=not alert_limits)
         defaults = {
             f.name: f.default for f in dataclasses.fields(cls) if f.default is not dataclasses.MISSING
@@ -217,4 +239,14 @@ class RunOptions:
             raise ValueError(
                 f"retry_policy must be a callable taking a RunResult, or None; got {retry_policy!r}"
             )
-        return cls(resolved, model_chain=chain, callbacks=callbacks, alert_limits=alerts, **options)
+        attribution = Attribution.build(
+            service=service, team=team, tenant=tenant, user=user, session_id=session_id, tags=tags
+        )
+        return cls(
+            resolved,
+            model_chain=chain,
+            callbacks=callbacks,
+            alert_limits=alerts,
+            attribution=attribution,
+            **options,
+        )

@@ -15,10 +15,11 @@ from __future__ import annotations
 import logging
 import math
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from budgetlens.attribution import check_scope
 from budgetlens.guard.results import BudgetExceeded
 from budgetlens.semconv import STOP_BUDGET_TOKENS
 
@@ -44,8 +45,11 @@ class TokenPool:
     ``name``: shown in refusals and logs; ``alert_at``: fraction in (0, 1] of recorded use at
     which one :class:`PoolAlert` goes to ``on_alert`` (and a WARNING log), once per pool.
     ``ledger``: a shared ledger URL, backend or client (default ``BUDGETLENS_LEDGER``; unset =
-    in-process); ``scope``: an attribution key (None: shared by everyone), see
-    :func:`budgetlens.guard.ledgers.scope_key`. Raises ValueError naming a bad argument.
+    in-process). Raises ValueError naming a bad argument.
+    ``scope``: None (shared by every run given it) or an attribution mapping such as
+    ``{"team": "search-infra"}``: only runs whose attribution matches it (``RunBudget(team=...)``,
+    see :mod:`budgetlens.attribution`) draw from it, others ignore it; with a shared ledger it
+    also names the ledger's account (a plain string scope names an account and matches every run).
     """
 
     def __init__(
@@ -56,7 +60,7 @@ class TokenPool:
         alert_at: float = 0.8,
         on_alert: Callable[[PoolAlert], object] | None = None,
         ledger: Any = None,
-        scope: Any = None,
+        scope: Mapping[str, str] | str | None = None,
     ) -> None:
         if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 0:
             raise ValueError(f"max_tokens must be an int >= 0 (tokens), got {max_tokens!r}")
@@ -76,7 +80,9 @@ class TokenPool:
         self._used = self._reserved = 0
         self._alerted = False
         self._lock = threading.Lock()
-        self._shared = _shared_pool(ledger, scope, name, max_tokens, alert_at, on_alert)
+        self.scope = None if scope is None or isinstance(scope, str) else check_scope(scope)
+        shared_scope = scope if self.scope is None else self.scope  # tenant -> team: one account
+        self._shared = _shared_pool(ledger, shared_scope, name, max_tokens, alert_at, on_alert)
 
     @property
     def shared(self) -> bool:

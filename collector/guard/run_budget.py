@@ -71,6 +71,12 @@ class RunBudget:
     ``ValueError`` naming a bad argument, and naming the user price file (``BUDGETLENS_PRICES_FILE``) when
     it is missing or invalid: it is read here, before any call is paid for, not at the first ``record``.
 
+    Attribution (who the run belongs to; :mod:`budgetlens.attribution`): ``service``, ``team`` (``tenant``
+    is its other name), ``user``, ``session_id`` (strings of at most 200 characters) and ``tags`` (a
+    mapping str -> str of at most 16 entries), emitted on the run span under ``budgetlens.*`` and stored by
+    the collector; a ``spend`` tracker or ``pool`` with a ``scope`` the attribution does not match does
+    not apply to this run.
+
     This class checks arguments and holds the documented interface; the lock and the order of checks,
     records and events are in :class:`budgetlens.guard.run_state.RunState`, limit validation in
     :mod:`budgetlens.limits`, decisions in :mod:`budgetlens.guard.stops`, the pool and spend-window steps in
@@ -104,6 +110,12 @@ class RunBudget:
         pool: TokenPool | None = None,
         alert_limits: Mapping[str, float | None] | None = None,
         retry_policy: Callable[[RunResult], bool] | None = None,
+        service: str | None = None,
+        team: str | None = None,
+        tenant: str | None = None,
+        user: str | None = None,
+        session_id: str | None = None,
+        tags: Mapping[str, str] | None = None,
     ) -> None:
         limits: tuple[float | None, ...] = (max_total_tokens, max_input_tokens, max_output_tokens)
         limits += (max_turns, max_tool_calls, max_duration_s, max_cost_usd)  # LIMIT_KEYS' order
@@ -126,6 +138,12 @@ class RunBudget:
             pool=pool,
             alert_limits=alert_limits,
             retry_policy=retry_policy,
+            service=service,
+            team=team,
+            tenant=tenant,
+            user=user,
+            session_id=session_id,
+            tags=tags,
         )
         check_prices_file()
         self._start(options)

@@ -78,7 +78,7 @@ class RunState:
         self.run_id = options.run_id or uuid.uuid4().hex
         self.limits: dict[str, float | None] = dict(options.limits)
         self.alert_limits: dict[str, float] = dict(options.alert_limits)
-        self.shared = SharedSteps(options.pool, options.spend, self.run_id)
+        self.shared = SharedSteps(*options.scoped(), self.run_id)
         self.effects = EffectLog(self.run_id)
         self.limit_changes: list[LimitChange] = []
         self.last_actions: tuple[Action, ...] = ()
@@ -87,7 +87,12 @@ class RunState:
         self._clock = options.clock
         self.started = self._clock()
         self.telemetry = RunTelemetry(
-            options.tracer, self.run_id, options.task_type, options.agent_name, self.limits
+            options.tracer,
+            self.run_id,
+            options.task_type,
+            options.agent_name,
+            self.limits,
+            options.attribution,
         )
         self.dispatch = EventDispatcher(self.telemetry, options.callbacks, self.run_id)
         self._next_id = 0

@@ -38,12 +38,13 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
 
+from budgetlens.attribution import check_scope
 from budgetlens.guard.results import BudgetExceeded
 from budgetlens.semconv import STOP_BUDGET_COST
 
@@ -86,10 +87,13 @@ class SpendTracker:
     USD > 0); ``tz``: zoneinfo name for calendar windows; ``alert_at``: fraction in (0, 1];
     ``on_alert``: callable taking a :class:`SpendAlert`; ``clock``: seconds since the epoch
     (injectable). ``ledger``: a shared ledger URL, backend or client (default
-    ``BUDGETLENS_LEDGER``; unset = in-process); ``scope``: which budget of the ledger (None: the
-    one everyone shares; an attribution key such as ``{"team": "search-infra"}``). Raises
+    ``BUDGETLENS_LEDGER``; unset = in-process). Raises
     ValueError naming an unknown window, a bad limit, time zone, scope or ledger (and a rolling
     window with a shared ledger). Thread-safe.
+    ``scope``: None (shared by every run given it) or an attribution mapping such as
+    ``{"team": "search-infra"}``: only runs whose attribution matches it (``RunBudget(team=...)``,
+    see :mod:`budgetlens.attribution`) draw from it, others ignore it; with a shared ledger it
+    also names the ledger's account (a plain string scope names an account and matches every run).
     """
 
     def __init__(
@@ -101,7 +105,7 @@ class SpendTracker:
         on_alert: Callable[[SpendAlert], object] | None = None,
         clock: Callable[[], float] = time.time,
         ledger: Any = None,
-        scope: Any = None,
+        scope: Mapping[str, str] | str | None = None,
     ) -> None:
         if not limits:
             raise ValueError(f"limits must name at least one window of {tuple(WINDOWS)}")
@@ -128,7 +132,9 @@ class SpendTracker:
         self._windows = [_Window(name, float(v)) for name, v in limits.items()]
         self._alert_at, self._on_alert, self._clock = alert_at, on_alert, clock
         self._lock = threading.Lock()
-        self._shared = _shared_windows(ledger, scope, limits, tz, alert_at, on_alert, clock)
+        self.scope = None if scope is None or isinstance(scope, str) else check_scope(scope)
+        shared_scope = scope if self.scope is None else self.scope  # tenant -> team: one account
+        self._shared = _shared_windows(ledger, shared_scope, limits, tz, alert_at, on_alert, clock)
 
     @property
     def shared(self) -> bool:

@@ -1,6 +1,7 @@
 """OpenTelemetry spans and span events of a guarded run (design §4), through the OTel API only.
 
-- Run span ``invoke_agent {task_type}`` (INTERNAL): run id, task type, agent name, the limits;
+- Run span ``invoke_agent {task_type}`` (INTERNAL): run id, task type, agent name, the limits,
+  the attribution (``budgetlens.service``/``team``/``user``/``session_id``/``tag.<key>``);
   at the end turns, tool calls, used tokens (unknown-usage charges included), ``gen_ai.usage.*``
   totals over the calls that reported usage (omitted when none did), cost = the sum of the priced
   calls (omitted when none was priced), stop reason, usage status, retryable; status ERROR when
@@ -25,6 +26,7 @@ from opentelemetry import trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from budgetlens import semconv as sc
+from budgetlens.attribution import Attribution
 from budgetlens.guard.results import BudgetEvent, RunResult
 from budgetlens.limits import LIMITS
 from budgetlens.usage import Usage
@@ -52,6 +54,24 @@ def usage_attributes(usage: Usage) -> dict[str, int]:
     return attributes
 
 
+def attribution_attributes(attribution: Attribution) -> dict[str, str]:
+    """The run span's attribution attributes: ``budgetlens.service``/``team``/``user``/
+    ``session_id`` (when set) and one ``budgetlens.tag.<key>`` per tag."""
+    out = {
+        name: value
+        for name, value in (
+            (sc.BUDGET_SERVICE, attribution.service),
+            (sc.BUDGET_TEAM, attribution.team),
+            (sc.BUDGET_USER, attribution.user),
+            (sc.BUDGET_SESSION_ID, attribution.session_id),
+        )
+        if value is not None
+    }
+    for key, value in attribution.tags.items():
+        out[sc.BUDGET_TAG_PREFIX + key] = value
+    return out
+
+
 class RunTelemetry:
     """Emits one run's spans and events. Created by ``RunBudget``; never raises into the agent."""
 
@@ -64,6 +84,7 @@ class RunTelemetry:
         task_type: str,
         agent_name: str | None,
         limits: dict[str, Any],
+        attribution: Attribution | None = None,
     ) -> None:
         if tracer is None:
             from budgetlens.guard.otel_setup import auto_configure
@@ -81,6 +102,8 @@ class RunTelemetry:
         for key, name in _LIMIT_ATTRIBUTES:
             if limits.get(key) is not None:
                 attributes[name] = limits[key]
+        if attribution is not None:
+            attributes.update(attribution_attributes(attribution))
         self._span = self._tracer.start_span(
             f"{sc.OPERATION_INVOKE_AGENT} {task_type}", kind=SpanKind.INTERNAL, attributes=attributes
         )

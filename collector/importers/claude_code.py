@@ -195,6 +195,7 @@ def _record(session: _Session, options: ImportOptions) -> Iterator[tuple]:
             "run_id": f"{NAME}:{session.session_id}",
             "source": SOURCE,
             "service_name": SERVICE,
+            "session_id": session.session_id,  # attribution (issue 19): the transcript's sessionId
             "task_type": session.task_type or _task_type(session, options),
             "agent_name": SERVICE,
             "start_utc": session.first,

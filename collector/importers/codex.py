@@ -334,6 +334,7 @@ def _finish(state: _Rollout, options: ImportOptions) -> Iterator[tuple]:
             "run_id": f"{NAME}:{state.run_key}",
             "source": SOURCE,
             "service_name": SERVICE,
+            "session_id": state.session_id,  # attribution (issue 19): session_meta.payload.id
             "task_type": _task_type(state.cwd, options),
             "agent_name": SERVICE,
             "model": state.model,

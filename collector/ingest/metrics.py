@@ -7,11 +7,13 @@ rejected or failed batch is never counted; ``observe_write`` does the same from 
 Ingest-health metrics (spans received/rejected, journal fsync and load latency, backlog of rows
 journaled but not yet loaded, loader lag) describe the collector itself.
 
-Labels are bounded: ``task_type``, ``model``, ``service``, ``stop_reason``, ``usage_status`` and fixed enums
-(``token_type``, ``kind``). Values from the wire are cleaned by ``LabelCap`` (empty → ``unknown``,
-over 100 characters → ``other``), and each budget family keeps at most ``max_series`` label
-combinations (``budgetlens.ingest.series.SeriesCap``: quiet combinations give their place to new
-ones, the rest fold into ``other`` meanwhile). A run id is never a label. Counters are process-local: a restart starts them at 0 again (Prometheus ``rate`` and
+Labels are bounded: ``task_type``, ``model``, ``stop_reason``, ``usage_status``, on the run
+metrics ``team`` (= tenant) and ``service``, and fixed enums (``token_type``, ``kind``). A user
+is never a label (unbounded); ask the store (``budgetlens spend --by user``). Values from the wire
+are cleaned by ``LabelCap`` (empty → ``unknown``, over 100 characters → ``other``), and each
+budget family keeps at most ``max_series`` label combinations
+(``budgetlens.ingest.series.SeriesCap``: quiet combinations give their place to new ones, the
+rest fold into ``other`` meanwhile). A run id is never a label. Counters are process-local: a restart starts them at 0 again (Prometheus ``rate`` and
 ``increase`` treat that as a counter reset).
 """
 
@@ -82,11 +84,12 @@ class CollectorMetrics:
     """The collector's metric families, registered on ``registry`` (a fresh one by default).
 
     Names (all ``budgetlens_``, units and ``_total`` as Prometheus asks):
-    ``runs_total{task_type,stop_reason}``, ``budget_hits_total{task_type,stop_reason}``,
+    ``runs_total{task_type,stop_reason,team,service}``,
+    ``budget_hits_total{task_type,stop_reason,team,service}``,
     ``budgeted_runs_total{task_type,service,stop_reason}`` (finished runs under a budget: the
     hit rate's denominator, so ``budget_hits_total / budgeted_runs_total`` is the dashboard's hit
-    rate; ``service`` is capped like every label from the wire, past it ``other``),
-    ``run_tokens{task_type}`` (histogram, tokens), ``model_calls_total{task_type,model,usage_status}``,
+    rate),
+    ``run_tokens{task_type,team,service}`` (histogram, tokens), ``model_calls_total{task_type,model,usage_status}``,
     ``tokens_total{task_type,model,token_type}``, ``cost_usd_total{task_type,model}``,
     ``unpriced_calls_total{task_type,model}``, ``unknown_usage_calls_total{task_type,model}``,
     ``interventions_total{task_type,kind}``, ``spans_received_total``, ``spans_rejected_total``,
@@ -124,13 +127,13 @@ class CollectorMetrics:
         self.runs = Counter(
             "budgetlens_runs",
             "Finished runs (run records committed).",
-            ["task_type", "stop_reason"],
+            ["task_type", "stop_reason", "team", "service"],
             registry=r,
         )
         self.budget_hits = Counter(
             "budgetlens_budget_hits",
             "Runs the budget stopped, by stop reason (budget_*).",
-            ["task_type", "stop_reason"],
+            ["task_type", "stop_reason", "team", "service"],
             registry=r,
         )
         self.budgeted_runs = Counter(
@@ -143,7 +146,7 @@ class CollectorMetrics:
         self.run_tokens = Histogram(
             "budgetlens_run_tokens",
             "Total tokens per finished run.",
-            ["task_type"],
+            ["task_type", "team", "service"],
             buckets=TOKEN_BUCKETS,
             registry=r,
         )
@@ -310,7 +313,7 @@ class CollectorMetrics:
         """Update the budget metrics from rows a commit inserted.
 
         ``calls``/``events`` are store rows; ``runs`` are rows of the ``runs`` rollup (``task_type``,
-        ``stop_reason``, ``total_tokens``) for the runs whose record was inserted;
+        ``stop_reason``, ``total_tokens``, ``team``, ``service_name``) for the runs whose record was inserted;
         ``task_by_run`` maps run ids to task types for events (which carry none).
         """
         cap = self.cap
@@ -340,13 +343,14 @@ class CollectorMetrics:
         for row in runs:
             task = cap("task_type", row.get("task_type"))
             stop = cap("stop_reason", row.get("stop_reason"))
-            self.runs.labels(task, stop).inc()
+            team, service = cap("team", row.get("team")), cap("service", row.get("service_name"))
+            self.runs.labels(task, stop, team, service).inc()
             if row.get("stop_reason") in sc.BUDGET_STOP_REASONS:
-                self.budget_hits.labels(task, stop).inc()
+                self.budget_hits.labels(task, stop, team, service).inc()
             if _budgeted_finished(row):
-                self.budgeted_runs.labels(task, cap("service", row.get("service_name")), stop).inc()
+                self.budgeted_runs.labels(task, service, stop).inc()
             if row.get("total_tokens") is not None:
-                self.run_tokens.labels(task).observe(row["total_tokens"])
+                self.run_tokens.labels(task, team, service).observe(row["total_tokens"])
 
 
 def _budgeted_finished(row: Mapping) -> bool:

@@ -23,7 +23,7 @@ DEFAULT_MAX_SERIES = 400
 #: A combination not seen for this long (s) may give its slot to a new one.
 DEFAULT_QUIET_S = 3600.0
 #: Labels whose values come from the wire unchecked, folded into ``other`` past the cap.
-FREE_LABELS = frozenset({"task_type", "model", "service"})
+FREE_LABELS = frozenset({"task_type", "model", "service", "team"})
 OTHER = "other"
 
 

@@ -13,6 +13,7 @@ import contextlib
 import math
 
 from budgetlens import semconv as sc
+from budgetlens.attribution import MAX_TAGS, MAX_VALUE_CHARS, TAG_KEY, tags_json
 from budgetlens.limits import LIMITS as GUARD_LIMITS
 from budgetlens.limits import MAX_AMOUNT, MAX_TOKENS
 from budgetlens.limits import MAX_COUNT as MAX_INT32
@@ -73,6 +74,17 @@ def maximum_of(key: str) -> int:
     return MAX_INT32 if key in _INT32_KEYS else MAX_TOKENS
 
 
+#: (row column, span or resource attribute names in precedence order) of the attribution
+#: (``budgetlens.attribution``): ours first, then the OTel conventions' (``user.id``,
+#: ``session.id``, ``enduser.id``, ``enduser.pseudo.id``; OpenInference uses ``user.id`` and
+#: ``session.id`` too) and the GenAI conversation id. Tags are ``budgetlens.tag.<key>``.
+ATTRIBUTION_SOURCES = (
+    ("service_name", (sc.BUDGET_SERVICE,)),
+    ("team", (sc.BUDGET_TEAM, sc.BUDGET_TENANT)),
+    ("user_id", (sc.BUDGET_USER, sc.USER_ID, sc.ENDUSER_ID, sc.ENDUSER_PSEUDO_ID)),
+    ("session_id", (sc.BUDGET_SESSION_ID, sc.SESSION_ID, sc.GEN_AI_CONVERSATION_ID)),
+)
+
 EVENT_COUNTS = (
     ("reserved_tokens", sc.BUDGET_RESERVED_TOKENS),
     ("used_tokens", sc.BUDGET_USED_TOKENS),
@@ -104,6 +116,7 @@ _TEXT_KEYS = (
     sc.GEN_AI_USAGE_COST_CURRENCY,
     *sc.SERVICE_TIER_RESPONSE_ATTRIBUTES,
     *sc.SERVICE_TIER_REQUEST_ATTRIBUTES,
+    *(key for _, keys in ATTRIBUTION_SOURCES for key in keys),
 )
 _AMOUNT_KEYS = (
     sc.GEN_AI_USAGE_COST_AMOUNT,
@@ -145,6 +158,35 @@ def _shape(value) -> str:
     return f"a {type(value).__name__}"
 
 
+TAG_PREFIX = sc.BUDGET_TAG_PREFIX
+
+
+def attribution(attrs: dict, resource: dict | None = None) -> dict:
+    """The attribution columns (``service_name`` only when a ``budgetlens.service`` says so,
+    ``team``, ``user_id``, ``session_id``, ``tags`` as JSON) of a span's allow-listed
+    attributes, each from the span first, else from its resource's (``resource``); None where
+    neither has one. Tags of span and resource merge (the span's win), at most ``MAX_TAGS``
+    (the smallest keys), keys as ``budgetlens.attribution.TAG_KEY`` (others are dropped),
+    values cut to 200 characters. Raises SpanRejected for a non-scalar value."""
+    out: dict = {}
+    for column, keys in ATTRIBUTION_SOURCES:
+        value = first_text(attrs, *keys)
+        if value is None and resource:
+            value = first_text(resource, *keys)
+        out[column] = value
+    tags = {}
+    for source in (resource or {}, attrs):
+        for key, value in source.items():
+            if key.startswith(TAG_PREFIX) and type(value) is str:
+                name = key[len(TAG_PREFIX) :]
+                if TAG_KEY.fullmatch(name):
+                    tags[name] = value[:MAX_VALUE_CHARS]
+    if len(tags) > MAX_TAGS:
+        tags = {k: tags[k] for k in sorted(tags)[:MAX_TAGS]}
+    out["tags"] = tags_json(tags)
+    return out
+
+
 class SpanRejected(ValueError):
     """One span is invalid; the message names the attribute and the rule."""
 
@@ -163,6 +205,10 @@ def read_attributes(key_values) -> dict:
         key = kv.key
         field = usual(key)
         if field is None:
+            if key.startswith(TAG_PREFIX):
+                tag = kv.value.string_value
+                if tag or kv.value.WhichOneof("value") == "string_value":
+                    out[key] = tag
             continue
         value = kv.value
         got = getattr(value, field)

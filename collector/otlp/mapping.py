@@ -15,6 +15,11 @@ What a span becomes:
   (start/end; status ERROR → stop reason ``failed``, OK → ``completed`` even when a call below
   it failed and was recovered from).
 
+Attribution (``budgetlens.attribution``): every call and run record carries ``team``,
+``user_id``, ``session_id`` and ``tags`` from the span's attributes, else its resource's
+(``budgetlens.otlp.attributes.ATTRIBUTION_SOURCES``: ``budgetlens.*``, ``user.id``, ``session.id``,
+``enduser.id``, ...); ``budgetlens.service`` overrides the resource's ``service.name``.
+
 Run id: ``budgetlens.run_id``, else the trace id (hex). Task type: ``budgetlens.task_type``, else
 ``gen_ai.agent.name`` (from any span of the trace in the same request), else ``service.name``
 (applied by the ``runs`` rollup). Only allow-listed attributes are read, so prompts, completions,
@@ -57,6 +62,7 @@ from budgetlens.otlp.attributes import (
     MAX_ID_CHARS,
     USAGE_KEYS,
     SpanRejected,
+    attribution,
     first_text,
     read_attributes,
     text,
@@ -119,12 +125,13 @@ class _Mapper:
             for kv in rs.resource.attributes:
                 if kv.key == sc.SERVICE_NAME:
                     service = kv.value.string_value or None
+            resource = read_attributes(rs.resource.attributes)
             for scope_spans in rs.scope_spans:
                 spans = scope_spans.spans
                 out.spans += len(spans)
                 for span in spans:
                     try:
-                        self.span(span, service)
+                        self.span(span, service, resource)
                     except SpanRejected as reason:
                         out.rejected += 1
                         self.prints.pop((span.trace_id.hex(), span.span_id.hex()), None)
@@ -186,7 +193,7 @@ class _Mapper:
         )
         return times, flags
 
-    def span(self, span: Any, service: str | None) -> None:
+    def span(self, span: Any, service: str | None, resource: dict | None = None) -> None:
         ids = self._identity(span)
         if ids is None:
             return  # the same span twice in one request: stored once
@@ -209,6 +216,8 @@ class _Mapper:
             agent = text(attrs, sc.GEN_AI_AGENT_NAME)
         if agent and not budget_run:
             self.agent_by_trace.setdefault(trace_hex, agent)
+        who = attribution(attrs, resource)
+        service = who.pop("service_name") or service
         times, time_flags = self._times(span)
         code = span.status.code
         failed = code == _STATUS_ERROR
@@ -229,6 +238,9 @@ class _Mapper:
         rows = self._main_rows(ctx, op, kind, span.name)
         if not parent_hex and not budget_run and (op or agent or kind or rows):
             rows.append(("record", root_record(ctx, agent), []))
+        for table, row, _ in rows:
+            if table != "event":
+                row.update(who)
         for index, event in enumerate(span.events):
             if event.name in _EVENT_NAMES:
                 rows.append(("event", event_row(event, index, ctx, self.now_ns, self.latest_ns), []))

@@ -22,11 +22,15 @@ naive ``TIMESTAMP`` values in UTC):
   ``run_records`` columns but ``run_id``), the aggregates of its calls (``c_*``: sums add, min/max
   merge, the model list merges) and the counts of its events (``e_*``). A batch merges only its
   new rows into it, so a commit never scans ``model_calls`` (``RUN_TOTALS_COLUMNS``).
+- Attribution (issue 19, ``budgetlens.attribution``): ``team``, ``user_id``, ``session_id`` and
+  ``tags`` (JSON object) on ``model_calls``, ``run_records`` and ``runs``; ``run_totals`` keeps
+  them as ``r_*`` (the record's) and ``c_*`` (the smallest non-NULL of the calls').
 - ``schema_migrations``: the versions applied, in order.
 """
 
 from __future__ import annotations
 
+from budgetlens.attribution import ATTRIBUTION_COLUMNS
 from budgetlens.limits import LIMITS
 
 #: The ``limit_*`` columns of ``run_records`` and ``runs``, from the guard's one limit table.
@@ -71,6 +75,8 @@ MODEL_CALL_COLUMNS: tuple[str, ...] = (
     # issue 22: the source's own identity of the response (an importer's; NULL from OTLP): a
     # copy of a stored response (a continued session imported later) is not stored again
     "response_id",
+    # issue 19: who the call is for (see budgetlens.attribution)
+    *ATTRIBUTION_COLUMNS,
 )
 
 RUN_RECORD_COLUMNS: tuple[str, ...] = (
@@ -98,6 +104,7 @@ RUN_RECORD_COLUMNS: tuple[str, ...] = (
     "retryable",
     *LIMIT_COLUMNS,
     "quality",
+    *ATTRIBUTION_COLUMNS,
 )
 
 BUDGET_EVENT_COLUMNS: tuple[str, ...] = (
@@ -146,6 +153,7 @@ RUN_COLUMNS: tuple[str, ...] = (
     "downgrades",
     "summaries",
     "quality",
+    *ATTRIBUTION_COLUMNS,
 )
 
 #: Columns of ``run_totals`` (see the module docstring); ``record`` holds a run_records row.
@@ -176,6 +184,8 @@ RUN_TOTALS_COLUMNS: tuple[str, ...] = (
     "e_tool_calls",
     "c_quality",
     "r_quality",
+    *(f"r_{column}" for column in ATTRIBUTION_COLUMNS),
+    *(f"c_{column}" for column in ATTRIBUTION_COLUMNS),
 )
 
 _V1 = """
@@ -393,12 +403,29 @@ _V4_RESPONSE_ID = """
 ALTER TABLE model_calls ADD COLUMN response_id VARCHAR
 """
 
+# issue 19: attribution (budgetlens.attribution): team (= tenant), user_id, session_id and tags
+# (a JSON object of string values, sorted keys; NULL when none) on calls, run records and runs;
+# run_totals keeps the record's (r_*) and the smallest of the calls' (c_*) beside the record
+# STRUCT, as r_quality, so the STRUCT keeps its fields.
+_V5_ATTRIBUTION = ";\n".join(
+    f"ALTER TABLE {table} ADD COLUMN {prefix}{column} VARCHAR"
+    for table, prefix in (
+        ("model_calls", ""),
+        ("run_records", ""),
+        ("runs", ""),
+        ("run_totals", "r_"),
+        ("run_totals", "c_"),
+    )
+    for column in ATTRIBUTION_COLUMNS
+)
+
 #: Ordered migrations: (version, SQL script). Append only; never edit an applied one.
 MIGRATIONS: tuple[tuple[int, str], ...] = (
     (1, _V1),
     (2, _V2_QUALITY_AND_SPAN_IDENTITY),  # issue 15: call identity (trace, span) and quality flags
     (3, _V3_PRICE_VERSION),  # issue 9: price version of each priced call
     (4, _V4_RESPONSE_ID),  # issue 22: a response copied into a later import is stored once
+    (5, _V5_ATTRIBUTION),  # issue 19: team, user, session and tags of calls, records and runs
 )
 
 SCHEMA_VERSION = MIGRATIONS[-1][0]

@@ -21,6 +21,7 @@ type) is the smallest non-NULL value among the run's calls.
 
 from __future__ import annotations
 
+from budgetlens.attribution import ATTRIBUTION_COLUMNS
 from budgetlens.store.schema import LIMIT_COLUMNS, RUN_COLUMNS, RUN_RECORD_COLUMNS
 
 CREATE_MIGRATIONS_TABLE = """
@@ -37,7 +38,14 @@ HAS_MIGRATIONS_TABLE = (
 )
 
 #: Fields of the ``run_totals.record`` STRUCT (the record's ``quality`` is kept as ``r_quality``).
-_RECORD_FIELDS = [c for c in RUN_RECORD_COLUMNS if c not in ("run_id", "quality")]
+#: The attribution columns are kept beside it as ``r_*`` (the STRUCT's fields are those of
+#: schema version 1).
+_RECORD_FIELDS = [c for c in RUN_RECORD_COLUMNS if c not in ("run_id", "quality", *ATTRIBUTION_COLUMNS)]
+#: Record columns compared and replaced by an upsert (everything but the key).
+_RECORD_VALUES = [*_RECORD_FIELDS, "quality", *ATTRIBUTION_COLUMNS]
+_R_ATTRIBUTION = ", ".join(f"{c} AS r_{c}" for c in ATTRIBUTION_COLUMNS)
+_C_ATTRIBUTION = ",\n    ".join(f"min({c}) AS c_{c}" for c in ATTRIBUTION_COLUMNS)
+_RUN_ATTRIBUTION = ",\n    ".join(f"coalesce(r_{c}, c_{c}) AS {c}" for c in ATTRIBUTION_COLUMNS)
 
 #: Columns of a newly inserted call that the writer returns (the rollup and the metrics use them).
 INSERTED_CALL_COLUMNS: tuple[str, ...] = (
@@ -65,6 +73,7 @@ INSERTED_CALL_COLUMNS: tuple[str, ...] = (
     "usage_status",
     "error_type",
     "quality",
+    *ATTRIBUTION_COLUMNS,
 )
 
 #: Insert new calls; returns only the rows inserted (a re-sent span returns nothing).
@@ -83,7 +92,7 @@ INSERT_CALLS = (
 
 
 def _upsert_records() -> str:
-    fields = [*_RECORD_FIELDS, "quality"]
+    fields = _RECORD_VALUES
     assignments = ", ".join(f"{c} = excluded.{c}" for c in fields)
     changed = " OR ".join(f"run_records.{c} IS DISTINCT FROM excluded.{c}" for c in fields)
     return (
@@ -101,7 +110,8 @@ INSERT_EVENTS = (
 )
 
 #: Aggregates of a run's calls (over a relation with model_calls columns, grouped by run_id).
-_CALL_AGGREGATES = """
+_CALL_AGGREGATES = (
+    """
     min(trace_id) AS c_trace_id,
     min(source) AS c_source,
     min(service_name) AS c_service_name,
@@ -122,7 +132,10 @@ _CALL_AGGREGATES = """
                      AND usage_status = 'reported') AS c_unpriced_calls,
     count(*) FILTER (WHERE usage_status = 'unknown') AS c_unknown_usage_calls,
     bool_or(error_type IS NOT NULL) AS c_any_error,
-    list(quality) FILTER (WHERE quality IS NOT NULL) AS c_quality"""
+    list(quality) FILTER (WHERE quality IS NOT NULL) AS c_quality,
+    """
+    + _C_ATTRIBUTION
+)
 
 #: Counts of a run's events (over a relation with budget_events columns, grouped by run_id).
 _EVENT_AGGREGATES = """
@@ -138,9 +151,10 @@ def _totals_from(calls: str, records: str, events: str) -> str:
     return f"""
 WITH c AS (SELECT run_id, {_CALL_AGGREGATES} FROM {calls} GROUP BY run_id),
 e AS (SELECT run_id, {_EVENT_AGGREGATES} FROM {events} GROUP BY run_id),
-r AS (SELECT run_id, struct_pack({record}) AS record, quality AS r_quality FROM {records}),
+r AS (SELECT run_id, struct_pack({record}) AS record, quality AS r_quality, {_R_ATTRIBUTION}
+      FROM {records}),
 ids AS (SELECT run_id FROM c UNION SELECT run_id FROM e UNION SELECT run_id FROM r)
-SELECT ids.run_id, r.record, r.r_quality, c.* EXCLUDE (run_id), e.* EXCLUDE (run_id)
+SELECT ids.run_id, r.* EXCLUDE (run_id), c.* EXCLUDE (run_id), e.* EXCLUDE (run_id)
 FROM ids
 LEFT JOIN r ON r.run_id = ids.run_id
 LEFT JOIN c ON c.run_id = ids.run_id
@@ -164,13 +178,23 @@ _ADDED = (
     "e_summaries",
     "e_tool_calls",
 )
-_SMALLEST = ("c_trace_id", "c_source", "c_service_name", "c_task_type", "c_start_utc")
+_SMALLEST = (
+    "c_trace_id",
+    "c_source",
+    "c_service_name",
+    "c_task_type",
+    "c_start_utc",
+    *(f"c_{c}" for c in ATTRIBUTION_COLUMNS),
+)
 
 
 def _merged_totals_sets(old: str, new: str) -> list[str]:
     """``column = expression`` merging a stored ``run_totals`` row (``old``) with new aggregates."""
     sets = [f"record = coalesce({new}.record, {old}.record)"]
-    sets.append(f"r_quality = CASE WHEN {new}.record IS NULL THEN {old}.r_quality ELSE {new}.r_quality END")
+    for column in ("quality", *ATTRIBUTION_COLUMNS):
+        sets.append(
+            f"r_{column} = CASE WHEN {new}.record IS NULL THEN {old}.r_{column} ELSE {new}.r_{column} END"
+        )
     sets.append(f"c_quality = list_concat({old}.c_quality, {new}.c_quality)")
     sets += [f"{c} = least({old}.{c}, {new}.{c})" for c in _SMALLEST]
     sets.append(f"c_end_utc = greatest({old}.c_end_utc, {new}.c_end_utc)")
@@ -245,7 +269,8 @@ SELECT
     coalesce(e_warnings, 0) AS warnings,
     coalesce(e_downgrades, 0) AS downgrades,
     coalesce(e_summaries, 0) AS summaries,
-    nullif(array_to_string(flags, ','), '') AS quality
+    nullif(array_to_string(flags, ','), '') AS quality,
+    {attribution}
 FROM (
     SELECT *, list_sort(list_distinct(flatten(list_transform(
         list_concat(coalesce(c_quality, []), [r_quality]), lambda x: coalesce(string_split(x, ','), []))))) AS flags
@@ -261,6 +286,7 @@ METRIC_RUN_COLUMNS: tuple[str, ...] = (
     "task_type",
     "stop_reason",
     "total_tokens",
+    "team",
     "service_name",
     *LIMIT_COLUMNS,
 )
@@ -270,7 +296,7 @@ def _upsert_runs() -> str:
     assignments = ", ".join(f"{c} = excluded.{c}" for c in RUN_COLUMNS if c != "run_id")
     return (
         "INSERT INTO runs BY NAME "
-        + _RUNS_FROM_TOTALS.format(totals="touched")
+        + _RUNS_FROM_TOTALS.format(totals="touched", attribution=_RUN_ATTRIBUTION)
         + f" ON CONFLICT (run_id) DO UPDATE SET {assignments} "
         "RETURNING " + ", ".join(METRIC_RUN_COLUMNS)
     )
@@ -316,7 +342,9 @@ INSERT_ALL_RUN_TOTALS = "INSERT INTO run_totals BY NAME " + _totals_from(
     "model_calls", "run_records", "budget_events"
 )
 DELETE_ALL_RUNS = "DELETE FROM runs"
-INSERT_ALL_RUNS = "INSERT INTO runs BY NAME " + _RUNS_FROM_TOTALS.format(totals="run_totals")
+INSERT_ALL_RUNS = "INSERT INTO runs BY NAME " + _RUNS_FROM_TOTALS.format(
+    totals="run_totals", attribution=_RUN_ATTRIBUTION
+)
 COUNT_RUNS = "SELECT count(*) FROM runs"
 
 
@@ -340,7 +368,7 @@ LAKE_INSERT_EVENTS = "INSERT INTO budget_events BY NAME SELECT * FROM new_events
 
 
 def _lake_new_records() -> str:
-    changed = " OR ".join(f"r.{c} IS DISTINCT FROM b.{c}" for c in _RECORD_FIELDS)
+    changed = " OR ".join(f"r.{c} IS DISTINCT FROM b.{c}" for c in _RECORD_VALUES)
     return (
         "SELECT b.* FROM batch_records b LEFT JOIN run_records r ON r.run_id = b.run_id "
         f"WHERE r.run_id IS NULL OR {changed}"
@@ -369,7 +397,7 @@ def _lake_merged_totals() -> str:
 LAKE_MERGED_TOTALS = _lake_merged_totals()
 LAKE_DELETE_TOUCHED_TOTALS = "DELETE FROM run_totals WHERE run_id IN (SELECT run_id FROM touched)"
 LAKE_INSERT_TOUCHED_TOTALS = "INSERT INTO run_totals BY NAME SELECT * FROM touched"
-LAKE_RUNS_OF_TOUCHED = _RUNS_FROM_TOTALS.format(totals="touched")
+LAKE_RUNS_OF_TOUCHED = _RUNS_FROM_TOTALS.format(totals="touched", attribution=_RUN_ATTRIBUTION)
 LAKE_DELETE_TOUCHED_RUNS = "DELETE FROM runs WHERE run_id IN (SELECT run_id FROM touched_runs)"
 LAKE_INSERT_TOUCHED_RUNS = "INSERT INTO runs BY NAME SELECT * FROM touched_runs"
 

@@ -64,7 +64,7 @@ class WriteResult:
     ``new_calls``/``new_events`` hold the inserted rows (pyarrow tables, the columns of
     ``sql.INSERT_CALLS``/``INSERT_EVENTS`` RETURNING), ``new_records`` the inserted or changed
     run records and ``runs_rows`` the upserted ``runs`` rows (run_id, task_type, stop_reason,
-    total_tokens); None when nothing was written. The ingest path counts its Prometheus metrics from them.
+    total_tokens, team, service_name); None when nothing was written. The ingest path counts its Prometheus metrics from them.
     """
 
     calls: int = 0

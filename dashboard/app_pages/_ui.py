@@ -4,6 +4,7 @@ and run links live in ``_tables``."""
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import zoneinfo
 from collections.abc import Sequence
@@ -43,6 +44,18 @@ def ago(ts_utc: dt.datetime, now_utc: dt.datetime | None = None) -> str:
     return "just now"
 
 
+def _active(f: Filters) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """(label, values) of every choice filter of ``f`` (tags as ``key=value``)."""
+    return (
+        ("task", f.task_types),
+        ("model", f.models),
+        ("service", f.services),
+        ("team", f.teams),
+        ("user", f.users),
+        ("tag", tuple(f"{k}={v}" for k, v in f.tags)),
+    )
+
+
 def describe(f: Filters) -> str:
     """One line naming the active filters: the window in the time zone of the day buckets,
     task types, models, services, time zone."""
@@ -56,7 +69,7 @@ def describe(f: Filters) -> str:
             end = f"{_local(f.end_utc, f.tz):%Y-%m-%d %H:%M}"
         window = f"{start} → {end}"
     parts = [window]
-    for label, values in (("task", f.task_types), ("model", f.models), ("service", f.services)):
+    for label, values in _active(f):
         if values:
             parts.append(f"{label}: {', '.join(safe_text(v) for v in values)}")
     parts.append(f"times and days in {safe_text(f.tz)}")
@@ -145,14 +158,7 @@ def previous_window(f: Filters) -> Filters | None:
     if f.start_utc is None or f.end_utc is None:
         return None
     length = f.end_utc - f.start_utc
-    return Filters(
-        start_utc=f.start_utc - length,
-        end_utc=f.start_utc,
-        task_types=f.task_types,
-        models=f.models,
-        services=f.services,
-        tz=f.tz,
-    )
+    return dataclasses.replace(f, start_utc=f.start_utc - length, end_utc=f.start_utc)
 
 
 def change_text(current: float | None, previous: float | None) -> str | None:
@@ -241,9 +247,7 @@ def no_runs(f: Filters) -> None:
     ways = []
     if f.start_utc is not None or f.end_utc is not None:
         ways.append("widen the time window")
-    set_filters = [
-        n for n, v in (("task type", f.task_types), ("model", f.models), ("service", f.services)) if v
-    ]
+    set_filters = [("task type" if n == "task" else n) for n, v in _active(f) if v]
     if set_filters:
         ways.append(f"clear the {' / '.join(set_filters)} filter")
     advice = (" " + " or ".join(ways).capitalize() + ".") if ways else ""

@@ -1,5 +1,6 @@
 """Cost: daily or hourly cost stacked by model and by task type, the cost-per-run distribution,
-P50/P95 call latency per model and the most expensive runs. Unpriced usage is counted apart, never as $0. Keys: ``cost_``."""
+who spent it (spend by team, user or service), P50/P95 call latency per model and the most
+expensive runs. Unpriced usage is counted apart, never as $0. Keys: ``cost_``."""
 
 from __future__ import annotations
 
@@ -88,6 +89,7 @@ def render() -> None:
                 "cost_by_task",
             )
         _ui.chart(charts.cost_per_run(per_run, colors=_ui.task_colors()), "cost_per_run")
+        _who_spent_it(f)
         st.subheader("Most expensive runs")
         _tables.table(
             top,
@@ -107,6 +109,28 @@ def render() -> None:
                 first=("model", "calls", "timed_calls", "p50_duration_s", "p95_duration_s", "max_duration_s"),
                 key="cost_model_latency",
             )
+
+
+def _who_spent_it(f) -> None:
+    """Spend and runs by team or user (the sidebar's Team/User/Tag filters narrow it)."""
+    st.subheader("Who spent it")
+    by = st.radio(
+        "Group by",
+        ["team", "user", "service"],
+        horizontal=True,
+        key="cost_who_by",
+        format_func=str.capitalize,
+    )
+    spenders = data.spend_by(f, by=by)
+    left, right = st.columns([3, 2])
+    with left:
+        _ui.chart(charts.spend_by(spenders, by=by), "cost_who_spent")
+    with right:
+        _tables.table(spenders, first=(by, "cost_usd", "cost_share", "runs"), key="cost_who_table")
+    st.caption(
+        "Known spend (the priced calls) of the filtered runs; (none): runs without a "
+        f"{by}. partial_cost_runs have unpriced calls or unknown usage: their cost is a lower bound."
+    )
 
 
 render()

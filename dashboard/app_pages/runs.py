@@ -29,6 +29,8 @@ TABLE_FIRST = (
     "tool_calls",
     "models",
     "service_name",
+    "team",
+    "user_id",
 )
 
 
@@ -39,7 +41,9 @@ def _count(value) -> str:
 def _runs_list(f) -> None:
     """The search box, the runs table (pick a row to open it) and the CSV download."""
     search = st.text_input(
-        "Search", key="runs_search", placeholder="run id, task type, service, model or stop reason"
+        "Search",
+        key="runs_search",
+        placeholder="run id, task type, service, team, user, model or stop reason",
     )
     table = data.runs_table(f, search=search, limit=PAGE_SIZE)
     if table.empty:

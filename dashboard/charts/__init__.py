@@ -25,7 +25,7 @@ from budgetlens.dashboard.charts._style import (
     period_for_span,
     roll_up,
 )
-from budgetlens.dashboard.charts.cost import bucket_label, cost_per_run, cost_stacked
+from budgetlens.dashboard.charts.cost import bucket_label, cost_per_run, cost_stacked, spend_by
 from budgetlens.dashboard.charts.distributions import preset_comparison, token_distribution
 from budgetlens.dashboard.charts.rates import hit_rate_daily, rate_by_task, stop_reasons
 from budgetlens.dashboard.charts.runs import run_cost_time, run_turns, runs_per_day
@@ -65,6 +65,7 @@ __all__ = [
     "run_cost_time",
     "run_turns",
     "runs_per_day",
+    "spend_by",
     "stop_reasons",
     "token_distribution",
     "tradeoff_curve",

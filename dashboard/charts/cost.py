@@ -1,5 +1,5 @@
-"""Cost charts: cost per period (stacked by model or task type), runs per cost bucket, and the
-most expensive runs as a display table."""
+"""Cost charts: cost per period (stacked by model or task type), runs per cost bucket, spend by
+team, user or service, and the most expensive runs as a display table."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import plotly.graph_objects as go
 
 from budgetlens.dashboard.charts._style import (
     EMPTY_TEXT,
+    PALETTE,
     TASK_COLORS,
     _bar_width,
     _base,
@@ -166,4 +167,29 @@ def cost_per_run(df: pd.DataFrame, *, colors: dict[str, str] | None = None) -> g
     # A log count axis: the few dear runs of the tail ($1–$31) stay visible beside thousands of
     # cheap ones (a linear axis draws them as nothing).
     fig.update_yaxes(type="log", rangemode=None, tickformat=",d", dtick=1)
+    return fig
+
+
+def spend_by(df: pd.DataFrame, *, by: str = "team") -> go.Figure:
+    """Horizontal bars of known spend (USD) per team, user or service (``by``), the dearest on
+    top; ``df`` as ``budgetlens.analysis.spenders.spend_by`` returns it ([by, runs, cost_usd,
+    ...]). Groups with nothing priced are left out of the bars (never drawn as $0)."""
+    _require(df, (by, "runs", "cost_usd"), "spend_by")
+    fig = _base(f"Spend by {by}", "Cost (USD)", by.capitalize())
+    priced = df[df["cost_usd"].notna()]
+    if priced.empty:
+        return _empty(fig, "No priced usage in this selection" if len(df) else EMPTY_TEXT)
+    priced = priced.sort_values("cost_usd")
+    fig.add_trace(
+        go.Bar(
+            x=priced["cost_usd"],
+            y=priced[by].astype(str),
+            orientation="h",
+            customdata=priced["runs"],
+            marker_color=PALETTE[0],
+            hovertemplate="%{y}: %{x:$,.4~g} over %{customdata:,} runs<extra></extra>",
+        )
+    )
+    fig.update_xaxes(tickformat="$,.3~g")
+    fig.update_yaxes(type="category")
     return fig

@@ -1,0 +1,44 @@
+"""``budgetlens spend``: who spent it, spend and runs by team, user or service."""
+
+from __future__ import annotations
+
+from budgetlens.cli._analysis import (
+    WINDOW_HELP,
+    add_format_argument,
+    add_window_arguments,
+    analysis_session,
+    write_frame,
+)
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "spend",
+        help="who spent it: spend and runs by team, user or service",
+        description=(
+            "Print the known spend (USD, the priced calls) and the runs of each team, user or "
+            "service (--by), most expensive first, as the Cost page's 'Who spent it' table: runs, "
+            "cost_usd, cost_share (of the spend shown), total_tokens, partial_cost_runs (runs with "
+            "unpriced calls or unknown usage: their cost is a lower bound) and budget_stops. Runs "
+            "without a value are grouped as (none). " + WINDOW_HELP
+        ),
+        epilog="Example: budgetlens spend --db budgetlens.duckdb --by user --team search-infra",
+    )
+    add_window_arguments(parser)
+    add_format_argument(parser)
+    parser.add_argument(
+        "--by",
+        choices=("team", "user", "service"),
+        default="team",
+        help="group by team (= tenant, the default), user or service",
+    )
+    parser.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from budgetlens.analysis.spenders import spend_by
+
+    with analysis_session(args) as (conn, filters):
+        frame = spend_by(conn, filters, by=args.by)
+    write_frame(frame, args.format, float_format="{:.1%}")
+    return 0
