@@ -39,7 +39,7 @@ __all__ = ["BudgetModel", "pydantic_ai_usage"]
 def pydantic_ai_usage(usage: Any) -> Usage | None:
     """A pydantic-ai ``RequestUsage`` as a :class:`budgetlens.Usage` (its totals already hold the
     cache and reasoning parts); None when the response carried no usage."""
-    if usage is None or getattr(usage, "unmeasured_requests", 0):
+    if usage is None or getattr(usage, "unmeasured_requests", None):
         return None
     inp, out = int(usage.input_tokens or 0), int(usage.output_tokens or 0)
     if not (inp or out):
@@ -108,7 +108,7 @@ class BudgetModel(WrapperModel):
     async def request(self, messages: list, model_settings: Any, model_request_parameters: Any) -> Any:
         settings, res = self._reserve(messages, model_settings, model_request_parameters)
         try:
-            response = await self.wrapped.request(messages, settings, model_request_parameters)  # type: ignore[arg-type]
+            response = await self.wrapped.request(messages, settings, model_request_parameters)
         except BaseException as exc:
             self._guard.failed(res, exc)
             raise
@@ -126,7 +126,7 @@ class BudgetModel(WrapperModel):
                 messages,
                 settings,
                 model_request_parameters,
-                run_context,  # type: ignore[arg-type]
+                run_context,
             ) as stream:
                 yield stream
         except BaseException as exc:
