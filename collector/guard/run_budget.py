@@ -307,8 +307,8 @@ class RunBudget:
         keep_last: int = 4,
         max_summary_tokens: int = 1024,
     ) -> list:
-        """Compress a conversation when ``SUMMARIZE`` is advised: keep the system prompt and the last
-        ``keep_last`` messages (a tool result stays with its call), replace the middle with one summary
+        """Compress a conversation when ``SUMMARIZE`` is advised: keep the system prompt, the first user
+        message (the task, as it is) and the last ``keep_last`` messages (a tool result stays with its call), replace the middle with one summary
         message (see :func:`budgetlens.guard.compress.compress_messages`). The summary comes from
         ``summarize(model, middle_messages) -> str`` when given, else from ``client`` (an OpenAI or
         Anthropic client, plain or wrapped by ``budgetlens.adapters``), called with :meth:`cheapest_model`
