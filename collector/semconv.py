@@ -39,6 +39,9 @@ BUDGET_REMAINING_TOKENS = "budgetlens.remaining_tokens"
 BUDGET_STOP_REASON = "budgetlens.stop_reason"
 BUDGET_USAGE_STATUS = "budgetlens.usage_status"
 BUDGET_COST_USD = "budgetlens.cost_usd"
+#: Fees of paid tools (USD), kept apart from model cost: on a ``budgetlens.tool_call`` event (that
+#: call's fee) and on the run span (the run's sum); ``budgetlens.cost_usd`` stays model cost.
+BUDGET_TOOL_COST_USD = "budgetlens.tool_cost_usd"
 BUDGET_RETRYABLE = "budgetlens.retryable"
 BUDGET_LIMIT_TOTAL_TOKENS = "budgetlens.limit.total_tokens"
 BUDGET_LIMIT_INPUT_TOKENS = "budgetlens.limit.input_tokens"

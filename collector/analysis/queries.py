@@ -127,7 +127,8 @@ SELECT
     CAST(coalesce(sum(unpriced_calls), 0) AS BIGINT) AS unpriced_calls,
     count(*) FILTER (WHERE usage_status = 'unknown') AS unknown_usage_runs,
     count(*) FILTER (WHERE quality IS NOT NULL) AS flagged_runs,
-    quantile_cont(total_tokens, 0.95) AS p95_total_tokens
+    quantile_cont(total_tokens, 0.95) AS p95_total_tokens,
+    coalesce(sum(tool_cost_usd), 0.0) AS tool_cost_usd
 FROM filtered
 """
 

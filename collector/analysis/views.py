@@ -114,6 +114,9 @@ class Overview:
     cache_read_share: float | None = None
     cache_write_share: float | None = None
     reasoning_share: float | None = None
+    #: "tool spend": the paid tool calls' fees of the runs (USD, 0.0 without any), apart from
+    #: ``cost_usd`` (model cost)
+    tool_cost_usd: float = 0.0
 
     @property
     def cost_is_lower_bound(self) -> bool:
@@ -181,6 +184,7 @@ def overview(conn, f: Filters) -> Overview:
         p95_total_tokens=scalar(totals["p95_total_tokens"]),
         per_task=per_task,
         flagged_runs=int(totals["flagged_runs"]),
+        tool_cost_usd=float(totals["tool_cost_usd"]),
         **parts,
         **shares,
     )

@@ -18,6 +18,7 @@ from budgetlens.guard.events import OnEvent, as_callbacks
 from budgetlens.guard.pool import TokenPool
 from budgetlens.guard.results import BudgetEvent, RunResult
 from budgetlens.guard.spend import SpendTracker
+from budgetlens.guard.tool_prices import ToolPrice, check_tool_prices
 from budgetlens.limits import LIMIT_KEYS, LIMIT_SPECS, check_fraction, check_limit, resolve_limits
 
 if TYPE_CHECKING:
@@ -146,6 +147,8 @@ class RunOptions:
     callable taking the default :class:`budgetlens.guard.results.RunResult` and returning ``retryable`` (see
     :meth:`budgetlens.RunBudget.finish`). ``provider``: the
     default ``gen_ai.provider.name``. ``model_chain``: model names (strings), best first.
+    ``tool_prices``: the paid tools' price table, tool name -> :class:`budgetlens.guard.tool_prices.ToolPrice`
+    (given as a mapping or a tool price file's path; see :mod:`budgetlens.guard.tool_prices`).
 
     ``limits``: every :data:`budgetlens.limits.LIMIT_KEYS` name (None: no limit), as
     :func:`budgetlens.limits.resolve_limits`; ``model_chain``: a tuple of model names;
@@ -172,6 +175,7 @@ class RunOptions:
     pool: TokenPool | None = None
     alert_limits: Mapping[str, float] = dataclasses.field(default_factory=dict)
     retry_policy: Callable[[RunResult], bool] | None = None
+    tool_prices: Mapping[str, ToolPrice] = dataclasses.field(default_factory=dict)
 
     @classmethod
     def build(
@@ -181,10 +185,11 @@ class RunOptions:
         model_chain: Iterable[str] = (),
         on_event: OnEvent = None,
         alert_limits: Mapping[str, float | None] | None = None,
+        tool_prices: Any = None,
         **options: Any,
     ) -> RunOptions:
         """Check ``limits`` (constructor names), the options and ``on_event``, ``alert_limits``,
-        ``pool`` and ``retry_policy``, in that order. ``options``: the other fields by name.
+        ``pool``, ``retry_policy`` and ``tool_prices``, in that order. ``options``: the other fields by name.
         Raises ValueError naming the first bad argument and the rule."""
         resolved = resolve_limits(limits, default=not alert_limits)
         defaults = {
@@ -209,4 +214,12 @@ class RunOptions:
             raise ValueError(
                 f"retry_policy must be a callable taking a RunResult, or None; got {retry_policy!r}"
             )
-        return cls(resolved, model_chain=chain, callbacks=callbacks, alert_limits=alerts, **options)
+        prices = check_tool_prices(tool_prices)
+        return cls(
+            resolved,
+            model_chain=chain,
+            callbacks=callbacks,
+            alert_limits=alerts,
+            tool_prices=prices,
+            **options,
+        )

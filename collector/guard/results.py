@@ -106,7 +106,8 @@ class BudgetEvent:
     ``max_cost_usd``, the limit's name on ``budgetlens.limit_changed`` and ``budgetlens.alert``
     events. ``previous_limit`` / ``new_limit`` (the limit's unit, None = no limit) and
     ``changed_by`` are set on ``budgetlens.limit_changed``; on ``budgetlens.alert``,
-    ``new_limit`` is the alert-only limit reached.
+    ``new_limit`` is the alert-only limit reached; ``tool_cost_usd`` (USD) is a paid tool call's fee
+    on ``budgetlens.tool_call``.
     """
 
     name: str
@@ -123,6 +124,7 @@ class BudgetEvent:
     previous_limit: float | None = None
     new_limit: float | None = None
     changed_by: str | None = None
+    tool_cost_usd: float | None = None
 
 
 class BudgetExceeded(Exception):
@@ -256,7 +258,8 @@ class RunResult:
     limit); ``utilization``: the share (float, 1.0 = spent) of the most-used token or cost limit;
     ``downgrades``: how many times the model moved along the chain; ``cost_usd``: the sum (USD) of the priced calls, None when the run made
     calls and none was priced (unpriced model or unknown usage; never $0 in place of unknown);
-    calls with reported usage but no price are not in it (the collector counts them unpriced).
+    calls with reported usage but no price are not in it (the collector counts them unpriced); it
+    includes the fees of paid tools, which ``tool_cost_usd`` (USD, 0.0 without any) gives apart.
     A budget ``stop_reason`` means the run ended at a refusal: one it recovered from (a call
     recorded after it) does not count (see :func:`budgetlens.guard.stops.final_stop_reason`).
     """
@@ -277,3 +280,4 @@ class RunResult:
     limits: dict[str, float | None] = field(default_factory=dict)
     utilization: float = 0.0
     downgrades: int = 0
+    tool_cost_usd: float = 0.0

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
@@ -32,9 +33,9 @@ from budgetlens.guard.pool import TokenPool
 from budgetlens.guard.results import Action, BudgetStats, Effect, LimitChange, Reservation, RunResult
 from budgetlens.guard.run_state import RunState
 from budgetlens.guard.spend import SpendTracker
+from budgetlens.guard.tool_prices import tool_fee
 from budgetlens.limits import DEFAULT_MAX_TOTAL_TOKENS, LIMIT_KEYS
-from budgetlens.pricing import check_prices_file, price_call, warm_prices
-from budgetlens.usage import Usage
+from budgetlens.pricing import check_prices_file, warm_prices
 
 if TYPE_CHECKING:
     from opentelemetry.trace import Span, Tracer
@@ -46,12 +47,12 @@ log = logging.getLogger(__name__)
 __all__ = ["RunBudget", "DEFAULT_MAX_TOTAL_TOKENS", "UNKNOWN_USAGE_POLICIES"]
 
 
-def _paid_cost(model: str | None, usage: Usage, provider: str | None) -> float | None:
-    """USD of a call already paid for, priced now through :func:`budgetlens.pricing.price_call`
-    (every billed dimension: tokens by kind and modality, cache writes by duration, web searches,
-    service tier). ``price_call`` never raises for a price: a price file that fails only now
-    is logged there and the call counts as unpriced, so it is never dropped."""
-    return price_call(model, usage, provider).cost_usd
+#: The constructor's arguments other than the limits, passed on to :meth:`RunOptions.build`.
+_OPTION_ARGS = (
+    "task_type", "run_id", "agent_name", "provider", "warn_at", "model_chain", "downgrade_at",
+    "summarize_at", "on_event", "unknown_usage", "unknown_usage_residual_tokens", "clock", "tracer",
+    "spend", "pool", "alert_limits", "retry_policy", "tool_prices",
+)  # fmt: skip
 
 
 class RunBudget:
@@ -66,7 +67,7 @@ class RunBudget:
 
     The other options (thresholds ``warn_at``, ``downgrade_at``, ``summarize_at``; ``model_chain``,
     ``on_event``, ``unknown_usage``, ``unknown_usage_residual_tokens``, ``clock``, ``tracer``, ``spend``,
-    ``pool``, ``alert_limits``, ``retry_policy``, ``provider``) are documented on
+    ``pool``, ``alert_limits``, ``retry_policy``, ``provider``, ``tool_prices``) are documented on
     :class:`budgetlens.guard.options.RunOptions`, which holds them checked (:attr:`options`). Raises
     ``ValueError`` naming a bad argument, and naming the user price file (``BUDGETLENS_PRICES_FILE``) when
     it is missing or invalid: it is read here, before any call is paid for, not at the first ``record``.
@@ -104,29 +105,11 @@ class RunBudget:
         pool: TokenPool | None = None,
         alert_limits: Mapping[str, float | None] | None = None,
         retry_policy: Callable[[RunResult], bool] | None = None,
+        tool_prices: Mapping[str, Any] | str | os.PathLike | None = None,
     ) -> None:
-        limits: tuple[float | None, ...] = (max_total_tokens, max_input_tokens, max_output_tokens)
-        limits += (max_turns, max_tool_calls, max_duration_s, max_cost_usd)  # LIMIT_KEYS' order
-        options = RunOptions.build(
-            dict(zip(LIMIT_KEYS, limits, strict=True)),
-            task_type=task_type,
-            run_id=run_id,
-            agent_name=agent_name,
-            provider=provider,
-            warn_at=warn_at,
-            model_chain=model_chain,
-            downgrade_at=downgrade_at,
-            summarize_at=summarize_at,
-            on_event=on_event,
-            unknown_usage=unknown_usage,
-            unknown_usage_residual_tokens=unknown_usage_residual_tokens,
-            clock=clock,
-            tracer=tracer,
-            spend=spend,
-            pool=pool,
-            alert_limits=alert_limits,
-            retry_policy=retry_policy,
-        )
+        given = dict(locals())  # the arguments by name: limits and options, checked by RunOptions
+        limits = {key: given[key] for key in LIMIT_KEYS}
+        options = RunOptions.build(limits, **{name: given[name] for name in _OPTION_ARGS})
         check_prices_file()
         self._start(options)
 
@@ -139,7 +122,7 @@ class RunBudget:
         self.unknown_usage = options.unknown_usage
         if self.model_chain or options.limits["max_cost_usd"] is not None or options.spend is not None:
             warm_prices()  # genai-prices loads its data once per process: not on the run's clock
-        self._state = RunState(options, _paid_cost)
+        self._state = RunState(options)
         self.run_id = self._state.run_id
 
     @property
@@ -213,15 +196,27 @@ class RunBudget:
         """
         return self._state.reserve(estimated_tokens, model, input_tokens, output_tokens)
 
-    def before_tool_call(self, name: str, *, external_effect: bool = False) -> Effect | None:
+    def before_tool_call(
+        self,
+        name: str,
+        *,
+        external_effect: bool = False,
+        cost_usd: float | None = None,
+        units: float | None = None,
+    ) -> Effect | None:
         """Count one tool call named ``name`` (a tool call span event; arguments never recorded).
+        A paid tool's fee (USD) is ``cost_usd``, else the ``tool_prices`` table's price for ``units``
+        (see :func:`budgetlens.guard.tool_prices.tool_fee`; 0 for a tool not in it): it counts in
+        ``max_cost_usd`` and the spend windows and is kept apart as tool cost (``RunResult.tool_cost_usd``).
         ``external_effect=True``: the tool writes somewhere (see :meth:`begin_effect`); returns its
         :class:`Effect`, to confirm with :meth:`confirm_effect` once the write is known to have happened;
-        else returns None. Raises BudgetExceeded when ``max_tool_calls`` calls were made or wall time is
-        spent (no effect is begun then); RuntimeError after ``finish()``.
+        else returns None. Raises BudgetExceeded when ``max_tool_calls`` calls were made, wall time is
+        spent or the fee does not fit the cost limit or a spend window (no effect is begun, no fee
+        counted then); ValueError for a ``cost_usd`` or ``units`` < 0; RuntimeError after ``finish()``.
         """
+        fee = tool_fee(self.options.tool_prices, str(name), cost_usd, units)
         with self._state.lock:
-            self._state.tool_call_locked(str(name))
+            self._state.tool_call_locked(str(name), fee)
         return self._state.effects.begin(str(name)) if external_effect else None
 
     def begin_effect(self, name: str) -> Effect:

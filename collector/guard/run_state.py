@@ -15,13 +15,14 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from datetime import UTC, datetime
-from typing import Any, NamedTuple
+from typing import Any
 
 from budgetlens import semconv as sc
 from budgetlens.guard import options as opt
 from budgetlens.guard import stops as lim
+from budgetlens.guard.calls import PROBE_USAGE, PriceCall, RecordedCall, paid_cost
 from budgetlens.guard.effects import EffectLog
 from budgetlens.guard.events import EventDispatcher
 from budgetlens.guard.ledger import RunLedger
@@ -41,27 +42,9 @@ from budgetlens.limits import check_limits
 from budgetlens.pricing import estimate_cost_usd
 from budgetlens.usage import Usage, normalize_usage, usage_missing_parts
 
-__all__ = ["PriceCall", "RecordedCall", "RunState"]
+__all__ = ["RunState"]
 
 log = logging.getLogger(__name__)
-
-#: Prices a call already paid for: (model, usage, provider) -> USD, or None when unpriced.
-PriceCall = Callable[[str | None, Usage, str | None], float | None]
-_PROBE = Usage(0, 0)  # prices nothing: tells whether a model has a price (not None)
-
-
-class RecordedCall(NamedTuple):
-    """One recorded call, as settled under the lock (tokens; USD; None: unpriced or unknown)."""
-
-    action: Action
-    model: str | None
-    start_ns: int | None
-    usage: Usage | None
-    cost_usd: float | None
-    reserved_tokens: int
-    used_tokens: int
-    turn: int
-    remaining_tokens: int | None
 
 
 class RunState:
@@ -72,7 +55,7 @@ class RunState:
     :meth:`finish_locked`, and ValueError as the ledger does for a reservation that is not open.
     """
 
-    def __init__(self, options: RunOptions, price: PriceCall) -> None:
+    def __init__(self, options: RunOptions, price: PriceCall = paid_cost) -> None:
         self.options = options
         self.run_id = options.run_id or uuid.uuid4().hex
         self.limits: dict[str, float | None] = dict(options.limits)
@@ -208,13 +191,25 @@ class RunState:
         use.reserve(res)
         return res
 
-    def tool_call_locked(self, name: str) -> None:
-        """Check and count one tool call named ``name`` (emitted as a span event)."""
+    def tool_call_locked(self, name: str, fee_usd: float = 0.0) -> None:
+        """Check and count one tool call named ``name`` costing ``fee_usd`` (USD; emitted as a span
+        event). A fee is checked against ``max_cost_usd`` and the spend windows, then counted as tool
+        cost; it may cross the thresholds (their actions are in :attr:`last_actions`)."""
         self.check_open()
         self._check_time()
-        self.stop_on(lim.count_stop(sc.STOP_BUDGET_TOOLS, self.limits["max_tool_calls"], self.use.tool_calls))
-        self.use.tool_calls += 1
-        self.dispatch.emit(None, self.use, self.limits, name=EVENT_NAME_TOOL_CALL, tool_name=name)
+        use = self.use
+        self.stop_on(lim.count_stop(sc.STOP_BUDGET_TOOLS, self.limits["max_tool_calls"], use.tool_calls))
+        if fee_usd:
+            self.stop_on(lim.tool_cost_stop(self.limits["max_cost_usd"], use, name, fee_usd))
+            self.stop_on(self.shared.charge_tool(fee_usd))
+            use.tool_cost_usd += fee_usd
+        use.tool_calls += 1
+        fee = fee_usd if fee_usd else None
+        self.dispatch.emit(
+            None, use, self.limits, name=EVENT_NAME_TOOL_CALL, tool_name=name, tool_cost_usd=fee
+        )
+        if fee_usd:
+            self.last_actions = self._thresholds()[1]
         self._alerts()
 
     def record(
@@ -290,7 +285,7 @@ class RunState:
         elif (
             cost is None
             and self.limits["max_cost_usd"] is not None
-            and (usage is not None or self._price(model, _PROBE, provider) is None)
+            and (usage is not None or self._price(model, PROBE_USAGE, provider) is None)
         ):
             self.dispatch.cost_unenforced(model, use, self.limits)  # no price for model
         action, self.last_actions = self._thresholds()
@@ -353,7 +348,7 @@ class RunState:
                 return self.finished
             result = self._finish_locked(stop_reason, error, retryable)
         try:
-            self.telemetry.finish(result, self.limits, self.use.usage_known)
+            self.telemetry.finish(result, self.limits, self.use.usage_known, self.use.priced_cost_usd)
         except Exception:
             log.exception("run %s: could not end the run span", self.run_id)
         return result

@@ -35,6 +35,7 @@ __all__ = [
     "spent_stop",
     "time_stop",
     "token_stop",
+    "tool_cost_stop",
     "unknown_usage_stop",
 ]
 
@@ -184,7 +185,7 @@ def spent_stop(
     spend windows (``spend_stop``, called only when the cost limit allows: e.g.
     :meth:`budgetlens.guard.shared.SharedSteps.spend_stop`), the token limits (:func:`token_stop`,
     open reservations included). ``use``: a :class:`budgetlens.guard.ledger.RunLedger`."""
-    stop = cost_stop(limits["max_cost_usd"], use.cost_usd)
+    stop = cost_stop(limits["max_cost_usd"], use.spent_usd)
     if stop is None and spend_stop is not None:
         stop = spend_stop()
     return stop or token_stop(
@@ -231,14 +232,24 @@ def reserve_stop(
             sc.STOP_BUDGET_TOKENS, limit, use.committed_output_tokens, output_tokens, "max_output_tokens"
         )
     limit = limits["max_cost_usd"]
-    if limit is not None and use.cost_usd + use.reserved_cost_usd + cost_usd > limit:
+    if limit is not None and use.spent_usd + use.reserved_cost_usd + cost_usd > limit:
         return Stop(
             sc.STOP_BUDGET_COST,
             limit,
-            round(use.cost_usd + use.reserved_cost_usd, 6),
+            round(use.spent_usd + use.reserved_cost_usd, 6),
             round(cost_usd, 6),
             "max_cost_usd",
         )
+    return None
+
+
+def tool_cost_stop(max_cost_usd: float | None, use: Any, name: str, fee_usd: float) -> Stop | None:
+    """``budget_cost`` (detail ``tool <name>``) when a paid tool call's ``fee_usd`` (USD) does not fit
+    ``max_cost_usd`` next to the model cost, the tool fees and the open reservations' estimates of
+    ``use`` (a :class:`budgetlens.guard.ledger.RunLedger`). A free call (0.0) is not checked here."""
+    committed = use.spent_usd + use.reserved_cost_usd
+    if max_cost_usd is not None and fee_usd and committed + fee_usd > max_cost_usd:
+        return Stop(sc.STOP_BUDGET_COST, max_cost_usd, round(committed, 6), round(fee_usd, 6), f"tool {name}")
     return None
 
 
