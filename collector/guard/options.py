@@ -19,6 +19,7 @@ from budgetlens.guard.pool import TokenPool
 from budgetlens.guard.results import BudgetEvent, RunResult
 from budgetlens.guard.spend import SpendTracker
 from budgetlens.guard.tool_prices import ToolPrice, check_tool_prices
+from budgetlens.guard.wrap_up import check_wrap_up
 from budgetlens.limits import LIMIT_KEYS, LIMIT_SPECS, check_fraction, check_limit, resolve_limits
 
 if TYPE_CHECKING:
@@ -149,6 +150,8 @@ class RunOptions:
     default ``gen_ai.provider.name``. ``model_chain``: model names (strings), best first.
     ``tool_prices``: the paid tools' price table, tool name -> :class:`budgetlens.guard.tool_prices.ToolPrice`
     (given as a mapping or a tool price file's path; see :mod:`budgetlens.guard.tool_prices`).
+    ``wrap_up_tokens`` (tokens) / ``wrap_up_usd`` (USD): the wrap-up slice kept for one final call
+    (see :mod:`budgetlens.guard.wrap_up`), below ``max_total_tokens`` / ``max_cost_usd``.
 
     ``limits``: every :data:`budgetlens.limits.LIMIT_KEYS` name (None: no limit), as
     :func:`budgetlens.limits.resolve_limits`; ``model_chain``: a tuple of model names;
@@ -176,6 +179,8 @@ class RunOptions:
     alert_limits: Mapping[str, float] = dataclasses.field(default_factory=dict)
     retry_policy: Callable[[RunResult], bool] | None = None
     tool_prices: Mapping[str, ToolPrice] = dataclasses.field(default_factory=dict)
+    wrap_up_tokens: int | None = None
+    wrap_up_usd: float | None = None
 
     @classmethod
     def build(
@@ -215,6 +220,7 @@ class RunOptions:
                 f"retry_policy must be a callable taking a RunResult, or None; got {retry_policy!r}"
             )
         prices = check_tool_prices(tool_prices)
+        check_wrap_up(resolved, given["wrap_up_tokens"], given["wrap_up_usd"])
         return cls(
             resolved,
             model_chain=chain,

@@ -20,6 +20,7 @@ from budgetlens.semconv import (
     EVENT_SUMMARIZE,
     EVENT_TOOL_CALL,
     EVENT_WARNING,
+    EVENT_WRAP_UP,
 )
 from budgetlens.usage import Usage
 
@@ -40,7 +41,10 @@ class Action(str, enum.Enum):
 
     ``WARN``: use crossed ``warn_at`` (once). ``DOWNGRADE``: switch to ``RunBudget.model``, the
     next model of the chain (once, at ``downgrade_at``). ``SUMMARIZE``: compress the context (while
-    use is at or above ``summarize_at``). ``STOP``: the budget is spent; the next check raises.
+    use is at or above ``summarize_at``). ``WRAP_UP``: the next ordinary call does not fit next to
+    the run's wrap-up slice: make the final call now (``reserve(..., final=True)``: no tools, output
+    capped to ``output_budget(final=True)``; the adapters do it themselves). ``STOP``: the budget
+    is spent; the next check raises.
 
     Actions compare by severity (``Action.SUMMARIZE > Action.WARN``), so a loop that must see the
     warning tests ``action >= Action.WARN``: one call that crosses several thresholds returns
@@ -51,11 +55,12 @@ class Action(str, enum.Enum):
     WARN = "warn"
     DOWNGRADE = "downgrade"
     SUMMARIZE = "summarize"
+    WRAP_UP = "wrap_up"
     STOP = "stop"
 
     @property
     def severity(self) -> int:
-        """0 (CONTINUE) to 4 (STOP)."""
+        """0 (CONTINUE) to 5 (STOP)."""
         return _SEVERITY[self]
 
     def __lt__(self, other: object) -> bool:
@@ -88,6 +93,7 @@ EVENT_FOR_ACTION = {
     Action.WARN: EVENT_WARNING,
     Action.DOWNGRADE: EVENT_DOWNGRADE,
     Action.SUMMARIZE: EVENT_SUMMARIZE,
+    Action.WRAP_UP: EVENT_WRAP_UP,
     Action.STOP: EVENT_STOP,
 }
 EVENT_NAME_TOOL_CALL = EVENT_TOOL_CALL

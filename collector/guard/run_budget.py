@@ -1,19 +1,11 @@
 """RunBudget: the hard budget an agent loop calls (design §1).
 
-Check before spending, record after::
-
-    run = RunBudget(max_total_tokens=64_000, task_type="code_generation")
-    run.before_turn()                      # raises BudgetExceeded (turns, time, cost, spent)
-    res = run.reserve(4_000)               # raises BudgetExceeded if 4,000 tokens do not fit
-    response = client.create(model=run.model, ...)
-    action = run.record(response.usage, model=run.model, reservation=res)
-    result = run.finish()                  # RunResult(stop_reason="completed", ...)
-
-All state changes happen under one lock, so reservations are atomic across threads, and, as no
-method awaits, across asyncio tasks too. ``BudgetExceeded`` is the only exception raised into the
-loop on purpose; callbacks, telemetry and pricing failures are logged, never raised. Misuse is
-raised at once: ``ValueError`` for a bad argument or a reservation settled twice or by another
-run, ``RuntimeError`` for a step after ``finish()``.
+Check before spending, record after: ``before_turn()``, ``reserve(n)``, the call,
+``record(usage, reservation=res)``, ``finish()`` (the loop in docs/guard-and-adapters.md). All state
+changes happen under one lock (atomic across threads and, as no method awaits, asyncio tasks).
+``BudgetExceeded`` is the only exception raised into the loop on purpose; callbacks, telemetry and
+pricing failures are logged. Misuse raises at once: ``ValueError`` for a bad argument or a
+reservation settled twice or by another run, ``RuntimeError`` for a step after ``finish()``.
 """
 
 from __future__ import annotations
@@ -34,6 +26,7 @@ from budgetlens.guard.results import Action, BudgetStats, Effect, LimitChange, R
 from budgetlens.guard.run_state import RunState
 from budgetlens.guard.spend import SpendTracker
 from budgetlens.guard.tool_prices import tool_fee
+from budgetlens.guard.wrap_up import wrap_up_due
 from budgetlens.limits import DEFAULT_MAX_TOTAL_TOKENS, LIMIT_KEYS
 from budgetlens.pricing import check_prices_file, warm_prices
 
@@ -51,7 +44,7 @@ __all__ = ["RunBudget", "DEFAULT_MAX_TOTAL_TOKENS", "UNKNOWN_USAGE_POLICIES"]
 _OPTION_ARGS = (
     "task_type", "run_id", "agent_name", "provider", "warn_at", "model_chain", "downgrade_at",
     "summarize_at", "on_event", "unknown_usage", "unknown_usage_residual_tokens", "clock", "tracer",
-    "spend", "pool", "alert_limits", "retry_policy", "tool_prices",
+    "spend", "pool", "alert_limits", "retry_policy", "tool_prices", "wrap_up_tokens", "wrap_up_usd",
 )  # fmt: skip
 
 
@@ -67,7 +60,8 @@ class RunBudget:
 
     The other options (thresholds ``warn_at``, ``downgrade_at``, ``summarize_at``; ``model_chain``,
     ``on_event``, ``unknown_usage``, ``unknown_usage_residual_tokens``, ``clock``, ``tracer``, ``spend``,
-    ``pool``, ``alert_limits``, ``retry_policy``, ``provider``, ``tool_prices``) are documented on
+    ``pool``, ``alert_limits``, ``retry_policy``, ``provider``, ``tool_prices``, the wrap-up slice
+    ``wrap_up_tokens`` / ``wrap_up_usd``: see :mod:`budgetlens.guard.wrap_up`) are documented on
     :class:`budgetlens.guard.options.RunOptions`, which holds them checked (:attr:`options`). Raises
     ``ValueError`` naming a bad argument, and naming the user price file (``BUDGETLENS_PRICES_FILE``) when
     it is missing or invalid: it is read here, before any call is paid for, not at the first ``record``.
@@ -106,6 +100,8 @@ class RunBudget:
         alert_limits: Mapping[str, float | None] | None = None,
         retry_policy: Callable[[RunResult], bool] | None = None,
         tool_prices: Mapping[str, Any] | str | os.PathLike | None = None,
+        wrap_up_tokens: int | None = None,
+        wrap_up_usd: float | None = None,
     ) -> None:
         given = dict(locals())  # the arguments by name: limits and options, checked by RunOptions
         limits = {key: given[key] for key in LIMIT_KEYS}
@@ -183,6 +179,7 @@ class RunBudget:
         *,
         input_tokens: int | None = None,
         output_tokens: int | None = None,
+        final: bool = False,
     ) -> Reservation:
         """Reserve ``estimated_tokens`` (int >= 0, input + output) for one model call, atomically; it counts
         as a turn until released. It must fit every token limit and the cost limit next to use and open
@@ -190,11 +187,20 @@ class RunBudget:
         rest; e.g. ``output_tokens`` = the request's ``max_tokens``); unsplit, it counts as input, like an
         unknown-usage charge. Its cost is estimated at ``model``'s price (default :attr:`model`; see
         :func:`budgetlens.pricing.estimate_cost_usd`; 0 when unpriced, and under ``max_cost_usd`` the
-        ``cost_unenforced`` warning is given). Raises BudgetExceeded before the call is sent when it does
-        not fit, a limit is spent or the unknown-usage policy refuses; ValueError for a bad estimate or
-        split; RuntimeError after ``finish()``.
+        ``cost_unenforced`` warning is given). With a wrap-up slice an ordinary call must fit the limits
+        minus the slice; ``final=True`` reserves the run's final call, which may use the slice (the run
+        stops ``budget_wrap_up`` once it is recorded). Raises BudgetExceeded before the call is sent when
+        it does not fit, a limit is spent or the unknown-usage policy refuses; ValueError for a bad
+        estimate or split, or ``final=True`` without an unused slice; RuntimeError after ``finish()``.
         """
-        return self._state.reserve(estimated_tokens, model, input_tokens, output_tokens)
+        return self._state.reserve(estimated_tokens, model, input_tokens, output_tokens, final)
+
+    def wrap_up_due(self, estimated_tokens: int, model: str | None = None, *, output_tokens: int = 0) -> bool:
+        """True when the run's wrap-up slice is unused and a call of ``estimated_tokens`` (tokens;
+        ``output_tokens`` of them output) at ``model``'s price does not fit next to it: make it the
+        final call (``reserve(..., final=True)``). False without a slice. See
+        :func:`budgetlens.guard.wrap_up.wrap_up_due`."""
+        return wrap_up_due(self._state, estimated_tokens, output_tokens, model)
 
     def before_tool_call(
         self,
@@ -254,19 +260,16 @@ class RunBudget:
     ) -> Action:
         """Record one model call (one turn); returns the advised :class:`Action`: the most severe threshold
         crossed now (WARN, DOWNGRADE, SUMMARIZE once each), SUMMARIZE while at or above ``summarize_at``,
-        STOP from 100 %, else CONTINUE; every action crossed is in :attr:`last_actions` (one call from 0 to
-        90 % returns SUMMARIZE, and WARN is there). ``usage``: a :class:`Usage`, a raw provider payload or
-        response (see :func:`normalize_usage`), or None when the call ended without usage: usage_status
-        becomes ``unknown`` and the call is charged, never 0, as :meth:`RunLedger.add_call` (its
-        reservation, else the run's largest call, else ``DEFAULT_UNKNOWN_CALL_TOKENS``). A usage that lacks
-        a part (Anthropic's final ``message_delta`` alone: output, no input; see
-        :func:`budgetlens.usage.usage_missing_parts`) is *partial*: the missing part is charged from the
-        reservation (its input part; without one, as an unknown call) and the call's and run's usage_status
-        become ``partial``. ``reservation``: the one settled (default: the oldest open one).
-        ``model``/``provider`` price the call; a pricing failure is logged and the call counts as unpriced
-        (under ``max_cost_usd``, with the ``cost_unenforced`` warning once per model). Raises, before
-        changing anything, ValueError for a malformed payload or model or a reservation that is not open
-        (settled, dropped by ``reset()``, another run's); RuntimeError after ``finish()``.
+        WRAP_UP when the next ordinary call would not fit next to the wrap-up slice, STOP from 100 % or
+        after the final call, else CONTINUE; every action crossed is in :attr:`last_actions`. ``usage``: a
+        :class:`Usage`, a raw provider payload or response (see :func:`normalize_usage`), or None when the
+        call ended without usage: usage_status becomes ``unknown`` and the call is charged, never 0, as
+        :meth:`RunLedger.add_call`. A usage that lacks a part (see :func:`budgetlens.usage.usage_missing_parts`)
+        is *partial*: the missing part is charged from the reservation and usage_status becomes ``partial``.
+        ``reservation``: the one settled (default: the oldest open one). ``model``/``provider`` price the
+        call; a pricing failure is logged and the call counts as unpriced (with the ``cost_unenforced``
+        warning under ``max_cost_usd``). Raises, before changing anything, ValueError for a malformed
+        payload or model or a reservation that is not open; RuntimeError after ``finish()``.
         """
         return self._state.record(usage, model, reservation, provider, response_model, error_type)
 
@@ -278,14 +281,19 @@ class RunBudget:
         with self._state.lock:
             self._state.release_locked(reservation)
 
-    def output_budget(self, ceiling: int | None = None, prompt_tokens: int = 0) -> int | None:
+    def output_budget(
+        self, ceiling: int | None = None, prompt_tokens: int = 0, *, final: bool = False
+    ) -> int | None:
         """The ``max_tokens`` to send with the next call (int, tokens >= 0): the least of the output limit
         left, the total limit left (open reservations counted) after the call's ``prompt_tokens``, and
-        ``ceiling`` (e.g. the model's output maximum); None when none is set. Reserve it as output
+        ``ceiling`` (e.g. the model's output maximum); None when none is set. With a wrap-up slice an
+        ordinary call's budget leaves the slice out; ``final=True``: the final call's. Reserve it as output
         (``reserve(prompt_tokens + n, output_tokens=n)``) to make the token limits hard. Raises ValueError
         for a ``ceiling`` or ``prompt_tokens`` that is not an int >= 0."""
         with self._state.lock:
-            return lim.output_budget(self._state.limits, self._state.use, ceiling, prompt_tokens)
+            state = self._state
+            limits = state.limits if final else state.wrap_up.ordinary(state.limits)
+            return lim.output_budget(limits, state.use, ceiling, prompt_tokens)
 
     def cheapest_model(self) -> str | None:
         """The model of ``model_chain`` with the lowest price for 1,000 input + 1,000 output tokens

@@ -292,12 +292,16 @@ def unknown_usage_stop(
 
 # --- how a run ended ----------------------------------------------------------------------------
 def final_stop_reason(
-    stop_reason: str | None, error: BaseException | None, budget_stop: BudgetExceeded | None
+    stop_reason: str | None,
+    error: BaseException | None,
+    budget_stop: BudgetExceeded | None,
+    wrapped_up: bool = False,
 ) -> str:
     """The run's stop reason: ``stop_reason`` when given; else the reason of a ``BudgetExceeded``
     ``error`` (one that left a ``with`` block is a budget stop); ``failed`` for any other error;
     else the reason of ``budget_stop``, the refusal the run ended at (the first refusal after its
-    last recorded call; :attr:`budgetlens.guard.ledger.RunLedger.refusal`); else ``completed``.
+    last recorded call; :attr:`budgetlens.guard.ledger.RunLedger.refusal`); else ``budget_wrap_up``
+    when the run made its final call from the wrap-up slice (``wrapped_up``); else ``completed``.
 
     A run the budget refused and that stopped there is a budget stop even when the agent caught
     the BudgetExceeded and finished normally. A run that recorded a model call after a refusal
@@ -309,7 +313,9 @@ def final_stop_reason(
         return error.reason
     if error is not None:
         return sc.STOP_FAILED
-    return budget_stop.reason if budget_stop is not None else sc.STOP_COMPLETED
+    if budget_stop is not None:
+        return budget_stop.reason
+    return sc.STOP_BUDGET_WRAP_UP if wrapped_up else sc.STOP_COMPLETED
 
 
 def retryable(stop_reason: str, stop: BudgetExceeded | None, unconfirmed_effects: int = 0) -> bool:

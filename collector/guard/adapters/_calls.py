@@ -8,6 +8,7 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
+from budgetlens.guard.adapters._wrap_up import reserve_final
 from budgetlens.guard.estimate import estimate_tokens
 from budgetlens.guard.results import Reservation
 from budgetlens.usage import UsageAccumulator
@@ -73,11 +74,14 @@ class CallGuard:
     ) -> Reservation:
         """Reserve the request's prompt tokens + output cap (the first of ``cap_keys`` it sets;
         else :meth:`output_cap`, written into ``kwargs[set_key]`` so the call cannot outgrow its
-        reservation) for ``kwargs['model']``. Raises BudgetExceeded before the call when it does
-        not fit."""
+        reservation) for ``kwargs['model']``; a request that does not fit next to the run's wrap-up
+        slice becomes its final call (see :mod:`budgetlens.guard.adapters._wrap_up`). Raises
+        BudgetExceeded before the call when it does not fit."""
         prompt = self.prompt_tokens(kwargs, prompt_parts)
         given = next((kwargs[k] for k in cap_keys if kwargs.get(k) is not None), None)
         cap = self.output_cap(prompt, given)
+        if self.run.wrap_up_due(prompt + cap, kwargs.get("model"), output_tokens=cap):
+            return reserve_final(self, kwargs, prompt_parts, cap_keys, set_key or cap_keys[0])
         if given is None and set_key is not None:
             kwargs[set_key] = cap
         return self.run.reserve(prompt + cap, kwargs.get("model"), output_tokens=cap)
