@@ -111,3 +111,26 @@ def test_final_request_removes_tools_and_adds_the_instruction_per_request_shape(
             "content": [{"type": "text", "text": "Hi"}, {"type": "text", "text": WRAP_UP_INSTRUCTION}],
         }
     ]
+
+
+def test_hit_rate_counts_wrap_up_stops_and_the_share_that_answered(db_path):
+    from _collector_helpers import SpanRecorder
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+
+    from budgetlens import DuckDBSpanExporter
+    from budgetlens.analysis.views import Filters, hit_rate_by_task, hit_rate_daily
+    from budgetlens.store import read_connection
+
+    recorder = SpanRecorder()
+    recorder.provider.add_span_processor(SimpleSpanProcessor(DuckDBSpanExporter(db_path)))
+    stops = [sc.STOP_COMPLETED, sc.STOP_BUDGET_TOKENS, sc.STOP_BUDGET_WRAP_UP, sc.STOP_BUDGET_WRAP_UP]
+    for index, stop in enumerate(stops):
+        recorder.guard_run(f"r{index}", "qa", [("gpt-4o-mini", 100, 10)], stop_reason=stop)
+    recorder.provider.shutdown()
+    with read_connection(db_path) as conn:
+        row = hit_rate_by_task(conn, Filters()).iloc[0]
+        daily = hit_rate_daily(conn, Filters())
+    # 3 budget stops of 4 budgeted runs; 2 of the 3 still answered
+    assert (row["budget_stops"], row["answered_stops"]) == (3, 2)
+    assert row["hit_rate"] == pytest.approx(3 / 4) and row["answered_share"] == pytest.approx(2 / 3)
+    assert int(daily["answered_stops"].sum()) == 2
