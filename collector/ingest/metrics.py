@@ -331,7 +331,6 @@ class CollectorMetrics:
             if row.get("total_tokens") is not None:
                 self.run_tokens.labels(task).observe(row["total_tokens"])
 
-
     def _observe_tool_cost(self, events: Iterable[Mapping], task_by_run: Mapping[str, str]) -> None:
         """Add the paid tool calls' fees (``tool_cost_usd``, USD) of ``events`` by their run's task type."""
         for row in events:
