@@ -105,3 +105,20 @@ def test_anthropic_agent_out_of_budget_answers_from_the_slice(server):
     last = bodies[-1]["messages"][-1]
     assert last["role"] == "user" and last["content"][-1] == {"type": "text", "text": WRAP_UP_INSTRUCTION}
     assert run.finish().stop_reason == sc.STOP_BUDGET_WRAP_UP
+
+
+def test_the_countdown_notice_reaches_the_next_request(server):
+    # 1,500 tokens per call under 3,000: after call 1, 50 % left, 1,500 // 1,500 = 1 turn
+    run = RunBudget(max_total_tokens=3_000, countdown_at=(0.5,))
+    client = wrap_anthropic(
+        anthropic.Anthropic(base_url=server.anthropic_url, api_key="test", max_retries=0), run
+    )
+    messages = [{"role": "user", "content": "Fix the failing test"}]
+    client.messages.create(model="claude-haiku-4-5", messages=messages, max_tokens=100)
+    client.messages.create(model="claude-haiku-4-5", messages=messages, max_tokens=100)
+    first, second = (body for _, body in server.requests[-2:])
+    assert first["messages"] == messages
+    assert second["messages"][-1]["content"] == [
+        {"type": "text", "text": "Fix the failing test"},
+        {"type": "text", "text": "budget: 50 % left, about 1 turn"},
+    ]

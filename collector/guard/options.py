@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from budgetlens import semconv as sc
+from budgetlens.guard.countdown import check_countdown
 from budgetlens.guard.events import OnEvent, as_callbacks
 from budgetlens.guard.pool import TokenPool
 from budgetlens.guard.results import BudgetEvent, RunResult
@@ -152,6 +153,8 @@ class RunOptions:
     (given as a mapping or a tool price file's path; see :mod:`budgetlens.guard.tool_prices`).
     ``wrap_up_tokens`` (tokens) / ``wrap_up_usd`` (USD): the wrap-up slice kept for one final call
     (see :mod:`budgetlens.guard.wrap_up`), below ``max_total_tokens`` / ``max_cost_usd``.
+    ``countdown_at``: fractions in (0, 1] at which the model is shown a one-line budget notice
+    (opt-in, default none; see :mod:`budgetlens.guard.countdown`).
 
     ``limits``: every :data:`budgetlens.limits.LIMIT_KEYS` name (None: no limit), as
     :func:`budgetlens.limits.resolve_limits`; ``model_chain``: a tuple of model names;
@@ -181,6 +184,7 @@ class RunOptions:
     tool_prices: Mapping[str, ToolPrice] = dataclasses.field(default_factory=dict)
     wrap_up_tokens: int | None = None
     wrap_up_usd: float | None = None
+    countdown_at: tuple[float, ...] = ()
 
     @classmethod
     def build(
@@ -221,6 +225,7 @@ class RunOptions:
             )
         prices = check_tool_prices(tool_prices)
         check_wrap_up(resolved, given["wrap_up_tokens"], given["wrap_up_usd"])
+        options["countdown_at"] = check_countdown(given["countdown_at"])
         return cls(
             resolved,
             model_chain=chain,

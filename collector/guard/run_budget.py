@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from budgetlens.guard import stops as lim
 from budgetlens.guard.compress import cheapest_model, client_summarizer, compress_messages
+from budgetlens.guard.countdown import run_notice
 from budgetlens.guard.events import OnEvent
 from budgetlens.guard.options import UNKNOWN_USAGE_POLICIES, RunOptions
 from budgetlens.guard.pool import TokenPool
@@ -45,6 +46,7 @@ _OPTION_ARGS = (
     "task_type", "run_id", "agent_name", "provider", "warn_at", "model_chain", "downgrade_at",
     "summarize_at", "on_event", "unknown_usage", "unknown_usage_residual_tokens", "clock", "tracer",
     "spend", "pool", "alert_limits", "retry_policy", "tool_prices", "wrap_up_tokens", "wrap_up_usd",
+    "countdown_at",
 )  # fmt: skip
 
 
@@ -61,15 +63,13 @@ class RunBudget:
     The other options (thresholds ``warn_at``, ``downgrade_at``, ``summarize_at``; ``model_chain``,
     ``on_event``, ``unknown_usage``, ``unknown_usage_residual_tokens``, ``clock``, ``tracer``, ``spend``,
     ``pool``, ``alert_limits``, ``retry_policy``, ``provider``, ``tool_prices``, the wrap-up slice
-    ``wrap_up_tokens`` / ``wrap_up_usd``: see :mod:`budgetlens.guard.wrap_up`) are documented on
+    ``wrap_up_tokens`` / ``wrap_up_usd``: see :mod:`budgetlens.guard.wrap_up`; ``countdown_at``) are documented on
     :class:`budgetlens.guard.options.RunOptions`, which holds them checked (:attr:`options`). Raises
     ``ValueError`` naming a bad argument, and naming the user price file (``BUDGETLENS_PRICES_FILE``) when
     it is missing or invalid: it is read here, before any call is paid for, not at the first ``record``.
 
-    This class checks arguments and holds the documented interface; the lock and the order of checks,
-    records and events are in :class:`budgetlens.guard.run_state.RunState`, limit validation in
-    :mod:`budgetlens.limits`, decisions in :mod:`budgetlens.guard.stops`, the pool and spend-window steps in
-    :mod:`budgetlens.guard.shared`, counters in :class:`budgetlens.guard.ledger.RunLedger`.
+    This class checks arguments and holds the documented interface; state, lock and order of steps are
+    in :class:`budgetlens.guard.run_state.RunState`, decisions in :mod:`budgetlens.guard.stops`.
     """
 
     def __init__(
@@ -102,6 +102,7 @@ class RunBudget:
         tool_prices: Mapping[str, Any] | str | os.PathLike | None = None,
         wrap_up_tokens: int | None = None,
         wrap_up_usd: float | None = None,
+        countdown_at: Iterable[float] = (),
     ) -> None:
         given = dict(locals())  # the arguments by name: limits and options, checked by RunOptions
         limits = {key: given[key] for key in LIMIT_KEYS}
@@ -267,8 +268,7 @@ class RunBudget:
         :meth:`RunLedger.add_call`. A usage that lacks a part (see :func:`budgetlens.usage.usage_missing_parts`)
         is *partial*: the missing part is charged from the reservation and usage_status becomes ``partial``.
         ``reservation``: the one settled (default: the oldest open one). ``model``/``provider`` price the
-        call; a pricing failure is logged and the call counts as unpriced (with the ``cost_unenforced``
-        warning under ``max_cost_usd``). Raises, before changing anything, ValueError for a malformed
+        call (a pricing failure: unpriced). Raises, before changing anything, ValueError for a malformed
         payload or model or a reservation that is not open; RuntimeError after ``finish()``.
         """
         return self._state.record(usage, model, reservation, provider, response_model, error_type)
@@ -285,20 +285,17 @@ class RunBudget:
         self, ceiling: int | None = None, prompt_tokens: int = 0, *, final: bool = False
     ) -> int | None:
         """The ``max_tokens`` to send with the next call (int, tokens >= 0): the least of the output limit
-        left, the total limit left (open reservations counted) after the call's ``prompt_tokens``, and
-        ``ceiling`` (e.g. the model's output maximum); None when none is set. With a wrap-up slice an
-        ordinary call's budget leaves the slice out; ``final=True``: the final call's. Reserve it as output
-        (``reserve(prompt_tokens + n, output_tokens=n)``) to make the token limits hard. Raises ValueError
-        for a ``ceiling`` or ``prompt_tokens`` that is not an int >= 0."""
+        left, the total left (open reservations counted) after ``prompt_tokens``, and ``ceiling``; None when
+        none is set. An ordinary call's leaves the wrap-up slice out; ``final=True``: the final call's.
+        Raises ValueError for a ``ceiling`` or ``prompt_tokens`` that is not an int >= 0."""
         with self._state.lock:
             state = self._state
             limits = state.limits if final else state.wrap_up.ordinary(state.limits)
             return lim.output_budget(limits, state.use, ceiling, prompt_tokens)
 
     def cheapest_model(self) -> str | None:
-        """The model of ``model_chain`` with the lowest price for 1,000 input + 1,000 output tokens
-        (genai-prices or the user price file); the chain's last model when none is priced; :attr:`model`
-        without a chain."""
+        """The model of ``model_chain`` priced lowest for 1,000 input + 1,000 output tokens; the chain's
+        last model when none is priced; :attr:`model` without a chain."""
         return cheapest_model(self.model_chain, self.provider) or self.model
 
     def compress(
@@ -311,19 +308,22 @@ class RunBudget:
         max_summary_tokens: int = 1024,
     ) -> list:
         """Compress a conversation when ``SUMMARIZE`` is advised: keep the system prompt, the first user
-        message (the task, as it is) and the last ``keep_last`` messages (a tool result stays with its call), replace the middle with one summary
-        message (see :func:`budgetlens.guard.compress.compress_messages`). The summary comes from
-        ``summarize(model, middle_messages) -> str`` when given, else from ``client`` (an OpenAI or
-        Anthropic client, plain or wrapped by ``budgetlens.adapters``), called with :meth:`cheapest_model`
-        and ``max_summary_tokens`` through this budget (reserved and recorded like any call). Returns the
-        new message list. Raises ValueError when neither or both are given; BudgetExceeded when the summary
-        call does not fit.
-        """
+        message (the task, as it is) and the last ``keep_last`` messages, the middle replaced by one summary
+        (see :func:`budgetlens.guard.compress.compress_messages`) from ``summarize(model, middle) -> str``,
+        else from ``client`` (OpenAI or Anthropic, plain or wrapped) called with :meth:`cheapest_model` and
+        ``max_summary_tokens`` through this budget. Returns the new message list. Raises ValueError when
+        neither or both are given; BudgetExceeded when the summary call does not fit."""
         if (summarize is None) == (client is None):
             raise ValueError("compress needs exactly one of summarize (a callable) or client")
         if summarize is None:
             summarize = client_summarizer(self, client, max_summary_tokens)
         return compress_messages(messages, summarize, keep_last=keep_last, model=self.cheapest_model())
+
+    def countdown_notice(self) -> str | None:
+        """The one-line budget notice to show the model now (``"budget: 18 % left, about 3 turns"``),
+        once per ``countdown_at`` threshold crossed; None otherwise or without ``countdown_at``. The
+        adapters add it to the next request (see :mod:`budgetlens.guard.countdown`)."""
+        return run_notice(self._state)
 
     def set_max(self, *, changed_by: str | None = None, **limits: float | None) -> None:
         """Change limits by constructor name (``set_max(max_total_tokens=10_000, changed_by="alice: review

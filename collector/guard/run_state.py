@@ -76,6 +76,7 @@ class RunState:
         self.finished: RunResult | None = None
         self.use = RunLedger()
         self.wrap_up = WrapUp(options.wrap_up_tokens, options.wrap_up_usd)
+        self.countdown_fired: set[float] = set()  # countdown_at thresholds already shown
 
     def elapsed_s(self) -> float:
         """Seconds since the run started (on the run's clock)."""

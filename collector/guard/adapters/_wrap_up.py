@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["WRAP_UP_INSTRUCTION", "final_request", "reserve_final"]
+__all__ = ["WRAP_UP_INSTRUCTION", "add_text", "final_request", "reserve_final"]
 
 #: The instruction added to the final call.
 WRAP_UP_INSTRUCTION = (
@@ -36,36 +36,41 @@ def _has_tool_blocks(messages: Any) -> bool:
     return False
 
 
+def add_text(kwargs: dict[str, Any], cap_key: str, text: str) -> None:
+    """Add ``text`` for the model to the request ``kwargs`` (changed in place; the caller's message
+    list is copied) of the shape named by ``cap_key``: Responses after its ``instructions``; Chat
+    Completions as a last user message; Anthropic joined to the last user turn (turns alternate),
+    else as a new user message."""
+    shape = _SHAPES.get(cap_key, "chat")
+    if shape == "responses":
+        given = kwargs.get("instructions")
+        kwargs["instructions"] = f"{given}\n\n{text}" if given else text
+        return
+    messages = list(kwargs.get("messages") or [])
+    last = messages[-1] if messages else None
+    if shape == "anthropic" and isinstance(last, dict) and last.get("role") == "user":
+        content = last.get("content")
+        blocks = [{"type": "text", "text": content}] if isinstance(content, str) else list(content or [])
+        messages[-1] = {**last, "content": [*blocks, {"type": "text", "text": text}]}
+    else:
+        messages.append({"role": "user", "content": text})
+    kwargs["messages"] = messages
+
+
 def final_request(kwargs: dict[str, Any], cap_key: str) -> None:
     """Rewrite ``kwargs`` (a request's keyword arguments, changed in place) into a final call for
     the shape named by ``cap_key`` (its output-cap key): no tools, :data:`WRAP_UP_INSTRUCTION` added
-    (a last user message; for Responses, after the ``instructions``)."""
-    shape = _SHAPES.get(cap_key, "chat")
-    if shape == "responses":
-        for key in _OPENAI_TOOL_KEYS:
-            kwargs.pop(key, None)
-        given = kwargs.get("instructions")
-        kwargs["instructions"] = f"{given}\n\n{WRAP_UP_INSTRUCTION}" if given else WRAP_UP_INSTRUCTION
-        return
-    messages = list(kwargs.get("messages") or [])
-    if shape == "anthropic":
-        if _has_tool_blocks(messages) and kwargs.get("tools"):
+    (see :func:`add_text`)."""
+    if _SHAPES.get(cap_key) == "anthropic":
+        if _has_tool_blocks(kwargs.get("messages")) and kwargs.get("tools"):
             kwargs["tool_choice"] = {"type": "none"}  # the tool blocks need their definitions
         else:
             kwargs.pop("tools", None)
             kwargs.pop("tool_choice", None)
-        last = messages[-1] if messages else None
-        if isinstance(last, dict) and last.get("role") == "user":  # keep user/assistant alternation
-            content = last.get("content")
-            blocks = [{"type": "text", "text": content}] if isinstance(content, str) else list(content or [])
-            messages[-1] = {**last, "content": [*blocks, {"type": "text", "text": WRAP_UP_INSTRUCTION}]}
-        else:
-            messages.append({"role": "user", "content": WRAP_UP_INSTRUCTION})
     else:
         for key in _OPENAI_TOOL_KEYS:
             kwargs.pop(key, None)
-        messages.append({"role": "user", "content": WRAP_UP_INSTRUCTION})
-    kwargs["messages"] = messages
+    add_text(kwargs, cap_key, WRAP_UP_INSTRUCTION)
 
 
 def reserve_final(
