@@ -336,7 +336,9 @@ class CollectorMetrics:
         for row in events:
             fee = row.get("tool_cost_usd")
             if fee:
-                self.tool_cost.labels(self.cap("task_type", task_by_run.get(row.get("run_id")))).inc(fee)
+                run_id = row.get("run_id")
+                task = task_by_run.get(run_id) if run_id else None
+                self.tool_cost.labels(self.cap("task_type", task)).inc(fee)
 
 
 def _counts(*columns) -> dict:
