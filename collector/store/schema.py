@@ -12,8 +12,7 @@ naive ``TIMESTAMP`` values in UTC):
   ``budgetlens reprice`` changes an old cost.
 - ``run_records``: what a run span (or an importer's per-run summary) says about a run: limits,
   stop reason, retryable, and totals when the source has them. Primary key ``run_id``.
-- ``budget_events``: warnings, downgrades, summaries, tool calls (with a paid tool's fee,
-  ``tool_cost_usd``) and stops. Primary key ``event_id``.
+- ``budget_events``: warnings, downgrades, summaries, tool calls (a paid one's fee) and stops. Key ``event_id``.
 - ``runs``: the rollup the dashboard and CLI read, one row per run (primary key ``run_id``; its
   ``quality`` joins the flags of its calls and record),
   upserted for the runs a batch changes (see ``budgetlens.store.sql``). Values from ``run_records``
@@ -112,8 +111,7 @@ BUDGET_EVENT_COLUMNS: tuple[str, ...] = (
     "used_tokens",
     "remaining_tokens",
     "percent",
-    # issue 21: a paid tool call's fee (USD), on budgetlens.tool_call events
-    "tool_cost_usd",
+    "tool_cost_usd",  # issue 21: a paid tool call's fee (USD)
 )
 
 RUN_COLUMNS: tuple[str, ...] = (
@@ -146,8 +144,7 @@ RUN_COLUMNS: tuple[str, ...] = (
     "downgrades",
     "summaries",
     "quality",
-    # issue 21: the run's paid tool fees (USD), apart from cost_usd (model cost)
-    "tool_cost_usd",
+    "tool_cost_usd",  # issue 21: the run's paid tool fees (USD), apart from cost_usd (model cost)
 )
 
 #: Columns of ``run_totals`` (see the module docstring); ``record`` holds a run_records row.
@@ -390,21 +387,16 @@ ALTER TABLE model_calls ADD COLUMN usage_details VARCHAR;
 ALTER TABLE model_calls ADD COLUMN unpriced_parts VARCHAR
 """
 
-# issue 21: paid tools. budget_events.tool_cost_usd is a tool call's fee (USD; NULL for a free call
-# or another event), run_totals.e_tool_cost_usd its sum per run, runs.tool_cost_usd the run's tool
-# spend, kept apart from runs.cost_usd (model cost).
-_V4_TOOL_COST = """
-ALTER TABLE budget_events ADD COLUMN tool_cost_usd DOUBLE;
-ALTER TABLE run_totals ADD COLUMN e_tool_cost_usd DOUBLE;
-ALTER TABLE runs ADD COLUMN tool_cost_usd DOUBLE
-"""
+# issue 21: a paid tool call's fee (NULL: free or another event), its sum per run, the run's tool spend.
+_V4_TOOL_COST = """ALTER TABLE budget_events ADD COLUMN tool_cost_usd DOUBLE;
+ALTER TABLE run_totals ADD COLUMN e_tool_cost_usd DOUBLE; ALTER TABLE runs ADD COLUMN tool_cost_usd DOUBLE"""
 
 #: Ordered migrations: (version, SQL script). Append only; never edit an applied one.
 MIGRATIONS: tuple[tuple[int, str], ...] = (
     (1, _V1),
     (2, _V2_QUALITY_AND_SPAN_IDENTITY),  # issue 15: call identity (trace, span) and quality flags
     (3, _V3_PRICE_VERSION),  # issue 9: price version of each priced call
-    (4, _V4_TOOL_COST),  # issue 21: paid tools' fees on events and runs
+    (4, _V4_TOOL_COST),  # issue 21: paid tools' fees
 )
 
 SCHEMA_VERSION = MIGRATIONS[-1][0]
