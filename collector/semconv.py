@@ -73,6 +73,9 @@ BUDGET_REMAINING_TOKENS = "budgetlens.remaining_tokens"
 BUDGET_STOP_REASON = "budgetlens.stop_reason"
 BUDGET_USAGE_STATUS = "budgetlens.usage_status"
 BUDGET_COST_USD = "budgetlens.cost_usd"
+#: Fees of paid tools (USD), kept apart from model cost: on a ``budgetlens.tool_call`` event (that
+#: call's fee) and on the run span (the run's sum); ``budgetlens.cost_usd`` stays model cost.
+BUDGET_TOOL_COST_USD = "budgetlens.tool_cost_usd"
 BUDGET_RETRYABLE = "budgetlens.retryable"
 BUDGET_LIMIT_TOTAL_TOKENS = "budgetlens.limit.total_tokens"
 BUDGET_LIMIT_INPUT_TOKENS = "budgetlens.limit.input_tokens"
@@ -116,6 +119,9 @@ EVENT_LIMIT_CHANGED = "budgetlens.limit_changed"
 #: An alert-only limit was reached (``RunBudget(alert_limits=...)``): ``budgetlens.reason`` is the
 #: limit's name; the run goes on.
 EVENT_ALERT = "budgetlens.alert"
+#: The run's final call from its wrap-up slice was admitted (``RunBudget(wrap_up_tokens=...)``):
+#: tools removed, output capped to the slice; after that call the run stops ``budget_wrap_up``.
+EVENT_WRAP_UP = "budgetlens.wrap_up"
 EVENT_NAMES = (
     EVENT_WARNING,
     EVENT_DOWNGRADE,
@@ -124,6 +130,7 @@ EVENT_NAMES = (
     EVENT_STOP,
     EVENT_LIMIT_CHANGED,
     EVENT_ALERT,
+    EVENT_WRAP_UP,
 )
 
 # --- closed vocabularies -------------------------------------------------------------------
@@ -133,6 +140,9 @@ STOP_BUDGET_TOOLS = "budget_tools"
 STOP_BUDGET_TURNS = "budget_turns"
 STOP_BUDGET_TIME = "budget_time"
 STOP_BUDGET_COST = "budget_cost"
+#: The budget ran out and the run still answered: its final call used the wrap-up slice (a budget
+#: stop, counted in the hit rate, and one that returned an answer).
+STOP_BUDGET_WRAP_UP = "budget_wrap_up"
 STOP_FAILED = "failed"
 STOP_REASONS = (
     STOP_COMPLETED,
@@ -141,6 +151,7 @@ STOP_REASONS = (
     STOP_BUDGET_TURNS,
     STOP_BUDGET_TIME,
     STOP_BUDGET_COST,
+    STOP_BUDGET_WRAP_UP,
     STOP_FAILED,
 )
 BUDGET_STOP_REASONS = tuple(r for r in STOP_REASONS if r.startswith("budget_"))

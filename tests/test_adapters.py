@@ -330,8 +330,8 @@ def test_compress_with_a_client_is_budgeted_and_uses_the_cheapest_model(server, 
     if wrapped:
         client = wrap_openai(client, run)
     out = run.compress(CONVERSATION, client=client, keep_last=2)
-    assert out[0] == CONVERSATION[0] and out[2:] == CONVERSATION[-2:]
-    assert out[1]["content"].endswith("Done.")
+    assert out[:2] == CONVERSATION[:2] and out[3:] == CONVERSATION[-2:]  # system prompt and task kept
+    assert out[2]["content"].endswith("Done.")
     path, body = server.requests[-1]
     assert body["model"] == "gpt-4o-mini" and body["max_tokens"] == 1024
     assert run.stats().usage == CALL and run.stats().turns == 1

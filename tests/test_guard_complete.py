@@ -186,11 +186,11 @@ CONVERSATION = [
 ]
 
 
-def test_compress_keeps_system_prompt_and_latest_turns_and_never_splits_a_tool_result():
+def test_compress_keeps_system_prompt_task_and_latest_turns_and_never_splits_a_tool_result():
     head, middle, tail = split_for_summary(CONVERSATION, keep_last=2)
-    assert head == CONVERSATION[:1]
+    assert head == CONVERSATION[:2]  # the system prompt and the task ("Fix the failing test.")
     assert tail == CONVERSATION[4:]  # the tool result stays with its call
-    assert middle == CONVERSATION[1:4]
+    assert middle == CONVERSATION[2:4]
     seen = {}
 
     def summarize(model, messages):
@@ -198,9 +198,19 @@ def test_compress_keeps_system_prompt_and_latest_turns_and_never_splits_a_tool_r
         return "The user wants the failing test fixed."
 
     out = compress_messages(CONVERSATION, summarize, keep_last=2, model="small")
-    assert out[0] == CONVERSATION[0] and out[2:] == CONVERSATION[4:]
-    assert out[1] == {"role": "user", "content": SUMMARY_PREFIX + "The user wants the failing test fixed."}
-    assert seen == {"model": "small", "n": 3}
+    assert out[:2] == CONVERSATION[:2] and out[3:] == CONVERSATION[4:]
+    assert out[2] == {"role": "user", "content": SUMMARY_PREFIX + "The user wants the failing test fixed."}
+    assert seen == {"model": "small", "n": 2}
+
+
+def test_compress_keeps_the_first_user_message_without_a_system_prompt():
+    plain = [m for m in CONVERSATION if m["role"] != "system"]
+    head, middle, tail = split_for_summary(plain, keep_last=2)
+    assert head == [{"role": "user", "content": "Fix the failing test."}]
+    assert middle == plain[1:3] and tail == plain[3:]
+    # a conversation that opens with a tool result has no task message to keep
+    opened = [{"role": "tool", "tool_call_id": "1", "content": "x"}, *plain[1:]]
+    assert split_for_summary(opened, keep_last=2)[0] == []
 
 
 def test_run_compress_summarizes_with_the_cheapest_model_of_the_chain():
@@ -209,7 +219,7 @@ def test_run_compress_summarizes_with_the_cheapest_model_of_the_chain():
     )
     models = []
     out = run.compress(CONVERSATION, summarize=lambda m, msgs: models.append(m) or "summary", keep_last=2)
-    assert models == ["claude-haiku-4-5"] and len(out) == 5
+    assert models == ["claude-haiku-4-5"] and len(out) == 6  # system, task, summary, 3 kept
     with pytest.raises(ValueError, match="exactly one"):
         run.compress(CONVERSATION)
 

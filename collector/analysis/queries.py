@@ -60,15 +60,21 @@ _LIMIT_COLUMNS = tuple(c for c in RUN_COLUMNS if c.startswith("limit_"))
 IS_BUDGETED = "(" + " OR ".join(f"{c} IS NOT NULL" for c in _LIMIT_COLUMNS) + f" OR {IS_BUDGET_STOP})"
 #: The rates' denominator: finished runs (a stop reason) that ran under a budget.
 _IS_BUDGETED_FINISHED = f"(stop_reason IS NOT NULL AND {IS_BUDGETED})"
+#: A budget stop that still returned an answer: the run's final call used its wrap-up slice.
+IS_ANSWERED_STOP = "stop_reason = 'budget_wrap_up'"
 #: Hit rate = budget stops / budgeted finished runs; intervention rate = budgeted finished runs
 #: stopped, downgraded or summarized / budgeted finished runs. NULL when no run was budgeted.
+#: answered_share = budget stops that still answered (``budget_wrap_up``) / budget stops (NULL
+#: without a budget stop).
 _RATES = f"""
     count(stop_reason) AS finished_runs,
     count(*) FILTER (WHERE {_IS_BUDGETED_FINISHED}) AS budgeted_runs,
     count(*) FILTER (WHERE {IS_BUDGET_STOP}) AS budget_stops,
     count(*) FILTER (WHERE {_IS_BUDGETED_FINISHED} AND {_IS_INTERVENTION}) AS interventions,
     budget_stops / nullif(budgeted_runs, 0) AS hit_rate,
-    interventions / nullif(budgeted_runs, 0) AS intervention_rate"""
+    interventions / nullif(budgeted_runs, 0) AS intervention_rate,
+    count(*) FILTER (WHERE {IS_ANSWERED_STOP}) AS answered_stops,
+    answered_stops / nullif(budget_stops, 0) AS answered_share"""
 
 #: A run whose cost is fully known: it has a cost, every call with reported usage was priced and
 #: no call's usage was unknown. ``runs.cost_usd`` of any other run is the sum of its priced calls
@@ -141,7 +147,8 @@ SELECT
     CAST(coalesce(sum(unpriced_calls), 0) AS BIGINT) AS unpriced_calls,
     count(*) FILTER (WHERE usage_status = 'unknown') AS unknown_usage_runs,
     count(*) FILTER (WHERE quality IS NOT NULL) AS flagged_runs,
-    quantile_cont(total_tokens, 0.95) AS p95_total_tokens
+    quantile_cont(total_tokens, 0.95) AS p95_total_tokens,
+    coalesce(sum(tool_cost_usd), 0.0) AS tool_cost_usd
 FROM filtered
 """
 
@@ -255,7 +262,8 @@ b AS (
            count(stop_reason) AS finished,
            count(*) FILTER (WHERE {_IS_BUDGETED_FINISHED}) AS budgeted,
            count(*) FILTER (WHERE {IS_BUDGET_STOP}) AS stops,
-           count(*) FILTER (WHERE {_IS_BUDGETED_FINISHED} AND {_IS_INTERVENTION}) AS intervened
+           count(*) FILTER (WHERE {_IS_BUDGETED_FINISHED} AND {_IS_INTERVENTION}) AS intervened,
+           count(*) FILTER (WHERE {IS_ANSWERED_STOP}) AS answered
     FROM filtered GROUP BY ALL
 )
 SELECT
@@ -266,7 +274,9 @@ SELECT
     CAST(sum(stops) AS BIGINT) AS budget_stops,
     CAST(sum(intervened) AS BIGINT) AS interventions,
     budget_stops / nullif(budgeted_runs, 0) AS hit_rate,
-    interventions / nullif(budgeted_runs, 0) AS intervention_rate
+    interventions / nullif(budgeted_runs, 0) AS intervention_rate,
+    CAST(sum(answered) AS BIGINT) AS answered_stops,
+    answered_stops / nullif(budget_stops, 0) AS answered_share
 FROM b
 GROUP BY day, task_type
 ORDER BY day, task_type

@@ -115,6 +115,9 @@ class Overview:
     cache_read_share: float | None = None
     cache_write_share: float | None = None
     reasoning_share: float | None = None
+    #: "tool spend": the paid tool calls' fees of the runs (USD, 0.0 without any), apart from
+    #: ``cost_usd`` (model cost)
+    tool_cost_usd: float = 0.0
 
     @property
     def cost_is_lower_bound(self) -> bool:
@@ -182,6 +185,7 @@ def overview(conn, f: Filters) -> Overview:
         p95_total_tokens=scalar(totals["p95_total_tokens"]),
         per_task=per_task,
         flagged_runs=int(totals["flagged_runs"]),
+        tool_cost_usd=float(totals["tool_cost_usd"]),
         **parts,
         **shares,
     )
@@ -261,13 +265,17 @@ HIT_RATE_COLUMNS = (
     "interventions",
     "hit_rate",
     "intervention_rate",
+    # issue 21: budget stops that still returned an answer (budget_wrap_up), and their share
+    "answered_stops",
+    "answered_share",
 )
 
 
 def hit_rate_daily(conn, f: Filters) -> pd.DataFrame:
     """Per local day (``f.tz``) and task type: day (date), task_type, finished_runs,
     budgeted_runs (finished under a budget: the rates' denominator), budget_stops,
-    interventions, hit_rate, intervention_rate (0..1; None on a day without budgeted runs)."""
+    interventions, hit_rate, intervention_rate (0..1; None on a day without budgeted runs),
+    answered_stops, answered_share (as :func:`hit_rate_by_task`)."""
     frame = run_query(conn, q.HIT_RATE_DAILY, f.params())
     frame["day"] = pd.to_datetime(frame["day"]).dt.date  # DuckDB DATE -> datetime.date
     return frame[["day", *HIT_RATE_COLUMNS]]
@@ -351,7 +359,9 @@ def run_detail(conn, run_id: str) -> RunDetail | None:
 def hit_rate_by_task(conn, f: Filters) -> pd.DataFrame:
     """The Hit rate page's figures per task type: task_type, finished_runs, budgeted_runs (the
     rates' denominator: finished runs that ran under a budget), budget_stops, interventions,
-    hit_rate, intervention_rate (0..1; None for a task type without budgeted runs)."""
+    hit_rate, intervention_rate (0..1; None for a task type without budgeted runs), answered_stops
+    (budget stops whose final call used the wrap-up slice: ``budget_wrap_up``) and answered_share
+    (answered_stops / budget_stops, 0..1; None without a budget stop)."""
     return run_query(conn, q.OVERVIEW_PER_TASK, f.params())[list(HIT_RATE_COLUMNS)]
 
 

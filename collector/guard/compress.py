@@ -1,5 +1,6 @@
-"""Context compression for ``Action.SUMMARIZE``: keep the system prompt and the latest turns,
-replace the middle of the conversation with a summary.
+"""Context compression for ``Action.SUMMARIZE``: keep the system prompt, the first user message
+(the task itself, as it was) and the latest turns, replace the middle of the conversation with a
+summary.
 
 Messages are the chat messages an agent sends: mappings (or objects) with a ``role``
 (``system``/``developer``, ``user``, ``assistant``, ``tool``) and a ``content`` (a string or a
@@ -50,8 +51,8 @@ def _is_tool_result(message: Any) -> bool:
 
 
 def split_for_summary(messages: Sequence[Any], keep_last: int = 4) -> tuple[list, list, list]:
-    """Split ``messages`` into (head, middle, tail): the leading system/developer messages, the
-    part to summarize, and the last ``keep_last`` (int >= 1) messages, widened backwards so that a
+    """Split ``messages`` into (head, middle, tail): the leading system/developer messages and the
+    first user message after them (the task, kept as it is; not a tool result), the part to summarize, and the last ``keep_last`` (int >= 1) messages, widened backwards so that a
     tool result is never separated from the assistant turn that called the tool. The middle is
     empty when there is nothing to summarize. Raises ValueError for ``keep_last`` < 1."""
     if isinstance(keep_last, bool) or not isinstance(keep_last, int) or keep_last < 1:
@@ -60,6 +61,12 @@ def split_for_summary(messages: Sequence[Any], keep_last: int = 4) -> tuple[list
     start = 0
     while start < len(messages) and _field(messages[start], "role") in _HEAD_ROLES:
         start += 1
+    if (
+        start < len(messages)
+        and _field(messages[start], "role") == "user"
+        and not _is_tool_result(messages[start])
+    ):
+        start += 1  # the task itself is never summarized
     cut = max(start, len(messages) - keep_last)
     while cut > start and _is_tool_result(messages[cut]):
         cut -= 1

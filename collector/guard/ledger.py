@@ -20,8 +20,9 @@ __all__ = ["RunLedger"]
 class RunLedger:
     """One run's use: reported usage (tokens), charges of calls without usage (tokens), open
     reservations (tokens, of which ``reserved_output_tokens`` reserved as output, and their
-    estimated cost ``reserved_cost_usd``), turns (recorded model calls), tool calls and priced
-    cost (USD).
+    estimated cost ``reserved_cost_usd``), turns (recorded model calls), tool calls, priced model
+    cost ``cost_usd`` and paid tools' fees ``tool_cost_usd`` (USD; the cost limit counts both:
+    :attr:`spent_usd`).
 
     ``unknown_at``: used tokens when the first call without usage was recorded (None: none was).
     Calls with reported usage are ``priced_calls`` (their cost is in ``cost_usd``) or
@@ -46,6 +47,7 @@ class RunLedger:
         "turns",
         "tool_calls",
         "cost_usd",
+        "tool_cost_usd",
         "priced_calls",
         "unpriced_calls",
         "unknown_at",
@@ -63,6 +65,7 @@ class RunLedger:
         self.turns = 0
         self.tool_calls = 0
         self.cost_usd = 0.0
+        self.tool_cost_usd = 0.0  # fees of paid tools (USD), apart from model cost
         self.priced_calls = self.unpriced_calls = 0
         self.unknown_at: int | None = None
         self.refusal: BudgetExceeded | None = None
@@ -112,6 +115,11 @@ class RunLedger:
         )
 
     @property
+    def spent_usd(self) -> float:
+        """USD spent as the cost limit counts it: priced model cost plus paid tools' fees."""
+        return self.cost_usd + self.tool_cost_usd
+
+    @property
     def priced_cost_usd(self) -> float | None:
         """The sum (USD) of the priced calls' costs: None when the run recorded calls and none
         was priced (unpriced model or unknown usage: never $0 in place of unknown); 0.0 for a run
@@ -133,7 +141,7 @@ class RunLedger:
 
     def share(self, limits: Mapping[str, float | None]) -> float:
         """The share of the most-used token or cost limit (see :func:`budgetlens.guard.stops.limit_share`)."""
-        return limit_share(limits, self.input_tokens, self.output_tokens, self.unknown_tokens, self.cost_usd)
+        return limit_share(limits, self.input_tokens, self.output_tokens, self.unknown_tokens, self.spent_usd)
 
     def stats(
         self, limits: Mapping[str, float | None], elapsed_s: float, cost_unenforced: tuple[str, ...] = ()
@@ -149,7 +157,7 @@ class RunLedger:
             percent=round(100 * self.share(limits), 1),
             turns=self.turns,
             tool_calls=self.tool_calls,
-            cost_usd=self.priced_cost_usd,
+            cost_usd=None if self.priced_cost_usd is None else self.priced_cost_usd + self.tool_cost_usd,
             elapsed_s=elapsed_s,
             usage=self.usage,
             cost_unenforced_models=cost_unenforced,
@@ -158,7 +166,7 @@ class RunLedger:
     def amount(self, limit: str, elapsed_s: float) -> float:
         """The run's use in ``limit``'s unit (a :data:`budgetlens.limits.LIMIT_KEYS` name),
         as the hard limits count it: tokens with unknown-usage charges (as input), recorded
-        turns, tool calls, ``elapsed_s`` seconds, priced USD. Raises KeyError for another name."""
+        turns, tool calls, ``elapsed_s`` seconds, priced USD (tool fees included). Raises KeyError for another name."""
         return {
             "max_total_tokens": lambda: self.used_tokens,
             "max_input_tokens": lambda: self.input_tokens + self.unknown_tokens,
@@ -166,7 +174,7 @@ class RunLedger:
             "max_turns": lambda: self.turns,
             "max_tool_calls": lambda: self.tool_calls,
             "max_duration_s": lambda: elapsed_s,
-            "max_cost_usd": lambda: self.cost_usd,
+            "max_cost_usd": lambda: self.spent_usd,
         }[limit]()
 
     def result(
@@ -198,7 +206,7 @@ class RunLedger:
             turns=self.turns,
             tool_calls=self.tool_calls,
             duration_s=duration_s,
-            cost_usd=None if cost is None else round(cost, 9),
+            cost_usd=None if cost is None else round(cost + self.tool_cost_usd, 9),
             usage_status=sc.USAGE_UNKNOWN
             if unknown
             else sc.USAGE_PARTIAL
@@ -210,6 +218,7 @@ class RunLedger:
             limits=dict(limits),
             utilization=round(self.share(limits), 4),
             downgrades=downgrades,
+            tool_cost_usd=round(self.tool_cost_usd, 9),
         )
 
     # --- recording -------------------------------------------------------------------------

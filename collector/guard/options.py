@@ -15,10 +15,13 @@ from typing import TYPE_CHECKING, Any
 
 from budgetlens import semconv as sc
 from budgetlens.attribution import Attribution
+from budgetlens.guard.countdown import check_countdown
 from budgetlens.guard.events import OnEvent, as_callbacks
 from budgetlens.guard.pool import TokenPool
 from budgetlens.guard.results import BudgetEvent, RunResult
 from budgetlens.guard.spend import SpendTracker
+from budgetlens.guard.tool_prices import ToolPrice, check_tool_prices
+from budgetlens.guard.wrap_up import check_wrap_up
 from budgetlens.limits import (
     LIMIT_KEYS,
     LIMIT_SPECS,
@@ -155,6 +158,12 @@ class RunOptions:
     callable taking the default :class:`budgetlens.guard.results.RunResult` and returning ``retryable`` (see
     :meth:`budgetlens.RunBudget.finish`). ``provider``: the
     default ``gen_ai.provider.name``. ``model_chain``: model names (strings), best first.
+    ``tool_prices``: the paid tools' price table, tool name -> :class:`budgetlens.guard.tool_prices.ToolPrice`
+    (given as a mapping or a tool price file's path; see :mod:`budgetlens.guard.tool_prices`).
+    ``wrap_up_tokens`` (tokens) / ``wrap_up_usd`` (USD): the wrap-up slice kept for one final call
+    (see :mod:`budgetlens.guard.wrap_up`), below ``max_total_tokens`` / ``max_cost_usd``.
+    ``countdown_at``: fractions in (0, 1] at which the model is shown a one-line budget notice
+    (opt-in, default none; see :mod:`budgetlens.guard.countdown`).
 
     ``limits``: every :data:`budgetlens.limits.LIMIT_KEYS` name (None: no limit), as
     :func:`budgetlens.limits.resolve_limits`; ``attribution``: who the run belongs to
@@ -183,6 +192,10 @@ class RunOptions:
     pool: TokenPool | None = None
     alert_limits: Mapping[str, float] = dataclasses.field(default_factory=dict)
     retry_policy: Callable[[RunResult], bool] | None = None
+    tool_prices: Mapping[str, ToolPrice] = dataclasses.field(default_factory=dict)
+    wrap_up_tokens: int | None = None
+    wrap_up_usd: float | None = None
+    countdown_at: tuple[float, ...] = ()
     attribution: Attribution = dataclasses.field(default_factory=Attribution)
 
     def scoped(self) -> tuple[TokenPool | None, SpendTracker | None]:
@@ -209,13 +222,14 @@ class RunOptions:
         user: Any = None,
         session_id: Any = None,
         tags: Any = None,
+        tool_prices: Any = None,
         **options: Any,
     ) -> RunOptions:
         """Check ``limits`` (constructor names), the options and ``on_event``, ``alert_limits``,
-        ``pool``, ``retry_policy`` and the attribution (``service``, ``team``/``tenant``,
-        ``user``, ``session_id``, ``tags``: :meth:`budgetlens.attribution.Attribution.build`), in
-        that order. ``options``: the other fields by name. Raises ValueError naming the first
-        bad argument and the rule."""
+        ``pool``, ``retry_policy``, ``tool_prices`` and the attribution (``service``,
+        ``team``/``tenant``, ``user``, ``session_id``, ``tags``:
+        :meth:`budgetlens.attribution.Attribution.build`), in that order. ``options``: the other
+        fields by name. Raises ValueError naming the first bad argument and the rule."""
         resolved = resolve_limits(limits, default=not alert_limits)
         defaults = {
             f.name: f.default for f in dataclasses.fields(cls) if f.default is not dataclasses.MISSING
@@ -239,6 +253,9 @@ class RunOptions:
             raise ValueError(
                 f"retry_policy must be a callable taking a RunResult, or None; got {retry_policy!r}"
             )
+        prices = check_tool_prices(tool_prices)
+        check_wrap_up(resolved, given["wrap_up_tokens"], given["wrap_up_usd"])
+        options["countdown_at"] = check_countdown(given["countdown_at"])
         attribution = Attribution.build(
             service=service, team=team, tenant=tenant, user=user, session_id=session_id, tags=tags
         )
@@ -248,5 +265,6 @@ class RunOptions:
             callbacks=callbacks,
             alert_limits=alerts,
             attribution=attribution,
+            tool_prices=prices,
             **options,
         )

@@ -26,6 +26,8 @@ Shape::
         warn_at: 0.7                      # optional thresholds of this task type (fractions)
         downgrade_at: 0.5
         summarize_at: 0.9
+        wrap_up_tokens: 4000              # optional wrap-up slice kept for one final call
+        wrap_up_usd: 0.05
         alert_limits:                     # optional: alert once, never stop (research agents)
           max_total_tokens: 2000000
         basis:                            # the evidence; ignored by the guard
@@ -58,12 +60,15 @@ BASIS_KEY = "basis"
 THRESHOLD_KEYS = ("warn_at", "downgrade_at", "summarize_at")
 #: A preset's alert-only limits: limit name -> value; they alert and never stop.
 ALERT_LIMITS_KEY = "alert_limits"
-PRESET_KEYS = LIMIT_KEYS + THRESHOLD_KEYS + (ALERT_LIMITS_KEY, BASIS_KEY)
+#: A preset's wrap-up slice (tokens, USD) kept for one final call (``budgetlens.guard.wrap_up``).
+WRAP_UP_KEYS = ("wrap_up_tokens", "wrap_up_usd")
+PRESET_KEYS = LIMIT_KEYS + THRESHOLD_KEYS + WRAP_UP_KEYS + (ALERT_LIMITS_KEY, BASIS_KEY)
 
 __all__ = [
     "ALERT_LIMITS_KEY",
     "BASIS_KEY",
     "THRESHOLD_KEYS",
+    "WRAP_UP_KEYS",
     "FORMAT_KEY",
     "FORMAT_VERSION",
     "LIMIT_KEYS",
@@ -108,6 +113,8 @@ def read_preset_document(path: str | os.PathLike) -> dict[str, Any]:
         for key in THRESHOLD_KEYS:
             if key in preset:
                 check_fraction(f"{p}: presets.{task_type}.{key}", preset[key])
+        for key, unit_of in zip(WRAP_UP_KEYS, ("max_total_tokens", "max_cost_usd"), strict=True):
+            check_limit(unit_of, preset.get(key), label=f"{p}: presets.{task_type}.{key}")
         alerts = preset.get(ALERT_LIMITS_KEY)
         if alerts is not None:
             if not isinstance(alerts, dict):
@@ -150,6 +157,9 @@ def load_preset(task_type: str, path: str | os.PathLike) -> dict[str, Any]:
             alerts[key] = int(alerts[key])
     options: dict[str, Any] = dict(limits)
     options.update({k: preset[k] for k in THRESHOLD_KEYS if k in preset})
+    options.update({k: preset[k] for k in WRAP_UP_KEYS if preset.get(k) is not None})
+    if "wrap_up_tokens" in options:
+        options["wrap_up_tokens"] = int(options["wrap_up_tokens"])
     if alerts:
         options[ALERT_LIMITS_KEY] = alerts
     return options

@@ -20,6 +20,7 @@ from budgetlens.semconv import (
     EVENT_SUMMARIZE,
     EVENT_TOOL_CALL,
     EVENT_WARNING,
+    EVENT_WRAP_UP,
 )
 from budgetlens.usage import Usage
 
@@ -40,7 +41,10 @@ class Action(str, enum.Enum):
 
     ``WARN``: use crossed ``warn_at`` (once). ``DOWNGRADE``: switch to ``RunBudget.model``, the
     next model of the chain (once, at ``downgrade_at``). ``SUMMARIZE``: compress the context (while
-    use is at or above ``summarize_at``). ``STOP``: the budget is spent; the next check raises.
+    use is at or above ``summarize_at``). ``WRAP_UP``: the next ordinary call does not fit next to
+    the run's wrap-up slice: make the final call now (``reserve(..., final=True)``: no tools, output
+    capped to ``output_budget(final=True)``; the adapters do it themselves). ``STOP``: the budget
+    is spent; the next check raises.
 
     Actions compare by severity (``Action.SUMMARIZE > Action.WARN``), so a loop that must see the
     warning tests ``action >= Action.WARN``: one call that crosses several thresholds returns
@@ -51,11 +55,12 @@ class Action(str, enum.Enum):
     WARN = "warn"
     DOWNGRADE = "downgrade"
     SUMMARIZE = "summarize"
+    WRAP_UP = "wrap_up"
     STOP = "stop"
 
     @property
     def severity(self) -> int:
-        """0 (CONTINUE) to 4 (STOP)."""
+        """0 (CONTINUE) to 5 (STOP)."""
         return _SEVERITY[self]
 
     def __lt__(self, other: object) -> bool:
@@ -88,6 +93,7 @@ EVENT_FOR_ACTION = {
     Action.WARN: EVENT_WARNING,
     Action.DOWNGRADE: EVENT_DOWNGRADE,
     Action.SUMMARIZE: EVENT_SUMMARIZE,
+    Action.WRAP_UP: EVENT_WRAP_UP,
     Action.STOP: EVENT_STOP,
 }
 EVENT_NAME_TOOL_CALL = EVENT_TOOL_CALL
@@ -106,7 +112,8 @@ class BudgetEvent:
     ``max_cost_usd``, the limit's name on ``budgetlens.limit_changed`` and ``budgetlens.alert``
     events. ``previous_limit`` / ``new_limit`` (the limit's unit, None = no limit) and
     ``changed_by`` are set on ``budgetlens.limit_changed``; on ``budgetlens.alert``,
-    ``new_limit`` is the alert-only limit reached.
+    ``new_limit`` is the alert-only limit reached; ``tool_cost_usd`` (USD) is a paid tool call's fee
+    on ``budgetlens.tool_call``.
     """
 
     name: str
@@ -123,6 +130,7 @@ class BudgetEvent:
     previous_limit: float | None = None
     new_limit: float | None = None
     changed_by: str | None = None
+    tool_cost_usd: float | None = None
 
 
 class BudgetExceeded(Exception):
@@ -256,7 +264,8 @@ class RunResult:
     limit); ``utilization``: the share (float, 1.0 = spent) of the most-used token or cost limit;
     ``downgrades``: how many times the model moved along the chain; ``cost_usd``: the sum (USD) of the priced calls, None when the run made
     calls and none was priced (unpriced model or unknown usage; never $0 in place of unknown);
-    calls with reported usage but no price are not in it (the collector counts them unpriced).
+    calls with reported usage but no price are not in it (the collector counts them unpriced); it
+    includes the fees of paid tools, which ``tool_cost_usd`` (USD, 0.0 without any) gives apart.
     A budget ``stop_reason`` means the run ended at a refusal: one it recovered from (a call
     recorded after it) does not count (see :func:`budgetlens.guard.stops.final_stop_reason`).
     """
@@ -277,3 +286,4 @@ class RunResult:
     limits: dict[str, float | None] = field(default_factory=dict)
     utilization: float = 0.0
     downgrades: int = 0
+    tool_cost_usd: float = 0.0

@@ -1,40 +1,35 @@
 """RunBudget: the hard budget an agent loop calls (design §1).
 
-Check before spending, record after::
-
-    run = RunBudget(max_total_tokens=64_000, task_type="code_generation")
-    run.before_turn()                      # raises BudgetExceeded (turns, time, cost, spent)
-    res = run.reserve(4_000)               # raises BudgetExceeded if 4,000 tokens do not fit
-    response = client.create(model=run.model, ...)
-    action = run.record(response.usage, model=run.model, reservation=res)
-    result = run.finish()                  # RunResult(stop_reason="completed", ...)
-
-All state changes happen under one lock, so reservations are atomic across threads, and, as no
-method awaits, across asyncio tasks too. ``BudgetExceeded`` is the only exception raised into the
-loop on purpose; callbacks, telemetry and pricing failures are logged, never raised. Misuse is
-raised at once: ``ValueError`` for a bad argument or a reservation settled twice or by another
-run, ``RuntimeError`` for a step after ``finish()``.
+Check before spending, record after: ``before_turn()``, ``reserve(n)``, the call,
+``record(usage, reservation=res)``, ``finish()`` (the loop in docs/guard-and-adapters.md). All state
+changes happen under one lock (atomic across threads and, as no method awaits, asyncio tasks).
+``BudgetExceeded`` is the only exception raised into the loop on purpose; callbacks, telemetry and
+pricing failures are logged. Misuse raises at once: ``ValueError`` for a bad argument or a
+reservation settled twice or by another run, ``RuntimeError`` for a step after ``finish()``.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from budgetlens.guard import stops as lim
 from budgetlens.guard.compress import cheapest_model, client_summarizer, compress_messages
+from budgetlens.guard.countdown import run_notice
 from budgetlens.guard.events import OnEvent
 from budgetlens.guard.options import UNKNOWN_USAGE_POLICIES, RunOptions
 from budgetlens.guard.pool import TokenPool
 from budgetlens.guard.results import Action, BudgetStats, Effect, LimitChange, Reservation, RunResult
 from budgetlens.guard.run_state import RunState
 from budgetlens.guard.spend import SpendTracker
+from budgetlens.guard.tool_prices import tool_fee
+from budgetlens.guard.wrap_up import wrap_up_due
 from budgetlens.limits import DEFAULT_MAX_TOTAL_TOKENS, LIMIT_KEYS
-from budgetlens.pricing import check_prices_file, price_call, warm_prices
-from budgetlens.usage import Usage
+from budgetlens.pricing import check_prices_file, warm_prices
 
 if TYPE_CHECKING:
     from opentelemetry.trace import Span, Tracer
@@ -46,12 +41,13 @@ log = logging.getLogger(__name__)
 __all__ = ["RunBudget", "DEFAULT_MAX_TOTAL_TOKENS", "UNKNOWN_USAGE_POLICIES"]
 
 
-def _paid_cost(model: str | None, usage: Usage, provider: str | None) -> float | None:
-    """USD of a call already paid for, priced now through :func:`budgetlens.pricing.price_call`
-    (every billed dimension: tokens by kind and modality, cache writes by duration, web searches,
-    service tier). ``price_call`` never raises for a price: a price file that fails only now
-    is logged there and the call counts as unpriced, so it is never dropped."""
-    return price_call(model, usage, provider).cost_usd
+#: The constructor's arguments other than the limits, passed on to :meth:`RunOptions.build`.
+_OPTION_ARGS = (
+    "task_type", "run_id", "agent_name", "provider", "warn_at", "model_chain", "downgrade_at",
+    "summarize_at", "on_event", "unknown_usage", "unknown_usage_residual_tokens", "clock", "tracer",
+    "spend", "pool", "alert_limits", "retry_policy", "tool_prices", "wrap_up_tokens", "wrap_up_usd",
+    "countdown_at", "service", "team", "tenant", "user", "session_id", "tags",
+)  # fmt: skip
 
 
 class RunBudget:
@@ -66,7 +62,8 @@ class RunBudget:
 
     The other options (thresholds ``warn_at``, ``downgrade_at``, ``summarize_at``; ``model_chain``,
     ``on_event``, ``unknown_usage``, ``unknown_usage_residual_tokens``, ``clock``, ``tracer``, ``spend``,
-    ``pool``, ``alert_limits``, ``retry_policy``, ``provider``) are documented on
+    ``pool``, ``alert_limits``, ``retry_policy``, ``provider``, ``tool_prices``, the wrap-up slice
+    ``wrap_up_tokens`` / ``wrap_up_usd``: see :mod:`budgetlens.guard.wrap_up`; ``countdown_at``) are documented on
     :class:`budgetlens.guard.options.RunOptions`, which holds them checked (:attr:`options`). Raises
     ``ValueError`` naming a bad argument, and naming the user price file (``BUDGETLENS_PRICES_FILE``) when
     it is missing or invalid: it is read here, before any call is paid for, not at the first ``record``.
@@ -116,35 +113,14 @@ class RunBudget:
         user: str | None = None,
         session_id: str | None = None,
         tags: Mapping[str, str] | None = None,
+        tool_prices: Mapping[str, Any] | str | os.PathLike | None = None,
+        wrap_up_tokens: int | None = None,
+        wrap_up_usd: float | None = None,
+        countdown_at: Iterable[float] = (),
     ) -> None:
-        limits: tuple[float | None, ...] = (max_total_tokens, max_input_tokens, max_output_tokens)
-        limits += (max_turns, max_tool_calls, max_duration_s, max_cost_usd)  # LIMIT_KEYS' order
-        options = RunOptions.build(
-            dict(zip(LIMIT_KEYS, limits, strict=True)),
-            task_type=task_type,
-            run_id=run_id,
-            agent_name=agent_name,
-            provider=provider,
-            warn_at=warn_at,
-            model_chain=model_chain,
-            downgrade_at=downgrade_at,
-            summarize_at=summarize_at,
-            on_event=on_event,
-            unknown_usage=unknown_usage,
-            unknown_usage_residual_tokens=unknown_usage_residual_tokens,
-            clock=clock,
-            tracer=tracer,
-            spend=spend,
-            pool=pool,
-            alert_limits=alert_limits,
-            retry_policy=retry_policy,
-            service=service,
-            team=team,
-            tenant=tenant,
-            user=user,
-            session_id=session_id,
-            tags=tags,
-        )
+        given = dict(locals())  # the arguments by name: limits and options, checked by RunOptions
+        limits = {key: given[key] for key in LIMIT_KEYS}
+        options = RunOptions.build(limits, **{name: given[name] for name in _OPTION_ARGS})
         check_prices_file()
         self._start(options)
 
@@ -157,7 +133,7 @@ class RunBudget:
         self.unknown_usage = options.unknown_usage
         if self.model_chain or options.limits["max_cost_usd"] is not None or options.spend is not None:
             warm_prices()  # genai-prices loads its data once per process: not on the run's clock
-        self._state = RunState(options, _paid_cost)
+        self._state = RunState(options)
         self.run_id = self._state.run_id
 
     @property
@@ -218,6 +194,7 @@ class RunBudget:
         *,
         input_tokens: int | None = None,
         output_tokens: int | None = None,
+        final: bool = False,
     ) -> Reservation:
         """Reserve ``estimated_tokens`` (int >= 0, input + output) for one model call, atomically; it counts
         as a turn until released. It must fit every token limit and the cost limit next to use and open
@@ -225,21 +202,42 @@ class RunBudget:
         rest; e.g. ``output_tokens`` = the request's ``max_tokens``); unsplit, it counts as input, like an
         unknown-usage charge. Its cost is estimated at ``model``'s price (default :attr:`model`; see
         :func:`budgetlens.pricing.estimate_cost_usd`; 0 when unpriced, and under ``max_cost_usd`` the
-        ``cost_unenforced`` warning is given). Raises BudgetExceeded before the call is sent when it does
-        not fit, a limit is spent or the unknown-usage policy refuses; ValueError for a bad estimate or
-        split; RuntimeError after ``finish()``.
+        ``cost_unenforced`` warning is given). With a wrap-up slice an ordinary call must fit the limits
+        minus the slice; ``final=True`` reserves the run's final call, which may use the slice (the run
+        stops ``budget_wrap_up`` once it is recorded). Raises BudgetExceeded before the call is sent when
+        it does not fit, a limit is spent or the unknown-usage policy refuses; ValueError for a bad
+        estimate or split, or ``final=True`` without an unused slice; RuntimeError after ``finish()``.
         """
-        return self._state.reserve(estimated_tokens, model, input_tokens, output_tokens)
+        return self._state.reserve(estimated_tokens, model, input_tokens, output_tokens, final)
 
-    def before_tool_call(self, name: str, *, external_effect: bool = False) -> Effect | None:
+    def wrap_up_due(self, estimated_tokens: int, model: str | None = None, *, output_tokens: int = 0) -> bool:
+        """True when the run's wrap-up slice is unused and a call of ``estimated_tokens`` (tokens;
+        ``output_tokens`` of them output) at ``model``'s price does not fit next to it: make it the
+        final call (``reserve(..., final=True)``). False without a slice. See
+        :func:`budgetlens.guard.wrap_up.wrap_up_due`."""
+        return wrap_up_due(self._state, estimated_tokens, output_tokens, model)
+
+    def before_tool_call(
+        self,
+        name: str,
+        *,
+        external_effect: bool = False,
+        cost_usd: float | None = None,
+        units: float | None = None,
+    ) -> Effect | None:
         """Count one tool call named ``name`` (a tool call span event; arguments never recorded).
+        A paid tool's fee (USD) is ``cost_usd``, else the ``tool_prices`` table's price for ``units``
+        (see :func:`budgetlens.guard.tool_prices.tool_fee`; 0 for a tool not in it): it counts in
+        ``max_cost_usd`` and the spend windows and is kept apart as tool cost (``RunResult.tool_cost_usd``).
         ``external_effect=True``: the tool writes somewhere (see :meth:`begin_effect`); returns its
         :class:`Effect`, to confirm with :meth:`confirm_effect` once the write is known to have happened;
-        else returns None. Raises BudgetExceeded when ``max_tool_calls`` calls were made or wall time is
-        spent (no effect is begun then); RuntimeError after ``finish()``.
+        else returns None. Raises BudgetExceeded when ``max_tool_calls`` calls were made, wall time is
+        spent or the fee does not fit the cost limit or a spend window (no effect is begun, no fee
+        counted then); ValueError for a ``cost_usd`` or ``units`` < 0; RuntimeError after ``finish()``.
         """
+        fee = tool_fee(self.options.tool_prices, str(name), cost_usd, units)
         with self._state.lock:
-            self._state.tool_call_locked(str(name))
+            self._state.tool_call_locked(str(name), fee)
         return self._state.effects.begin(str(name)) if external_effect else None
 
     def begin_effect(self, name: str) -> Effect:
@@ -277,20 +275,15 @@ class RunBudget:
     ) -> Action:
         """Record one model call (one turn); returns the advised :class:`Action`: the most severe threshold
         crossed now (WARN, DOWNGRADE, SUMMARIZE once each), SUMMARIZE while at or above ``summarize_at``,
-        STOP from 100 %, else CONTINUE; every action crossed is in :attr:`last_actions` (one call from 0 to
-        90 % returns SUMMARIZE, and WARN is there). ``usage``: a :class:`Usage`, a raw provider payload or
-        response (see :func:`normalize_usage`), or None when the call ended without usage: usage_status
-        becomes ``unknown`` and the call is charged, never 0, as :meth:`RunLedger.add_call` (its
-        reservation, else the run's largest call, else ``DEFAULT_UNKNOWN_CALL_TOKENS``). A usage that lacks
-        a part (Anthropic's final ``message_delta`` alone: output, no input; see
-        :func:`budgetlens.usage.usage_missing_parts`) is *partial*: the missing part is charged from the
-        reservation (its input part; without one, as an unknown call) and the call's and run's usage_status
-        become ``partial``. ``reservation``: the one settled (default: the oldest open one).
-        ``model``/``provider`` price the call (``response_model`` does when neither ``model`` nor the
-        reservation names one); a pricing failure is logged and the call counts as unpriced
-        (under ``max_cost_usd``, with the ``cost_unenforced`` warning once per model). Raises, before
-        changing anything, ValueError for a malformed payload or model or a reservation that is not open
-        (settled, dropped by ``reset()``, another run's); RuntimeError after ``finish()``.
+        WRAP_UP when the next ordinary call would not fit next to the wrap-up slice, STOP from 100 % or
+        after the final call, else CONTINUE; every action crossed is in :attr:`last_actions`. ``usage``: a
+        :class:`Usage`, a raw provider payload or response (see :func:`normalize_usage`), or None when the
+        call ended without usage: usage_status becomes ``unknown`` and the call is charged, never 0, as
+        :meth:`RunLedger.add_call`. A usage that lacks a part (see :func:`budgetlens.usage.usage_missing_parts`)
+        is *partial*: the missing part is charged from the reservation and usage_status becomes ``partial``.
+        ``reservation``: the one settled (default: the oldest open one). ``model``/``provider`` price the
+        call (``response_model`` does when neither names one; a pricing failure: unpriced). Raises, before changing anything, ValueError for a malformed
+        payload or model or a reservation that is not open; RuntimeError after ``finish()``.
         """
         return self._state.record(usage, model, reservation, provider, response_model, error_type)
 
@@ -302,19 +295,21 @@ class RunBudget:
         with self._state.lock:
             self._state.release_locked(reservation)
 
-    def output_budget(self, ceiling: int | None = None, prompt_tokens: int = 0) -> int | None:
+    def output_budget(
+        self, ceiling: int | None = None, prompt_tokens: int = 0, *, final: bool = False
+    ) -> int | None:
         """The ``max_tokens`` to send with the next call (int, tokens >= 0): the least of the output limit
-        left, the total limit left (open reservations counted) after the call's ``prompt_tokens``, and
-        ``ceiling`` (e.g. the model's output maximum); None when none is set. Reserve it as output
-        (``reserve(prompt_tokens + n, output_tokens=n)``) to make the token limits hard. Raises ValueError
-        for a ``ceiling`` or ``prompt_tokens`` that is not an int >= 0."""
+        left, the total left (open reservations counted) after ``prompt_tokens``, and ``ceiling``; None when
+        none is set. An ordinary call's leaves the wrap-up slice out; ``final=True``: the final call's.
+        Raises ValueError for a ``ceiling`` or ``prompt_tokens`` that is not an int >= 0."""
         with self._state.lock:
-            return lim.output_budget(self._state.limits, self._state.use, ceiling, prompt_tokens)
+            state = self._state
+            limits = state.limits if final else state.wrap_up.ordinary(state.limits)
+            return lim.output_budget(limits, state.use, ceiling, prompt_tokens)
 
     def cheapest_model(self) -> str | None:
-        """The model of ``model_chain`` with the lowest price for 1,000 input + 1,000 output tokens
-        (genai-prices or the user price file); the chain's last model when none is priced; :attr:`model`
-        without a chain."""
+        """The model of ``model_chain`` priced lowest for 1,000 input + 1,000 output tokens; the chain's
+        last model when none is priced; :attr:`model` without a chain."""
         return cheapest_model(self.model_chain, self.provider) or self.model
 
     def compress(
@@ -326,20 +321,23 @@ class RunBudget:
         keep_last: int = 4,
         max_summary_tokens: int = 1024,
     ) -> list:
-        """Compress a conversation when ``SUMMARIZE`` is advised: keep the system prompt and the last
-        ``keep_last`` messages (a tool result stays with its call), replace the middle with one summary
-        message (see :func:`budgetlens.guard.compress.compress_messages`). The summary comes from
-        ``summarize(model, middle_messages) -> str`` when given, else from ``client`` (an OpenAI or
-        Anthropic client, plain or wrapped by ``budgetlens.adapters``), called with :meth:`cheapest_model`
-        and ``max_summary_tokens`` through this budget (reserved and recorded like any call). Returns the
-        new message list. Raises ValueError when neither or both are given; BudgetExceeded when the summary
-        call does not fit.
-        """
+        """Compress a conversation when ``SUMMARIZE`` is advised: keep the system prompt, the first user
+        message (the task, as it is) and the last ``keep_last`` messages, the middle replaced by one summary
+        (see :func:`budgetlens.guard.compress.compress_messages`) from ``summarize(model, middle) -> str``,
+        else from ``client`` (OpenAI or Anthropic, plain or wrapped) called with :meth:`cheapest_model` and
+        ``max_summary_tokens`` through this budget. Returns the new message list. Raises ValueError when
+        neither or both are given; BudgetExceeded when the summary call does not fit."""
         if (summarize is None) == (client is None):
             raise ValueError("compress needs exactly one of summarize (a callable) or client")
         if summarize is None:
             summarize = client_summarizer(self, client, max_summary_tokens)
         return compress_messages(messages, summarize, keep_last=keep_last, model=self.cheapest_model())
+
+    def countdown_notice(self) -> str | None:
+        """The one-line budget notice to show the model now (``"budget: 18 % left, about 3 turns"``),
+        once per ``countdown_at`` threshold crossed; None otherwise or without ``countdown_at``. The
+        adapters add it to the next request (see :mod:`budgetlens.guard.countdown`)."""
+        return run_notice(self._state)
 
     def set_max(self, *, changed_by: str | None = None, **limits: float | None) -> None:
         """Change limits by constructor name (``set_max(max_total_tokens=10_000, changed_by="alice: review

@@ -15,17 +15,18 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping
-from datetime import UTC, datetime
-from typing import Any, NamedTuple
+from collections.abc import Mapping
+from typing import Any
 
 from budgetlens import semconv as sc
 from budgetlens.guard import options as opt
 from budgetlens.guard import stops as lim
+from budgetlens.guard.calls import PROBE_USAGE, PriceCall, RecordedCall, paid_cost
 from budgetlens.guard.closing import budget_cause, charge_unrecorded
 from budgetlens.guard.effects import EffectLog
 from budgetlens.guard.events import EventDispatcher
 from budgetlens.guard.ledger import RunLedger
+from budgetlens.guard.limit_change import set_limits
 from budgetlens.guard.options import RunOptions
 from budgetlens.guard.results import (
     EVENT_NAME_TOOL_CALL,
@@ -38,31 +39,14 @@ from budgetlens.guard.results import (
 )
 from budgetlens.guard.shared import SharedSteps
 from budgetlens.guard.telemetry import RunTelemetry
-from budgetlens.limits import MAX_TOKENS, check_limits
+from budgetlens.guard.wrap_up import WrapUp
+from budgetlens.limits import MAX_TOKENS
 from budgetlens.pricing import estimate_cost_usd
 from budgetlens.usage import Usage, normalize_usage, usage_missing_parts
 
-__all__ = ["PriceCall", "RecordedCall", "RunState"]
+__all__ = ["RunState"]
 
 log = logging.getLogger(__name__)
-
-#: Prices a call already paid for: (model, usage, provider) -> USD, or None when unpriced.
-PriceCall = Callable[[str | None, Usage, str | None], float | None]
-_PROBE = Usage(0, 0)  # prices nothing: tells whether a model has a price (not None)
-
-
-class RecordedCall(NamedTuple):
-    """One recorded call, as settled under the lock (tokens; USD; None: unpriced or unknown)."""
-
-    action: Action
-    model: str | None
-    start_ns: int | None
-    usage: Usage | None
-    cost_usd: float | None
-    reserved_tokens: int
-    used_tokens: int
-    turn: int
-    remaining_tokens: int | None
 
 
 class RunState:
@@ -73,7 +57,7 @@ class RunState:
     :meth:`finish_locked`, and ValueError as the ledger does for a reservation that is not open.
     """
 
-    def __init__(self, options: RunOptions, price: PriceCall) -> None:
+    def __init__(self, options: RunOptions, price: PriceCall = paid_cost) -> None:
         self.options = options
         self.run_id = options.run_id or uuid.uuid4().hex
         self.limits: dict[str, float | None] = dict(options.limits)
@@ -98,6 +82,8 @@ class RunState:
         self._next_id = 0
         self.finished: RunResult | None = None
         self.use = RunLedger()
+        self.wrap_up = WrapUp(options.wrap_up_tokens, options.wrap_up_usd)
+        self.countdown_fired: set[float] = set()  # countdown_at thresholds already shown
 
     def elapsed_s(self) -> float:
         """Seconds since the run started (on the run's clock)."""
@@ -142,6 +128,8 @@ class RunState:
         if self.finished is not None:
             self.check_open()
         self._check_time()
+        if self.wrap_up.done:
+            self.stop_on(self.wrap_up.stop())
         shared = self.shared
         self.stop_on(lim.spent_stop(self.limits, self.use, shared.spend_stop if shared.spend else None))
         if shared.pool is not None:
@@ -149,9 +137,10 @@ class RunState:
 
     def _thresholds(self) -> tuple[Action, tuple[Action, ...]]:
         o = self.options
-        return self.dispatch.thresholds(
+        advised, crossed = self.dispatch.thresholds(
             self.use, self.limits, o.model_chain, o.warn_at, o.downgrade_at, o.summarize_at
         )
+        return self.wrap_up.advise(advised, crossed, self.limits, self.use)
 
     def _alerts(self) -> None:
         if self.alert_limits:
@@ -172,7 +161,12 @@ class RunState:
         return advised
 
     def reserve(
-        self, tokens: int, model: str | None, input_tokens: int | None, output_tokens: int | None
+        self,
+        tokens: int,
+        model: str | None,
+        input_tokens: int | None,
+        output_tokens: int | None,
+        final: bool = False,
     ) -> Reservation:
         """``RunBudget.reserve``: check the estimate and its split, estimate its cost outside the
         lock, then check and hold it under the lock."""
@@ -195,15 +189,26 @@ class RunState:
             estimate = estimate_cost_usd(model, tokens, output, self.options.provider)
             cost, priced = (0.0, False) if estimate is None else (estimate, True)
         with self.lock:
-            return self._reserve_locked(tokens, output, model, cost, priced)
+            return self._reserve_locked(tokens, output, model, cost, priced, final)
 
     def _reserve_locked(
-        self, tokens: int, output_tokens: int | None, model: str | None, cost_usd: float, priced: bool
+        self,
+        tokens: int,
+        output_tokens: int | None,
+        model: str | None,
+        cost_usd: float,
+        priced: bool,
+        final: bool = False,
     ) -> Reservation:
+        if final and not self.wrap_up.available:
+            raise ValueError(
+                f"run {self.run_id}: final=True needs an unused wrap-up slice (wrap_up_tokens/_usd)"
+            )
         if not priced:
             self.dispatch.cost_unenforced(model, self.use, self.limits)
         self._check_spent()
-        use, limits, o = self.use, self.limits, self.options
+        use, o = self.use, self.options
+        limits = self.limits if final else self.wrap_up.ordinary(self.limits)
         residual = o.unknown_usage_residual_tokens
         self.stop_on(
             lim.unknown_usage_stop(o.unknown_usage, residual, limits, use, tokens)
@@ -217,15 +222,30 @@ class RunState:
             self._next_id, tokens, turn, model, time.time_ns(), output_tokens or 0, cost_usd, self.run_id
         )
         use.reserve(res)
+        if final:
+            self.wrap_up.final_id = res.id
+            self.dispatch.emit(Action.WRAP_UP, use, self.limits)
         return res
 
-    def tool_call_locked(self, name: str) -> None:
-        """Check and count one tool call named ``name`` (emitted as a span event)."""
+    def tool_call_locked(self, name: str, fee_usd: float = 0.0) -> None:
+        """Check and count one tool call named ``name`` costing ``fee_usd`` (USD; emitted as a span
+        event). A fee is checked against ``max_cost_usd`` and the spend windows, then counted as tool
+        cost; it may cross the thresholds (their actions are in :attr:`last_actions`)."""
         self.check_open()
         self._check_time()
-        self.stop_on(lim.count_stop(sc.STOP_BUDGET_TOOLS, self.limits["max_tool_calls"], self.use.tool_calls))
-        self.use.tool_calls += 1
-        self.dispatch.emit(None, self.use, self.limits, name=EVENT_NAME_TOOL_CALL, tool_name=name)
+        use = self.use
+        self.stop_on(lim.count_stop(sc.STOP_BUDGET_TOOLS, self.limits["max_tool_calls"], use.tool_calls))
+        if fee_usd:
+            self.stop_on(lim.tool_cost_stop(self.limits["max_cost_usd"], use, name, fee_usd))
+            self.stop_on(self.shared.charge_tool(fee_usd))
+            use.tool_cost_usd += fee_usd
+        use.tool_calls += 1
+        fee = fee_usd if fee_usd else None
+        self.dispatch.emit(
+            None, use, self.limits, name=EVENT_NAME_TOOL_CALL, tool_name=name, tool_cost_usd=fee
+        )
+        if fee_usd:
+            self.last_actions = self._thresholds()[1]
         self._alerts()
 
     def record(
@@ -293,6 +313,8 @@ class RunState:
             self.check_open()
         use = self.use
         res = use.settle(reservation, self.run_id)
+        if res is not None and res.id == self.wrap_up.final_id:
+            self.wrap_up.done = True  # the final call: the run stops after it
         model = model or (res.model if res else None)
         priced = model or response_model  # what prices the call
         reserved = res.tokens if res else 0
@@ -309,10 +331,12 @@ class RunState:
         elif (
             cost is None
             and self.limits["max_cost_usd"] is not None
-            and (usage is not None or self._price(priced, _PROBE, provider) is None)
+            and (usage is not None or self._price(priced, PROBE_USAGE, provider) is None)
         ):
             self.dispatch.cost_unenforced(priced, use, self.limits)  # no price for model
         action, self.last_actions = self._thresholds()
+        if self.wrap_up.done:
+            action = Action.STOP
         self._alerts()
         remaining = use.remaining(self.limits["max_total_tokens"])
         start_ns = res.start_ns if res else None
@@ -326,33 +350,19 @@ class RunState:
             res = self.use.settle(reservation, self.run_id)
             if res is not None:
                 self.shared.release(res)
+                if res.id == self.wrap_up.final_id:
+                    self.wrap_up.final_id = None  # the final call failed unsent: it may be retried
 
     def set_max(self, limits: Mapping[str, float | None], changed_by: str | None) -> None:
-        """``RunBudget.set_max``: check, apply (each change kept and emitted), update the span."""
-        check_limits(limits)
-        if changed_by is not None and not isinstance(changed_by, str):
-            raise ValueError(
-                f"changed_by must be a string (who changed the limit) or None, got {changed_by!r}"
-            )
-        with self.lock:
-            self._set_limits_locked(limits, changed_by)
-        self.telemetry.set_limits(self.limits)
-
-    def _set_limits_locked(self, limits: Mapping[str, float | None], changed_by: str | None) -> None:
-        now = datetime.now(UTC)
-        for name, new in limits.items():
-            previous = self.limits[name]
-            if previous == new:
-                continue
-            self.limits[name] = new
-            self.limit_changes.append(LimitChange(name, previous, new, changed_by, now))
-            self.dispatch.limit_changed(self.use, self.limits, name, previous, new, changed_by)
+        """``RunBudget.set_max``: see :func:`budgetlens.guard.limit_change.set_limits`."""
+        set_limits(self, limits, changed_by)
 
     def reset_locked(self) -> None:
         """Clear use (open reservations given back) and the fired thresholds."""
         if self.finished is None:
             self.shared.settle_open(self.use, charge=False)  # open reservations are dropped
         self.use = RunLedger()
+        self.wrap_up = WrapUp(self.options.wrap_up_tokens, self.options.wrap_up_usd)
         self.dispatch.clear_thresholds()  # the model chain restarts too
 
     def stats_locked(self) -> BudgetStats:
@@ -374,7 +384,7 @@ class RunState:
             charge_unrecorded(self.use, self._record_unknown, error)  # reserved, never recorded
             result = self._finish_locked(stop_reason, error, retryable)
         try:
-            self.telemetry.finish(result, self.limits, self.use.usage_known)
+            self.telemetry.finish(result, self.limits, self.use.usage_known, self.use.priced_cost_usd)
         except Exception:
             log.exception("run %s: could not end the run span", self.run_id)
         return result
@@ -389,7 +399,7 @@ class RunState:
         self, stop_reason: str | None, error: BaseException | None, retryable: bool | None
     ) -> RunResult:
         refusal = error if isinstance(error, BudgetExceeded) else self.use.refusal
-        reason = lim.final_stop_reason(stop_reason, error, self.use.refusal)
+        reason = lim.final_stop_reason(stop_reason, error, self.use.refusal, self.wrap_up.done)
         result = self.use.result(
             self.run_id,
             self.options.task_type,

@@ -88,6 +88,18 @@ class SharedSteps:
                 return stop
         return None
 
+    def charge_tool(self, fee_usd: float) -> Stop | None:
+        """Add a paid tool call's ``fee_usd`` (USD) to the spend windows, unless it does not fit
+        (``budget_cost``, detail ``spend window``: nothing is added)."""
+        spend = self.spend
+        if spend is None or not fee_usd:
+            return None
+        stop = _refusal(lambda: spend.reserve(fee_usd), SPEND_WINDOW_DETAIL)
+        if stop is None:
+            spend.release(fee_usd)
+            spend.add(fee_usd)
+        return stop
+
     def settle_pool(self, res: Reservation | None, used_tokens: int) -> None:
         """Replace a call's pool reservation (``res``; None: none) with the ``used_tokens`` it
         was charged."""

@@ -35,6 +35,7 @@ __all__ = [
     "spent_stop",
     "time_stop",
     "token_stop",
+    "tool_cost_stop",
     "unknown_usage_stop",
 ]
 
@@ -184,7 +185,7 @@ def spent_stop(
     spend windows (``spend_stop``, called only when the cost limit allows: e.g.
     :meth:`budgetlens.guard.shared.SharedSteps.spend_stop`), the token limits (:func:`token_stop`,
     open reservations included). ``use``: a :class:`budgetlens.guard.ledger.RunLedger`."""
-    stop = cost_stop(limits["max_cost_usd"], use.cost_usd)
+    stop = cost_stop(limits["max_cost_usd"], use.spent_usd)
     if stop is None and spend_stop is not None:
         stop = spend_stop()
     return stop or token_stop(
@@ -231,14 +232,24 @@ def reserve_stop(
             sc.STOP_BUDGET_TOKENS, limit, use.committed_output_tokens, output_tokens, "max_output_tokens"
         )
     limit = limits["max_cost_usd"]
-    if limit is not None and use.cost_usd + use.reserved_cost_usd + cost_usd > limit:
+    if limit is not None and use.spent_usd + use.reserved_cost_usd + cost_usd > limit:
         return Stop(
             sc.STOP_BUDGET_COST,
             limit,
-            round(use.cost_usd + use.reserved_cost_usd, 6),
+            round(use.spent_usd + use.reserved_cost_usd, 6),
             round(cost_usd, 6),
             "max_cost_usd",
         )
+    return None
+
+
+def tool_cost_stop(max_cost_usd: float | None, use: Any, name: str, fee_usd: float) -> Stop | None:
+    """``budget_cost`` (detail ``tool <name>``) when a paid tool call's ``fee_usd`` (USD) does not fit
+    ``max_cost_usd`` next to the model cost, the tool fees and the open reservations' estimates of
+    ``use`` (a :class:`budgetlens.guard.ledger.RunLedger`). A free call (0.0) is not checked here."""
+    committed = use.spent_usd + use.reserved_cost_usd
+    if max_cost_usd is not None and fee_usd and committed + fee_usd > max_cost_usd:
+        return Stop(sc.STOP_BUDGET_COST, max_cost_usd, round(committed, 6), round(fee_usd, 6), f"tool {name}")
     return None
 
 
@@ -281,12 +292,16 @@ def unknown_usage_stop(
 
 # --- how a run ended ----------------------------------------------------------------------------
 def final_stop_reason(
-    stop_reason: str | None, error: BaseException | None, budget_stop: BudgetExceeded | None
+    stop_reason: str | None,
+    error: BaseException | None,
+    budget_stop: BudgetExceeded | None,
+    wrapped_up: bool = False,
 ) -> str:
     """The run's stop reason: ``stop_reason`` when given; else the reason of a ``BudgetExceeded``
     ``error`` (one that left a ``with`` block is a budget stop); ``failed`` for any other error;
     else the reason of ``budget_stop``, the refusal the run ended at (the first refusal after its
-    last recorded call; :attr:`budgetlens.guard.ledger.RunLedger.refusal`); else ``completed``.
+    last recorded call; :attr:`budgetlens.guard.ledger.RunLedger.refusal`); else ``budget_wrap_up``
+    when the run made its final call from the wrap-up slice (``wrapped_up``); else ``completed``.
 
     A run the budget refused and that stopped there is a budget stop even when the agent caught
     the BudgetExceeded and finished normally. A run that recorded a model call after a refusal
@@ -298,7 +313,9 @@ def final_stop_reason(
         return error.reason
     if error is not None:
         return sc.STOP_FAILED
-    return budget_stop.reason if budget_stop is not None else sc.STOP_COMPLETED
+    if budget_stop is not None:
+        return budget_stop.reason
+    return sc.STOP_BUDGET_WRAP_UP if wrapped_up else sc.STOP_COMPLETED
 
 
 def retryable(stop_reason: str, stop: BudgetExceeded | None, unconfirmed_effects: int = 0) -> bool:

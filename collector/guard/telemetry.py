@@ -206,14 +206,24 @@ class RunTelemetry:
             attributes[sc.BUDGET_NEW_LIMIT] = event.new_limit
         if event.changed_by:
             attributes[sc.BUDGET_CHANGED_BY] = event.changed_by
+        if event.tool_cost_usd is not None:
+            attributes[sc.BUDGET_TOOL_COST_USD] = event.tool_cost_usd
         self._span.add_event(event.name, attributes=attributes, timestamp=time.time_ns())
 
-    def finish(self, result: RunResult, limits: dict[str, Any], usage_known: bool = True) -> None:
+    def finish(
+        self,
+        result: RunResult,
+        limits: dict[str, Any],
+        usage_known: bool = True,
+        model_cost_usd: float | None = None,
+    ) -> None:
         """Set the run's end attributes and end the run span (idempotence is the caller's).
 
         ``usage_known``: False when no call reported usage; the ``gen_ai.usage.*`` totals are then
         omitted (unknown, never 0; ``budgetlens.used_tokens`` still carries the charges), so the
-        collector does not store 0 tokens for the run. ``cost_usd`` None is omitted likewise."""
+        collector does not store 0 tokens for the run. ``budgetlens.cost_usd`` is the model cost
+        (``model_cost_usd``, default ``result.cost_usd``; None is omitted likewise) and
+        ``budgetlens.tool_cost_usd`` the paid tools' fees (USD), kept apart."""
         if self._recording:
             self.set_limits(limits)
             attributes: dict[str, Any] = {
@@ -231,8 +241,10 @@ class RunTelemetry:
                 attributes[sc.BUDGET_UNCONFIRMED_EFFECTS] = list(result.unconfirmed_effects)
             if usage_known:
                 attributes.update(usage_attributes(result.usage))
-            if result.cost_usd is not None:
-                attributes[sc.BUDGET_COST_USD] = result.cost_usd
+            model_cost = result.cost_usd if model_cost_usd is None else round(model_cost_usd, 9)
+            if result.cost_usd is not None and model_cost is not None:
+                attributes[sc.BUDGET_COST_USD] = model_cost
+            attributes[sc.BUDGET_TOOL_COST_USD] = result.tool_cost_usd
             if result.error_type:
                 attributes[sc.ERROR_TYPE] = result.error_type
             self._span.set_attributes(attributes)

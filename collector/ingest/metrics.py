@@ -168,6 +168,12 @@ class CollectorMetrics:
             ["task_type", "model"],
             registry=r,
         )
+        self.tool_cost = Counter(
+            "budgetlens_tool_cost_usd",
+            "Fees of paid tool calls (USD), apart from model cost (budgetlens_cost_usd_total).",
+            ["task_type"],
+            registry=r,
+        )
         self.unpriced = Counter(
             "budgetlens_unpriced_calls",
             "Model calls with reported usage but no known price.",
@@ -297,6 +303,8 @@ class CollectorMetrics:
                 kind = _INTERVENTIONS.get(name)
                 if kind:
                     self.interventions.labels(cap("task_type", task_by_run.get(run_id)), kind).inc(count)
+            if "tool_cost_usd" in events.column_names:
+                self._observe_tool_cost(events.select(["run_id", "tool_cost_usd"]).to_pylist(), task_by_run)
         if records is not None and len(records):
             written = set(records["run_id"].to_pylist())
             columns = [c for c in METRIC_RUN_COLUMNS if c in runs.column_names]
@@ -318,6 +326,7 @@ class CollectorMetrics:
         """
         cap = self.cap
         task_by_run = task_by_run or {}
+        events = list(events)  # read twice: interventions, tool fees
         for row in calls:
             task = cap("task_type", row.get("task_type") or row.get("service_name"))
             model = cap("model", row.get("response_model") or row.get("request_model"))
@@ -340,6 +349,7 @@ class CollectorMetrics:
             if kind:
                 task = cap("task_type", task_by_run.get(run_id) if run_id else None)
                 self.interventions.labels(task, kind).inc()
+        self._observe_tool_cost(events, task_by_run)
         for row in runs:
             task = cap("task_type", row.get("task_type"))
             stop = cap("stop_reason", row.get("stop_reason"))
@@ -351,6 +361,15 @@ class CollectorMetrics:
                 self.budgeted_runs.labels(task, service, stop).inc()
             if row.get("total_tokens") is not None:
                 self.run_tokens.labels(task, team, service).observe(row["total_tokens"])
+
+    def _observe_tool_cost(self, events: Iterable[Mapping], task_by_run: Mapping[str, str]) -> None:
+        """Add the paid tool calls' fees (``tool_cost_usd``, USD) of ``events`` by their run's task type."""
+        for row in events:
+            fee = row.get("tool_cost_usd")
+            if fee:
+                run_id = row.get("run_id")
+                task = task_by_run.get(run_id) if run_id else None
+                self.tool_cost.labels(self.cap("task_type", task)).inc(fee)
 
 
 def _budgeted_finished(row: Mapping) -> bool:

@@ -263,6 +263,7 @@ def event_row(event: Any, index: int, ctx: SpanContext, now_ns: int, latest_ns: 
     for column, key in EVENT_COUNTS:
         row[column] = count(attrs, key)
     row["percent"] = amount(attrs, sc.BUDGET_PERCENT)
+    row["tool_cost_usd"] = amount(attrs, sc.BUDGET_TOOL_COST_USD)
     return row
 
 

@@ -12,7 +12,7 @@ naive ``TIMESTAMP`` values in UTC):
   ``budgetlens reprice`` changes an old cost.
 - ``run_records``: what a run span (or an importer's per-run summary) says about a run: limits,
   stop reason, retryable, and totals when the source has them. Primary key ``run_id``.
-- ``budget_events``: warnings, downgrades, summaries, tool calls and stops. Primary key ``event_id``.
+- ``budget_events``: warnings, downgrades, summaries, tool calls (a paid one's fee) and stops. Key ``event_id``.
 - ``runs``: the rollup the dashboard and CLI read, one row per run (primary key ``run_id``; its
   ``quality`` joins the flags of its calls and record),
   upserted for the runs a batch changes (see ``budgetlens.store.sql``). Values from ``run_records``
@@ -121,6 +121,7 @@ BUDGET_EVENT_COLUMNS: tuple[str, ...] = (
     "used_tokens",
     "remaining_tokens",
     "percent",
+    "tool_cost_usd",  # issue 21: a paid tool call's fee (USD)
 )
 
 RUN_COLUMNS: tuple[str, ...] = (
@@ -154,6 +155,7 @@ RUN_COLUMNS: tuple[str, ...] = (
     "summaries",
     "quality",
     *ATTRIBUTION_COLUMNS,
+    "tool_cost_usd",  # issue 21: the run's paid tool fees (USD), apart from cost_usd (model cost)
 )
 
 #: Columns of ``run_totals`` (see the module docstring); ``record`` holds a run_records row.
@@ -186,6 +188,7 @@ RUN_TOTALS_COLUMNS: tuple[str, ...] = (
     "r_quality",
     *(f"r_{column}" for column in ATTRIBUTION_COLUMNS),
     *(f"c_{column}" for column in ATTRIBUTION_COLUMNS),
+    "e_tool_cost_usd",
 )
 
 _V1 = """
@@ -419,6 +422,10 @@ _V5_ATTRIBUTION = ";\n".join(
     for column in ATTRIBUTION_COLUMNS
 )
 
+# issue 21: a paid tool call's fee (NULL: free or another event), its sum per run, the run's tool spend.
+_V6_TOOL_COST = """ALTER TABLE budget_events ADD COLUMN tool_cost_usd DOUBLE;
+ALTER TABLE run_totals ADD COLUMN e_tool_cost_usd DOUBLE; ALTER TABLE runs ADD COLUMN tool_cost_usd DOUBLE"""
+
 #: Ordered migrations: (version, SQL script). Append only; never edit an applied one.
 MIGRATIONS: tuple[tuple[int, str], ...] = (
     (1, _V1),
@@ -426,6 +433,7 @@ MIGRATIONS: tuple[tuple[int, str], ...] = (
     (3, _V3_PRICE_VERSION),  # issue 9: price version of each priced call
     (4, _V4_RESPONSE_ID),  # issue 22: a response copied into a later import is stored once
     (5, _V5_ATTRIBUTION),  # issue 19: team, user, session and tags of calls, records and runs
+    (6, _V6_TOOL_COST),  # issue 21: paid tools' fees
 )
 
 SCHEMA_VERSION = MIGRATIONS[-1][0]

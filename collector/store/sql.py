@@ -15,7 +15,8 @@ usage is never 0: a run with an unknown call has usage_status 'unknown' and its 
 reservation. Counts no source gives are unknown too: ``turns`` is NULL without a recorded
 count or a call, ``tool_calls`` NULL without a recorded count or a ``budgetlens.tool_call``
 event (an importer that knows a run made no tool call records 0). cost_usd sums the priced calls (NULL when none is priced); unpriced_calls counts the
-calls with reported usage but no price. Text taken from calls (trace id, source, service, task
+calls with reported usage but no price; tool_cost_usd sums the paid tool calls' fees (0.0 without
+any), apart from cost_usd. Text taken from calls (trace id, source, service, task
 type) is the smallest non-NULL value among the run's calls.
 """
 
@@ -106,7 +107,7 @@ def _upsert_records() -> str:
 INSERT_RECORDS = _upsert_records()
 INSERT_EVENTS = (
     "INSERT INTO budget_events BY NAME SELECT * FROM batch_events ON CONFLICT DO NOTHING "
-    "RETURNING run_id, name"
+    "RETURNING run_id, name, tool_cost_usd"
 )
 
 #: Aggregates of a run's calls (over a relation with model_calls columns, grouped by run_id).
@@ -142,7 +143,8 @@ _EVENT_AGGREGATES = """
     count(*) FILTER (WHERE name = 'budgetlens.warning') AS e_warnings,
     count(*) FILTER (WHERE name = 'budgetlens.downgrade') AS e_downgrades,
     count(*) FILTER (WHERE name = 'budgetlens.summarize') AS e_summaries,
-    count(*) FILTER (WHERE name = 'budgetlens.tool_call') AS e_tool_calls"""
+    count(*) FILTER (WHERE name = 'budgetlens.tool_call') AS e_tool_calls,
+    sum(tool_cost_usd) AS e_tool_cost_usd"""
 
 
 def _totals_from(calls: str, records: str, events: str) -> str:
@@ -177,6 +179,7 @@ _ADDED = (
     "e_downgrades",
     "e_summaries",
     "e_tool_calls",
+    "e_tool_cost_usd",
 )
 _SMALLEST = (
     "c_trace_id",
@@ -270,7 +273,8 @@ SELECT
     coalesce(e_downgrades, 0) AS downgrades,
     coalesce(e_summaries, 0) AS summaries,
     nullif(array_to_string(flags, ','), '') AS quality,
-    {attribution}
+    {attribution},
+    coalesce(e_tool_cost_usd, 0.0) AS tool_cost_usd
 FROM (
     SELECT *, list_sort(list_distinct(flatten(list_transform(
         list_concat(coalesce(c_quality, []), [r_quality]), lambda x: coalesce(string_split(x, ','), []))))) AS flags

@@ -52,6 +52,11 @@ def render() -> None:
                 f"{ov.unpriced_calls:,}",
                 "Calls whose model has no known price; left out of the cost, shown as unpriced",
             ),
+            (
+                "Tool spend",
+                "—" if no_runs else charts.format_usd(ov.tool_cost_usd),
+                "Fees of paid tool calls (web search, browser, paid APIs), apart from the model cost",
+            ),
         ]
     )
     notes = []

@@ -25,6 +25,7 @@ def render() -> None:
     _ui.alarm_banner(ov.per_task)
     stops = int(daily["budget_stops"].sum()) if not daily.empty else 0
     interventions = int(daily["interventions"].sum()) if not daily.empty else 0
+    answered = int(daily["answered_stops"].sum()) if not daily.empty else 0
     _ui.tiles(
         [
             (
@@ -35,6 +36,12 @@ def render() -> None:
                 f"{LOW_SAMPLE_RUNS} runs; no budget = none of the runs ran under a limit",
             ),
             ("Budget stops", f"{stops:,}", None),
+            (
+                "Answered at the stop",
+                f"{answered / stops:.0%} ({answered:,})" if stops else "—",
+                "Budget stops that still returned an answer: the final call used the wrap-up slice "
+                "(stop reason budget_wrap_up)",
+            ),
             (
                 "Intervention rate",
                 format_hit_rate(ov.intervention_rate, ov.finished_runs),

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 from budgetlens.guard.adapters._tools import StreamToolCalls, ToolCallCount, response_tool_calls
+from budgetlens.guard.adapters._wrap_up import add_text, reserve_final
 from budgetlens.guard.estimate import estimate_tokens
 from budgetlens.guard.results import Reservation
 from budgetlens.usage import UsageAccumulator
@@ -23,6 +24,17 @@ __all__ = [
 
 #: ``max_tokens`` an adapter adds to a request that sets none (capped by the budget's output left).
 DEFAULT_MAX_OUTPUT_TOKENS = 4096
+
+
+def add_countdown(run: Any, kwargs: dict[str, Any], cap_key: str, prompt_parts: tuple[Any, ...]) -> tuple:
+    """Add the run's countdown notice (``RunBudget.countdown_notice``, opt-in by ``countdown_at``), if
+    one is due, to the request ``kwargs`` (see :func:`budgetlens.guard.adapters._wrap_up.add_text`);
+    returns the prompt parts with the notice, so its tokens are reserved and counted."""
+    notice = run.countdown_notice()
+    if not notice:
+        return prompt_parts
+    add_text(kwargs, cap_key, notice)
+    return (*prompt_parts, notice)
 
 
 class CallGuard:
@@ -80,13 +92,18 @@ class CallGuard:
     ) -> Reservation:
         """Reserve the request's prompt tokens + output cap (the first of ``cap_keys`` it sets;
         else :meth:`output_cap`, written into ``kwargs[set_key]`` so the call cannot outgrow its
-        reservation) for ``kwargs['model']``. Raises BudgetExceeded before the call when it does
-        not fit (also for tool calls the last response asked for that no longer fit)."""
+        reservation) for ``kwargs['model']``; a request that does not fit next to the run's wrap-up
+        slice becomes its final call (see :mod:`budgetlens.guard.adapters._wrap_up`). Raises
+        BudgetExceeded before the call when it does not fit (also for tool calls the last response
+        asked for that no longer fit)."""
         if self.tools is not None:
             self.tools.settle()
+        prompt_parts = add_countdown(self.run, kwargs, set_key or cap_keys[0], prompt_parts)
         prompt = self.prompt_tokens(kwargs, prompt_parts)
         given = next((kwargs[k] for k in cap_keys if kwargs.get(k) is not None), None)
         cap = self.output_cap(prompt, given)
+        if self.run.wrap_up_due(prompt + cap, kwargs.get("model"), output_tokens=cap):
+            return reserve_final(self, kwargs, prompt_parts, cap_keys, set_key or cap_keys[0])
         if given is None and set_key is not None:
             kwargs[set_key] = cap
         return self.run.reserve(prompt + cap, kwargs.get("model"), output_tokens=cap)
