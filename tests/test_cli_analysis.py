@@ -129,7 +129,9 @@ def test_runs_csv_has_one_line_per_run_with_the_documented_columns(store, capsys
     )
     rows = list(csv.DictReader(io.StringIO(text)))
     assert code == 0 and len(rows) == 7
-    assert set(rows[0]) == set(RUN_COLUMNS)  # every column (limits, duration, cache, reasoning)
+    assert set(rows[0]) == set(RUN_COLUMNS) | {
+        "trace_url"
+    }  # + the trace link (issue 24); every column (limits, duration, cache, reasoning)
     assert list(rows[0])[:16] == (
         [
             "run_id",

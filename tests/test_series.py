@@ -9,6 +9,9 @@ from prometheus_client import CollectorRegistry, Counter, generate_latest
 from budgetlens.ingest.metrics import CollectorMetrics
 from budgetlens.ingest.series import SeriesCap
 
+#: The run metrics' attribution labels of a run without team or service (issue 19).
+_RUN_LABELS = {"team": "unknown", "service": "unknown"}
+
 
 class Clock:
     def __init__(self):
@@ -76,7 +79,7 @@ def test_a_50_by_50_label_flood_leaves_real_task_types_visible_and_the_scrape_un
         labels = {"task_type": task, "model": model, "usage_status": "reported"}
         assert registry.get_sample_value("budgetlens_model_calls_total", labels) == 1 + 250
         assert registry.get_sample_value(
-            "budgetlens_runs_total", {"task_type": task, "stop_reason": "completed"}
+            "budgetlens_runs_total", {"task_type": task, "stop_reason": "completed", **_RUN_LABELS}
         )
     assert registry.get_sample_value(
         "budgetlens_model_calls_total", {"task_type": "other", "model": "other", "usage_status": "reported"}
@@ -92,5 +95,5 @@ def test_a_50_by_50_label_flood_leaves_real_task_types_visible_and_the_scrape_un
         == 1
     )
     assert registry.get_sample_value(
-        "budgetlens_runs_total", {"task_type": "summarize", "stop_reason": "completed"}
+        "budgetlens_runs_total", {"task_type": "summarize", "stop_reason": "completed", **_RUN_LABELS}
     )

@@ -301,7 +301,7 @@ def test_runs_json_carries_limits_duration_cache_and_reasoning_tokens(history, c
 
     code, out, _ = _cli(capsys, "runs", "--db", str(history), "--window-days", "0", "--format", "json")
     rows = {row["run_id"]: row for row in json.loads(out)}
-    assert code == 0 and set(rows["D"]) == set(RUN_COLUMNS)
+    assert code == 0 and set(rows["D"]) == set(RUN_COLUMNS) | {"trace_url"}
     assert rows["D"]["limit_total_tokens"] == 800 and "duration_s" in rows["H"]
     assert "cache_read_tokens" in rows["A"] and "reasoning_tokens" in rows["A"]
 

@@ -108,7 +108,8 @@ class BudgetChatMiddleware(ChatMiddleware):
         def on_cleanup() -> None:  # after the stream was consumed (or left): usage seen, else unknown
             self._guard.record(res, agent_framework_usage(seen[-1]) if seen else None)
 
-        context.result.with_transform_hook(on_update).with_cleanup_hook(on_cleanup)
+        stream: Any = context.result  # a ResponseStream when streaming (checked by the caller)
+        stream.with_transform_hook(on_update).with_cleanup_hook(on_cleanup)
 
 
 def _model(response: Any) -> str | None:

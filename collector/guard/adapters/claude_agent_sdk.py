@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, cast
 
 import claude_agent_sdk as sdk
 
@@ -75,7 +75,7 @@ class ClaudeBudget:
             changes["max_budget_usd"] = left_usd if given is None else min(given, left_usd)
         hooks = {k: list(v) for k, v in (base.hooks or {}).items()}
         hooks.setdefault("PreToolUse", []).insert(
-            0, sdk.HookMatcher(matcher=None, hooks=[self._pre_tool_use])
+            0, sdk.HookMatcher(matcher=None, hooks=[cast(Any, self._pre_tool_use)])
         )
         changes["hooks"] = hooks
         return dataclasses.replace(base, **changes)
