@@ -4,6 +4,7 @@ numbers the tiles show, and what the app shows when the store is missing or busy
 from __future__ import annotations
 
 import datetime as dt
+import re
 import subprocess
 import sys
 import textwrap
@@ -116,9 +117,15 @@ def _metrics(at: AppTest) -> dict[str, str]:
     return {m.label: m.value for m in at.metric}
 
 
+def _shown(markdown: str) -> str:
+    """What a reader sees of markdown that went through ``formatting.safe_text``: its backslash
+    escapes resolved and its invisible word joiners dropped (issue 23)."""
+    return re.sub(r"\\([!-/:-@\[-`{-~])", r"\1", markdown).replace("\u2060", "")
+
+
 def _texts(at: AppTest) -> str:
     parts = [e.value for kind in ("error", "warning", "info", "caption", "markdown") for e in at.get(kind)]
-    return "\n".join(str(p) for p in parts)
+    return _shown("\n".join(str(p) for p in parts))
 
 
 @pytest.mark.parametrize("page, charts_at_least", PAGES.items())

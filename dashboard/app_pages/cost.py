@@ -54,7 +54,8 @@ def render() -> None:
             ),
             (
                 "Tool spend",
-                "—" if no_runs else charts.format_usd(ov.tool_cost_usd),
+                # no paid tool call is "none", never a $0.00 that reads like priced usage
+                "—" if no_runs else "none" if not ov.tool_cost_usd else charts.format_usd(ov.tool_cost_usd),
                 "Fees of paid tool calls (web search, browser, paid APIs), apart from the model cost",
             ),
         ]
