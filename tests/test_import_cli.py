@@ -273,3 +273,15 @@ def test_a_file_with_no_run_of_the_format_is_not_reported_as_imported(realdata, 
     assert "imported" not in captured.out
     assert "found no otlp-json run in 1 file(s)" in captured.err
     assert "gen_ai.usage" in captured.err
+
+
+def test_a_document_over_the_line_limit_says_why_nothing_was_imported(tmp_path, db_path, capsys):
+    # one OTLP/JSON document a little over --max-line-mb 1: the only file, so no run is read;
+    # the message must name the skipped document, not only "found no run"
+    path = tmp_path / "export.json"
+    path.write_text(json.dumps({"resourceSpans": []}) + " " * (2 * 1024 * 1024), encoding="utf-8")
+    argv = ["import", "otlp-json", str(path), "--db", str(db_path), "--no-progress", "--max-line-mb", "1"]
+    assert main(argv) == 1
+    err = capsys.readouterr().err
+    assert "found no otlp-json run in 1 file(s)" in err
+    assert "export.json:1: line too long (more than 1048576 bytes); skipped" in err

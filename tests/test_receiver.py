@@ -127,6 +127,18 @@ def test_bad_requests_get_a_clear_status_and_the_server_keeps_serving(
         assert exporter.export(_recorded_runs()) == SpanExportResult.SUCCESS
 
 
+def test_a_413_suggests_the_fix_that_fits_the_body_encoding(db_path, free_port):
+    with live_collector(db_path, free_port, max_body_bytes=4096, max_json_body_bytes=4096) as live:
+        url = f"{live.url}/v1/traces"
+        proto = requests.post(url, data=b"\0" * 5000, headers={"Content-Type": PROTOBUF})
+        as_json = requests.post(url, data=b" " * 5000, headers={"Content-Type": JSON})
+    assert proto.status_code == 413 and as_json.status_code == 413
+    proto_message = Status.FromString(proto.content).message
+    assert "OTEL_BSP_MAX_EXPORT_BATCH_SIZE" in proto_message and "--max-body-mib" in proto_message
+    assert "send protobuf" not in proto_message  # it already is protobuf
+    assert "send protobuf" in as_json.json()["message"]
+
+
 def test_bearer_token_is_required_when_configured(db_path, free_port, monkeypatch):
     with live_collector(db_path, free_port, token="s3cret") as live:
         anonymous = OTLPSpanExporter(endpoint=f"{live.url}/v1/traces")

@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import TYPE_CHECKING
 
 from budgetlens.cli._common import add_db_argument, line_limit_mib, positive_int
+
+if TYPE_CHECKING:
+    from budgetlens.importers.report import ImportReport
 
 #: Formats listed by ``--help`` (kept here so --help does not import the importers).
 FORMAT_HELP = (
@@ -116,6 +120,7 @@ def run(args: argparse.Namespace) -> int:
                 "attributes; see the README's 'Bring your own history'",
                 file=sys.stderr,
             )
+        _print_bad_lines(report)  # e.g. a document over --max-line-mb: say why nothing was read
         return 1
     read = report.files - len(report.files_without_runs)
     print(
@@ -129,10 +134,15 @@ def run(args: argparse.Namespace) -> int:
             print(f"  {count:>8}  {reason}")
     if report.files_without_runs:
         print(f"{len(report.files_without_runs)} file(s) held no run of this format")
+    _print_bad_lines(report)
+    return 0
+
+
+def _print_bad_lines(report: ImportReport) -> None:
+    """The skipped bad lines (``file:line: reason``, the first ``MAX_BAD_LINES_SHOWN``) on stderr."""
     if report.bad_line_count:
         print(f"{report.bad_line_count} bad line(s) skipped:", file=sys.stderr)
         for line in report.bad_lines[:MAX_BAD_LINES_SHOWN]:
             print(f"  {line}", file=sys.stderr)
         if report.bad_line_count > MAX_BAD_LINES_SHOWN:
             print(f"  ... and {report.bad_line_count - MAX_BAD_LINES_SHOWN} more", file=sys.stderr)
-    return 0

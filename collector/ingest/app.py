@@ -77,6 +77,10 @@ DEFAULT_IDLE_TIMEOUT_S = 5.0
 DEFAULT_MAX_JSON_BODY_BYTES = 4 * 1024 * 1024
 #: What a 413 suggests (the OTel SDK's batch span processor setting).
 BATCH_HINT = "lower the exporter's batch size (OTEL_BSP_MAX_EXPORT_BATCH_SIZE) or send protobuf"
+#: What a 413 on a protobuf body suggests ("send protobuf" would make no sense there).
+PROTOBUF_BATCH_HINT = (
+    "lower the exporter's batch size (OTEL_BSP_MAX_EXPORT_BATCH_SIZE) or raise --max-body-mib"
+)
 #: HTTP status -> google.rpc.Code of the error body.
 _RPC_CODES = {400: 3, 401: 16, 408: 4, 413: 8, 415: 3, 503: 14}
 
@@ -179,8 +183,10 @@ class _Receiver:
         held = [0]  # bytes reserved in ``budget`` for this request
         client = request.client.host if request.client else ""
         try:
-            limit = self.max_json_body_bytes if media_type(content_type) == JSON else self.max_body_bytes
-            body = await self._read_body(request, held, client, limit)
+            is_json = media_type(content_type) == JSON
+            limit = self.max_json_body_bytes if is_json else self.max_body_bytes
+            hint = BATCH_HINT if is_json else PROTOBUF_BATCH_HINT
+            body = await self._read_body(request, held, client, limit, hint)
             prepared = await self.pool.prepare(
                 body, content_type, request.headers.get("content-encoding"), limit
             )
@@ -197,20 +203,22 @@ class _Receiver:
             self.budget.give(held[0], client)
         return await self._store(prepared)
 
-    async def _read_body(self, request: Request, held: list[int], client: str, limit: int) -> bytearray:
+    async def _read_body(
+        self, request: Request, held: list[int], client: str, limit: int, hint: str = BATCH_HINT
+    ) -> bytearray:
         """The body, refusing 413 past ``limit`` (at once when ``Content-Length`` declares more),
         408 when it takes longer than ``body_timeout_s`` or pauses longer than
         ``idle_timeout_s``, Busy when the client's share or the whole byte budget is spent.
         Bytes are charged as they arrive (``held`` counts them), never as declared."""
         declared = request.headers.get("content-length")
         if declared and declared.isdigit() and int(declared) > limit:
-            raise OtlpError(413, f"request body is {declared} bytes; the limit is {limit}: {BATCH_HINT}")
+            raise OtlpError(413, f"request body is {declared} bytes; the limit is {limit}: {hint}")
         if declared and declared.isdigit() and not self.budget.fits(int(declared), client):
             self._reserve(int(declared), [0], client)  # raises Busy: refused before a byte is read
         body = bytearray()
         async for chunk in self._chunks(request):
             if len(body) + len(chunk) > limit:
-                raise OtlpError(413, f"request body exceeds the limit of {limit} bytes: {BATCH_HINT}")
+                raise OtlpError(413, f"request body exceeds the limit of {limit} bytes: {hint}")
             self._reserve(len(chunk), held, client)
             body += chunk
         return body
