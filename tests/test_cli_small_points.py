@@ -48,3 +48,48 @@ def test_one_task_type_says_wrote_1_preset(committed_sample_store, tmp_path, cap
         ]
     )
     assert code == 0 and "wrote 1 preset to" in capsys.readouterr().err and out.exists()
+
+
+def test_an_empty_text_cell_reads_empty_never_none():
+    import io
+
+    import pandas as pd
+
+    from budgetlens.cli._analysis import write_frame
+
+    out = io.StringIO()
+    frame = pd.DataFrame({"run_id": ["r1", "r2"], "team": ["search", None], "quality": [None, None]})
+    write_frame(frame, "table", out)
+    lines = out.getvalue().splitlines()
+    assert "None" not in out.getvalue() and lines[1].split() == ["r1", "search"]
+    assert lines[2].split() == ["r2"]
+
+
+def test_hit_rate_of_a_task_type_without_limits_is_named_as_undefined(db_path, capsys):
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from budgetlens import RunBudget, Usage
+    from budgetlens.ingest.exporter import DuckDBSpanExporter
+
+    memory = InMemorySpanExporter()
+    provider = TracerProvider(resource=Resource.create({"service.name": "svc"}))
+    provider.add_span_processor(SimpleSpanProcessor(memory))
+    tracer = provider.get_tracer("t")
+    with RunBudget(max_total_tokens=10_000, run_id="b1", task_type="triage", tracer=tracer) as run:
+        run.record(Usage(100, 10), model="gpt-4o")
+    # another instrumentation's model call, with no budget guard: a run without limits
+    call = {"gen_ai.request.model": "gpt-4o", "gen_ai.usage.input_tokens": 100}
+    with tracer.start_as_current_span("chat gpt-4o", attributes={"gen_ai.operation.name": "chat", **call}):
+        pass
+    exporter = DuckDBSpanExporter(db_path)
+    exporter.export(memory.get_finished_spans())
+    exporter.shutdown()
+
+    assert main(["hit-rate", "--db", str(db_path), "--window-days", "0"]) == 0
+    captured = capsys.readouterr()
+    assert "no run had a limit, so the hit rate is undefined" in captured.err
+    assert "triage" in captured.out and "note: triage" not in captured.err
+    assert captured.err.count("no run had a limit") == 1

@@ -180,6 +180,8 @@ def test_demo_serves_the_sample_and_a_collector_an_agent_can_send_to(tmp_path, f
         stdout=subprocess.PIPE,
         text=True,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        # as a shell's `budgetlens demo &` starts it: SIGINT ignored; `kill -INT` still stops it
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
     )
     try:
         found = _addresses(_lines(process), process)

@@ -200,6 +200,9 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(f"budgetlens demo: using the runs already in {db}", flush=True)
     signal.signal(signal.SIGTERM, _raise_interrupt)
+    # a shell starting the demo in the background (`budgetlens demo &`) ignores SIGINT in it:
+    # `kill -INT` stops it as Ctrl-C does
+    signal.signal(signal.SIGINT, _raise_interrupt)
     processes: list[subprocess.Popen] = []
     try:
         deadline = time.monotonic() + args.ready_timeout
@@ -233,3 +236,4 @@ def run(args: argparse.Namespace) -> int:
     finally:
         _stop(processes)
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.default_int_handler)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 from budgetlens.cli._analysis import (
     WINDOW_HELP,
     add_format_argument,
@@ -46,4 +48,12 @@ def run(args) -> int:
         else:
             frame = analysis.hit_rate_by_task(conn, filters)
     write_frame(frame, args.format)
+    if not args.daily and "budgeted_runs" in frame:
+        for task_type in frame.loc[frame["budgeted_runs"] == 0, "task_type"]:
+            # the blank rate cell is "no budget", not a missing figure
+            print(
+                f"note: {task_type}: no run had a limit, so the hit rate is undefined (left blank); "
+                "set a preset to measure it",
+                file=sys.stderr,
+            )
     return 0
