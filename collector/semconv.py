@@ -77,6 +77,10 @@ BUDGET_COST_USD = "budgetlens.cost_usd"
 #: call's fee) and on the run span (the run's sum); ``budgetlens.cost_usd`` stays model cost.
 BUDGET_TOOL_COST_USD = "budgetlens.tool_cost_usd"
 BUDGET_RETRYABLE = "budgetlens.retryable"
+#: On a child run's span (``RunBudget.child``): the run id of the run whose budget it was carved from.
+BUDGET_PARENT_RUN_ID = "budgetlens.parent_run_id"
+#: On a ``budgetlens.resumed`` event: the authorized raise of a resumed run (see budgetlens.guard.snapshot).
+BUDGET_AUTHORIZED_BY = "budgetlens.authorized_by"
 BUDGET_LIMIT_TOTAL_TOKENS = "budgetlens.limit.total_tokens"
 BUDGET_LIMIT_INPUT_TOKENS = "budgetlens.limit.input_tokens"
 BUDGET_LIMIT_OUTPUT_TOKENS = "budgetlens.limit.output_tokens"

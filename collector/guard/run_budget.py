@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from budgetlens.guard import stops as lim
+from budgetlens.guard.children import fan_out, make_child
 from budgetlens.guard.compress import cheapest_model, client_summarizer, compress_messages
 from budgetlens.guard.countdown import run_notice
 from budgetlens.guard.events import OnEvent
@@ -135,6 +136,7 @@ class RunBudget:
             warm_prices()  # genai-prices loads its data once per process: not on the run's clock
         self._state = RunState(options)
         self.run_id = self._state.run_id
+        self.parent_run_id: str | None = None  # set on a child run (see child)
 
     @property
     def limits(self) -> dict[str, float | None]:
@@ -338,6 +340,41 @@ class RunBudget:
         once per ``countdown_at`` threshold crossed; None otherwise or without ``countdown_at``. The
         adapters add it to the next request (see :mod:`budgetlens.guard.countdown`)."""
         return run_notice(self._state)
+
+    def child(
+        self, task_type: str = "default", limits: Mapping[str, float | None] | None = None, **options: Any
+    ) -> RunBudget:
+        """A sub-agent's run: a RunBudget whose token, cost and wall-time limits are the smaller of
+        ``limits`` (constructor names) and this run's remainder, whose every call is reserved and
+        counted in this run as it happens (one ledger; see :mod:`budgetlens.guard.children`), and whose
+        span names this run (``budgetlens.parent_run_id``). ``options``: constructor keywords (clock,
+        tracer, provider and attribution default to this run's; no ``pool``/``spend``). Raises
+        BudgetExceeded when this run is spent; RuntimeError after ``finish()``; ValueError as the
+        constructor."""
+        return make_child(self, task_type, limits, options)
+
+    def fan_out(
+        self,
+        n: int,
+        task_type: str = "default",
+        limits: Mapping[str, float | None] | None = None,
+        *,
+        estimate_tokens: float | None = None,
+        estimate_usd: float | None = None,
+        db: Any = None,
+        **options: Any,
+    ) -> list[RunBudget]:
+        """``n`` children (:meth:`child`), refused before any is made (BudgetExceeded, detail
+        ``fan-out of n task_type``) when this run's remainder cannot cover ``n`` × the estimate
+        per child: ``estimate_tokens`` (tokens) / ``estimate_usd`` (USD), else the task type's P50 in
+        the store at ``db``. Raises ValueError for ``n`` < 1 or no estimate."""
+        return fan_out(self, n, task_type, limits, estimate_tokens, estimate_usd, db, options)
+
+    @property
+    def children(self) -> tuple[RunBudget, ...]:
+        """The child runs made by :meth:`child`, oldest first (their ``result`` has their stop reason)."""
+        with self._state.lock:
+            return tuple(self._state.children)
 
     def set_max(self, *, changed_by: str | None = None, **limits: float | None) -> None:
         """Change limits by constructor name (``set_max(max_total_tokens=10_000, changed_by="alice: review
