@@ -26,6 +26,9 @@ from budgetlens.guard.options import UNKNOWN_USAGE_POLICIES, RunOptions
 from budgetlens.guard.pool import TokenPool
 from budgetlens.guard.results import Action, BudgetStats, Effect, LimitChange, Reservation, RunResult
 from budgetlens.guard.run_state import RunState
+from budgetlens.guard.snapshot import Authorization, RunSnapshot
+from budgetlens.guard.snapshot import resume as resume_run
+from budgetlens.guard.snapshot import take as take_snapshot
 from budgetlens.guard.spend import SpendTracker
 from budgetlens.guard.tool_prices import tool_fee
 from budgetlens.guard.wrap_up import wrap_up_due
@@ -137,6 +140,7 @@ class RunBudget:
         self._state = RunState(options)
         self.run_id = self._state.run_id
         self.parent_run_id: str | None = None  # set on a child run (see child)
+        self.authorizations: tuple[dict[str, Any], ...] = ()  # raises of a resumed run (see resume)
 
     @property
     def limits(self) -> dict[str, float | None]:
@@ -369,6 +373,21 @@ class RunBudget:
         per child: ``estimate_tokens`` (tokens) / ``estimate_usd`` (USD), else the task type's P50 in
         the store at ``db``. Raises ValueError for ``n`` < 1 or no estimate."""
         return fan_out(self, n, task_type, limits, estimate_tokens, estimate_usd, db, options)
+
+    def snapshot(self) -> RunSnapshot:
+        """The run now as a :class:`budgetlens.guard.snapshot.RunSnapshot` (limits, use, remaining, the
+        stop reason it was refused with, limit changes, open effects), to ``save(path)`` and resume
+        later, in any process, with :meth:`resume`. The run itself is not changed."""
+        return take_snapshot(self)
+
+    @classmethod
+    def resume(cls, snapshot: RunSnapshot, *, authorization: Authorization, **options: Any) -> RunBudget:
+        """The paused run of ``snapshot`` again (same run id, use restored, one run in the store),
+        each limit in ``authorization.extra`` raised by that amount and recorded (a ``budgetlens.resumed``
+        event and ``limit_changed`` events naming who authorized it; :attr:`authorizations`).
+        ``options``: constructor keywords (callbacks, tracer...). Raises ValueError for a raise of an
+        unset limit; see :mod:`budgetlens.guard.snapshot`."""
+        return resume_run(cls, snapshot, authorization, options)
 
     @property
     def children(self) -> tuple[RunBudget, ...]:
