@@ -27,6 +27,7 @@ from budgetlens.guard.results import (
     RunResult,
 )
 from budgetlens.guard.run_budget import RunBudget
+from budgetlens.guard.snapshot import Authorization, RunSnapshot
 from budgetlens.guard.spend import SpendAlert, SpendTracker
 from budgetlens.pricing import cost_usd
 from budgetlens.usage import Usage, UsageAccumulator, normalize_usage
@@ -36,6 +37,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Action",
+    "Authorization",
     "BudgetEvent",
     "BudgetExceeded",
     "BudgetStats",
@@ -46,6 +48,7 @@ __all__ = [
     "Reservation",
     "RunBudget",
     "RunResult",
+    "RunSnapshot",
     "SpendAlert",
     "SpendTracker",
     "TokenPool",

@@ -77,6 +77,8 @@ BUDGET_COST_USD = "budgetlens.cost_usd"
 #: call's fee) and on the run span (the run's sum); ``budgetlens.cost_usd`` stays model cost.
 BUDGET_TOOL_COST_USD = "budgetlens.tool_cost_usd"
 BUDGET_RETRYABLE = "budgetlens.retryable"
+#: On a child run's span (``RunBudget.child``): the run id of the run whose budget it was carved from.
+BUDGET_PARENT_RUN_ID = "budgetlens.parent_run_id"
 BUDGET_LIMIT_TOTAL_TOKENS = "budgetlens.limit.total_tokens"
 BUDGET_LIMIT_INPUT_TOKENS = "budgetlens.limit.input_tokens"
 BUDGET_LIMIT_OUTPUT_TOKENS = "budgetlens.limit.output_tokens"
@@ -122,6 +124,10 @@ EVENT_ALERT = "budgetlens.alert"
 #: The run's final call from its wrap-up slice was admitted (``RunBudget(wrap_up_tokens=...)``):
 #: tools removed, output capped to the slice; after that call the run stops ``budget_wrap_up``.
 EVENT_WRAP_UP = "budgetlens.wrap_up"
+#: A paused run was resumed from its snapshot with an authorized raise (``RunBudget.resume``):
+#: ``budgetlens.reason`` is ``authorization``, ``budgetlens.changed_by`` who authorized it and why;
+#: each raised limit is also a ``budgetlens.limit_changed`` event with the same ``changed_by``.
+EVENT_RESUMED = "budgetlens.resumed"
 EVENT_NAMES = (
     EVENT_WARNING,
     EVENT_DOWNGRADE,
@@ -131,6 +137,7 @@ EVENT_NAMES = (
     EVENT_LIMIT_CHANGED,
     EVENT_ALERT,
     EVENT_WRAP_UP,
+    EVENT_RESUMED,
 )
 
 # --- closed vocabularies -------------------------------------------------------------------

@@ -340,6 +340,8 @@ class RunDetail:
     run: dict
     calls: pd.DataFrame = field(repr=False)
     events: pd.DataFrame = field(repr=False)
+    #: The run's child runs (issue 21), as :func:`run_tree` without the run itself (empty: none).
+    children: pd.DataFrame = field(default_factory=pd.DataFrame, repr=False)
 
 
 def run_detail(conn, run_id: str) -> RunDetail | None:
@@ -353,7 +355,16 @@ def run_detail(conn, run_id: str) -> RunDetail | None:
         run=record,
         calls=run_query(conn, runq.RUN_DETAIL_CALLS, params),
         events=run_query(conn, runq.RUN_DETAIL_EVENTS, params),
+        children=run_tree(conn, run_id).query("depth > 0").reset_index(drop=True),
     )
+
+
+def run_tree(conn, run_id: str) -> pd.DataFrame:
+    """The tree of runs below ``run_id`` (child runs name their parent: ``parent_run_id``), the run
+    itself first at depth 0, then depth-first by start. Columns: depth (0, 1, ...), run_id,
+    parent_run_id, task_type, start_utc, stop_reason, turns, total_tokens, cost_usd (USD),
+    tool_cost_usd (USD). Empty when ``run_id`` is not in the store."""
+    return run_query(conn, runq.RUN_TREE, {"run_id": run_id})
 
 
 def hit_rate_by_task(conn, f: Filters) -> pd.DataFrame:

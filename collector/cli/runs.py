@@ -25,7 +25,8 @@ def register(subparsers) -> None:
             "aggregate_mismatch, partial_usage). JSON and CSV carry every column of the run: also "
             "trace id, source, end time, duration (s), model calls, cache read/write and reasoning "
             "tokens, unpriced and unknown-usage calls, retryable, the limits it ran under (limit_*), "
-            "warnings, downgrades and summaries. " + WINDOW_HELP
+            "warnings, downgrades and summaries, parent_run_id (the run a child run's budget was "
+            "carved from). --tree RUN_ID shows a run's tree of child runs. " + WINDOW_HELP
         ),
         epilog="Example: budgetlens runs --db budgetlens.duckdb --task-type research --limit 20",
     )
@@ -44,6 +45,14 @@ def register(subparsers) -> None:
         help="case-insensitive substring of the run id, task type, service, "
         "model, stop reason, usage status (e.g. unknown) or quality flag (e.g. future_time)",
     )
+    parser.add_argument(
+        "--tree",
+        metavar="RUN_ID",
+        default=None,
+        help="show the run tree below RUN_ID instead (the run, then its child runs made by "
+        "RunBudget.child, theirs...: depth, run id, parent run id, task type, start, stop reason, "
+        "turns, total tokens, cost, tool cost); the filters do not apply",
+    )
     parser.set_defaults(func=run)
 
 
@@ -52,6 +61,17 @@ def run(args) -> int:
 
     if args.limit < 0 or args.offset < 0:
         raise ValueError("--limit and --offset must be >= 0")
+    if args.tree is not None:
+        with analysis_session(args) as (conn, _filters):
+            tree = analysis.run_tree(conn, args.tree)
+        if tree.empty:
+            raise ValueError(f"--tree: run {args.tree!r} is not in the store")
+        if args.format == "table":
+            tree["run_id"] = [
+                "  " * int(d) + str(r) for d, r in zip(tree["depth"], tree["run_id"], strict=True)
+            ]
+        write_frame(tree, args.format)
+        return 0
     with analysis_session(args) as (conn, filters):
         limit = args.limit if args.limit > 0 else 2**62
         rows = analysis.runs_table if args.format == "table" else analysis.runs_export

@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from budgetlens.guard import stops as lim
+from budgetlens.guard.children import fan_out, make_child
 from budgetlens.guard.compress import cheapest_model, client_summarizer, compress_messages
 from budgetlens.guard.countdown import run_notice
 from budgetlens.guard.events import OnEvent
@@ -25,6 +26,9 @@ from budgetlens.guard.options import UNKNOWN_USAGE_POLICIES, RunOptions
 from budgetlens.guard.pool import TokenPool
 from budgetlens.guard.results import Action, BudgetStats, Effect, LimitChange, Reservation, RunResult
 from budgetlens.guard.run_state import RunState
+from budgetlens.guard.snapshot import Authorization, RunSnapshot
+from budgetlens.guard.snapshot import resume as resume_run
+from budgetlens.guard.snapshot import take as take_snapshot
 from budgetlens.guard.spend import SpendTracker
 from budgetlens.guard.tool_prices import tool_fee
 from budgetlens.guard.wrap_up import wrap_up_due
@@ -135,6 +139,8 @@ class RunBudget:
             warm_prices()  # genai-prices loads its data once per process: not on the run's clock
         self._state = RunState(options)
         self.run_id = self._state.run_id
+        self.parent_run_id: str | None = None  # set on a child run (see child)
+        self.authorizations: tuple[dict[str, Any], ...] = ()  # raises of a resumed run (see resume)
 
     @property
     def limits(self) -> dict[str, float | None]:
@@ -338,6 +344,56 @@ class RunBudget:
         once per ``countdown_at`` threshold crossed; None otherwise or without ``countdown_at``. The
         adapters add it to the next request (see :mod:`budgetlens.guard.countdown`)."""
         return run_notice(self._state)
+
+    def child(
+        self, task_type: str = "default", limits: Mapping[str, float | None] | None = None, **options: Any
+    ) -> RunBudget:
+        """A sub-agent's run: a RunBudget whose token, cost and wall-time limits are the smaller of
+        ``limits`` (constructor names) and this run's remainder, whose every call is reserved and
+        counted in this run as it happens (one ledger; see :mod:`budgetlens.guard.children`), and whose
+        span names this run (``budgetlens.parent_run_id``). ``options``: constructor keywords (clock,
+        tracer, provider and attribution default to this run's; no ``pool``/``spend``). Raises
+        BudgetExceeded when this run is spent; RuntimeError after ``finish()``; ValueError as the
+        constructor."""
+        return make_child(self, task_type, limits, options)
+
+    def fan_out(
+        self,
+        n: int,
+        task_type: str = "default",
+        limits: Mapping[str, float | None] | None = None,
+        *,
+        estimate_tokens: float | None = None,
+        estimate_usd: float | None = None,
+        db: Any = None,
+        **options: Any,
+    ) -> list[RunBudget]:
+        """``n`` children (:meth:`child`), refused before any is made (BudgetExceeded, detail
+        ``fan-out of n task_type``) when this run's remainder cannot cover ``n`` × the estimate
+        per child: ``estimate_tokens`` (tokens) / ``estimate_usd`` (USD), else the task type's P50 in
+        the store at ``db``. Raises ValueError for ``n`` < 1 or no estimate."""
+        return fan_out(self, n, task_type, limits, estimate_tokens, estimate_usd, db, options)
+
+    def snapshot(self) -> RunSnapshot:
+        """The run now as a :class:`budgetlens.guard.snapshot.RunSnapshot` (limits, use, remaining, the
+        stop reason it was refused with, limit changes, open effects), to ``save(path)`` and resume
+        later, in any process, with :meth:`resume`. The run itself is not changed."""
+        return take_snapshot(self)
+
+    @classmethod
+    def resume(cls, snapshot: RunSnapshot, *, authorization: Authorization, **options: Any) -> RunBudget:
+        """The paused run of ``snapshot`` again (same run id, use restored, one run in the store),
+        each limit in ``authorization.extra`` raised by that amount and recorded (a ``budgetlens.resumed``
+        event and ``limit_changed`` events naming who authorized it; :attr:`authorizations`).
+        ``options``: constructor keywords (callbacks, tracer...). Raises ValueError for a raise of an
+        unset limit; see :mod:`budgetlens.guard.snapshot`."""
+        return resume_run(cls, snapshot, authorization, options)
+
+    @property
+    def children(self) -> tuple[RunBudget, ...]:
+        """The child runs made by :meth:`child`, oldest first (their ``result`` has their stop reason)."""
+        with self._state.lock:
+            return tuple(self._state.children)
 
     def set_max(self, *, changed_by: str | None = None, **limits: float | None) -> None:
         """Change limits by constructor name (``set_max(max_total_tokens=10_000, changed_by="alice: review

@@ -84,6 +84,7 @@ class RunState:
         self.use = RunLedger()
         self.wrap_up = WrapUp(options.wrap_up_tokens, options.wrap_up_usd)
         self.countdown_fired: set[float] = set()  # countdown_at thresholds already shown
+        self.children: list[Any] = []  # RunBudget.child's runs (budgetlens.guard.children)
 
     def elapsed_s(self) -> float:
         """Seconds since the run started (on the run's clock)."""
@@ -132,7 +133,7 @@ class RunState:
             self.stop_on(self.wrap_up.stop())
         shared = self.shared
         self.stop_on(lim.spent_stop(self.limits, self.use, shared.spend_stop if shared.spend else None))
-        if shared.pool is not None:
+        if shared.pool is not None or shared.parent is not None:
             self.stop_on(shared.pool_stop())
 
     def _thresholds(self) -> tuple[Action, tuple[Action, ...]]:
@@ -215,7 +216,9 @@ class RunState:
             or lim.reserve_stop(limits, use, tokens, output_tokens or 0, cost_usd)
         )
         self._check_turns()
-        self.stop_on(self.shared.reserve(tokens, cost_usd, self._next_id + 1))
+        self.stop_on(
+            self.shared.reserve(tokens, cost_usd, self._next_id + 1, output_tokens=output_tokens or 0)
+        )
         self._next_id += 1
         turn = use.turns + len(use.reservations) + 1
         res = Reservation(
@@ -237,7 +240,7 @@ class RunState:
         self.stop_on(lim.count_stop(sc.STOP_BUDGET_TOOLS, self.limits["max_tool_calls"], use.tool_calls))
         if fee_usd:
             self.stop_on(lim.tool_cost_stop(self.limits["max_cost_usd"], use, name, fee_usd))
-            self.stop_on(self.shared.charge_tool(fee_usd))
+            self.stop_on(self.shared.charge_tool(fee_usd, name))
             use.tool_cost_usd += fee_usd
         use.tool_calls += 1
         fee = fee_usd if fee_usd else None
@@ -323,7 +326,7 @@ class RunState:
         cost = early[1] if early[0] else (None if usage is None else self._price(priced, usage, provider))
         used_before = use.used_tokens
         first_unknown = use.add_call(usage, cost, reserved)  # a turn; releases are not
-        self.shared.settle_pool(res, use.used_tokens - used_before)
+        self.shared.settle_call(res, use.used_tokens - used_before, usage, cost)
         if first_unknown:
             log.warning("run %s: call without usage; charged %d tokens", self.run_id, first_unknown)
         if self.shared.spend is not None:

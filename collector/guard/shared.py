@@ -14,12 +14,17 @@ tracker kept in a shared ledger (docs/fleet.md) settles each hold once, by that 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from budgetlens.guard.ledger import RunLedger
 from budgetlens.guard.pool import TokenPool
-from budgetlens.guard.results import BudgetExceeded, Reservation
+from budgetlens.guard.results import BudgetExceeded
 from budgetlens.guard.spend import SpendTracker
 from budgetlens.guard.stops import Stop
+from budgetlens.usage import Usage
+
+if TYPE_CHECKING:
+    from budgetlens.guard.children import ParentLink
 
 __all__ = ["SPEND_WINDOW_DETAIL", "SharedSteps"]
 
@@ -37,7 +42,7 @@ def _refusal(step: Callable[[], object], detail: str | None = None) -> Stop | No
     return None
 
 
-def call_id(res: Reservation | None) -> str | None:
+def call_id(res: Any) -> str | None:
     """The shared ledgers' id of a reservation (``run id:number``); None for a call recorded
     without one."""
     return None if res is None else f"{res.run_id}:{res.id}"
@@ -48,13 +53,15 @@ class SharedSteps:
 
     ``pool``: a :class:`TokenPool` or None; ``spend``: a :class:`SpendTracker` or None;
     ``run_id``: names the run's calls in a shared ledger. Tokens are ints, costs USD (float).
-    Never raises for budget reasons: refusals are returned as Stops.
+    ``parent``: a child run's :class:`budgetlens.guard.children.ParentLink` (None: no parent run),
+    set by ``RunBudget.child``. Never raises for budget reasons: refusals are returned as Stops.
     """
 
     def __init__(self, pool: TokenPool | None, spend: SpendTracker | None, run_id: str = "") -> None:
         self.pool = pool
         self.spend = spend
         self.run_id = run_id
+        self.parent: ParentLink | None = None
 
     def spend_stop(self) -> Stop | None:
         """``budget_cost`` (detail ``spend window``) when a spend window has reached its limit."""
@@ -62,20 +69,31 @@ class SharedSteps:
         return None if spend is None else _refusal(spend.check, SPEND_WINDOW_DETAIL)
 
     def pool_stop(self) -> Stop | None:
-        """``budget_tokens`` (detail: the pool) when the token pool is spent."""
-        pool = self.pool
-        return None if pool is None else _refusal(pool.check)
+        """``budget_tokens`` (detail: the pool) when the token pool is spent; else the parent run's
+        refusal (see :meth:`ParentLink.check`) when there is one."""
+        pool, parent = self.pool, self.parent
+        stop = None if pool is None else _refusal(pool.check)
+        return stop if stop is not None or parent is None else parent.check()
 
-    def reserve(self, tokens: int, cost_usd: float, number: int = 0) -> Stop | None:
-        """Hold ``cost_usd`` in the spend windows, then ``tokens`` in the pool, for one call (the
-        run's reservation ``number``).
+    def reserve(
+        self,
+        tokens: int,
+        cost_usd: float,
+        number: int = 0,
+        *,
+        call_id: str | None = None,
+        output_tokens: int = 0,
+    ) -> Stop | None:
+        """Hold ``cost_usd`` in the spend windows, then ``tokens`` in the pool, then both (and the
+        ``output_tokens`` part) in the parent run, for one call (the run's reservation ``number``,
+        or the child's call named ``call_id``).
 
         The first refusal is returned and nothing stays held (a spend reservation is given back
-        when the pool refuses)."""
-        spend, pool = self.spend, self.pool
-        if spend is None and pool is None:
+        when the pool refuses, both when the parent does)."""
+        spend, pool, parent = self.spend, self.pool, self.parent
+        if spend is None and pool is None and parent is None:
             return None
-        cid = f"{self.run_id}:{number}"
+        cid = call_id or f"{self.run_id}:{number}"
         if spend is not None:
             stop = _refusal(lambda: spend.reserve(cost_usd, call_id=cid), SPEND_WINDOW_DETAIL)
             if stop is not None:
@@ -86,27 +104,53 @@ class SharedSteps:
                 if spend is not None:
                     spend.release(cost_usd, call_id=cid)  # the pool refused: spend goes back
                 return stop
+        if parent is not None:
+            stop = parent.reserve(tokens, output_tokens, cost_usd, cid)
+            if stop is not None:  # the parent refused: what this run's own steps hold goes back
+                if spend is not None:
+                    spend.release(cost_usd, call_id=cid)
+                if pool is not None:
+                    pool.settle(tokens, 0, call_id=cid)
+                return stop
         return None
 
-    def charge_tool(self, fee_usd: float) -> Stop | None:
-        """Add a paid tool call's ``fee_usd`` (USD) to the spend windows, unless it does not fit
-        (``budget_cost``, detail ``spend window``: nothing is added)."""
-        spend = self.spend
-        if spend is None or not fee_usd:
+    def charge_tool(self, fee_usd: float, name: str = "") -> Stop | None:
+        """Add a paid tool call's ``fee_usd`` (USD; tool ``name``) to the spend windows and the parent
+        run, unless it does not fit (``budget_cost``, detail ``spend window`` or the parent run's:
+        nothing is added)."""
+        spend, parent = self.spend, self.parent
+        if (spend is None and parent is None) or not fee_usd:
             return None
-        stop = _refusal(lambda: spend.reserve(fee_usd), SPEND_WINDOW_DETAIL)
-        if stop is None:
+        if spend is not None:
+            stop = _refusal(lambda: spend.reserve(fee_usd), SPEND_WINDOW_DETAIL)
+            if stop is not None:
+                return stop
+        if parent is not None:
+            stop = parent.charge_tool(name, fee_usd)
+            if stop is not None:
+                if spend is not None:
+                    spend.release(fee_usd)
+                return stop
+        if spend is not None:
             spend.release(fee_usd)
             spend.add(fee_usd)
-        return stop
+        return None
 
-    def settle_pool(self, res: Reservation | None, used_tokens: int) -> None:
+    def settle_call(self, res: Any, used_tokens: int, usage: Usage | None, cost_usd: float | None) -> None:
+        """Settle a recorded call in the pool (:meth:`settle_pool`) and in the parent run: its
+        reservation ``res`` (None: none) replaced by its ``usage`` and ``cost_usd`` (USD), or, when
+        ``usage`` is None, by the ``used_tokens`` charged for it."""
+        self.settle_pool(res, used_tokens)
+        if self.parent is not None:
+            self.parent.settle(call_id(res), usage, cost_usd, used_tokens if usage is None else 0)
+
+    def settle_pool(self, res: Any, used_tokens: int) -> None:
         """Replace a call's pool reservation (``res``; None: none) with the ``used_tokens`` it
         was charged."""
         if self.pool is not None:
             self.pool.settle(res.tokens if res else 0, used_tokens, call_id=call_id(res))
 
-    def settle_spend(self, res: Reservation | None, cost_usd: float | None, usage_known: bool) -> None:
+    def settle_spend(self, res: Any, cost_usd: float | None, usage_known: bool) -> None:
         """Settle a recorded call in the spend windows: its reservation ``res`` (if any) is given
         back and the call's ``cost_usd`` added; a call without usage (``usage_known`` False) and
         without a price is charged its reserved cost, never 0; a priced-nothing call adds nothing."""
@@ -116,12 +160,14 @@ class SharedSteps:
         charge = cost_usd if cost_usd is not None else (res.cost_usd if res and not usage_known else None)
         spend.settle(res.cost_usd if res else 0.0, charge, call_id=call_id(res))  # one step
 
-    def release(self, res: Reservation) -> None:
+    def release(self, res: Any) -> None:
         """Give back what ``res`` holds (its call failed before spending anything)."""
         if self.spend is not None:
             self.spend.release(res.cost_usd, call_id=call_id(res))
         if self.pool is not None:
             self.pool.settle(res.tokens, 0, call_id=call_id(res))
+        if self.parent is not None:
+            self.parent.release(f"{res.run_id}:{res.id}")
 
     def settle_open(self, ledger: RunLedger, *, charge: bool) -> None:
         """Settle what ``ledger``'s open reservations hold: given back (``charge=False``, at
@@ -133,3 +179,8 @@ class SharedSteps:
                 self.pool.settle(res.tokens, res.tokens if charge else 0, call_id=call_id(res))
             if self.spend is not None:
                 self.spend.settle(res.cost_usd, res.cost_usd if charge else None, call_id=call_id(res))
+            if self.parent is not None:
+                if charge:
+                    self.parent.settle(call_id(res), None, None, res.tokens)
+                else:
+                    self.parent.release(f"{res.run_id}:{res.id}")

@@ -130,6 +130,7 @@ def run_record(ctx: SpanContext) -> Row:
     for column, key, integral in LIMITS:
         row[column] = count(attrs, key) if integral else amount(attrs, key)
     row["quality"] = None
+    row["parent_run_id"] = text(attrs, sc.BUDGET_PARENT_RUN_ID)
     return row
 
 

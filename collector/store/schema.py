@@ -105,6 +105,7 @@ RUN_RECORD_COLUMNS: tuple[str, ...] = (
     *LIMIT_COLUMNS,
     "quality",
     *ATTRIBUTION_COLUMNS,
+    "parent_run_id",  # issue 21: the run a child run's budget was carved from (RunBudget.child)
 )
 
 BUDGET_EVENT_COLUMNS: tuple[str, ...] = (
@@ -156,6 +157,7 @@ RUN_COLUMNS: tuple[str, ...] = (
     "quality",
     *ATTRIBUTION_COLUMNS,
     "tool_cost_usd",  # issue 21: the run's paid tool fees (USD), apart from cost_usd (model cost)
+    "parent_run_id",  # issue 21: the parent run of a child run (NULL: a top-level run)
 )
 
 #: Columns of ``run_totals`` (see the module docstring); ``record`` holds a run_records row.
@@ -189,6 +191,7 @@ RUN_TOTALS_COLUMNS: tuple[str, ...] = (
     *(f"r_{column}" for column in ATTRIBUTION_COLUMNS),
     *(f"c_{column}" for column in ATTRIBUTION_COLUMNS),
     "e_tool_cost_usd",
+    "r_parent_run_id",
 )
 
 _V1 = """
@@ -426,6 +429,11 @@ _V5_ATTRIBUTION = ";\n".join(
 _V6_TOOL_COST = """ALTER TABLE budget_events ADD COLUMN tool_cost_usd DOUBLE;
 ALTER TABLE run_totals ADD COLUMN e_tool_cost_usd DOUBLE; ALTER TABLE runs ADD COLUMN tool_cost_usd DOUBLE"""
 
+# issue 21: a child run's parent (RunBudget.child, span attribute budgetlens.parent_run_id) on its
+# record and run; run_totals keeps the record's beside the STRUCT, as r_quality.
+_V7_PARENT_RUN = """ALTER TABLE run_records ADD COLUMN parent_run_id VARCHAR;
+ALTER TABLE run_totals ADD COLUMN r_parent_run_id VARCHAR; ALTER TABLE runs ADD COLUMN parent_run_id VARCHAR"""
+
 #: Ordered migrations: (version, SQL script). Append only; never edit an applied one.
 MIGRATIONS: tuple[tuple[int, str], ...] = (
     (1, _V1),
@@ -434,6 +442,7 @@ MIGRATIONS: tuple[tuple[int, str], ...] = (
     (4, _V4_RESPONSE_ID),  # issue 22: a response copied into a later import is stored once
     (5, _V5_ATTRIBUTION),  # issue 19: team, user, session and tags of calls, records and runs
     (6, _V6_TOOL_COST),  # issue 21: paid tools' fees
+    (7, _V7_PARENT_RUN),  # issue 21: sub-agent runs name their parent run
 )
 
 SCHEMA_VERSION = MIGRATIONS[-1][0]

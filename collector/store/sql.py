@@ -41,9 +41,11 @@ HAS_MIGRATIONS_TABLE = (
 #: Fields of the ``run_totals.record`` STRUCT (the record's ``quality`` is kept as ``r_quality``).
 #: The attribution columns are kept beside it as ``r_*`` (the STRUCT's fields are those of
 #: schema version 1).
-_RECORD_FIELDS = [c for c in RUN_RECORD_COLUMNS if c not in ("run_id", "quality", *ATTRIBUTION_COLUMNS)]
+_RECORD_FIELDS = [
+    c for c in RUN_RECORD_COLUMNS if c not in ("run_id", "quality", "parent_run_id", *ATTRIBUTION_COLUMNS)
+]
 #: Record columns compared and replaced by an upsert (everything but the key).
-_RECORD_VALUES = [*_RECORD_FIELDS, "quality", *ATTRIBUTION_COLUMNS]
+_RECORD_VALUES = [*_RECORD_FIELDS, "quality", *ATTRIBUTION_COLUMNS, "parent_run_id"]
 _R_ATTRIBUTION = ", ".join(f"{c} AS r_{c}" for c in ATTRIBUTION_COLUMNS)
 _C_ATTRIBUTION = ",\n    ".join(f"min({c}) AS c_{c}" for c in ATTRIBUTION_COLUMNS)
 _RUN_ATTRIBUTION = ",\n    ".join(f"coalesce(r_{c}, c_{c}) AS {c}" for c in ATTRIBUTION_COLUMNS)
@@ -153,8 +155,8 @@ def _totals_from(calls: str, records: str, events: str) -> str:
     return f"""
 WITH c AS (SELECT run_id, {_CALL_AGGREGATES} FROM {calls} GROUP BY run_id),
 e AS (SELECT run_id, {_EVENT_AGGREGATES} FROM {events} GROUP BY run_id),
-r AS (SELECT run_id, struct_pack({record}) AS record, quality AS r_quality, {_R_ATTRIBUTION}
-      FROM {records}),
+r AS (SELECT run_id, struct_pack({record}) AS record, quality AS r_quality, {_R_ATTRIBUTION},
+      parent_run_id AS r_parent_run_id FROM {records}),
 ids AS (SELECT run_id FROM c UNION SELECT run_id FROM e UNION SELECT run_id FROM r)
 SELECT ids.run_id, r.* EXCLUDE (run_id), c.* EXCLUDE (run_id), e.* EXCLUDE (run_id)
 FROM ids
@@ -194,7 +196,7 @@ _SMALLEST = (
 def _merged_totals_sets(old: str, new: str) -> list[str]:
     """``column = expression`` merging a stored ``run_totals`` row (``old``) with new aggregates."""
     sets = [f"record = coalesce({new}.record, {old}.record)"]
-    for column in ("quality", *ATTRIBUTION_COLUMNS):
+    for column in ("quality", *ATTRIBUTION_COLUMNS, "parent_run_id"):
         sets.append(
             f"r_{column} = CASE WHEN {new}.record IS NULL THEN {old}.r_{column} ELSE {new}.r_{column} END"
         )
@@ -274,7 +276,8 @@ SELECT
     coalesce(e_summaries, 0) AS summaries,
     nullif(array_to_string(flags, ','), '') AS quality,
     {attribution},
-    coalesce(e_tool_cost_usd, 0.0) AS tool_cost_usd
+    coalesce(e_tool_cost_usd, 0.0) AS tool_cost_usd,
+    r_parent_run_id AS parent_run_id
 FROM (
     SELECT *, list_sort(list_distinct(flatten(list_transform(
         list_concat(coalesce(c_quality, []), [r_quality]), lambda x: coalesce(string_split(x, ','), []))))) AS flags

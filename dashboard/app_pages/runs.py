@@ -1,7 +1,7 @@
 """Runs: a searchable table of runs (newest first, every run id a link, a CSV of every matching
 run); the run named by ``?run=<id>`` in the URL (a link from any table, or a row picked here)
 shows its turns as cumulative used tokens against its limit, with its reservations, the budget's
-own events and the real stop. Keys: ``runs_``."""
+own events and the real stop, its parent run and child runs (sub-agents). Keys: ``runs_``."""
 
 from __future__ import annotations
 
@@ -170,6 +170,7 @@ def _run_detail(run_id: str, tz: str) -> None:
     st.subheader(f"Run {safe_text(run_id)}")
     _run_summary(detail.run)
     _trace_link(detail.run)
+    _run_tree(detail, tz)
     if detail.calls.empty:
         st.info(
             "No model calls were recorded for this run (its log carried no per-call usage), "
@@ -181,6 +182,16 @@ def _run_detail(run_id: str, tz: str) -> None:
         _ui.chart(charts.run_turns(detail.calls, detail.events, limit, run_id=run_id), "runs_turns")
     _run_limits(detail)
     _run_tables(detail, tz)
+
+
+def _run_tree(detail: RunDetail, tz: str) -> None:
+    """The run's place in its tree of runs (issue 21): a link to its parent run, its child runs."""
+    parent = detail.run.get("parent_run_id")
+    if not is_missing(parent) and parent:
+        st.markdown(f"**Parent run** [{safe_text(parent)}]({_tables.run_link(str(parent))})")
+    if not detail.children.empty:
+        st.markdown("**Child runs** (sub-agents whose budget was carved from this run's)")
+        _tables.table(detail.children, first=("depth", "run_id", "task_type", "stop_reason"), tz=tz)
 
 
 def _trace_link(run: dict) -> None:

@@ -356,6 +356,7 @@ class _Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
         self.server.requests.append((self.path, body))
+        self.server.beta_headers.append(self.headers.get("anthropic-beta"))
         route = _ROUTES.get(self.path.split("?")[0])  # Claude Code adds ?beta=true
         if route is None:
             self._send(404, {"error": {"message": f"no route {self.path}", "type": "not_found"}})
@@ -390,22 +391,28 @@ class _Handler(BaseHTTPRequestHandler):
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     requests: list[tuple[str, dict[str, Any]]]
+    beta_headers: list[str | None]
 
 
 class LLMServer:
     """The server, started on enter (or :meth:`start`) and stopped on exit (:meth:`stop`).
 
     ``openai_url`` / ``anthropic_url``: base URLs for the clients; ``requests``: (path, body) of
-    every request received, in order."""
+    every request received, in order; ``beta_headers``: each one's ``anthropic-beta`` header (None: none)."""
 
     def __init__(self) -> None:
         self._server = _Server(("127.0.0.1", 0), _Handler)
         self._server.requests = []
+        self._server.beta_headers = []
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
     @property
     def requests(self) -> list[tuple[str, dict[str, Any]]]:
         return self._server.requests
+
+    @property
+    def beta_headers(self) -> list[str | None]:
+        return self._server.beta_headers
 
     @property
     def anthropic_url(self) -> str:

@@ -68,6 +68,7 @@ class CallGuard:
         self.run, self.provider = run, provider
         self._count, self._ceiling = count_tokens, max_output_tokens
         self.tools = ToolCallCount.of(run) if count_tool_calls else None
+        self.task_budget = False  # send the provider's budget hint (wrap_anthropic(task_budget=True))
 
     def prompt_tokens(self, kwargs: dict[str, Any], prompt_parts: tuple[Any, ...]) -> int:
         """The request's prompt tokens: ``count_tokens(kwargs)``, else the estimate of its parts."""

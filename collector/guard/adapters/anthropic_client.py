@@ -37,6 +37,7 @@ from budgetlens.guard.adapters._calls import (
 )
 from budgetlens.guard.adapters._proxy import Proxy
 from budgetlens.guard.adapters._refuse import BY_HAND_HINT, RAW_HINT, Refused
+from budgetlens.guard.task_budget import add_anthropic_task_budget
 
 __all__ = ["wrap_anthropic"]
 
@@ -55,17 +56,23 @@ def wrap_anthropic(
     count_tokens: Callable[[dict[str, Any]], int] | None = None,
     max_output_tokens: int = DEFAULT_MAX_OUTPUT_TOKENS,
     count_tool_calls: bool = True,
+    task_budget: bool = False,
 ) -> Any:
     """``client`` (``anthropic.Anthropic`` or ``anthropic.AsyncAnthropic``) guarded by ``run``
     (a ``RunBudget``). ``count_tokens(request_kwargs) -> int`` replaces the prompt estimate (e.g.
     through ``client.messages.count_tokens``); ``max_output_tokens`` fills ``max_tokens`` when a
-    request omits it; ``count_tool_calls`` counts the tool calls responses ask for. Raises
-    ValueError for a client of another kind or a bad option."""
+    request omits it; ``count_tool_calls`` counts the tool calls responses ask for; ``task_budget=True``
+    sends the run's Anthropic task budget (total and remaining tokens, see
+    :mod:`budgetlens.guard.task_budget`) with each request. Raises ValueError for a client of another
+    kind or a bad option."""
     if not isinstance(client, (anthropic.Anthropic, anthropic.AsyncAnthropic)):
         raise ValueError(
             f"wrap_anthropic takes an anthropic.Anthropic or anthropic.AsyncAnthropic client, got {client!r}"
         )
+    if not isinstance(task_budget, bool):
+        raise ValueError(f"task_budget must be True or False, got {task_budget!r}")
     guard = CallGuard(run, "anthropic", count_tokens, max_output_tokens, count_tool_calls)
+    guard.task_budget = task_budget
     return GuardedAnthropic(client, guard, isinstance(client, anthropic.AsyncAnthropic))
 
 
@@ -115,7 +122,7 @@ def _prompt(kwargs: dict[str, Any]) -> tuple[Any, ...]:
 class _Messages(Proxy):
     def __init__(self, messages: Any, guard: CallGuard, is_async: bool, path: str) -> None:
         super().__init__(messages)
-        self._guard, self._is_async = guard, is_async
+        self._guard, self._is_async, self._beta = guard, is_async, path.startswith("beta")
         self.create = self._acreate if is_async else self._create
         self.parse = self._aparse if is_async else self._parse
         self.batches = Refused(f"{path}.batches", BY_HAND_HINT)
@@ -124,6 +131,8 @@ class _Messages(Proxy):
 
     def _prepare(self, kwargs: dict[str, Any]) -> tuple[dict[str, Any], Any]:
         kwargs = dict(kwargs)
+        if self._guard.task_budget:
+            add_anthropic_task_budget(kwargs, self._guard.run, beta=self._beta)
         return kwargs, self._guard.reserve(kwargs, _prompt(kwargs), ("max_tokens",), "max_tokens")
 
     def _settle(self, kwargs: dict[str, Any], res: Any, response: Any) -> Any:
