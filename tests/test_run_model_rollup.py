@@ -182,3 +182,35 @@ def test_an_empty_sketch_has_no_quantile_and_a_bad_q_is_refused():
     assert rollups.sketch_quantiles([0] * rollups.LATENCY_BUCKETS, 0, 0, [0.5]) == [None]
     with pytest.raises(ValueError, match="quantile"):
         rollups.sketch_quantiles([1] + [0] * (rollups.LATENCY_BUCKETS - 1), 0, 0, [1.5])
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_the_pages_rollup_queries_equal_their_model_calls_references(tmp_path, seed):
+    from budgetlens.analysis import queries, rollup_queries
+    from budgetlens.analysis.filters import Filters, run_query
+
+    rng = random.Random(seed)
+    with write_connection(tmp_path / "s.duckdb") as conn:
+        for batch in _batches(rng, runs=20):
+            # the reference counts only a call without cost as unpriced: leave no unpriced part
+            # and durations inside the sketch's finite buckets (each spans < 1.34x)
+            write_batch(
+                conn,
+                calls=[
+                    c | {"unpriced_parts": None, "duration_s": min(max(c["duration_s"], 0.02), 5000.0)}
+                    if c["duration_s"] is not None
+                    else c | {"unpriced_parts": None}
+                    for c in batch
+                ],
+            )
+        for f in (Filters(), Filters(models=["gpt-4o", "llama"])):
+            params = {**f.params(), "period": "hour"}
+            new = run_query(conn, rollup_queries.COST_BY_PERIOD_MODEL, params)
+            old = run_query(conn, queries.COST_BY_PERIOD_MODEL, params)
+            assert new.to_dict("records") == old.to_dict("records")
+            fast = rollup_queries.model_latency(conn, f.params())
+            exact = run_query(conn, queries.MODEL_LATENCY, f.params())
+            cols = ["model", "calls", "timed_calls", "max_duration_s"]
+            assert fast[cols].to_dict("records") == exact[cols].to_dict("records")
+            for a, b in zip(fast["p95_duration_s"], exact["p95_duration_s"]):
+                assert (np.isnan(a) and np.isnan(b)) or b / 1.34 - 1e-9 <= a <= b * 1.34 + 1e-9

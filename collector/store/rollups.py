@@ -171,18 +171,35 @@ def sketch_quantiles(
     """Approximate quantiles (s) of the durations a sketch counts.
 
     ``counts``: the ``LATENCY_BUCKETS`` bucket counts; ``minimum``/``maximum``: the exact
-    extremes. The rank of quantile q is (n - 1) q, as ``quantile_cont``; inside its bucket the
-    value is interpolated on a log scale by rank, then clamped to [minimum, maximum], so the
-    result lies in the bucket of the exact quantile's neighbours (within a factor of
-    10 ** (1 / PER_DECADE)) and q = 0 / 1 give the exact extremes. None for each q when the sketch
+    extremes. The rank of quantile q is (n - 1) q, as ``quantile_cont``: the value of each
+    neighbouring whole rank is interpolated on a log scale inside its bucket and clamped to
+    [minimum, maximum], then the two are interpolated linearly, so the result lies between the
+    buckets of the exact quantile's neighbours (each spans 10 ** (1 / PER_DECADE)) and q = 0 / 1
+    give the exact extremes. None for each q when the sketch
     is empty. Raises ValueError for a q outside [0, 1] or a counts list of another length.
     """
     if len(counts) != LATENCY_BUCKETS:
         raise ValueError(f"counts: expected {LATENCY_BUCKETS} buckets, got {len(counts)}")
     array = np.asarray(counts, dtype=np.int64)
     n = int(array.sum())
-    out: list[float | None] = []
     cumulative = np.cumsum(array)
+
+    def at_rank(rank: int) -> float:
+        """A representative of the rank-th smallest duration (0-based): its bucket, log-interpolated."""
+        bucket = min(int(np.searchsorted(cumulative, rank, side="right")), LATENCY_BUCKETS - 1)
+        before = int(cumulative[bucket - 1]) if bucket else 0
+        low, high = bucket_bounds(bucket)
+        low, high = max(low, minimum), min(high, maximum)
+        share = min(max((rank - before + 0.5) / max(int(array[bucket]), 1), 0.0), 1.0)
+        if high <= low:
+            value = low
+        elif low <= 0:
+            value = low + (high - low) * share
+        else:
+            value = low * (high / low) ** share
+        return min(max(value, minimum), maximum)
+
+    out: list[float | None] = []
     for q in quantiles:
         if not 0 <= q <= 1:
             raise ValueError(f"quantile must be in [0, 1], got {q!r}")
@@ -192,16 +209,8 @@ def sketch_quantiles(
         if q in (0, 1):
             out.append(float(minimum if q == 0 else maximum))
             continue
-        rank = (n - 1) * q
-        bucket = int(np.searchsorted(cumulative, rank, side="right"))
-        bucket = min(bucket, LATENCY_BUCKETS - 1)
-        before = int(cumulative[bucket - 1]) if bucket else 0
-        low, high = bucket_bounds(bucket)
-        low, high = max(low, minimum), min(high, maximum)
-        share = (rank - before + 0.5) / max(int(array[bucket]), 1)
-        if low <= 0 or high <= low:
-            value = low if high <= low else low + (high - low) * share
-        else:
-            value = low * (high / low) ** min(max(share, 0.0), 1.0)
-        out.append(float(min(max(value, minimum), maximum)))
+        rank = (n - 1) * q  # then linear between the neighbouring ranks, as quantile_cont
+        below, above = math.floor(rank), math.ceil(rank)
+        first, second = at_rank(below), at_rank(above)
+        out.append(float(first + (second - first) * (rank - below)))
     return out
