@@ -126,8 +126,9 @@ def test_model_latency_is_p50_p95_of_call_durations_per_model(conn):
     gpt = frame.loc["gpt-4.1"]
     durations = [c[8] for c in CALLS if c[2] == "gpt-4.1"]
     assert gpt["calls"] == 3 and gpt["timed_calls"] == 3
-    assert gpt["p50_duration_s"] == pytest.approx(np.quantile(durations, 0.5))
-    assert gpt["p95_duration_s"] == pytest.approx(np.quantile(durations, 0.95))
+    # the rollup's latency sketch: within one log-spaced bucket (10 ** (1/8), about 1.33x)
+    assert gpt["p50_duration_s"] == pytest.approx(np.quantile(durations, 0.5), rel=0.34)
+    assert gpt["p95_duration_s"] == pytest.approx(np.quantile(durations, 0.95), rel=0.34)
     assert gpt["max_duration_s"] == 7.0
     untimed = frame.loc["o4-mini"]
     assert untimed["calls"] == 1 and untimed["timed_calls"] == 0

@@ -69,6 +69,17 @@ class Percentile:
         return ("≥ " if self.lower_bound else "") + fmt.format(self.value)
 
 
+def _kaplan_meier(x: np.ndarray, censored: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(times, CDF, at risk): every distinct value of ``x`` ascending, the Kaplan–Meier estimate
+    of the CDF there (1 - prod(1 - events / at risk) over the times up to it; censored values
+    count at risk, not as events) and the values >= it."""
+    times, inverse, counts = np.unique(x, return_inverse=True, return_counts=True)
+    events = np.bincount(inverse, weights=(~censored).astype(float), minlength=times.size)
+    at_risk = x.size - np.concatenate(([0], np.cumsum(counts)[:-1]))
+    survival = np.cumprod(1.0 - events / at_risk)
+    return times, 1.0 - survival, at_risk
+
+
 def km_percentile(values, censored, probability: float) -> Percentile:
     """The Kaplan–Meier percentile of ``values`` (1-D, finite, any unit) where ``censored[i]`` is
     True for a right-censored value (the run was stopped: its real size is larger).
@@ -78,10 +89,9 @@ def km_percentile(values, censored, probability: float) -> Percentile:
     ``MIN_AT_RISK`` runs are at risk: the largest value at least that many runs reached (every
     value censored: the largest). NaN values are left out; no
     value gives ``Percentile(None)``. Raises ValueError for a probability outside (0, 1) or
-    arrays of different lengths. Uses ``scipy.stats.ecdf`` on ``scipy.stats.CensoredData``.
+    arrays of different lengths. The estimate is numpy's (one sort; the same curve as
+    ``scipy.stats.ecdf`` on ``scipy.stats.CensoredData``, which the tests compare it with).
     """
-    from scipy import stats
-
     if not 0 < probability < 1:
         raise ValueError(f"probability must be in (0, 1), got {probability!r}")
     x = np.asarray(values, dtype=float)
@@ -94,15 +104,13 @@ def km_percentile(values, censored, probability: float) -> Percentile:
         return Percentile(None)
     if not (~c).any():  # every run stopped: nothing is known beyond the largest
         return Percentile(float(x.max()), lower_bound=True)
-    result = stats.ecdf(stats.CensoredData(uncensored=x[~c], right=x[c]))
-    cdf = result.cdf
-    ordered = np.sort(x)
-    at_risk = x.size - np.searchsorted(ordered, cdf.quantiles, side="left")
-    reached = np.flatnonzero(cdf.probabilities >= probability - 1e-12)
+    quantiles, probabilities, at_risk = _kaplan_meier(x, c)
+    reached = np.flatnonzero(probabilities >= probability - 1e-12)
     if reached.size and (not c.any() or at_risk[reached[0]] >= MIN_AT_RISK):
-        return Percentile(float(cdf.quantiles[reached[0]]))
+        return Percentile(float(quantiles[reached[0]]))
     # Not reached, or reached on too few runs: at least the last value still seen by MIN_AT_RISK.
-    supported = cdf.quantiles[at_risk >= MIN_AT_RISK]
+    ordered = np.sort(x)
+    supported = quantiles[at_risk >= MIN_AT_RISK]
     bound = float(supported.max()) if supported.size else float(ordered[0])
     return Percentile(bound, lower_bound=True)
 

@@ -231,8 +231,12 @@ def model_latency(conn, f: Filters) -> pd.DataFrame:
     the requested one, else 'unknown'), calls, timed_calls (calls with a duration),
     p50_duration_s, p95_duration_s, max_duration_s (seconds per call, quantile_cont over the
     timed calls; NULL when none has a duration). With a model filter only those models' calls
-    count. Most calls first. Statement ``queries.MODEL_LATENCY``."""
-    return run_query(conn, q.MODEL_LATENCY, f.params())
+    count. Most calls first. The quantiles come from the rollup's latency sketch
+    (``rollup_queries.MODEL_LATENCY_SKETCH``; within a bucket, about 1.33x, of the exact
+    ``queries.MODEL_LATENCY``)."""
+    from budgetlens.analysis import rollup_queries
+
+    return rollup_queries.model_latency(conn, f.params())
 
 
 def current_limits(conn, f: Filters) -> pd.DataFrame:
@@ -296,7 +300,9 @@ def cost_by_period(conn, f: Filters, period: str = "day", by: str = "model") -> 
         raise ValueError(f"period must be one of {', '.join(PERIODS)}, got {period!r}")
     if by not in ("model", "task_type"):
         raise ValueError(f"by must be 'model' or 'task_type', got {by!r}")
-    statement = q.COST_BY_PERIOD_MODEL if by == "model" else q.COST_BY_PERIOD_TASK
+    from budgetlens.analysis import rollup_queries
+
+    statement = rollup_queries.COST_BY_PERIOD_MODEL if by == "model" else q.COST_BY_PERIOD_TASK
     return run_query(conn, statement, {**f.params(), "period": period})
 
 

@@ -19,7 +19,14 @@ from budgetlens.store.location import LakeLocation, store_location
 from budgetlens.store.schema import SCHEMA_VERSION
 
 #: The tables copied, in this order (the rollup last: it is derived from the others).
-COPIED_TABLES: tuple[str, ...] = ("model_calls", "run_records", "budget_events", "run_totals", "runs")
+COPIED_TABLES: tuple[str, ...] = (
+    "model_calls",
+    "run_records",
+    "budget_events",
+    "run_totals",
+    "runs",
+    "run_model_rollup",
+)
 DEFAULT_BATCH_ROWS = 100_000
 
 

@@ -37,7 +37,7 @@ from typing import TypeVar
 import duckdb
 import pyarrow as pa
 
-from budgetlens.store import sql
+from budgetlens.store import rollups, sql
 from budgetlens.store.location import ENV_LAKE_DATA_PATH, LakeLocation
 
 log = logging.getLogger(__name__)
@@ -201,13 +201,14 @@ LATEST_SNAPSHOT = f"SELECT max(snapshot_id) FROM ducklake_snapshots('{LAKE_ALIAS
 # --- schema ---------------------------------------------------------------------------------
 
 _PRIMARY_KEY = re.compile(r"\s+PRIMARY KEY\b", re.IGNORECASE)
+_TABLE_KEY = re.compile(r",\s*PRIMARY KEY\s*\([^)]*\)", re.IGNORECASE)
 
 
 def lake_ddl(script: str) -> str:
     """A migration script as DuckLake takes it: DuckLake has no primary keys or unique
     constraints, so ``PRIMARY KEY`` is dropped (uniqueness is the writer's job, see the module
     docstring); everything else is the file store's DDL."""
-    return _PRIMARY_KEY.sub("", script)
+    return _PRIMARY_KEY.sub("", _TABLE_KEY.sub("", script))
 
 
 # --- writing with retry on conflict ----------------------------------------------------------
@@ -313,6 +314,13 @@ def write_registered(conn: duckdb.DuckDBPyConnection) -> dict[str, pa.Table | No
             conn.execute(sql.LAKE_DELETE_TOUCHED_RUNS)
             conn.execute(sql.LAKE_INSERT_TOUCHED_RUNS)
             runs_rows = runs.select(list(sql.METRIC_RUN_COLUMNS))
+            calls_in = new["new_calls"]
+            if calls_in is not None and len(calls_in):
+                rolled = typed_like(conn, rollups.TABLE, conn.sql(rollups.LAKE_MERGED).to_arrow_table())
+                conn.register("rollup_touched", rolled)
+                registered.append("rollup_touched")
+                conn.execute(rollups.LAKE_DELETE_TOUCHED)
+                conn.execute(rollups.LAKE_INSERT_TOUCHED)
     finally:
         for name in registered:
             conn.unregister(name)
@@ -327,7 +335,9 @@ def write_registered(conn: duckdb.DuckDBPyConnection) -> dict[str, pa.Table | No
 
 
 #: Tables whose column types ``typed_like`` may read (fixed names, never request data).
-_TYPED_TABLES = frozenset({"run_totals", "runs", "model_calls", "run_records", "budget_events"})
+_TYPED_TABLES = frozenset(
+    {"run_totals", "runs", "model_calls", "run_records", "budget_events", "run_model_rollup"}
+)
 #: Their Arrow schemas, read once per process (cleared by ``close_all``).
 _schemas: dict[str, pa.Schema] = {}
 

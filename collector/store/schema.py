@@ -25,6 +25,9 @@ naive ``TIMESTAMP`` values in UTC):
 - Attribution (issue 19, ``budgetlens.attribution``): ``team``, ``user_id``, ``session_id`` and
   ``tags`` (JSON object) on ``model_calls``, ``run_records`` and ``runs``; ``run_totals`` keeps
   them as ``r_*`` (the record's) and ``c_*`` (the smallest non-NULL of the calls').
+- ``run_model_rollup`` (issue 25): one row per run and model (tokens, cost, calls, unpriced and
+  unknown-usage calls, a latency sketch), kept by the writer with ``runs``
+  (``budgetlens.store.rollups``); the pages read it instead of ``model_calls``.
 - ``schema_migrations``: the versions applied, in order.
 """
 
@@ -32,6 +35,7 @@ from __future__ import annotations
 
 from budgetlens.attribution import ATTRIBUTION_COLUMNS
 from budgetlens.limits import LIMITS
+from budgetlens.store import rollups
 
 #: The ``limit_*`` columns of ``run_records`` and ``runs``, from the guard's one limit table.
 LIMIT_COLUMNS: tuple[str, ...] = tuple(spec.store_column for spec in LIMITS)
@@ -434,6 +438,10 @@ ALTER TABLE run_totals ADD COLUMN e_tool_cost_usd DOUBLE; ALTER TABLE runs ADD C
 _V7_PARENT_RUN = """ALTER TABLE run_records ADD COLUMN parent_run_id VARCHAR;
 ALTER TABLE run_totals ADD COLUMN r_parent_run_id VARCHAR; ALTER TABLE runs ADD COLUMN parent_run_id VARCHAR"""
 
+# issue 25: the per run x model rollup the pages read instead of model_calls (tokens, cost, calls,
+# latency sketch; budgetlens.store.rollups), back-filled from the stored calls.
+_V8_RUN_MODEL_ROLLUP = rollups.CREATE + ";\n" + rollups.INSERT_ALL
+
 #: Ordered migrations: (version, SQL script). Append only; never edit an applied one.
 MIGRATIONS: tuple[tuple[int, str], ...] = (
     (1, _V1),
@@ -443,6 +451,7 @@ MIGRATIONS: tuple[tuple[int, str], ...] = (
     (5, _V5_ATTRIBUTION),  # issue 19: team, user, session and tags of calls, records and runs
     (6, _V6_TOOL_COST),  # issue 21: paid tools' fees
     (7, _V7_PARENT_RUN),  # issue 21: sub-agent runs name their parent run
+    (8, _V8_RUN_MODEL_ROLLUP),  # issue 25: per run x model rollup with a latency sketch
 )
 
 SCHEMA_VERSION = MIGRATIONS[-1][0]

@@ -64,6 +64,7 @@ INSERTED_CALL_COLUMNS: tuple[str, ...] = (
     "response_model",
     "start_utc",
     "end_utc",
+    "duration_s",
     "input_tokens",
     "output_tokens",
     "total_tokens",

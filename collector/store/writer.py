@@ -6,7 +6,8 @@ events with ``ON CONFLICT DO NOTHING`` (a span or event sent twice is stored onc
 run records (the same record twice changes nothing; a newer record of a run replaces the stored
 one); the inserts return only the rows actually written, and only those are merged into the
 per-run state ``run_totals`` (sums add, min/max merge, model lists merge), from which the ``runs``
-rows of the changed runs are upserted. So a commit costs in proportion to the batch, not to the
+rows of the changed runs are upserted, and the per run x model rollup ``run_model_rollup``
+(``budgetlens.store.rollups``) is merged from the same new calls. So a commit costs in proportion to the batch, not to the
 store. All in one transaction: after it returns, the batch is durable (DuckDB fsyncs its WAL on
 commit). ``rebuild_runs`` recomputes both from scratch and gives the same ``runs``.
 
@@ -26,7 +27,7 @@ import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from budgetlens.store import lake, sql
+from budgetlens.store import lake, rollups, sql
 from budgetlens.store.schema import BUDGET_EVENT_COLUMNS, MODEL_CALL_COLUMNS, RUN_RECORD_COLUMNS
 
 _INT_COLUMNS = {"turn", "turns", "tool_calls", "limit_turns", "limit_tool_calls"}
@@ -190,7 +191,11 @@ def write_batch(
                 conn.register(name, table)
                 registered.append(name)
             touched = _returned(conn, sql.MERGE_RUN_TOTALS)
+            if len(merged["new_calls"]):
+                conn.execute(rollups.MERGE)
             if recounted is not None:
+                conn.execute(rollups.DELETE_RECOUNT)
+                conn.execute(rollups.INSERT_RECOUNT)
                 touched = pa.concat_tables([touched, recounted.select(touched.column_names)])
             conn.register("touched", touched)
             registered.append("touched")
@@ -282,7 +287,7 @@ def result_of_lake_write(new: dict[str, pa.Table | None]) -> WriteResult:
 
 
 def rebuild_runs(conn: duckdb.DuckDBPyConnection) -> int:
-    """Rebuild ``run_totals`` and the whole ``runs`` rollup from the stored rows (after a bulk
+    """Rebuild ``run_totals``, the whole ``runs`` rollup and ``run_model_rollup`` from the stored rows (after a bulk
     load); return the number of runs. On a DuckLake it takes the fold token (see the module
     docstring) and is retried when it loses a conflict."""
     if lake.is_lake_connection(conn):
@@ -299,6 +304,8 @@ def _rebuild(conn: duckdb.DuckDBPyConnection, *, on_lake: bool) -> int:
         conn.execute(sql.INSERT_ALL_RUN_TOTALS)
         conn.execute(sql.DELETE_ALL_RUNS)
         conn.execute(sql.INSERT_ALL_RUNS)
+        conn.execute(rollups.DELETE_ALL)
+        conn.execute(rollups.INSERT_ALL)
         row = conn.execute(sql.COUNT_RUNS).fetchone()
         count = int(row[0]) if row is not None else 0
         conn.execute("COMMIT")
