@@ -135,16 +135,16 @@ def test_an_aggregate_deleted_later_leaves_its_runs_rollup_recounted(tmp_path):
         assert _stored(conn) == _scan(conn)
 
 
-def test_schema_7_back_fills_the_rollup_of_an_older_store(tmp_path):
+def test_schema_8_back_fills_the_rollup_of_an_older_store(tmp_path):
     rng = random.Random(5)
     path = tmp_path / "old.duckdb"
     with write_connection(path) as conn:
         for batch in _batches(rng):
             write_batch(conn, calls=batch)
         expected = _scan(conn)
-        conn.execute(f"DROP TABLE {rollups.TABLE}")  # as a store of schema version 6 had it
-        conn.execute("DELETE FROM schema_migrations WHERE version = 7")
-        assert migrate(conn) == 7
+        conn.execute(f"DROP TABLE {rollups.TABLE}")  # as a store of schema version 7 had it
+        conn.execute("DELETE FROM schema_migrations WHERE version = 8")
+        assert migrate(conn) == 8
         assert _stored(conn) == expected
     with read_connection(path) as conn:
         assert _stored(conn) == expected
