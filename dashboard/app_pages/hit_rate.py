@@ -47,7 +47,11 @@ def render() -> None:
                 format_hit_rate(ov.intervention_rate, ov.finished_runs),
                 "Budget stops plus downgraded or summarized runs, over the budgeted runs",
             ),
-            ("Interventions", f"{interventions:,}", None),
+            (
+                "Intervened runs",
+                f"{interventions:,}",
+                "Runs a budget stopped, downgraded or summarized (a count; the share is the Intervention rate)",
+            ),
             (
                 "Budgeted runs",
                 f"{ov.budgeted_runs:,} of {ov.finished_runs:,}",

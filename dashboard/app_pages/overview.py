@@ -69,9 +69,10 @@ def render() -> None:
     _ui.tiles(
         [
             (
-                "Interventions",
+                "Intervention rate",
                 format_hit_rate(ov.intervention_rate, ov.finished_runs),
-                "Intervention rate: budget stops plus downgraded or summarized runs, over the budgeted runs",
+                "Budget stops plus downgraded or summarized runs, over the budgeted runs (a share, "
+                "as on the Hit rate page; the count of runs is there as Intervened runs)",
             ),
             (
                 "Priced runs",
