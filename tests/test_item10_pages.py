@@ -96,3 +96,18 @@ def test_no_change_against_a_previous_period_the_data_covers_in_part(tmp_path, m
     at = _app(db, monkeypatch, window="7d")
     runs = next(m for m in at.metric if m.label == "Runs")
     assert (runs.proto.delta != "") is shown, runs.proto.delta
+
+
+def test_a_one_day_window_draws_no_daily_dots_on_hit_rate(tmp_path, monkeypatch):
+    now = analysis.utc_now()
+    db = tmp_path / "s.duckdb"
+    with write_connection(db) as conn:  # every run within the last 3 hours: one day
+        for index in range(6):
+            start = now - dt.timedelta(minutes=20 * index + 5)
+            write_batch(conn, *run_rows(f"d-{index}", start_utc=start, stop_reason="completed"))
+    one_day = _app(db, monkeypatch, page="hit_rate", window="24h")
+    texts = " ".join(c.value for c in one_day.caption)
+    assert "no daily line to draw" in texts
+    many = _app(_store(tmp_path / "m.duckdb", days=5), monkeypatch, page="hit_rate")
+    assert "no daily line to draw" not in " ".join(c.value for c in many.caption)
+    assert len(many.get("plotly_chart")) > len(one_day.get("plotly_chart"))
