@@ -175,18 +175,48 @@ def _load_url(options: dict[str, list[str]]) -> None:
         st.session_state.setdefault(_URL_WRITTEN_KEY, {})
         return
     params = st.query_params
+    ignored: list[
+        tuple[str, str]
+    ] = []  # (param=value, why), shown once above the page (``url_note``): never dropped silently
     st.session_state["app_window"] = _window_label(params.get("window")) or DEFAULT_WINDOW
+    if params.get("window") and _window_label(params.get("window")) is None:
+        codes = ", ".join(code for code, _ in WINDOWS.values())
+        ignored.append((f"window={params.get('window')}", f"not one of {codes}; {DEFAULT_WINDOW} shown"))
     wanted_tz = params.get("tz") or "UTC"
     st.session_state["app_tz"] = wanted_tz if wanted_tz in zoneinfo.available_timezones() else "UTC"
+    if wanted_tz != st.session_state["app_tz"]:
+        ignored.append((f"tz={wanted_tz}", "not an IANA time zone; UTC shown"))
     for param, key, option, _ in _CHOICES:
         st.session_state[key] = [v for v in params.get_all(param) if v in options[option]]
+        ignored += [
+            (f"{param}={v}", "not in the store") for v in params.get_all(param) if v not in options[option]
+        ]
+    st.session_state[_URL_IGNORED_KEY] = ignored
     if st.session_state["app_window"] == "Custom range":
         try:
             lo = dt.date.fromisoformat(params.get("from", ""))
             hi = dt.date.fromisoformat(params.get("to", ""))
         except ValueError:
+            ignored.append(
+                (f"from={params.get('from', '')}&to={params.get('to', '')}", "dates are YYYY-MM-DD")
+            )
             return
         st.session_state["app_range"] = (min(lo, hi), max(lo, hi))
+
+
+_URL_IGNORED_KEY = "app_url_ignored"
+
+
+def url_note() -> None:
+    """One warning naming the URL parameters the last link carried that the dashboard could not
+    use (an unknown window code or time zone, a task type the store lacks), then forgotten."""
+    ignored = st.session_state.pop(_URL_IGNORED_KEY, None)
+    if ignored:
+        st.warning(
+            "**Ignored in the address:** "
+            + "; ".join(f"**{safe_text(item, max_chars=200)}** ({why})" for item, why in ignored),
+            icon=":material/link_off:",
+        )
 
 
 #: The sidebar widgets' values outlive a run that draws no sidebar (Streamlit drops a widget's
@@ -347,6 +377,7 @@ def main() -> None:
         st.session_state[data.FILTERS_KEY] = sidebar_filters()
         if page.url_path == OVERVIEW_ALIAS.url_path:
             st.switch_page(OVERVIEW, query_params=dict(st.query_params))
+        url_note()
         page.run()
     except data.DataUnavailable as error:
         st.session_state[data.UNAVAILABLE_KEY] = error.state

@@ -1,7 +1,8 @@
 """Screenshots of every dashboard page at 1280 px, for the README: ``docs/<page>.png``.
 
-Usage: ``python docs/screenshots.py [--width 1280]``. Writes a seeded sample store ending today
-into a temporary directory, starts ``budgetlens dashboard`` on a free port, and drives Debian's
+Usage: ``python docs/screenshots.py [--width 1280]``. Builds the demo store the way ``budgetlens
+demo`` does (the committed sample, moved to end now: ``ensure_demo_store``) in a temporary
+directory, starts ``budgetlens dashboard`` on a free port, and drives Debian's
 headless Chromium (``/usr/bin/chromium``, ``/usr/bin/chromedriver``) through the pages; the Runs
 page opens the run that used the most tokens. Nothing is fetched from outside the machine.
 """
@@ -17,11 +18,11 @@ import time
 import urllib.request
 from pathlib import Path
 
-from budgetlens.sample import default_end_utc, write_sample
+from budgetlens.sample import ensure_demo_store
 from budgetlens.store import read_connection
 
 DOCS = Path(__file__).resolve().parent
-PAGES = ("overview", "cost", "hit_rate", "baselines", "presets", "runs")
+PAGES = ("overview", "cost", "hit_rate", "baselines", "presets", "whatif", "runs")
 CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
 TIMEOUT_S = 90
 
@@ -73,7 +74,7 @@ def main(argv=None) -> int:
 
     workdir = Path(tempfile.mkdtemp(prefix="budgetlens-shots-"))
     db = workdir / "sample.duckdb"
-    write_sample(db, days=14, seed=7, runs_per_day=60, end_utc=default_end_utc())
+    ensure_demo_store(db)
     with read_connection(db) as conn:
         run_id = conn.execute("SELECT run_id FROM runs ORDER BY total_tokens DESC LIMIT 1").fetchone()[0]
     port = _free_port()

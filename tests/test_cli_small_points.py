@@ -50,21 +50,6 @@ def test_one_task_type_says_wrote_1_preset(committed_sample_store, tmp_path, cap
     assert code == 0 and "wrote 1 preset to" in capsys.readouterr().err and out.exists()
 
 
-def test_an_empty_text_cell_reads_empty_never_none():
-    import io
-
-    import pandas as pd
-
-    from budgetlens.cli._analysis import write_frame
-
-    out = io.StringIO()
-    frame = pd.DataFrame({"run_id": ["r1", "r2"], "team": ["search", None], "quality": [None, None]})
-    write_frame(frame, "table", out)
-    lines = out.getvalue().splitlines()
-    assert "None" not in out.getvalue() and lines[1].split() == ["r1", "search"]
-    assert lines[2].split() == ["r2"]
-
-
 def test_hit_rate_of_a_task_type_without_limits_is_named_as_undefined(db_path, capsys):
     from opentelemetry.sdk.resources import Resource
     from opentelemetry.sdk.trace import TracerProvider

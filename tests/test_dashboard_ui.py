@@ -43,6 +43,7 @@ def test_the_previous_window_has_the_same_length_and_scope_just_before():
     assert (previous.start_utc, previous.end_utc) == (start - (end - start), start)
     assert (previous.task_types, previous.tz) == (("qa",), "Europe/Berlin")
     assert _ui.previous_window(Filters()) is None
+    assert _ui.previous_window(f, first_utc=previous.start_utc) == previous
     assert _ui.previous_window(Filters(start_utc=start)) is None
 
 
@@ -52,3 +53,10 @@ def test_ago_reads_minutes_hours_and_days():
     assert _ui.ago(now - dt.timedelta(minutes=3), now) == "3 min ago"
     assert _ui.ago(now - dt.timedelta(hours=5), now) == "5 h ago"
     assert _ui.ago(now - dt.timedelta(days=12), now) == "12 days ago"
+
+
+def test_no_change_is_shown_against_a_previous_window_the_data_covers_in_part():
+    start, end = dt.datetime(2026, 11, 14), dt.datetime(2026, 11, 28)
+    f = Filters(start_utc=start, end_utc=end)
+    assert _ui.previous_window(f, first_utc=dt.datetime(2026, 11, 10)) is None  # 4 of 14 days
+    assert _ui.previous_window(f, first_utc=dt.datetime(2026, 10, 31)) is not None

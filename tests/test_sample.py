@@ -140,12 +140,31 @@ def test_committed_sample_file_is_what_the_generator_writes_byte_for_byte(tmp_pa
     assert again.read_bytes() == sample.SAMPLE_FILE.read_bytes()
 
 
-def test_committed_sample_covers_fourteen_days_before_its_fixed_end(store):
-    first, last, n = _rows(store, "SELECT min(start_utc), max(start_utc), count(*) FROM runs")[0]
-    assert sample.SAMPLE_END_UTC - dt.timedelta(days=14) <= first
-    assert last < sample.SAMPLE_END_UTC
+def test_demo_store_covers_the_fourteen_days_that_end_when_it_was_built(store):
+    first, last, ended, n = _rows(
+        store, "SELECT min(start_utc), max(start_utc), max(end_utc), count(*) FROM runs"
+    )[0]
+    built = sample.demo_end_utc()  # the session fixture was built minutes ago at most
+    assert built - dt.timedelta(days=14, hours=2) <= first
+    assert built - dt.timedelta(hours=2) < last < built + dt.timedelta(minutes=1)
+    assert ended <= built + dt.timedelta(minutes=1)  # nothing ends in the future
     assert n > 14 * 150
     assert sample.SAMPLE_FILE.stat().st_size < 5_000_000
+
+
+def test_the_demo_sample_is_the_committed_one_moved_in_time(tmp_path):
+    """Shifted to end at a chosen time: the same runs (ids, tokens) as the file, every time moved
+    by the same amount, so the demo is reproducible from its seed whenever it is built."""
+    end = dt.datetime(2030, 5, 17, 13, 45)
+    fixed = list(sample.read_sample_file(batch_runs=50))[0]
+    moved = list(sample.read_sample_file(batch_runs=50, end_utc=end))[0]
+    shift = end - sample.SAMPLE_END_UTC
+    for before, after in zip(fixed[1], moved[1]):
+        assert after["run_id"] == before["run_id"] and after["total_tokens"] == before["total_tokens"]
+        assert after["start_utc"] - before["start_utc"] == shift
+        assert after["end_utc"] - before["end_utc"] == shift
+    assert all(a["ts_utc"] - b["ts_utc"] == shift for b, a in zip(fixed[2], moved[2]))
+    assert all(a["start_utc"] - b["start_utc"] == shift for b, a in zip(fixed[0], moved[0]))
 
 
 def test_task_types_have_their_typical_sizes(store):
@@ -258,30 +277,31 @@ def test_cumulative_used_tokens_grow_to_the_run_total(store):
     assert bad == 0
 
 
-def test_weekdays_are_busier_than_weekends(store):
-    per_day = dict(
-        _rows(
-            store,
-            """
-        SELECT dayofweek(start_utc) IN (0, 6),
-               count(*) / count(DISTINCT CAST(start_utc AS DATE))
-        FROM runs GROUP BY 1""",
-        )
-    )
-    assert per_day[False] > 2 * per_day[True]
+def test_weekdays_are_busier_than_weekends():
+    """On the file's own dates (the demo store moves them to end now, weekdays and all)."""
+    runs: dict[bool, int] = {True: 0, False: 0}
+    days: dict[bool, set] = {True: set(), False: set()}
+    for _, records, _ in sample.read_sample_file():
+        for record in records:
+            weekend = record["start_utc"].weekday() >= 5
+            runs[weekend] += 1
+            days[weekend].add(record["start_utc"].date())
+    assert runs[False] / len(days[False]) > 2 * runs[True] / len(days[True])
 
 
-def test_the_incident_day_has_the_highest_hit_rate(store):
-    limited_days = _rows(
-        store,
-        """
-        SELECT CAST(start_utc AS DATE) AS day,
-               count(*) FILTER (WHERE starts_with(stop_reason, 'budget_')) / count(*) AS rate
-        FROM runs WHERE limit_total_tokens IS NOT NULL GROUP BY day ORDER BY rate DESC""",
-    )
+def test_the_incident_day_has_the_highest_hit_rate():
+    """On the file's own dates (the demo store moves them by a fraction of a day too)."""
+    limited: dict[dt.date, list[int]] = {}
+    for _, records, _ in sample.read_sample_file():
+        for record in records:
+            if record.get("limit_total_tokens") is not None:
+                day = limited.setdefault(record["start_utc"].date(), [0, 0])
+                day[0] += str(record.get("stop_reason", "")).startswith("budget_")
+                day[1] += 1
+    rates = sorted(((stops / n, day) for day, (stops, n) in limited.items()), reverse=True)
     incident = sample.SAMPLE_END_UTC - dt.timedelta(days=generator.INCIDENT.day_from_end)
-    assert limited_days[0][0] == incident.date()
-    assert limited_days[0][1] > 1.5 * limited_days[len(limited_days) // 2][1]
+    assert rates[0][1] == incident.date()
+    assert rates[0][0] > 1.5 * rates[len(rates) // 2][0]
 
 
 def test_exported_file_loads_into_the_same_runs_as_a_direct_write(tmp_path):

@@ -285,8 +285,7 @@ def _for_reading(frame, float_format: str):
             shown[column] = series.map(lambda v: "" if _missing(v) else _cost_text(v))
         elif kind == "f":
             shown[column] = series.map(lambda v: "" if _missing(v) else float_format.format(v))
-        elif kind == "O":
-            # an empty team, user or quality flag reads as an empty cell, never as "None"
+        elif kind == "O":  # text: a missing value (no team, no quality flag) is empty, never "None"
             shown[column] = series.map(lambda v: "" if _missing(v) else v)
     return shown
 

@@ -32,7 +32,7 @@ DESCRIPTION = """\
 Try budgetlens in one command.
 
 - Builds the store from the committed sample (sample_data/, 14 days of agent
-  runs) when the store is missing or empty.
+  runs, moved in time to end now) when the store is missing or empty.
 - Starts the OTLP/HTTP collector on that store (budgetlens collector) and the
   dashboard (budgetlens dashboard), and prints both addresses.
 - Open the dashboard in a browser; point an agent at the collector with
@@ -196,7 +196,7 @@ def run(args: argparse.Namespace) -> int:
             )
             return 1
     if ensure_demo_store(db):
-        print(f"budgetlens demo: loaded the committed sample into {db}", flush=True)
+        print(f"budgetlens demo: loaded the committed sample (14 days ending now) into {db}", flush=True)
     else:
         print(f"budgetlens demo: using the runs already in {db}", flush=True)
     signal.signal(signal.SIGTERM, _raise_interrupt)

@@ -4,6 +4,7 @@ portable sample file, gzip JSONL of store rows (``file``), that ``budgetlens dem
 from budgetlens.sample.file import (
     SAMPLE_FILE,
     SAMPLE_FORMAT,
+    demo_end_utc,
     ensure_demo_store,
     export_sample_jsonl,
     load_sample_file,
@@ -26,6 +27,7 @@ __all__ = [
     "SAMPLE_SEED",
     "TASK_TYPES",
     "default_end_utc",
+    "demo_end_utc",
     "ensure_demo_store",
     "export_sample_jsonl",
     "generate_sample",

@@ -25,7 +25,6 @@ from budgetlens.sample.generator import (
     SAMPLE_SEED,
     default_end_utc,
     generate_sample,
-    write_sample,
 )
 
 log = logging.getLogger(__name__)
@@ -46,8 +45,13 @@ def _encode(row: dict, skip: tuple[str, ...] = ()) -> dict:
     return out
 
 
-def _decode(row: dict) -> dict:
-    return {k: dt.datetime.fromisoformat(v) if k.endswith("_utc") else v for k, v in row.items()}
+def _decode(row: dict, shift: dt.timedelta = dt.timedelta(0)) -> dict:
+    return {k: dt.datetime.fromisoformat(v) + shift if k.endswith("_utc") else v for k, v in row.items()}
+
+
+def demo_end_utc() -> dt.datetime:
+    """Where ``budgetlens demo`` makes the sample end: now (naive UTC), to the minute."""
+    return dt.datetime.now(dt.UTC).replace(tzinfo=None, second=0, microsecond=0)
 
 
 def export_sample_jsonl(
@@ -89,15 +93,19 @@ def export_sample_jsonl(
     return runs
 
 
-def read_sample_file(path=SAMPLE_FILE, batch_runs: int = 1000):
+def read_sample_file(path=SAMPLE_FILE, batch_runs: int = 1000, end_utc: dt.datetime | None = None):
     """Yield (calls, records, events) batches of store rows from a portable sample file.
+
+    ``end_utc`` (naive UTC) moves every timestamp (``*_utc``) by the same amount so the sample
+    ends there instead of at the header's ``end_utc``; None keeps the file's times. Only times
+    move: ids, usage and costs stay as the seed made them.
 
     Raises ValueError naming the file (and the line, where one is to blame) when the file is
     not gzip, is truncated or corrupt, is not UTF-8, or is not a budgetlens sample; OSError
     (FileNotFoundError, IsADirectoryError, PermissionError) when it cannot be read.
     """
     try:
-        yield from _read_sample_lines(path, batch_runs)
+        yield from _read_sample_lines(path, batch_runs, end_utc)
     except (gzip.BadGzipFile, EOFError, zlib.error) as error:
         raise ValueError(
             f"{path}: not a gzip-compressed budgetlens sample file (gzip JSONL expected: {error})"
@@ -106,7 +114,7 @@ def read_sample_file(path=SAMPLE_FILE, batch_runs: int = 1000):
         raise ValueError(f"{path}: not a budgetlens sample file (not UTF-8 text: {error.reason})") from None
 
 
-def _read_sample_lines(path, batch_runs: int):
+def _read_sample_lines(path, batch_runs: int, end_utc: dt.datetime | None):
     with gzip.open(path, "rt", encoding="utf-8") as lines:
         try:
             header = json.loads(next(lines, "{}"))
@@ -116,14 +124,20 @@ def _read_sample_lines(path, batch_runs: int):
             raise ValueError(
                 f"{path}: line 1 is not a budgetlens sample header (budgetlens_sample: {SAMPLE_FORMAT})"
             )
+        try:
+            shift = end_utc - dt.datetime.fromisoformat(header["end_utc"]) if end_utc else dt.timedelta(0)
+        except (KeyError, TypeError, ValueError):
+            raise ValueError(f"{path}: line 1: the header's end_utc is not an ISO-8601 time") from None
         calls, records, events = [], [], []
         for number, text in enumerate(lines, start=2):
             try:
                 item = json.loads(text)
-                record = _decode(item["record"])
+                record = _decode(item["record"], shift)
                 shared = {k: record.get(k) for k in _SHARED_CALL_FIELDS}
-                run_calls = [{**shared, **_decode(c)} for c in item.get("calls", ())]
-                run_events = [{"run_id": record["run_id"], **_decode(e)} for e in item.get("events", ())]
+                run_calls = [{**shared, **_decode(c, shift)} for c in item.get("calls", ())]
+                run_events = [
+                    {"run_id": record["run_id"], **_decode(e, shift)} for e in item.get("events", ())
+                ]
             except (ValueError, KeyError, TypeError, AttributeError) as error:
                 raise ValueError(f"{path}: line {number}: not a sample run ({error})") from None
             records.append(record)
@@ -136,8 +150,9 @@ def _read_sample_lines(path, batch_runs: int):
             yield calls, records, events
 
 
-def load_sample_file(path=SAMPLE_FILE, db_path=None) -> tuple[int, int]:
-    """Load a portable sample file into the store at ``db_path``.
+def load_sample_file(path=SAMPLE_FILE, db_path=None, end_utc: dt.datetime | None = None) -> tuple[int, int]:
+    """Load a portable sample file into the store at ``db_path``; ``end_utc`` (naive UTC) shifts
+    its times to end there (``read_sample_file``), None keeps the file's own.
 
     Returns ``(runs read, runs new to the store)``: loading the same file twice adds nothing the
     second time (the store is idempotent), and the second figure says so."""
@@ -146,7 +161,7 @@ def load_sample_file(path=SAMPLE_FILE, db_path=None) -> tuple[int, int]:
 
     db = resolve_db_path(db_path)
     runs = new_runs = 0
-    for calls, records, events in read_sample_file(path):
+    for calls, records, events in read_sample_file(path, end_utc=end_utc):
         with write_connection(db) as conn:
             new_runs += write_batch(conn, calls, records, events).records
         runs += len(records)
@@ -154,12 +169,14 @@ def load_sample_file(path=SAMPLE_FILE, db_path=None) -> tuple[int, int]:
     return runs, new_runs
 
 
-def ensure_demo_store(db_path) -> bool:
-    """Load the committed sample into ``db_path`` when the store is missing or has no runs.
+def ensure_demo_store(db_path, end_utc: dt.datetime | None = None) -> bool:
+    """Load the committed sample into ``db_path`` when the store is missing or has no runs,
+    shifted to end at ``end_utc`` (naive UTC; default ``demo_end_utc()``, now): the demo opens on
+    14 days that end now, the same runs from the same seed whenever it is built.
 
     Returns True when it loaded the sample, False when the store already had runs. Where
     ``SAMPLE_FILE`` is not on disk (a wheel install has no ``sample_data/``), the same sample is
-    generated from its seed instead.
+    generated from its seed and shifted the same way.
     """
     from budgetlens.store import StoreMissing, read_connection, schema_version
 
@@ -171,9 +188,26 @@ def ensure_demo_store(db_path) -> bool:
         has_runs = False
     if has_runs:
         return False
+    end = end_utc or demo_end_utc()
     if not os.path.exists(SAMPLE_FILE):
         log.warning("%s not found; generating the sample from seed %d", SAMPLE_FILE, SAMPLE_SEED)
-        write_sample(db_path, days=14, seed=SAMPLE_SEED, end_utc=SAMPLE_END_UTC)
+        _write_shifted_sample(db_path, end)
         return True
-    load_sample_file(SAMPLE_FILE, db_path)
+    load_sample_file(SAMPLE_FILE, db_path, end_utc=end)
     return True
+
+
+def _write_shifted_sample(db_path, end_utc: dt.datetime) -> None:
+    """The committed sample's runs from its seed (same ids as the file), times moved to end at
+    ``end_utc``."""
+    from budgetlens.store import write_batch, write_connection
+
+    shift = end_utc - SAMPLE_END_UTC
+    for calls, records, events in generate_sample(14, SAMPLE_SEED, 300, SAMPLE_END_UTC):
+        moved = [[_moved(row, shift) for row in rows] for rows in (calls, records, events)]
+        with write_connection(db_path) as conn:
+            write_batch(conn, *moved)
+
+
+def _moved(row: dict, shift: dt.timedelta) -> dict:
+    return {k: v + shift if k.endswith("_utc") and isinstance(v, dt.datetime) else v for k, v in row.items()}

@@ -45,6 +45,19 @@ def _whole(series: pd.Series) -> bool:
     return bool(((values - values.round()).abs() < 1e-9).all())
 
 
+#: A run's missing cost when its usage is unknown (a call reported none): not "unpriced", which
+#: names a model with no known price.
+UNKNOWN_USAGE = "unknown usage"
+
+
+def _unknown_usage(frame: pd.DataFrame) -> list[bool]:
+    """Per row: the run's usage is unknown (``usage_status`` 'unknown'), so a missing cost is not
+    a price problem."""
+    if "usage_status" not in frame:
+        return [False] * len(frame)
+    return [str(v) == "unknown" for v in frame["usage_status"]]
+
+
 def display_frame(
     frame: pd.DataFrame, *, unpriced: str = "unpriced", tz: str | None = None
 ) -> tuple[pd.DataFrame, dict]:
@@ -52,7 +65,8 @@ def display_frame(
 
     Every column gets its human label (``formatting.column_label``). USD columns (``*_usd``)
     become text in the CLI's USD format (``format_usd``: ``$0.0039``, never ``$0.00`` for a
-    non-zero value; ``unpriced`` for a missing one); rates and shares (``*_rate``, ``*_share``,
+    non-zero value; ``unpriced`` for a missing one, ``unknown usage`` for a run's missing
+    ``cost_usd`` whose ``usage_status`` is unknown); ``quality`` flags read empty when none; rates and shares (``*_rate``, ``*_share``,
     ``*_rate_upper``, 0..1) read ``20.1 %``;
     ``low_sample`` reads ``low sample`` or nothing; percentiles keep one decimal unless the whole
     column is whole; counts and tokens have thousands separators; ``*_utc`` timestamps are shown
@@ -68,8 +82,15 @@ def display_frame(
         series = shown[column]
         numeric = pd.api.types.is_numeric_dtype(series) and not pd.api.types.is_bool_dtype(series)
         if name.endswith("_usd"):
-            shown[column] = [format_usd(v, unpriced=unpriced) for v in series]
+            unknown = _unknown_usage(frame) if name == "cost_usd" else [False] * len(series)
+            shown[column] = [
+                UNKNOWN_USAGE if is_missing(v) and why else format_usd(v, unpriced=unpriced)
+                for v, why in zip(series, unknown)
+            ]
             config[column] = st.column_config.TextColumn(label, alignment="right")
+        elif name == "quality":
+            shown[column] = ["" if is_missing(v) or v == "" else str(v) for v in series]
+            config[column] = st.column_config.TextColumn(label, help="Data-quality flags; empty = none")
         elif name == "low_sample":
             shown[column] = [LOW_SAMPLE_BADGE if not is_missing(v) and bool(v) else "" for v in series]
             config[column] = st.column_config.TextColumn(

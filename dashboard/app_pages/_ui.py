@@ -152,13 +152,18 @@ def tiles(items: Sequence[tuple]) -> None:
         column.metric(label, value, delta=change, delta_color="off", help=help_text)
 
 
-def previous_window(f: Filters) -> Filters | None:
+def previous_window(f: Filters, first_utc: dt.datetime | None = None) -> Filters | None:
     """The window of the same length just before ``f``'s (same scope), for "vs previous period";
-    None for "all data" or an open-ended window."""
+    None for "all data", an open-ended window, or a previous window the data covers only in part
+    (``first_utc``, the first stored run, later than its start): a change against a partial
+    period is not shown (issue 24: "+268 %" against 3 days)."""
     if f.start_utc is None or f.end_utc is None:
         return None
     length = f.end_utc - f.start_utc
-    return dataclasses.replace(f, start_utc=f.start_utc - length, end_utc=f.start_utc)
+    start = f.start_utc - length
+    if first_utc is not None and first_utc > start:
+        return None
+    return dataclasses.replace(f, start_utc=start, end_utc=f.start_utc)
 
 
 def change_text(current: float | None, previous: float | None) -> str | None:

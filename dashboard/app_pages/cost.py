@@ -8,6 +8,21 @@ import streamlit as st
 
 from budgetlens.dashboard import charts, data
 from budgetlens.dashboard.app_pages import _tables, _ui
+from budgetlens.dashboard.formatting import safe_text
+
+#: The most unpriced models the Cost page's banner names (the rest are counted).
+UNPRICED_MODELS_NAMED = 5
+
+
+def _unpriced_models(by_model) -> list[str]:
+    """The models of ``by_model`` (``data.cost_by_period(by="model")``) with unpriced calls, most
+    unpriced calls first, at most ``UNPRICED_MODELS_NAMED`` (then "+N more")."""
+    if by_model.empty or "unpriced_calls" not in by_model:
+        return []
+    counts = by_model.groupby("key", dropna=False)["unpriced_calls"].sum()
+    models = [str(m) for m in counts[counts > 0].sort_values(ascending=False).index]
+    extra = len(models) - UNPRICED_MODELS_NAMED
+    return models[:UNPRICED_MODELS_NAMED] + ([f"+{extra} more"] if extra > 0 else [])
 
 
 def render() -> None:
@@ -63,10 +78,12 @@ def render() -> None:
     notes = []
     if ov.cost_is_lower_bound:
         if ov.unpriced_calls:
+            models = _unpriced_models(by_model)
+            named = f" ({', '.join(map(safe_text, models))})" if models else ""
             notes.append(
-                f"{ov.unpriced_calls:,} calls used a model with no known price: their cost "
+                f"{ov.unpriced_calls:,} calls used a model with no known price{named}: their cost "
                 "is **unpriced** and not included above (never counted as $0). Add the "
-                "model to a price file (BUDGETLENS_PRICES_FILE) to price it."
+                f"model{'s' if len(models) > 1 else ''} to a price file (BUDGETLENS_PRICES_FILE) to price it."
             )
         if ov.partially_priced_runs:
             notes.append(

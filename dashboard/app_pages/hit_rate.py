@@ -47,7 +47,11 @@ def render() -> None:
                 format_hit_rate(ov.intervention_rate, ov.finished_runs),
                 "Budget stops plus downgraded or summarized runs, over the budgeted runs",
             ),
-            ("Interventions", f"{interventions:,}", None),
+            (
+                "Intervened runs",
+                f"{interventions:,}",
+                "Runs a budget stopped, downgraded or summarized (a count; the share is the Intervention rate)",
+            ),
             (
                 "Budgeted runs",
                 f"{ov.budgeted_runs:,} of {ov.finished_runs:,}",
@@ -59,15 +63,25 @@ def render() -> None:
         _ui.no_runs(f)
     else:
         colors = _ui.task_colors()
-        _ui.chart(charts.hit_rate_daily(daily, colors=colors), "hit_rate_daily")
+        # A window of two days or less (period "hour") has a dot or two per task type: no line.
+        days = daily["day"].nunique() if not daily.empty else 0
+        if days > 1 and _ui.period(f) != "hour":
+            _ui.chart(charts.hit_rate_daily(daily, colors=colors), "hit_rate_daily")
+        else:
+            st.caption(
+                "A window of two days or less: no daily line to draw; the hit rate per task type "
+                "is in the bars below and the daily figures in the table."
+            )
         left, right = st.columns(2)
         with left:
             _ui.chart(charts.stop_reasons(reasons), "hit_rate_reasons")
         with right:
             _ui.chart(charts.rate_by_task(ov.per_task), "hit_rate_by_task")
-        _ui.chart(
-            charts.hit_rate_daily(daily, rate="intervention_rate", colors=colors), "hit_rate_interventions"
-        )
+        if days > 1 and _ui.period(f) != "hour":
+            _ui.chart(
+                charts.hit_rate_daily(daily, rate="intervention_rate", colors=colors),
+                "hit_rate_interventions",
+            )
         with st.expander("Daily figures"):
             _tables.table(daily, first=("day", "task_type", "hit_rate", "budgeted_runs", "finished_runs"))
 

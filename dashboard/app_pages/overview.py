@@ -25,7 +25,7 @@ def render() -> None:
     f = data.filters()
     period = _ui.period(f)
     ov = data.overview(f)
-    previous_f = _ui.previous_window(f)
+    previous_f = _ui.previous_window(f, data.data_extent()[0])
     before = data.overview(previous_f) if previous_f else None
     daily = data.hit_rate_daily(f)
     cost_daily = data.cost_by_period(f, period=period, by="task_type")
@@ -40,7 +40,7 @@ def render() -> None:
                 f"{ov.runs:,}",
                 f"{ov.finished_runs:,} finished, {ov.budgeted_runs:,} of them "
                 "under a budget (the hit rate's denominator); the change is against the window of "
-                "the same length just before this one",
+                "the same length just before this one, shown only when the data covers all of it",
                 _ui.change_text(ov.runs, before.runs) if before else None,
             ),
             (
@@ -69,9 +69,10 @@ def render() -> None:
     _ui.tiles(
         [
             (
-                "Interventions",
+                "Intervention rate",
                 format_hit_rate(ov.intervention_rate, ov.finished_runs),
-                "Intervention rate: budget stops plus downgraded or summarized runs, over the budgeted runs",
+                "Budget stops plus downgraded or summarized runs, over the budgeted runs (a share, "
+                "as on the Hit rate page; the count of runs is there as Intervened runs)",
             ),
             (
                 "Priced runs",

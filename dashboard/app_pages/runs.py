@@ -18,6 +18,16 @@ CSV_MAX_RUNS = 1_000_000
 #: Badge text of a run whose stop reason was not recorded (imports, foreign traces).
 NO_STOP_REASON = "not recorded"
 RUN_PARAM = "run"
+#: The runs table shows up to this many rows before it scrolls (35 px a row plus the header).
+TABLE_ROWS = 15
+
+
+def _table_height(rows: int) -> int | str:
+    """The runs table's height: Streamlit's own ("auto", up to 10 rows) for a short table, else
+    room for ``min(rows, TABLE_ROWS)`` rows (never 7 rows above empty space)."""
+    return "auto" if rows <= 10 else 35 * (min(rows, TABLE_ROWS) + 1) + 3
+
+
 TABLE_FIRST = (
     "run_id",
     "start_utc",
@@ -69,7 +79,7 @@ def _runs_list(f) -> None:
     event = _tables.table(
         table,
         tz=f.tz,
-        height=280 if len(table) > 7 else "auto",
+        height=_table_height(len(table)),
         first=TABLE_FIRST,
         key="runs_table",
         on_select="rerun",
