@@ -201,7 +201,8 @@ def read_connection(
     """Open ``path`` read-only for one query or a few, retrying while a writer commits.
 
     On a DuckLake location every query of the connection reads one snapshot, and writers are
-    never blocked.
+    never blocked. When a collector in this process holds the file (``budgetlens.store.host``),
+    the connection is a cursor of its connection in a READ ONLY transaction (one snapshot too).
 
     Raises StoreMissing when the file does not exist, StoreError when DuckDB cannot open it (a
     directory, not a DuckDB file, no permission) or it stays locked for longer than
@@ -213,6 +214,13 @@ def read_connection(
             yield conn
         return
     path = location
+    from budgetlens.store.host import host_in_process
+
+    host = host_in_process(path)
+    if host is not None:  # this process holds the file (a collector in it): read through it
+        with host.snapshot_cursor() as cursor:
+            yield cursor
+        return
     if not path.exists():
         raise StoreMissing(
             f"{path}: no budgetlens store here yet; create one with `budgetlens sample`, "
