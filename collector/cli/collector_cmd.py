@@ -349,6 +349,11 @@ def _announcing_server(config, *, db_path, token_set, read_token):
                 return
             host, port = self.servers[0].sockets[0].getsockname()[:2]
             endpoint = f"http://{host}:{port}"
+            if not is_lake_location(db_path):
+                try:
+                    publish(db_path, _local_url(host, port), read_token)
+                except OSError as error:  # readers then fall back to the file (locked: they wait)
+                    log.warning("cannot publish the read endpoint next to %s: %s", db_path, error)
             print(f"budgetlens collector listening on {endpoint}", flush=True)
             print(
                 f"  OTLP/HTTP traces: {endpoint}/v1/traces   metrics: {endpoint}/metrics"
@@ -359,11 +364,6 @@ def _announcing_server(config, *, db_path, token_set, read_token):
                 f"  store: {display(db_path)}   auth: {'bearer token' if token_set else 'none'}", flush=True
             )
             print(f"  export OTEL_EXPORTER_OTLP_ENDPOINT={endpoint}", flush=True)
-            if not is_lake_location(db_path):
-                try:
-                    publish(db_path, _local_url(host, port), read_token)
-                except OSError as error:  # readers then fall back to the file (locked: they wait)
-                    log.warning("cannot publish the read endpoint next to %s: %s", db_path, error)
 
         @contextlib.contextmanager
         def capture_signals(self):
