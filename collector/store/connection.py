@@ -3,9 +3,13 @@
 DuckDB lets one process write a file, and a read-write open conflicts with any other open of the
 same file. So:
 
-- the writer (the collector, an import, the sample loader) holds the file only for the length of
-  one batch: ``write_connection`` opens, migrates, yields, commits and closes;
-- readers (the dashboard, the CLI) open it read-only for the length of one query
+- a running collector holds the file for its life on one connection
+  (``budgetlens.store.host.StoreHost``) and readers query through it
+  (``budgetlens.store.readers.connect``); in the collector's own process ``read_connection``
+  reads through that connection;
+- other writers (an import, the sample loader) hold the file only for the length of one batch:
+  ``write_connection`` opens, migrates, yields, commits and closes;
+- readers without a collector open it read-only for the length of one query
   (``read_connection``);
 - both retry with a short backoff while another process holds a conflicting lock, up to a
   timeout, so no lock error reaches a user unless the file stays locked for that long.

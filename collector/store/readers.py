@@ -247,12 +247,17 @@ def _remote_error(status: int, message: str) -> Exception:
     return RemoteError(status, message)
 
 
-def _answers(endpoint: Endpoint, timeout_s: float) -> bool:
-    import requests
+def _listening(endpoint: Endpoint, timeout_s: float) -> bool:
+    """True when something accepts TCP connections at the endpoint's address (the kernel
+    accepts even while the collector's event loop is busy, so a loaded collector still counts)."""
+    import socket
+    from urllib.parse import urlsplit
 
+    parts = urlsplit(endpoint.url)
     try:
-        return requests.get(f"{endpoint.url}/healthz", timeout=min(timeout_s, 2.0)).status_code in (200, 503)
-    except requests.RequestException:
+        with socket.create_connection((parts.hostname, parts.port or 80), timeout=min(timeout_s, 2.0)):
+            return True
+    except OSError:
         return False
 
 
@@ -269,7 +274,7 @@ def connect(
     """
     parsed = store_location(location)
     endpoint = None if isinstance(parsed, LakeLocation) else discover(parsed)
-    if endpoint is not None and _answers(endpoint, timeout_s):
+    if endpoint is not None and _listening(endpoint, timeout_s):
         remote = RemoteStore(endpoint)
         try:
             yield remote
