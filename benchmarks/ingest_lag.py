@@ -1,6 +1,12 @@
 """The lag part of the ingest benchmark (``benchmarks.ingest``): bodies offered open-loop at a
-rate to a fresh collector subprocess while a reader polls the store read-only, as the dashboard
-does; p50/p95 of the time from sending a body until its runs are queryable."""
+rate to a fresh collector subprocess while a reader polls the store as the dashboard does
+(``budgetlens.store.connect``: through the collector, which holds the file); p50/p95 of the time
+from sending a body until its runs are queryable. ``busy_readers`` more readers can run
+meanwhile, each querying for 0.4 s then pausing 0.05 s (issue 23's starvation case).
+
+Usage: ``python -m benchmarks.ingest_lag [--rate 2000] [--seconds 10] [--busy-readers 4]``
+(prints; ``benchmarks.ingest`` reports these figures in BENCHMARKS.md).
+"""
 
 from __future__ import annotations
 
@@ -65,11 +71,11 @@ def _send_paced(url: str, bodies: list[bytes], rate_spans_s: float, sent_at: dic
 def _poll_queryable(db_path: Path, first_seed: int, count: int, seen_at: dict, stop: threading.Event):
     """Every 0.1 s, one short read-only query (as the dashboard does): when each body's runs
     became queryable (perf_counter), by body index."""
-    from budgetlens.store import StoreMissing, read_connection
+    from budgetlens.store import StoreMissing, connect
 
     while not stop.is_set() and len(seen_at) < count:
         try:
-            with read_connection(db_path) as conn:
+            with connect(db_path) as conn:
                 rows = conn.execute(
                     "SELECT DISTINCT CAST(split_part(run_id, '-', 2) AS INTEGER) FROM run_records "
                     "WHERE run_id LIKE 'bench-%'"
@@ -84,9 +90,29 @@ def _poll_queryable(db_path: Path, first_seed: int, count: int, seen_at: dict, s
         time.sleep(0.1)
 
 
-def lag_at_rate(rate_spans_s: float, seconds: float) -> dict:
-    """Offer ``rate_spans_s`` spans/s for ``seconds`` to a fresh collector; p50/p95 of the time
-    from sending a body to its spans being queryable in DuckDB (s), and refused requests."""
+def _busy_reader(db_path: Path, stop: threading.Event, queries: list) -> None:
+    """Until ``stop``: query the store for 0.4 s (one query after another), pause 0.05 s."""
+    from budgetlens.store import StoreMissing, connect
+
+    while not stop.is_set():
+        try:
+            with connect(db_path) as conn:
+                ends = time.perf_counter() + 0.4
+                while time.perf_counter() < ends:
+                    conn.execute(
+                        "SELECT run_id, sum(input_tokens), sum(output_tokens) FROM model_calls "
+                        "GROUP BY run_id ORDER BY 2 DESC LIMIT 20"
+                    ).fetchall()
+                    queries.append(1)
+        except StoreMissing:
+            pass
+        time.sleep(0.05)
+
+
+def lag_at_rate(rate_spans_s: float, seconds: float, busy_readers: int = 0) -> dict:
+    """Offer ``rate_spans_s`` spans/s for ``seconds`` to a fresh collector (with
+    ``busy_readers`` readers busy meanwhile); p50/p95 of the time from sending a body to its
+    spans being queryable in DuckDB (s), refused requests, and the busy readers' queries."""
     import statistics
 
     count = max(4, round(rate_spans_s * seconds / SPANS_PER_BODY))
@@ -95,6 +121,7 @@ def lag_at_rate(rate_spans_s: float, seconds: float) -> dict:
     sent_at: dict = {}
     seen_at: dict = {}
     failures: list = []
+    queries: list = []
     stop = threading.Event()
     with tempfile.TemporaryDirectory() as tmp:
         db_path = Path(tmp) / "lag.duckdb"
@@ -104,15 +131,48 @@ def lag_at_rate(rate_spans_s: float, seconds: float) -> dict:
                 target=_poll_queryable, args=(db_path, first_seed, count, seen_at, stop)
             )
             poller.start()
+            busy = [
+                threading.Thread(target=_busy_reader, args=(db_path, stop, queries))
+                for _ in range(busy_readers)
+            ]
+            for reader in busy:
+                reader.start()
             _send_paced(url, bodies, rate_spans_s, sent_at, failures)
             deadline = time.perf_counter() + 120
             while len(seen_at) < len(sent_at) - len(failures) and time.perf_counter() < deadline:
                 time.sleep(0.05)
             stop.set()
             poller.join()
+            for reader in busy:
+                reader.join()
         finally:
             process.terminate()
             process.wait(60)
     lags = sorted(seen_at[i] - sent_at[i] for i in seen_at if i in sent_at)
     quantiles = statistics.quantiles(lags, n=20, method="inclusive")
-    return {"p50": statistics.median(lags), "p95": quantiles[18], "bodies": count, "refused": len(failures)}
+    return {
+        "p50": statistics.median(lags),
+        "p95": quantiles[18],
+        "bodies": count,
+        "refused": len(failures),
+        "seen": len(lags),
+        "reader_queries": len(queries),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(description="span-to-queryable lag of a collector subprocess")
+    parser.add_argument("--rate", type=float, default=2000.0, help="offered spans/s")
+    parser.add_argument("--seconds", type=float, default=10.0, help="seconds of offered load")
+    parser.add_argument("--busy-readers", type=int, default=4, help="readers busy 0.4 s on, 0.05 s off")
+    args = parser.parse_args(argv)
+    for readers in (0, args.busy_readers):
+        result = lag_at_rate(args.rate, args.seconds, busy_readers=readers)
+        print(f"busy readers {readers}: {result}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

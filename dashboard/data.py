@@ -2,8 +2,9 @@
 analysis code.
 
 Pages call what they mean: ``data.overview(filters)``, ``data.baselines(filters, by_model=True)``,
-``data.run_detail(run_id)``. Each function opens ``budgetlens.store.read_connection`` for the
-length of one analysis call, caches the result with ``st.cache_data`` keyed by the arguments and
+``data.run_detail(run_id)``. Each function opens a reader of the store for the
+length of one analysis call (``budgetlens.store.connect``: through the collector when one runs
+on the file, which holds it; else the file itself), caches the result with ``st.cache_data`` keyed by the arguments and
 the store's *data version* (size and mtime of the DuckDB file and its WAL, so a commit by the
 collector invalidates the cache at once), and returns what the analysis function it wraps
 returns. Each loader names its function by reference (``overview = cached(views.overview)``),
@@ -39,9 +40,10 @@ from budgetlens.analysis import drift as drift_analysis
 from budgetlens.analysis import runaways as runaways_analysis
 from budgetlens.analysis.views import Filters
 from budgetlens.config import resolve_db_path
-from budgetlens.store import StoreError, StoreMissing, latest_snapshot, read_connection
+from budgetlens.store import StoreError, StoreMissing, connect, latest_snapshot
 from budgetlens.store.connection import is_lock_conflict
 from budgetlens.store.lock_holder import lock_message
+from budgetlens.store.readers import RemoteError
 
 log = logging.getLogger(__name__)
 P = ParamSpec("P")
@@ -87,6 +89,8 @@ def is_busy(error: BaseException) -> bool:
     """True when ``error`` (a StoreError or DuckDB error) is a lock conflict with a writer, or
     an I/O hiccup while reading: worth a retry. False for a StoreError saying the file cannot
     be opened at all (not a DuckDB file, a directory, no permission, a newer schema)."""
+    if isinstance(error, RemoteError):  # the collector did not answer, or cannot open the file
+        return error.status in (0, 503)
     if isinstance(error, StoreError):
         cause = error.__cause__
         return cause is not None and is_lock_conflict(cause)
@@ -153,10 +157,11 @@ def data_version(path: Path | str | None = None) -> DataVersion:
 def _cached_call(
     view: str, path: str, version: DataVersion, args: tuple, kwargs: tuple, _function: Callable[..., Any]
 ) -> Any:
-    """``_function(conn, *args, **kwargs)`` on a read-only connection. ``view`` (the function's
+    """``_function(conn, *args, **kwargs)`` on a reader of the store (``budgetlens.store.connect``:
+    through the running collector, else the file read-only). ``view`` (the function's
     module and qualified name) keys the cache: Streamlit cannot hash a function, and the
     leading underscore keeps ``_function`` out of the key."""
-    with read_connection(path, timeout_s=READ_TIMEOUT_S) as conn:
+    with connect(path, timeout_s=READ_TIMEOUT_S) as conn:
         return _function(conn, *args, **dict(kwargs))
 
 

@@ -22,7 +22,7 @@ from budgetlens import config
 from budgetlens import semconv as sc
 from budgetlens.analysis import views as analysis
 from budgetlens.cli import build_parser, dashboard_cmd
-from budgetlens.store import read_connection
+from budgetlens.store import connect
 
 pytestmark = pytest.mark.system
 
@@ -188,14 +188,14 @@ def test_demo_serves_the_sample_and_a_collector_an_agent_can_send_to(tmp_path, f
         assert found["dashboard"] == f"http://127.0.0.1:{free_port}"
         assert _get(found["dashboard"] + "/_stcore/health") == (200, b"ok")
         assert _get(found["collector"] + "/healthz")[0] == 200
-        with read_connection(db) as conn:
+        with connect(db) as conn:
             sample_runs = analysis.data_extent(conn)[2]
         assert sample_runs > 1000  # the committed sample was loaded
 
         _send_run(found["collector"], "demo-run-0001")
         deadline = time.monotonic() + 10  # acknowledged = journaled; in DuckDB within ~1 s
         while True:
-            with read_connection(db) as conn:
+            with connect(db) as conn:
                 detail = analysis.run_detail(conn, "demo-run-0001")
                 total = analysis.data_extent(conn)[2]
             if detail is not None or time.monotonic() > deadline:

@@ -19,7 +19,7 @@ from opentelemetry.sdk.trace.export import SpanExportResult
 from budgetlens import semconv as sc
 from budgetlens.ingest.queue import journal_dir
 from budgetlens.otlp import PROTOBUF
-from budgetlens.store import read_connection
+from budgetlens.store import StoreError, connect, read_connection, write_connection
 
 pytestmark = pytest.mark.system
 
@@ -147,26 +147,30 @@ def test_a_torn_first_record_then_a_second_kill_9_loses_nothing_acknowledged(tmp
 
 
 def test_readers_holding_the_store_do_not_stop_intake_and_every_row_lands_after(tmp_path, python):
-    """Issue 14, finding 4: four read-only connections hold the store; exports keep getting 200
-    (the journal absorbs them), /healthz and the lag metric show the true backlog and its age,
-    and once the readers let go every row is loaded."""
+    """Issue 14, finding 4, with issue 25's store process: four read-only connections hold the
+    store before the collector starts; exports keep getting 200 (the journal absorbs them),
+    /healthz and the lag metric show the true backlog and its age, and once the readers let go
+    the collector takes the file and every row is loaded; then it holds the file, and a direct
+    read-only open is refused while reads through the collector succeed."""
     db_path = tmp_path / "store.duckdb"
+    with write_connection(db_path):
+        pass  # the schema, so the readers have a store to hold
     with collector_process(python, db_path) as (process, url):
-        acknowledged = _send(url, _batches(1, 1, 10))
-        _wait_loaded(url)
         with _readers(python, db_path):
             batches = _batches(2, 30, 100)
-            acknowledged += _send(url, batches[:15])
+            acknowledged = _send(url, batches[:15])
             time.sleep(1.5)  # the backlog ages while the readers hold the file
             acknowledged += _send(url, batches[15:])
             deadline = time.monotonic() + 30  # a load attempt waits up to 2 s for the file
             while not (held := _health(url))["store_error"] and time.monotonic() < deadline:
                 time.sleep(0.1)
             metrics = requests.get(f"{url}/metrics", timeout=5).text
-        _wait_loaded(url)
-        process.send_signal(signal.SIGTERM)
-        process.wait(60)
-    assert len(acknowledged) == 10 + 30 * 100  # nothing refused
+        _wait_loaded(url)  # the readers let go: the collector takes the file and loads
+        with connect(db_path) as conn:  # through the collector, which now holds the file
+            through = {row[0] for row in conn.execute("SELECT span_id FROM model_calls").fetchall()}
+        with pytest.raises(StoreError, match="locked"), read_connection(db_path, timeout_s=0.5):
+            pass
+    assert len(acknowledged) == 30 * 100  # nothing refused
     assert held["status"] == "ok" and held["backlog_spans"] >= 30 * 100 and held["backlog_bytes"] > 0
     assert held["loader_lag_s"] >= 1.5
     assert held["store_error"] and "lock" in held["store_error"].lower()
@@ -176,6 +180,7 @@ def test_readers_holding_the_store_do_not_stop_intake_and_every_row_lands_after(
         if line.startswith("budgetlens_ingest_loader_lag_seconds ")
     ]
     assert lag >= 1.5
+    assert through == set(acknowledged)
     assert _stored(db_path) == set(acknowledged)
 
 

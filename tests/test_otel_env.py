@@ -11,7 +11,7 @@ import time
 import pytest
 from _collector_helpers import collector_process
 
-from budgetlens.store import read_connection
+from budgetlens.store import connect
 
 pytestmark = pytest.mark.system
 
@@ -45,7 +45,7 @@ def _stored_run(db, run_id: str, timeout_s: float = 90):
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if db.exists():
-            with read_connection(db) as conn:
+            with connect(db) as conn:
                 row = conn.execute(
                     "SELECT service_name, total_tokens, stop_reason FROM runs WHERE run_id = ?", [run_id]
                 ).fetchone()

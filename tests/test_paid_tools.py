@@ -16,7 +16,7 @@ from budgetlens import semconv as sc
 from budgetlens.guard.spend import SpendTracker
 from budgetlens.guard.tool_prices import ToolPrice, check_tool_prices, load_tool_prices, tool_fee
 from budgetlens.ingest.metrics import CollectorMetrics
-from budgetlens.store import read_connection
+from budgetlens.store import connect
 
 PRICES = {"browser": {"per_call_usd": 0.01, "per_unit_usd": 0.002, "unit": "second"}}
 
@@ -116,7 +116,7 @@ def test_tool_cost_round_trips_through_a_real_collector(tmp_path, free_port):
             assert time.monotonic() < deadline, "the collector did not load the spans"
             time.sleep(0.05)
         metrics = requests.get(f"{live.url}/metrics", timeout=5).text
-    with read_connection(db_path) as conn:
+    with connect(db_path) as conn:
         runs = conn.execute("SELECT run_id, tool_calls, cost_usd, tool_cost_usd FROM runs").fetchall()
         fees = conn.execute(
             "SELECT tool_name, tool_cost_usd FROM budget_events WHERE name = ? ORDER BY ts_utc",

@@ -156,12 +156,12 @@ def analysis_session(args):
     """
     from budgetlens.analysis import views as analysis
     from budgetlens.config import resolve_db_path
-    from budgetlens.store import StoreError, read_connection, schema_version
+    from budgetlens.store import StoreError, connect, schema_version
 
     if not args.window_days >= 0:  # also NaN (argparse already refuses both)
         raise ValueError(f"--window-days must be a finite number >= 0, got {args.window_days:g}")
     db = resolve_db_path(args.db)
-    with read_connection(db) as conn:
+    with connect(db) as conn:
         n = 0
         if schema_version(conn) > 0:
             _, _, n = analysis.data_extent(conn)

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import logging
 
 from budgetlens.cli._common import add_db_argument, positive_float, positive_int, tcp_port
+
+log = logging.getLogger(__name__)
 
 MIB = 1024 * 1024
 
@@ -13,7 +16,9 @@ Receive OpenTelemetry traces over OTLP/HTTP and store budget telemetry in
 DuckDB.
 
 Endpoints: POST /v1/traces (application/x-protobuf or application/json, gzip
-allowed), GET /metrics (Prometheus), GET /healthz.
+allowed), GET /metrics (Prometheus), GET /healthz, POST /v1/store/query
+(read-only SQL on the store, Arrow IPC out; bearer token: --token, else the
+one written to <db>.collector.token, readable only by you).
 
 A request is answered 200 only after its spans are durable: appended to the
 journal <db>.journal/ and fsynced; they are in DuckDB about 0.25 s later (on
@@ -23,9 +28,13 @@ Point an agent at it with
 and, when a token is set,
   OTEL_EXPORTER_OTLP_HEADERS="Authorization=Bearer%20<token>"
 
-While other processes hold the store open, the journal keeps acknowledging
+On a file store the collector holds the file open while it runs (one
+connection, checkpointed by --checkpoint-interval / --checkpoint-wal-mib) and
+publishes <db>.collector.json: the dashboard and the CLI then query through
+it; other tools use `budgetlens store sql "SELECT ..."` or /v1/store/query.
+If another process holds the file at start, the journal keeps acknowledging
 (up to --max-journal-mib) and the loader retries; /healthz shows the backlog
-and its age. Bodies over 256 KiB are decoded in worker processes.
+and its age. Bodies over 1 MiB are decoded in worker processes.
 
 SIGTERM or Ctrl-C loads what is journaled into DuckDB for up to 30 s, then
 exits (the rest stays in the journal); after kill -9 the next start replays
@@ -103,6 +112,20 @@ def register(subparsers) -> None:
         help="longest pause between two pieces of a request body before 408 (default 5)",
     )
     parser.add_argument(
+        "--checkpoint-interval",
+        type=positive_float,
+        default=60.0,
+        metavar="SECONDS",
+        help="checkpoint the store file this often while its WAL holds anything (default 60); "
+        "the collector holds the file open while it runs",
+    )
+    parser.add_argument(
+        "--checkpoint-wal-mib",
+        type=positive_float,
+        default=64.0,
+        help="checkpoint as soon as the store's WAL passes this size, in MiB (default 64)",
+    )
+    parser.add_argument(
         "--allow-unauthenticated",
         action="store_true",
         help="serve on a non-loopback --host without a token (refused otherwise: anyone who "
@@ -117,9 +140,10 @@ def run(args) -> int:
     import pyarrow as pa
     import uvicorn
 
-    from budgetlens.config import resolve_db_path
+    from budgetlens.config import is_lake_location, resolve_db_path
     from budgetlens.ingest.app import create_app
     from budgetlens.ingest.journal import JournalError
+    from budgetlens.store.readers import unpublish
 
     # the system allocator hands freed Arrow buffers back to the OS: keeps the RSS of a
     # long-running collector near its working set (mimalloc keeps ~40 MB more under load)
@@ -176,6 +200,8 @@ def run(args) -> int:
             body_timeout_s=args.body_timeout,
             ledger=ledger,
             idle_timeout_s=args.idle_timeout,
+            checkpoint_interval_s=args.checkpoint_interval,
+            checkpoint_wal_bytes=int(args.checkpoint_wal_mib * MIB),
         )
         try:  # open (and lock) the journal before serving; its batches load while it serves
             app.state.ingest.start(replay_in_background=True)
@@ -185,8 +211,14 @@ def run(args) -> int:
         config = uvicorn.Config(
             app, host=args.host, port=args.port, log_level="warning", access_log=False, lifespan="on"
         )
-        server = _announcing_server(config, db_path=db_path, token_set=bool(token))
-        server.run(sockets=[sock])
+        server = _announcing_server(
+            config, db_path=db_path, token_set=bool(token), read_token=app.state.read_token
+        )
+        try:
+            server.run(sockets=[sock])
+        finally:
+            if not is_lake_location(db_path):
+                unpublish(db_path)
     return 0 if server.started else 1
 
 
@@ -251,6 +283,15 @@ def _token(argument: str | None) -> tuple[str | None, str | None]:
     return token, None
 
 
+def _local_url(host: str, port: int) -> str:
+    """The URL a reader on this machine uses for a server bound to ``host``:``port``."""
+    if host in ("0.0.0.0", ""):
+        host = "127.0.0.1"
+    elif host == "::":
+        host = "::1"
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
 def is_loopback(host: str) -> bool:
     """True when ``host`` is ``localhost`` or a loopback address (127.0.0.0/8, ::1); a name
     or any other address (0.0.0.0, ::, a LAN address) is reachable from other machines."""
@@ -286,8 +327,9 @@ def bind_socket(host: str, port: int):
     return sock
 
 
-def _announcing_server(config, *, db_path, token_set):
-    """A uvicorn.Server that prints the endpoint once the socket is bound.
+def _announcing_server(config, *, db_path, token_set, read_token):
+    """A uvicorn.Server that prints the endpoint once the socket is bound, and on a file store
+    publishes its read endpoint next to the store (``budgetlens.store.readers``).
 
     The first line is ``budgetlens collector listening on http://HOST:PORT`` (``demo`` parses it).
     """
@@ -296,7 +338,9 @@ def _announcing_server(config, *, db_path, token_set):
 
     import uvicorn
 
+    from budgetlens.config import is_lake_location
     from budgetlens.store.location import display
+    from budgetlens.store.readers import publish
 
     class Server(uvicorn.Server):
         async def startup(self, sockets=None):
@@ -305,6 +349,11 @@ def _announcing_server(config, *, db_path, token_set):
                 return
             host, port = self.servers[0].sockets[0].getsockname()[:2]
             endpoint = f"http://{host}:{port}"
+            if not is_lake_location(db_path):
+                try:
+                    publish(db_path, _local_url(host, port), read_token)
+                except OSError as error:  # readers then fall back to the file (locked: they wait)
+                    log.warning("cannot publish the read endpoint next to %s: %s", db_path, error)
             print(f"budgetlens collector listening on {endpoint}", flush=True)
             print(
                 f"  OTLP/HTTP traces: {endpoint}/v1/traces   metrics: {endpoint}/metrics"

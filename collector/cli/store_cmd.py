@@ -1,4 +1,5 @@
-"""``budgetlens store``: move a store between a DuckDB file and a DuckLake, compact a lake."""
+"""``budgetlens store``: move a store between a DuckDB file and a DuckLake, compact a lake, run
+read-only SQL (through the running collector, else on the file)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from budgetlens.cli._common import add_db_argument, non_negative_float, positive
 def register(subparsers) -> None:
     parser = subparsers.add_parser(
         "store",
-        help="copy a store between a DuckDB file and a DuckLake; compact a DuckLake",
+        help="copy a store between a DuckDB file and a DuckLake; compact a DuckLake; read-only SQL",
         description=(
             "Maintain the store. `copy` moves every row of one store into an empty other one (a "
             "DuckDB file into a DuckLake and back) and checks the counts on both sides; `compact` "
@@ -49,6 +50,18 @@ def register(subparsers) -> None:
         help="expire snapshots older than this many seconds (default 3600; time travel reaches this far back)",
     )
     compact.set_defaults(func=run_compact)
+    query = actions.add_parser(
+        "sql",
+        help="run one read-only SELECT on the store (through the running collector, else the file)",
+        description=(
+            "Run one SELECT (or WITH ... SELECT) on the store of --db and print the result as CSV. "
+            "While a collector holds the file, the query goes through its read endpoint "
+            "(/v1/store/query, found from <db>.collector.json); otherwise the file is opened read-only."
+        ),
+    )
+    add_db_argument(query)
+    query.add_argument("statement", metavar="SQL", help="one SELECT statement")
+    query.set_defaults(func=run_sql)
 
 
 def run_copy(args: argparse.Namespace) -> int:
@@ -81,4 +94,25 @@ def run_compact(args: argparse.Namespace) -> int:
     with write_connection(db) as conn:
         counts = compact(conn, expire_older_than_s=args.expire_older_than_s)
     print(", ".join(f"{name.replace('_', ' ')}: {count}" for name, count in counts.items()))
+    return 0
+
+
+def run_sql(args: argparse.Namespace) -> int:
+    import csv
+
+    from budgetlens.config import resolve_db_path
+    from budgetlens.store.host import NotReadOnly, check_read_only
+    from budgetlens.store.readers import connect
+
+    try:
+        check_read_only(args.statement)
+    except NotReadOnly as error:
+        print(f"budgetlens store sql: {error}", file=sys.stderr)
+        return 2
+    with connect(resolve_db_path(args.db)) as conn:
+        table = conn.execute(args.statement).arrow()
+    writer = csv.writer(sys.stdout)
+    writer.writerow(table.column_names)
+    for row in zip(*(column.to_pylist() for column in table.columns)):
+        writer.writerow(["" if value is None else value for value in row])
     return 0

@@ -6,7 +6,7 @@ Routes:
   ``Content-Encoding: gzip``. Answers 200 with an ``ExportTraceServiceResponse`` (in the request's
   encoding; ``partial_success`` when some spans were invalid) only after the valid spans are
   durable: appended to the collector's journal and fsynced (``budgetlens.ingest.queue``; they are
-  queryable in DuckDB about 0.25 s later). Bodies over 256 KiB are decoded and mapped in worker
+  queryable in DuckDB about 0.25 s later). Bodies over 1 MiB are decoded and mapped in worker
   processes (``budgetlens.ingest.decode_pool``), so the event loop keeps answering. 400 malformed
   body, 401 missing/wrong bearer token (when one is configured; the scheme ``Bearer`` is
   case-insensitive), 408 body not received within ``body_timeout_s``, 413 body over
@@ -21,6 +21,8 @@ Routes:
 - ``POST /v1/ledger/{reserve,settle,renew,balances}``: the shared ledger of spend windows and
   token pools for the processes of this machine (same bearer token;
   ``budgetlens.ingest.ledger_api``).
+- ``POST /v1/store/query``, ``/v1/store/session``: read-only SQL on the store this collector
+  holds, Arrow IPC out (``budgetlens.ingest.store_api``; the read token).
 - ``GET /metrics``: Prometheus text exposition of ``CollectorMetrics``.
 - ``GET /healthz``: ``{"status": "ok", "queue_spans": N, "backlog_spans": N, "backlog_bytes": B,
   "journal_budget_bytes": B, "journal_used_pct": P, "refused_in_s": S|null, "loader_lag_s": S,
@@ -38,6 +40,7 @@ import contextlib
 import hmac
 import logging
 import os
+import secrets
 
 from google.rpc.status_pb2 import Status
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -48,7 +51,9 @@ from starlette.routing import Route
 
 from budgetlens.guard.ledgers.local import SqliteLedger
 from budgetlens.guard.ledgers.protocol import Ledger
+from budgetlens.ingest.budget import Busy, ByteBudget
 from budgetlens.ingest.decode_pool import DecodePool, DecodeUnavailable, Prepared
+from budgetlens.ingest.health import health
 from budgetlens.ingest.ledger_api import ledger_routes
 from budgetlens.ingest.metrics import CollectorMetrics
 from budgetlens.ingest.queue import (
@@ -58,10 +63,14 @@ from budgetlens.ingest.queue import (
     IngestQueue,
     QueueFull,
 )
+from budgetlens.ingest.store_api import StoreApi
 from budgetlens.otlp import DEFAULT_MAX_BODY_BYTES, JSON, PROTOBUF, OtlpError, SpanMemory, encode_response
 from budgetlens.otlp.decode import media_type
+from budgetlens.store.host import DEFAULT_CHECKPOINT_INTERVAL_S, DEFAULT_CHECKPOINT_WAL_BYTES
 
 log = logging.getLogger(__name__)
+
+__all__ = ["ByteBudget", "create_app", "health"]
 
 RETRY_AFTER_S = 1
 #: Default cap on request body bytes held at once, read or being decoded (2 full bodies).
@@ -83,60 +92,6 @@ PROTOBUF_BATCH_HINT = (
 )
 #: HTTP status -> google.rpc.Code of the error body.
 _RPC_CODES = {400: 3, 401: 16, 408: 4, 413: 8, 415: 3, 503: 14}
-
-
-class Busy(Exception):
-    """More request body bytes are in flight than the collector's cap allows."""
-
-
-class ByteBudget:
-    """Request body bytes held at once (received, or waiting for their decode), capped at
-    ``limit`` in all and at ``share`` per client (its address), so one client's big or stalled
-    bodies leave ``limit - share`` bytes to the others.
-
-    Bytes are charged as they arrive, never as a ``Content-Length`` declares. Used from the
-    event loop only (no lock). ``take`` refuses once either cap would be passed, except that a
-    client holding nothing may always take up to ``share`` while the total stays within
-    ``limit`` (so one body up to the body limit always fits). Raises ValueError for
-    ``share`` < 1 or ``share`` > ``limit``.
-    """
-
-    def __init__(self, limit: int, share: int | None = None):
-        share = limit if share is None else share
-        if not 1 <= share <= limit:
-            raise ValueError(f"the per-client share ({share}) must be from 1 to the limit ({limit})")
-        self.limit = limit
-        self.share = share
-        self.used = 0
-        self.by_client: dict[str, int] = {}
-
-    def take(self, nbytes: int, client: str = "") -> bool:
-        """Reserve ``nbytes`` for ``client``; False (nothing reserved) when that would pass the
-        client's share or the total limit."""
-        mine = self.by_client.get(client, 0)
-        if mine + nbytes > self.share:
-            return False
-        if self.used and self.used + nbytes > self.limit:
-            return False
-        self.used += nbytes
-        self.by_client[client] = mine + nbytes
-        return True
-
-    def fits(self, nbytes: int, client: str = "") -> bool:
-        """Whether ``take(nbytes, client)`` would succeed now (nothing is reserved)."""
-        mine = self.by_client.get(client, 0)
-        return mine + nbytes <= self.share and not (self.used and self.used + nbytes > self.limit)
-
-    def give(self, nbytes: int, client: str = "") -> None:
-        """Release ``nbytes`` reserved earlier by ``client``."""
-        if not nbytes:
-            return
-        self.used -= nbytes
-        left = self.by_client.get(client, 0) - nbytes
-        if left > 0:
-            self.by_client[client] = left
-        else:
-            self.by_client.pop(client, None)
 
 
 class _Receiver:
@@ -311,40 +266,6 @@ class _Receiver:
             await loop.run_in_executor(None, self.ingest.close)
 
 
-def health(ingest: IngestQueue, inflight_bytes: int = 0) -> tuple[dict, int]:
-    """(body, HTTP status) of ``/healthz`` for ``ingest``: 200 ``ok``; 503 ``writer stopped``
-    when a thread has stopped; 503 ``store unavailable: <reason>`` while the last load failed
-    for another reason than readers holding the file (a lock the journal absorbs: still 200).
-    ``journal_used_pct`` is the backlog's share of the journal's disk budget (percent); at 100 %
-    new spans are refused (503). ``refused_in_s`` (only while the store is unavailable) estimates
-    when: the free budget at the rate the backlog grew since its oldest batch (None when it is
-    empty)."""
-    error = ingest.store_error
-    backlog, budget, lag = ingest.backlog_bytes, ingest.max_journal_bytes, ingest.lag_s
-    if not ingest.alive:
-        status = "writer stopped"
-    elif error is not None and ingest.store_unwritable:
-        status = f"store unavailable: {error}"
-    else:
-        status = "ok"
-    refused_in = None
-    if error is not None and backlog > 0 and lag > 0:
-        refused_in = round(max(0, budget - backlog) * lag / backlog, 1)
-    body = {
-        "status": status,
-        "queue_spans": ingest.depth,
-        "backlog_spans": ingest.depth,
-        "backlog_bytes": backlog,
-        "journal_budget_bytes": budget,
-        "journal_used_pct": round(100.0 * backlog / budget, 2) if budget else None,
-        "refused_in_s": refused_in,
-        "loader_lag_s": round(lag, 3),
-        "store_error": error,
-        "inflight_bytes": inflight_bytes,
-    }
-    return body, 200 if status == "ok" else 503
-
-
 def create_app(
     db_path: str | os.PathLike,
     *,
@@ -361,6 +282,9 @@ def create_app(
     ingest: IngestQueue | None = None,
     decode_pool: DecodePool | None = None,
     ledger: Ledger | None = None,
+    read_token: str | None = None,
+    checkpoint_interval_s: float = DEFAULT_CHECKPOINT_INTERVAL_S,
+    checkpoint_wal_bytes: int = DEFAULT_CHECKPOINT_WAL_BYTES,
 ) -> Starlette:
     """Build the ASGI app writing to the DuckDB file ``db_path``.
 
@@ -376,6 +300,10 @@ def create_app(
     ``max_body_bytes``), so any accepted body is acknowledged within the exporters' 10 s.
     ``ledger``: the state behind ``/v1/ledger/*`` (default: a SQLite ledger in memory; the
     ``collector`` command keeps it in a file next to the journal).
+    ``read_token``: the bearer token of the read endpoint ``/v1/store/*``
+    (``budgetlens.ingest.store_api``; default ``token``, else a random one, in
+    ``app.state.read_token``). ``checkpoint_interval_s`` / ``checkpoint_wal_bytes``: when the
+    store file is checkpointed (``budgetlens.store.host``).
     ``metrics``/``ingest``/``decode_pool`` may be injected (tests); the app starts the ingest
     writer and the decode workers on startup and, on shutdown (SIGTERM under uvicorn), commits
     what is pending before it exits.
@@ -405,8 +333,15 @@ def create_app(
         raise ValueError("token must not start or end with whitespace (a header value cannot carry it)")
     metrics = metrics or (ingest.metrics if ingest else CollectorMetrics())
     ingest = ingest or IngestQueue(
-        db_path, metrics=metrics, max_queue_spans=max_queue_spans, max_journal_bytes=max_journal_bytes
+        db_path,
+        metrics=metrics,
+        max_queue_spans=max_queue_spans,
+        max_journal_bytes=max_journal_bytes,
+        checkpoint_interval_s=checkpoint_interval_s,
+        checkpoint_wal_bytes=checkpoint_wal_bytes,
     )
+    read_token = read_token or token or secrets.token_urlsafe(32)
+    store_api = StoreApi(ingest.store_host, read_token)
     receiver = _Receiver(
         ingest,
         decode_pool or DecodePool(memory=SpanMemory()),
@@ -424,12 +359,14 @@ def create_app(
             Route("/metrics", receiver.metrics_endpoint, methods=["GET"]),
             Route("/healthz", receiver.healthz, methods=["GET"]),
             *ledger_routes(ledger if ledger is not None else SqliteLedger(), receiver.authorized),
+            *store_api.routes(),
         ],
         lifespan=receiver.lifespan,
     )
     app.state.ingest = ingest
     app.state.metrics = metrics
     app.state.decode_pool = receiver.pool
+    app.state.read_token = read_token
     return app
 
 

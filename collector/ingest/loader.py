@@ -6,8 +6,10 @@ guarded by one ``threading.Condition``. ``Loader`` holds the backlog, the open j
 metrics as fields and runs the loader thread.
 
 Journaled batches move into DuckDB in groups (every ``load_interval_s`` seconds or
-``max_group_spans`` rows, whichever comes first), each through ``budgetlens.store.write_connection``
-+ ``write_batch`` (the file is held only while committing, so dashboard readers get in between).
+``max_group_spans`` rows, whichever comes first), each one ``write_batch`` on a file store's
+long-lived connection (``budgetlens.store.host.StoreHost``: held for the collector's life,
+checkpointed between commits by time or WAL size; readers query through the collector), or
+through ``budgetlens.store.write_connection`` without a host (a lake, tests).
 The Prometheus metrics are counted from the rows actually inserted, then the batches are marked
 loaded in the journal (deleting fully loaded segments). A group the store refuses for its data is
 loaded around the bad rows (``budgetlens.ingest.dead_letter``).
@@ -33,10 +35,12 @@ import os
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+import duckdb
 import pyarrow as pa
 
 from budgetlens.config import is_lake_location
@@ -45,6 +49,7 @@ from budgetlens.ingest.fold import Folder
 from budgetlens.ingest.journal import Batch, Journal
 from budgetlens.ingest.metrics import CollectorMetrics
 from budgetlens.store import write_batch, write_connection
+from budgetlens.store.host import StoreHost
 from budgetlens.store.lake_ingest import STAGE_CONFLICT_TIMEOUT_S, stage_batch, staged_bound
 
 log = logging.getLogger(__name__)
@@ -150,7 +155,9 @@ class Loader:
     ``journal``: the open ``Journal`` the batches are in; ``metrics``: counted from the rows each
     commit inserted; ``commit``: replaces the store write (tests; metrics are then not counted);
     ``max_group_spans`` (rows) and ``load_interval_s`` (s) size the groups; ``intake_alive()``
-    tells whether the journal thread may still add batches. ``thread`` runs ``run``.
+    tells whether the journal thread may still add batches; ``host``: the long-lived connection
+    of a file store (commits go through it, and it checkpoints between them), None to open the
+    file per commit. ``thread`` runs ``run``.
     """
 
     def __init__(
@@ -164,8 +171,11 @@ class Loader:
         max_group_spans: int,
         load_interval_s: float,
         intake_alive: Callable[[], bool],
+        host: StoreHost | None = None,
     ):
         self.db_path = db_path
+        #: on a file store: the collector's one long-lived connection (``budgetlens.store.host``)
+        self.host = host
         self.journal = journal
         self.backlog = backlog
         self.metrics = metrics
@@ -242,6 +252,8 @@ class Loader:
                     continue
             if self.folder is not None:
                 self.folder.fold_if_due()
+            if self.host is not None:
+                self.host.checkpoint_if_due()
         if self.folder is not None and self.folder.due:  # the last groups this collector staged
             self.folder.fold_until_done(self.drain_deadline)
 
@@ -277,6 +289,8 @@ class Loader:
                     return True
                 if backlog.store_error is not None and not backlog.waiting:
                     return True  # probe the store so its error clears
+                if self.host is not None and self.host.checkpoint_due():
+                    return True
                 wait = self.load_interval_s
                 if backlog.waiting:
                     wait = max(0.001, backlog.waiting[0].journaled_at + wait - time.monotonic())
@@ -336,8 +350,7 @@ class Loader:
         if self.commit is not None:
             dead = load_around_bad_rows(batches, self.commit, dead_letter, self._observe)
         else:  # one connection for the whole retry (a commit per half, not a reopen)
-            with write_connection(self.db_path, timeout_s=LOADER_WRITE_TIMEOUT_S) as conn:
-                conn.execute("SET threads TO 1")
+            with self._connection() as conn:
                 dead = load_around_bad_rows(
                     batches, lambda *tables: self._write(conn, *tables), dead_letter, self._observe
                 )
@@ -349,9 +362,19 @@ class Loader:
         if self.commit is not None:
             self.commit(calls, records, events)
             return None
+        with self._connection() as conn:
+            return self._write(conn, calls, records, events)
+
+    @contextmanager
+    def _connection(self) -> Iterator[duckdb.DuckDBPyConnection]:
+        """The host's long-lived connection, else the file (or lake) opened for this commit."""
+        if self.host is not None:
+            with self.host.write() as conn:
+                yield conn
+            return
         with write_connection(self.db_path, timeout_s=LOADER_WRITE_TIMEOUT_S) as conn:
             conn.execute("SET threads TO 1")  # one core for loading, the other for intake
-            return self._write(conn, calls, records, events)
+            yield conn
 
     def _write(self, conn, calls: pa.Table, records: pa.Table, events: pa.Table):
         """One commit: ``write_batch`` on a file (its WriteResult), a stage on a lake (None: the
@@ -365,7 +388,7 @@ class Loader:
     def _probe(self) -> None:
         """Open the store for writing once (raises what ``write_connection`` raises)."""
         if self.commit is None:
-            with write_connection(self.db_path, timeout_s=LOADER_WRITE_TIMEOUT_S):
+            with self._connection():
                 pass
 
     def _observe(self, result) -> None:

@@ -34,9 +34,10 @@ from pathlib import Path
 
 from budgetlens.config import ENV_JOURNAL_DIR, apply_collector_settings, is_lake_location, resolve
 from budgetlens.ingest.journal import Batch, Encoded, Journal, decode_batch, encode_batch
-from budgetlens.ingest.loader import Backlog, CommitFn, Loader, Pending
+from budgetlens.ingest.loader import LOADER_WRITE_TIMEOUT_S, Backlog, CommitFn, Loader, Pending
 from budgetlens.ingest.metrics import CollectorMetrics
 from budgetlens.otlp.mapping import Mapped
+from budgetlens.store.host import DEFAULT_CHECKPOINT_INTERVAL_S, DEFAULT_CHECKPOINT_WAL_BYTES, StoreHost
 
 log = logging.getLogger(__name__)
 
@@ -97,6 +98,8 @@ class IngestQueue:
         max_group_spans: int = DEFAULT_MAX_GROUP_SPANS,
         load_interval_s: float | None = None,
         commit: CommitFn | None = None,
+        checkpoint_interval_s: float = DEFAULT_CHECKPOINT_INTERVAL_S,
+        checkpoint_wal_bytes: int = DEFAULT_CHECKPOINT_WAL_BYTES,
     ):
         if load_interval_s is None:
             load_interval_s = (
@@ -127,6 +130,15 @@ class IngestQueue:
         self._journal_thread = threading.Thread(
             target=self._journal_loop, name="budgetlens-journal", daemon=True
         )
+        #: a file store's one long-lived connection (None on a lake or with an injected commit)
+        self.store_host: StoreHost | None = None
+        if commit is None and not is_lake_location(db_path):
+            self.store_host = StoreHost(
+                self.db_path,
+                checkpoint_interval_s=checkpoint_interval_s,
+                checkpoint_wal_bytes=checkpoint_wal_bytes,
+                open_timeout_s=LOADER_WRITE_TIMEOUT_S,
+            )
 
     # --- state ----------------------------------------------------------------------------
     @property
@@ -198,6 +210,7 @@ class IngestQueue:
                 max_group_spans=self.max_group_spans,
                 load_interval_s=self.load_interval_s,
                 intake_alive=lambda: bool(self._incoming) or self._journal_thread.is_alive(),
+                host=self.store_host,
             )
             self._started = True
         if replay_in_background:
@@ -259,6 +272,8 @@ class IngestQueue:
                     )
         if self._journal is not None:
             self._journal.close()
+        if self.store_host is not None:
+            self.store_host.close()
 
     # --- the journal thread -------------------------------------------------------------------
     def _journal_loop(self) -> None:

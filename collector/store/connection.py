@@ -3,9 +3,13 @@
 DuckDB lets one process write a file, and a read-write open conflicts with any other open of the
 same file. So:
 
-- the writer (the collector, an import, the sample loader) holds the file only for the length of
-  one batch: ``write_connection`` opens, migrates, yields, commits and closes;
-- readers (the dashboard, the CLI) open it read-only for the length of one query
+- a running collector holds the file for its life on one connection
+  (``budgetlens.store.host.StoreHost``) and readers query through it
+  (``budgetlens.store.readers.connect``); in the collector's own process ``read_connection``
+  reads through that connection;
+- other writers (an import, the sample loader) hold the file only for the length of one batch:
+  ``write_connection`` opens, migrates, yields, commits and closes;
+- readers without a collector open it read-only for the length of one query
   (``read_connection``);
 - both retry with a short backoff while another process holds a conflicting lock, up to a
   timeout, so no lock error reaches a user unless the file stays locked for that long.
@@ -201,7 +205,8 @@ def read_connection(
     """Open ``path`` read-only for one query or a few, retrying while a writer commits.
 
     On a DuckLake location every query of the connection reads one snapshot, and writers are
-    never blocked.
+    never blocked. When a collector in this process holds the file (``budgetlens.store.host``),
+    the connection is a cursor of its connection in a READ ONLY transaction (one snapshot too).
 
     Raises StoreMissing when the file does not exist, StoreError when DuckDB cannot open it (a
     directory, not a DuckDB file, no permission) or it stays locked for longer than
@@ -213,6 +218,13 @@ def read_connection(
             yield conn
         return
     path = location
+    from budgetlens.store.host import host_in_process
+
+    host = host_in_process(path)
+    if host is not None:  # this process holds the file (a collector in it): read through it
+        with host.snapshot_cursor() as cursor:
+            yield cursor
+        return
     if not path.exists():
         raise StoreMissing(
             f"{path}: no budgetlens store here yet; create one with `budgetlens sample`, "

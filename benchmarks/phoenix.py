@@ -1,0 +1,126 @@
+"""Arize Phoenix as the ingest benchmark's reference: persisted spans/s for the same bodies.
+
+Phoenix is not a dependency: it runs from a separate virtualenv whose interpreter is given by
+``--phoenix-python`` or ``$BUDGETLENS_BENCH_PHOENIX_PYTHON`` (``python -m venv /tmp/phoenix &&
+/tmp/phoenix/bin/pip install arize-phoenix``). ``phoenix_python`` says why the column is skipped
+when it is not usable. ``persisted_spans_per_s`` starts ``phoenix serve`` on a free port with a
+fresh working directory (its SQLite database there), posts the bodies to its OTLP/HTTP endpoint
+with ``clients`` keep-alive clients, and counts the rows of its ``spans`` table until all are
+persisted.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sqlite3
+import subprocess
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import requests
+
+#: The interpreter of a virtualenv with ``arize-phoenix`` installed.
+ENV_PHOENIX_PYTHON = "BUDGETLENS_BENCH_PHOENIX_PYTHON"
+
+
+def phoenix_python(given: str | None) -> tuple[str | None, str]:
+    """(interpreter, "") when ``given`` (else ``$BUDGETLENS_BENCH_PHOENIX_PYTHON``) imports
+    ``phoenix``; (None, the reason) otherwise."""
+    python = given or os.environ.get(ENV_PHOENIX_PYTHON)
+    if not python:
+        return None, f"no Phoenix interpreter given (--phoenix-python or ${ENV_PHOENIX_PYTHON})"
+    try:
+        probe = subprocess.run(
+            [python, "-c", "import phoenix; print(phoenix.__version__)"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    except OSError as error:
+        return None, f"{python}: cannot run: {error}"
+    if probe.returncode != 0:
+        return None, f"{python}: `import phoenix` failed: {probe.stderr.strip().splitlines()[-1:]}"
+    return python, ""
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _count_spans(database: Path) -> int:
+    if not database.exists():
+        return 0
+    try:
+        with sqlite3.connect(f"file:{database}?mode=ro", uri=True, timeout=1) as conn:
+            return int(conn.execute("SELECT count(*) FROM spans").fetchone()[0])
+    except sqlite3.Error:
+        return 0
+
+
+def persisted_spans_per_s(python: str, bodies: list[bytes], spans: int, clients: int = 4) -> dict:
+    """Post ``bodies`` (``spans`` spans in all) to a fresh Phoenix; persisted spans/s (until its
+    ``spans`` table holds them all, at most 600 s) and acknowledged spans/s. Raises
+    RuntimeError when Phoenix does not start or does not persist them."""
+    with tempfile.TemporaryDirectory() as tmp:
+        port = _free_port()
+        env = {
+            **os.environ,
+            "PHOENIX_WORKING_DIR": tmp,
+            "PHOENIX_PORT": str(port),
+            "PHOENIX_HOST": "127.0.0.1",
+        }
+        process = subprocess.Popen(
+            [python, "-m", "phoenix.server.main", "serve"],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
+        url = f"http://127.0.0.1:{port}"
+        try:
+            deadline = time.monotonic() + 120
+            while True:
+                try:
+                    if requests.get(f"{url}/healthz", timeout=1).status_code == 200:
+                        break
+                except requests.RequestException:
+                    pass
+                if process.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"Phoenix did not start: {process.stderr.read()[-500:]!r}")
+                time.sleep(0.5)
+            shares = [bodies[i::clients] for i in range(clients)]
+            failures: list[int] = []
+
+            def client(share):
+                session = requests.Session()
+                for body in share:
+                    response = session.post(
+                        f"{url}/v1/traces", data=body, headers={"Content-Type": "application/x-protobuf"}
+                    )
+                    if response.status_code != 200:
+                        failures.append(response.status_code)
+
+            threads = [threading.Thread(target=client, args=(share,)) for share in shares]
+            started = time.perf_counter()
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+            acknowledged = time.perf_counter() - started
+            database = Path(tmp) / "phoenix.db"
+            deadline = time.monotonic() + 600
+            while _count_spans(database) < spans:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"Phoenix persisted {_count_spans(database)} of {spans} spans")
+                time.sleep(0.2)
+            persisted = time.perf_counter() - started
+        finally:
+            process.terminate()
+            process.wait(60)
+    if failures:
+        raise RuntimeError(f"Phoenix refused {len(failures)} requests: {sorted(set(failures))}")
+    return {"spans_per_s": spans / persisted, "acknowledged_spans_per_s": spans / acknowledged}

@@ -1,0 +1,39 @@
+"""The collector's ``/healthz`` body: backlog, lag, journal budget and the store's state."""
+
+from __future__ import annotations
+
+from budgetlens.ingest.queue import IngestQueue
+
+
+def health(ingest: IngestQueue, inflight_bytes: int = 0) -> tuple[dict, int]:
+    """(body, HTTP status) of ``/healthz`` for ``ingest``: 200 ``ok``; 503 ``writer stopped``
+    when a thread has stopped; 503 ``store unavailable: <reason>`` while the last load failed
+    for another reason than readers holding the file (a lock the journal absorbs: still 200).
+    ``journal_used_pct`` is the backlog's share of the journal's disk budget (percent); at 100 %
+    new spans are refused (503). ``refused_in_s`` (only while the store is unavailable) estimates
+    when: the free budget at the rate the backlog grew since its oldest batch (None when it is
+    empty)."""
+    error = ingest.store_error
+    backlog, budget, lag = ingest.backlog_bytes, ingest.max_journal_bytes, ingest.lag_s
+    if not ingest.alive:
+        status = "writer stopped"
+    elif error is not None and ingest.store_unwritable:
+        status = f"store unavailable: {error}"
+    else:
+        status = "ok"
+    refused_in = None
+    if error is not None and backlog > 0 and lag > 0:
+        refused_in = round(max(0, budget - backlog) * lag / backlog, 1)
+    body = {
+        "status": status,
+        "queue_spans": ingest.depth,
+        "backlog_spans": ingest.depth,
+        "backlog_bytes": backlog,
+        "journal_budget_bytes": budget,
+        "journal_used_pct": round(100.0 * backlog / budget, 2) if budget else None,
+        "refused_in_s": refused_in,
+        "loader_lag_s": round(lag, 3),
+        "store_error": error,
+        "inflight_bytes": inflight_bytes,
+    }
+    return body, 200 if status == "ok" else 503
