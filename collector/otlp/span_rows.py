@@ -171,7 +171,9 @@ def call_row(
         cost = amount(attrs, sc.BUDGET_COST_USD)
     version = unpriced = None
     later = None
-    if cost is None and not ctx.budget_run and status == sc.USAGE_REPORTED:
+    # A guard's call span without a cost (its run needed no price before the next call) is
+    # priced here, like a foreign one (issue 25).
+    if cost is None and status == sc.USAGE_REPORTED:
         parts = (amount(attrs, sc.GEN_AI_USAGE_INPUT_COST), amount(attrs, sc.GEN_AI_USAGE_OUTPUT_COST))
         stated = _stated_cost(attrs)
         if stated is not None:
