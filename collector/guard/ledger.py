@@ -188,7 +188,10 @@ class RunLedger:
 
     def share(self, limits: Mapping[str, float | None]) -> float:
         """The share of the most-used token or cost limit (see :func:`budgetlens.guard.stops.limit_share`)."""
-        return limit_share(limits, self.input_tokens, self.output_tokens, self.unknown_tokens, self.spent_usd)
+        spent = (
+            self.spent_usd if limits.get("max_cost_usd") is not None else 0.0
+        )  # no price read unless limited
+        return limit_share(limits, self.input_tokens, self.output_tokens, self.unknown_tokens, spent)
 
     def stats(
         self, limits: Mapping[str, float | None], elapsed_s: float, cost_unenforced: tuple[str, ...] = ()
