@@ -28,8 +28,10 @@ def _kv(key: str, value) -> KeyValue:
     return kv
 
 
-def make_body(seed: int) -> bytes:
-    """One protobuf body of ``SPANS_PER_BODY`` guard-shaped spans with unique ids."""
+def make_body(seed: int, *, stated_cost: bool = True) -> bytes:
+    """One protobuf body of ``SPANS_PER_BODY`` guard-shaped spans with unique ids;
+    ``stated_cost=False``: the call spans carry no ``budgetlens.cost_usd`` (the collector prices
+    them, as for a guard without a cost limit)."""
     request = ExportTraceServiceRequest()
     resource_spans = request.resource_spans.add()
     resource_spans.resource.attributes.append(_kv(sc.SERVICE_NAME, "bench-agent"))
@@ -70,9 +72,10 @@ def make_body(seed: int) -> bytes:
                     _kv(sc.BUDGET_USED_TOKENS, used),
                     _kv(sc.BUDGET_REMAINING_TOKENS, 100_000 - used),
                     _kv(sc.BUDGET_USAGE_STATUS, "reported"),
-                    _kv(sc.BUDGET_COST_USD, used * 1.5e-7),
                 ]
             )
+            if stated_cost:
+                span.attributes.append(_kv(sc.BUDGET_COST_USD, used * 1.5e-7))
             spans.append(span)
         run_span = Span(
             trace_id=trace_id,

@@ -22,10 +22,18 @@ Error policy (one, for every caller):
   :func:`load_price_file` raise for a bad user price file (``ValueError`` naming the file, key and
   rule): the guard and the importers call it before any call is paid for.
 
-Model names resolve as genai-prices matches them, then without provider and region prefixes
-(``openai/``, ``bedrock/``, ``us.``, ``global.``, ``anthropic.``) and version or date suffixes
-(``-2025-08-07``, ``-20250929``, ``-0315``, ``@20250514``, ``:0``, ``-v1:0``, ``-latest``): the
-full (dated) name first, so a dated entry wins over its base model.
+Model names resolve as ``budgetlens.price_names`` describes (prefixes and date suffixes
+stripped, the dated entry first).
+
+Resolved once, applied to many calls (issue 25): the price in force for a (provider, model,
+conditional price and variant in force at the call's time, service tier), or a user price
+file's model, is resolved once per process and kept. When it is linear in every usage field
+(no ``TieredPrices``), its per-call fee and per-field rates come from genai-prices' own
+calculation on unit usages (``budgetlens.price_rates``), and calls are priced by rates x counts
+in ``Decimal``; a tiered price, or a call genai-prices would treat otherwise (an audio part
+without an audio rate, a usage it refuses), keeps the per-call ``calc_price``. Both give the
+same figure (the tests compare them on random usages). :func:`price_calls` prices a batch (the
+collector's span mapping) through the same path.
 
 User price file (YAML, JSON or TOML; path from the argument, else the environment variable
 ``BUDGETLENS_PRICES_FILE``): its format and checks are in ``budgetlens.price_file``; its prices
@@ -35,80 +43,39 @@ win over genai-prices for the models it names.
 from __future__ import annotations
 
 import datetime as dt
-import json
 import logging
 import os
-import re
 import warnings
-from collections.abc import Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
-from functools import lru_cache
+from decimal import Decimal
 from typing import Any
 
 from budgetlens.billing_parts import unpriced_audio, unpriced_fields, without_parts
 from budgetlens.config import ENV_PRICES_FILE, resolve
-from budgetlens.price_file import USAGE_KEYS, UserModel, genai_usage, load_price_file, user_table
+from budgetlens.price_columns import usage_details, usage_from_details
+from budgetlens.price_file import UserModel, genai_usage, load_price_file, user_table
+from budgetlens.price_names import clear_names, genai_model, name_variants, warn_unpriced
+from budgetlens.price_rates import Rates, derive_rates
 from budgetlens.usage import Usage
 
 log = logging.getLogger(__name__)
 
 __all__ = [
     "CallPrice",
+    "PriceRequest",
     "check_prices_file",
     "clear_price_cache",
     "cost_usd",
     "estimate_cost_usd",
     "load_price_file",
     "price_call",
+    "price_calls",
     "price_columns",
     "price_version",
     "usage_details",
     "usage_from_details",
 ]
-
-#: OTel gen_ai.provider.name values (and common spellings) -> genai-prices provider ids.
-_PROVIDER_IDS = {
-    "aws.bedrock": "aws",
-    "bedrock": "aws",
-    "bedrock_converse": "aws",
-    "converse": "aws",
-    "gcp.gemini": "google",
-    "gcp.vertex_ai": "google",
-    "gcp.gen_ai": "google",
-    "gemini": "google",
-    "vertex_ai": "google",
-    "azure.ai.openai": "azure",
-    "azure.ai.inference": "azure",
-    "mistral_ai": "mistral",
-    "x_ai": "x-ai",
-    "xai": "x-ai",
-}
-#: Version and date suffixes, stripped one at a time (the full name is always tried first).
-_SUFFIXES = (
-    re.compile(r"-v\d+(:\d+)?$"),  # Bedrock -v1:0
-    re.compile(r":\d+$"),  # Bedrock :0
-    re.compile(r"(-\d{8}|-\d{4}-\d{2}-\d{2}|@\d{8}|@latest|-latest|@\d{3})$"),
-    re.compile(r"-\d{4}$"),  # OpenAI -0314 / -0613
-)
-#: Bedrock cross-region inference profiles and vendor prefixes (``us.anthropic.claude-...``).
-_DOTTED_PREFIX = re.compile(
-    r"^(?:(?:us|eu|apac|au|jp|ca|us-gov|global)\.)?"
-    r"(?:anthropic|amazon|meta|mistral|cohere|ai21|openai|deepseek|qwen|writer)\."
-)
-_REGION_PREFIX = re.compile(r"^(?:us|eu|apac|au|jp|ca|us-gov|global)\.")
-
-#: Usage fields billed per count (not tokens): a model without their price leaves them unpriced.
-
-_TOKEN_COLUMNS = (
-    "input_tokens",
-    "output_tokens",
-    "cache_read_tokens",
-    "cache_write_tokens",
-    "reasoning_tokens",
-)
-_TOKEN_UNITS = {"mtok": 1_000_000, "ktok": 1_000, "token": 1}
-_COUNT_UNITS = {"kcount": 1_000, "count": 1}
-_ALLOW_KEY = "allow_implausible_prices"
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,72 +124,16 @@ def warm_prices() -> None:
         log.debug("warming genai-prices failed", exc_info=True)
 
 
+_version: list[str] = []
+
+
 def price_version() -> str:
     """The version of the bundled genai-prices data that prices calls (``"genai-prices 0.2.3"``)."""
-    import genai_prices
+    if not _version:
+        import genai_prices
 
-    return f"genai-prices {genai_prices.__version__}"
-
-
-# --- model names --------------------------------------------------------------------------------
-
-
-def _name_variants(model: str) -> list[str]:
-    """``model`` lower-cased, then without provider/region prefixes, then without suffixes."""
-    name = model.strip().lower()
-    names = [name]
-    while "/" in name:
-        name = name.split("/", 1)[1]
-        names.append(name)
-    for n in list(names):
-        for pattern in (_DOTTED_PREFIX, _REGION_PREFIX):
-            stripped = pattern.sub("", n)
-            if stripped != n and stripped not in names:
-                names.append(stripped)
-    for n in list(names):
-        for pattern in _SUFFIXES:
-            stripped = pattern.sub("", n)
-            if stripped != n and stripped not in names:
-                names.append(stripped)
-                n = stripped
-    return names
-
-
-def _provider_candidates(model: str, provider: str | None) -> list[str | None]:
-    provider_id = _PROVIDER_IDS.get((provider or "").lower(), (provider or "").lower() or None)
-    prefix = model.split("/", 1)[0].lower() if "/" in model else None
-    prefix_id = _PROVIDER_IDS.get(prefix, prefix) if prefix else None
-    return list(dict.fromkeys([provider_id, prefix_id, None]))
-
-
-@lru_cache(maxsize=4096)
-def _genai_model(model: str, provider: str | None) -> tuple[Any, Any] | None:
-    """(genai-prices Provider, ModelInfo) for ``model``, or None when it has no entry."""
-    from genai_prices import data_snapshot
-
-    snapshot = data_snapshot.get_snapshot()
-    for name in _name_variants(model):
-        for pid in _provider_candidates(model, provider):
-            try:
-                return snapshot.find_provider_model(name, None, pid, None)
-            except LookupError:
-                continue
-    return None
-
-
-_warned_unpriced: set[str] = set()
-
-
-def _warn_unpriced(model: str, provider: str | None) -> None:
-    key = f"{provider or ''}/{model}"
-    if key not in _warned_unpriced:
-        _warned_unpriced.add(key)
-        log.warning(
-            "no price for model %r (provider %r): its calls are unpriced; add it to a price file (%s)",
-            model,
-            provider,
-            ENV_PRICES_FILE,
-        )
+        _version.append(f"genai-prices {genai_prices.__version__}")
+    return _version[0]
 
 
 # --- usage -> genai-prices ----------------------------------------------------------------------
@@ -287,34 +198,79 @@ def _price(
         user = _user_model(model, path)
         if user is not None:
             return _price_user(model, usage, user)
-    found = _genai_model(model, provider)
+    found = genai_model(model, provider)
     if found is None:
-        _warn_unpriced(model, provider)
+        warn_unpriced(model, provider)
         return CallPrice(None, unpriced_reason=f"no price for model {model!r}")
     genai_provider, info = found
+    when = _as_utc(at)
+    context = _price_context(usage)
+    source = f"genai-prices:{genai_provider.id}/{info.id}"
+    key = ("genai", genai_provider.id, info.id, usage.service_tier, _in_force(info, when))
+    rates = _rates.get(key, _UNSET)
+    if rates is _UNSET:
+        rates = _remember(key, lambda u: _genai_calc(info, genai_provider, u, when, context))
+    if rates is not None:
+        fast = rates.cost(usage)
+        if fast is not None:
+            return _priced(model, float(fast[0]), fast[1], source, price_version())
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # an unknown usage key is reported as unpriced below
         calc = info.calc_price(
-            genai_usage(usage),
-            genai_provider,
-            genai_request_timestamp=_as_utc(at),
-            price_context=_price_context(usage),
+            genai_usage(usage), genai_provider, genai_request_timestamp=when, price_context=context
         )
         audio = unpriced_audio(usage, calc.model_price)
         if audio:  # the text part is priced; the audio part is named unpriced, never text-rated
             calc = info.calc_price(
                 genai_usage(without_parts(usage, audio)),
                 genai_provider,
-                genai_request_timestamp=_as_utc(at),
-                price_context=_price_context(usage),
+                genai_request_timestamp=when,
+                price_context=context,
             )
     return _priced(
-        model,
-        float(calc.total_price),
-        unpriced_fields(usage, calc.model_price),
-        f"genai-prices:{genai_provider.id}/{info.id}",
-        price_version(),
+        model, float(calc.total_price), unpriced_fields(usage, calc.model_price), source, price_version()
     )
+
+
+# --- resolved prices (once per provider, model, price in force, tier) ---------------------------
+
+_UNSET: Any = object()
+#: Rates of each resolved price (None: tiered or not linear: priced call by call).
+_rates: dict[tuple[Any, ...], Rates | None] = {}
+
+
+def _in_force(info: Any, when: dt.datetime) -> tuple[tuple[bool, ...], tuple[bool, ...]]:
+    """Which of a genai-prices model's conditional prices and price variants are in force at
+    ``when`` (their own ``constraint.active``): two calls with the same answer have the same
+    price (genai-prices picks among the ones in force)."""
+    prices = info.prices
+    conditions = (
+        tuple(c.constraint is None or c.constraint.active(when) for c in prices)
+        if isinstance(prices, list)
+        else ()
+    )
+    variants = tuple(v.constraint is None or v.constraint.active(when) for v in info.price_variants or ())
+    return conditions, variants
+
+
+def _genai_calc(
+    info: Any, provider: Any, usage: Any, when: dt.datetime, context: dict[str, str] | None
+) -> tuple[Decimal, Any]:
+    calc = info.calc_price(usage, provider, genai_request_timestamp=when, price_context=context)
+    return calc.total_price, calc.model_price
+
+
+def _remember(key: tuple[Any, ...], calc: Any) -> Rates | None:
+    """Derive (once) and keep the rates of a resolved price; None when it is priced call by call."""
+    try:
+        rates = derive_rates(calc)
+    except _PRICE_ERRORS as error:  # the per-call path reports it for each call
+        log.debug("no rates for %s: %s", key, error)
+        rates = None
+    if len(_rates) > 4096:
+        _rates.clear()
+    _rates[key] = rates
+    return rates
 
 
 _warned_partly: set[tuple[str, tuple[str, ...]]] = set()
@@ -335,6 +291,15 @@ def _priced(model: str, cost: float, unpriced: tuple[str, ...], source: str, ver
 
 
 def _price_user(model: str, usage: Usage, user: UserModel) -> CallPrice:
+    key = ("user", user.version, user.source, repr(user.prices))
+    rates = _rates.get(key, _UNSET)
+    if rates is _UNSET:
+        price = user.model_price()
+        rates = _remember(key, lambda u: (price.calc_price(u)["total_price"], price))
+    if rates is not None:
+        fast = rates.cost(usage)
+        if fast is not None:
+            return _priced(model, float(fast[0]), fast[1], user.source, user.version)
     model_price = user.model_price()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -342,6 +307,26 @@ def _price_user(model: str, usage: Usage, user: UserModel) -> CallPrice:
     return _priced(
         model, float(result["total_price"]), unpriced_fields(usage, model_price), user.source, user.version
     )
+
+
+@dataclass(frozen=True, slots=True)
+class PriceRequest:
+    """One call to price in a batch (:func:`price_calls`): the arguments of :func:`price_call`."""
+
+    model: str | None
+    usage: Usage | None
+    provider: str | None = None
+    at: dt.datetime | None = None
+
+
+def price_calls(
+    calls: Iterable[PriceRequest], *, prices_file: str | os.PathLike | None = None
+) -> list[CallPrice]:
+    """Price a batch of calls (e.g. the model-call spans of one OTLP body): one
+    :class:`CallPrice` per request, in order, each equal to :func:`price_call`'s. Each
+    (provider, model, price in force, tier) is resolved once and its calls priced by rates x
+    counts where the price is linear (see the module docstring). Never raises for a price."""
+    return [price_call(c.model, c.usage, c.provider, at=c.at, prices_file=prices_file) for c in calls]
 
 
 def cost_usd(
@@ -380,41 +365,6 @@ def estimate_cost_usd(
     return max(as_input, as_output)
 
 
-# --- store columns ------------------------------------------------------------------------------
-
-#: Usage fields stored in ``model_calls.usage_details`` (the token columns hold the rest).
-_DETAIL_FIELDS = (
-    *(name for name in USAGE_KEYS if name not in _TOKEN_COLUMNS),
-    "service_tier",
-    "provider_total_tokens",
-)
-
-
-def usage_details(usage: Usage | None) -> str | None:
-    """``model_calls.usage_details``: a JSON object of the billing parts of ``usage`` beyond the
-    token columns (audio/image/video tokens, 1h cache writes, web searches, service tier, the
-    provider's own total when it disagrees with the parts), only
-    those reported; None when there are none."""
-    if usage is None:
-        return None
-    parts = {name: getattr(usage, name) for name in _DETAIL_FIELDS if getattr(usage, name)}
-    return json.dumps(parts, sort_keys=True) if parts else None
-
-
-def usage_from_details(columns: Mapping[str, Any]) -> Usage | None:
-    """The :class:`Usage` of a stored ``model_calls`` row (token columns + ``usage_details``), or
-    None when its input or output tokens are unknown (NULL). Raises ValueError for a malformed
-    ``usage_details``."""
-    if columns.get("input_tokens") is None or columns.get("output_tokens") is None:
-        return None
-    values: dict[str, Any] = {name: int(columns.get(name) or 0) for name in _TOKEN_COLUMNS}
-    raw = columns.get("usage_details")
-    extra = json.loads(raw) if raw else {}
-    if not isinstance(extra, dict) or set(extra) - set(_DETAIL_FIELDS):
-        raise ValueError(f"usage_details must be an object with keys among {_DETAIL_FIELDS}, got {raw!r}")
-    return Usage(**{**values, **extra})
-
-
 def price_columns(
     model: str | None, usage: Usage | None, provider: str | None = None, *, at: dt.datetime | None = None
 ) -> dict[str, Any]:
@@ -434,7 +384,7 @@ def price_columns(
 
 def _user_model(model: str, path: str) -> UserModel | None:
     table = user_table(path)
-    for name in _name_variants(model):
+    for name in name_variants(model):
         if name in table:
             return table[name]
     return None
@@ -465,8 +415,9 @@ def check_prices_file(prices_file: str | os.PathLike | None = None) -> None:
 
 
 def clear_price_cache() -> None:
-    """Forget resolved models, loaded price files and the models already warned about."""
-    _genai_model.cache_clear()
+    """Forget resolved models and their rates, loaded price files and the models already warned
+    about."""
+    clear_names()
     user_table.cache_clear()
-    _warned_unpriced.clear()
+    _rates.clear()
     _warned_partly.clear()

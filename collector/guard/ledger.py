@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from budgetlens import semconv as sc
 from budgetlens.guard.results import BudgetExceeded, BudgetStats, Reservation, RunResult
 from budgetlens.guard.stops import DEFAULT_UNKNOWN_CALL_TOKENS, limit_share, retryable
+from budgetlens.pricing import PriceRequest, price_calls
 from budgetlens.usage import Usage
 
 __all__ = ["RunLedger"]
@@ -46,10 +47,11 @@ class RunLedger:
         "largest_call_tokens",
         "turns",
         "tool_calls",
-        "cost_usd",
+        "_cost_usd",
         "tool_cost_usd",
-        "priced_calls",
-        "unpriced_calls",
+        "_priced_calls",
+        "_unpriced_calls",
+        "_later",
         "unknown_at",
         "refusal",
         "partial_calls",
@@ -64,12 +66,57 @@ class RunLedger:
         self.reserved_cost_usd = 0.0
         self.turns = 0
         self.tool_calls = 0
-        self.cost_usd = 0.0
+        self._cost_usd = 0.0
         self.tool_cost_usd = 0.0  # fees of paid tools (USD), apart from model cost
-        self.priced_calls = self.unpriced_calls = 0
+        self._priced_calls = self._unpriced_calls = 0
+        self._later: list[PriceRequest] = []  # calls recorded unpriced: priced when first read
         self.unknown_at: int | None = None
         self.refusal: BudgetExceeded | None = None
         self.partial_calls = 0  # calls whose usage lacked a part (charged from the reservation)
+
+    # --- cost, priced when it is read (issue 25) ---------------------------------------------
+    def _settle_later(self) -> None:
+        """Price the calls recorded without a price (:meth:`add_call` ``later``) in one batch
+        (:func:`budgetlens.pricing.price_calls`) and count them as priced or unpriced."""
+        if not self._later:
+            return
+        later, self._later = self._later, []
+        for priced in price_calls(later):
+            if priced.cost_usd is None:
+                self._unpriced_calls += 1
+            else:
+                self._priced_calls += 1
+                self._cost_usd += priced.cost_usd
+
+    @property
+    def cost_usd(self) -> float:
+        """USD of the priced model calls (calls recorded without a price are priced now, once)."""
+        self._settle_later()
+        return self._cost_usd
+
+    @cost_usd.setter
+    def cost_usd(self, value: float) -> None:
+        self._cost_usd = value
+
+    @property
+    def priced_calls(self) -> int:
+        """Calls with reported usage and a price."""
+        self._settle_later()
+        return self._priced_calls
+
+    @priced_calls.setter
+    def priced_calls(self, value: int) -> None:
+        self._priced_calls = value
+
+    @property
+    def unpriced_calls(self) -> int:
+        """Calls with reported usage whose model had no price."""
+        self._settle_later()
+        return self._unpriced_calls
+
+    @unpriced_calls.setter
+    def unpriced_calls(self, value: int) -> None:
+        self._unpriced_calls = value
 
     # --- reading ---------------------------------------------------------------------------
     @property
@@ -141,7 +188,10 @@ class RunLedger:
 
     def share(self, limits: Mapping[str, float | None]) -> float:
         """The share of the most-used token or cost limit (see :func:`budgetlens.guard.stops.limit_share`)."""
-        return limit_share(limits, self.input_tokens, self.output_tokens, self.unknown_tokens, self.spent_usd)
+        spent = (
+            self.spent_usd if limits.get("max_cost_usd") is not None else 0.0
+        )  # no price read unless limited
+        return limit_share(limits, self.input_tokens, self.output_tokens, self.unknown_tokens, spent)
 
     def stats(
         self, limits: Mapping[str, float | None], elapsed_s: float, cost_unenforced: tuple[str, ...] = ()
@@ -265,8 +315,15 @@ class RunLedger:
             self.reserved_cost_usd = self.reserved_cost_usd - res.cost_usd if self.reservations else 0.0
         return res
 
-    def add_call(self, usage: Usage | None, cost_usd: float | None, reserved_tokens: int) -> int | None:
-        """Count one recorded model call (a turn): its reported ``usage`` and ``cost_usd``, or, when
+    def add_call(
+        self,
+        usage: Usage | None,
+        cost_usd: float | None,
+        reserved_tokens: int,
+        later: PriceRequest | None = None,
+    ) -> int | None:
+        """Count one recorded model call (a turn): its reported ``usage`` and ``cost_usd`` (with
+        ``later``, a call recorded without a price: priced when the cost is first read), or, when
         ``usage`` is None, a conservative charge, never 0: ``reserved_tokens`` when > 0, else
         :meth:`unknown_charge` (the run's largest call, else ``DEFAULT_UNKNOWN_CALL_TOKENS``).
         Clears :attr:`refusal` (the run went on after it).
@@ -281,11 +338,13 @@ class RunLedger:
             self.reasoning_tokens += usage.reasoning_tokens
             if usage.input_tokens + usage.output_tokens > self.largest_call_tokens:
                 self.largest_call_tokens = usage.input_tokens + usage.output_tokens
-            if cost_usd is None:
-                self.unpriced_calls += 1
+            if later is not None:
+                self._later.append(later)
+            elif cost_usd is None:
+                self._unpriced_calls += 1
             else:
-                self.priced_calls += 1
-                self.cost_usd += cost_usd
+                self._priced_calls += 1
+                self._cost_usd += cost_usd
             return None
         charge = reserved_tokens or self.unknown_charge()
         return charge if self.add_unknown(charge) else None

@@ -11,6 +11,7 @@ one method here per step, and documents the public behaviour; the decisions them
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import logging
 import threading
 import time
@@ -41,7 +42,7 @@ from budgetlens.guard.shared import SharedSteps
 from budgetlens.guard.telemetry import RunTelemetry
 from budgetlens.guard.wrap_up import WrapUp
 from budgetlens.limits import MAX_TOKENS
-from budgetlens.pricing import estimate_cost_usd
+from budgetlens.pricing import PriceRequest, estimate_cost_usd
 from budgetlens.usage import Usage, normalize_usage, usage_missing_parts
 
 __all__ = ["RunState"]
@@ -275,6 +276,8 @@ class RunState:
             normalized is not None and not missing and (model or reservation or response_model) is not None
         )
         paid = None
+        if early and not self.needs_cost and self._price is paid_cost:
+            early = False  # no price needed before the next call: priced when the cost is read
         if early and normalized is not None:
             priced = model or getattr(reservation, "model", None) or response_model
             paid = self._price(priced, normalized, provider)
@@ -298,6 +301,20 @@ class RunState:
                 error_type=error_type,
             )
         return call.action
+
+    @property
+    def needs_cost(self) -> bool:
+        """Whether a call's price is needed before the next call: a cost limit, a spend window or
+        a parent run (a child's cost is settled in its parent as it happens) checks it. Otherwise
+        the guard records the usage and prices it when the cost is read (results, stats, the run
+        span), and the collector prices each call span."""
+        limits, options, shared = self.limits, self.options, self.shared
+        return (
+            limits["max_cost_usd"] is not None
+            or shared.spend is not None
+            or shared.parent is not None
+            or bool(options.wrap_up_usd)
+        )
 
     def _record_locked(
         self,
@@ -323,9 +340,17 @@ class RunState:
         reserved = res.tokens if res else 0
         if missing and usage is not None:  # partial usage: the missing part is charged
             usage = use.complete_partial(usage, missing, res)
-        cost = early[1] if early[0] else (None if usage is None else self._price(priced, usage, provider))
+        later = None
+        if early[0]:
+            cost = early[1]
+        elif usage is None:
+            cost = None
+        elif self.needs_cost or self._price is not paid_cost:
+            cost = self._price(priced, usage, provider)
+        else:  # issue 25: nothing needs the figure before the next call; priced when read
+            cost, later = None, PriceRequest(priced, usage, provider, dt.datetime.now(tz=dt.UTC))
         used_before = use.used_tokens
-        first_unknown = use.add_call(usage, cost, reserved)  # a turn; releases are not
+        first_unknown = use.add_call(usage, cost, reserved, later)  # a turn; releases are not
         self.shared.settle_call(res, use.used_tokens - used_before, usage, cost)
         if first_unknown:
             log.warning("run %s: call without usage; charged %d tokens", self.run_id, first_unknown)

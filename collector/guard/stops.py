@@ -185,7 +185,8 @@ def spent_stop(
     spend windows (``spend_stop``, called only when the cost limit allows: e.g.
     :meth:`budgetlens.guard.shared.SharedSteps.spend_stop`), the token limits (:func:`token_stop`,
     open reservations included). ``use``: a :class:`budgetlens.guard.ledger.RunLedger`."""
-    stop = cost_stop(limits["max_cost_usd"], use.spent_usd)
+    cost_limit = limits["max_cost_usd"]  # the cost is read (priced) only under a cost limit
+    stop = None if cost_limit is None else cost_stop(cost_limit, use.spent_usd)
     if stop is None and spend_stop is not None:
         stop = spend_stop()
     return stop or token_stop(
@@ -247,8 +248,10 @@ def tool_cost_stop(max_cost_usd: float | None, use: Any, name: str, fee_usd: flo
     """``budget_cost`` (detail ``tool <name>``) when a paid tool call's ``fee_usd`` (USD) does not fit
     ``max_cost_usd`` next to the model cost, the tool fees and the open reservations' estimates of
     ``use`` (a :class:`budgetlens.guard.ledger.RunLedger`). A free call (0.0) is not checked here."""
+    if max_cost_usd is None or not fee_usd:
+        return None  # nothing to check: the cost is not read (priced)
     committed = use.spent_usd + use.reserved_cost_usd
-    if max_cost_usd is not None and fee_usd and committed + fee_usd > max_cost_usd:
+    if committed + fee_usd > max_cost_usd:
         return Stop(sc.STOP_BUDGET_COST, max_cost_usd, round(committed, 6), round(fee_usd, 6), f"tool {name}")
     return None
 

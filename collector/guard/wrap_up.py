@@ -89,7 +89,8 @@ class WrapUp:
     ) -> tuple[Action, tuple[Action, ...]]:
         """(advised, crossed) with WRAP_UP added when the next ordinary call, estimated as the run's
         largest call at its mean cost per call, does not fit (STOP stays the most severe)."""
-        mean_cost = use.cost_usd / use.turns if use.turns else 0.0
+        priced = use.turns and limits.get("max_cost_usd") is not None  # the cost is read only if limited
+        mean_cost = use.cost_usd / use.turns if priced else 0.0
         if advised >= Action.STOP or not self.due(limits, use, use.largest_call_tokens, 0, mean_cost):
             return advised, crossed
         return max(advised, Action.WRAP_UP), tuple(sorted({*crossed, Action.WRAP_UP}))

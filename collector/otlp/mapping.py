@@ -72,6 +72,7 @@ from budgetlens.otlp.rows import Mapped, Row
 from budgetlens.otlp.span_rows import (
     SpanContext,
     Times,
+    apply_prices,
     call_row,
     event_row,
     is_text,
@@ -116,6 +117,7 @@ class _Mapper:
         self.prints: dict[tuple[str, str], int] = {}  # content fingerprints for the memory
         self.collisions = 0  # spans rejected for a span id collision (also a flagged count)
         self.call_flags: dict[int, set[str]] = {}
+        self.to_price: list[Any] = []  # (call row, PriceRequest): priced as one batch at finish
         self.record_flags: dict[int, set[str]] = {}
 
     def resource_spans(self, resource_spans: Iterable[Any]) -> None:
@@ -254,7 +256,7 @@ class _Mapper:
         if not agentish and (
             op in sc.MODEL_CALL_OPERATIONS or kind == "LLM" or not USAGE_KEYS.isdisjoint(ctx.attrs)
         ):
-            row, flags = call_row(ctx, self.price)
+            row, flags = call_row(ctx, self.price, self.to_price)
             return [("call", row, flags)]
         if op == sc.OPERATION_EXECUTE_TOOL or kind == "TOOL":
             tool = {
@@ -309,7 +311,10 @@ class _Mapper:
         if self.prints and self.tree.memory is not None:
             self.tree.memory.remember_prints(self.prints)
         if aggregates:
+            dropped = {id(rows[index]) for index in aggregates}
+            self.to_price = [item for item in self.to_price if id(item[0]) not in dropped]
             out.call_rows = [row for index, row in enumerate(rows) if index not in aggregates]
+        apply_prices(self.to_price)  # the body's calls in one batch (aggregates are not priced)
         return out
 
     def _write_flags(self) -> None:

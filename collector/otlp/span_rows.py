@@ -30,7 +30,7 @@ from budgetlens.otlp.attributes import (
     token_counts,
 )
 from budgetlens.otlp.rows import Row, utc
-from budgetlens.pricing import price_call, usage_details
+from budgetlens.pricing import CallPrice, PriceRequest, price_call, price_calls, usage_details
 from budgetlens.usage import Usage, normalize_counts
 
 log = logging.getLogger(__name__)
@@ -134,11 +134,15 @@ def run_record(ctx: SpanContext) -> Row:
     return row
 
 
-def call_row(ctx: SpanContext, price: bool) -> tuple[Row, list[str]]:
+def call_row(
+    ctx: SpanContext, price: bool, pending: list[tuple[Row, PriceRequest]] | None = None
+) -> tuple[Row, list[str]]:
     """The model_calls row of a span and its quality flags (``foreign_usage``,
     ``partial_usage``, ``total_mismatch``: a reported total that is not input + output, kept in
     ``usage_details`` as ``provider_total_tokens``); ``price``: price a foreign call without a cost through
-    ``budgetlens.pricing.price_call`` (unpriced: NULL). Raises SpanRejected naming the attribute."""
+    ``budgetlens.pricing.price_call`` (unpriced: NULL). With ``pending`` the call is not priced
+    here: (row, its PriceRequest) is appended, for :func:`apply_prices` to price the batch.
+    Raises SpanRejected naming the attribute."""
     # Each value is taken as it is when it already has the form the row needs (the common
     # case); anything else goes through the validator, which converts it or rejects the span
     # with the same message, in the same order as the row's fields.
@@ -167,7 +171,10 @@ def call_row(ctx: SpanContext, price: bool) -> tuple[Row, list[str]]:
     if cost is not None and not (type(cost) is float and 0 <= cost <= MAX_AMOUNT):
         cost = amount(attrs, sc.BUDGET_COST_USD)
     version = unpriced = None
-    if cost is None and not ctx.budget_run and status == sc.USAGE_REPORTED:
+    later = None
+    # A guard's call span without a cost (its run needed no price before the next call) is
+    # priced here, like a foreign one (issue 25).
+    if cost is None and status == sc.USAGE_REPORTED:
         parts = (amount(attrs, sc.GEN_AI_USAGE_INPUT_COST), amount(attrs, sc.GEN_AI_USAGE_OUTPUT_COST))
         stated = _stated_cost(attrs)
         if stated is not None:
@@ -185,12 +192,12 @@ def call_row(ctx: SpanContext, price: bool) -> tuple[Row, list[str]]:
                     reasoning or 0,
                     service_tier=service_tier(attrs),
                 )
-            model = response_model or request_model
-            priced = price_call(model, usage, provider, at=utc(ctx.times[0]))
-            cost, version = priced.cost_usd, priced.price_version
-            unpriced = ",".join(priced.unpriced) or None
-            if priced.unpriced_reason:
-                log.debug("call of %r unpriced: %s", model, priced.unpriced_reason)
+            request = PriceRequest(response_model or request_model, usage, provider, utc(ctx.times[0]))
+            if pending is None:
+                priced = price_call(request.model, usage, provider, at=request.at)
+                cost, version, unpriced = _price_values(request, priced)
+            else:
+                later = request
     error_type = get(sc.ERROR_TYPE)
     if error_type is not None:
         error_type = text(attrs, sc.ERROR_TYPE)
@@ -240,7 +247,27 @@ def call_row(ctx: SpanContext, price: bool) -> tuple[Row, list[str]]:
         None if provider_total is None else usage_details(Usage(provider_total_tokens=provider_total))
     )
     row["unpriced_parts"] = unpriced
+    if later is not None and pending is not None:
+        pending.append((row, later))
     return row, flags
+
+
+def _price_values(request: PriceRequest, priced: CallPrice) -> tuple[Any, Any, Any]:
+    """(cost_usd, price_version, unpriced_parts) columns of a priced call."""
+    if priced.unpriced_reason:
+        log.debug("call of %r unpriced: %s", request.model, priced.unpriced_reason)
+    return priced.cost_usd, priced.price_version, ",".join(priced.unpriced) or None
+
+
+def apply_prices(pending: list[tuple[Row, PriceRequest]]) -> None:
+    """Price the calls :func:`call_row` left ``pending`` in one batch
+    (:func:`budgetlens.pricing.price_calls`: each price resolved once, rates x counts) and
+    write their ``cost_usd``, ``price_version`` and ``unpriced_parts`` columns."""
+    if not pending:
+        return
+    priced = price_calls([request for _, request in pending])
+    for (row, request), result in zip(pending, priced, strict=True):
+        row["cost_usd"], row["price_version"], row["unpriced_parts"] = _price_values(request, result)
 
 
 def event_row(event: Any, index: int, ctx: SpanContext, now_ns: int, latest_ns: int) -> Row:
@@ -310,6 +337,7 @@ def _models(attrs: dict[str, Any]) -> tuple[Any, Any, Any]:
 
 __all__ = [
     "SpanContext",
+    "apply_prices",
     "Times",
     "call_row",
     "event_row",

@@ -1,0 +1,163 @@
+"""Per-dimension rates of a linear price, from genai-prices' own calculation (issue 25).
+
+A resolved price (one genai-prices ``ModelPrice`` in force: a (provider, model, conditional
+price, variant, service tier) or a user price file's model) whose every rate is a plain number
+prices a call linearly in each usage field: ``cost = fee + sum(rate[field] * count[field])``.
+:func:`derive_rates` finds the ``fee`` and the rates by calling the same calculation that
+prices one call (``calc``: genai-prices' ``calc_price``) on a base usage and on the base plus
+1,000,000 of one field, and checks linearity on a second point; a price with tiers
+(``TieredPrices``: the rate depends on the call's input tokens) or one that fails the check has
+no rates and keeps the per-call calculation.
+
+:meth:`Rates.cost` prices one call by rates x counts (``Decimal``, as genai-prices computes), or
+returns None when the call must take the per-call path to match genai-prices exactly: an audio
+part the model has no audio rate for, a usage shape genai-prices refuses (a reported part
+without the explicit total it needs), or a priced leaf (a count less its priced parts) below 0.
+Pure; no I/O.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any
+
+from budgetlens.billing_parts import unpriced_audio, unpriced_fields
+from budgetlens.price_file import USAGE_KEYS
+from budgetlens.usage import Usage
+
+__all__ = ["Rates", "derive_rates", "is_tiered"]
+
+#: Usage fields billed by genai-prices (``price_file.USAGE_KEYS``), in a fixed order.
+_FIELDS = tuple(USAGE_KEYS)
+_STEP = 1_000_000  # the unit usage added per field ("per million tokens", exact in Decimal)
+
+#: (total USD as Decimal, the genai-prices ModelPrice that priced it) of a genai-prices usage.
+Calc = Callable[[Any], tuple[Decimal, Any]]
+
+
+def is_tiered(model_price: Any) -> bool:
+    """True when any rate of a genai-prices ``ModelPrice`` is a ``TieredPrices`` (by input
+    tokens above a threshold): such a price is not linear and is priced call by call."""
+    from genai_prices.types import TieredPrices
+
+    return any(isinstance(value, TieredPrices) for value in vars(model_price).values())
+
+
+@dataclass(slots=True)
+class Rates:
+    """A linear price: ``fee`` (USD per call: genai-prices' per-request price) and ``rates``
+    (Usage field -> USD per unit); ``leaves``: each priced genai-prices leaf as a linear form
+    over Usage fields (a call with one below 0 is refused by genai-prices); ``priced_keys``:
+    the genai-prices usage keys the price has a rate for; ``model_price``: the genai-prices
+    ``ModelPrice`` (tells which parts are unpriced)."""
+
+    fee: Decimal
+    rates: dict[str, Decimal]
+    leaves: tuple[tuple[tuple[str, int], ...], ...]
+    priced_keys: tuple[str, ...]
+    model_price: Any
+    _shapes: dict[tuple[str, ...], bool] = field(default_factory=dict)
+
+    def cost(self, usage: Usage) -> tuple[Decimal, tuple[str, ...]] | None:
+        """(USD of ``usage``, the parts left unpriced) by rates x counts, or None when the call
+        must be priced call by call to match genai-prices (see the module docstring)."""
+        counts = {name: value for name in _FIELDS if (value := getattr(usage, name))}
+        unpriced = unpriced_fields(usage, self.model_price) if counts.keys() - _TEXT_TOKENS else ()
+        if unpriced and unpriced_audio(usage, self.model_price):
+            return None
+        shape = tuple(counts)
+        ok = self._shapes.get(shape)
+        if ok is None:
+            ok = self._shapes[shape] = _shape_accepted(shape, self.priced_keys)
+        if not ok:
+            return None
+        for leaf in self.leaves:
+            if sum(coefficient * counts.get(name, 0) for name, coefficient in leaf) < 0:
+                return None
+        total = self.fee
+        rates = self.rates
+        for name, value in counts.items():
+            total += rates[name] * value
+        return total, unpriced
+
+
+_TEXT_TOKENS = frozenset(("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens"))
+
+
+def _shape_accepted(shape: tuple[str, ...], priced_keys: tuple[str, ...]) -> bool:
+    """Whether genai-prices reads every priced key of a usage that reports (> 0) exactly the
+    fields ``shape``: its own inference refuses a part reported without the total it needs."""
+    from genai_prices import Usage as GenaiUsage
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        probe = GenaiUsage(**{USAGE_KEYS[name]: 1 for name in shape})
+        try:
+            for key in priced_keys:
+                getattr(probe, key)
+        except ValueError:
+            return False
+    return True
+
+
+def _base() -> dict[str, int]:
+    """A usage (genai-prices keys) where every part is well inside its totals: a key with more
+    ancestors (a finer part) gets a smaller count, so adding ``_STEP`` to one keeps it valid."""
+    from genai_prices.units import _get_registry
+
+    registry = _get_registry()
+    return {key: 10 ** (15 - 3 * len(registry.ancestor_usage_keys(key))) for key in USAGE_KEYS.values()}
+
+
+def _leaves(model_price: Any, usage: Any) -> dict[str, Any]:
+    """genai-prices' own leaf counts of a usage under ``model_price`` (each priced key's count
+    less its priced parts; the per-request key counts 1); raises ValueError below 0."""
+    from genai_prices.types import (
+        Usage as GenaiUsage,
+    )
+    from genai_prices.types import (
+        _collect_resolved_model_prices,
+        _compute_registry_priced_counts,
+    )
+    from genai_prices.units import _get_registry
+
+    resolved = _collect_resolved_model_prices(model_price, _get_registry())
+    return _compute_registry_priced_counts(resolved, GenaiUsage.from_raw(usage))
+
+
+def derive_rates(calc: Calc) -> Rates | None:
+    """The :class:`Rates` of a price, from ``calc`` (genai-prices' calculation of a genai-prices
+    usage) on an empty usage (the per-call fee), a base usage, the base + 1,000,000 of each
+    field, and twice the base (the linearity check). None when the price has tiers or is not
+    linear (the per-call calculation prices it). Raises what ``calc`` raises."""
+    from genai_prices import Usage as GenaiUsage
+
+    base = _base()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        fee, model_price = calc(GenaiUsage())
+        if is_tiered(model_price):
+            return None
+        at_base, _ = calc(GenaiUsage(**base))
+        base_leaves = _leaves(model_price, GenaiUsage(**base))
+        rates: dict[str, Decimal] = {}
+        forms: dict[str, dict[str, int]] = {key: {} for key in base_leaves}
+        for name in _FIELDS:
+            key = USAGE_KEYS[name]
+            stepped = GenaiUsage(**{**base, key: base[key] + _STEP})
+            total, _ = calc(stepped)
+            rates[name] = (total - at_base) / _STEP
+            for leaf_key, value in _leaves(model_price, stepped).items():
+                change = (value - base_leaves[leaf_key]) // _STEP
+                if change:
+                    forms[leaf_key][name] = change
+        doubled, _ = calc(GenaiUsage(**{key: 2 * value for key, value in base.items()}))
+    predicted = fee + sum(rates[name] * 2 * base[USAGE_KEYS[name]] for name in _FIELDS)
+    if doubled != predicted or at_base != fee + sum(rates[n] * base[USAGE_KEYS[n]] for n in _FIELDS):
+        return None
+    signed = tuple(tuple(form.items()) for form in forms.values() if any(c < 0 for c in form.values()))
+    priced = tuple(key for key in base_leaves if key != "requests")
+    return Rates(fee, rates, signed, priced, model_price)
