@@ -321,7 +321,7 @@ def write_registered(conn: duckdb.DuckDBPyConnection) -> dict[str, pa.Table | No
     return {
         "new_calls": calls.select(list(sql.INSERTED_CALL_COLUMNS)) if calls is not None else None,
         "new_records": new["new_records"],
-        "new_events": events.select(["run_id", "name"]) if events is not None else None,
+        "new_events": events.select(["run_id", "name", "tool_cost_usd"]) if events is not None else None,
         "runs_rows": runs_rows,
     }
 
