@@ -57,7 +57,7 @@ def test_db_path_defaults_to_the_environment_variable(tmp_path, monkeypatch):
 
 @pytest.mark.system  # the whole guard telemetry round trip; the in-process export test stays fast
 def test_real_guard_telemetry_round_trips_into_the_store(db_path):
-    from budgetlens.guard.run_budget import BudgetExceeded, RunBudget
+    from budgetlens import BudgetExceeded, RunBudget
     from budgetlens.usage import Usage
 
     recorder = SpanRecorder()

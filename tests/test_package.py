@@ -101,13 +101,23 @@ def test_nothing_outside_the_dashboard_imports_it():
 
 
 def test_no_import_cycles_at_module_level():
+    _assert_acyclic(deferred=False)
+
+
+def test_no_import_circles_even_through_deferred_imports():
+    """A function-level import that closes a circle (guard/spend <-> ledgers/accounts <-> pool,
+    store/lake <-> lake_ingest <-> writer, issue 18) hides a layering error: a leaf module breaks it."""
+    _assert_acyclic(deferred=True)
+
+
+def _assert_acyclic(*, deferred: bool) -> None:
     modules = _library_modules()
     graph: dict[str, set[str]] = {}
     for name, path in modules.items():
-        # Only module-level imports make a cycle at import time.
+        # Module-level imports make a cycle at import time; deferred ones a circle in the layers.
         tree = ast.parse(path.read_text())
         deps = set()
-        for node in tree.body:
+        for node in ast.walk(tree) if deferred else tree.body:
             if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
                 targets = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
                 deps.update(t for t in targets if t in modules and t != name)

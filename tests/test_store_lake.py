@@ -15,7 +15,8 @@ from budgetlens.store import (
     write_batch,
     write_connection,
 )
-from budgetlens.store.lake import close_all, compact, is_lake_connection, lake_ddl
+from budgetlens.store.lake import close_all, is_lake_connection, lake_ddl
+from budgetlens.store.lake_compact import compact
 from budgetlens.store.location import ENV_LAKE_DATA_PATH, LakeLocation, parse_lake, store_location
 from budgetlens.store.schema import SCHEMA_VERSION
 

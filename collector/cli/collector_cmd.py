@@ -38,9 +38,10 @@ and its age. Bodies over 1 MiB are decoded in worker processes.
 
 SIGTERM or Ctrl-C loads what is journaled into DuckDB for up to 30 s, then
 exits (the rest stays in the journal); after kill -9 the next start replays
-the journal, while it already serves and journals new requests. Binds 127.0.0.1 unless --host says
-otherwise. A port in use (or an address that cannot be bound) is reported in
-one line, exit status 1, before the journal is opened.
+the journal, while it already serves and journals new requests. Binds
+127.0.0.1 unless --host says otherwise. A port in use (or an address that
+cannot be bound) is reported in one line, exit status 1, before the journal
+is opened.
 """
 
 

@@ -81,7 +81,7 @@ def run_copy(args: argparse.Namespace) -> int:
 def run_compact(args: argparse.Namespace) -> int:
     from budgetlens.config import is_lake_location, resolve_db_path
     from budgetlens.store import write_connection
-    from budgetlens.store.lake import compact
+    from budgetlens.store.lake_compact import compact
 
     db = resolve_db_path(args.db)
     if not is_lake_location(db):

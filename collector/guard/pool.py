@@ -16,27 +16,15 @@ import logging
 import math
 import threading
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from budgetlens.attribution import check_scope
-from budgetlens.guard.results import BudgetExceeded
+from budgetlens.guard.results import BudgetExceeded, PoolAlert
 from budgetlens.semconv import STOP_BUDGET_TOKENS
 
 log = logging.getLogger(__name__)
 
 __all__ = ["PoolAlert", "TokenPool"]
-
-
-@dataclass(frozen=True, slots=True)
-class PoolAlert:
-    """The pool crossed ``alert_at``: ``used_tokens`` (recorded tokens) of
-    ``max_tokens``, ``percent`` 0-100 (one decimal)."""
-
-    pool: str
-    used_tokens: int
-    max_tokens: int
-    percent: float
 
 
 class TokenPool:

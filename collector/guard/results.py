@@ -1,4 +1,5 @@
-"""The values a budget guard hands to an agent loop: actions, events, the stop, the result.
+"""The values a budget guard hands to an agent loop: actions, events, the stop, the result, and
+the alerts of the shared spend windows and token pools (a leaf: the ledgers import them).
 
 Kept apart from :mod:`budgetlens.guard.run_budget` (the bookkeeping) so an agent can import and match on them
 without the rest. Stop reasons and usage statuses are the closed vocabularies of
@@ -31,8 +32,10 @@ __all__ = [
     "BudgetStats",
     "Effect",
     "LimitChange",
+    "PoolAlert",
     "Reservation",
     "RunResult",
+    "SpendAlert",
 ]
 
 
@@ -287,3 +290,25 @@ class RunResult:
     utilization: float = 0.0
     downgrades: int = 0
     tool_cost_usd: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class SpendAlert:
+    """An 80 % alert of one window: spend and limit in USD, percent 0-100 (one decimal)."""
+
+    window: str
+    spent_usd: float
+    limit_usd: float
+    percent: float
+    period: str
+
+
+@dataclass(frozen=True, slots=True)
+class PoolAlert:
+    """The pool crossed ``alert_at``: ``used_tokens`` (recorded tokens) of
+    ``max_tokens``, ``percent`` 0-100 (one decimal)."""
+
+    pool: str
+    used_tokens: int
+    max_tokens: int
+    percent: float

@@ -39,13 +39,12 @@ import math
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
 
 from budgetlens.attribution import check_scope
-from budgetlens.guard.results import BudgetExceeded
+from budgetlens.guard.results import BudgetExceeded, SpendAlert
 from budgetlens.semconv import STOP_BUDGET_COST
 
 log = logging.getLogger(__name__)
@@ -54,17 +53,6 @@ __all__ = ["SpendAlert", "SpendTracker", "WINDOWS"]
 
 #: Window names -> rolling length in seconds (None = calendar window).
 WINDOWS = {"daily": None, "monthly": None, "24h": 24 * 3600.0, "30d": 30 * 24 * 3600.0}
-
-
-@dataclass(frozen=True, slots=True)
-class SpendAlert:
-    """An 80 % alert of one window: spend and limit in USD, percent 0-100 (one decimal)."""
-
-    window: str
-    spent_usd: float
-    limit_usd: float
-    percent: float
-    period: str
 
 
 class _Window:

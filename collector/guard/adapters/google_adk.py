@@ -17,9 +17,11 @@ and tool callbacks.
   the reservation, any other is recorded as unknown, charged;
 - ``before_tool_callback`` counts each tool call against ``max_tool_calls`` before it runs;
 - sub-agents: agents of ``sub_agents`` run in the same invocation (the plugin sees them); an
-  ``AgentTool`` runs its agent in a runner of its own without plugins, so the plugin adds its
-  model and tool callbacks to that agent when the tool starts (a failed call there is charged
-  when the run finishes).
+  ``AgentTool`` runs its agent in a runner of its own. Newer ADK releases hand that runner the
+  caller's plugins (the plugin then sees the calls itself); older ones do not, so the plugin also
+  adds its model and tool callbacks to that agent when the tool starts, and they step aside
+  whenever the plugin runs in the same invocation: each call is charged once (a failed call in a
+  runner without the plugin is charged when the run finishes).
 """
 
 from __future__ import annotations
@@ -134,6 +136,13 @@ class BudgetPlugin(BasePlugin):
         return None
 
 
+def _runs_in(plugin: BudgetPlugin, context: Any) -> bool:
+    """True when ``plugin`` is one of the plugins of ``context``'s invocation (ADK then calls it
+    itself, and the agent's own copies of its callbacks must not charge the call again)."""
+    manager = getattr(getattr(context, "_invocation_context", None), "plugin_manager", None)
+    return any(p is plugin for p in getattr(manager, "plugins", None) or ())
+
+
 def _as_list(callbacks: Any) -> list:
     return [] if callbacks is None else list(callbacks) if isinstance(callbacks, list) else [callbacks]
 
@@ -145,13 +154,16 @@ def _attach(agent: Any, plugin: BudgetPlugin) -> None:
         return
 
     def before_model(callback_context: Any, llm_request: Any) -> None:
-        plugin.reserve(callback_context, llm_request)
+        if not _runs_in(plugin, callback_context):
+            plugin.reserve(callback_context, llm_request)
 
     def after_model(callback_context: Any, llm_response: Any) -> None:
-        plugin.record(callback_context, llm_response)
+        if not _runs_in(plugin, callback_context):
+            plugin.record(callback_context, llm_response)
 
     def before_tool(tool: Any, args: Any, tool_context: Any) -> None:
-        plugin.count_tool(tool)
+        if not _runs_in(plugin, tool_context):
+            plugin.count_tool(tool)
 
     before_model.budgetlens_plugin = plugin  # type: ignore[attr-defined]
     agent.before_model_callback = [before_model, *_as_list(agent.before_model_callback)]

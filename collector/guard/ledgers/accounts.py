@@ -27,7 +27,7 @@ from zoneinfo import ZoneInfo
 
 from budgetlens.guard.ledgers.client import LedgerClient
 from budgetlens.guard.ledgers.protocol import Balance, Refusal, account_key
-from budgetlens.guard.results import BudgetExceeded
+from budgetlens.guard.results import BudgetExceeded, PoolAlert, SpendAlert
 from budgetlens.semconv import STOP_BUDGET_COST, STOP_BUDGET_TOKENS
 
 log = logging.getLogger(__name__)
@@ -187,7 +187,6 @@ class SharedWindows:
         return self._charge(self._calls.settled(call_id), cost_usd, ts)
 
     def _charge(self, ledger_id: str, cost_usd: float, ts: float | None) -> list:
-        from budgetlens.guard.spend import SpendAlert
 
         accounts = self._accounts(ts)
         spent = self.client.settle(ledger_id, [k for _, k, _ in accounts], cost_usd)
@@ -318,7 +317,6 @@ class SharedPool:
         self._calls.opened(call_id, ledger_id)
 
     def settle(self, reserved_tokens: int, used_tokens: int, *, call_id: str | None = None) -> None:
-        from budgetlens.guard.pool import PoolAlert
 
         if not used_tokens:
             ledger_id = self._calls.released(call_id)
