@@ -89,9 +89,12 @@ def test_call_that_does_not_fit_is_refused_before_it_is_sent(server):
 
 def test_tool_call_over_max_tool_calls_is_a_budget_stop(server):
     sent = len(server.requests)
-    with pytest.raises(BudgetHookAborted), RunBudget(max_total_tokens=50_000, max_tool_calls=0) as run:
-        with CrewBudget(run):
-            crew(server, tools=[read_file]).kickoff()
+    with (
+        pytest.raises(BudgetHookAborted),
+        RunBudget(max_total_tokens=50_000, max_tool_calls=0) as run,
+        CrewBudget(run),
+    ):
+        crew(server, tools=[read_file]).kickoff()
     assert run.result.stop_reason == STOP_BUDGET_TOOLS and run.result.tool_calls == 0
     assert len(server.requests) - sent == 1 and run.result.usage_status == USAGE_REPORTED
 
@@ -116,9 +119,12 @@ def test_every_agent_of_the_crew_is_charged_to_the_run(server):
 
 def test_status_error_is_released_and_a_cut_stream_is_unknown_and_charged(server):
     sent = len(server.requests)
-    with pytest.raises(Exception, match="429"), RunBudget(max_total_tokens=50_000) as run:  # noqa: PT011
-        with CrewBudget(run):
-            llm(server, "error-429").call("Fix the failing test")
+    with (
+        pytest.raises(Exception, match="429"),  # the SDK's RateLimitError, through CrewAI
+        RunBudget(max_total_tokens=50_000) as run,
+        CrewBudget(run),
+    ):
+        llm(server, "error-429").call("Fix the failing test")
     assert len(server.requests) > sent  # CrewAI's own retries, each reserved and released
     assert run.result.turns == 0 and run.result.used_tokens == 0 and run.stats().reserved_tokens == 0
     with RunBudget(max_total_tokens=50_000) as cut, CrewBudget(cut):
