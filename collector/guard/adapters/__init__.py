@@ -10,6 +10,9 @@
 - :class:`BudgetCallbackHandler` (``langchain``): a LangChain / LangGraph callback handler;
   :func:`guard_chat_model` a chat model that carries it and asks for stream usage. Extra
   ``langchain``.
+- ``CrewBudget`` (``budgetlens.guard.adapters.crewai``): CrewAI's model and tool hooks, usage from
+  its event bus (``with CrewBudget(run): crew.kickoff()``). Extra ``crewai``; the other
+  frameworks' adapters are listed in docs/adapters.md.
 
 - :class:`UnguardedCallError`: raised by a wrapped client for a model call it cannot guard
   (naming the method); nothing is sent.
