@@ -22,6 +22,7 @@ import streamlit as st
 
 from budgetlens.dashboard import data
 from budgetlens.dashboard.formatting import safe_text
+from budgetlens.dashboard.zones import local_midnight_utc, to_local, zones
 
 HERE = Path(__file__).resolve().parent
 
@@ -63,16 +64,6 @@ REFRESH = {"Off": None, "5 s": 5, "30 s": 30}
 RETRY_S = 2
 #: While no store file exists the app checks this often (seconds) whether one appeared.
 MISSING_CHECK_S = 5
-COMMON_ZONES = (
-    "UTC",
-    "Europe/London",
-    "Europe/Berlin",
-    "America/New_York",
-    "America/Los_Angeles",
-    "Asia/Tokyo",
-    "Asia/Kolkata",
-    "Australia/Sydney",
-)
 
 #: Less empty space above the page title than Streamlit's default (a denser, tool-like layout);
 #: KPI tiles wrap their label and scale their value with the width instead of cutting them off
@@ -128,20 +119,6 @@ PAGES = [
     ),
     st.Page(str(HERE / "app_pages" / "runs.py"), title="Runs", icon=":material/list:", url_path="runs"),
 ]
-
-
-def _zones() -> list[str]:
-    others = sorted(zoneinfo.available_timezones() - set(COMMON_ZONES))
-    return list(COMMON_ZONES) + others
-
-
-def _local_midnight_utc(day: dt.date, tz: str) -> dt.datetime:
-    local = dt.datetime.combine(day, dt.time(), tzinfo=zoneinfo.ZoneInfo(tz))
-    return local.astimezone(dt.UTC).replace(tzinfo=None)
-
-
-def _to_local(ts_utc: dt.datetime, tz: str) -> dt.datetime:
-    return ts_utc.replace(tzinfo=dt.UTC).astimezone(zoneinfo.ZoneInfo(tz))
 
 
 def _initial_refresh() -> str:
@@ -272,7 +249,7 @@ def sidebar_filters():
         st.caption(f"Store {safe_text(data.store_name())} · {n_runs:,} runs")
         tz = st.selectbox(
             "Time zone",
-            _zones(),
+            zones(),
             key="app_tz",
             help="Days and hours are bucketed in this zone; stored times are UTC.",
         )
@@ -288,14 +265,14 @@ def sidebar_filters():
         days = WINDOWS[window][1]
         if days == "custom":
             today = dt.date.today()
-            lo = _to_local(first, tz).date() if first else today - dt.timedelta(days=13)
-            hi = _to_local(last, tz).date() if last else today
+            lo = to_local(first, tz).date() if first else today - dt.timedelta(days=13)
+            hi = to_local(last, tz).date() if last else today
             if "app_range" not in st.session_state:
                 st.session_state["app_range"] = (lo, hi)
             chosen = st.date_input("Days (inclusive)", key="app_range")
             if isinstance(chosen, (tuple, list)) and len(chosen) == 2:
-                start_utc = _local_midnight_utc(chosen[0], tz)
-                end_utc = _local_midnight_utc(chosen[1] + dt.timedelta(days=1), tz)
+                start_utc = local_midnight_utc(chosen[0], tz)
+                end_utc = local_midnight_utc(chosen[1] + dt.timedelta(days=1), tz)
         elif isinstance(days, (int, float)):
             windowed = window_filters(days)
             start_utc, end_utc = windowed.start_utc, windowed.end_utc

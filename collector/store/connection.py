@@ -218,7 +218,7 @@ def read_connection(
             yield conn
         return
     path = location
-    from budgetlens.store.host import host_in_process
+    from budgetlens.store.open_hosts import host_in_process
 
     host = host_in_process(path)
     if host is not None:  # this process holds the file (a collector in it): read through it

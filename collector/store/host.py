@@ -34,7 +34,9 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
+from budgetlens.store import open_hosts
 from budgetlens.store.connection import _connect_with_retry, migrate
+from budgetlens.store.open_hosts import host_in_process as host_in_process  # the old home
 
 log = logging.getLogger(__name__)
 
@@ -52,19 +54,6 @@ _READ_TYPES = frozenset({duckdb.StatementType.SELECT})
 _SESSION_TYPES = _READ_TYPES | {duckdb.StatementType.CREATE, duckdb.StatementType.DROP}
 
 Params = Sequence[Any] | dict[str, Any] | None
-
-#: The hosts open in this process, by resolved file path: ``read_connection`` in the same
-#: process reads through the host (DuckDB refuses a second, read-only open of a file this
-#: process holds read-write).
-_open_hosts: dict[Path, StoreHost] = {}
-_open_hosts_lock = threading.Lock()
-
-
-def host_in_process(path: str | os.PathLike) -> StoreHost | None:
-    """The open ``StoreHost`` of ``path`` in this process, or None."""
-    with _open_hosts_lock:
-        host = _open_hosts.get(Path(path).resolve())
-    return host if host is not None and host.is_open else None
 
 
 class NotReadOnly(ValueError):
@@ -146,8 +135,7 @@ class StoreHost:
                 raise
             self._conn = conn
             self._last_checkpoint = time.monotonic()
-            with _open_hosts_lock:
-                _open_hosts[self.path.resolve()] = self
+            open_hosts.register(self.path, self)
             log.info("store %s held open by this collector", self.path)
         return self._conn
 
@@ -288,9 +276,7 @@ class StoreHost:
                 conn, self._conn = self._conn, None
                 if conn is not None:
                     conn.close()
-            with _open_hosts_lock:
-                if _open_hosts.get(self.path.resolve()) is self:
-                    del _open_hosts[self.path.resolve()]
+            open_hosts.unregister(self.path, self)
 
     @contextmanager
     def snapshot_cursor(self) -> Iterator[duckdb.DuckDBPyConnection]:
