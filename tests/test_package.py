@@ -117,7 +117,17 @@ def _assert_acyclic(*, deferred: bool) -> None:
         # Module-level imports make a cycle at import time; deferred ones a circle in the layers.
         tree = ast.parse(path.read_text())
         deps = set()
+        # Imports under ``if TYPE_CHECKING:`` name types for annotations only: no dependency at
+        # run time, in either direction (a parent link and the state it links are typed both ways).
+        typing_only = {
+            id(inner)
+            for node in ast.walk(tree)
+            if isinstance(node, ast.If) and ast.unparse(node.test).endswith("TYPE_CHECKING")
+            for inner in ast.walk(node)
+        }
         for node in ast.walk(tree) if deferred else tree.body:
+            if id(node) in typing_only:
+                continue
             if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
                 targets = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
                 deps.update(t for t in targets if t in modules and t != name)
