@@ -17,7 +17,9 @@ from budgetlens.otlp.mapping import map_request
 from budgetlens.store import read_connection, write_batch, write_connection
 
 
-def _run(recorder: SpanRecorder, run_id: str, bad_run: bool, bad_call: bool, child_names_run: bool = True) -> None:
+def _run(
+    recorder: SpanRecorder, run_id: str, bad_run: bool, bad_call: bool, child_names_run: bool = True
+) -> None:
     """A guard-style run: a budget stop on a 1000-token limit, two calls (optionally broken)."""
     with recorder.tracer.start_as_current_span("invoke_agent triage") as run:
         run.set_attributes(

@@ -43,6 +43,7 @@ from budgetlens.guard.wrap_up import WrapUp
 from budgetlens.limits import MAX_TOKENS
 from budgetlens.pricing import estimate_cost_usd
 from budgetlens.usage import Usage, normalize_usage, usage_missing_parts
+from budgetlens.usage_check import check_usage_payload
 
 __all__ = ["RunState"]
 
@@ -262,6 +263,8 @@ class RunState:
         provider = provider or self.options.provider
         if model is not None and model.__class__ is not str:
             opt.check_model(model)
+        if usage is not None and usage.__class__ is not Usage:
+            check_usage_payload(usage)  # a misread usage is an error, not "a call without usage"
         normalized = normalize_usage(usage, provider) if usage is not None else None
         missing = usage_missing_parts(usage, provider) if normalized is not None else ()
         # Price outside the lock when the model is known without settling (genai-prices' own
