@@ -211,7 +211,7 @@ class _Mapper:
         are not stored; ``budgetlens.otlp.rejected``), so its run is marked, not clean."""
         trace_hex, span_hex, parent_hex = ids
         named = attrs.get(sc.BUDGET_RUN_ID)
-        budget_run = named if is_text(named) and 0 < len(named) <= MAX_ID_CHARS else None
+        budget_run = named if isinstance(named, str) and 0 < len(named) <= MAX_ID_CHARS else None
         times, _ = self._times(span)
         failed = span.status.code == _STATUS_ERROR
         ctx = SpanContext(
