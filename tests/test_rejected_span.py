@@ -119,3 +119,44 @@ def test_rejected_spans_through_a_real_collector_and_the_sdk_exporter(tmp_path, 
     assert runs["run-bad"]["quality"] == "rejected_span"
     assert runs["run-call"]["quality"] == "rejected_span"
     assert runs["run-call"]["usage_status"] == sc.USAGE_UNKNOWN
+
+
+@pytest.mark.parametrize(
+    "attributes, named",
+    [
+        (
+            {sc.GEN_AI_USAGE_INPUT_TOKENS: 12.7},
+            "gen_ai.usage.input_tokens must be a non-negative integer of at most 1000000000000 "
+            "(got a number that is not an integer)",
+        ),
+        ({sc.GEN_AI_REQUEST_MODEL: "m" * 257}, "gen_ai.request.model must be a model name of at most 256"),
+        (
+            {sc.GEN_AI_RESPONSE_MODEL: "gpt\x004o"},
+            "gen_ai.response.model must be a model name without control",
+        ),
+        ({"llm.model_name": "gpt-4o\n"}, "llm.model_name must be a model name without control"),
+    ],
+)
+def test_bad_counts_and_model_names_are_rejected_with_a_clear_rule(attributes, named):
+    recorder = SpanRecorder()
+    with recorder.tracer.start_as_current_span("chat", kind=SpanKind.CLIENT) as span:
+        span.set_attributes({sc.GEN_AI_OPERATION_NAME: sc.OPERATION_CHAT, **attributes})
+    mapped = map_request(encode_spans(recorder.spans()), price=False)
+    assert mapped.rejected == 1 and named in mapped.errors[0], mapped.errors
+    assert all(c["request_model"] is None and c["response_model"] is None for c in mapped.calls)
+
+
+def test_a_model_name_at_the_cap_is_stored():
+    recorder = SpanRecorder()
+    with recorder.tracer.start_as_current_span("chat", kind=SpanKind.CLIENT) as span:
+        span.set_attributes({sc.GEN_AI_OPERATION_NAME: sc.OPERATION_CHAT, sc.GEN_AI_REQUEST_MODEL: "m" * 200})
+    mapped = map_request(encode_spans(recorder.spans()), price=False)
+    assert mapped.rejected == 0 and mapped.calls[0]["request_model"] == "m" * 200
+
+
+@pytest.mark.parametrize("model", ["m" * 257, "gpt\x004o"])
+def test_the_guard_refuses_a_model_name_the_collector_would_reject(model):
+    from budgetlens import RunBudget
+
+    with pytest.raises(ValueError, match="model must be a model name"):
+        RunBudget(max_total_tokens=1000).record({"prompt_tokens": 1, "completion_tokens": 1}, model=model)

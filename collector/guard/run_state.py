@@ -180,7 +180,7 @@ class RunState:
             output = None  # the common case, checked inline (hot path)
         else:
             output = opt.split_estimate(tokens, input_tokens, output_tokens)
-        if model is not None and model.__class__ is not str:
+        if model is not None:
             opt.check_model(model)
         model = model or self.model
         cost, priced = 0.0, True
@@ -261,7 +261,7 @@ class RunState:
         """``RunBudget.record``: normalize ``usage``, price it outside the lock when the model is
         known without settling, record it under the lock, then emit the model call span."""
         provider = provider or self.options.provider
-        if model is not None and model.__class__ is not str:
+        if model is not None:
             opt.check_model(model)
         if usage is not None and usage.__class__ is not Usage:
             check_usage_payload(usage)  # a misread usage is an error, not "a call without usage"
