@@ -19,6 +19,7 @@ __all__ = [
     "DEFAULT_MAX_TOTAL_TOKENS",
     "MAX_AMOUNT",
     "MAX_COUNT",
+    "MAX_MODEL_CHARS",
     "MAX_TOKENS",
     "LIMITS",
     "LIMIT_KEYS",
@@ -163,3 +164,17 @@ def check_fraction(name: str, value: Any) -> None:
     """Check a threshold: a number in (0, 1]. Raises ValueError naming ``name`` and the rule."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
         raise ValueError(f"{name} must be a fraction in (0, 1], got {value!r}")
+
+
+#: The longest model name the collector stores (the cap style of ``budgetlens.run_id``).
+MAX_MODEL_CHARS = 256
+
+
+def model_name_problem(name: str) -> str | None:
+    """What is wrong with a model name (None: nothing): longer than :data:`MAX_MODEL_CHARS`
+    characters, or holding a control character (NUL, newline, ... : U+0000-U+001F, U+007F)."""
+    if len(name) > MAX_MODEL_CHARS:
+        return f"of at most {MAX_MODEL_CHARS} characters (got {len(name)})"
+    if any(ch < " " or ch == "\x7f" for ch in name):
+        return "without control characters (got one, e.g. NUL or a newline)"
+    return None

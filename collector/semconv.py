@@ -183,6 +183,8 @@ QUALITY_FLAGS = {
     "partial_usage": "a usage lacking its input or output part; the missing part was charged",
     "total_mismatch": "the provider's total differs from input + output; the parts are the usage, the total kept",
     "span_id_collision": "a different span under the ids of one received earlier; rejected, not stored",
+    "rejected_span": "a span of the run was rejected (a bad value, named in partial_success); its values are "
+    "missing: a rejected call has usage_status unknown, a rejected run span leaves no limits or stop reason",
 }
 
 # --- names other instrumentations send (read by the collector's mapping) ---------------------

@@ -418,3 +418,8 @@ def _part(value: int, total: int, what: str) -> int:
         log.warning("usage: %s %d exceed their total %d; clamping", what, value, total)
         return total
     return value
+
+
+def has_usage_shape(u: Mapping[str, Any]) -> bool:
+    """True when the mapping's keys fit one of the usage shapes :func:`read_usage` reads."""
+    return _shape(u, None) is not None

@@ -168,7 +168,11 @@ def test_span_with_a_bad_value_is_rejected_alone_naming_the_attribute(attributes
         bad.set_attributes(attributes)
     mapped = map_request(encode_spans(recorder.spans()), price=False)
     assert mapped.rejected == 1 and named in mapped.errors[0]
-    assert len(mapped.calls) == 1 and mapped.calls[0]["input_tokens"] == 3
+    kept = [c for c in mapped.calls if c["quality"] is None]
+    assert len(kept) == 1 and kept[0]["input_tokens"] == 3
+    # the rejected span keeps only its place: flagged, no value of it stored (issue 23)
+    stubs = [c for c in mapped.calls if c["quality"] is not None]
+    assert all(c["quality"] == "rejected_span" and c["input_tokens"] is None for c in stubs)
 
 
 @pytest.mark.parametrize(
@@ -372,7 +376,12 @@ _RUN = {"gen_ai.operation.name": "invoke_agent", "budgetlens.run_id": "r"}
 def test_values_outside_the_store_column_ranges_reject_the_span(attributes, named):
     mapped = _foreign_call(attributes)
     assert mapped.rejected == 1 and named in mapped.errors[0], mapped.errors
-    assert mapped.rows == 0
+    # only the span's place is kept (issue 23): stub rows flagged rejected_span, no value stored
+    stubs = [*mapped.calls, *mapped.records]
+    assert mapped.flagged == {"rejected_span": 1}
+    assert all(row["quality"] == "rejected_span" for row in mapped.calls)
+    assert all(row.get("input_tokens") is None and row.get("cost_usd") is None for row in stubs)
+    assert not mapped.events
 
 
 def test_counts_at_the_column_maximum_are_stored(db_path):

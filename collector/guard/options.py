@@ -28,6 +28,7 @@ from budgetlens.limits import (
     check_fraction,
     check_limit,
     check_tokens,
+    model_name_problem,
     resolve_limits,
 )
 
@@ -82,6 +83,9 @@ def check_model(model: Any) -> None:
     """Check a model argument: a model name (str) or None. Raises ValueError naming the rule."""
     if model is not None and not isinstance(model, str):
         raise ValueError(f"model must be a model name (str) or None, got {model!r}")
+    problem = None if model is None else model_name_problem(model)
+    if problem is not None:  # the collector's rule: it would reject the call span
+        raise ValueError(f"model must be a model name {problem}")
 
 
 def check_stop_reason(stop_reason: str | None) -> None:

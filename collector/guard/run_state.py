@@ -44,6 +44,7 @@ from budgetlens.guard.wrap_up import WrapUp
 from budgetlens.limits import MAX_TOKENS
 from budgetlens.pricing import PriceRequest, estimate_cost_usd
 from budgetlens.usage import Usage, normalize_usage, usage_missing_parts
+from budgetlens.usage_check import check_usage_payload
 
 __all__ = ["RunState"]
 
@@ -181,7 +182,7 @@ class RunState:
             output = None  # the common case, checked inline (hot path)
         else:
             output = opt.split_estimate(tokens, input_tokens, output_tokens)
-        if model is not None and model.__class__ is not str:
+        if model is not None:
             opt.check_model(model)
         model = model or self.model
         cost, priced = 0.0, True
@@ -264,8 +265,10 @@ class RunState:
         """``RunBudget.record``: normalize ``usage``, price it outside the lock when the model is
         known without settling, record it under the lock, then emit the model call span."""
         provider = provider or self.options.provider
-        if model is not None and model.__class__ is not str:
+        if model is not None:
             opt.check_model(model)
+        if usage is not None and usage.__class__ is not Usage:
+            check_usage_payload(usage)  # a misread usage is an error, not "a call without usage"
         normalized = normalize_usage(usage, provider) if usage is not None else None
         missing = usage_missing_parts(usage, provider) if normalized is not None else ()
         # Price outside the lock when the model is known without settling (genai-prices' own

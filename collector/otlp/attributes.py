@@ -15,7 +15,7 @@ import math
 from budgetlens import semconv as sc
 from budgetlens.attribution import MAX_TAGS, MAX_VALUE_CHARS, TAG_KEY, tags_json
 from budgetlens.limits import LIMITS as GUARD_LIMITS
-from budgetlens.limits import MAX_AMOUNT, MAX_TOKENS
+from budgetlens.limits import MAX_AMOUNT, MAX_TOKENS, model_name_problem
 from budgetlens.limits import MAX_COUNT as MAX_INT32
 
 # MAX_TOKENS (token counts, token limits / reserved / used / remaining), MAX_INT32 (turns, tool
@@ -243,8 +243,13 @@ def count(attrs: dict, key: str, maximum: int | None = None):
         number = int(value)
     if number is not None and 0 <= number <= maximum:
         return number
+    got = (
+        "a number that is not an integer"
+        if kind is float and math.isfinite(value) and number is None
+        else None
+    )
     raise SpanRejected(
-        f"attribute {key} must be a non-negative integer of at most {maximum} (got {_shape(value)})"
+        f"attribute {key} must be a non-negative integer of at most {maximum} (got {got or _shape(value)})"
     )
 
 
@@ -326,6 +331,27 @@ def text(attrs: dict, key: str):
     if value is None or value == "":
         return None
     return _scalar_text(key, value)
+
+
+#: The attributes that carry a model name (checked by ``check_models``).
+MODEL_KEYS = (
+    sc.GEN_AI_REQUEST_MODEL,
+    sc.GEN_AI_RESPONSE_MODEL,
+    sc.LLM_MODEL_NAME,
+    sc.LLM_REQUEST_MODEL,
+    sc.LLM_RESPONSE_MODEL,
+)
+
+
+def check_models(attrs: dict) -> None:
+    """Reject a span whose model name is too long or holds control characters
+    (``budgetlens.limits.model_name_problem``), naming the attribute, never the value."""
+    for key in MODEL_KEYS:
+        value = attrs.get(key)
+        if type(value) is str:
+            problem = model_name_problem(value)
+            if problem is not None:
+                raise SpanRejected(f"attribute {key} must be a model name {problem}")
 
 
 def first_text(attrs: dict, *keys: str):

@@ -33,7 +33,8 @@ Arrow) in ``budgetlens.otlp.rows``; the span-tree rules (run inheritance, aggreg
 priced by ``budgetlens.pricing.price_call`` (one error policy: never raises; unpriced is NULL).
 
 A span with a bad value (missing or malformed ids, negative or non-numeric token counts, an
-unknown stop reason or usage status) is rejected alone with a reason naming the attribute.
+unknown stop reason or usage status) is rejected alone with a reason naming the attribute; its
+run is marked ``rejected_span`` by a stub row (``budgetlens.otlp.rejected``).
 
 Runs as they really were (within one request, and across requests through a ``SpanMemory``):
 
@@ -68,6 +69,7 @@ from budgetlens.otlp.attributes import (
     text,
 )
 from budgetlens.otlp.memory import SpanMemory
+from budgetlens.otlp.rejected import stub_rows
 from budgetlens.otlp.rows import Mapped, Row
 from budgetlens.otlp.span_rows import (
     SpanContext,
@@ -199,8 +201,40 @@ class _Mapper:
         ids = self._identity(span)
         if ids is None:
             return  # the same span twice in one request: stored once
-        trace_hex, span_hex, parent_hex = ids
         attrs = read_attributes(span.attributes)
+        try:
+            self._span(span, ids, attrs, service, resource)
+        except SpanRejected:
+            self._mark_rejected(span, ids, attrs, service)
+            raise
+
+    def _mark_rejected(self, span: Any, ids: tuple[str, str, str], attrs: dict, service: str | None) -> None:
+        """Keep a rejected span's place with stub rows flagged ``rejected_span`` (its values
+        are not stored; ``budgetlens.otlp.rejected``), so its run is marked, not clean."""
+        trace_hex, span_hex, parent_hex = ids
+        named = attrs.get(sc.BUDGET_RUN_ID)
+        budget_run = named if isinstance(named, str) and 0 < len(named) <= MAX_ID_CHARS else None
+        times, _ = self._times(span)
+        failed = span.status.code == _STATUS_ERROR
+        ctx = SpanContext(
+            self.source,
+            attrs,
+            span_hex,
+            budget_run or trace_hex,
+            trace_hex,
+            parent_hex,
+            service,
+            times,
+            failed,
+            budget_run,
+        )
+        op, kind = attrs.get(sc.GEN_AI_OPERATION_NAME), attrs.get(sc.OPENINFERENCE_SPAN_KIND)
+        self._append(ctx, stub_rows(ctx, op, kind, span.name), [])
+
+    def _span(
+        self, span: Any, ids: tuple[str, str, str], attrs: dict, service: str | None, resource: dict | None
+    ) -> None:
+        trace_hex, span_hex, parent_hex = ids
         get = attrs.get
         op = get(sc.GEN_AI_OPERATION_NAME)
         kind = get(sc.OPENINFERENCE_SPAN_KIND)
@@ -286,8 +320,8 @@ class _Mapper:
             elif kind == "record":
                 node.record = len(out.record_rows)
                 out.record_rows.append(row)
-                if time_flags and node.call is None:
-                    self.record_flags[node.record] = set(time_flags)
+                if (flags or time_flags) and node.call is None:
+                    self.record_flags[node.record] = {*flags, *time_flags}
             else:
                 node.events.append(len(out.event_rows))
                 out.event_rows.append(row)

@@ -20,6 +20,7 @@ from budgetlens.otlp.attributes import (
     TOKEN_SOURCES,
     SpanRejected,
     amount,
+    check_models,
     choice,
     count,
     first_count,
@@ -79,6 +80,7 @@ def root_record(ctx: SpanContext, agent: str | None) -> Row:
     error below it that the run recovered from, e.g. a retried attempt, does not fail it);
     UNSET leaves the stop reason to the store's rollup (``failed`` when a call errored)."""
     start, end, duration = ctx.times
+    check_models(ctx.attrs)
     return {
         "run_id": ctx.run_id,
         "trace_id": ctx.trace_hex,
@@ -98,6 +100,7 @@ def root_record(ctx: SpanContext, agent: str | None) -> Row:
 def run_record(ctx: SpanContext) -> Row:
     """The run_records row of a guard's run span (every ``RECORD_KEYS`` column)."""
     attrs = ctx.attrs
+    check_models(attrs)
     stop = choice(attrs, sc.BUDGET_STOP_REASON, sc.STOP_REASONS)
     retryable = attrs.get(sc.BUDGET_RETRYABLE)
     if retryable is not None and type(retryable) is not bool:
@@ -321,6 +324,7 @@ def _stated_cost(attrs: dict[str, Any]) -> float | None:
 def _models(attrs: dict[str, Any]) -> tuple[Any, Any, Any]:
     """(request model, response model, provider) of a call span, from the first name present."""
     get = attrs.get
+    check_models(attrs)
     request_model = get(sc.GEN_AI_REQUEST_MODEL)
     if not is_text(request_model):
         request_model = first_text(attrs, sc.GEN_AI_REQUEST_MODEL, sc.LLM_MODEL_NAME, sc.LLM_REQUEST_MODEL)
