@@ -39,7 +39,8 @@ from benchmarks._lake_fleet import lag_round, request_bodies, start_collector, w
 from benchmarks._report import machine, publish
 from budgetlens.store import latest_snapshot, read_connection, write_connection
 from budgetlens.store.copy import copy_store
-from budgetlens.store.lake import LAKE_ALIAS, close_all, compact
+from budgetlens.store.lake import LAKE_ALIAS, close_all
+from budgetlens.store.lake_compact import compact
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from _postgres import PostgresServer
