@@ -155,6 +155,8 @@ class WhatIf:
     summary: pd.DataFrame
     runs: pd.DataFrame = field(repr=False)
     budget: Budget = field(repr=False)
+    #: How many stopped and censored runs there are (``runs`` may list only the first of them).
+    run_count: int | None = None
 
 
 def replay(conn: duckdb.DuckDBPyConnection, f: Filters, budget: Budget) -> WhatIf:
@@ -173,4 +175,5 @@ def replay(conn: duckdb.DuckDBPyConnection, f: Filters, budget: Budget) -> WhatI
     finally:
         conn.execute(rq.DROP_REPLAY_TABLE)
     runs = runs.sort_values(["task_type", "avoided_tokens", "run_id"], ascending=[True, False, True])
-    return WhatIf(summary.reset_index(drop=True), runs[list(RUN_COLUMNS)].reset_index(drop=True), budget)
+    runs = runs[list(RUN_COLUMNS)].reset_index(drop=True)
+    return WhatIf(summary.reset_index(drop=True), runs, budget, len(runs))

@@ -70,7 +70,7 @@ probe AS (
 #: last call's end (else the run's end or duration; none known: walked); the input check also the
 #: total when a call's usage was unknown (its reservation counts as input). Every other run
 #: completes, so only these runs' calls are read and sorted (a few % of the history).
-_CANDIDATES = """
+_CANDIDATE_RUNS = """
 candidates AS (
     SELECT u.run_id FROM probe u JOIN run_totals t ON t.run_id = u.run_id
     WHERE t.c_model_calls > 0 AND (
@@ -83,7 +83,16 @@ candidates AS (
         OR t.c_input_tokens > u.max_input_tokens
         OR (t.c_unknown_usage_calls > 0 AND t.c_total_tokens > u.max_input_tokens)
         OR t.c_output_tokens > u.max_output_tokens)
-),
+)"""
+
+#: Whether a probed run may be stopped by some budget (every other run completes under all).
+_MAY_STOP = """r.run_id IN (SELECT run_id FROM candidates)
+        OR starts_with(recorded_stop_reason, 'budget_') OR calls IS NULL
+        OR run_tool_calls > max_tool_calls"""
+
+_CANDIDATES = (
+    _CANDIDATE_RUNS
+    + """,
 under AS (  -- the runs a budget may stop (every other run completes), under every budget
     SELECT b.*, r.*
     FROM runs_in r
@@ -96,6 +105,7 @@ under AS (  -- the runs a budget may stop (every other run completes), under eve
            OR run_tool_calls > max_tool_calls
     )
 )"""
+)
 
 #: The replay, call by call, in time order, of the candidates. Their calls and their
 #: ``budgetlens.tool_call`` events form one stream per run, so that a window counts the tool calls
@@ -111,7 +121,7 @@ under AS (  -- the runs a budget may stop (every other run completes), under eve
 #:
 #: Per run and budget: the first stopping call (``stop_turn``), its reason, and what calls k..
 #: spent (tokens, USD) = avoided.
-_PER_RUN = f"""
+_STREAM = f"""
 stream AS (
     SELECT c.run_id, c.start_utc AS ts, 1 AS is_call, c.turn,
            {_CALL_TOKENS} AS tok,
@@ -135,7 +145,9 @@ cum AS (
            sum(cost) OVER w - cost AS cost_before
     FROM stream
     WINDOW w AS (PARTITION BY run_id ORDER BY ts, is_call, turn ROWS UNBOUNDED PRECEDING)
-),
+)"""
+
+_FLAGGED = """
 flagged AS (
     SELECT cum.run_id, u.budget_id, k, tok, cum_tok, cost, cost_before,
            CASE
@@ -160,6 +172,7 @@ per_run AS (
     FROM flagged
     GROUP BY run_id, budget_id
 )"""
+_PER_RUN = _STREAM + "," + _FLAGGED
 
 #: Whether the candidate budget is "not larger" than the one that stopped a run, per stop reason:
 #: every limit of that kind the old budget set is also set by the new one, at or below it. With
@@ -323,3 +336,53 @@ DROP_REPLAY_TABLE = f"DROP TABLE IF EXISTS {REPLAY_TABLE}"
 
 #: The task types of the filtered runs (NULL included): every budget of a replay lists them all.
 TASK_TYPES = f"WITH {FILTERED} SELECT DISTINCT task_type FROM filtered ORDER BY task_type NULLS LAST"
+
+
+# --- the fast path (``budgetlens.analysis.whatif_peaks``): per-run peaks, calls only where needed --
+
+#: The filtered runs some budget of ``$b_*`` may stop (the ``under`` runs of ``REPLAY_RUNS``, once
+#: each, not once per budget), ordered by run_id: what the ``runs`` rollup says about them (calls,
+#: totals, stop reason, the limits they ran under) and ``walked`` (a candidate of ``REPLAY_RUNS``:
+#: its calls are read and replayed). One pass over the runs and their ``run_totals``, whatever
+#: the number of budgets; every run not listed completes under every budget.
+UNDER_RUNS = f"""
+WITH {FILTERED},
+{_BUDGET},
+{_UNDER},
+{_CANDIDATE_RUNS}
+SELECT r.run_id, r.run_task_type AS task_type, r.run_start AS start_utc, r.recorded_stop_reason,
+       CAST(r.calls AS DOUBLE) AS calls, CAST(r.run_tool_calls AS DOUBLE) AS run_tool_calls,
+       CAST(r.run_total_tokens AS DOUBLE) AS run_total_tokens,
+       CAST(r.run_input_tokens AS DOUBLE) AS run_input_tokens,
+       CAST(r.run_output_tokens AS DOUBLE) AS run_output_tokens,
+       CAST(r.run_turns AS DOUBLE) AS run_turns, r.run_cost_usd, r.run_duration_s,
+       {", ".join(f"CAST(r.{c} AS DOUBLE) AS {c}" for c in LIMIT_COLUMNS)},
+       r.run_id IN (SELECT run_id FROM candidates) AS walked
+FROM probe r
+WHERE {_MAY_STOP}
+ORDER BY r.run_id
+"""
+
+#: The call-by-call walk of the runs ``$walk_ids`` (``$walk_idx``: their positions in the caller's
+#: list): per model call in the replay's order (``REPLAY_RUNS``' ``cum``), ui, k (1-based),
+#: time_s (seconds since the run's start at the call's start), tools_before, cum_tok, cum_in,
+#: cum_out, cost_before (USD of calls 1..k-1), tok, cost; ordered by ui, k. Reads only these
+#: runs' calls and tool-call events.
+WALK_CALLS = f"""
+WITH candidates AS (
+    SELECT unnest(CAST($walk_ids AS VARCHAR[])) AS run_id, unnest(CAST($walk_idx AS INTEGER[])) AS ui
+),
+{_STREAM}
+SELECT k.ui, CAST(cum.k AS BIGINT) AS k, epoch(cum.ts - r.start_utc) AS time_s,
+       CAST(cum.tools_before AS DOUBLE) AS tools_before,
+       CAST(cum.cum_tok AS DOUBLE) AS cum_tok, CAST(cum.cum_in AS DOUBLE) AS cum_in,
+       CAST(cum.cum_out AS DOUBLE) AS cum_out, cum.cost_before,
+       CAST(cum.tok AS BIGINT) AS tok, CAST(cum.cost AS DOUBLE) AS cost
+FROM cum JOIN candidates k ON k.run_id = cum.run_id JOIN runs r ON r.run_id = cum.run_id
+WHERE cum.is_call = 1
+ORDER BY k.ui, cum.k
+"""
+
+#: Per task type of the filtered runs: runs, runs_without_calls, spent_tokens, spent_cost_usd
+#: (the replay summary's budget-independent columns), NULL task type last.
+TASK_TOTALS = f"WITH {FILTERED},\n{_TASK_TOTALS}\nSELECT * FROM task_totals ORDER BY task_type NULLS LAST"

@@ -29,6 +29,7 @@ from typing import Any
 import pandas as pd
 
 from budgetlens.analysis import replay_queries as rq
+from budgetlens.analysis import whatif_peaks
 from budgetlens.analysis.censoring import (
     censored_baselines,
 )
@@ -121,9 +122,14 @@ def tradeoff(
     ev: Evidence | None = None,
     multipliers: Iterable[float] = CURVE_MULTIPLIERS,
     method: str = "auto",
+    *,
+    full_replay: bool = False,
 ) -> pd.DataFrame:
     """The trade-off curve: for each multiplier (default 1.0–3.0 by 0.1) and task type, the
-    replay of the presets at that multiplier, in one pass over the calls.
+    replay of the presets at that multiplier: from per-run peaks, one pass over the runs and the
+    calls of the runs some multiplier may stop only (``whatif_peaks.replay_many``), or with
+    ``full_replay`` the reference, one SQL replay of every multiplier (``REPLAY_SUMMARY``); the
+    same values.
 
     Columns: multiplier, then ``SUMMARY_COLUMNS`` (task_type, runs, stopped, censored, ...,
     hit_rate, avoided_tokens, avoided_cost_usd, shares). Empty (those columns) for an empty window.
@@ -135,9 +141,15 @@ def tradeoff(
     if not task_types or ev.baselines.empty or not grid:
         return pd.DataFrame(columns=columns)
     budgets = [Budget.from_presets(evidence_presets(ev, m, method)) for m in grid]
-    params = {**f.params(), **budget_params(budgets, task_types)}
-    frame = summarize(run_query(conn, rq.REPLAY_SUMMARY, params))
-    frame["multiplier"] = frame["budget_id"].map(dict(enumerate(grid)))
+    if full_replay:
+        params = {**f.params(), **budget_params(budgets, task_types)}
+        frame = summarize(run_query(conn, rq.REPLAY_SUMMARY, params))
+        frame["multiplier"] = frame["budget_id"].map(dict(enumerate(grid)))
+    else:
+        replays = whatif_peaks.replay_many(conn, f, budgets, runs=False)
+        frame = pd.concat(
+            [r.summary.assign(multiplier=m) for r, m in zip(replays, grid, strict=True)], ignore_index=True
+        )
     return frame[columns].sort_values(["task_type", "multiplier"]).reset_index(drop=True)
 
 
@@ -271,18 +283,33 @@ class TargetPlan:
 
 
 def plan_for_target(
-    conn, f: Filters, target: float = DEFAULT_TARGET_HIT_RATE, method: str = "auto"
+    conn,
+    f: Filters,
+    target: float = DEFAULT_TARGET_HIT_RATE,
+    method: str = "auto",
+    *,
+    run_limit: int | None = None,
+    full_replay: bool = False,
 ) -> TargetPlan:
-    """The ``TargetPlan`` of ``f`` for ``target`` (0..1) and ``method`` (``METHODS``). Raises
-    ValueError for a target outside [0, 1] or an unknown method."""
+    """The ``TargetPlan`` of ``f`` for ``target`` (0..1) and ``method`` (``METHODS``): the curve
+    and the replay from per-run peaks (``whatif_peaks``), or with ``full_replay`` the reference
+    SQL replay (the same values). ``run_limit`` keeps that many of the replay's run rows (the
+    rows a page shows; ``replay.run_count`` counts them all). Raises ValueError for a target
+    outside [0, 1] or an unknown method."""
     if not (isinstance(target, int | float) and 0 <= target <= 1):
         raise ValueError(f"target hit rate must be a number in [0, 1], got {target!r}")
     if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")
     ev = evidence(conn, f)
-    curve = tradeoff(conn, f, ev, method=method)
+    curve = tradeoff(conn, f, ev, method=method, full_replay=full_replay)
     chosen = target_presets(ev, curve, target, method)
-    replayed = replay(conn, f, Budget.from_presets(chosen))
+    budget = Budget.from_presets(chosen)
+    if full_replay:
+        replayed = replay(conn, f, budget)
+        if run_limit is not None:
+            replayed = WhatIf(replayed.summary, replayed.runs.head(run_limit), budget, replayed.run_count)
+    else:
+        replayed = whatif_peaks.replay_fast(conn, f, budget, run_limit=run_limit)
     return TargetPlan(ev, curve, chosen, replayed, float(target), method)
 
 

@@ -13,6 +13,9 @@ from budgetlens.dashboard.app_pages import _tables, _ui
 from budgetlens.dashboard.formatting import MISSING, column_label, safe_text
 from budgetlens.limits import LIMIT_KEYS
 
+#: The replay's run rows the page lists (the store returns only these; the count says how many).
+SHOWN_RUNS = 500
+
 METHOD_LABELS = {
     "auto": "Auto: Kaplan–Meier where > 5 % of runs were stopped",
     "plain": "Plain P95",
@@ -46,7 +49,7 @@ def render() -> None:
         or "auto"
     )
     target = target_pct / 100
-    plan = data.whatif_plan(f, target, method)
+    plan = data.whatif_plan(f, target, method, run_limit=SHOWN_RUNS)
     if plan.evidence.baselines.empty:
         _ui.no_runs(f)
         return
@@ -117,8 +120,11 @@ def render() -> None:
         "Stopped: the preset stops the run (first limit crossed, call by call). Censored: the old "
         "budget stopped it and this one is larger, so what it would have used is unknown."
     )
-    with st.expander(f"Runs it would stop or leave censored ({len(plan.replay.runs):,})"):
-        _tables.table(plan.replay.runs.head(500))
+    count = plan.replay.run_count if plan.replay.run_count is not None else len(plan.replay.runs)
+    with st.expander(f"Runs it would stop or leave censored ({count:,})"):
+        if count > len(plan.replay.runs):
+            st.caption(f"The first {len(plan.replay.runs):,} by tokens avoided, per task type.")
+        _tables.table(plan.replay.runs)
 
 
 render()

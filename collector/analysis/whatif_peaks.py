@@ -1,0 +1,281 @@
+"""The fast what-if (issue 25): the replay of ``budgetlens.analysis.replay`` from per-run peaks,
+reading calls only for the runs that need a call-by-call walk.
+
+Cumulative usage only grows, so a limit stops a run iff it is below the run's peak of that
+measure; the ``runs`` rollup and ``run_totals`` bound every peak from above (the replay's
+candidate test, ``replay_queries.UNDER_RUNS``). One pass over the runs finds, for all budgets at
+once (the curve's 21), the few runs some budget may stop; every other run completes under every
+budget and is never read again. Only the candidates' calls are read (``WALK_CALLS``), once
+each, as numpy arrays: which call each budget stops at, with which reason, and what the calls
+from there on spent, is decided in numpy for every budget over those arrays. Runs without call
+records, runs the old budget stopped and runs whose counted tool calls pass a limit are judged
+on the rollup alone, as the full replay judges them.
+
+The result is the full replay's (``replay.replay`` / ``REPLAY_SUMMARY``), row for row: the tests
+compare both on varied stores. ``replay_many`` returns one ``WhatIf`` per budget; its ``runs``
+can be limited to the rows a page shows (``run_limit``), with ``run_count`` saying how many there
+are in all.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pandas as pd
+
+from budgetlens.analysis import replay_queries as rq
+from budgetlens.analysis.filters import Filters, used_params
+from budgetlens.analysis.replay import (
+    RUN_COLUMNS,
+    SUMMARY_COLUMNS,
+    Budget,
+    WhatIf,
+    budget_params,
+    summarize,
+    task_types_of,
+)
+
+__all__ = ["fetch_arrays", "replay_fast", "replay_many"]
+
+#: The guard's checks before a call, first match wins (``replay_queries._FLAGGED``).
+_REASONS = ("budget_time", "budget_turns", "budget_tools", "budget_cost", "budget_tokens")
+#: Per recorded stop reason, the limits a candidate must not raise for the run to stay stopped
+#: (``replay_queries._NOT_LARGER``).
+_NOT_LARGER = {
+    "budget_tokens": ("total_tokens", "input_tokens", "output_tokens"),
+    "budget_turns": ("turns",),
+    "budget_tools": ("tool_calls",),
+    "budget_time": ("duration_s",),
+    "budget_cost": ("cost_usd",),
+}
+_STOP_COUNTS = {
+    "stops_tokens": "budget_tokens",
+    "stops_cost": "budget_cost",
+    "stops_turns": "budget_turns",
+    "stops_tools": "budget_tools",
+    "stops_time": "budget_time",
+}
+
+
+def fetch_arrays(conn, statement: str, params: dict) -> dict[str, np.ndarray]:
+    """``statement`` (with the ``params`` it names) as numpy arrays by column name, through Arrow
+    (a DuckDB connection or ``budgetlens.store.readers.RemoteStore``): NULL numbers become NaN
+    (DOUBLE columns), NULL strings None (object arrays). No pandas round trip."""
+    table = conn.execute(statement, used_params(statement, params)).to_arrow_table()
+    return {name: table.column(name).to_numpy(zero_copy_only=False) for name in table.column_names}
+
+
+def _gt(values: np.ndarray, limit: np.ndarray) -> np.ndarray:
+    with np.errstate(invalid="ignore"):
+        return values > limit  # NaN on either side (NULL) is False, as in SQL's CASE
+
+
+def _ge(values: np.ndarray, limit: np.ndarray) -> np.ndarray:
+    with np.errstate(invalid="ignore"):
+        return values >= limit
+
+
+def _first(conditions: list[np.ndarray], n: int) -> np.ndarray:
+    """Per row, the reason of the first true condition (``_REASONS`` order), else None."""
+    out = np.full(n, None, dtype=object)
+    for reason, condition in reversed(list(zip(_REASONS, conditions, strict=True))):
+        out[condition] = reason
+    return out
+
+
+def _limits(budget: Budget, task_index: np.ndarray, task_types: list) -> dict[str, np.ndarray]:
+    """Per run, the budget's limit of each key (NaN = none): one gather per key."""
+    table = [budget.for_task(t) for t in task_types]
+    return {
+        key: np.array([np.nan if row[key] is None else float(row[key]) for row in table] or [np.nan])[
+            task_index
+        ]
+        for key in table[0]
+    } if table else {}
+
+
+def replay_many(
+    conn, f: Filters, budgets: Sequence[Budget], *, runs: bool = True, run_limit: int | None = None
+) -> list[WhatIf]:
+    """Replay each of ``budgets`` over the runs ``f`` keeps: the ``WhatIf`` of
+    ``replay.replay(conn, f, budget)`` for each, from per-run peaks (module docstring).
+
+    ``runs=False`` leaves every ``runs`` frame empty (the curve needs only summaries);
+    ``run_limit`` keeps that many run rows of each (in ``replay``'s order: task type, avoided
+    tokens descending, run id), ``WhatIf.run_count`` counts them all. An empty window gives empty
+    frames with the documented columns.
+    """
+    task_types = task_types_of(conn, f)
+    if not task_types or not budgets:
+        return [
+            WhatIf(pd.DataFrame(columns=SUMMARY_COLUMNS), pd.DataFrame(columns=RUN_COLUMNS), b, 0)
+            for b in budgets
+        ]
+    params = {**f.params(), **budget_params(list(budgets), task_types)}
+    under = fetch_arrays(conn, rq.UNDER_RUNS, params)
+    totals = conn.execute(rq.TASK_TOTALS, used_params(rq.TASK_TOTALS, params)).df()
+    n = len(under["run_id"])
+    task_of = {t: i for i, t in enumerate(task_types)}
+    task_index = np.array([task_of[t] for t in under["task_type"]], dtype=np.int64)
+    walked = under["walked"].astype(bool) if n else np.zeros(0, bool)
+    walk_ui = np.flatnonzero(walked)
+    calls = fetch_arrays(
+        conn,
+        rq.WALK_CALLS,
+        {"walk_ids": [under["run_id"][i] for i in walk_ui], "walk_idx": [int(i) for i in walk_ui]},
+    )
+    ui = calls["ui"].astype(np.int64)
+    tok = calls["tok"].astype(np.int64)
+    # Per walked run: what its calls spent (tokens exact, USD in call order).
+    spent_tok = np.zeros(n, dtype=np.int64)
+    np.add.at(spent_tok, ui, tok)
+    spent_cost = np.bincount(ui, weights=calls["cost"], minlength=n)
+    cum_tok = calls["cum_tok"]
+
+    recorded = under["recorded_stop_reason"]
+    old_stop = np.array([r is not None and r.startswith("budget_") for r in recorded], dtype=bool)
+    no_calls = np.isnan(under["calls"])
+    out = []
+    for budget in budgets:
+        lim = _limits(budget, task_index, task_types)
+        # The walk: the first call of each walked run at which a check fails.
+        per_call = {key: value[ui] for key, value in lim.items()}
+        conditions = [
+            _ge(calls["time_s"], per_call["max_duration_s"]),
+            _gt(calls["k"].astype(float), per_call["max_turns"]),
+            _gt(calls["tools_before"], per_call["max_tool_calls"]),
+            _ge(calls["cost_before"], per_call["max_cost_usd"]),
+            _gt(cum_tok, per_call["max_total_tokens"])
+            | _gt(calls["cum_in"], per_call["max_input_tokens"])
+            | _gt(calls["cum_out"], per_call["max_output_tokens"]),
+        ]
+        code = np.select(conditions, list(range(1, len(_REASONS) + 1)), 0)
+        hits = np.flatnonzero(code > 0)
+        stop_runs, first = np.unique(ui[hits], return_index=True)
+        at = hits[first]
+        walk_reason = np.full(n, None, dtype=object)
+        walk_reason[stop_runs] = np.array(_REASONS, dtype=object)[code[at] - 1]
+        walk_turn = np.full(n, np.nan)
+        walk_turn[stop_runs] = calls["k"][at]
+        avoided_tok = np.zeros(n, dtype=np.int64)
+        avoided_tok[stop_runs] = spent_tok[stop_runs] - (cum_tok[at].astype(np.int64) - tok[at])
+        avoided_cost = np.zeros(n)
+        avoided_cost[stop_runs] = spent_cost[stop_runs] - calls["cost_before"][at]
+
+        tools_over = _gt(under["run_tool_calls"], lim["max_tool_calls"])
+        totals_reason = _first(
+            [
+                _gt(under["run_duration_s"], lim["max_duration_s"]),
+                _gt(under["run_turns"], lim["max_turns"]),
+                _gt(under["run_tool_calls"], lim["max_tool_calls"]),
+                _gt(under["run_cost_usd"], lim["max_cost_usd"]),
+                _gt(under["run_total_tokens"], lim["max_total_tokens"])
+                | _gt(under["run_input_tokens"], lim["max_input_tokens"])
+                | _gt(under["run_output_tokens"], lim["max_output_tokens"]),
+            ],
+            n,
+        )
+        replay_reason = np.where(
+            no_calls, totals_reason, np.where(walk_reason != None, walk_reason, None)  # noqa: E711
+        )
+        replay_reason = np.where(
+            ~no_calls & (walk_reason == None) & tools_over, "budget_tools", replay_reason  # noqa: E711
+        ).astype(object)
+        not_larger = np.zeros(n, dtype=bool)
+        for reason, names in _NOT_LARGER.items():
+            mine = recorded == reason
+            if not mine.any():
+                continue
+            any_set = np.zeros(n, dtype=bool)
+            each = np.ones(n, dtype=bool)
+            for name in names:
+                old, new = under[f"limit_{name}"], lim[f"max_{name}"]
+                any_set |= ~np.isnan(old)
+                with np.errstate(invalid="ignore"):
+                    each &= np.isnan(old) | (new <= old)
+            not_larger |= mine & any_set & each
+        kept = walked | old_stop | no_calls | tools_over
+        has_replay = replay_reason != None  # noqa: E711
+        stopped = kept & (has_replay | (old_stop & not_larger))
+        censored = kept & ~stopped & old_stop
+        stop_reason = np.where(has_replay, replay_reason, np.where(old_stop & not_larger, recorded, None))
+        calls_or_nan = np.where(under["calls"] == 0, np.nan, under["calls"])
+        stop_turn = np.where(
+            has_replay,
+            np.where(np.isnan(walk_turn), calls_or_nan, walk_turn),
+            np.where(old_stop & not_larger, calls_or_nan, np.nan),
+        )
+        avoided_tok = np.where(stopped, avoided_tok, 0)
+        avoided_cost = np.where(stopped, avoided_cost, 0.0)
+        out.append(
+            _what_if(
+                budget, under, totals, task_index, task_types, stopped, censored, stop_reason, stop_turn,
+                avoided_tok, avoided_cost, runs=runs, run_limit=run_limit,
+            )
+        )
+    return out
+
+
+def _what_if(
+    budget, under, totals, task_index, task_types, stopped, censored, stop_reason, stop_turn,
+    avoided_tok, avoided_cost, *, runs: bool, run_limit: int | None,
+) -> WhatIf:
+    n_tasks = len(task_types)
+    counted = stopped | censored
+    rows: dict[str, list] = {
+        "budget_id": [0] * len(totals),
+        "task_type": list(totals["task_type"]),
+        "runs": list(totals["runs"]),
+    }
+    by_task = {
+        "stopped": np.bincount(task_index[stopped], minlength=n_tasks),
+        "censored": np.bincount(task_index[censored], minlength=n_tasks),
+        **{
+            name: np.bincount(task_index[stopped & (stop_reason == reason)], minlength=n_tasks)
+            for name, reason in _STOP_COUNTS.items()
+        },
+        "avoided_tokens": np.bincount(task_index[counted], weights=avoided_tok[counted], minlength=n_tasks),
+        "avoided_cost_usd": np.bincount(task_index[counted], weights=avoided_cost[counted], minlength=n_tasks),
+    }
+    order = [task_types.index(t) for t in totals["task_type"].where(totals["task_type"].notna(), None)]
+    for name, values in by_task.items():
+        rows[name] = [values[i] for i in order]
+    summary = pd.DataFrame(rows)
+    summary["completed"] = summary["runs"] - summary["stopped"] - summary["censored"]
+    summary["runs_without_calls"] = totals["runs_without_calls"].to_numpy()
+    summary["spent_tokens"] = totals["spent_tokens"].to_numpy()
+    summary["spent_cost_usd"] = totals["spent_cost_usd"].to_numpy()
+    summary["avoided_tokens"] = summary["avoided_tokens"].astype(np.int64)
+    summary = summarize(summary)[list(SUMMARY_COLUMNS)]
+    picked = np.flatnonzero(counted) if runs else np.zeros(0, dtype=np.int64)
+    run_frame = pd.DataFrame(
+        {
+            "run_id": under["run_id"][picked],
+            "task_type": under["task_type"][picked],
+            "start_utc": under["start_utc"][picked],
+            "outcome": np.where(stopped[picked], "stopped", "censored"),
+            "stop_reason": stop_reason[picked],
+            "stop_turn": stop_turn[picked],
+            "calls": np.nan_to_num(under["calls"][picked]).astype(np.int64),
+            "recorded_stop_reason": under["recorded_stop_reason"][picked],
+            "spent_tokens": np.nan_to_num(under["run_total_tokens"][picked]).astype(np.int64),
+            "avoided_tokens": avoided_tok[picked],
+            "spent_cost_usd": np.nan_to_num(under["run_cost_usd"][picked]),
+            "avoided_cost_usd": avoided_cost[picked],
+        },
+        columns=list(RUN_COLUMNS),
+    )
+    run_frame = run_frame.sort_values(
+        ["task_type", "avoided_tokens", "run_id"], ascending=[True, False, True]
+    ).reset_index(drop=True)
+    count = len(run_frame) if runs else int(counted.sum())
+    if run_limit is not None:
+        run_frame = run_frame.head(run_limit)
+    return WhatIf(summary.reset_index(drop=True), run_frame, budget, count)
+
+
+def replay_fast(conn, f: Filters, budget: Budget, run_limit: int | None = None) -> WhatIf:
+    """``replay.replay(conn, f, budget)`` from per-run peaks (``replay_many``); ``run_limit``
+    keeps the first run rows only (``WhatIf.run_count`` counts them all)."""
+    return replay_many(conn, f, [budget], run_limit=run_limit)[0]
