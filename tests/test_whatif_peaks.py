@@ -1,0 +1,245 @@
+"""The fast what-if (``whatif_peaks``: per-run peaks, calls read only where a walk is needed)
+gives the full SQL replay's values, row for row, on varied stores: censored runs (old budgets of
+every kind, larger and smaller than the candidate), multi-limit budgets, runs without calls,
+unknown-usage calls, tool-call events, runs sent without a task type and an empty window."""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+import random
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from budgetlens.analysis import whatif, whatif_peaks
+from budgetlens.analysis.views import Filters
+from budgetlens.limits import LIMIT_KEYS
+from budgetlens.sample import write_sample
+from budgetlens.store import read_connection, write_batch, write_connection
+
+T0 = dt.datetime(2026, 10, 1, 8, 0, 0)
+TASKS = ("qa", "code", None)
+#: An old budget's stop reason and the limit column it records.
+OLD_STOPS = {
+    "budget_tokens": ("limit_total_tokens", 2_000),
+    "budget_turns": ("limit_turns", 4),
+    "budget_tools": ("limit_tool_calls", 3),
+    "budget_time": ("limit_duration_s", 60.0),
+    "budget_cost": ("limit_cost_usd", 0.05),
+}
+
+
+def _varied_rows(seed: int, runs: int):
+    rng = random.Random(seed)
+    calls, records, events = [], [], []
+    for r in range(runs):
+        run_id = f"run-{seed}-{r:04d}"
+        task = rng.choice(TASKS)
+        start = T0 + dt.timedelta(minutes=7 * r)
+        kind = rng.random()
+        n_calls = 0 if kind < 0.08 else rng.randint(1, 9)
+        t, total_tokens, cost = 0.0, 0, 0.0
+        for i in range(n_calls):
+            t += rng.choice([0.0, 1.5, 4.0, 12.0, 30.0])
+            unknown = rng.random() < 0.05
+            tokens = rng.randint(50, 1_500)
+            price = round(rng.uniform(0.0001, 0.02), 6) if rng.random() > 0.1 else None
+            row = dict(
+                span_id=f"{run_id}.c{i}",
+                run_id=run_id,
+                source="test",
+                task_type=task,
+                request_model="gpt-4.1-mini",
+                start_utc=start + dt.timedelta(seconds=t),
+                end_utc=start + dt.timedelta(seconds=t + rng.uniform(0.1, 3)),
+                turn=i + 1,
+                cost_usd=price,
+                usage_status="unknown" if unknown else "reported",
+            )
+            if unknown:
+                row["reserved_tokens"] = tokens
+            else:
+                row.update(input_tokens=tokens - tokens // 3, output_tokens=tokens // 3, total_tokens=tokens)
+                total_tokens += tokens
+            cost += price or 0.0
+            calls.append(row)
+        for k in range(rng.choice([0, 0, 1, 3, 6])):  # tool calls between the model calls
+            events.append(
+                dict(
+                    event_id=f"{run_id}.t{k}",
+                    run_id=run_id,
+                    ts_utc=start + dt.timedelta(seconds=rng.uniform(0, t + 1)),
+                    name="budgetlens.tool_call",
+                    tool_name="search",
+                )
+            )
+        record = dict(
+            run_id=run_id,
+            source="test",
+            task_type=task,
+            start_utc=start,
+            end_utc=start + dt.timedelta(seconds=t + 5),
+            stop_reason="completed",
+        )
+        if n_calls == 0:  # an importer's summary only: judged on its totals
+            record.update(
+                total_tokens=rng.randint(100, 9_000),
+                turns=rng.randint(1, 8),
+                tool_calls=rng.randint(0, 6),
+                cost_usd=rng.uniform(0, 0.1),
+            )
+        elif kind > 0.7:  # the old budget stopped it (censored or stopped by the candidate)
+            reason = rng.choice(sorted(OLD_STOPS))
+            column, value = OLD_STOPS[reason]
+            record.update(stop_reason=reason, **{column: value * rng.choice([0.5, 1, 3])})
+            if rng.random() < 0.3:
+                record["limit_turns"] = rng.randint(2, 10)
+        elif kind > 0.6:
+            record["tool_calls"] = rng.randint(0, 8)  # counted, maybe not recorded one by one
+        records.append(record)
+    return calls, records, events
+
+
+@pytest.fixture(scope="module")
+def varied_store(tmp_path_factory):
+    path = tmp_path_factory.mktemp("peaks") / "varied.duckdb"
+    with write_connection(path) as conn:
+        for seed in (1, 2):
+            write_batch(conn, *_varied_rows(seed, 150))
+    return path
+
+
+def _budgets() -> list[whatif.Budget]:
+    rng = random.Random(7)
+    budgets = [
+        whatif.Budget.uniform(),  # no limits: only the old stops count
+        whatif.Budget.uniform(max_total_tokens=3_000),
+        whatif.Budget.uniform(max_turns=3, max_tool_calls=2),
+        whatif.Budget.uniform(max_duration_s=20, max_cost_usd=0.03),
+        whatif.Budget(
+            limits={"qa": {"max_input_tokens": 2_000, "max_output_tokens": 700}, None: {"max_turns": 2}},
+            default={"max_cost_usd": 0.01},
+        ),
+    ]
+    for _ in range(6):  # multi-limit budgets
+        limits = {
+            "max_total_tokens": rng.choice([None, 1_000, 4_000, 8_000]),
+            "max_input_tokens": rng.choice([None, 1_500, 5_000]),
+            "max_output_tokens": rng.choice([None, 600, 2_000]),
+            "max_turns": rng.choice([None, 2, 4, 8]),
+            "max_tool_calls": rng.choice([None, 1, 3]),
+            "max_duration_s": rng.choice([None, 10.0, 45.0, 120.0]),
+            "max_cost_usd": rng.choice([None, 0.01, 0.04, 0.2]),
+        }
+        budgets.append(whatif.Budget.uniform(**limits))
+    return budgets
+
+
+def _values(frame: pd.DataFrame) -> list[dict]:
+    """Rows as plain Python values (NULL/NaN as None, numbers by value): dtypes aside."""
+
+    def plain(value):
+        if value is None or (isinstance(value, float) and math.isnan(value)) or value is pd.NaT:
+            return None
+        if isinstance(value, np.generic):
+            value = value.item()
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        return value
+
+    return [{k: plain(v) for k, v in row.items()} for row in frame.astype(object).to_dict("records")]
+
+
+#: Per-task sums of USD over runs: the same per-run values added in another order (DuckDB's
+#: hash aggregate vs numpy), so equal to the last bits only; every other value is identical.
+SUMMED_USD = ("avoided_cost_usd", "avoided_cost_share")
+
+
+def _same(fast: pd.DataFrame, full: pd.DataFrame, summed: bool = False) -> None:
+    assert list(fast.columns) == list(full.columns)
+    mine, theirs = _values(fast), _values(full)
+    assert len(mine) == len(theirs)
+    for a, b in zip(mine, theirs, strict=True):
+        if summed:
+            for key in (k for k in SUMMED_USD if k in a):
+                assert a.pop(key) == pytest.approx(b.pop(key), rel=1e-12, abs=1e-15), key
+        assert a == b
+
+
+def test_fast_replay_equals_the_full_replay_for_every_budget(varied_store):
+    budgets = _budgets()
+    with read_connection(varied_store) as conn:
+        fast = whatif_peaks.replay_many(conn, Filters(), budgets)
+        for budget, mine in zip(budgets, fast, strict=True):
+            full = whatif.replay(conn, Filters(), budget)
+            _same(mine.summary, full.summary, summed=True)
+            _same(mine.runs, full.runs)
+            assert mine.run_count == full.run_count == len(full.runs)
+
+
+def test_the_varied_store_has_what_the_comparison_is_about(varied_store):
+    with read_connection(varied_store) as conn:
+        full = [whatif.replay(conn, Filters(), b) for b in _budgets()]
+    summary = pd.concat([r.summary for r in full])
+    runs = pd.concat([r.runs for r in full])
+    assert summary["censored"].sum() > 0 and summary["runs_without_calls"].sum() > 0
+    assert set(runs["stop_reason"].dropna()) == set(OLD_STOPS)  # every reason occurs
+    assert "unknown" in set(summary["task_type"])  # runs sent without a task type
+    assert runs["avoided_tokens"].gt(0).any() and runs["stop_turn"].isna().any()
+
+
+def test_fast_curve_and_plan_equal_the_full_replay(varied_store):
+    with read_connection(varied_store) as conn:
+        f = Filters()
+        ev = whatif.evidence(conn, f)
+        for method in ("auto", "plain"):
+            fast = whatif.tradeoff(conn, f, ev, method=method)
+            full = whatif.tradeoff(conn, f, ev, method=method, full_replay=True)
+            _same(fast, full, summed=True)
+        fast_plan = whatif.plan_for_target(conn, f, 0.1, run_limit=5)
+        full_plan = whatif.plan_for_target(conn, f, 0.1, full_replay=True)
+    _same(fast_plan.presets, full_plan.presets, summed=True)
+    _same(fast_plan.replay.summary, full_plan.replay.summary, summed=True)
+    _same(fast_plan.replay.runs, full_plan.replay.runs.head(5))  # only the rows shown
+    assert fast_plan.replay.run_count == len(full_plan.replay.runs) > 5
+
+
+def test_fast_curve_equals_the_full_replay_on_a_sample_store(tmp_path):
+    path = tmp_path / "sample.duckdb"
+    write_sample(path, days=10, seed=5, runs_per_day=20)
+    with read_connection(path) as conn:
+        ev = whatif.evidence(conn, Filters())
+        fast = whatif.tradeoff(conn, Filters(), ev)
+        full = whatif.tradeoff(conn, Filters(), ev, full_replay=True)
+    _same(fast, full, summed=True)
+    assert len(fast) == len(whatif.CURVE_MULTIPLIERS) * fast["task_type"].nunique(dropna=False)
+
+
+def test_fast_replay_of_an_empty_window_has_the_documented_columns(varied_store):
+    empty = Filters(task_types=("no-such-task",))
+    with read_connection(varied_store) as conn:
+        (mine,) = whatif_peaks.replay_many(conn, empty, [whatif.Budget.uniform(max_turns=1)])
+        curve = whatif.tradeoff(conn, empty)
+    assert list(mine.summary.columns) == list(whatif.SUMMARY_COLUMNS) and mine.summary.empty
+    assert list(mine.runs.columns) == list(whatif.RUN_COLUMNS) and mine.runs.empty
+    assert curve.empty
+
+
+def test_fetch_arrays_gives_nan_for_null_numbers_and_none_for_null_strings(varied_store):
+    with read_connection(varied_store) as conn:
+        arrays = whatif_peaks.fetch_arrays(
+            conn, "SELECT CAST(NULL AS DOUBLE) AS x, CAST(NULL AS VARCHAR) AS s, $v AS v", {"v": 2, "w": 3}
+        )
+    assert np.isnan(arrays["x"][0]) and arrays["s"][0] is None and arrays["v"][0] == 2
+
+
+def test_every_limit_key_is_replayed(varied_store):
+    # The fast path names each key of the one limit table: a new key fails here, not silently.
+    with read_connection(varied_store) as conn:
+        for key in LIMIT_KEYS:
+            value = 0.001 if key == "max_cost_usd" else 1
+            budget = whatif.Budget.uniform(**{key: value})
+            (mine,) = whatif_peaks.replay_many(conn, Filters(), [budget])
+            _same(mine.runs, whatif.replay(conn, Filters(), budget).runs)
