@@ -41,3 +41,53 @@ def test_numpy_kaplan_meier_equals_scipy(seed):
         new, old = km_percentile(values, censored, p), _scipy_percentile(values, censored, p)
         assert new.lower_bound == old.lower_bound
         assert new.value == pytest.approx(old.value)
+
+
+def _pandas_censored_baselines(conn, f, probability: float = 0.95):
+    """The previous ``censored_baselines``: the censoring input into pandas, grouped there."""
+    import pandas as pd
+
+    from budgetlens.analysis import evidence_queries as eq
+    from budgetlens.analysis.censoring import MATERIAL_CENSORED_SHARE
+    from budgetlens.analysis.filters import run_query
+    from budgetlens.analysis.queries import BASELINE_METRICS
+
+    frame = run_query(conn, eq.CENSORING_INPUT, f.params())
+    rows = []
+    for task_type, group in frame.groupby("task_type", dropna=False, sort=True):
+        n = len(group)
+        censored = int(group["censored"].sum())
+        row: dict = {
+            "task_type": None if pd.isna(task_type) else task_type,
+            "n": n,
+            "censored_runs": censored,
+            "censored_share": censored / n if n else 0.0,
+            "material": bool(n and censored / n > MATERIAL_CENSORED_SHARE),
+        }
+        for metric in BASELINE_METRICS:
+            part = group[group["cost_known"]] if metric == "cost_usd" else group
+            values = part[metric].astype(float).to_numpy()
+            stopped = part["censored"].to_numpy()
+            for name, p in (("p50", 0.5), ("p95", probability)):
+                estimate = km_percentile(values, stopped, p)
+                row[f"km_{name}_{metric}"] = estimate.value
+                row[f"km_{name}_{metric}_lower_bound"] = estimate.lower_bound
+        rows.append(row)
+    return rows
+
+
+@pytest.mark.parametrize("seed", [3, 8])
+def test_censored_baselines_from_numpy_arrays_equal_the_pandas_path(tmp_path, seed):
+    from budgetlens.analysis.censoring import censored_baselines
+    from budgetlens.analysis.views import Filters
+    from budgetlens.sample import write_sample
+    from budgetlens.store import read_connection
+
+    path = tmp_path / "sample.duckdb"
+    write_sample(path, days=6, seed=seed, runs_per_day=30)
+    with read_connection(path) as conn:
+        whole = censored_baselines(conn, Filters())
+        assert whole.to_dict("records") == _pandas_censored_baselines(conn, Filters())  # exactly
+        empty = censored_baselines(conn, Filters(task_types=("no-such-task",)))
+    assert len(whole) > 1 and whole["censored_runs"].sum() > 0
+    assert empty.empty and list(empty.columns) == list(whole.columns)

@@ -14,6 +14,7 @@ import pandas as pd
 import pytest
 
 from budgetlens.analysis import whatif, whatif_peaks
+from budgetlens.analysis.filters import fetch_arrays
 from budgetlens.analysis.views import Filters
 from budgetlens.limits import LIMIT_KEYS
 from budgetlens.sample import write_sample
@@ -229,7 +230,7 @@ def test_fast_replay_of_an_empty_window_has_the_documented_columns(varied_store)
 
 def test_fetch_arrays_gives_nan_for_null_numbers_and_none_for_null_strings(varied_store):
     with read_connection(varied_store) as conn:
-        arrays = whatif_peaks.fetch_arrays(
+        arrays = fetch_arrays(
             conn, "SELECT CAST(NULL AS DOUBLE) AS x, CAST(NULL AS VARCHAR) AS s, $v AS v", {"v": 2, "w": 3}
         )
     assert np.isnan(arrays["x"][0]) and arrays["s"][0] is None and arrays["v"][0] == 2

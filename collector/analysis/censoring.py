@@ -29,7 +29,7 @@ import numpy as np
 import pandas as pd
 
 from budgetlens.analysis import evidence_queries as eq
-from budgetlens.analysis.filters import Filters, run_query
+from budgetlens.analysis.filters import Filters, fetch_arrays
 from budgetlens.analysis.queries import BASELINE_METRICS
 
 __all__ = [
@@ -124,22 +124,30 @@ def censored_baselines(conn: duckdb.DuckDBPyConnection, f: Filters, probability:
     ``km_p50_<metric>_lower_bound`` / ``km_p95_<metric>_lower_bound`` (bool). Cost uses only runs whose cost is fully known (as the plain cost baseline). With
     another ``probability`` the columns still say ``p95`` (use ``km_percentile`` directly).
     """
-    frame = run_query(conn, eq.CENSORING_INPUT, f.params())
+    arrays = fetch_arrays(conn, eq.CENSORING_ARRAYS, f.params())
+    tasks = arrays["task_type"]
+    # One slice per task type (the rows come ordered by it, NULL last): numpy all the way.
+    cuts = np.flatnonzero(tasks[1:] != tasks[:-1]) + 1 if len(tasks) else np.zeros(0, dtype=np.int64)
     rows = []
-    for task_type, group in frame.groupby("task_type", dropna=False, sort=True):
-        n = len(group)
-        censored = int(group["censored"].sum())
+    for lo, hi in zip(np.concatenate(([0], cuts)), np.concatenate((cuts, [len(tasks)])), strict=True):
+        if hi <= lo:
+            continue
+        stopped_all = arrays["censored"][lo:hi].astype(bool)
+        known = arrays["cost_known"][lo:hi].astype(bool)
+        n = int(hi - lo)
+        censored = int(stopped_all.sum())
         row: dict = {
-            "task_type": None if pd.isna(task_type) else task_type,
+            "task_type": tasks[lo],
             "n": n,
             "censored_runs": censored,
             "censored_share": censored / n if n else 0.0,
             "material": bool(n and censored / n > MATERIAL_CENSORED_SHARE),
         }
         for metric in BASELINE_METRICS:
-            part = group[group["cost_known"]] if metric == "cost_usd" else group
-            values = part[metric].astype(float).to_numpy()
-            stopped = part["censored"].to_numpy()
+            values = np.asarray(arrays[metric][lo:hi], dtype=float)
+            stopped = stopped_all
+            if metric == "cost_usd":
+                values, stopped = values[known], stopped_all[known]
             for name, p in (("p50", 0.5), ("p95", probability)):
                 estimate = km_percentile(values, stopped, p)
                 row[f"km_{name}_{metric}"] = estimate.value

@@ -6,7 +6,7 @@ the Kaplan–Meier baselines (``censoring``), runaway runs and the spend they ar
 
 from __future__ import annotations
 
-from budgetlens.analysis.queries import COST_KNOWN, FILTERED, IS_BUDGET_STOP
+from budgetlens.analysis.queries import BASELINE_METRICS, COST_KNOWN, FILTERED, IS_BUDGET_STOP
 
 #: The censoring input of the Kaplan–Meier baselines: per filtered run its task type, the
 #: baseline metrics, whether its cost is fully known, and ``censored`` (a budget stopped it, so
@@ -18,6 +18,18 @@ SELECT run_id, task_type, coalesce({IS_BUDGET_STOP}, false) AS censored,
        coalesce({COST_KNOWN}, false) AS cost_known,
        total_tokens, input_tokens, output_tokens, turns, tool_calls, duration_s, cost_usd
 FROM filtered
+"""
+
+#: ``CENSORING_INPUT`` as the Kaplan–Meier baselines read it, straight into numpy arrays: no
+#: run_id, the metrics as DOUBLE (NULL = NaN), ordered by task type (NULL last) so that each
+#: task type is one slice. Columns: task_type, censored, cost_known, then ``BASELINE_METRICS``.
+CENSORING_ARRAYS = f"""
+WITH {FILTERED}
+SELECT task_type, coalesce({IS_BUDGET_STOP}, false) AS censored,
+       coalesce({COST_KNOWN}, false) AS cost_known,
+       {", ".join(f"CAST({m} AS DOUBLE) AS {m}" for m in BASELINE_METRICS)}
+FROM filtered
+ORDER BY task_type NULLS LAST
 """
 
 #: Runaway runs: above ``$k`` x their task type's P95 of total tokens, or with the same tool

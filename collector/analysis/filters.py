@@ -13,6 +13,7 @@ import zoneinfo
 from dataclasses import dataclass
 
 import duckdb
+import numpy as np
 import pandas as pd
 
 from budgetlens.analysis import queries as q
@@ -168,6 +169,14 @@ def run_query(conn: duckdb.DuckDBPyConnection, statement: str, params: dict) -> 
     """Run the named ``statement`` with the ``params`` it uses (``$name``; the others are left
     out, so one ``Filters.params()`` serves every statement); the result as a DataFrame."""
     return conn.execute(statement, used_params(statement, params)).df()
+
+
+def fetch_arrays(conn, statement: str, params: dict) -> dict[str, np.ndarray]:
+    """``statement`` (with the ``params`` it names) as numpy arrays by column name, through Arrow
+    (a DuckDB connection or ``budgetlens.store.readers.RemoteStore``): NULL numbers become NaN
+    (DOUBLE columns), NULL strings None (object arrays). No pandas round trip."""
+    table = conn.execute(statement, used_params(statement, params)).to_arrow_table()
+    return {name: table.column(name).to_numpy(zero_copy_only=False) for name in table.column_names}
 
 
 def used_params(statement: str, params: dict) -> dict:

@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 
 from budgetlens.analysis import replay_queries as rq
-from budgetlens.analysis.filters import Filters, used_params
+from budgetlens.analysis.filters import Filters, fetch_arrays, used_params
 from budgetlens.analysis.replay import (
     RUN_COLUMNS,
     SUMMARY_COLUMNS,
@@ -36,7 +36,7 @@ from budgetlens.analysis.replay import (
     task_types_of,
 )
 
-__all__ = ["fetch_arrays", "replay_fast", "replay_many"]
+__all__ = ["replay_fast", "replay_many"]
 
 #: The guard's checks before a call, first match wins (``replay_queries._FLAGGED``).
 _REASONS = ("budget_time", "budget_turns", "budget_tools", "budget_cost", "budget_tokens")
@@ -56,14 +56,6 @@ _STOP_COUNTS = {
     "stops_tools": "budget_tools",
     "stops_time": "budget_time",
 }
-
-
-def fetch_arrays(conn, statement: str, params: dict) -> dict[str, np.ndarray]:
-    """``statement`` (with the ``params`` it names) as numpy arrays by column name, through Arrow
-    (a DuckDB connection or ``budgetlens.store.readers.RemoteStore``): NULL numbers become NaN
-    (DOUBLE columns), NULL strings None (object arrays). No pandas round trip."""
-    table = conn.execute(statement, used_params(statement, params)).to_arrow_table()
-    return {name: table.column(name).to_numpy(zero_copy_only=False) for name in table.column_names}
 
 
 def _gt(values: np.ndarray, limit: np.ndarray) -> np.ndarray:
