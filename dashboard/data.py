@@ -2,9 +2,10 @@
 analysis code.
 
 Pages call what they mean: ``data.overview(filters)``, ``data.baselines(filters, by_model=True)``,
-``data.run_detail(run_id)``. Each function opens a reader of the store for the
-length of one analysis call (``budgetlens.store.connect``: through the collector when one runs
-on the file, which holds it; else the file itself), caches the result with ``st.cache_data`` keyed by the arguments and
+``data.run_detail(run_id)``. A page render opens one reader of the store, shared by all its
+loaders and closed when the render ends (``begin_run`` / ``end_run``, ``RenderReader``:
+``budgetlens.store.connect``, through the collector when one runs on the file, which holds it;
+else the file itself; outside a render, one reader per call), caches the result with ``st.cache_data`` keyed by the arguments and
 the store's *data version* (size and mtime of the DuckDB file and its WAL, so a commit by the
 collector invalidates the cache at once), and returns what the analysis function it wraps
 returns. Each loader names its function by reference (``overview = cached(views.overview)``),
@@ -20,6 +21,7 @@ A path that is not a budgetlens store (a file DuckDB cannot open) raises DataUna
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime as dt
 import inspect
@@ -27,7 +29,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Concatenate, ParamSpec, TypeVar
@@ -161,8 +163,70 @@ def _cached_call(
     through the running collector, else the file read-only). ``view`` (the function's
     module and qualified name) keys the cache: Streamlit cannot hash a function, and the
     leading underscore keeps ``_function`` out of the key."""
-    with connect(path, timeout_s=READ_TIMEOUT_S) as conn:
+    reader = getattr(_render, "reader", None)
+    if reader is None:  # outside a page render (a fragment's rerun, a test): one reader per call
+        with connect(path, timeout_s=READ_TIMEOUT_S) as conn:
+            return _function(conn, *args, **dict(kwargs))
+    conn = reader.get(path)
+    try:
         return _function(conn, *args, **dict(kwargs))
+    except (StoreError, duckdb.IOException, duckdb.ConnectionException):
+        reader.close()  # the next loader of this render opens a fresh one
+        raise
+
+
+class RenderReader:
+    """One reader of the store (``budgetlens.store.connect``: through the running collector's
+    ``/v1/store/query``, else the file read-only) shared by every loader of one page render:
+    opened at the render's first cache miss (a render whose loaders all hit the cache opens
+    none), closed by ``close`` (``end_run``). ``opened`` counts the readers opened."""
+
+    def __init__(self) -> None:
+        self._stack: contextlib.ExitStack | None = None
+        self._conn: Any = None
+        self._path: str | None = None
+        self.opened = 0
+
+    def get(self, path: str) -> Any:
+        """The shared reader of ``path`` (opened now if none is open, or for another path).
+        Raises what ``connect`` raises."""
+        if self._conn is None or self._path != path:
+            self.close()
+            stack = contextlib.ExitStack()
+            self._conn = stack.enter_context(connect(path, timeout_s=READ_TIMEOUT_S))
+            self._stack, self._path = stack, path
+            self.opened += 1
+        return self._conn
+
+    def close(self) -> None:
+        """Close the reader if one is open (idempotent; never raises)."""
+        stack, self._stack, self._conn, self._path = self._stack, None, None, None
+        if stack is not None:
+            try:
+                stack.close()
+            except Exception:  # closing a reader must not break the page
+                log.warning("closing the store reader failed", exc_info=True)
+
+
+#: The render reader of the script run on this thread (Streamlit runs each session's script on
+#: its own thread), set by ``begin_run`` and closed by ``end_run``.
+_render = threading.local()
+
+
+@contextlib.contextmanager
+def render_reader() -> Iterator[RenderReader]:
+    """One shared reader for the loaders called inside the block (``RenderReader``), closed
+    after it. Nested blocks share the outer one."""
+    outer = getattr(_render, "reader", None)
+    if outer is not None:
+        yield outer
+        return
+    reader = _render.reader = RenderReader()
+    try:
+        yield reader
+    finally:
+        _render.reader = None
+        reader.close()
 
 
 def _read(function: Callable[..., Any], args: tuple, kwargs: dict[str, Any]) -> Any:
@@ -314,9 +378,22 @@ def stale() -> float | None:
 
 
 def begin_run() -> None:
-    """Reset the per-run stale marker (called by the entrypoint at the start of every run)."""
+    """Reset the per-run stale marker and open this run's shared reader scope (called by the
+    entrypoint at the start of every run; ``end_run`` closes it): the page's loaders share one
+    reader of the store (``RenderReader``)."""
     st.session_state[_STALE_KEY] = None
     st.session_state[UNAVAILABLE_KEY] = None
+    end_run()  # a run that stopped before its end (a rerun, switch_page) left its reader open
+    _render.reader = RenderReader()
+
+
+def end_run() -> None:
+    """Close this run's shared reader (idempotent; called by the entrypoint when the run ends,
+    however it ends)."""
+    reader = getattr(_render, "reader", None)
+    _render.reader = None
+    if reader is not None:
+        reader.close()
 
 
 def filters() -> Filters:

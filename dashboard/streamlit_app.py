@@ -346,6 +346,13 @@ def main() -> None:
     st.set_page_config(page_title="budgetlens", page_icon=str(FAVICON), layout="wide")
     st.html(COMPACT_CSS)
     data.begin_run()
+    try:
+        _page_run()
+    finally:
+        data.end_run()  # the render's one store reader
+
+
+def _page_run() -> None:
     st.session_state["app_version"] = data.data_version()
     page = st.navigation([*PAGES, OVERVIEW_ALIAS])
     try:
