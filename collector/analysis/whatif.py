@@ -127,7 +127,7 @@ def tradeoff(
 ) -> pd.DataFrame:
     """The trade-off curve: for each multiplier (default 1.0–3.0 by 0.1) and task type, the
     replay of the presets at that multiplier: from per-run peaks, one pass over the runs and the
-    calls of the runs some multiplier may stop only (``whatif_peaks.replay_many``), or with
+    calls of the runs some multiplier may stop only (``whatif_peaks.summaries``), or with
     ``full_replay`` the reference, one SQL replay of every multiplier (``REPLAY_SUMMARY``); the
     same values.
 
@@ -144,12 +144,9 @@ def tradeoff(
     if full_replay:
         params = {**f.params(), **budget_params(budgets, task_types)}
         frame = summarize(run_query(conn, rq.REPLAY_SUMMARY, params))
-        frame["multiplier"] = frame["budget_id"].map(dict(enumerate(grid)))
     else:
-        replays = whatif_peaks.replay_many(conn, f, budgets, runs=False)
-        frame = pd.concat(
-            [r.summary.assign(multiplier=m) for r, m in zip(replays, grid, strict=True)], ignore_index=True
-        )
+        frame = whatif_peaks.summaries(conn, f, budgets)
+    frame["multiplier"] = frame["budget_id"].map(dict(enumerate(grid)))
     return frame[columns].sort_values(["task_type", "multiplier"]).reset_index(drop=True)
 
 

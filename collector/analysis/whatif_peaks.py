@@ -20,6 +20,7 @@ are in all.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -36,7 +37,7 @@ from budgetlens.analysis.replay import (
     task_types_of,
 )
 
-__all__ = ["replay_fast", "replay_many"]
+__all__ = ["replay_fast", "replay_many", "summaries"]
 
 #: The guard's checks before a call, first match wins (``replay_queries._FLAGGED``).
 _REASONS = ("budget_time", "budget_turns", "budget_tools", "budget_cost", "budget_tokens")
@@ -87,30 +88,30 @@ def _limits(budget: Budget, task_index: np.ndarray, task_types: list) -> dict[st
     } if table else {}
 
 
-def replay_many(
-    conn, f: Filters, budgets: Sequence[Budget], *, runs: bool = True, run_limit: int | None = None
-) -> list[WhatIf]:
-    """Replay each of ``budgets`` over the runs ``f`` keeps: the ``WhatIf`` of
-    ``replay.replay(conn, f, budget)`` for each, from per-run peaks (module docstring).
+@dataclass(frozen=True)
+class _Verdicts:
+    """The replay of several budgets over the ``under`` runs (``UNDER_RUNS`` arrays, one entry
+    per run some budget may stop), per budget the arrays of ``_judge``."""
 
-    ``runs=False`` leaves every ``runs`` frame empty (the curve needs only summaries);
-    ``run_limit`` keeps that many run rows of each (in ``replay``'s order: task type, avoided
-    tokens descending, run id), ``WhatIf.run_count`` counts them all. An empty window gives empty
-    frames with the documented columns.
-    """
+    task_types: list
+    under: dict[str, np.ndarray]
+    totals: pd.DataFrame
+    task_index: np.ndarray
+    per_budget: list[dict[str, np.ndarray]]
+
+
+def _verdicts(conn, f: Filters, budgets: Sequence[Budget]) -> _Verdicts | None:
+    """Every budget's verdict on every run it may stop; None for an empty window."""
     task_types = task_types_of(conn, f)
     if not task_types or not budgets:
-        return [
-            WhatIf(pd.DataFrame(columns=SUMMARY_COLUMNS), pd.DataFrame(columns=RUN_COLUMNS), b, 0)
-            for b in budgets
-        ]
+        return None
     params = {**f.params(), **budget_params(list(budgets), task_types)}
     under = fetch_arrays(conn, rq.UNDER_RUNS, params)
     totals = conn.execute(rq.TASK_TOTALS, used_params(rq.TASK_TOTALS, params)).df()
     n = len(under["run_id"])
     task_of = {t: i for i, t in enumerate(task_types)}
     task_index = np.array([task_of[t] for t in under["task_type"]], dtype=np.int64)
-    walked = under["walked"].astype(bool) if n else np.zeros(0, bool)
+    walked = under["walked"].astype(bool)
     walk_ui = np.flatnonzero(walked)
     calls = fetch_arrays(
         conn,
@@ -119,11 +120,11 @@ def replay_many(
     )
     ui = calls["ui"].astype(np.int64)
     tok = calls["tok"].astype(np.int64)
+    cum_tok = calls["cum_tok"]
     # Per walked run: what its calls spent (tokens exact, USD in call order).
     spent_tok = np.zeros(n, dtype=np.int64)
     np.add.at(spent_tok, ui, tok)
     spent_cost = np.bincount(ui, weights=calls["cost"], minlength=n)
-    cum_tok = calls["cum_tok"]
 
     recorded = under["recorded_stop_reason"]
     old_stop = np.array([r is not None and r.startswith("budget_") for r in recorded], dtype=bool)
@@ -198,73 +199,123 @@ def replay_many(
             np.where(np.isnan(walk_turn), calls_or_nan, walk_turn),
             np.where(old_stop & not_larger, calls_or_nan, np.nan),
         )
-        avoided_tok = np.where(stopped, avoided_tok, 0)
-        avoided_cost = np.where(stopped, avoided_cost, 0.0)
         out.append(
-            _what_if(
-                budget, under, totals, task_index, task_types, stopped, censored, stop_reason, stop_turn,
-                avoided_tok, avoided_cost, runs=runs, run_limit=run_limit,
-            )
+            {
+                "stopped": stopped,
+                "censored": censored,
+                "stop_reason": stop_reason,
+                "stop_turn": stop_turn,
+                "avoided_tokens": np.where(stopped, avoided_tok, 0),
+                "avoided_cost_usd": np.where(stopped, avoided_cost, 0.0),
+            }
         )
-    return out
+    return _Verdicts(task_types, under, totals, task_index, out)
 
 
-def _what_if(
-    budget, under, totals, task_index, task_types, stopped, censored, stop_reason, stop_turn,
-    avoided_tok, avoided_cost, *, runs: bool, run_limit: int | None,
-) -> WhatIf:
-    n_tasks = len(task_types)
-    counted = stopped | censored
-    rows: dict[str, list] = {
-        "budget_id": [0] * len(totals),
-        "task_type": list(totals["task_type"]),
-        "runs": list(totals["runs"]),
-    }
-    by_task = {
-        "stopped": np.bincount(task_index[stopped], minlength=n_tasks),
-        "censored": np.bincount(task_index[censored], minlength=n_tasks),
-        **{
-            name: np.bincount(task_index[stopped & (stop_reason == reason)], minlength=n_tasks)
-            for name, reason in _STOP_COUNTS.items()
-        },
-        "avoided_tokens": np.bincount(task_index[counted], weights=avoided_tok[counted], minlength=n_tasks),
-        "avoided_cost_usd": np.bincount(task_index[counted], weights=avoided_cost[counted], minlength=n_tasks),
-    }
-    order = [task_types.index(t) for t in totals["task_type"].where(totals["task_type"].notna(), None)]
-    for name, values in by_task.items():
-        rows[name] = [values[i] for i in order]
-    summary = pd.DataFrame(rows)
-    summary["completed"] = summary["runs"] - summary["stopped"] - summary["censored"]
-    summary["runs_without_calls"] = totals["runs_without_calls"].to_numpy()
-    summary["spent_tokens"] = totals["spent_tokens"].to_numpy()
-    summary["spent_cost_usd"] = totals["spent_cost_usd"].to_numpy()
-    summary["avoided_tokens"] = summary["avoided_tokens"].astype(np.int64)
-    summary = summarize(summary)[list(SUMMARY_COLUMNS)]
-    picked = np.flatnonzero(counted) if runs else np.zeros(0, dtype=np.int64)
-    run_frame = pd.DataFrame(
+def _summaries(v: _Verdicts) -> pd.DataFrame:
+    """budget_id, then ``SUMMARY_COLUMNS``: per budget and task type (the totals' order), the
+    counts and sums of ``REPLAY_SUMMARY``, built as one frame for every budget."""
+    n_tasks = len(v.task_types)
+    order = [v.task_types.index(t) for t in v.totals["task_type"].where(v.totals["task_type"].notna(), None)]
+    columns: dict[str, list] = {name: [] for name in ("stopped", "censored", *_STOP_COUNTS)}
+    columns.update(avoided_tokens=[], avoided_cost_usd=[])
+    for verdict in v.per_budget:
+        stopped, counted = verdict["stopped"], verdict["stopped"] | verdict["censored"]
+        sums = {
+            "stopped": np.bincount(v.task_index[stopped], minlength=n_tasks),
+            "censored": np.bincount(v.task_index[verdict["censored"]], minlength=n_tasks),
+            **{
+                name: np.bincount(v.task_index[stopped & (verdict["stop_reason"] == reason)], minlength=n_tasks)
+                for name, reason in _STOP_COUNTS.items()
+            },
+            "avoided_tokens": np.bincount(
+                v.task_index[counted], weights=verdict["avoided_tokens"][counted], minlength=n_tasks
+            ),
+            "avoided_cost_usd": np.bincount(
+                v.task_index[counted], weights=verdict["avoided_cost_usd"][counted], minlength=n_tasks
+            ),
+        }
+        for name, values in sums.items():
+            columns[name].append(values[order])
+    k = len(v.per_budget)
+    frame = pd.DataFrame(
+        {
+            "budget_id": np.repeat(np.arange(k), len(order)),
+            "task_type": list(v.totals["task_type"]) * k,
+            "runs": np.tile(v.totals["runs"].to_numpy(), k),
+            **{name: np.concatenate(parts) for name, parts in columns.items()},
+            **{
+                name: np.tile(v.totals[name].to_numpy(), k)
+                for name in ("runs_without_calls", "spent_tokens", "spent_cost_usd")
+            },
+        }
+    )
+    frame["avoided_tokens"] = frame["avoided_tokens"].astype(np.int64)
+    frame["completed"] = frame["runs"] - frame["stopped"] - frame["censored"]
+    return summarize(frame)[["budget_id", *SUMMARY_COLUMNS]]
+
+
+def _runs(v: _Verdicts, verdict: dict[str, np.ndarray], run_limit: int | None) -> tuple[pd.DataFrame, int]:
+    """The stopped and censored runs of one budget (``RUN_COLUMNS``, ``replay``'s order), the
+    first ``run_limit`` of them, and how many there are in all."""
+    under = v.under
+    picked = np.flatnonzero(verdict["stopped"] | verdict["censored"])
+    frame = pd.DataFrame(
         {
             "run_id": under["run_id"][picked],
             "task_type": under["task_type"][picked],
             "start_utc": under["start_utc"][picked],
-            "outcome": np.where(stopped[picked], "stopped", "censored"),
-            "stop_reason": stop_reason[picked],
-            "stop_turn": stop_turn[picked],
+            "outcome": np.where(verdict["stopped"][picked], "stopped", "censored"),
+            "stop_reason": verdict["stop_reason"][picked],
+            "stop_turn": verdict["stop_turn"][picked],
             "calls": np.nan_to_num(under["calls"][picked]).astype(np.int64),
             "recorded_stop_reason": under["recorded_stop_reason"][picked],
             "spent_tokens": np.nan_to_num(under["run_total_tokens"][picked]).astype(np.int64),
-            "avoided_tokens": avoided_tok[picked],
+            "avoided_tokens": verdict["avoided_tokens"][picked],
             "spent_cost_usd": np.nan_to_num(under["run_cost_usd"][picked]),
-            "avoided_cost_usd": avoided_cost[picked],
+            "avoided_cost_usd": verdict["avoided_cost_usd"][picked],
         },
         columns=list(RUN_COLUMNS),
     )
-    run_frame = run_frame.sort_values(
-        ["task_type", "avoided_tokens", "run_id"], ascending=[True, False, True]
-    ).reset_index(drop=True)
-    count = len(run_frame) if runs else int(counted.sum())
+    frame = frame.sort_values(["task_type", "avoided_tokens", "run_id"], ascending=[True, False, True])
     if run_limit is not None:
-        run_frame = run_frame.head(run_limit)
-    return WhatIf(summary.reset_index(drop=True), run_frame, budget, count)
+        frame = frame.head(run_limit)
+    return frame.reset_index(drop=True), len(picked)
+
+
+def summaries(conn, f: Filters, budgets: Sequence[Budget]) -> pd.DataFrame:
+    """The summaries of ``replay_many`` in one frame: budget_id (the index in ``budgets``), then
+    ``SUMMARY_COLUMNS``, one row per budget and task type; empty (those columns) for an empty
+    window. What the trade-off curve reads: no run list is built."""
+    v = _verdicts(conn, f, budgets)
+    if v is None:
+        return pd.DataFrame(columns=["budget_id", *SUMMARY_COLUMNS])
+    return _summaries(v)
+
+
+def replay_many(
+    conn, f: Filters, budgets: Sequence[Budget], *, run_limit: int | None = None
+) -> list[WhatIf]:
+    """Replay each of ``budgets`` over the runs ``f`` keeps: the ``WhatIf`` of
+    ``replay.replay(conn, f, budget)`` for each, from per-run peaks (module docstring).
+
+    ``run_limit`` keeps that many run rows of each (in ``replay``'s order: task type, avoided
+    tokens descending, run id), ``WhatIf.run_count`` counts them all. An empty window gives empty
+    frames with the documented columns.
+    """
+    v = _verdicts(conn, f, budgets)
+    if v is None:
+        return [
+            WhatIf(pd.DataFrame(columns=SUMMARY_COLUMNS), pd.DataFrame(columns=RUN_COLUMNS), b, 0)
+            for b in budgets
+        ]
+    frame = _summaries(v)
+    out = []
+    for budget_id, (budget, verdict) in enumerate(zip(budgets, v.per_budget, strict=True)):
+        summary = frame[frame["budget_id"] == budget_id][list(SUMMARY_COLUMNS)].reset_index(drop=True)
+        runs, count = _runs(v, verdict, run_limit)
+        out.append(WhatIf(summary, runs, budget, count))
+    return out
 
 
 def replay_fast(conn, f: Filters, budget: Budget, run_limit: int | None = None) -> WhatIf:
