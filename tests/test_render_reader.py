@@ -5,6 +5,7 @@ opens none. Counted with a wrapper around ``data.connect`` (the real reader unde
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -44,7 +45,7 @@ def sample_store(tmp_path_factory) -> Path:
 
 
 @pytest.fixture
-def counted(sample_store, monkeypatch) -> _Counter:
+def counted(sample_store, monkeypatch) -> Iterator[_Counter]:
     monkeypatch.setenv(ENV_DB, str(sample_store))
     counter = _Counter(data.connect)
     monkeypatch.setattr(data, "connect", counter)

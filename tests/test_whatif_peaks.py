@@ -8,6 +8,7 @@ from __future__ import annotations
 import datetime as dt
 import math
 import random
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -47,7 +48,7 @@ def _varied_rows(seed: int, runs: int):
             unknown = rng.random() < 0.05
             tokens = rng.randint(50, 1_500)
             price = round(rng.uniform(0.0001, 0.02), 6) if rng.random() > 0.1 else None
-            row = dict(
+            row: dict[str, Any] = dict(
                 span_id=f"{run_id}.c{i}",
                 run_id=run_id,
                 source="test",
@@ -76,7 +77,7 @@ def _varied_rows(seed: int, runs: int):
                     tool_name="search",
                 )
             )
-        record = dict(
+        record: dict[str, Any] = dict(
             run_id=run_id,
             source="test",
             task_type=task,
@@ -209,7 +210,7 @@ def test_fast_curve_and_plan_equal_the_full_replay(varied_store):
 
 def test_fast_curve_equals_the_full_replay_on_a_sample_store(tmp_path):
     path = tmp_path / "sample.duckdb"
-    write_sample(path, days=10, seed=5, runs_per_day=20)
+    write_sample(path, days=4, seed=5, runs_per_day=20)
     with read_connection(path) as conn:
         ev = whatif.evidence(conn, Filters())
         fast = whatif.tradeoff(conn, Filters(), ev)
@@ -244,3 +245,35 @@ def test_every_limit_key_is_replayed(varied_store):
             budget = whatif.Budget.uniform(**{key: value})
             (mine,) = whatif_peaks.replay_many(conn, Filters(), [budget])
             _same(mine.runs, whatif.replay(conn, Filters(), budget).runs)
+
+
+def test_a_budget_that_stops_nothing_reads_no_calls_and_equals_the_full_replay(tmp_path):
+    path = tmp_path / "calm.duckdb"
+    calls = [
+        dict(
+            span_id=f"r{i}.c{k}",
+            run_id=f"r{i}",
+            source="test",
+            task_type="qa",
+            start_utc=T0 + dt.timedelta(minutes=i, seconds=k),
+            turn=k + 1,
+            input_tokens=10,
+            output_tokens=5,
+            total_tokens=15,
+            cost_usd=0.01,
+            usage_status="reported",
+        )
+        for i in range(4)
+        for k in range(2)
+    ]
+    with write_connection(path) as conn:
+        write_batch(conn, calls, [], [])
+    roomy, tight = whatif.Budget.uniform(max_turns=5), whatif.Budget.uniform(max_total_tokens=20)
+    with read_connection(path) as conn:
+        fast = whatif_peaks.replay_many(conn, Filters(), [roomy, tight])
+        full = [whatif.replay(conn, Filters(), b) for b in (roomy, tight)]
+    for mine, theirs in zip(fast, full, strict=True):
+        _same(mine.summary, theirs.summary, summed=True)
+        _same(mine.runs, theirs.runs)
+    assert fast[0].run_count == 0 and fast[1].run_count == 4
+    assert fast[1].summary["avoided_tokens"].iloc[0] == 4 * 15  # each stopped at its 2nd call

@@ -80,12 +80,16 @@ def _first(conditions: list[np.ndarray], n: int) -> np.ndarray:
 def _limits(budget: Budget, task_index: np.ndarray, task_types: list) -> dict[str, np.ndarray]:
     """Per run, the budget's limit of each key (NaN = none): one gather per key."""
     table = [budget.for_task(t) for t in task_types]
-    return {
-        key: np.array([np.nan if row[key] is None else float(row[key]) for row in table] or [np.nan])[
-            task_index
-        ]
-        for key in table[0]
-    } if table else {}
+    return (
+        {
+            key: np.array([np.nan if row[key] is None else float(row[key]) for row in table] or [np.nan])[
+                task_index
+            ]
+            for key in table[0]
+        }
+        if table
+        else {}
+    )
 
 
 @dataclass(frozen=True)
@@ -169,12 +173,9 @@ def _verdicts(conn, f: Filters, budgets: Sequence[Budget]) -> _Verdicts | None:
             ],
             n,
         )
-        replay_reason = np.where(
-            no_calls, totals_reason, np.where(walk_reason != None, walk_reason, None)  # noqa: E711
-        )
-        replay_reason = np.where(
-            ~no_calls & (walk_reason == None) & tools_over, "budget_tools", replay_reason  # noqa: E711
-        ).astype(object)
+        replay_reason = np.where(no_calls, totals_reason, walk_reason).astype(object)
+        # A run whose counted tool calls pass the limit, not stopped by its calls' walk.
+        replay_reason[~no_calls & (walk_reason == None) & tools_over] = "budget_tools"  # noqa: E711
         not_larger = np.zeros(n, dtype=bool)
         for reason, names in _NOT_LARGER.items():
             mine = recorded == reason
@@ -225,7 +226,9 @@ def _summaries(v: _Verdicts) -> pd.DataFrame:
             "stopped": np.bincount(v.task_index[stopped], minlength=n_tasks),
             "censored": np.bincount(v.task_index[verdict["censored"]], minlength=n_tasks),
             **{
-                name: np.bincount(v.task_index[stopped & (verdict["stop_reason"] == reason)], minlength=n_tasks)
+                name: np.bincount(
+                    v.task_index[stopped & (verdict["stop_reason"] == reason)], minlength=n_tasks
+                )
                 for name, reason in _STOP_COUNTS.items()
             },
             "avoided_tokens": np.bincount(
@@ -251,6 +254,7 @@ def _summaries(v: _Verdicts) -> pd.DataFrame:
         }
     )
     frame["avoided_tokens"] = frame["avoided_tokens"].astype(np.int64)
+    frame["avoided_cost_usd"] = frame["avoided_cost_usd"].astype(float)
     frame["completed"] = frame["runs"] - frame["stopped"] - frame["censored"]
     return summarize(frame)[["budget_id", *SUMMARY_COLUMNS]]
 
@@ -293,9 +297,7 @@ def summaries(conn, f: Filters, budgets: Sequence[Budget]) -> pd.DataFrame:
     return _summaries(v)
 
 
-def replay_many(
-    conn, f: Filters, budgets: Sequence[Budget], *, run_limit: int | None = None
-) -> list[WhatIf]:
+def replay_many(conn, f: Filters, budgets: Sequence[Budget], *, run_limit: int | None = None) -> list[WhatIf]:
     """Replay each of ``budgets`` over the runs ``f`` keeps: the ``WhatIf`` of
     ``replay.replay(conn, f, budget)`` for each, from per-run peaks (module docstring).
 
