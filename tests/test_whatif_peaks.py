@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from budgetlens.analysis import whatif, whatif_peaks
+from budgetlens.analysis import presets, whatif, whatif_peaks
 from budgetlens.analysis.filters import fetch_arrays
 from budgetlens.analysis.views import Filters
 from budgetlens.limits import LIMIT_KEYS
@@ -277,3 +277,15 @@ def test_a_budget_that_stops_nothing_reads_no_calls_and_equals_the_full_replay(t
         _same(mine.runs, theirs.runs)
     assert fast[0].run_count == 0 and fast[1].run_count == 4
     assert fast[1].summary["avoided_tokens"].iloc[0] == 4 * 15  # each stopped at its 2nd call
+
+
+def test_the_preset_grid_gives_the_limits_of_each_multipliers_presets(varied_store):
+    with read_connection(varied_store) as conn:
+        ev = whatif.evidence(conn, Filters())
+    for method in ("auto", "plain", "kaplan-meier"):
+        grid = presets.preset_grid(ev.baselines, ev.censoring, whatif.CURVE_MULTIPLIERS, method)
+        for multiplier, limits in zip(whatif.CURVE_MULTIPLIERS, grid, strict=True):
+            expected = whatif.Budget.from_presets(whatif.evidence_presets(ev, multiplier, method))
+            assert limits == expected.limits and any(limits.values()), (method, multiplier)
+    with pytest.raises(ValueError, match="multiplier"):
+        presets.preset_grid(ev.baselines, ev.censoring, [0.0])

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import math
 import numbers
+from collections.abc import Sequence
+from typing import Any
 
 import pandas as pd
 
@@ -34,6 +36,7 @@ __all__ = [
     "SIGNIFICANT",
     "METHODS",
     "preset_changes",
+    "preset_grid",
     "preset_limit",
     "presets",
     "recommended_presets",
@@ -123,6 +126,16 @@ def preset_limit(key: str, p95: float | None, multiplier: float) -> float | int 
     return limit
 
 
+def _check_multiplier(multiplier: float) -> None:
+    if (
+        isinstance(multiplier, bool)
+        or not isinstance(multiplier, numbers.Real)
+        or not math.isfinite(multiplier)
+        or not multiplier > 0
+    ):
+        raise ValueError(f"multiplier must be a finite number > 0, got {multiplier!r}")
+
+
 def presets(baselines_df: pd.DataFrame, multiplier: float = DEFAULT_MULTIPLIER) -> pd.DataFrame:
     """Recommended presets from a ``budgetlens.analysis.views.baselines`` frame: P95 x ``multiplier``,
     rounded up and never 0 per ``PRESET_RULES`` / ``preset_limit`` (tokens to the next 1,000;
@@ -134,13 +147,7 @@ def presets(baselines_df: pd.DataFrame, multiplier: float = DEFAULT_MULTIPLIER) 
     ``n_cost`` fully priced runs. Raises ValueError when ``multiplier`` is not a finite number
     > 0 or a limit overflows. Pure.
     """
-    if (
-        isinstance(multiplier, bool)
-        or not isinstance(multiplier, numbers.Real)
-        or not math.isfinite(multiplier)
-        or not multiplier > 0
-    ):
-        raise ValueError(f"multiplier must be a finite number > 0, got {multiplier!r}")
+    _check_multiplier(multiplier)
     rows = []
     for _, row in baselines_df.iterrows():
         out = {"task_type": row["task_type"], "n": int(row["n"]), "low_sample": bool(row["low_sample"])}
@@ -171,6 +178,53 @@ def recommended_presets(
     (float or None, whether used or not), multiplier. Raises ValueError for a method not in
     ``METHODS`` or a bad multiplier (as ``presets``). Pure.
     """
+    base, methods, shares, bounds, km_p95 = _chosen_p95(baselines_df, censoring_df, method)
+    out = presets(base, multiplier)
+    out["method"] = methods
+    out["censored_share"] = shares
+    out["lower_bound_keys"] = bounds
+    out["km_p95_total_tokens"] = km_p95
+    out["multiplier"] = float(multiplier)
+    return out
+
+
+def preset_grid(
+    baselines_df: pd.DataFrame,
+    censoring_df: pd.DataFrame | None,
+    multipliers: Sequence[float],
+    method: str = "auto",
+) -> list[dict[Any, dict[str, float]]]:
+    """The limits of ``recommended_presets`` at each of ``multipliers``, without a frame per
+    multiplier (the trade-off curve's 21): per multiplier, {task_type: {key: limit}} with the
+    keys whose limit is set (as float, as ``whatif.Budget.from_presets`` reads the frame). The
+    P95 each rests on is chosen once (``method``). Raises ValueError as ``recommended_presets``."""
+    base, *_ = _chosen_p95(baselines_df, censoring_df, method)
+    p95s = [
+        (
+            row["task_type"],
+            {key: scalar(row.get(f"p95_{metric}")) for key, (metric, _r) in PRESET_RULES.items()},
+        )
+        for _, row in base.iterrows()
+    ]
+    grid = []
+    for multiplier in multipliers:
+        _check_multiplier(multiplier)
+        limits: dict[Any, dict[str, float]] = {}
+        for task_type, values in p95s:
+            entry = {}
+            for key, p95 in values.items():
+                limit = preset_limit(key, p95, multiplier)
+                if limit is not None:
+                    entry[key] = float(limit)
+            limits[None if pd.isna(task_type) else task_type] = entry
+        grid.append(limits)
+    return grid
+
+
+def _chosen_p95(baselines_df: pd.DataFrame, censoring_df: pd.DataFrame | None, method: str):
+    """The baselines with each task type's P95 as ``method`` chooses it (the Kaplan–Meier one
+    where it applies), and per task type: method, censored share, lower-bound keys, KM P95 of
+    total tokens. Raises ValueError for a method not in ``METHODS``."""
     if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")
     base = baselines_df.copy()
@@ -196,13 +250,7 @@ def recommended_presets(
         methods.append(METHOD_CENSORING_AWARE if use_km else METHOD_PLAIN)
         shares.append(float(km["censored_share"]) if km is not None else 0.0)
         bounds.append(lower)
-    out = presets(base, multiplier)
-    out["method"] = methods
-    out["censored_share"] = shares
-    out["lower_bound_keys"] = bounds
-    out["km_p95_total_tokens"] = km_p95
-    out["multiplier"] = float(multiplier)
-    return out
+    return base, methods, shares, bounds, km_p95
 
 
 def preset_changes(presets_df: pd.DataFrame, current_df: pd.DataFrame) -> pd.DataFrame:

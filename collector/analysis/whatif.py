@@ -34,7 +34,7 @@ from budgetlens.analysis.censoring import (
     censored_baselines,
 )
 from budgetlens.analysis.filters import Filters, run_query
-from budgetlens.analysis.presets import METHODS, PRESET_RULES, recommended_presets
+from budgetlens.analysis.presets import METHODS, PRESET_RULES, preset_grid, recommended_presets
 from budgetlens.analysis.replay import (  # noqa: F401  (re-exported)
     RUN_COLUMNS,
     SUMMARY_COLUMNS,
@@ -140,12 +140,13 @@ def tradeoff(
     columns = ["multiplier", *SUMMARY_COLUMNS]
     if not task_types or ev.baselines.empty or not grid:
         return pd.DataFrame(columns=columns)
-    budgets = [Budget.from_presets(evidence_presets(ev, m, method)) for m in grid]
     if full_replay:
+        budgets = [Budget.from_presets(evidence_presets(ev, m, method)) for m in grid]
         params = {**f.params(), **budget_params(budgets, task_types)}
         frame = summarize(run_query(conn, rq.REPLAY_SUMMARY, params))
-    else:
-        frame = whatif_peaks.summaries(conn, f, budgets)
+    else:  # the same limits as the presets frames above (the tests compare), computed once
+        limits = preset_grid(ev.baselines, ev.censoring, grid, method)
+        frame = whatif_peaks.summaries(conn, f, [Budget(limits=entry) for entry in limits])
     frame["multiplier"] = frame["budget_id"].map(dict(enumerate(grid)))
     return frame[columns].sort_values(["task_type", "multiplier"]).reset_index(drop=True)
 
