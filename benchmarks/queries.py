@@ -3,8 +3,9 @@
 Stores are generated in bulk SQL (about 10 model calls per run, the ``runs`` rollup inserted
 directly, a few budget events) and cached under ``$BUDGETLENS_BENCH_DIR`` (default
 ``/tmp/budgetlens_bench``), so a rerun only times. Each page's time is what the dashboard does
-on a cold cache: for every analysis call of the page, open the store read-only
-(``read_connection``), run the call, close; the figure is the median of ``--repeat`` rounds.
+on a cold cache: open the store read-only once (``read_connection``; the dashboard's one reader
+per render), run every analysis call of the page, close; beside it the same calls each on its
+own connection (the reference); the figures are medians of ``--repeat`` interleaved rounds.
 Filters: the whole extent of the data, time zone Europe/Berlin (day buckets converted).
 
 Usage: ``python -m benchmarks.queries [--sizes 10000 100000 1000000] [--repeat 5]``; writes the
@@ -23,6 +24,7 @@ from pathlib import Path
 
 from benchmarks._report import machine, publish
 from budgetlens.analysis import views as analysis
+from budgetlens.analysis import whatif
 from budgetlens.config import ENV_BENCH_DIR, resolve
 from budgetlens.store import read_connection, rollups, write_connection
 
@@ -147,6 +149,10 @@ def bare_scan(conn, f: analysis.Filters) -> None:
     conn.execute(_BARE_SCAN, {"start_utc": f.start_utc, "end_utc": f.end_utc}).fetchall()
 
 
+#: The run rows the What-if page lists (``dashboard/app_pages/whatif.py``).
+WHATIF_SHOWN_RUNS = 500
+
+
 def page_calls(f: analysis.Filters, run_id: str):
     """Each page's analysis calls, as the dashboard pages make them: {page: [callable(conn)]}.
     Every page also draws the sidebar and the header (data extent, filter options, what the
@@ -191,13 +197,25 @@ def page_calls(f: analysis.Filters, run_id: str):
             analysis.data_extent,
         ],
         "Runs": [lambda c: analysis.runs_table(c, f, limit=500), lambda c: analysis.run_detail(c, run_id)],
+        # the fast path (per-run peaks); its full-replay reference: benchmarks.whatif
+        "What-if": [
+            analysis.data_extent,
+            lambda c: whatif.plan_for_target(c, f, run_limit=WHATIF_SHOWN_RUNS),
+        ],
     }
     # an on-demand read is timed alone: what the toggle adds to its page
     return {page: calls if page.endswith("(on demand)") else shared + calls for page, calls in pages.items()}
 
 
+#: Suffix of the figure that opens a reader per call (the dashboard before issue 25), timed
+#: beside the page's one reader per render in the same rounds.
+PER_CALL = " [reader per call]"
+
+
 def time_pages(path: Path, repeat: int) -> dict[str, float]:
-    """Median seconds per page (each call on its own read-only connection)."""
+    """Median seconds per page: all its calls on one read-only connection, as a dashboard render
+    reads (``dashboard.data``: one reader per render); beside it, ``page + PER_CALL``, each call
+    on its own connection (the reference), interleaved round by round."""
     with read_connection(path) as conn:
         first, last, _ = analysis.data_extent(conn)
         run_id = analysis.top_runs(conn, analysis.Filters(), 1)["run_id"].iloc[0]
@@ -206,26 +224,34 @@ def time_pages(path: Path, repeat: int) -> dict[str, float]:
     results = {}
     pages = {**page_calls(f, run_id), BARE: [lambda c: bare_scan(c, f)]}
     for page, calls in pages.items():
-        rounds = []
+        shared, per_call = [], []
         for _ in range(repeat):
+            started = time.perf_counter()
+            with read_connection(path) as conn:
+                for call in calls:
+                    call(conn)
+            shared.append(time.perf_counter() - started)
             started = time.perf_counter()
             for call in calls:
                 with read_connection(path) as conn:
                     call(conn)
-            rounds.append(time.perf_counter() - started)
-        results[page] = statistics.median(rounds)
+            per_call.append(time.perf_counter() - started)
+        results[page] = statistics.median(shared)
+        if page != BARE:
+            results[page + PER_CALL] = statistics.median(per_call)
     return results
 
 
 def report(figures: dict[int, dict[str, float]], repeat: int) -> str:
     sizes = sorted(figures)
-    pages = [p for p in next(iter(figures.values())) if p != BARE]
+    pages = [p for p in next(iter(figures.values())) if p != BARE and not p.endswith(PER_CALL)]
     head = "| page | " + " | ".join(f"{n:,} runs" for n in sizes) + " |"
     lines = [
         "## Analysis queries per dashboard page",
         "",
         f"`python -m benchmarks.queries` on {machine()}. Seconds per page on a cold cache "
-        f"(every analysis call the page makes, each on its own read-only connection), median of "
+        f"(every analysis call the page makes, on one read-only connection as a dashboard render "
+        f"reads; in brackets each call on its own connection, timed in the same rounds), median of "
         f"{repeat} rounds; generated stores with about 10 model calls per run; filters: the "
         "whole extent, time zone Europe/Berlin; every page includes the sidebar and header "
         "reads (data extent, filter options, window coverage). The last column is the page's "
@@ -237,7 +263,10 @@ def report(figures: dict[int, dict[str, float]], repeat: int) -> str:
     ]
     largest = sizes[-1]
     for page in [*pages, BARE]:
-        cells = [f"{figures[n][page]:.3f}" for n in sizes]
+        cells = [
+            f"{figures[n][page]:.3f}" + (f" ({figures[n][page + PER_CALL]:.3f})" if page != BARE else "")
+            for n in sizes
+        ]
         row = f"| {page} | " + " | ".join(cells) + " |"
         if {100_000, 1_000_000} <= set(sizes):
             row += f" {figures[1_000_000][page] / figures[100_000][page]:.1f}x |"
@@ -268,7 +297,9 @@ def main(argv=None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     figures = {}
     for n in args.sizes:
-        path = build_store(n)
+        from benchmarks.whatif import with_run_totals  # (benchmarks.whatif imports this module)
+
+        path = with_run_totals(build_store(n))  # the what-if reads the writer's run_totals
         figures[n] = time_pages(path, args.repeat)
         log.info("%s runs: %s", f"{n:,}", {k: round(v, 3) for k, v in figures[n].items()})
     text = report(figures, args.repeat)
