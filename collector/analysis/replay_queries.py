@@ -85,8 +85,9 @@ candidates AS (
         OR t.c_output_tokens > u.max_output_tokens)
 )"""
 
-#: Whether a probed run may be stopped by some budget (every other run completes under all).
-_MAY_STOP = """r.run_id IN (SELECT run_id FROM candidates)
+#: Whether a probed run may be stopped by some budget (every other run completes under all);
+#: ``w``: the run's row in ``candidates``, NULL when it is none.
+_MAY_STOP = """w.run_id IS NOT NULL
         OR starts_with(recorded_stop_reason, 'budget_') OR calls IS NULL
         OR run_tool_calls > max_tool_calls"""
 
@@ -357,8 +358,8 @@ SELECT r.run_id, r.run_task_type AS task_type, r.run_start AS start_utc, r.recor
        CAST(r.run_output_tokens AS DOUBLE) AS run_output_tokens,
        CAST(r.run_turns AS DOUBLE) AS run_turns, r.run_cost_usd, r.run_duration_s,
        {", ".join(f"CAST(r.{c} AS DOUBLE) AS {c}" for c in LIMIT_COLUMNS)},
-       r.run_id IN (SELECT run_id FROM candidates) AS walked
-FROM probe r
+       w.run_id IS NOT NULL AS walked
+FROM probe r LEFT JOIN candidates w ON w.run_id = r.run_id
 WHERE {_MAY_STOP}
 ORDER BY r.run_id
 """
@@ -369,16 +370,17 @@ ORDER BY r.run_id
 #: cum_out, cost_before (USD of calls 1..k-1), tok, cost; ordered by ui, k. Reads only these
 #: runs' calls and tool-call events.
 WALK_CALLS = f"""
-WITH candidates AS (
+WITH walk AS (
     SELECT unnest(CAST($walk_ids AS VARCHAR[])) AS run_id, unnest(CAST($walk_idx AS INTEGER[])) AS ui
 ),
+candidates AS (SELECT w.run_id, w.ui, r.start_utc AS run_start FROM walk w JOIN runs r ON r.run_id = w.run_id),
 {_STREAM}
-SELECT k.ui, CAST(cum.k AS BIGINT) AS k, epoch(cum.ts - r.start_utc) AS time_s,
+SELECT k.ui, CAST(cum.k AS BIGINT) AS k, epoch(cum.ts - k.run_start) AS time_s,
        CAST(cum.tools_before AS DOUBLE) AS tools_before,
        CAST(cum.cum_tok AS DOUBLE) AS cum_tok, CAST(cum.cum_in AS DOUBLE) AS cum_in,
        CAST(cum.cum_out AS DOUBLE) AS cum_out, cum.cost_before,
        CAST(cum.tok AS BIGINT) AS tok, CAST(cum.cost AS DOUBLE) AS cost
-FROM cum JOIN candidates k ON k.run_id = cum.run_id JOIN runs r ON r.run_id = cum.run_id
+FROM cum JOIN candidates k ON k.run_id = cum.run_id
 WHERE cum.is_call = 1
 ORDER BY k.ui, cum.k
 """
