@@ -289,3 +289,28 @@ def test_the_preset_grid_gives_the_limits_of_each_multipliers_presets(varied_sto
             assert limits == expected.limits and any(limits.values()), (method, multiplier)
     with pytest.raises(ValueError, match="multiplier"):
         presets.preset_grid(ev.baselines, ev.censoring, [0.0])
+
+
+@pytest.mark.system  # a collector subprocess holds the file; the reads go through its endpoint
+def test_the_fast_path_reads_through_the_collector_as_from_the_file(tmp_path, python):
+    from _collector_helpers import collector_process
+
+    from budgetlens.analysis.censoring import censored_baselines
+    from budgetlens.store import connect
+    from budgetlens.store.readers import RemoteStore
+
+    path = tmp_path / "held.duckdb"
+    with write_connection(path) as conn:
+        write_batch(conn, *_varied_rows(3, 120))
+    budgets = _budgets()
+    with read_connection(path) as conn:
+        from_file = whatif_peaks.replay_many(conn, Filters(), budgets)
+        km_file = censored_baselines(conn, Filters())
+    with collector_process(python, path) as _, connect(path) as remote:
+        assert isinstance(remote, RemoteStore)
+        through = whatif_peaks.replay_many(remote, Filters(), budgets)
+        km_remote = censored_baselines(remote, Filters())
+    for mine, theirs in zip(through, from_file, strict=True):
+        _same(mine.summary, theirs.summary)
+        _same(mine.runs, theirs.runs)
+    assert km_remote.to_dict("records") == km_file.to_dict("records")
