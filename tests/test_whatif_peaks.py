@@ -170,12 +170,21 @@ def _same(fast: pd.DataFrame, full: pd.DataFrame, summed: bool = False) -> None:
         assert a == b
 
 
-def test_fast_replay_equals_the_full_replay_for_every_budget(varied_store):
+@pytest.mark.parametrize(
+    "f",
+    [
+        Filters(),
+        Filters(start_utc=T0 + dt.timedelta(hours=6), end_utc=T0 + dt.timedelta(hours=14)),
+        Filters(task_types=("qa",), tz="Europe/Berlin"),
+    ],
+    ids=["all", "window", "one-task-type"],
+)
+def test_fast_replay_equals_the_full_replay_for_every_budget(varied_store, f):
     budgets = _budgets()
     with read_connection(varied_store) as conn:
-        fast = whatif_peaks.replay_many(conn, Filters(), budgets)
+        fast = whatif_peaks.replay_many(conn, f, budgets)
         for budget, mine in zip(budgets, fast, strict=True):
-            full = whatif.replay(conn, Filters(), budget)
+            full = whatif.replay(conn, f, budget)
             _same(mine.summary, full.summary, summed=True)
             _same(mine.runs, full.runs)
             assert mine.run_count == full.run_count == len(full.runs)
