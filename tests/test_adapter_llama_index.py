@@ -65,6 +65,30 @@ def test_chat_sync_async_and_streamed_are_reserved_and_recorded(server):
     assert result.usage_status == USAGE_REPORTED
 
 
+def test_complete_and_its_stream_and_async_forms_are_guarded_like_chat(server):
+    # LiteLLM's complete goes through its private _chat, past a guarded chat: guarded all the same
+    run = RunBudget(max_total_tokens=50_000)
+    guarded = guard_llm(llm(server), run)
+    sent = len(server.requests)
+    assert guarded.complete("Fix the failing test").text == "Done."
+    assert "".join(c.delta or "" for c in guarded.stream_complete("Fix the failing test")) == "Done."
+
+    async def main():
+        assert (await guarded.acomplete("Fix the failing test")).text == "Done."
+        async for _ in await guarded.astream_complete("Fix the failing test"):
+            pass
+
+    asyncio.run(main())
+    assert len(server.requests) == sent + 4
+    assert all(body["max_tokens"] == 4096 for _, body in server.requests[sent:])
+    result = run.finish()
+    assert result.turns == 4 and result.usage == CALL + CALL + CALL + CALL
+    assert result.usage_status == USAGE_REPORTED
+    with pytest.raises(BudgetExceeded):
+        guard_llm(llm(server, max_tokens=2_000), RunBudget(max_total_tokens=1_000)).complete("Fix")
+    assert len(server.requests) == sent + 4
+
+
 def test_refused_before_sending_and_failures_settled(server):
     run = RunBudget(max_total_tokens=1_000)
     sent = len(server.requests)

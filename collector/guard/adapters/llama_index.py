@@ -5,8 +5,9 @@
 ``guard_llama_agent(agent, run)`` for a workflow agent (``FunctionAgent``, ``ReActAgent``: its
 LLM and tools, in place):
 
-- ``chat`` / ``achat`` / ``stream_chat`` / ``astream_chat`` (and so ``complete``, ``*_with_tools``
-  and the agents built on them) reserve the prompt estimate (messages) plus the LLM's
+- ``chat`` / ``achat`` / ``stream_chat`` / ``astream_chat`` (and so ``*_with_tools`` and the
+  agents built on them; ``complete`` and its stream and async forms go through them for a chat
+  model, since some LLMs, LiteLLM's among them, complete through their private ``_chat``) reserve the prompt estimate (messages) plus the LLM's
   ``max_tokens`` (else the budget's output left, at most ``max_output_tokens``, passed as
   ``max_tokens``) and raise ``BudgetExceeded`` before the call when it does not fit; then record
   the usage of the raw provider response (``ChatResponse.raw``; streams: the last chunk that
@@ -16,11 +17,17 @@ LLM and tools, in place):
 - each tool call of a guarded agent (``FunctionTool.call`` / ``acall``) counts against
   ``max_tool_calls`` before it runs; the agent hands a tool's exception to the model, so a refusal
   is raised again by the agent's next LLM call (the run stops there).
+
+LiteLLM's LLM (``llama-index-llms-litellm`` 0.8) reads ``choices[0]`` of every streamed chunk, and
+LiteLLM passes the usage-only last chunk (``choices == []``) that ``include_usage`` asks for: the
+guarded copy's streams hand that chunk to the parser with one empty choice (delta ``""``, its
+usage untouched), so the parser does not fail and the usage is recorded as the server sent it.
 """
 
 from __future__ import annotations
 
 import functools
+import types
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
@@ -46,6 +53,52 @@ def _model(response: Any) -> str | None:
     return model if isinstance(model, str) else None
 
 
+def _with_a_choice(chunk: Any) -> Any:
+    """A usage-only stream chunk (``choices == []``, usage set) with one empty choice; any other
+    chunk as it is."""
+    if getattr(chunk, "choices", None) != [] or getattr(chunk, "usage", None) is None:
+        return chunk
+    from litellm.types.utils import Delta, StreamingChoices
+
+    return chunk.model_copy(update={"choices": [StreamingChoices(index=0, delta=Delta())]})
+
+
+def _litellm_streams(base: type) -> dict[str, Any]:
+    """``_stream_chat`` / ``_astream_chat`` of LiteLLM's LLM class ``base`` whose LiteLLM streams
+    pass through :func:`_with_a_choice` (the same code, bound to the module's globals with its two
+    completion functions wrapped); ``{}`` for any other LLM class."""
+    sync, asyn = getattr(base, "_stream_chat", None), getattr(base, "_astream_chat", None)
+    names = getattr(sync, "__globals__", {})
+    if not isinstance(sync, types.FunctionType) or not isinstance(asyn, types.FunctionType):
+        return {}
+    if asyn.__globals__ is not names or not {"completion_with_retry", "acompletion_with_retry"} <= set(names):
+        return {}
+    completion, acompletion = names["completion_with_retry"], names["acompletion_with_retry"]
+
+    def completion_with_retry(**kwargs: Any) -> Any:
+        response = completion(**kwargs)
+        return (_with_a_choice(c) for c in response) if kwargs.get("stream") else response
+
+    async def acompletion_with_retry(**kwargs: Any) -> Any:
+        response = await acompletion(**kwargs)
+        if not kwargs.get("stream"):
+            return response
+
+        async def chunks() -> AsyncIterator[Any]:
+            async for chunk in response:
+                yield _with_a_choice(chunk)
+
+        return chunks()
+
+    bound = dict(names, completion_with_retry=completion_with_retry, acompletion_with_retry=acompletion_with_retry)
+    methods: dict[str, Any] = {}
+    for method in (sync, asyn):
+        copy = types.FunctionType(method.__code__, bound, method.__name__, method.__defaults__, method.__closure__)
+        copy.__kwdefaults__ = method.__kwdefaults__
+        methods[method.__name__] = functools.update_wrapper(copy, method)
+    return methods
+
+
 def guard_llm(
     llm: Any,
     run: Any,
@@ -58,6 +111,8 @@ def guard_llm(
     """A copy of the LlamaIndex ``llm`` whose chat calls go through ``run`` (a ``RunBudget``);
     see the module doc. ``stream_usage``: ask streams for usage (an OpenAI-compatible option).
     Raises ValueError for an object that is not a LlamaIndex LLM."""
+    from llama_index.core.base.llms import generic_utils
+
     if not all(hasattr(llm, name) for name in ("chat", "achat", "stream_chat", "astream_chat", "metadata")):
         raise ValueError(f"guard_llm takes a LlamaIndex LLM, got {llm!r}")
     guard = CallGuard(run, provider, None, max_output_tokens)
@@ -134,6 +189,26 @@ def guard_llm(
 
         return gen()
 
+    def complete(self: Any, prompt: str, formatted: bool = False, **kwargs: Any) -> Any:
+        if not self.metadata.is_chat_model:
+            return base.complete(self, prompt, formatted, **kwargs)
+        return generic_utils.chat_to_completion_decorator(self.chat)(prompt, **kwargs)
+
+    def stream_complete(self: Any, prompt: str, formatted: bool = False, **kwargs: Any) -> Any:
+        if not self.metadata.is_chat_model:
+            return base.stream_complete(self, prompt, formatted, **kwargs)
+        return generic_utils.stream_chat_to_completion_decorator(self.stream_chat)(prompt, **kwargs)
+
+    async def acomplete(self: Any, prompt: str, formatted: bool = False, **kwargs: Any) -> Any:
+        if not self.metadata.is_chat_model:
+            return await base.acomplete(self, prompt, formatted, **kwargs)
+        return await generic_utils.achat_to_completion_decorator(self.achat)(prompt, **kwargs)
+
+    async def astream_complete(self: Any, prompt: str, formatted: bool = False, **kwargs: Any) -> Any:
+        if not self.metadata.is_chat_model:
+            return await base.astream_complete(self, prompt, formatted, **kwargs)
+        return await generic_utils.astream_chat_to_completion_decorator(self.astream_chat)(prompt, **kwargs)
+
     guarded = type(
         f"Budget{base.__name__}",
         (base,),
@@ -142,7 +217,12 @@ def guard_llm(
             "achat": achat,
             "stream_chat": stream_chat,
             "astream_chat": astream_chat,
+            "complete": complete,
+            "stream_complete": stream_complete,
+            "acomplete": acomplete,
+            "astream_complete": astream_complete,
             "__module__": __name__,
+            **_litellm_streams(base),
         },
     )
     copy = llm.model_copy() if hasattr(llm, "model_copy") else llm
