@@ -40,6 +40,46 @@ filtered AS (
       AND (CAST($tags AS VARCHAR) = '{}' OR coalesce(json_contains(tags, CAST($tags AS VARCHAR)), false))
 )"""
 
+#: The figures a run's own use is given in (issue 21), as ``own_<column>`` of ``spend``.
+SPEND_COLUMNS = (
+    "total_tokens",
+    "input_tokens",
+    "output_tokens",
+    "cache_read_tokens",
+    "cache_write_tokens",
+    "reasoning_tokens",
+    "cost_usd",
+)
+#: A run whose stored totals come from its guard's run record (``retryable`` is set only there):
+#: a parent's record counts its children's use (``RunBudget.child``: one ledger); before its
+#: record lands, a parent's totals are its own calls'.
+_HAS_GUARD_RECORD = "f.retryable IS NOT NULL"
+
+
+def _own(column: str) -> str:
+    return (
+        f"CASE WHEN k.parent_run_id IS NOT NULL AND {_HAS_GUARD_RECORD} "
+        f"THEN greatest(f.{column} - coalesce(k.{column}, 0), 0) ELSE f.{column} END AS own_{column}"
+    )
+
+
+#: Spend counted once (a CTE named ``spend``, after ``FILTERED``): the filtered runs with, for
+#: each of ``SPEND_COLUMNS``, ``own_<column>``: the run's own use, its totals less its direct
+#: children's (a child's own children are taken off in the child), so a sum of ``own_*`` over
+#: any selection counts each token and dollar once, where it was spent; the plain columns stay
+#: inclusive (a parent's budget covers its children: percentiles and baselines read those).
+#: Sums over runs read ``own_*`` (OVERVIEW_*, COST_BY_PERIOD_*, spend by team/user/service, the
+#: what-if's spent totals, the runaways' share).
+SPEND = f"""
+child_use AS (
+    SELECT parent_run_id, {", ".join(f"sum({c}) AS {c}" for c in SPEND_COLUMNS)}
+    FROM runs WHERE parent_run_id IS NOT NULL GROUP BY parent_run_id
+),
+spend AS (
+    SELECT f.*, {", ".join(_own(c) for c in SPEND_COLUMNS)}
+    FROM filtered f LEFT JOIN child_use k ON k.parent_run_id = f.run_id
+)"""
+
 #: Day and hour buckets are local to ``$tz``. Converting every run's time is the costly part
 #: of a daily chart (ICU per row), so runs are first counted per 15-minute UTC bucket and only
 #: the buckets are converted: every current IANA zone's offset is a multiple of 15 minutes, so
@@ -120,28 +160,29 @@ OPTION_SERVICES = (
 #: runs that report both the part and its whole (a source that never reports cache reads is
 #: left out, never read as 0 %); NULL when no run does.
 _TOKEN_PARTS = """
-    sum(input_tokens) AS input_tokens,
-    sum(output_tokens) AS output_tokens,
-    sum(cache_read_tokens) AS cache_read_tokens,
-    sum(cache_write_tokens) AS cache_write_tokens,
-    sum(reasoning_tokens) AS reasoning_tokens,
-    sum(cache_read_tokens) FILTER (WHERE input_tokens IS NOT NULL)
-        / nullif(sum(input_tokens) FILTER (WHERE cache_read_tokens IS NOT NULL), 0)
+    sum(own_input_tokens) AS input_tokens,
+    sum(own_output_tokens) AS output_tokens,
+    sum(own_cache_read_tokens) AS cache_read_tokens,
+    sum(own_cache_write_tokens) AS cache_write_tokens,
+    sum(own_reasoning_tokens) AS reasoning_tokens,
+    sum(own_cache_read_tokens) FILTER (WHERE input_tokens IS NOT NULL)
+        / nullif(sum(own_input_tokens) FILTER (WHERE cache_read_tokens IS NOT NULL), 0)
         AS cache_read_share,
-    sum(cache_write_tokens) FILTER (WHERE input_tokens IS NOT NULL)
-        / nullif(sum(input_tokens) FILTER (WHERE cache_write_tokens IS NOT NULL), 0)
+    sum(own_cache_write_tokens) FILTER (WHERE input_tokens IS NOT NULL)
+        / nullif(sum(own_input_tokens) FILTER (WHERE cache_write_tokens IS NOT NULL), 0)
         AS cache_write_share,
-    sum(reasoning_tokens) FILTER (WHERE output_tokens IS NOT NULL)
-        / nullif(sum(output_tokens) FILTER (WHERE reasoning_tokens IS NOT NULL), 0)
+    sum(own_reasoning_tokens) FILTER (WHERE output_tokens IS NOT NULL)
+        / nullif(sum(own_output_tokens) FILTER (WHERE reasoning_tokens IS NOT NULL), 0)
         AS reasoning_share"""
 
 OVERVIEW_TOTALS = f"""
-WITH {FILTERED}
+WITH {FILTERED},
+{SPEND}
 SELECT
     count(*) AS runs,
     {_RATES},
     {_TOKEN_PARTS},
-    sum(cost_usd) AS cost_usd,
+    sum(own_cost_usd) AS cost_usd,
     count(cost_usd) AS priced_runs,
     count(*) FILTER (WHERE cost_usd IS NOT NULL AND NOT {COST_KNOWN}) AS partially_priced_runs,
     CAST(coalesce(sum(unpriced_calls), 0) AS BIGINT) AS unpriced_calls,
@@ -149,19 +190,20 @@ SELECT
     count(*) FILTER (WHERE quality IS NOT NULL) AS flagged_runs,
     quantile_cont(total_tokens, 0.95) AS p95_total_tokens,
     coalesce(sum(tool_cost_usd), 0.0) AS tool_cost_usd
-FROM filtered
+FROM spend
 """
 
 OVERVIEW_PER_TASK = f"""
-WITH {FILTERED}
+WITH {FILTERED},
+{SPEND}
 SELECT
     task_type,
     count(*) AS runs,
     {_RATES},
-    sum(cost_usd) AS cost_usd,
+    sum(own_cost_usd) AS cost_usd,
     quantile_cont(total_tokens, 0.95) AS p95_total_tokens,
     {_TOKEN_PARTS}
-FROM filtered
+FROM spend
 GROUP BY task_type
 ORDER BY task_type
 """
@@ -308,10 +350,11 @@ ORDER BY period_start, key
 #: ``$period`` is one of ``views.PERIODS`` (validated in Python); buckets are local time in ``$tz``.
 COST_BY_PERIOD_TASK = f"""
 WITH {FILTERED},
+{SPEND},
 b AS (
-    SELECT {_BUCKET} AS bucket, task_type AS key, sum(cost_usd) AS cost_usd, count(*) AS runs,
+    SELECT {_BUCKET} AS bucket, task_type AS key, sum(own_cost_usd) AS cost_usd, count(*) AS runs,
            sum(unpriced_calls) AS unpriced
-    FROM filtered GROUP BY ALL
+    FROM spend GROUP BY ALL
 )
 {_PERIOD_TOTALS}"""
 
@@ -321,10 +364,11 @@ b AS (
 #: ``model_calls`` table is probed for those runs alone. ``runs`` counts runs per key.
 COST_BY_PERIOD_MODEL = f"""
 WITH {FILTERED},
+{SPEND},
 single AS (
-    SELECT start_utc, coalesce(nullif(models, ''), 'unknown') AS key, cost_usd,
+    SELECT start_utc, coalesce(nullif(models, ''), 'unknown') AS key, own_cost_usd AS cost_usd,
            unpriced_calls AS unpriced
-    FROM filtered WHERE NOT contains(coalesce(models, ''), ',')
+    FROM spend WHERE NOT contains(coalesce(models, ''), ',')
 ),
 multi AS (
     SELECT any_value(m.start_utc) AS start_utc,
