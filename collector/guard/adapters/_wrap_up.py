@@ -7,7 +7,8 @@ cap is the final call's output budget (the slice), and it is reserved with ``fin
 it the run stops with ``budget_wrap_up``. Request shapes: OpenAI Chat Completions (``messages``),
 OpenAI Responses (``instructions``), Anthropic Messages (``messages``; a conversation that already
 holds ``tool_use`` / ``tool_result`` blocks keeps its tool definitions, as the API requires, with
-``tool_choice`` ``none``).
+``tool_choice`` ``none``) and LiteLLM's (OpenAI-shaped messages capped by ``max_tokens``: read as
+the Anthropic shape, every OpenAI tool key removed).
 """
 
 from __future__ import annotations
@@ -64,9 +65,9 @@ def final_request(kwargs: dict[str, Any], cap_key: str) -> None:
     if _SHAPES.get(cap_key) == "anthropic":
         if _has_tool_blocks(kwargs.get("messages")) and kwargs.get("tools"):
             kwargs["tool_choice"] = {"type": "none"}  # the tool blocks need their definitions
-        else:
-            kwargs.pop("tools", None)
-            kwargs.pop("tool_choice", None)
+        else:  # also OpenAI's keys: LiteLLM sends OpenAI-shaped requests capped by max_tokens
+            for key in _OPENAI_TOOL_KEYS:
+                kwargs.pop(key, None)
     else:
         for key in _OPENAI_TOOL_KEYS:
             kwargs.pop(key, None)
