@@ -13,7 +13,10 @@ LLM and tools, in place):
   the usage of the raw provider response (``ChatResponse.raw``; streams: the last chunk that
   carries usage, and ``stream_options={"include_usage": True}`` is asked for); a call without
   usage is *unknown*, charged its reservation; a failed call is released when the API answered
-  with a status, else charged;
+  with a status, else charged; with a wrap-up slice (``RunBudget(wrap_up_tokens=...)``), a call
+  that does not fit next to it becomes the run's final call: tools removed, the instruction to
+  answer now added as a last user message, ``max_tokens`` capped to the slice (after it the run
+  stops with ``budget_wrap_up``);
 - each tool call of a guarded agent (``FunctionTool.call`` / ``acall``) counts against
   ``max_tool_calls`` before it runs; the agent hands a tool's exception to the model, so a refusal
   is raised again by the agent's next LLM call (the run stops there).
@@ -32,6 +35,7 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 from budgetlens.guard.adapters._calls import DEFAULT_MAX_OUTPUT_TOKENS, CallGuard
+from budgetlens.guard.adapters._wrap_up import OPENAI_TOOL_KEYS, WRAP_UP_INSTRUCTION
 from budgetlens.guard.results import BudgetExceeded
 from budgetlens.usage import normalize_usage
 
@@ -99,6 +103,26 @@ def _litellm_streams(base: type) -> dict[str, Any]:
     return methods
 
 
+def _final_call(
+    run: Any, guard: CallGuard, messages: Any, kwargs: dict[str, Any], model: str | None, given: Any, ceiling: int
+) -> tuple[list[Any], Any]:
+    """The run's final call from its wrap-up slice (see :mod:`budgetlens.guard.adapters._wrap_up`):
+    ``messages`` with :data:`WRAP_UP_INSTRUCTION` as a last user message, the tool keys removed from
+    ``kwargs`` (changed in place), ``max_tokens`` the least of ``given``, the final call's output
+    budget and ``ceiling`` (at least 1); reserved with ``final=True``. Returns (messages, the
+    reservation); raises BudgetExceeded when even the final call does not fit."""
+    from llama_index.core.llms import ChatMessage
+
+    messages = [*messages, ChatMessage(role="user", content=WRAP_UP_INSTRUCTION)]
+    for key in OPENAI_TOOL_KEYS:
+        kwargs.pop(key, None)
+    prompt = guard.prompt_tokens({"messages": messages}, ([getattr(m, "content", m) for m in messages],))
+    left = run.output_budget(ceiling, prompt, final=True)
+    cap = max(1, min(c for c in (given, left, ceiling) if isinstance(c, int) and not isinstance(c, bool)))
+    kwargs["max_tokens"] = cap
+    return messages, run.reserve(prompt + cap, model, output_tokens=cap, final=True)
+
+
 def guard_llm(
     llm: Any,
     run: Any,
@@ -119,20 +143,22 @@ def guard_llm(
     base = type(llm)
     model_name = getattr(llm, "model", None)
 
-    def prepare(self: Any, messages: Any, kwargs: dict[str, Any], stream: bool) -> Any:
+    def prepare(self: Any, messages: Any, kwargs: dict[str, Any], stream: bool) -> tuple[Any, Any]:
         if _pending:  # a tool refusal the agent handed to the model: the run stops here
             raise _pending.pop()
+        model = model_name if isinstance(model_name, str) else None
+        given = kwargs.get("max_tokens", getattr(self, "max_tokens", None))
         prompt = guard.prompt_tokens({"messages": messages}, ([getattr(m, "content", m) for m in messages],))
-        cap = guard.output_cap(prompt, kwargs.get("max_tokens", getattr(self, "max_tokens", None)))
-        kwargs.setdefault("max_tokens", cap)
+        cap = guard.output_cap(prompt, given)
         if stream and stream_usage:
             kwargs.setdefault("stream_options", {"include_usage": True})
-        return run.reserve(
-            prompt + cap, model_name if isinstance(model_name, str) else None, output_tokens=cap
-        )
+        if run.wrap_up_due(prompt + cap, model, output_tokens=cap):
+            return _final_call(run, guard, messages, kwargs, model, given, max_output_tokens)
+        kwargs.setdefault("max_tokens", cap)
+        return messages, run.reserve(prompt + cap, model, output_tokens=cap)
 
     def chat(self: Any, messages: Any, **kwargs: Any) -> Any:
-        res = prepare(self, messages, kwargs, False)
+        messages, res = prepare(self, messages, kwargs, False)
         try:
             response = base.chat(self, messages, **kwargs)
         except BaseException as exc:
@@ -142,7 +168,7 @@ def guard_llm(
         return response
 
     async def achat(self: Any, messages: Any, **kwargs: Any) -> Any:
-        res = prepare(self, messages, kwargs, False)
+        messages, res = prepare(self, messages, kwargs, False)
         try:
             response = await base.achat(self, messages, **kwargs)
         except BaseException as exc:
@@ -152,7 +178,7 @@ def guard_llm(
         return response
 
     def stream_chat(self: Any, messages: Any, **kwargs: Any) -> Iterator[Any]:
-        res = prepare(self, messages, kwargs, True)
+        messages, res = prepare(self, messages, kwargs, True)
         last: list[Any] = [None, None]  # usage, model
 
         def gen() -> Iterator[Any]:
@@ -169,7 +195,7 @@ def guard_llm(
         return gen()
 
     async def astream_chat(self: Any, messages: Any, **kwargs: Any) -> AsyncIterator[Any]:
-        res = prepare(self, messages, kwargs, True)
+        messages, res = prepare(self, messages, kwargs, True)
         try:
             inner = await base.astream_chat(self, messages, **kwargs)
         except BaseException as exc:
