@@ -19,8 +19,8 @@ from llama_index.core.tools import FunctionTool
 from llama_index.llms.litellm import LiteLLM
 
 from budgetlens import BudgetExceeded, RunBudget, Usage
-from budgetlens.guard.adapters.llama_index import guard_llama_agent, guard_llm
 from budgetlens.guard.adapters._wrap_up import WRAP_UP_INSTRUCTION
+from budgetlens.guard.adapters.llama_index import guard_llama_agent, guard_llm
 from budgetlens.semconv import STOP_BUDGET_TOKENS, STOP_BUDGET_TOOLS, STOP_BUDGET_WRAP_UP, USAGE_REPORTED
 
 sys.path.insert(0, str(Path(__file__).parent / "examples"))
