@@ -130,7 +130,9 @@ def test_a_function_agent_out_of_budget_answers_from_the_wrap_up_slice(server):
     # no longer fits the 500 left: it is the final call, without tools, capped at 1,000 (< the
     # 1,500 - prompt the slice leaves), and the run stops with budget_wrap_up after it.
     async def main(run):
-        agent = FunctionAgent(tools=[FunctionTool.from_defaults(read_file)], llm=llm(server, max_tokens=1_000))
+        agent = FunctionAgent(
+            tools=[FunctionTool.from_defaults(read_file)], llm=llm(server, max_tokens=1_000)
+        )
         guard_llama_agent(agent, run)
         return await agent.run("Fix the failing test")
 

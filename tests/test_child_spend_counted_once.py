@@ -1,6 +1,6 @@
 """Sums over runs count a child's spend once (issue 21): a parent's stored totals include its
 children's (``RunBudget.child``: one ledger), so every sum over runs reads each run's own use
-(``queries.SPEND``), while per-run figures (baselines) stay inclusive. Figures by hand below."""
+(``spend_queries.SPEND``), while per-run figures (baselines) stay inclusive. Figures by hand below."""
 
 from __future__ import annotations
 
@@ -86,7 +86,9 @@ def test_spend_by_team_runaways_and_what_if_count_the_children_once(store):
         whatif = replay(conn, Filters(), Budget.uniform())
     assert team["runs"] == 3 and team["cost_usd"] == pytest.approx(ALL_USD)
     assert team["total_tokens"] == ALL_TOKENS
-    assert found.count == 3 and found.cost_usd == pytest.approx(ALL_USD) and found.cost_share == pytest.approx(1)
+    assert (
+        found.count == 3 and found.cost_usd == pytest.approx(ALL_USD) and found.cost_share == pytest.approx(1)
+    )
     assert "own_cost_usd" not in found.runs.columns
     assert whatif.summary["spent_tokens"].sum() == ALL_TOKENS
     assert whatif.summary["spent_cost_usd"].sum() == pytest.approx(ALL_USD)
@@ -102,7 +104,18 @@ def test_a_parents_baseline_stays_inclusive_its_budget_covered_its_children(stor
 @pytest.mark.system
 def test_the_spend_cli_counts_the_children_once(store, python):
     out = subprocess.run(
-        [python, "-m", "budgetlens.cli", "spend", "--db", str(store), "--window-days", "0", "--format", "json"],
+        [
+            python,
+            "-m",
+            "budgetlens.cli",
+            "spend",
+            "--db",
+            str(store),
+            "--window-days",
+            "0",
+            "--format",
+            "json",
+        ],
         capture_output=True,
         text=True,
         timeout=120,
@@ -111,3 +124,22 @@ def test_the_spend_cli_counts_the_children_once(store, python):
     (row,) = json.loads(out.stdout)
     assert row["team"] == "ops" and row["runs"] == 3
     assert row["cost_usd"] == pytest.approx(ALL_USD) and row["total_tokens"] == ALL_TOKENS
+
+
+def test_a_parent_still_running_has_only_its_own_calls_and_nothing_is_taken_off(tmp_path):
+    # before the parent's record lands, its stored totals are its own calls' (1,000 + 100)
+    memory = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(memory))
+    lead = RunBudget(run_id="lead", task_type="lead", tracer=provider.get_tracer("agent"))
+    lead.record(Usage(1_000, 100), model="gpt-4o")
+    child = lead.child(task_type="research", run_id="research-1")
+    child.record(Usage(4_000, 500), model="gpt-4o")
+    child.finish()  # the lead is not finished: no run record of it yet
+    exporter = DuckDBSpanExporter(tmp_path / "open.duckdb")
+    assert exporter.export(memory.get_finished_spans()) == SpanExportResult.SUCCESS
+    exporter.shutdown()
+    with read_connection(tmp_path / "open.duckdb") as conn:
+        ov = overview(conn, Filters())
+    assert ov.input_tokens == 5_000 and ov.output_tokens == 600
+    assert ov.cost_usd == pytest.approx(LEAD_OWN_USD + FIRST_USD)

@@ -116,7 +116,11 @@ def test_litellm_agent_out_of_budget_answers_from_the_slice(server):
     before = len(server.requests)
     answer = _agent(
         lambda **kw: llm.completion(
-            model="openai/gpt-4o-mini", api_base=server.openai_url, api_key="test", parallel_tool_calls=False, **kw
+            model="openai/gpt-4o-mini",
+            api_base=server.openai_url,
+            api_key="test",
+            parallel_tool_calls=False,
+            **kw,
         ),
         lambda reply: None if reply.choices[0].message.tool_calls else reply.choices[0].message.content,
         CHAT_TOOLS,

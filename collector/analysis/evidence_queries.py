@@ -6,7 +6,8 @@ the Kaplan–Meier baselines (``censoring``), runaway runs and the spend they ar
 
 from __future__ import annotations
 
-from budgetlens.analysis.queries import COST_KNOWN, FILTERED, IS_BUDGET_STOP, SPEND
+from budgetlens.analysis.queries import COST_KNOWN, FILTERED, IS_BUDGET_STOP
+from budgetlens.analysis.spend_queries import SPEND
 
 #: The censoring input of the Kaplan–Meier baselines: per filtered run its task type, the
 #: baseline metrics, whether its cost is fully known, and ``censored`` (a budget stopped it, so
@@ -25,7 +26,7 @@ FROM filtered
 #: arguments are never stored, so "the same call" is the same tool name). Columns: run_id,
 #: task_type, start_utc, total_tokens, cost_usd, stop_reason, p95_total_tokens, tokens_ratio
 #: (total / P95), longest_repeat, repeated_tool, over_p95, tool_loop, own_cost_usd (the run's own
-#: spend, ``queries.SPEND``: what the runaways' share sums).
+#: spend, ``spend_queries.SPEND``: what the runaways' share sums).
 RUNAWAYS = f"""
 WITH {FILTERED},
 {SPEND},

@@ -16,7 +16,8 @@ NULL task type included); its NULL limits mean "no limit".
 
 from __future__ import annotations
 
-from budgetlens.analysis.queries import FILTERED, SPEND
+from budgetlens.analysis.queries import FILTERED
+from budgetlens.analysis.spend_queries import SPEND
 from budgetlens.limits import LIMIT_KEYS
 from budgetlens.store.schema import RUN_COLUMNS
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 import pandas as pd
 
 from budgetlens.analysis.filters import run_query
-from budgetlens.analysis.queries import _BUCKET, _PERIOD_TOTALS, FILTERED, SPEND
+from budgetlens.analysis.queries import _BUCKET, _PERIOD_TOTALS, FILTERED
+from budgetlens.analysis.spend_queries import SPEND
 from budgetlens.store import rollups
 
 _MODEL_FILTER = "(len(CAST($models AS VARCHAR[])) = 0 OR list_contains(CAST($models AS VARCHAR[]), model))"

@@ -10,7 +10,8 @@ from __future__ import annotations
 import pandas as pd
 
 from budgetlens.analysis.filters import Filters, run_query
-from budgetlens.analysis.queries import FILTERED, IS_BUDGET_STOP, SPEND
+from budgetlens.analysis.queries import FILTERED, IS_BUDGET_STOP
+from budgetlens.analysis.spend_queries import SPEND
 
 __all__ = ["GROUPINGS", "SPEND_BY_COLUMNS", "UNATTRIBUTED", "spend_by"]
 

@@ -274,7 +274,9 @@ class RunState:
             usage, model, reservation, provider, response_model, self._price, self.needs_cost
         )
         with self.lock:
-            call = self._record_locked(reservation, normalized, missing, model, provider, early, response_model)
+            call = self._record_locked(
+                reservation, normalized, missing, model, provider, early, response_model
+            )
         if self.telemetry.recording:
             self.telemetry.model_call(
                 model=call.model,

@@ -94,17 +94,27 @@ def _litellm_streams(base: type) -> dict[str, Any]:
 
         return chunks()
 
-    bound = dict(names, completion_with_retry=completion_with_retry, acompletion_with_retry=acompletion_with_retry)
+    bound = dict(
+        names, completion_with_retry=completion_with_retry, acompletion_with_retry=acompletion_with_retry
+    )
     methods: dict[str, Any] = {}
     for method in (sync, asyn):
-        copy = types.FunctionType(method.__code__, bound, method.__name__, method.__defaults__, method.__closure__)
+        copy = types.FunctionType(
+            method.__code__, bound, method.__name__, method.__defaults__, method.__closure__
+        )
         copy.__kwdefaults__ = method.__kwdefaults__
         methods[method.__name__] = functools.update_wrapper(copy, method)
     return methods
 
 
 def _final_call(
-    run: Any, guard: CallGuard, messages: Any, kwargs: dict[str, Any], model: str | None, given: Any, ceiling: int
+    run: Any,
+    guard: CallGuard,
+    messages: Any,
+    kwargs: dict[str, Any],
+    model: str | None,
+    given: Any,
+    ceiling: int,
 ) -> tuple[list[Any], Any]:
     """The run's final call from its wrap-up slice (see :mod:`budgetlens.guard.adapters._wrap_up`):
     ``messages`` with :data:`WRAP_UP_INSTRUCTION` as a last user message, the tool keys removed from
