@@ -131,7 +131,9 @@ def test_an_agent_out_of_budget_answers_from_the_wrap_up_slice(server):
     # 1,500 - prompt the slice leaves), and the run stops with budget_wrap_up after it.
     before = len(server.requests)
     with RunBudget(max_total_tokens=3_000, wrap_up_tokens=1_000) as run:
-        reply = asyncio.run(agent(server, run, default_options={"max_tokens": 1_000}).run("Fix the failing test"))
+        reply = asyncio.run(
+            agent(server, run, default_options={"max_tokens": 1_000}).run("Fix the failing test")
+        )
     assert reply.text == "Done."
     bodies = [body for _, body in server.requests[before:]]
     assert [b.get("max_tokens", b.get("max_completion_tokens")) for b in bodies] == [1_000, 1_000]
