@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from budgetlens import Action, BudgetExceeded, RunBudget, Usage
+from budgetlens import Action, BudgetEvent, BudgetExceeded, RunBudget, Usage
 from budgetlens.guard.children import carve_limits, check_fan_out
 from budgetlens.semconv import EVENT_ALERT, EVENT_DOWNGRADE, EVENT_SUMMARIZE, EVENT_WARNING
 
@@ -181,7 +181,7 @@ def test_child_refuses_its_own_pool_or_spend():
 
 
 def test_a_childs_use_fires_the_parents_thresholds_and_alerts_as_it_happens():
-    events = []
+    events: list[BudgetEvent] = []
     parent = RunBudget(
         max_total_tokens=10_000,
         model_chain=("big", "small"),
@@ -205,7 +205,7 @@ def test_a_childs_use_fires_the_parents_thresholds_and_alerts_as_it_happens():
 
 
 def test_a_childs_paid_tool_fee_fires_the_parents_cost_thresholds_as_it_happens():
-    events = []
+    events: list[BudgetEvent] = []
     parent = RunBudget(max_cost_usd=1.0, on_event=events.append)
     child = parent.child(task_type="research")
     child.before_tool_call("search", cost_usd=0.5)  # 50 %: nothing crossed
