@@ -17,8 +17,15 @@ from agent_framework import Agent
 from agent_framework.openai import OpenAIChatCompletionClient
 
 from budgetlens import BudgetExceeded, RunBudget, Usage
+from budgetlens.guard.adapters._wrap_up import WRAP_UP_INSTRUCTION
 from budgetlens.guard.adapters.agent_framework import budget_middleware
-from budgetlens.semconv import STOP_BUDGET_TOKENS, STOP_BUDGET_TOOLS, USAGE_REPORTED, USAGE_UNKNOWN
+from budgetlens.semconv import (
+    STOP_BUDGET_TOKENS,
+    STOP_BUDGET_TOOLS,
+    STOP_BUDGET_WRAP_UP,
+    USAGE_REPORTED,
+    USAGE_UNKNOWN,
+)
 
 sys.path.insert(0, str(Path(__file__).parent / "examples"))
 from llm_server import CACHED_TOKENS, INPUT_TOKENS, OUTPUT_TOKENS, REASONING_TOKENS, LLMServer
@@ -115,3 +122,23 @@ def test_status_error_releases_and_sub_agent_is_charged(server):
         )
         asyncio.run(lead.run("go"))
     assert charged.result.turns == 3 and charged.result.tool_calls == 1
+
+
+def test_an_agent_out_of_budget_answers_from_the_wrap_up_slice(server):
+    # max_total_tokens 3,000 with a 1,000-token slice: ordinary room 2,000. Call 1 reserves its
+    # prompt + 1,000 (max_tokens) and uses 1,200 + 300 = 1,500; call 2 (prompt + 1,000) does not
+    # fit the 500 left: it is the final call, without tools, capped at 1,000 (below the
+    # 1,500 - prompt the slice leaves), and the run stops with budget_wrap_up after it.
+    before = len(server.requests)
+    with RunBudget(max_total_tokens=3_000, wrap_up_tokens=1_000) as run:
+        reply = asyncio.run(
+            agent(server, run, default_options={"max_tokens": 1_000}).run("Fix the failing test")
+        )
+    assert reply.text == "Done."
+    bodies = [body for _, body in server.requests[before:]]
+    assert [b.get("max_tokens", b.get("max_completion_tokens")) for b in bodies] == [1_000, 1_000]
+    assert [("tools" in b) for b in bodies] == [True, False]
+    last = bodies[-1]["messages"][-1]
+    assert last["role"] == "user" and WRAP_UP_INSTRUCTION in str(last["content"])
+    assert run.result.stop_reason == STOP_BUDGET_WRAP_UP
+    assert (run.result.turns, run.result.tool_calls, run.result.usage) == (2, 1, CALL + CALL)

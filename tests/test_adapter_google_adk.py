@@ -21,8 +21,15 @@ from google.adk.tools.agent_tool import AgentTool
 from google.genai import types
 
 from budgetlens import BudgetExceeded, RunBudget
+from budgetlens.guard.adapters._wrap_up import WRAP_UP_INSTRUCTION
 from budgetlens.guard.adapters.google_adk import BudgetPlugin
-from budgetlens.semconv import STOP_BUDGET_TOKENS, STOP_BUDGET_TOOLS, USAGE_REPORTED, USAGE_UNKNOWN
+from budgetlens.semconv import (
+    STOP_BUDGET_TOKENS,
+    STOP_BUDGET_TOOLS,
+    STOP_BUDGET_WRAP_UP,
+    USAGE_REPORTED,
+    USAGE_UNKNOWN,
+)
 
 sys.path.insert(0, str(Path(__file__).parent / "examples"))
 from llm_server import INPUT_TOKENS, OUTPUT_TOKENS, LLMServer
@@ -150,3 +157,27 @@ def test_agent_tool_sub_agent_is_charged_to_the_run(server):
     calls = len(server.requests) - sent
     assert calls == 4 and run.result.turns == 4 and run.result.tool_calls == 2
     assert run.result.used_tokens == 4 * PER_CALL
+
+
+def test_an_agent_out_of_budget_answers_from_the_wrap_up_slice(server):
+    # max_total_tokens 3,000 with a 1,000-token slice: ordinary room 2,000. Call 1 reserves its
+    # prompt + 1,000 (max_output_tokens) and uses 1,200 + 300 = 1,500; call 2 (prompt + 1,000) does
+    # not fit the 500 left: it is the final call, without tools, capped at 1,000 (below the
+    # 1,500 - prompt the slice leaves), and the run stops with budget_wrap_up after it.
+    agent = LlmAgent(
+        name="fixer",
+        model=model(server),
+        instruction="Fix bugs.",
+        tools=[read_file],
+        generate_content_config=types.GenerateContentConfig(max_output_tokens=1_000),
+    )
+    before = len(server.requests)
+    with RunBudget(max_total_tokens=3_000, wrap_up_tokens=1_000) as run:
+        run_agent(agent, run)
+    bodies = [body for _, body in server.requests[before:]]
+    assert [b["max_completion_tokens"] for b in bodies] == [1_000, 1_000]
+    assert [("tools" in b) for b in bodies] == [True, False]
+    assert WRAP_UP_INSTRUCTION in str(bodies[-1]["messages"][-1]["content"])
+    assert bodies[-1]["messages"][-1]["role"] == "user"
+    assert run.result.stop_reason == STOP_BUDGET_WRAP_UP
+    assert (run.result.turns, run.result.tool_calls, run.result.used_tokens) == (2, 1, 2 * PER_CALL)

@@ -18,8 +18,9 @@ from pydantic_ai.providers.openai import OpenAIProvider
 from pydantic_ai.usage import UsageLimits
 
 from budgetlens import BudgetExceeded, RunBudget, Usage
+from budgetlens.guard.adapters._wrap_up import WRAP_UP_INSTRUCTION
 from budgetlens.guard.adapters.pydantic_ai import BudgetModel
-from budgetlens.semconv import STOP_BUDGET_TOKENS, STOP_BUDGET_TOOLS, USAGE_REPORTED
+from budgetlens.semconv import STOP_BUDGET_TOKENS, STOP_BUDGET_TOOLS, STOP_BUDGET_WRAP_UP, USAGE_REPORTED
 
 sys.path.insert(0, str(Path(__file__).parent / "examples"))
 from llm_server import CACHED_TOKENS, INPUT_TOKENS, OUTPUT_TOKENS, REASONING_TOKENS, LLMServer
@@ -112,3 +113,22 @@ def test_a_sub_agent_with_a_budget_model_of_the_same_run_is_charged(server):
 
         lead.run_sync("go")
     assert run.result.turns == 3 and run.result.tool_calls == 1 and run.result.usage == CALL + CALL + CALL
+
+
+def test_an_agent_out_of_budget_answers_from_the_wrap_up_slice(server):
+    # max_total_tokens 2,500 with a 1,000-token slice: ordinary room 1,500. Each prompt counts 100.
+    # Call 1 reserves 100 + 1,000 (max_tokens) and uses 1,200 + 300 = 1,500; call 2 (100 + 1,000)
+    # does not fit the 0 left: it is the final call, without the function tool, capped at
+    # 2,500 - 1,500 - 100 = 900, and the run stops with budget_wrap_up after it.
+    run = RunBudget(max_total_tokens=2_500, wrap_up_tokens=1_000)
+    before = len(server.requests)
+    guarded = BudgetModel(model(server), run, count_tokens=lambda messages: 100)
+    agent = agent_with_tool(guarded, model_settings={"max_tokens": 1_000})
+    assert agent.run_sync("Fix the failing test").output == "Done."
+    bodies = [body for _, body in server.requests[before:]]
+    assert [b.get("max_completion_tokens", b.get("max_tokens")) for b in bodies] == [1_000, 900]
+    assert [("tools" in b) for b in bodies] == [True, False]
+    assert bodies[-1]["messages"][-1] == {"role": "user", "content": WRAP_UP_INSTRUCTION}
+    result = run.finish()
+    assert result.stop_reason == STOP_BUDGET_WRAP_UP and (result.turns, result.tool_calls) == (2, 1)
+    assert result.used_tokens == 2 * (INPUT_TOKENS + OUTPUT_TOKENS)

@@ -6,8 +6,9 @@ import threading
 
 import pytest
 
-from budgetlens import BudgetExceeded, RunBudget, Usage
+from budgetlens import Action, BudgetEvent, BudgetExceeded, RunBudget, Usage
 from budgetlens.guard.children import carve_limits, check_fan_out
+from budgetlens.semconv import EVENT_ALERT, EVENT_DOWNGRADE, EVENT_SUMMARIZE, EVENT_WARNING
 
 
 def test_child_limits_are_the_smaller_of_its_own_and_the_parents_remainder():
@@ -177,3 +178,40 @@ def test_child_refuses_its_own_pool_or_spend():
     parent = RunBudget(max_total_tokens=10_000)
     with pytest.raises(ValueError, match="pool and spend"):
         parent.child(pool=object())
+
+
+def test_a_childs_use_fires_the_parents_thresholds_and_alerts_as_it_happens():
+    events: list[BudgetEvent] = []
+    parent = RunBudget(
+        max_total_tokens=10_000,
+        model_chain=("big", "small"),
+        alert_limits={"max_total_tokens": 7_000},
+        on_event=events.append,
+        task_type="lead",
+    )
+    parent.record(Usage(1_000, 0))  # 10 %
+    child = parent.child(task_type="research")
+    child.record(Usage(5_000, 1_000))  # the parent at 7,000 = 70 %: downgrade (60 %) and the alert
+    assert [(e.name, e.run_id, e.percent) for e in events] == [
+        (EVENT_DOWNGRADE, parent.run_id, 70.0),
+        (EVENT_ALERT, parent.run_id, 70.0),
+    ]
+    assert (events[0].from_model, events[0].to_model) == ("big", "small") and parent.model == "small"
+    assert events[1].reason == "max_total_tokens" and events[1].new_limit == 7_000
+    child.record(Usage(1_500, 0))  # 8,500 = 85 %: the warning (80 %) and summarize (85 %)
+    assert [(e.name, e.percent) for e in events[2:]] == [(EVENT_WARNING, 85.0), (EVENT_SUMMARIZE, 85.0)]
+    assert parent.before_turn() == Action.SUMMARIZE  # its next step advises what the child crossed
+    assert [e.name for e in events].count(EVENT_WARNING) == 1  # each once: not again at that step
+
+
+def test_a_childs_paid_tool_fee_fires_the_parents_cost_thresholds_as_it_happens():
+    events: list[BudgetEvent] = []
+    parent = RunBudget(max_cost_usd=1.0, on_event=events.append)
+    child = parent.child(task_type="research")
+    child.before_tool_call("search", cost_usd=0.5)  # 50 %: nothing crossed
+    assert events == []
+    child.before_tool_call("search", cost_usd=0.35)  # 0.85 USD = 85 % of the parent's 1.0
+    assert [(e.name, e.run_id, e.percent) for e in events] == [
+        (EVENT_WARNING, parent.run_id, 85.0),
+        (EVENT_SUMMARIZE, parent.run_id, 85.0),
+    ]

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -14,6 +16,7 @@ from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExport
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExportResult
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from prometheus_client.parser import text_string_to_metric_families
 from streamlit.testing.v1 import AppTest
 
 from budgetlens import BudgetExceeded, RunBudget, Usage
@@ -49,6 +52,28 @@ def _tree_spans():
     return memory.get_finished_spans()
 
 
+def _token_counters(url: str) -> dict[str, float]:
+    """``budgetlens_tokens_total`` summed per token type (input, output) from the collector's
+    /metrics, once the batch is committed (the collector acknowledges at its journal, loads after)."""
+    deadline = time.monotonic() + 60
+    while True:
+        with urllib.request.urlopen(f"{url}/metrics", timeout=30) as response:
+            families = list(text_string_to_metric_families(response.read().decode()))
+        tokens = {
+            kind: sum(
+                s.value
+                for family in families
+                if family.name == "budgetlens_tokens"
+                for s in family.samples
+                if s.name == "budgetlens_tokens_total" and s.labels["token_type"] == kind
+            )
+            for kind in ("input", "output")
+        }
+        if tokens["input"] or time.monotonic() > deadline:
+            return tokens
+        time.sleep(0.2)
+
+
 def _cli(python, *argv) -> list[dict]:
     out = subprocess.run(
         [python, "-m", "budgetlens.cli", *argv, "--format", "json"],
@@ -64,6 +89,9 @@ def test_parent_run_id_round_trips_through_a_real_collector_and_the_cli_shows_th
     db = tmp_path / "store.duckdb"
     with collector_process(python, db) as (_, url):
         assert OTLPSpanExporter(endpoint=f"{url}/v1/traces").export(_tree_spans()) == SpanExportResult.SUCCESS
+        tokens = _token_counters(url)
+    # the counters add model calls, each once: input 1,000 + 4,000 + 2,000; output 100 + 500 + 0
+    assert tokens == {"input": 7_000, "output": 600}
     runs = {r["run_id"]: r for r in _cli(python, "runs", "--db", str(db), "--window-days", "0")}
     assert {k: v["parent_run_id"] for k, v in runs.items()} == {
         "lead": None,

@@ -107,6 +107,35 @@ def test_anthropic_agent_out_of_budget_answers_from_the_slice(server):
     assert run.finish().stop_reason == sc.STOP_BUDGET_WRAP_UP
 
 
+def test_litellm_agent_out_of_budget_answers_from_the_slice(server):
+    pytest.importorskip("litellm")
+    from budgetlens.guard.adapters.litellm_sdk import GuardedLiteLLM
+
+    run = RunBudget(max_total_tokens=4_000, wrap_up_tokens=1_000)
+    llm = GuardedLiteLLM(run, count_tokens=lambda kwargs: PROMPT)
+    before = len(server.requests)
+    answer = _agent(
+        lambda **kw: llm.completion(
+            model="openai/gpt-4o-mini",
+            api_base=server.openai_url,
+            api_key="test",
+            parallel_tool_calls=False,
+            **kw,
+        ),
+        lambda reply: None if reply.choices[0].message.tool_calls else reply.choices[0].message.content,
+        CHAT_TOOLS,
+    )
+    bodies = [body for _, body in server.requests[before:]]
+    assert answer == "Done."
+    assert [b["max_tokens"] for b in bodies] == _expected_calls()
+    assert [("tools" in b) for b in bodies] == [True, True, False]
+    assert "parallel_tool_calls" not in bodies[-1]  # not allowed without tools
+    last = bodies[-1]["messages"][-1]
+    assert last["role"] == "user" and WRAP_UP_INSTRUCTION in str(last["content"])
+    result = run.finish()
+    assert result.stop_reason == sc.STOP_BUDGET_WRAP_UP and result.turns == 3
+
+
 def test_the_countdown_notice_reaches_the_next_request(server):
     # 1,500 tokens per call under 3,000: after call 1, 50 % left, 1,500 // 1,500 = 1 turn
     run = RunBudget(max_total_tokens=3_000, countdown_at=(0.5,))

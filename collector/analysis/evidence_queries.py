@@ -7,6 +7,7 @@ the Kaplan–Meier baselines (``censoring``), runaway runs and the spend they ar
 from __future__ import annotations
 
 from budgetlens.analysis.queries import BASELINE_METRICS, COST_KNOWN, FILTERED, IS_BUDGET_STOP
+from budgetlens.analysis.spend_queries import SPEND
 
 #: The censoring input of the Kaplan–Meier baselines: per filtered run its task type, the
 #: baseline metrics, whether its cost is fully known, and ``censored`` (a budget stopped it, so
@@ -36,9 +37,11 @@ ORDER BY task_type NULLS LAST
 #: called ``$repeats`` or more times in a row (``budgetlens.tool_call`` events in time order;
 #: arguments are never stored, so "the same call" is the same tool name). Columns: run_id,
 #: task_type, start_utc, total_tokens, cost_usd, stop_reason, p95_total_tokens, tokens_ratio
-#: (total / P95), longest_repeat, repeated_tool, over_p95, tool_loop.
+#: (total / P95), longest_repeat, repeated_tool, over_p95, tool_loop, own_cost_usd (the run's own
+#: spend, ``spend_queries.SPEND``: what the runaways' share sums).
 RUNAWAYS = f"""
 WITH {FILTERED},
+{SPEND},
 p95 AS (
     SELECT task_type, quantile_cont(total_tokens, 0.95) AS p95_total_tokens
     FROM filtered GROUP BY task_type
@@ -62,8 +65,9 @@ SELECT f.run_id, f.task_type, f.start_utc, f.total_tokens, f.cost_usd, f.stop_re
        coalesce(s.longest_repeat, 0) AS longest_repeat,
        s.repeated_tool,
        coalesce(f.total_tokens > $k * p.p95_total_tokens, false) AS over_p95,
-       coalesce(s.longest_repeat >= $repeats, false) AS tool_loop
-FROM filtered f
+       coalesce(s.longest_repeat >= $repeats, false) AS tool_loop,
+       f.own_cost_usd
+FROM spend f
 JOIN p95 p ON p.task_type IS NOT DISTINCT FROM f.task_type
 LEFT JOIN streaks s ON s.run_id = f.run_id
 WHERE f.total_tokens > $k * p.p95_total_tokens OR s.longest_repeat >= $repeats
@@ -71,7 +75,7 @@ ORDER BY f.total_tokens DESC NULLS LAST, f.run_id
 """
 
 #: Spend of the filtered runs (the denominator of the runaways' share): runs, cost_usd.
-SPEND_TOTAL = f"WITH {FILTERED} SELECT count(*) AS runs, sum(cost_usd) AS cost_usd FROM filtered"
+SPEND_TOTAL = f"WITH {FILTERED}, {SPEND} SELECT count(*) AS runs, sum(own_cost_usd) AS cost_usd FROM spend"
 
 #: Drift: per task type, the P95 of total tokens and of known cost in the recent window
 #: [$split_utc, $end_utc) against the previous one [$start_utc, $split_utc). Columns: task_type,

@@ -21,6 +21,7 @@ Percentiles are ``quantile_cont`` (linear interpolation between closest ranks, a
 
 from __future__ import annotations
 
+from budgetlens.analysis.spend_queries import SPEND
 from budgetlens.store.schema import RUN_COLUMNS
 
 #: The run filter as a CTE named ``filtered`` (one row per run of ``runs``).
@@ -120,28 +121,29 @@ OPTION_SERVICES = (
 #: runs that report both the part and its whole (a source that never reports cache reads is
 #: left out, never read as 0 %); NULL when no run does.
 _TOKEN_PARTS = """
-    sum(input_tokens) AS input_tokens,
-    sum(output_tokens) AS output_tokens,
-    sum(cache_read_tokens) AS cache_read_tokens,
-    sum(cache_write_tokens) AS cache_write_tokens,
-    sum(reasoning_tokens) AS reasoning_tokens,
-    sum(cache_read_tokens) FILTER (WHERE input_tokens IS NOT NULL)
-        / nullif(sum(input_tokens) FILTER (WHERE cache_read_tokens IS NOT NULL), 0)
+    sum(own_input_tokens) AS input_tokens,
+    sum(own_output_tokens) AS output_tokens,
+    sum(own_cache_read_tokens) AS cache_read_tokens,
+    sum(own_cache_write_tokens) AS cache_write_tokens,
+    sum(own_reasoning_tokens) AS reasoning_tokens,
+    sum(own_cache_read_tokens) FILTER (WHERE input_tokens IS NOT NULL)
+        / nullif(sum(own_input_tokens) FILTER (WHERE cache_read_tokens IS NOT NULL), 0)
         AS cache_read_share,
-    sum(cache_write_tokens) FILTER (WHERE input_tokens IS NOT NULL)
-        / nullif(sum(input_tokens) FILTER (WHERE cache_write_tokens IS NOT NULL), 0)
+    sum(own_cache_write_tokens) FILTER (WHERE input_tokens IS NOT NULL)
+        / nullif(sum(own_input_tokens) FILTER (WHERE cache_write_tokens IS NOT NULL), 0)
         AS cache_write_share,
-    sum(reasoning_tokens) FILTER (WHERE output_tokens IS NOT NULL)
-        / nullif(sum(output_tokens) FILTER (WHERE reasoning_tokens IS NOT NULL), 0)
+    sum(own_reasoning_tokens) FILTER (WHERE output_tokens IS NOT NULL)
+        / nullif(sum(own_output_tokens) FILTER (WHERE reasoning_tokens IS NOT NULL), 0)
         AS reasoning_share"""
 
 OVERVIEW_TOTALS = f"""
-WITH {FILTERED}
+WITH {FILTERED},
+{SPEND}
 SELECT
     count(*) AS runs,
     {_RATES},
     {_TOKEN_PARTS},
-    sum(cost_usd) AS cost_usd,
+    sum(own_cost_usd) AS cost_usd,
     count(cost_usd) AS priced_runs,
     count(*) FILTER (WHERE cost_usd IS NOT NULL AND NOT {COST_KNOWN}) AS partially_priced_runs,
     CAST(coalesce(sum(unpriced_calls), 0) AS BIGINT) AS unpriced_calls,
@@ -149,19 +151,20 @@ SELECT
     count(*) FILTER (WHERE quality IS NOT NULL) AS flagged_runs,
     quantile_cont(total_tokens, 0.95) AS p95_total_tokens,
     coalesce(sum(tool_cost_usd), 0.0) AS tool_cost_usd
-FROM filtered
+FROM spend
 """
 
 OVERVIEW_PER_TASK = f"""
-WITH {FILTERED}
+WITH {FILTERED},
+{SPEND}
 SELECT
     task_type,
     count(*) AS runs,
     {_RATES},
-    sum(cost_usd) AS cost_usd,
+    sum(own_cost_usd) AS cost_usd,
     quantile_cont(total_tokens, 0.95) AS p95_total_tokens,
     {_TOKEN_PARTS}
-FROM filtered
+FROM spend
 GROUP BY task_type
 ORDER BY task_type
 """
@@ -308,10 +311,11 @@ ORDER BY period_start, key
 #: ``$period`` is one of ``views.PERIODS`` (validated in Python); buckets are local time in ``$tz``.
 COST_BY_PERIOD_TASK = f"""
 WITH {FILTERED},
+{SPEND},
 b AS (
-    SELECT {_BUCKET} AS bucket, task_type AS key, sum(cost_usd) AS cost_usd, count(*) AS runs,
+    SELECT {_BUCKET} AS bucket, task_type AS key, sum(own_cost_usd) AS cost_usd, count(*) AS runs,
            sum(unpriced_calls) AS unpriced
-    FROM filtered GROUP BY ALL
+    FROM spend GROUP BY ALL
 )
 {_PERIOD_TOTALS}"""
 
@@ -321,10 +325,11 @@ b AS (
 #: ``model_calls`` table is probed for those runs alone. ``runs`` counts runs per key.
 COST_BY_PERIOD_MODEL = f"""
 WITH {FILTERED},
+{SPEND},
 single AS (
-    SELECT start_utc, coalesce(nullif(models, ''), 'unknown') AS key, cost_usd,
+    SELECT start_utc, coalesce(nullif(models, ''), 'unknown') AS key, own_cost_usd AS cost_usd,
            unpriced_calls AS unpriced
-    FROM filtered WHERE NOT contains(coalesce(models, ''), ',')
+    FROM spend WHERE NOT contains(coalesce(models, ''), ',')
 ),
 multi AS (
     SELECT any_value(m.start_utc) AS start_utc,

@@ -17,6 +17,7 @@ NULL task type included); its NULL limits mean "no limit".
 from __future__ import annotations
 
 from budgetlens.analysis.queries import FILTERED
+from budgetlens.analysis.spend_queries import SPEND
 from budgetlens.limits import LIMIT_KEYS
 from budgetlens.store.schema import RUN_COLUMNS
 
@@ -267,14 +268,15 @@ FROM verdict
 
 
 #: Per task type, independent of the budget: runs, runs without call records, what they spent
-#: (the ``runs`` rollup's total tokens and cost: known spend).
-_TASK_TOTALS = """
+#: (the ``runs`` rollup's total tokens and cost: known spend, each run's own use, ``SPEND``).
+_TASK_TOTALS = f"""
+{SPEND},
 task_totals AS (
     SELECT task_type, count(*) AS runs,
            count(*) FILTER (WHERE coalesce(model_calls, 0) = 0) AS runs_without_calls,
-           CAST(sum(coalesce(total_tokens, 0)) AS BIGINT) AS spent_tokens,
-           sum(coalesce(cost_usd, 0)) AS spent_cost_usd
-    FROM filtered
+           CAST(sum(coalesce(own_total_tokens, 0)) AS BIGINT) AS spent_tokens,
+           sum(coalesce(own_cost_usd, 0)) AS spent_cost_usd
+    FROM spend
     GROUP BY task_type
 )"""
 

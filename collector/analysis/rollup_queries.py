@@ -11,6 +11,7 @@ import pandas as pd
 
 from budgetlens.analysis.filters import run_query
 from budgetlens.analysis.queries import _BUCKET, _PERIOD_TOTALS, FILTERED
+from budgetlens.analysis.spend_queries import SPEND
 from budgetlens.store import rollups
 
 _MODEL_FILTER = "(len(CAST($models AS VARCHAR[])) = 0 OR list_contains(CAST($models AS VARCHAR[]), model))"
@@ -33,10 +34,11 @@ ORDER BY calls DESC, model
 #: no cost or a part without a price), the same rule as the single-model runs'.
 COST_BY_PERIOD_MODEL = f"""
 WITH {FILTERED},
+{SPEND},
 single AS (
-    SELECT start_utc, coalesce(nullif(models, ''), 'unknown') AS key, cost_usd,
+    SELECT start_utc, coalesce(nullif(models, ''), 'unknown') AS key, own_cost_usd AS cost_usd,
            unpriced_calls AS unpriced
-    FROM filtered WHERE NOT contains(coalesce(models, ''), ',')
+    FROM spend WHERE NOT contains(coalesce(models, ''), ',')
 ),
 multi AS (
     SELECT m.start_utc, r.model AS key, r.cost_usd, r.unpriced_calls AS unpriced

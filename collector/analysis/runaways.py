@@ -57,7 +57,9 @@ def runaways(
     frame = run_query(conn, eq.RUNAWAYS, {**f.params(), "k": float(k), "repeats": int(repeats)})
     totals = run_query(conn, eq.SPEND_TOTAL, f.params()).iloc[0]
     total_cost = scalar(totals["cost_usd"])
-    cost = scalar(frame["cost_usd"].sum(min_count=1)) if len(frame) else None
+    # each dollar once: a parent's cost includes its children's (issue 21), so the own spend is summed
+    cost = scalar(frame["own_cost_usd"].sum(min_count=1)) if len(frame) else None
+    frame = frame.drop(columns=["own_cost_usd"])
     share = None
     if total_cost:
         share = (cost or 0.0) / total_cost

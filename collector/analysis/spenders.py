@@ -11,6 +11,7 @@ import pandas as pd
 
 from budgetlens.analysis.filters import Filters, run_query
 from budgetlens.analysis.queries import FILTERED, IS_BUDGET_STOP
+from budgetlens.analysis.spend_queries import SPEND
 
 __all__ = ["GROUPINGS", "SPEND_BY_COLUMNS", "UNATTRIBUTED", "spend_by"]
 
@@ -31,14 +32,15 @@ SPEND_BY_COLUMNS = (
 
 def _statement(column: str) -> str:
     return f"""
-WITH {FILTERED}
+WITH {FILTERED},
+{SPEND}
 SELECT coalesce({column}, $none) AS key,
        count(*) AS runs,
-       sum(cost_usd) AS cost_usd,
-       sum(total_tokens) AS total_tokens,
+       sum(own_cost_usd) AS cost_usd,
+       sum(own_total_tokens) AS total_tokens,
        count(*) FILTER (WHERE unpriced_calls > 0 OR unknown_usage_calls > 0) AS partial_cost_runs,
        count(*) FILTER (WHERE {IS_BUDGET_STOP}) AS budget_stops
-FROM filtered
+FROM spend
 GROUP BY 1
 ORDER BY cost_usd DESC NULLS LAST, runs DESC, key
 """

@@ -85,7 +85,8 @@ class Overview:
     """Headline figures of a window. Rates are 0..1 over the ``budgeted_runs`` (finished runs
     that ran under a budget), None when there is none; cost_usd is the
     sum of the priced calls of the runs (USD, known spend) or None when nothing is priced; tokens
-    are counts. ``priced_runs`` counts runs with a cost; ``partially_priced_runs`` those of them
+    are counts. Sums count each run's own use (``spend_queries.SPEND``: a parent's stored totals include
+    its children's, which are counted once, in the child); ``p95_total_tokens`` is per run, inclusive. ``priced_runs`` counts runs with a cost; ``partially_priced_runs`` those of them
     whose cost is not complete (they also had unpriced calls or unknown usage). When
     ``cost_is_lower_bound``, ``cost_usd`` leaves usage out: show it as "+ unpriced usage"."""
 

@@ -9,7 +9,8 @@ limits (its wrap-up slice left out) and the parent's own shared steps (its pool,
 own parent); a recorded call replaces the hold with the call's tokens and cost in the parent's
 ledger as it happens; a paid tool's fee is counted in the parent's cost too. So there is one
 ledger: the parent's ``used_tokens`` and cost include its children's, its turns and tool calls are
-its own.
+its own. The parent's thresholds (warn, downgrade, summarize) and alert-only limits are checked
+at each such charge, so they fire as a child's use happens, not at the parent's next step.
 
 The bound: a tree of runs passes its root's token or cost limit by no more than a single run does
 alone, the underestimate of the calls in flight at once (each call's use above its reservation;
@@ -206,6 +207,7 @@ class ParentLink:
             shared.settle_call(res, used, usage, cost_usd)
             if shared.spend is not None:
                 shared.settle_spend(res, cost_usd, usage_known=usage is not None)
+            parent.child_spent_locked()  # its thresholds fire as the child's use happens
 
     def release(self, call_id: str) -> None:
         """Give back the hold of a child call that failed before spending anything."""
@@ -224,6 +226,7 @@ class ParentLink:
                 stop = parent.shared.charge_tool(fee_usd, name)
             if stop is None:
                 parent.use.tool_cost_usd += fee_usd
+                parent.child_spent_locked()
             return stop
 
 

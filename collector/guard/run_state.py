@@ -10,7 +10,6 @@ one method here per step, and documents the public behaviour; the decisions them
 
 from __future__ import annotations
 
-import dataclasses
 import datetime as dt
 import logging
 import threading
@@ -22,8 +21,8 @@ from typing import Any
 from budgetlens import semconv as sc
 from budgetlens.guard import options as opt
 from budgetlens.guard import stops as lim
-from budgetlens.guard.calls import PROBE_USAGE, PriceCall, RecordedCall, paid_cost
-from budgetlens.guard.closing import budget_cause, charge_unrecorded
+from budgetlens.guard.calls import PROBE_USAGE, PriceCall, RecordedCall, paid_cost, prepare_call
+from budgetlens.guard.closing import finish_run
 from budgetlens.guard.effects import EffectLog
 from budgetlens.guard.events import EventDispatcher
 from budgetlens.guard.ledger import RunLedger
@@ -32,7 +31,6 @@ from budgetlens.guard.options import RunOptions
 from budgetlens.guard.results import (
     EVENT_NAME_TOOL_CALL,
     Action,
-    BudgetExceeded,
     BudgetStats,
     LimitChange,
     Reservation,
@@ -43,8 +41,7 @@ from budgetlens.guard.telemetry import RunTelemetry
 from budgetlens.guard.wrap_up import WrapUp
 from budgetlens.limits import MAX_TOKENS
 from budgetlens.pricing import PriceRequest, estimate_cost_usd
-from budgetlens.usage import Usage, normalize_usage, usage_missing_parts
-from budgetlens.usage_check import check_usage_payload
+from budgetlens.usage import Usage
 
 __all__ = ["RunState"]
 
@@ -150,6 +147,14 @@ class RunState:
             self.dispatch.alerts(self.use, self.limits, self.alert_limits, self.elapsed_s())
 
     # --- steps (the caller holds the lock) ----------------------------------------------------
+    def child_spent_locked(self) -> None:
+        """A child run's call or paid tool fee was just counted in this run's ledger
+        (:mod:`budgetlens.guard.children`): deliver the thresholds (warn, downgrade, summarize:
+        events and callbacks) and alert-only limits it crossed, now, as a call of this run does;
+        the advised action is this run's at its next step."""
+        self._thresholds()
+        self._alerts()
+
     def before_turn_locked(self) -> Action:
         """The checks and thresholds of ``RunBudget.before_turn``; returns the advised action."""
         self._check_spent()
@@ -265,28 +270,12 @@ class RunState:
         """``RunBudget.record``: normalize ``usage``, price it outside the lock when the model is
         known without settling, record it under the lock, then emit the model call span."""
         provider = provider or self.options.provider
-        if model is not None:
-            opt.check_model(model)
-        if usage is not None and usage.__class__ is not Usage:
-            check_usage_payload(usage)  # a misread usage is an error, not "a call without usage"
-        normalized = normalize_usage(usage, provider) if usage is not None else None
-        missing = usage_missing_parts(usage, provider) if normalized is not None else ()
-        # Price outside the lock when the model is known without settling (genai-prices' own
-        # calculation takes far longer than the bookkeeping); else once the reservation is settled.
-        # A partial usage is completed from the reservation first, so it is priced inside.
-        # The response names the model when neither the request nor the reservation did.
-        early = (
-            normalized is not None and not missing and (model or reservation or response_model) is not None
+        normalized, missing, early = prepare_call(
+            usage, model, reservation, provider, response_model, self._price, self.needs_cost
         )
-        paid = None
-        if early and not self.needs_cost and self._price is paid_cost:
-            early = False  # no price needed before the next call: priced when the cost is read
-        if early and normalized is not None:
-            priced = model or getattr(reservation, "model", None) or response_model
-            paid = self._price(priced, normalized, provider)
         with self.lock:
             call = self._record_locked(
-                reservation, normalized, missing, model, provider, (early, paid), response_model
+                reservation, normalized, missing, model, provider, early, response_model
             )
         if self.telemetry.recording:
             self.telemetry.model_call(
@@ -403,55 +392,5 @@ class RunState:
     def finish(
         self, stop_reason: str | None, error: BaseException | None, retryable: bool | None
     ) -> RunResult:
-        """``RunBudget.finish``: check the arguments, end the run once under the lock (later calls
-        return the same result), then end the run span (a failure there is logged)."""
-        opt.check_stop_reason(stop_reason)
-        if retryable is not None and not isinstance(retryable, bool):
-            raise ValueError(f"retryable must be True, False or None, got {retryable!r}")
-        with self.lock:
-            if self.finished is not None:
-                return self.finished
-            error = budget_cause(error) or error  # a refusal a framework re-raised as its own
-            charge_unrecorded(self.use, self._record_unknown, error)  # reserved, never recorded
-            result = self._finish_locked(stop_reason, error, retryable)
-        try:
-            self.telemetry.finish(result, self.limits, self.use.usage_known, self.use.priced_cost_usd)
-        except Exception:
-            log.exception("run %s: could not end the run span", self.run_id)
-        return result
-
-    def _record_unknown(
-        self, usage: None, *, reservation: Reservation, error_type: str | None = None
-    ) -> Action:
-        """Record ``reservation`` as a call of unknown usage (``charge_unrecorded``'s callback)."""
-        return self.record(usage, None, reservation, None, None, error_type)
-
-    def _finish_locked(
-        self, stop_reason: str | None, error: BaseException | None, retryable: bool | None
-    ) -> RunResult:
-        refusal = error if isinstance(error, BudgetExceeded) else self.use.refusal
-        reason = lim.final_stop_reason(stop_reason, error, self.use.refusal, self.wrap_up.done)
-        result = self.use.result(
-            self.run_id,
-            self.options.task_type,
-            reason,
-            self.elapsed_s(),
-            error,
-            limits=self.limits,
-            stop=refusal,
-            unconfirmed_effects=self.effects.unconfirmed,
-            downgrades=self.dispatch.downgrades,
-        )
-        policy = self.options.retry_policy
-        if retryable is None and policy is not None:
-            try:
-                retryable = bool(policy(result))
-            except Exception:
-                log.exception("run %s: retry_policy failed; the default rule decides", self.run_id)
-        if retryable is not None:
-            result = dataclasses.replace(result, retryable=retryable)
-        # Reservations still open at the end (neither recorded nor released) stop being held
-        # in the shared pool and windows; their unknown usage is charged as reserved.
-        self.shared.settle_open(self.use, charge=True)
-        self.finished = result
-        return result
+        """``RunBudget.finish``: see :func:`budgetlens.guard.closing.finish_run`."""
+        return finish_run(self, stop_reason, error, retryable)

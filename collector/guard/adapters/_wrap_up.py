@@ -7,21 +7,22 @@ cap is the final call's output budget (the slice), and it is reserved with ``fin
 it the run stops with ``budget_wrap_up``. Request shapes: OpenAI Chat Completions (``messages``),
 OpenAI Responses (``instructions``), Anthropic Messages (``messages``; a conversation that already
 holds ``tool_use`` / ``tool_result`` blocks keeps its tool definitions, as the API requires, with
-``tool_choice`` ``none``).
+``tool_choice`` ``none``) and LiteLLM's (OpenAI-shaped messages capped by ``max_tokens``: read as
+the Anthropic shape, every OpenAI tool key removed).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["WRAP_UP_INSTRUCTION", "add_text", "final_request", "reserve_final"]
+__all__ = ["OPENAI_TOOL_KEYS", "WRAP_UP_INSTRUCTION", "add_text", "final_request", "reserve_final"]
 
 #: The instruction added to the final call.
 WRAP_UP_INSTRUCTION = (
     "The budget for this task is nearly spent. Do not call any tool. Give your final answer now, "
     "as complete and useful as you can, and say briefly what is left undone."
 )
-_OPENAI_TOOL_KEYS = ("tools", "tool_choice", "parallel_tool_calls", "functions", "function_call")
+OPENAI_TOOL_KEYS = ("tools", "tool_choice", "parallel_tool_calls", "functions", "function_call")
 #: The output-cap key the adapter writes -> the request shape it belongs to.
 _SHAPES = {"max_completion_tokens": "chat", "max_output_tokens": "responses", "max_tokens": "anthropic"}
 
@@ -64,11 +65,11 @@ def final_request(kwargs: dict[str, Any], cap_key: str) -> None:
     if _SHAPES.get(cap_key) == "anthropic":
         if _has_tool_blocks(kwargs.get("messages")) and kwargs.get("tools"):
             kwargs["tool_choice"] = {"type": "none"}  # the tool blocks need their definitions
-        else:
-            kwargs.pop("tools", None)
-            kwargs.pop("tool_choice", None)
+        else:  # also OpenAI's keys: LiteLLM sends OpenAI-shaped requests capped by max_tokens
+            for key in OPENAI_TOOL_KEYS:
+                kwargs.pop(key, None)
     else:
-        for key in _OPENAI_TOOL_KEYS:
+        for key in OPENAI_TOOL_KEYS:
             kwargs.pop(key, None)
     add_text(kwargs, cap_key, WRAP_UP_INSTRUCTION)
 

@@ -10,7 +10,10 @@ function middleware.
   when it does not fit; after it, it records the response's ``usage_details`` (streams: from the
   usage content of its updates, when it is consumed; a stream without usage is *unknown*,
   charged its reservation); a failed call is released when the API answered with a
-  status, else charged;
+  status, else charged; with a wrap-up slice (``RunBudget(wrap_up_tokens=...)``), a call that
+  does not fit next to it becomes the run's final call: tool options removed, the instruction to
+  answer now added as a last user message, ``max_tokens`` capped to the slice (the run then stops
+  with ``budget_wrap_up``);
 - the function middleware counts each function (tool) call against ``max_tool_calls`` before it
   runs, so several tool calls of one response are each checked; the framework hands a refused
   function's exception to the model and goes on, so the chat middleware raises the refusal again
@@ -27,6 +30,7 @@ from typing import Any
 from agent_framework import ChatContext, ChatMiddleware, FunctionInvocationContext, FunctionMiddleware
 
 from budgetlens.guard.adapters._calls import DEFAULT_MAX_OUTPUT_TOKENS, CallGuard
+from budgetlens.guard.adapters._wrap_up import OPENAI_TOOL_KEYS, WRAP_UP_INSTRUCTION
 from budgetlens.guard.estimate import estimate_tokens
 from budgetlens.guard.results import BudgetExceeded
 from budgetlens.usage import Usage, normalize_usage
@@ -83,11 +87,16 @@ class BudgetChatMiddleware(ChatMiddleware):
         options = context.options if isinstance(context.options, dict) else dict(context.options or {})
         tools = [getattr(t, "name", t) for t in options.get("tools") or ()]
         prompt = estimate_tokens(list(context.messages), tools, options.get("instructions"))
-        cap = self._guard.output_cap(prompt, options.get("max_tokens"))
-        options.setdefault("max_tokens", cap)
-        context.options = options
+        given = options.get("max_tokens")
+        cap = self._guard.output_cap(prompt, given)
         model = options.get("model") or getattr(context.client, "model", None)
-        res = self.run.reserve(prompt + cap, model if isinstance(model, str) else None, output_tokens=cap)
+        model = model if isinstance(model, str) else None
+        if self.run.wrap_up_due(prompt + cap, model, output_tokens=cap):
+            res = self._final(context, options, model, given)
+        else:
+            options.setdefault("max_tokens", cap)
+            res = self.run.reserve(prompt + cap, model, output_tokens=cap)
+        context.options = options
         try:
             await call_next()
         except BaseException as exc:
@@ -110,6 +119,23 @@ class BudgetChatMiddleware(ChatMiddleware):
 
         stream: Any = context.result  # a ResponseStream when streaming (checked by the caller)
         stream.with_transform_hook(on_update).with_cleanup_hook(on_cleanup)
+
+    def _final(self, context: ChatContext, options: dict[str, Any], model: str | None, given: Any) -> Any:
+        """Make the call the run's final call from its wrap-up slice (see
+        :mod:`budgetlens.guard.adapters._wrap_up`): the tool options removed,
+        :data:`WRAP_UP_INSTRUCTION` added as a last user message, ``max_tokens`` capped to the slice;
+        reserved with ``final=True`` (BudgetExceeded when even that does not fit)."""
+        from agent_framework import Message
+
+        for key in OPENAI_TOOL_KEYS:
+            options.pop(key, None)
+        context.messages = [*context.messages, Message("user", [WRAP_UP_INSTRUCTION])]
+        prompt = estimate_tokens(list(context.messages), options.get("instructions"))
+        ceiling = self._guard._ceiling
+        left = self.run.output_budget(ceiling, prompt, final=True)
+        cap = max(1, min(c for c in (given, left, ceiling) if isinstance(c, int) and not isinstance(c, bool)))
+        options["max_tokens"] = cap
+        return self.run.reserve(prompt + cap, model, output_tokens=cap, final=True)
 
 
 def _model(response: Any) -> str | None:

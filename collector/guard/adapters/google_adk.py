@@ -15,6 +15,9 @@ and tool callbacks.
   reservation;
 - ``on_model_error_callback``: an error with an HTTP status (``code`` / ``status_code``) releases
   the reservation, any other is recorded as unknown, charged;
+- with a wrap-up slice (``RunBudget(wrap_up_tokens=...)``), a request that does not fit next to
+  it becomes the run's final call: tools removed, the instruction to answer now added as a last
+  user turn, ``max_output_tokens`` capped to the slice; the run then stops with ``budget_wrap_up``;
 - ``before_tool_callback`` counts each tool call against ``max_tool_calls`` before it runs;
 - sub-agents: agents of ``sub_agents`` run in the same invocation (the plugin sees them); an
   ``AgentTool`` runs its agent in a runner of its own. Newer ADK releases hand that runner the
@@ -32,6 +35,7 @@ from typing import Any
 from google.adk.plugins.base_plugin import BasePlugin
 
 from budgetlens.guard.adapters._calls import DEFAULT_MAX_OUTPUT_TOKENS, CallGuard
+from budgetlens.guard.adapters._wrap_up import WRAP_UP_INSTRUCTION
 from budgetlens.guard.estimate import estimate_tokens
 from budgetlens.usage import normalize_usage
 
@@ -82,10 +86,41 @@ class BudgetPlugin(BasePlugin):
         prompt = estimate_tokens(system, list(getattr(llm_request, "contents", None) or ()), tools)
         given = getattr(config, "max_output_tokens", None)
         cap = self._guard.output_cap(prompt, given)
-        if given is None and config is not None and _can_cap(callback_context, config):
-            config.max_output_tokens = cap
-        res = self.run.reserve(prompt + cap, getattr(llm_request, "model", None), output_tokens=cap)
+        model = getattr(llm_request, "model", None)
+        if self.run.wrap_up_due(prompt + cap, model, output_tokens=cap):
+            res = self._final(callback_context, llm_request, given)
+        else:
+            if given is None and config is not None and _can_cap(callback_context, config):
+                config.max_output_tokens = cap
+            res = self.run.reserve(prompt + cap, model, output_tokens=cap)
         self._open.setdefault(_key(callback_context), deque()).append(res)
+
+    def _final(self, callback_context: Any, llm_request: Any, given: Any) -> Any:
+        """Make ``llm_request`` the run's final call from its wrap-up slice (see
+        :mod:`budgetlens.guard.adapters._wrap_up`): tools removed, :data:`WRAP_UP_INSTRUCTION` added
+        as a last user turn, ``max_output_tokens`` capped to the slice (where it can be sent, see
+        :func:`_can_cap`); reserved with ``final=True`` (BudgetExceeded when even that does not fit)."""
+        from google.genai import types
+
+        config = getattr(llm_request, "config", None)
+        if config is not None:
+            config.tools = None
+            config.tool_config = None
+        if isinstance(getattr(llm_request, "tools_dict", None), dict):
+            llm_request.tools_dict = {}
+        contents = list(getattr(llm_request, "contents", None) or ())
+        contents.append(types.Content(role="user", parts=[types.Part(text=WRAP_UP_INSTRUCTION)]))
+        llm_request.contents = contents
+        system = getattr(config, "system_instruction", None)
+        prompt = estimate_tokens(system, contents)
+        ceiling = self._guard._ceiling
+        left = self.run.output_budget(ceiling, prompt, final=True)
+        cap = max(1, min(c for c in (given, left, ceiling) if isinstance(c, int) and not isinstance(c, bool)))
+        if config is not None and (given is not None or _can_cap(callback_context, config)):
+            config.max_output_tokens = cap
+        return self.run.reserve(
+            prompt + cap, getattr(llm_request, "model", None), output_tokens=cap, final=True
+        )
 
     def _take(self, callback_context: Any) -> Any:
         queue = self._open.get(_key(callback_context))

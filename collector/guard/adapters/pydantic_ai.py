@@ -14,7 +14,11 @@ pass a limit before it is refused; the wrapper reserves before each request inst
 - the tool calls of each response are counted against ``max_tool_calls`` (pydantic-ai runs all
   of them) before any runs;
 - a request that fails with an HTTP status (``ModelHTTPError``) releases its reservation; any
-  other failure (timeout, lost connection) is recorded as unknown, charged its reservation.
+  other failure (timeout, lost connection) is recorded as unknown, charged its reservation;
+- with a wrap-up slice (``RunBudget(wrap_up_tokens=...)``), a request that does not fit next to
+  it becomes the run's final call: function tools removed, the instruction to answer now added
+  to the last request, ``max_tokens`` capped to the slice; the run then stops with
+  ``budget_wrap_up``.
 
 Sub-agents (an agent called from a tool) are charged when their model is a ``BudgetModel`` of
 the same run.
@@ -22,6 +26,7 @@ the same run.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
@@ -30,6 +35,7 @@ from pydantic_ai.models import Model
 from pydantic_ai.models.wrapper import WrapperModel
 
 from budgetlens.guard.adapters._calls import DEFAULT_MAX_OUTPUT_TOKENS, CallGuard
+from budgetlens.guard.adapters._wrap_up import WRAP_UP_INSTRUCTION
 from budgetlens.guard.estimate import estimate_tokens
 from budgetlens.usage import Usage
 
@@ -83,10 +89,9 @@ class BudgetModel(WrapperModel):
         super().__init__(wrapped)
         self.run = run
         self._guard = CallGuard(run, provider or str(self.wrapped.system), None, max_output_tokens)
-        self._count = count_tokens
+        self._count, self._ceiling = count_tokens, max_output_tokens
 
-    def _reserve(self, messages: list, settings: Any, params: Any) -> tuple[Any, Any]:
-        settings = dict(settings or {})
+    def _prompt(self, messages: list, params: Any) -> int:
         tools = [
             getattr(t, "parameters_json_schema", None) or getattr(t, "name", "")
             for t in (
@@ -94,11 +99,45 @@ class BudgetModel(WrapperModel):
                 *(getattr(params, "output_tools", None) or ()),
             )
         ]
-        prompt = self._count(messages) if self._count is not None else estimate_tokens(list(messages), tools)
-        cap = self._guard.output_cap(prompt, settings.get("max_tokens"))
+        return self._count(messages) if self._count is not None else estimate_tokens(list(messages), tools)
+
+    def _reserve(self, messages: list, settings: Any, params: Any) -> tuple[list, Any, Any, Any]:
+        settings = dict(settings or {})
+        prompt = self._prompt(messages, params)
+        given = settings.get("max_tokens")
+        cap = self._guard.output_cap(prompt, given)
+        model = self.wrapped.model_name
+        if self.run.wrap_up_due(prompt + cap, model, output_tokens=cap):
+            return self._final(messages, settings, params, given)
         settings.setdefault("max_tokens", cap)
-        res = self.run.reserve(prompt + cap, self.wrapped.model_name, output_tokens=cap)
-        return settings, res
+        res = self.run.reserve(prompt + cap, model, output_tokens=cap)
+        return messages, settings, params, res
+
+    def _final(
+        self, messages: list, settings: dict[str, Any], params: Any, given: Any
+    ) -> tuple[list, Any, Any, Any]:
+        """The run's final call from its wrap-up slice (see :mod:`budgetlens.guard.adapters._wrap_up`):
+        the function tools removed (output tools kept: a structured answer needs them),
+        :data:`WRAP_UP_INSTRUCTION` added to the last request, ``max_tokens`` capped to the slice;
+        reserved with ``final=True`` (BudgetExceeded when even that does not fit)."""
+        from pydantic_ai.messages import ModelRequest, UserPromptPart
+
+        if params is not None and dataclasses.is_dataclass(params) and not isinstance(params, type):
+            params = dataclasses.replace(params, function_tools=[])
+        ask = UserPromptPart(content=WRAP_UP_INSTRUCTION)
+        last = messages[-1] if messages else None
+        if isinstance(last, ModelRequest):
+            messages = [*messages[:-1], dataclasses.replace(last, parts=[*last.parts, ask])]
+        else:
+            messages = [*messages, ModelRequest(parts=[ask])]
+        prompt = self._prompt(messages, params)
+        left = self.run.output_budget(self._ceiling, prompt, final=True)
+        cap = max(
+            1, min(c for c in (given, left, self._ceiling) if isinstance(c, int) and not isinstance(c, bool))
+        )
+        settings["max_tokens"] = cap
+        res = self.run.reserve(prompt + cap, self.wrapped.model_name, output_tokens=cap, final=True)
+        return messages, settings, params, res
 
     def _recorded(self, res: Any, response: Any, usage: Any) -> None:
         self._guard.record(res, pydantic_ai_usage(usage), getattr(response, "model_name", None))
@@ -106,9 +145,9 @@ class BudgetModel(WrapperModel):
             self.run.before_tool_call(name)
 
     async def request(self, messages: list, model_settings: Any, model_request_parameters: Any) -> Any:
-        settings, res = self._reserve(messages, model_settings, model_request_parameters)
+        messages, settings, params, res = self._reserve(messages, model_settings, model_request_parameters)
         try:
-            response = await self.wrapped.request(messages, settings, model_request_parameters)
+            response = await self.wrapped.request(messages, settings, params)
         except BaseException as exc:
             self._guard.failed(res, exc)
             raise
@@ -119,13 +158,13 @@ class BudgetModel(WrapperModel):
     async def request_stream(
         self, messages: list, model_settings: Any, model_request_parameters: Any, run_context: Any = None
     ) -> AsyncIterator[Any]:
-        settings, res = self._reserve(messages, model_settings, model_request_parameters)
+        messages, settings, params, res = self._reserve(messages, model_settings, model_request_parameters)
         stream = None
         try:
             async with self.wrapped.request_stream(
                 messages,
                 settings,
-                model_request_parameters,
+                params,
                 run_context,
             ) as stream:
                 yield stream
