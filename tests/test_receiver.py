@@ -102,7 +102,17 @@ def test_invalid_spans_are_rejected_with_partial_success_and_valid_ones_stored(d
         partial = response.json()["partialSuccess"]
         rejected, message = int(partial["rejectedSpans"]), partial["errorMessage"]
     assert rejected == 1 and "gen_ai.usage.input_tokens must be a non-negative integer" in message
-    assert [run[0] for run in _runs(db_path)] == ["run-p"]
+    with read_connection(db_path) as conn:
+        runs = conn.execute(
+            "SELECT run_id, quality, model_calls, usage_status, total_tokens FROM runs ORDER BY run_id"
+        ).fetchall()
+    bad_trace = format(spans[-1].context.trace_id, "032x")
+    # the valid run is stored whole; the rejected root call keeps its place as a flagged stub
+    # run (named by its trace id) with no token count from the rejected span
+    assert runs == [
+        (bad_trace, "rejected_span", 1, sc.USAGE_UNKNOWN, None),
+        ("run-p", None, 1, sc.USAGE_REPORTED, 12),
+    ]
 
 
 @pytest.mark.parametrize(
