@@ -281,6 +281,20 @@ def test_collector_help_lines_fit_a_terminal(capsys, monkeypatch):
         main(["collector", "--help"])
     out = capsys.readouterr().out
     assert "<db>.journal/" in out and max(len(line) for line in out.splitlines()) <= 80
+    # the body caps and the flags that change them (issue 23)
+    words = " ".join(out.split())
+    assert "16 MiB for protobuf (--max-body-mib)" in words
+    assert "4 MiB for OTLP/JSON (--max-json-body-mib)" in words
+    assert "--max-json-body-mib MAX_JSON_BODY_MIB" in out
+
+
+def test_a_json_body_cap_above_the_body_cap_is_refused_at_start(db_path, capsys):
+    from budgetlens.cli import main
+
+    argv = ["collector", "--db", str(db_path), "--port", "0", "--max-body-mib", "2"]
+    assert main([*argv, "--max-json-body-mib", "3"]) == 2
+    assert "--max-json-body-mib (3) must be at most --max-body-mib (2)" in capsys.readouterr().err
+    assert not db_path.exists()
 
 
 @pytest.mark.parametrize(("flag", "env"), [(None, ""), (None, "   "), ("", None), (" \t", None)])
