@@ -396,7 +396,9 @@ def _announcing_server(config, *, db_path, token_set, read_token):
         def capture_signals(self):
             with super().capture_signals():
                 yield
-                # the drain finished: exit 0 instead of re-raising SIGTERM (status 143)
-                self._captured_signals[:] = [sig for sig in self._captured_signals if sig != signal.SIGTERM]
+                # the drain finished: exit 0 instead of re-raising SIGTERM (status 143) or
+                # SIGINT (a KeyboardInterrupt traceback, status 130)
+                stops = (signal.SIGTERM, signal.SIGINT)
+                self._captured_signals[:] = [sig for sig in self._captured_signals if sig not in stops]
 
     return Server(config)

@@ -151,11 +151,14 @@ def _warm_up() -> int:
 
 
 def _init_worker(collector_pid: int) -> None:
-    """In each worker: exit with the collector (even after ``kill -9``), lower the CPU
-    priority, let Arrow hand freed memory back to the OS."""
+    """In each worker: ignore SIGINT (a Ctrl-C reaches the whole process group; the collector
+    handles it and stops the workers itself), exit with the collector (even after ``kill -9``),
+    lower the CPU priority, let Arrow hand freed memory back to the OS."""
     import os
+    import signal
     import threading
 
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     import pyarrow as pa
 
     threading.Thread(target=_exit_with, args=(collector_pid,), daemon=True).start()
