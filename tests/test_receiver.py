@@ -17,6 +17,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from opentelemetry.sdk.trace.export import SpanExportResult
 
 from budgetlens import semconv as sc
+from budgetlens.ingest.decode_pool import prepare
 from budgetlens.ingest.metrics import CollectorMetrics
 from budgetlens.ingest.queue import IngestQueue
 from budgetlens.otlp import JSON, PROTOBUF
@@ -207,7 +208,13 @@ def test_a_store_that_cannot_be_written_is_absorbed_by_the_journal_then_503_at_i
     assert health["journal_used_pct"] >= 100 and health["refused_in_s"] == 0
     assert first.status_code == 200
     assert second.status_code == 503 and second.headers["Retry-After"] == "1"
-    assert health["store_error"] and health["backlog_spans"] > 0 and health["backlog_bytes"] > 0
+    assert health["store_error"] and health["backlog_bytes"] > 0
+    # the backlog is counted in store rows, and named so: this body's 5 spans leave 7 rows
+    # (calls, run records, events)
+    prepared = prepare(body, PROTOBUF, None, len(body))
+    assert (prepared.spans, prepared.rows) == (5, 7)
+    assert health["queue_rows"] == health["backlog_rows"] == health["backlog_spans"] == prepared.rows
+    assert "queue_spans" not in health
 
 
 def test_bearer_scheme_is_case_insensitive_and_errors_are_a_status_in_the_request_encoding(
