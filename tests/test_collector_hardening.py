@@ -103,7 +103,9 @@ def test_ctrl_c_to_the_process_group_stops_the_collector_and_its_workers_quietly
         url = line.rsplit(" ", 1)[1].strip()
         body = make_body(1) + make_body(2)  # concatenated requests merge: over 1 MiB, a worker's
         assert len(body) > 1024 * 1024
-        response = requests.post(f"{url}/v1/traces", data=body, headers={"Content-Type": PROTOBUF}, timeout=60)
+        response = requests.post(
+            f"{url}/v1/traces", data=body, headers={"Content-Type": PROTOBUF}, timeout=60
+        )
         assert response.status_code == 200
         os.killpg(process.pid, signal.SIGINT)
         _, stderr = process.communicate(timeout=60)
