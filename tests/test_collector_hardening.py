@@ -97,6 +97,7 @@ def test_ctrl_c_to_the_process_group_stops_the_collector_and_its_workers_quietly
         text=True,
         start_new_session=True,  # its own process group, as a shell gives a foreground job
     )
+    assert process.stdout is not None and process.stderr is not None
     try:
         line = process.stdout.readline()
         assert "listening on" in line, line + process.stderr.read()

@@ -192,9 +192,9 @@ def test_a_rejected_tool_span_marks_its_run_without_a_row_of_its_own(tmp_path):
     assert not [e for e in mapped.events if e["name"] == sc.EVENT_TOOL_CALL]  # no value of it kept
     assert len(mapped.calls) == 1 and len(mapped.records) == 1  # no stub call: usage stays known
     assert _flag_of_run(mapped, "run-tool") == {"rejected_span"}
-    run = _run_row(_store(tmp_path, mapped), "run-tool")
-    assert run["quality"] == "rejected_span" and run["usage_status"] == sc.USAGE_REPORTED
-    assert run["model_calls"] == 1 and run["total_tokens"] == 500
+    stored = _run_row(_store(tmp_path, mapped), "run-tool")
+    assert stored["quality"] == "rejected_span" and stored["usage_status"] == sc.USAGE_REPORTED
+    assert stored["model_calls"] == 1 and stored["total_tokens"] == 500
 
 
 def test_a_span_id_collision_marks_the_run_of_the_rejected_span(tmp_path):

@@ -83,7 +83,7 @@ def prepare(
     Raises ``budgetlens.otlp.OtlpError`` (415, 413 or 400) for a body refused as a whole.
     """
     # bytes-like is fine for every decoder here (protobuf, json, zlib): no copy of the body
-    kind, decoded = decode(body, content_type, content_encoding, max_bytes)  # type: ignore[arg-type]
+    kind, decoded = decode(body, content_type, content_encoding, max_bytes)
     del body
     try:
         mapped = map_spans(decoded, memory=memory)
