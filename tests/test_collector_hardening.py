@@ -1,6 +1,6 @@
 """The collector's smaller defences: tokens refused at start when no header could carry them and
 compared as UTF-8 bytes, no unauthenticated start on a reachable address without saying so, exit
-0 after a clean SIGTERM drain."""
+0 after a clean SIGTERM drain, and a quiet exit 0 after a Ctrl-C to the process group."""
 
 from __future__ import annotations
 
@@ -80,3 +80,39 @@ def test_sigterm_after_a_clean_drain_exits_0(python, db_path):
         assert requests.get(f"{url}/healthz", timeout=30).status_code == 200
         process.send_signal(signal.SIGTERM)
         assert process.wait(60) == 0
+
+
+@pytest.mark.system
+def test_ctrl_c_to_the_process_group_stops_the_collector_and_its_workers_quietly(python, db_path):
+    """Issue 23: a Ctrl-C reaches every process of the terminal's group; the decode workers
+    ignore it (no KeyboardInterrupt traceback from each), the collector drains and exits 0."""
+    import os
+
+    from benchmarks.ingest import make_body
+
+    process = subprocess.Popen(
+        [python, "-m", "budgetlens.cli", "collector", "--db", str(db_path), "--port", "0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # its own process group, as a shell gives a foreground job
+    )
+    assert process.stdout is not None and process.stderr is not None
+    try:
+        line = process.stdout.readline()
+        assert "listening on" in line, line + process.stderr.read()
+        url = line.rsplit(" ", 1)[1].strip()
+        body = make_body(1) + make_body(2)  # concatenated requests merge: over 1 MiB, a worker's
+        assert len(body) > 1024 * 1024
+        response = requests.post(
+            f"{url}/v1/traces", data=body, headers={"Content-Type": PROTOBUF}, timeout=60
+        )
+        assert response.status_code == 200
+        os.killpg(process.pid, signal.SIGINT)
+        _, stderr = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(10)
+    assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr, stderr
+    assert process.returncode == 0, stderr

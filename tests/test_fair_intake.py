@@ -36,9 +36,10 @@ def test_a_share_outside_one_byte_to_the_limit_is_refused():
         ByteBudget(10, 11)
 
 
-def _stall(host: str, port: int, drip: bool, stop: threading.Event, answers: list) -> None:
+def _stall(host: str, port: int, drip: bool, stop: threading.Event, answers: list, slot: int = 0) -> None:
     """One attacker slot: declare a 16 MiB body, send nothing (or 1 MiB, then a byte a second),
-    wait for the answer, reconnect; until ``stop``."""
+    wait for the answer, reconnect; until ``stop``. Answers go to ``answers`` as
+    ``(slot, status line)``."""
     while not stop.is_set():
         sock = socket.create_connection((host, port), source_address=(ATTACKER, 0))
         sock.settimeout(1.0)
@@ -55,7 +56,7 @@ def _stall(host: str, port: int, drip: bool, stop: threading.Event, answers: lis
                     if drip:
                         sock.sendall(b"\n")
                     continue
-                answers.append(answer.split(b"\r\n")[0])
+                answers.append((slot, answer.split(b"\r\n")[0]))
                 break
         except OSError:
             pass
@@ -83,7 +84,7 @@ def test_twenty_stalled_uploads_without_a_token_leave_every_honest_client_served
         answers: list = []
         statuses: list = []
         attackers = [
-            threading.Thread(target=_stall, args=(host, int(port), i % 2 == 1, stop, answers))
+            threading.Thread(target=_stall, args=(host, int(port), i % 2 == 1, stop, answers, i))
             for i in range(20)
         ]
         for thread in attackers:
@@ -101,6 +102,11 @@ def test_twenty_stalled_uploads_without_a_token_leave_every_honest_client_served
             thread.join(30)
     assert statuses and set(statuses) == {200}, statuses
     assert len(statuses) >= 6
-    assert answers and {a.split(b" ")[1] for a in answers} <= {b"408", b"503"}, answers[:5]
-    assert b"HTTP/1.1 408 Request Timeout" in answers  # stalled ones are dropped, then reconnect
+    # Every upload that sends nothing is answered and dropped by the idle timeout (5 s) within
+    # the window, then reconnects. 408 when its declared length fit the attacker's share as its
+    # head was read; 503 (refused for the share, its body then read and dropped until it stalls)
+    # when a dripping upload of the same address already held bytes: which comes first is the
+    # scheduler's, so either status is right and neither is required.
+    assert {status.split(b" ")[1] for _, status in answers} <= {b"408", b"503"}, answers[:5]
+    assert {slot for slot, _ in answers} >= set(range(0, 20, 2)), answers
     assert inflight <= 32 * MIB

@@ -17,6 +17,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from opentelemetry.sdk.trace.export import SpanExportResult
 
 from budgetlens import semconv as sc
+from budgetlens.ingest.decode_pool import prepare
 from budgetlens.ingest.metrics import CollectorMetrics
 from budgetlens.ingest.queue import IngestQueue
 from budgetlens.otlp import JSON, PROTOBUF
@@ -102,7 +103,17 @@ def test_invalid_spans_are_rejected_with_partial_success_and_valid_ones_stored(d
         partial = response.json()["partialSuccess"]
         rejected, message = int(partial["rejectedSpans"]), partial["errorMessage"]
     assert rejected == 1 and "gen_ai.usage.input_tokens must be a non-negative integer" in message
-    assert [run[0] for run in _runs(db_path)] == ["run-p"]
+    with read_connection(db_path) as conn:
+        runs = conn.execute(
+            "SELECT run_id, quality, model_calls, usage_status, total_tokens FROM runs ORDER BY run_id"
+        ).fetchall()
+    bad_trace = format(spans[-1].context.trace_id, "032x")
+    # the valid run is stored whole; the rejected root call keeps its place as a flagged stub
+    # run (named by its trace id) with no token count from the rejected span
+    assert runs == [
+        (bad_trace, "rejected_span", 1, sc.USAGE_UNKNOWN, None),
+        ("run-p", None, 1, sc.USAGE_REPORTED, 12),
+    ]
 
 
 @pytest.mark.parametrize(
@@ -197,7 +208,13 @@ def test_a_store_that_cannot_be_written_is_absorbed_by_the_journal_then_503_at_i
     assert health["journal_used_pct"] >= 100 and health["refused_in_s"] == 0
     assert first.status_code == 200
     assert second.status_code == 503 and second.headers["Retry-After"] == "1"
-    assert health["store_error"] and health["backlog_spans"] > 0 and health["backlog_bytes"] > 0
+    assert health["store_error"] and health["backlog_bytes"] > 0
+    # the backlog is counted in store rows, and named so: this body's 5 spans leave 7 rows
+    # (calls, run records, events)
+    prepared = prepare(body, PROTOBUF, None, len(body))
+    assert (prepared.spans, prepared.rows) == (5, 7)
+    assert health["queue_rows"] == health["backlog_rows"] == health["backlog_spans"] == prepared.rows
+    assert "queue_spans" not in health
 
 
 def test_bearer_scheme_is_case_insensitive_and_errors_are_a_status_in_the_request_encoding(
@@ -271,6 +288,20 @@ def test_collector_help_lines_fit_a_terminal(capsys, monkeypatch):
         main(["collector", "--help"])
     out = capsys.readouterr().out
     assert "<db>.journal/" in out and max(len(line) for line in out.splitlines()) <= 80
+    # the body caps and the flags that change them (issue 23)
+    words = " ".join(out.split())
+    assert "16 MiB for protobuf (--max-body-mib)" in words
+    assert "4 MiB for OTLP/JSON (--max-json-body-mib)" in words
+    assert "--max-json-body-mib MAX_JSON_BODY_MIB" in out
+
+
+def test_a_json_body_cap_above_the_body_cap_is_refused_at_start(db_path, capsys):
+    from budgetlens.cli import main
+
+    argv = ["collector", "--db", str(db_path), "--port", "0", "--max-body-mib", "2"]
+    assert main([*argv, "--max-json-body-mib", "3"]) == 2
+    assert "--max-json-body-mib (3) must be at most --max-body-mib (2)" in capsys.readouterr().err
+    assert not db_path.exists()
 
 
 @pytest.mark.parametrize(("flag", "env"), [(None, ""), (None, "   "), ("", None), (" \t", None)])

@@ -160,3 +160,76 @@ def test_the_guard_refuses_a_model_name_the_collector_would_reject(model):
 
     with pytest.raises(ValueError, match="model must be a model name"):
         RunBudget(max_total_tokens=1000).record({"prompt_tokens": 1, "completion_tokens": 1}, model=model)
+
+
+def _flag_of_run(mapped, run_id: str) -> set[str]:
+    """The quality flags a run gets from this request's rows (its record and its calls)."""
+    rows = [r for r in (*mapped.records, *mapped.calls) if r["run_id"] == run_id]
+    return {flag for r in rows if r["quality"] for flag in r["quality"].split(",")}
+
+
+def test_a_rejected_tool_span_marks_its_run_without_a_row_of_its_own(tmp_path):
+    recorder = SpanRecorder()
+    with recorder.tracer.start_as_current_span("invoke_agent triage") as run:
+        run.set_attributes(
+            {sc.GEN_AI_OPERATION_NAME: sc.OPERATION_INVOKE_AGENT, sc.BUDGET_RUN_ID: "run-tool"}
+        )
+        with recorder.tracer.start_as_current_span("chat gpt-4o") as call:
+            call.set_attributes(
+                {
+                    sc.GEN_AI_OPERATION_NAME: sc.OPERATION_CHAT,
+                    sc.GEN_AI_REQUEST_MODEL: "gpt-4o",
+                    sc.GEN_AI_USAGE_INPUT_TOKENS: 400,
+                    sc.GEN_AI_USAGE_OUTPUT_TOKENS: 100,
+                }
+            )
+        with recorder.tracer.start_as_current_span("execute_tool search") as tool:  # names no run
+            tool.set_attributes(
+                {sc.GEN_AI_OPERATION_NAME: sc.OPERATION_EXECUTE_TOOL, sc.GEN_AI_TOOL_NAME: ["a", "b"]}
+            )
+    mapped = map_request(encode_spans(recorder.spans()), price=False)
+    assert mapped.rejected == 1 and sc.GEN_AI_TOOL_NAME in mapped.errors[0]
+    assert not [e for e in mapped.events if e["name"] == sc.EVENT_TOOL_CALL]  # no value of it kept
+    assert len(mapped.calls) == 1 and len(mapped.records) == 1  # no stub call: usage stays known
+    assert _flag_of_run(mapped, "run-tool") == {"rejected_span"}
+    stored = _run_row(_store(tmp_path, mapped), "run-tool")
+    assert stored["quality"] == "rejected_span" and stored["usage_status"] == sc.USAGE_REPORTED
+    assert stored["model_calls"] == 1 and stored["total_tokens"] == 500
+
+
+def test_a_span_id_collision_marks_the_run_of_the_rejected_span(tmp_path):
+    recorder = SpanRecorder()
+    _run(recorder, "run-clash", bad_run=False, bad_call=False)
+    request = encode_spans(recorder.spans())
+    spans = request.resource_spans[0].scope_spans[0].spans
+    twin = next(s for s in spans if s.name.startswith("chat"))
+    clash = spans.add()
+    clash.CopyFrom(twin)
+    clash.end_time_unix_nano += 1_000  # other content under the same (trace id, span id)
+    mapped = map_request(request, price=False)
+    assert mapped.rejected == 1 and "span id collision" in mapped.errors[0]
+    assert mapped.flagged["span_id_collision"] == 1
+    assert len(mapped.calls) == 2  # the first span is stored, the twin is not
+    assert _flag_of_run(mapped, "run-clash") == {"rejected_span"}
+    assert _run_row(_store(tmp_path, mapped), "run-clash")["quality"] == "rejected_span"
+
+
+def test_an_otlp_json_span_rejected_while_decoding_marks_its_run(tmp_path):
+    from _collector_helpers import otlp_json
+
+    from budgetlens.otlp.mapping import map_otlp_json
+
+    recorder = SpanRecorder()
+    _run(recorder, "run-json", bad_run=False, bad_call=False, child_names_run=False)
+    _run(recorder, "run-clean", bad_run=False, bad_call=False)
+    document = otlp_json(recorder.spans())
+    spans = document["resourceSpans"][0]["scopeSpans"][0]["spans"]
+    run_trace = next(s["traceId"] for s in spans if s["name"].startswith("invoke_agent"))
+    bad = next(s for s in spans if s["name"].startswith("chat") and s["traceId"] == run_trace)
+    bad["startTimeUnixNano"] = {"not": "a time"}  # decoding fails: the span never reaches the mapping
+    mapped = map_otlp_json(document, price=False)
+    assert mapped.rejected == 1 and "startTimeUnixNano" in mapped.errors[0]
+    assert len(mapped.calls) == 3
+    assert _flag_of_run(mapped, "run-json") == {"rejected_span"}  # found through its parent
+    assert _flag_of_run(mapped, "run-clean") == set()
+    assert _run_row(_store(tmp_path, mapped), "run-json")["quality"] == "rejected_span"

@@ -36,6 +36,11 @@ If another process holds the file at start, the journal keeps acknowledging
 (up to --max-journal-mib) and the loader retries; /healthz shows the backlog
 and its age. Bodies over 1 MiB are decoded in worker processes.
 
+Body caps (compressed and inflated; 413 beyond, with a hint to lower the
+exporter's batch size): 16 MiB for protobuf (--max-body-mib), 4 MiB for
+OTLP/JSON (--max-json-body-mib), whose decoder is slow enough that a larger
+body would not be acknowledged within the exporters' 10 s default timeout.
+
 SIGTERM or Ctrl-C loads what is journaled into DuckDB for up to 30 s, then
 exits (the rest stays in the journal); after kill -9 the next start replays
 the journal, while it already serves and journals new requests. Binds
@@ -75,7 +80,16 @@ def register(subparsers) -> None:
         "--max-body-mib",
         type=positive_float,
         default=16.0,
-        help="request body limit in MiB, compressed and inflated (default 16)",
+        help="request body limit in MiB, compressed and inflated (default 16; OTLP/JSON "
+        "bodies have the lower --max-json-body-mib); larger bodies get 413",
+    )
+    parser.add_argument(
+        "--max-json-body-mib",
+        type=positive_float,
+        default=None,
+        help="OTLP/JSON request body limit in MiB, compressed and inflated (default 4, or "
+        "--max-body-mib when lower; at most --max-body-mib): a larger JSON body is not "
+        "acknowledged within the exporters' 10 s timeout",
     )
     parser.add_argument(
         "--max-queue-spans",
@@ -142,7 +156,7 @@ def run(args) -> int:
     import uvicorn
 
     from budgetlens.config import is_lake_location, resolve_db_path
-    from budgetlens.ingest.app import create_app
+    from budgetlens.ingest.app import DEFAULT_MAX_JSON_BODY_BYTES, create_app
     from budgetlens.ingest.journal import JournalError
     from budgetlens.store.readers import unpublish
 
@@ -170,6 +184,17 @@ def run(args) -> int:
         )
     max_body_bytes = int(args.max_body_mib * MIB)
     max_inflight_bytes = int(args.max_inflight_mib * MIB)
+    json_mib = args.max_json_body_mib
+    max_json_body_bytes = min(DEFAULT_MAX_JSON_BODY_BYTES, max_body_bytes)
+    if json_mib is not None:
+        max_json_body_bytes = int(json_mib * MIB)
+    if max_json_body_bytes > max_body_bytes:
+        print(
+            f"budgetlens collector: --max-json-body-mib ({json_mib:g}) must be at "
+            f"most --max-body-mib ({args.max_body_mib:g})",
+            file=sys.stderr,
+        )
+        return 2
     if max_inflight_bytes < max_body_bytes:
         print(
             f"budgetlens collector: --max-inflight-mib ({args.max_inflight_mib:g}) must be at "
@@ -195,6 +220,7 @@ def run(args) -> int:
             db_path,
             token=token,
             max_body_bytes=max_body_bytes,
+            max_json_body_bytes=max_json_body_bytes,
             max_queue_spans=args.max_queue_spans,
             max_journal_bytes=int(args.max_journal_mib * MIB),
             max_inflight_bytes=max_inflight_bytes,
@@ -370,7 +396,9 @@ def _announcing_server(config, *, db_path, token_set, read_token):
         def capture_signals(self):
             with super().capture_signals():
                 yield
-                # the drain finished: exit 0 instead of re-raising SIGTERM (status 143)
-                self._captured_signals[:] = [sig for sig in self._captured_signals if sig != signal.SIGTERM]
+                # the drain finished: exit 0 instead of re-raising SIGTERM (status 143) or
+                # SIGINT (a KeyboardInterrupt traceback, status 130)
+                stops = (signal.SIGTERM, signal.SIGINT)
+                self._captured_signals[:] = [sig for sig in self._captured_signals if sig not in stops]
 
     return Server(config)

@@ -24,10 +24,10 @@ Routes:
 - ``POST /v1/store/query``, ``/v1/store/session``: read-only SQL on the store this collector
   holds, Arrow IPC out (``budgetlens.ingest.store_api``; the read token).
 - ``GET /metrics``: Prometheus text exposition of ``CollectorMetrics``.
-- ``GET /healthz``: ``{"status": "ok", "queue_spans": N, "backlog_spans": N, "backlog_bytes": B,
-  "journal_budget_bytes": B, "journal_used_pct": P, "refused_in_s": S|null, "loader_lag_s": S,
-  "store_error": null, "inflight_bytes": B}`` (``health``: backlog = rows acknowledged, not yet
-  in DuckDB; lag = age of the oldest of them, s; store_error = why the last load attempt
+- ``GET /healthz``: ``{"status": "ok", "queue_rows": N, "backlog_rows": N, "backlog_spans": N,
+  "backlog_bytes": B, "journal_budget_bytes": B, "journal_used_pct": P, "refused_in_s": S|null,
+  "loader_lag_s": S, "store_error": null, "inflight_bytes": B}`` (``health``: backlog = store
+  rows acknowledged, not yet in DuckDB, not spans; ``backlog_spans`` is its former name; lag = age of the oldest of them, s; store_error = why the last load attempt
   failed); 503 with the reason in ``status`` while the store cannot be written
   (``"store unavailable: ..."``, with ``refused_in_s``: when, at the backlog's growth so far,
   new spans will be refused) or when the journal or loader thread has stopped.

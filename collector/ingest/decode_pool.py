@@ -83,7 +83,7 @@ def prepare(
     Raises ``budgetlens.otlp.OtlpError`` (415, 413 or 400) for a body refused as a whole.
     """
     # bytes-like is fine for every decoder here (protobuf, json, zlib): no copy of the body
-    kind, decoded = decode(body, content_type, content_encoding, max_bytes)  # type: ignore[arg-type]
+    kind, decoded = decode(body, content_type, content_encoding, max_bytes)
     del body
     try:
         mapped = map_spans(decoded, memory=memory)
@@ -151,11 +151,14 @@ def _warm_up() -> int:
 
 
 def _init_worker(collector_pid: int) -> None:
-    """In each worker: exit with the collector (even after ``kill -9``), lower the CPU
-    priority, let Arrow hand freed memory back to the OS."""
+    """In each worker: ignore SIGINT (a Ctrl-C reaches the whole process group; the collector
+    handles it and stops the workers itself), exit with the collector (even after ``kill -9``),
+    lower the CPU priority, let Arrow hand freed memory back to the OS."""
     import os
+    import signal
     import threading
 
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     import pyarrow as pa
 
     threading.Thread(target=_exit_with, args=(collector_pid,), daemon=True).start()

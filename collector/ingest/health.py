@@ -12,7 +12,13 @@ def health(ingest: IngestQueue, inflight_bytes: int = 0) -> tuple[dict, int]:
     ``journal_used_pct`` is the backlog's share of the journal's disk budget (percent); at 100 %
     new spans are refused (503). ``refused_in_s`` (only while the store is unavailable) estimates
     when: the free budget at the rate the backlog grew since its oldest batch (None when it is
-    empty)."""
+    empty).
+
+    The backlog is counted in store rows (``queue_rows``, ``backlog_rows``: model calls, run
+    records and events acknowledged, not yet in DuckDB), not in spans: a journaled batch keeps
+    rows only (a tool span leaves none, a call span one plus its events), so a count of spans
+    could not survive a restart. ``backlog_spans`` is the former name of ``backlog_rows``
+    (the same number, kept for scripts that read it)."""
     error = ingest.store_error
     backlog, budget, lag = ingest.backlog_bytes, ingest.max_journal_bytes, ingest.lag_s
     if not ingest.alive:
@@ -26,7 +32,8 @@ def health(ingest: IngestQueue, inflight_bytes: int = 0) -> tuple[dict, int]:
         refused_in = round(max(0, budget - backlog) * lag / backlog, 1)
     body = {
         "status": status,
-        "queue_spans": ingest.depth,
+        "queue_rows": ingest.depth,
+        "backlog_rows": ingest.depth,
         "backlog_spans": ingest.depth,
         "backlog_bytes": backlog,
         "journal_budget_bytes": budget,

@@ -31,7 +31,7 @@ def map_spans(
     Returns ``Mapped`` (``calls``, ``records``, ``events``: lists of dicts keyed by store columns;
     ``spans`` seen; ``rejected`` count and ``errors`` reasons). Never raises for span content.
     """
-    mapped = map_request(decoded.request, source=source, price=price, memory=memory)
+    mapped = map_request(decoded.request, source=source, price=price, memory=memory, marks=decoded.marks)
     if decoded.rejected:
         mapped.spans += decoded.rejected
         mapped.rejected += decoded.rejected

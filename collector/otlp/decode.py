@@ -27,6 +27,8 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 )
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
+from budgetlens.otlp.attributes import MAX_ID_CHARS as _MAX_RUN_ID_CHARS
+
 PROTOBUF = "application/x-protobuf"
 JSON = "application/json"
 #: Default cap on a request body, compressed and after inflating (bytes).
@@ -51,6 +53,10 @@ class Decoded:
     request: ExportTraceServiceRequest
     rejected: int = 0
     errors: list[str] = field(default_factory=list)
+    #: the rejected spans whose trace id is readable: (trace hex, parent hex or "", the
+    #: ``budgetlens.run_id`` they name or None), so the mapping marks their runs
+    #: (``budgetlens.otlp.rejected.mark_runs``)
+    marks: list[tuple[str, str, str | None]] = field(default_factory=list)
 
 
 def media_type(content_type: str | None) -> str:
@@ -165,6 +171,32 @@ def _decode_resource_spans(items: list, decoded: Decoded) -> None:
                 if reason:
                     decoded.rejected += 1
                     decoded.errors.append(f"{at}.spans[{index}]: {reason}")
+                    mark = _json_mark(span)
+                    if mark is not None:
+                        decoded.marks.append(mark)
+
+
+_HEX = re.compile(r"[0-9a-fA-F]+")
+
+
+def _json_mark(span) -> tuple[str, str, str | None] | None:
+    """A rejected OTLP/JSON span's (trace hex, parent hex or "", run id or None), read
+    leniently; None when its trace id is not 32 hex digits (not all zero)."""
+    if not isinstance(span, dict):
+        return None
+    trace, parent = span.get("traceId"), span.get("parentSpanId")
+    if not (isinstance(trace, str) and len(trace) == 32 and _HEX.fullmatch(trace) and int(trace, 16)):
+        return None
+    ok_parent = isinstance(parent, str) and len(parent) == 16 and _HEX.fullmatch(parent)
+    run = None
+    attributes = span.get("attributes")
+    for attribute in attributes if isinstance(attributes, list) else ():
+        if not isinstance(attribute, dict) or attribute.get("key") != "budgetlens.run_id":
+            continue
+        value = attribute.get("value")
+        named = value.get("stringValue") if isinstance(value, dict) else None
+        run = named if isinstance(named, str) and 0 < len(named) <= _MAX_RUN_ID_CHARS else None
+    return trace.lower(), parent.lower() if isinstance(parent, str) and ok_parent else "", run
 
 
 def _parse_part(value: dict, message, where: str) -> None:

@@ -34,7 +34,8 @@ priced by ``budgetlens.pricing.price_call`` (one error policy: never raises; unp
 
 A span with a bad value (missing or malformed ids, negative or non-numeric token counts, an
 unknown stop reason or usage status) is rejected alone with a reason naming the attribute; its
-run is marked ``rejected_span`` by a stub row (``budgetlens.otlp.rejected``).
+run is marked ``rejected_span`` by a stub row, or (a tool span, a span id collision, an OTLP/JSON
+span rejected while decoding) by the flag on a row of its run (``budgetlens.otlp.rejected``).
 
 Runs as they really were (within one request, and across requests through a ``SpanMemory``):
 
@@ -69,7 +70,7 @@ from budgetlens.otlp.attributes import (
     text,
 )
 from budgetlens.otlp.memory import SpanMemory
-from budgetlens.otlp.rejected import stub_rows
+from budgetlens.otlp.rejected import Mark, mark_of, mark_runs, stub_context, stub_rows
 from budgetlens.otlp.rows import Mapped, Row
 from budgetlens.otlp.span_rows import (
     SpanContext,
@@ -78,6 +79,7 @@ from budgetlens.otlp.span_rows import (
     call_row,
     event_row,
     is_text,
+    repaired_times,
     root_record,
     run_record,
 )
@@ -106,7 +108,7 @@ class _Mapper:
     ``FUTURE_SKEW_S`` are clamped to it and flagged.
     """
 
-    def __init__(self, source: str, price: bool, now_ns: int, memory: SpanMemory | None = None):
+    def __init__(self, source: str, price: bool, now_ns: int, memory: SpanMemory | None = None, marks=()):
         self.source = source
         self.price = price
         self.now_ns = now_ns
@@ -121,6 +123,7 @@ class _Mapper:
         self.call_flags: dict[int, set[str]] = {}
         self.to_price: list[Any] = []  # (call row, PriceRequest): priced as one batch at finish
         self.record_flags: dict[int, set[str]] = {}
+        self.marks: list[Mark] = list(marks)  # rejected spans that left no row (their runs)
 
     def resource_spans(self, resource_spans: Iterable[Any]) -> None:
         out = self.out
@@ -177,28 +180,16 @@ class _Mapper:
         return key[0], key[1], parent.hex()
 
     def _times(self, span: Any) -> tuple[Times, list[str]]:
-        """(start µs, end µs, duration s) of a span and the quality flags of their repair: a zero
-        timestamp is NULL (``missing_time``), one past the receive time + skew is the receive
-        time (``future_time``), an end before the start is the start (``end_before_start``)."""
-        start, end = span.start_time_unix_nano, span.end_time_unix_nano
-        flags: list[str] = []
-        if not start or not end:
-            flags.append("missing_time")
-        if start > self.latest_ns or end > self.latest_ns:
-            flags.append("future_time")
-            start, end = min(start, self.now_ns), min(end, self.now_ns)
-        if start and end and end < start:
-            flags.append("end_before_start")
-            end = start
-        times: Times = (
-            start // 1000 if start else None,
-            end // 1000 if end else None,
-            (end - start) / 1e9 if start and end else None,
-        )
-        return times, flags
+        return repaired_times(span.start_time_unix_nano, span.end_time_unix_nano, self.now_ns, self.latest_ns)
 
     def span(self, span: Any, service: str | None, resource: dict | None = None) -> None:
-        ids = self._identity(span)
+        try:
+            ids = self._identity(span)
+        except SpanRejected:  # bad ids or a span id collision: no row; its run is marked
+            mark = mark_of(span)
+            if mark is not None:
+                self.marks.append(mark)
+            raise
         if ids is None:
             return  # the same span twice in one request: stored once
         attrs = read_attributes(span.attributes)
@@ -211,25 +202,15 @@ class _Mapper:
     def _mark_rejected(self, span: Any, ids: tuple[str, str, str], attrs: dict, service: str | None) -> None:
         """Keep a rejected span's place with stub rows flagged ``rejected_span`` (its values
         are not stored; ``budgetlens.otlp.rejected``), so its run is marked, not clean."""
-        trace_hex, span_hex, parent_hex = ids
-        named = attrs.get(sc.BUDGET_RUN_ID)
-        budget_run = named if isinstance(named, str) and 0 < len(named) <= MAX_ID_CHARS else None
-        times, _ = self._times(span)
-        failed = span.status.code == _STATUS_ERROR
-        ctx = SpanContext(
-            self.source,
-            attrs,
-            span_hex,
-            budget_run or trace_hex,
-            trace_hex,
-            parent_hex,
-            service,
-            times,
-            failed,
-            budget_run,
+        ctx = stub_context(
+            self.source, ids, attrs, service, self._times(span)[0], span.status.code == _STATUS_ERROR
         )
-        op, kind = attrs.get(sc.GEN_AI_OPERATION_NAME), attrs.get(sc.OPENINFERENCE_SPAN_KIND)
-        self._append(ctx, stub_rows(ctx, op, kind, span.name), [])
+        rows = stub_rows(
+            ctx, attrs.get(sc.GEN_AI_OPERATION_NAME), attrs.get(sc.OPENINFERENCE_SPAN_KIND), span.name
+        )
+        if not rows:  # a tool span: the flag goes on a row of its run
+            self.marks.append((ctx.trace_hex, ctx.parent_hex, ctx.budget_run))
+        self._append(ctx, rows, [])
 
     def _span(
         self, span: Any, ids: tuple[str, str, str], attrs: dict, service: str | None, resource: dict | None
@@ -338,6 +319,7 @@ class _Mapper:
                     row["task_type"] = agents.get(row["trace_id"])
         self.tree.inherit_runs(rows, out.event_rows)
         aggregates = self.tree.aggregates(rows, self.call_flags)
+        mark_runs(self.marks, self.tree, out, self.call_flags, self.record_flags, aggregates)
         self._write_flags()
         if self.collisions:
             out.flagged["span_id_collision"] = out.flagged.get("span_id_collision", 0) + self.collisions
@@ -369,6 +351,7 @@ def map_request(
     price: bool = True,
     now_ns: int | None = None,
     memory: SpanMemory | None = None,
+    marks: Iterable[Mark] = (),
 ) -> Mapped:
     """Map an ``ExportTraceServiceRequest`` (protobuf message) to store rows.
 
@@ -377,8 +360,9 @@ def map_request(
     to; ``memory``: a ``SpanMemory`` shared by the requests of one collector, so the tree rules
     (inherited runs, aggregates) hold across requests. Never raises for span content: invalid
     spans are counted in ``Mapped.rejected``, repaired ones in ``Mapped.flagged`` (by quality flag).
+    ``marks``: spans rejected before mapping (``Decoded.marks``) whose runs are marked.
     """
-    mapper = _Mapper(source, price, time.time_ns() if now_ns is None else now_ns, memory)
+    mapper = _Mapper(source, price, time.time_ns() if now_ns is None else now_ns, memory, marks)
     mapper.resource_spans(request.resource_spans)
     return mapper.finish()
 
@@ -394,7 +378,7 @@ def map_otlp_json(
     from budgetlens.otlp.decode import decode_json_document
 
     decoded = decode_json_document(document)
-    mapped = map_request(decoded.request, source=source, price=price, now_ns=now_ns)
+    mapped = map_request(decoded.request, source=source, price=price, now_ns=now_ns, marks=decoded.marks)
     mapped.spans += decoded.rejected
     mapped.rejected += decoded.rejected
     mapped.errors = decoded.errors + mapped.errors

@@ -48,6 +48,30 @@ _CALL_COUNTS = tuple(
     )
 )
 Times = tuple[int | None, int | None, float | None]
+
+
+def repaired_times(start: int, end: int, now_ns: int, latest_ns: int) -> tuple[Times, list[str]]:
+    """(start µs, end µs, duration s) of a span's ``start``/``end`` (ns since the epoch) and the
+    quality flags of their repair: a zero timestamp is NULL (``missing_time``), one past
+    ``latest_ns`` (the receive time ``now_ns`` + skew) is ``now_ns`` (``future_time``), an end
+    before the start is the start (``end_before_start``)."""
+    flags: list[str] = []
+    if not start or not end:
+        flags.append("missing_time")
+    if start > latest_ns or end > latest_ns:
+        flags.append("future_time")
+        start, end = min(start, now_ns), min(end, now_ns)
+    if start and end and end < start:
+        flags.append("end_before_start")
+        end = start
+    times: Times = (
+        start // 1000 if start else None,
+        end // 1000 if end else None,
+        (end - start) / 1e9 if start and end else None,
+    )
+    return times, flags
+
+
 """(start µs since the epoch, end µs, duration s) of a span; None where unknown."""
 
 

@@ -80,6 +80,19 @@ class SpanTree:
             for index in node.events:
                 events[index]["run_id"] = run
 
+    def run_above(self, trace_hex: str, parent_hex: str) -> str | None:
+        """The run named by span ``parent_hex`` or its nearest ancestor that names one (this
+        request first, then the memory); None when none does."""
+        current, depth = parent_hex, 0
+        while current and depth < _MAX_DEPTH:
+            node = self.nodes.get((trace_hex, current))
+            if node is None:
+                return self.memory.named_run(trace_hex, current) if self.memory is not None else None
+            if node.run or node.inherited:
+                return node.run or node.inherited
+            current, depth = node.parent, depth + 1
+        return None
+
     def aggregates(self, calls: list[Row], call_flags: dict[int, set[str]]) -> set[int]:
         """Indexes of call rows that are aggregates: usage that sums calls below them in the
         same trace (whatever their name or convention), in this request or an earlier one.
