@@ -20,7 +20,8 @@ from budgetlens.store import (
     write_batch,
     write_connection,
 )
-from budgetlens.store.schema import RUN_COLUMNS, SCHEMA_VERSION
+from budgetlens.store.migrations import SCHEMA_VERSION
+from budgetlens.store.schema import RUN_COLUMNS
 from budgetlens.store.writer import rows_to_table
 
 T0 = dt.datetime(2026, 11, 2, 9, 0, 0)

@@ -18,7 +18,7 @@ from budgetlens.store import (
 from budgetlens.store.lake import close_all, is_lake_connection, lake_ddl
 from budgetlens.store.lake_compact import compact
 from budgetlens.store.location import ENV_LAKE_DATA_PATH, LakeLocation, parse_lake, store_location
-from budgetlens.store.schema import SCHEMA_VERSION
+from budgetlens.store.migrations import SCHEMA_VERSION
 
 
 @pytest.fixture
