@@ -9,6 +9,7 @@ import pandas as pd
 import pytest
 
 from budgetlens.analysis import views as analysis
+from budgetlens.analysis.run_queries import RUN_TABLE_COLUMNS
 from budgetlens.analysis.views import Filters
 from budgetlens.store import read_connection, write_batch, write_connection
 
@@ -257,24 +258,7 @@ def test_runs_table_is_newest_first_searchable_and_paged(conn):
     found = analysis.runs_table(conn, Filters(), search="BUDGET_")["run_id"].tolist()
     assert found == ["f", "c", "b"]
     assert analysis.runs_table(conn, Filters(), limit=2, offset=1)["run_id"].tolist() == ["e", "d"]
-    assert list(analysis.runs_table(conn, Filters()).columns) == [
-        "run_id",
-        "task_type",
-        "service_name",
-        "team",
-        "user_id",
-        "models",
-        "start_utc",
-        "turns",
-        "tool_calls",
-        "input_tokens",
-        "output_tokens",
-        "total_tokens",
-        "cost_usd",
-        "stop_reason",
-        "usage_status",
-        "quality",
-    ]
+    assert list(analysis.runs_table(conn, Filters()).columns) == list(RUN_TABLE_COLUMNS)
 
 
 def test_top_runs_are_the_most_expensive_priced_runs(conn):
