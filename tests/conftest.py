@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
+import re
 import socket
 import sys
 from pathlib import Path
 
 import pytest
+from _pytest.mark.expression import Expression
 
 # LiteLLM (the litellm and google-adk adapter tests) downloads its price map at import unless told
 # to read the copy in its package: the tests run offline.
@@ -77,6 +80,32 @@ def python() -> str:
 # --- markers: fast unit tests apart from system tests -------------------------------------------
 #: Markers that make a test a system test (a real server, a browser, real data, a subprocess).
 SYSTEM_MARKERS = ("browser", "prometheus", "realdata")
+
+
+#: A module-level ``pytestmark`` that makes every test of the module a system test.
+_SYSTEM_MODULE = re.compile(r"^pytestmark = .*\bpytest\.mark\.system\b", re.MULTILINE)
+
+
+def pytest_ignore_collect(collection_path, config):
+    """A run that deselects every system test (``-m "not system"``) does not import a module whose
+    ``pytestmark`` makes all its tests system tests: importing one (google-adk, Streamlit) takes
+    longer than the fast suite's tests."""
+    markexpr = config.getoption("markexpr", "")
+    if not markexpr or collection_path.suffix != ".py" or not collection_path.name.startswith("test_"):
+        return None
+    expression = _compiled(markexpr)
+    if expression.evaluate(lambda name: name == "system") or expression.evaluate(lambda name: True):
+        return None  # a system test might be selected
+    try:
+        head = collection_path.read_text(encoding="utf-8")
+    except OSError:
+        return None
+    return True if _SYSTEM_MODULE.search(head) else None
+
+
+@functools.cache
+def _compiled(markexpr: str) -> Expression:
+    return Expression.compile(markexpr)
 
 
 def pytest_collection_modifyitems(config, items):

@@ -53,9 +53,11 @@ def _call(run_id, turn, start, model="gpt-4.1-mini", **fields):
     return row
 
 
-@pytest.fixture
-def conn(db_path):
-    """A store with hand-made runs; see each test for the ones it counts."""
+@pytest.fixture(scope="module")
+def hand_made_store(tmp_path_factory):
+    """A store with hand-made runs, written once for the module (the tests only read it); see
+    each test for the ones it counts."""
+    db_path = tmp_path_factory.mktemp("views") / "store.duckdb"
     at = lambda h, m=0: DAY + dt.timedelta(hours=h, minutes=m)
     records = [
         # budgeted: a, b, f (a limit) and c (stopped by the source's own turn limit, which the
@@ -119,7 +121,13 @@ def conn(db_path):
     ]
     with write_connection(db_path) as writer:
         write_batch(writer, calls, records, events)
-    with read_connection(db_path) as reader:
+    return db_path
+
+
+@pytest.fixture
+def conn(hand_made_store):
+    """A read connection to the hand-made store (one per test)."""
+    with read_connection(hand_made_store) as reader:
         yield reader
 
 
