@@ -32,6 +32,19 @@ def pytest_make_parametrize_id(config, val, argname):
 
 REALDATA = REPO_ROOT.parent / "shared" / "realdata"
 
+#: tests/examples on the path: the adapter tests import the local LLM server (``llm_server``) from it.
+sys.path.insert(0, str(Path(__file__).parent / "examples"))
+
+
+@pytest.fixture(scope="module")
+def server():
+    """The local OpenAI-, Anthropic- and Gemini-shaped LLM server (``tests/examples/llm_server.py``),
+    one per test module."""
+    from llm_server import LLMServer
+
+    with LLMServer() as s:
+        yield s
+
 
 @pytest.fixture
 def db_path(tmp_path: Path) -> Path:
