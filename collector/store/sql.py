@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from budgetlens.attribution import ATTRIBUTION_COLUMNS
 from budgetlens.store.run_totals import RECORD_VALUES, merged_totals_sets, runs_from, totals_from
-from budgetlens.store.schema import LIMIT_COLUMNS, RUN_COLUMNS
+from budgetlens.store.schema import LIMIT_COLUMNS, RUN_COLUMNS, TOKEN_COLUMNS
 
 CREATE_MIGRATIONS_TABLE = """
 CREATE TABLE IF NOT EXISTS schema_migrations (
@@ -46,12 +46,7 @@ INSERTED_CALL_COLUMNS: tuple[str, ...] = (
     "start_utc",
     "end_utc",
     "duration_s",
-    "input_tokens",
-    "output_tokens",
-    "total_tokens",
-    "cache_read_tokens",
-    "cache_write_tokens",
-    "reasoning_tokens",
+    *TOKEN_COLUMNS,
     "reserved_tokens",
     "cost_usd",
     "unpriced_parts",
