@@ -6,6 +6,7 @@ import functools
 import hashlib
 import os
 import re
+import shutil
 import socket
 import sys
 from pathlib import Path
@@ -50,6 +51,27 @@ def server():
 def db_path(tmp_path: Path) -> Path:
     """A path for a fresh DuckDB store file (not created yet)."""
     return tmp_path / "store.duckdb"
+
+
+@pytest.fixture(scope="session")
+def _empty_store_template(tmp_path_factory) -> Path:
+    """An empty store migrated once per session (``store_path`` copies it)."""
+    from budgetlens.store import write_connection
+
+    path = tmp_path_factory.mktemp("template") / "empty.duckdb"
+    with write_connection(path):
+        pass
+    return path
+
+
+@pytest.fixture
+def store_path(tmp_path: Path, _empty_store_template: Path) -> Path:
+    """``tmp_path/store.duckdb`` holding an empty store at the current schema version: a copy of
+    one migrated once per session (a copy takes a fraction of the migrations' time). Tests of
+    creating or migrating a store take ``db_path`` (the same path, not created yet)."""
+    path = tmp_path / "store.duckdb"
+    shutil.copyfile(_empty_store_template, path)
+    return path
 
 
 def find_free_port() -> int:
