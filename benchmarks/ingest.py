@@ -32,7 +32,6 @@ import os
 import re
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
@@ -42,7 +41,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from benchmarks._report import machine, publish
 from benchmarks.ingest_lag import lag_at_rate, start_collector
 from benchmarks.otlp_bodies import CALLS_PER_RUN, SPANS_PER_BODY, make_body
-from benchmarks.phoenix import persisted_spans_per_s, phoenix_python
+from benchmarks.phoenix import persisted_spans_per_s, phoenix_python, post_bodies
 
 
 def floor_spans_per_s(bodies: list[bytes]) -> float:
@@ -90,24 +89,8 @@ def durable_spans_per_s(bodies: list[bytes], clients: int) -> dict:
             warm.raise_for_status()
             while requests.get(f"{url}/healthz").json()["backlog_spans"]:
                 time.sleep(0.01)
-            shares = [bodies[i::clients] for i in range(clients)]
-            failures = []
-
-            def client(share):
-                session = requests.Session()
-                for body in share:
-                    response = session.post(
-                        f"{url}/v1/traces", data=body, headers={"Content-Type": "application/x-protobuf"}
-                    )
-                    if response.status_code != 200:
-                        failures.append(response.status_code)
-
-            threads = [threading.Thread(target=client, args=(share,)) for share in shares]
             started = time.perf_counter()
-            for thread in threads:
-                thread.start()
-            for thread in threads:
-                thread.join()
+            failures = post_bodies(url, bodies, clients)
             acknowledged = time.perf_counter() - started
             while requests.get(f"{url}/healthz").json()["backlog_spans"]:
                 time.sleep(0.005)

@@ -26,6 +26,28 @@ import requests
 ENV_PHOENIX_PYTHON = "BUDGETLENS_BENCH_PHOENIX_PYTHON"
 
 
+def post_bodies(url: str, bodies: list[bytes], clients: int) -> list[int]:
+    """POST each OTLP protobuf body to ``url``/v1/traces, spread over ``clients`` concurrent
+    keep-alive sessions (threads); returns the status codes of the answers other than 200."""
+    failures: list[int] = []
+
+    def client(share: list[bytes]) -> None:
+        session = requests.Session()
+        for body in share:
+            response = session.post(
+                f"{url}/v1/traces", data=body, headers={"Content-Type": "application/x-protobuf"}
+            )
+            if response.status_code != 200:
+                failures.append(response.status_code)
+
+    threads = [threading.Thread(target=client, args=(bodies[i::clients],)) for i in range(clients)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return failures
+
+
 def phoenix_python(given: str | None) -> tuple[str | None, str]:
     """(interpreter, "") when ``given`` (else ``$BUDGETLENS_BENCH_PHOENIX_PYTHON``) imports
     ``phoenix``; (None, the reason) otherwise."""
@@ -92,24 +114,8 @@ def persisted_spans_per_s(python: str, bodies: list[bytes], spans: int, clients:
                 if process.poll() is not None or time.monotonic() > deadline:
                     raise RuntimeError(f"Phoenix did not start: {process.stderr.read()[-500:]!r}")
                 time.sleep(0.5)
-            shares = [bodies[i::clients] for i in range(clients)]
-            failures: list[int] = []
-
-            def client(share):
-                session = requests.Session()
-                for body in share:
-                    response = session.post(
-                        f"{url}/v1/traces", data=body, headers={"Content-Type": "application/x-protobuf"}
-                    )
-                    if response.status_code != 200:
-                        failures.append(response.status_code)
-
-            threads = [threading.Thread(target=client, args=(share,)) for share in shares]
             started = time.perf_counter()
-            for thread in threads:
-                thread.start()
-            for thread in threads:
-                thread.join()
+            failures = post_bodies(url, bodies, clients)
             acknowledged = time.perf_counter() - started
             database = Path(tmp) / "phoenix.db"
             deadline = time.monotonic() + 600

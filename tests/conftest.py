@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
+import re
+import shutil
 import socket
 import sys
 from pathlib import Path
 
 import pytest
+from _pytest.mark.expression import Expression
 
 # LiteLLM (the litellm and google-adk adapter tests) downloads its price map at import unless told
 # to read the copy in its package: the tests run offline.
@@ -29,11 +33,45 @@ def pytest_make_parametrize_id(config, val, argname):
 
 REALDATA = REPO_ROOT.parent / "shared" / "realdata"
 
+#: tests/examples on the path: the adapter tests import the local LLM server (``llm_server``) from it.
+sys.path.insert(0, str(Path(__file__).parent / "examples"))
+
+
+@pytest.fixture(scope="module")
+def server():
+    """The local OpenAI-, Anthropic- and Gemini-shaped LLM server (``tests/examples/llm_server.py``),
+    one per test module."""
+    from llm_server import LLMServer
+
+    with LLMServer() as s:
+        yield s
+
 
 @pytest.fixture
 def db_path(tmp_path: Path) -> Path:
     """A path for a fresh DuckDB store file (not created yet)."""
     return tmp_path / "store.duckdb"
+
+
+@pytest.fixture(scope="session")
+def _empty_store_template(tmp_path_factory) -> Path:
+    """An empty store migrated once per session (``store_path`` copies it)."""
+    from budgetlens.store import write_connection
+
+    path = tmp_path_factory.mktemp("template") / "empty.duckdb"
+    with write_connection(path):
+        pass
+    return path
+
+
+@pytest.fixture
+def store_path(tmp_path: Path, _empty_store_template: Path) -> Path:
+    """``tmp_path/store.duckdb`` holding an empty store at the current schema version: a copy of
+    one migrated once per session (a copy takes a fraction of the migrations' time). Tests of
+    creating or migrating a store take ``db_path`` (the same path, not created yet)."""
+    path = tmp_path / "store.duckdb"
+    shutil.copyfile(_empty_store_template, path)
+    return path
 
 
 def find_free_port() -> int:
@@ -77,6 +115,32 @@ def python() -> str:
 # --- markers: fast unit tests apart from system tests -------------------------------------------
 #: Markers that make a test a system test (a real server, a browser, real data, a subprocess).
 SYSTEM_MARKERS = ("browser", "prometheus", "realdata")
+
+
+#: A module-level ``pytestmark`` that makes every test of the module a system test.
+_SYSTEM_MODULE = re.compile(r"^pytestmark = .*\bpytest\.mark\.system\b", re.MULTILINE)
+
+
+def pytest_ignore_collect(collection_path, config):
+    """A run that deselects every system test (``-m "not system"``) does not import a module whose
+    ``pytestmark`` makes all its tests system tests: importing one (google-adk, Streamlit) takes
+    longer than the fast suite's tests."""
+    markexpr = config.getoption("markexpr", "")
+    if not markexpr or collection_path.suffix != ".py" or not collection_path.name.startswith("test_"):
+        return None
+    expression = _compiled(markexpr)
+    if expression.evaluate(lambda name: name == "system") or expression.evaluate(lambda name: True):
+        return None  # a system test might be selected
+    try:
+        head = collection_path.read_text(encoding="utf-8")
+    except OSError:
+        return None
+    return True if _SYSTEM_MODULE.search(head) else None
+
+
+@functools.cache
+def _compiled(markexpr: str) -> Expression:
+    return Expression.compile(markexpr)
 
 
 def pytest_collection_modifyitems(config, items):

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import sys
-from pathlib import Path
 
 import pytest
 
@@ -15,6 +13,7 @@ pytest.importorskip("agent_framework_openai")
 
 from agent_framework import Agent
 from agent_framework.openai import OpenAIChatCompletionClient
+from llm_server import CACHED_TOKENS, INPUT_TOKENS, OUTPUT_TOKENS, REASONING_TOKENS
 
 from budgetlens import BudgetExceeded, RunBudget, Usage
 from budgetlens.guard.adapters._wrap_up import WRAP_UP_INSTRUCTION
@@ -27,18 +26,9 @@ from budgetlens.semconv import (
     USAGE_UNKNOWN,
 )
 
-sys.path.insert(0, str(Path(__file__).parent / "examples"))
-from llm_server import CACHED_TOKENS, INPUT_TOKENS, OUTPUT_TOKENS, REASONING_TOKENS, LLMServer
-
 pytestmark = pytest.mark.system  # each test starts an HTTP server
 
 CALL = Usage(INPUT_TOKENS, OUTPUT_TOKENS, cache_read_tokens=CACHED_TOKENS, reasoning_tokens=REASONING_TOKENS)
-
-
-@pytest.fixture(scope="module")
-def server():
-    with LLMServer() as s:
-        yield s
 
 
 def read_file(path: str) -> str:

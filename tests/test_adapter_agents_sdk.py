@@ -5,8 +5,6 @@ the local server of tests/examples/llm_server.py (no network)."""
 from __future__ import annotations
 
 import asyncio
-import sys
-from pathlib import Path
 
 import pytest
 
@@ -21,24 +19,16 @@ from agents import (
     function_tool,
     set_tracing_disabled,
 )
+from llm_server import CACHED_TOKENS, INPUT_TOKENS, OUTPUT_TOKENS, REASONING_TOKENS
 
 from budgetlens import BudgetExceeded, RunBudget, Usage
 from budgetlens.guard.adapters import BudgetRunHooks
 from budgetlens.semconv import STOP_BUDGET_TOOLS, STOP_COMPLETED, USAGE_REPORTED, USAGE_UNKNOWN
 
-sys.path.insert(0, str(Path(__file__).parent / "examples"))
-from llm_server import CACHED_TOKENS, INPUT_TOKENS, OUTPUT_TOKENS, REASONING_TOKENS, LLMServer
-
 pytestmark = pytest.mark.system  # each test starts an HTTP server
 
 CALL = Usage(INPUT_TOKENS, OUTPUT_TOKENS, cache_read_tokens=CACHED_TOKENS, reasoning_tokens=REASONING_TOKENS)
 set_tracing_disabled(True)
-
-
-@pytest.fixture(scope="module")
-def server():
-    with LLMServer() as s:
-        yield s
 
 
 @function_tool

@@ -4,31 +4,21 @@ Claude Code CLI it ships, pointed at the local server (``ANTHROPIC_BASE_URL``; n
 from __future__ import annotations
 
 import asyncio
-import sys
-from pathlib import Path
 
 import pytest
 
 pytest.importorskip("claude_agent_sdk")
 
 from claude_agent_sdk import ClaudeAgentOptions, ResultMessage
+from llm_server import CACHED_TOKENS, INPUT_TOKENS, OUTPUT_TOKENS
 
 from budgetlens import BudgetExceeded, RunBudget, Usage
 from budgetlens.guard.adapters.claude_agent_sdk import ClaudeBudget
 from budgetlens.semconv import STOP_BUDGET_TOKENS, STOP_BUDGET_TOOLS, STOP_BUDGET_TURNS, USAGE_REPORTED
 
-sys.path.insert(0, str(Path(__file__).parent / "examples"))
-from llm_server import CACHED_TOKENS, INPUT_TOKENS, OUTPUT_TOKENS, LLMServer
-
 pytestmark = pytest.mark.system  # each test starts an HTTP server and the Claude Code CLI
 
 ANTHROPIC_CALL = Usage(INPUT_TOKENS, OUTPUT_TOKENS, cache_read_tokens=CACHED_TOKENS)
-
-
-@pytest.fixture(scope="module")
-def server():
-    with LLMServer() as s:
-        yield s
 
 
 def options(server, tmp_path, **kwargs):

@@ -4,8 +4,6 @@ Anthropic SDKs against the local server of tests/examples/llm_server.py (no netw
 from __future__ import annotations
 
 import asyncio
-import sys
-from pathlib import Path
 
 import pytest
 
@@ -14,14 +12,12 @@ pytest.importorskip("anthropic")
 
 import anthropic
 import openai
+from llm_server import CACHED_TOKENS, INPUT_TOKENS, OUTPUT_TOKENS, REASONING_TOKENS
 from pydantic import BaseModel
 
 from budgetlens import BudgetExceeded, RunBudget, Usage
 from budgetlens.guard.adapters import UnguardedCallError, wrap_anthropic, wrap_openai
 from budgetlens.semconv import STOP_BUDGET_TOOLS, USAGE_PARTIAL, USAGE_REPORTED
-
-sys.path.insert(0, str(Path(__file__).parent / "examples"))
-from llm_server import CACHED_TOKENS, INPUT_TOKENS, OUTPUT_TOKENS, REASONING_TOKENS, LLMServer
 
 pytestmark = pytest.mark.system  # each test starts an HTTP server
 
@@ -34,12 +30,6 @@ ANTHROPIC_TOOLS = [{"name": "read_file", "input_schema": {"type": "object"}}]
 
 class Answer(BaseModel):
     answer: str
-
-
-@pytest.fixture(scope="module")
-def server():
-    with LLMServer() as s:
-        yield s
 
 
 def oai(server, run, is_async=False):

@@ -6,8 +6,6 @@ under CI."""
 from __future__ import annotations
 
 import os
-import sys
-from pathlib import Path
 
 import pytest
 
@@ -24,23 +22,16 @@ except ImportError:
         allow_module_level=True,
     )
 
+from llm_server import CACHED_TOKENS, INPUT_TOKENS, OUTPUT_TOKENS, REASONING_TOKENS
+
 from budgetlens import BudgetExceeded, RunBudget, Usage
 from budgetlens.guard.adapters.crewai import BudgetHookAborted, CrewBudget, crew_usage
 from budgetlens.semconv import STOP_BUDGET_TOKENS, STOP_BUDGET_TOOLS, USAGE_REPORTED, USAGE_UNKNOWN
-
-sys.path.insert(0, str(Path(__file__).parent / "examples"))
-from llm_server import CACHED_TOKENS, INPUT_TOKENS, OUTPUT_TOKENS, REASONING_TOKENS, LLMServer
 
 pytestmark = pytest.mark.system  # each test starts an HTTP server
 
 PER_CALL = INPUT_TOKENS + OUTPUT_TOKENS
 CALL = Usage(INPUT_TOKENS, OUTPUT_TOKENS, cache_read_tokens=CACHED_TOKENS, reasoning_tokens=REASONING_TOKENS)
-
-
-@pytest.fixture(scope="module")
-def server():
-    with LLMServer() as s:
-        yield s
 
 
 @tool("read_file")

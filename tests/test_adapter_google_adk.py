@@ -4,8 +4,6 @@ local OpenAI-shaped server stands in for the provider; no network) with ``Budget
 from __future__ import annotations
 
 import asyncio
-import sys
-from pathlib import Path
 
 import pytest
 
@@ -19,6 +17,7 @@ from google.adk.models.lite_llm import LiteLlm
 from google.adk.runners import InMemoryRunner
 from google.adk.tools.agent_tool import AgentTool
 from google.genai import types
+from llm_server import INPUT_TOKENS, OUTPUT_TOKENS
 
 from budgetlens import BudgetExceeded, RunBudget
 from budgetlens.guard.adapters._wrap_up import WRAP_UP_INSTRUCTION
@@ -31,18 +30,9 @@ from budgetlens.semconv import (
     USAGE_UNKNOWN,
 )
 
-sys.path.insert(0, str(Path(__file__).parent / "examples"))
-from llm_server import INPUT_TOKENS, OUTPUT_TOKENS, LLMServer
-
 pytestmark = pytest.mark.system  # each test starts an HTTP server
 
 PER_CALL = INPUT_TOKENS + OUTPUT_TOKENS
-
-
-@pytest.fixture(scope="module")
-def server():
-    with LLMServer() as s:
-        yield s
 
 
 def read_file(path: str) -> str:

@@ -4,9 +4,6 @@ packages (langchain-core, langgraph, langchain-openai) against the local server 
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 
 pytest.importorskip("langchain_openai")
@@ -17,14 +14,12 @@ from langchain_core.messages import AIMessage
 from langchain_core.tools import tool
 from langchain_openai import ChatOpenAI
 from langgraph.prebuilt import create_react_agent
+from llm_server import CACHED_TOKENS, INPUT_TOKENS, OUTPUT_TOKENS, REASONING_TOKENS
 
 from budgetlens import BudgetExceeded, RunBudget, Usage
 from budgetlens.guard.adapters import BudgetCallbackHandler, guard_chat_model
 from budgetlens.guard.adapters.langchain import langchain_usage
 from budgetlens.semconv import STOP_BUDGET_TOOLS, USAGE_REPORTED, USAGE_UNKNOWN
-
-sys.path.insert(0, str(Path(__file__).parent / "examples"))
-from llm_server import CACHED_TOKENS, INPUT_TOKENS, OUTPUT_TOKENS, REASONING_TOKENS, LLMServer
 
 CALL = Usage(INPUT_TOKENS, OUTPUT_TOKENS, cache_read_tokens=CACHED_TOKENS, reasoning_tokens=REASONING_TOKENS)
 #: langchain-aws's usage_metadata for a Bedrock call that read 16,000 tokens from the cache.
@@ -34,12 +29,6 @@ BEDROCK_METADATA = {
     "total_tokens": 16_073,
     "input_token_details": {"cache_read": 16_000, "cache_creation": 0},
 }
-
-
-@pytest.fixture(scope="module")
-def server():
-    with LLMServer() as s:
-        yield s
 
 
 @tool

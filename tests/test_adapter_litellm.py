@@ -5,21 +5,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import sys
-from pathlib import Path
 
 import pytest
 
 pytest.importorskip("litellm")
 
 import litellm
+from llm_server import CACHED_TOKENS, INPUT_TOKENS, OUTPUT_TOKENS, REASONING_TOKENS
 
 from budgetlens import BudgetExceeded, RunBudget, Usage
 from budgetlens.guard.adapters.litellm_sdk import GuardedLiteLLM
 from budgetlens.semconv import STOP_BUDGET_TOKENS, STOP_BUDGET_TOOLS, USAGE_REPORTED, USAGE_UNKNOWN
-
-sys.path.insert(0, str(Path(__file__).parent / "examples"))
-from llm_server import CACHED_TOKENS, INPUT_TOKENS, OUTPUT_TOKENS, REASONING_TOKENS, LLMServer
 
 pytestmark = pytest.mark.system  # each test starts an HTTP server
 
@@ -27,12 +23,6 @@ CALL = Usage(INPUT_TOKENS, OUTPUT_TOKENS, cache_read_tokens=CACHED_TOKENS, reaso
 ANTHROPIC_CALL = Usage(INPUT_TOKENS, OUTPUT_TOKENS, cache_read_tokens=CACHED_TOKENS)
 MESSAGES = [{"role": "user", "content": "Fix the failing test"}]
 TOOLS = [{"type": "function", "function": {"name": "read_file", "parameters": {"type": "object"}}}]
-
-
-@pytest.fixture(scope="module")
-def server():
-    with LLMServer() as s:
-        yield s
 
 
 def kw(server, model="openai/gpt-4o-mini", **extra):

@@ -4,13 +4,12 @@ against the local server (no network)."""
 from __future__ import annotations
 
 import asyncio
-import sys
-from pathlib import Path
 
 import pytest
 
 pytest.importorskip("pydantic_ai")
 
+from llm_server import CACHED_TOKENS, INPUT_TOKENS, OUTPUT_TOKENS, REASONING_TOKENS
 from pydantic_ai import Agent
 from pydantic_ai.exceptions import ModelHTTPError, UsageLimitExceeded
 from pydantic_ai.models.openai import OpenAIChatModel
@@ -22,18 +21,9 @@ from budgetlens.guard.adapters._wrap_up import WRAP_UP_INSTRUCTION
 from budgetlens.guard.adapters.pydantic_ai import BudgetModel
 from budgetlens.semconv import STOP_BUDGET_TOKENS, STOP_BUDGET_TOOLS, STOP_BUDGET_WRAP_UP, USAGE_REPORTED
 
-sys.path.insert(0, str(Path(__file__).parent / "examples"))
-from llm_server import CACHED_TOKENS, INPUT_TOKENS, OUTPUT_TOKENS, REASONING_TOKENS, LLMServer
-
 pytestmark = pytest.mark.system  # each test starts an HTTP server
 
 CALL = Usage(INPUT_TOKENS, OUTPUT_TOKENS, cache_read_tokens=CACHED_TOKENS, reasoning_tokens=REASONING_TOKENS)
-
-
-@pytest.fixture(scope="module")
-def server():
-    with LLMServer() as s:
-        yield s
 
 
 def model(server, name="gpt-4o-mini"):

@@ -3,13 +3,11 @@ against the local server (no network)."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 
 pytest.importorskip("smolagents")
 
+from llm_server import CACHED_TOKENS, INPUT_TOKENS, OUTPUT_TOKENS, REASONING_TOKENS
 from smolagents import OpenAIServerModel, ToolCallingAgent, tool
 from smolagents.utils import AgentGenerationError
 
@@ -17,18 +15,9 @@ from budgetlens import RunBudget, Usage
 from budgetlens.guard.adapters.smolagents import guard_smolagent
 from budgetlens.semconv import STOP_BUDGET_TOKENS, STOP_BUDGET_TOOLS, USAGE_REPORTED, USAGE_UNKNOWN
 
-sys.path.insert(0, str(Path(__file__).parent / "examples"))
-from llm_server import CACHED_TOKENS, INPUT_TOKENS, OUTPUT_TOKENS, REASONING_TOKENS, LLMServer
-
 pytestmark = pytest.mark.system  # each test starts an HTTP server
 
 CALL = Usage(INPUT_TOKENS, OUTPUT_TOKENS, cache_read_tokens=CACHED_TOKENS, reasoning_tokens=REASONING_TOKENS)
-
-
-@pytest.fixture(scope="module")
-def server():
-    with LLMServer() as s:
-        yield s
 
 
 @tool

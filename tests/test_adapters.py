@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import socket
-import sys
 from pathlib import Path
 
 import pytest
@@ -15,13 +14,11 @@ pytest.importorskip("anthropic")
 
 import anthropic
 import openai
+from llm_server import CACHED_TOKENS, INPUT_TOKENS, OUTPUT_TOKENS, REASONING_TOKENS
 
 from budgetlens import BudgetExceeded, RunBudget, Usage
 from budgetlens.guard.adapters import wrap_anthropic, wrap_openai
 from budgetlens.semconv import STOP_BUDGET_TOKENS, STOP_COMPLETED, USAGE_REPORTED, USAGE_UNKNOWN
-
-sys.path.insert(0, str(Path(__file__).parent / "examples"))
-from llm_server import CACHED_TOKENS, INPUT_TOKENS, OUTPUT_TOKENS, REASONING_TOKENS, LLMServer
 
 pytestmark = pytest.mark.system  # each test starts an HTTP server
 
@@ -30,12 +27,6 @@ pytestmark = pytest.mark.system  # each test starts an HTTP server
 CALL = Usage(INPUT_TOKENS, OUTPUT_TOKENS, cache_read_tokens=CACHED_TOKENS, reasoning_tokens=REASONING_TOKENS)
 ANTHROPIC_CALL = Usage(INPUT_TOKENS, OUTPUT_TOKENS, cache_read_tokens=CACHED_TOKENS)
 MESSAGES = [{"role": "user", "content": "Fix the failing test"}]
-
-
-@pytest.fixture(scope="module")
-def server():
-    with LLMServer() as s:
-        yield s
 
 
 def openai_client(server, run, is_async=False):

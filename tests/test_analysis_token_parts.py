@@ -55,11 +55,18 @@ def _rows():
     return rows
 
 
-@pytest.fixture
-def conn(db_path):
+@pytest.fixture(scope="module")
+def parts_store(tmp_path_factory):
+    """The store of ``_rows()``, written once for the module (the tests only read it)."""
+    db_path = tmp_path_factory.mktemp("token_parts") / "store.duckdb"
     with write_connection(db_path) as writer:
         write_batch(writer, _rows())
-    with read_connection(db_path) as reader:
+    return db_path
+
+
+@pytest.fixture
+def conn(parts_store):
+    with read_connection(parts_store) as reader:
         yield reader
 
 

@@ -9,6 +9,7 @@ import pandas as pd
 import pytest
 
 from budgetlens.analysis import views as analysis
+from budgetlens.analysis.run_queries import RUN_TABLE_COLUMNS
 from budgetlens.analysis.views import Filters
 from budgetlens.store import read_connection, write_batch, write_connection
 
@@ -52,9 +53,11 @@ def _call(run_id, turn, start, model="gpt-4.1-mini", **fields):
     return row
 
 
-@pytest.fixture
-def conn(db_path):
-    """A store with hand-made runs; see each test for the ones it counts."""
+@pytest.fixture(scope="module")
+def hand_made_store(tmp_path_factory):
+    """A store with hand-made runs, written once for the module (the tests only read it); see
+    each test for the ones it counts."""
+    db_path = tmp_path_factory.mktemp("views") / "store.duckdb"
     at = lambda h, m=0: DAY + dt.timedelta(hours=h, minutes=m)
     records = [
         # budgeted: a, b, f (a limit) and c (stopped by the source's own turn limit, which the
@@ -118,7 +121,13 @@ def conn(db_path):
     ]
     with write_connection(db_path) as writer:
         write_batch(writer, calls, records, events)
-    with read_connection(db_path) as reader:
+    return db_path
+
+
+@pytest.fixture
+def conn(hand_made_store):
+    """A read connection to the hand-made store (one per test)."""
+    with read_connection(hand_made_store) as reader:
         yield reader
 
 
@@ -257,24 +266,7 @@ def test_runs_table_is_newest_first_searchable_and_paged(conn):
     found = analysis.runs_table(conn, Filters(), search="BUDGET_")["run_id"].tolist()
     assert found == ["f", "c", "b"]
     assert analysis.runs_table(conn, Filters(), limit=2, offset=1)["run_id"].tolist() == ["e", "d"]
-    assert list(analysis.runs_table(conn, Filters()).columns) == [
-        "run_id",
-        "task_type",
-        "service_name",
-        "team",
-        "user_id",
-        "models",
-        "start_utc",
-        "turns",
-        "tool_calls",
-        "input_tokens",
-        "output_tokens",
-        "total_tokens",
-        "cost_usd",
-        "stop_reason",
-        "usage_status",
-        "quality",
-    ]
+    assert list(analysis.runs_table(conn, Filters()).columns) == list(RUN_TABLE_COLUMNS)
 
 
 def test_top_runs_are_the_most_expensive_priced_runs(conn):

@@ -17,6 +17,7 @@ import pytest
 
 from budgetlens import sample
 from budgetlens.analysis import views as analysis
+from budgetlens.analysis.run_queries import RUN_TABLE_COLUMNS
 from budgetlens.cli import main
 from budgetlens.guard.preset_file import load_preset
 from budgetlens.store import read_connection, write_connection
@@ -132,26 +133,7 @@ def test_runs_csv_has_one_line_per_run_with_the_documented_columns(store, capsys
     assert set(rows[0]) == set(RUN_COLUMNS) | {
         "trace_url"
     }  # + the trace link (issue 24); every column (limits, duration, cache, reasoning)
-    assert list(rows[0])[:16] == (
-        [
-            "run_id",
-            "task_type",
-            "service_name",
-            "team",
-            "user_id",
-            "models",
-            "start_utc",
-            "turns",
-            "tool_calls",
-            "input_tokens",
-            "output_tokens",
-            "total_tokens",
-            "cost_usd",
-            "stop_reason",
-            "usage_status",
-            "quality",
-        ]
-    )
+    assert list(rows[0])[:16] == list(RUN_TABLE_COLUMNS)
     assert {r["task_type"] for r in rows} == {"simple_qa"}
     starts = [r["start_utc"] for r in rows]
     assert starts == sorted(starts, reverse=True)

@@ -214,31 +214,37 @@ def test_demo_serves_the_sample_and_a_collector_an_agent_can_send_to(tmp_path, f
             process.wait()
 
 
+def _demo_on_port(tmp_path, port: int) -> subprocess.CompletedProcess:
+    """``budgetlens demo`` with its dashboard on ``port`` and store ``tmp_path/d.duckdb`` (run in a
+    subprocess, output captured)."""
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "budgetlens.cli",
+            "demo",
+            "--db",
+            str(tmp_path / "d.duckdb"),
+            "--port",
+            str(port),
+            "--collector-port",
+            "0",
+            "--ready-timeout",
+            "60",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
 def test_demo_stops_the_collector_and_says_why_when_the_dashboard_port_is_taken(tmp_path):
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        result = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "budgetlens.cli",
-                "demo",
-                "--db",
-                str(tmp_path / "d.duckdb"),
-                "--port",
-                str(port),
-                "--collector-port",
-                "0",
-                "--ready-timeout",
-                "60",
-            ],
-            cwd=tmp_path,
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
+        result = _demo_on_port(tmp_path, port)
     assert result.returncode == 1
     assert f"the dashboard did not start on 127.0.0.1:{port}: the port is in use" in result.stderr
     assert not (tmp_path / "d.duckdb").exists()  # failed before building the store (issue 24)
@@ -261,26 +267,7 @@ def test_another_dashboard_answering_on_the_port_is_not_taken_for_the_demos_own(
     threading.Thread(target=other.serve_forever, daemon=True).start()
     port = other.server_address[1]
     try:
-        result = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "budgetlens.cli",
-                "demo",
-                "--db",
-                str(tmp_path / "d.duckdb"),
-                "--port",
-                str(port),
-                "--collector-port",
-                "0",
-                "--ready-timeout",
-                "60",
-            ],
-            cwd=tmp_path,
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
+        result = _demo_on_port(tmp_path, port)
     finally:
         other.shutdown()
         other.server_close()

@@ -4,6 +4,7 @@ mapping, the store and the importers, with its right value computed here."""
 from __future__ import annotations
 
 import pytest
+from _transcripts import claude_assistant
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
@@ -635,20 +636,7 @@ def test_a_day_whose_usage_is_all_unpriced_is_drawn_as_unpriced_with_its_calls(t
 
 # --- continuation copies across imports ------------------------------------------------------------
 def _assistant(session: str, ts: str, message_id: str, request_id: str, inp: int, out: int) -> dict:
-    return {
-        "type": "assistant",
-        "sessionId": session,
-        "timestamp": ts,
-        "cwd": "/work/shop",
-        "requestId": request_id,
-        "message": {
-            "id": message_id,
-            "role": "assistant",
-            "model": "claude-sonnet-4-5-20250929",
-            "content": [{"type": "text", "text": "ok"}],
-            "usage": {"input_tokens": inp, "output_tokens": out, "cache_read_input_tokens": 10},
-        },
-    }
+    return claude_assistant(session, ts, message_id, request_id, inp, out, cache_read=10)
 
 
 def test_continuation_copies_imported_in_a_later_run_are_not_counted_again(tmp_path):

@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 
 import pytest
+from _transcripts import claude_assistant
 
 from budgetlens.importers import import_paths
 from budgetlens.importers.claude_code import SKIP_COPIED
@@ -92,22 +93,6 @@ def test_a_fork_imported_without_its_parent_keeps_only_its_own_call(tmp_path):
 
 
 # --- Claude Code: a resumed session's transcript carries copies of the earlier responses --------
-def _assistant(session: str, ts: str, message_id: str, request_id: str, inp: int, out: int) -> dict:
-    return {
-        "type": "assistant",
-        "sessionId": session,
-        "timestamp": ts,
-        "cwd": "/work/shop",
-        "requestId": request_id,
-        "message": {
-            "id": message_id,
-            "role": "assistant",
-            "model": "claude-sonnet-4-5-20250929",
-            "content": [{"type": "text", "text": "ok"}],
-            "usage": {"input_tokens": inp, "output_tokens": out},
-        },
-    }
-
 
 ORIGINAL = [
     ("2026-03-02T09:00:05Z", "msg_01", "req_01", 1000, 100),
@@ -118,9 +103,9 @@ ORIGINAL = [
 @pytest.mark.parametrize("resumed_first", [False, True])
 def test_a_resumed_claude_code_session_does_not_count_the_copied_responses(tmp_path, resumed_first):
     project = tmp_path / "-work-shop"
-    original = _write(project / "s-one.jsonl", [_assistant("s-one", *call) for call in ORIGINAL])
-    copies = [_assistant("s-two", *call) for call in ORIGINAL]  # copied under the new session id
-    own = _assistant("s-two", "2026-03-02T10:00:05Z", "msg_03", "req_03", 500, 50)
+    original = _write(project / "s-one.jsonl", [claude_assistant("s-one", *call) for call in ORIGINAL])
+    copies = [claude_assistant("s-two", *call) for call in ORIGINAL]  # copied under the new session id
+    own = claude_assistant("s-two", "2026-03-02T10:00:05Z", "msg_03", "req_03", 500, 50)
     resumed = _write(project / "s-two.jsonl", [*copies, own])
     os.utime(original, (1_772_442_000, 1_772_442_000))  # the original was last written earlier
     os.utime(resumed, (1_772_445_600, 1_772_445_600))

@@ -195,7 +195,7 @@ def test_json_span_with_bad_ids_is_rejected_and_the_rest_kept(field, value, name
     assert mapped.spans == 3 and len(mapped.calls) + len(mapped.records) == 2
 
 
-def test_content_attributes_never_reach_a_row(db_path):
+def test_content_attributes_never_reach_a_row(store_path):
     recorder = SpanRecorder()
     recorder.guard_run("run-c", "triage", [("gpt-4o", 10, 2)], content="PROMPT-SECRET-42")
     with recorder.tracer.start_as_current_span("execute_tool bash") as tool:
@@ -208,11 +208,11 @@ def test_content_attributes_never_reach_a_row(db_path):
             }
         )
     mapped = map_request(encode_spans(recorder.spans()))
-    with write_connection(db_path) as conn:
+    with write_connection(store_path) as conn:
         write_batch(conn, mapped.calls, mapped.records, mapped.events)
-    with read_connection(db_path) as conn:
-        conn.execute("EXPORT DATABASE '" + str(db_path.parent / "dump") + "' (FORMAT csv)")
-    dumped = "".join(p.read_text() for p in (db_path.parent / "dump").glob("*.csv"))
+    with read_connection(store_path) as conn:
+        conn.execute("EXPORT DATABASE '" + str(store_path.parent / "dump") + "' (FORMAT csv)")
+    dumped = "".join(p.read_text() for p in (store_path.parent / "dump").glob("*.csv"))
     assert "bash" in dumped
     assert "SECRET" not in dumped
 
@@ -251,16 +251,16 @@ def test_bad_bodies_raise_the_http_status_to_answer(content_type, encoding, body
 @pytest.mark.parametrize(
     "framework", ["AGNO", "GOOGLE", "LANGCHAIN", "LLAMA_INDEX", "OPENAI", "SMOLAGENTS", "TINYAGENT"]
 )
-def test_any_agent_traces_become_one_run_each_with_their_tokens(realdata, db_path, framework):
+def test_any_agent_traces_become_one_run_each_with_their_tokens(realdata, store_path, framework):
     path = realdata / "any-agent-genai-spans" / f"{framework}_trace.json"
     source = json.loads(path.read_text())["spans"]
     llm = [s for s in source if s["attributes"].get("gen_ai.operation.name") == "call_llm"]
     tools = [s for s in source if s["attributes"].get("gen_ai.operation.name") == "execute_tool"]
     mapped = map_request(encode_spans(anyagent_spans(path)))
     assert mapped.rejected == 0
-    with write_connection(db_path) as conn:
+    with write_connection(store_path) as conn:
         write_batch(conn, mapped.calls, mapped.records, mapped.events)
-    with read_connection(db_path) as conn:
+    with read_connection(store_path) as conn:
         runs = conn.execute(
             "SELECT task_type, turns, tool_calls, input_tokens, output_tokens, "
             "cost_usd, stop_reason FROM runs"
@@ -313,14 +313,14 @@ def test_langfuse_raw_attributes_of_real_frameworks_map_to_usage(realdata):
     assert checked >= 3
 
 
-def test_write_of_mapped_rows_twice_stores_each_span_once(db_path):
+def test_write_of_mapped_rows_twice_stores_each_span_once(store_path):
     recorder = SpanRecorder()
     recorder.guard_run("run-d", "triage", [("gpt-4o", 10, 2)], tools=1)
     mapped = map_request(encode_spans(recorder.spans()))
     for _ in range(2):
-        with write_connection(db_path) as conn:
+        with write_connection(store_path) as conn:
             write_batch(conn, mapped.calls, mapped.records, mapped.events)
-    with read_connection(db_path) as conn:
+    with read_connection(store_path) as conn:
         counts = conn.execute(
             "SELECT (SELECT count(*) FROM model_calls), "
             "(SELECT count(*) FROM budget_events), (SELECT total_tokens FROM runs)"
@@ -384,7 +384,7 @@ def test_values_outside_the_store_column_ranges_reject_the_span(attributes, name
     assert not mapped.events
 
 
-def test_counts_at_the_column_maximum_are_stored(db_path):
+def test_counts_at_the_column_maximum_are_stored(store_path):
     mapped = _foreign_call(
         {
             "gen_ai.operation.name": "chat",
@@ -395,9 +395,9 @@ def test_counts_at_the_column_maximum_are_stored(db_path):
         }
     )
     assert mapped.rejected == 0
-    with write_connection(db_path) as conn:
+    with write_connection(store_path) as conn:
         write_batch(conn, *mapped.tables())
-    with read_connection(db_path) as conn:
+    with read_connection(store_path) as conn:
         assert conn.execute(
             "SELECT turn, runs.total_tokens FROM runs JOIN model_calls USING (run_id)"
         ).fetchall() == [(2**31 - 1, 2 * 10**12)]

@@ -109,7 +109,8 @@ def _batches(rng, runs=12):
     return batches
 
 
-@pytest.mark.parametrize("seed", range(6))
+#: seed 0 in the fast suite, the other random streams (seconds each) are system tests
+@pytest.mark.parametrize("seed", [0, *(pytest.param(seed, marks=pytest.mark.system) for seed in range(1, 6))])
 def test_the_rollup_equals_a_scan_of_the_calls_batch_after_batch(tmp_path, seed):
     rng = random.Random(seed)
     with write_connection(tmp_path / "s.duckdb") as conn:
@@ -150,6 +151,7 @@ def test_schema_8_back_fills_the_rollup_of_an_older_store(tmp_path):
         assert _stored(conn) == expected
 
 
+@pytest.mark.system  # DuckLake: seconds
 def test_the_lake_writer_keeps_the_same_rollup(tmp_path):
     lake = f"ducklake:{tmp_path / 'catalog.ducklake'}?data_path={tmp_path / 'data'}/"
     rng = random.Random(11)
@@ -184,7 +186,7 @@ def test_an_empty_sketch_has_no_quantile_and_a_bad_q_is_refused():
         rollups.sketch_quantiles([1] + [0] * (rollups.LATENCY_BUCKETS - 1), 0, 0, [1.5])
 
 
-@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize("seed", [0, *(pytest.param(seed, marks=pytest.mark.system) for seed in range(1, 3))])
 def test_the_pages_rollup_queries_equal_their_model_calls_references(tmp_path, seed):
     from budgetlens.analysis import queries, rollup_queries
     from budgetlens.analysis.filters import Filters, run_query

@@ -81,7 +81,7 @@ def test_runaway_thresholds_are_configurable_and_checked(runaway_store):
             runaways.runaways(conn, Filters(), repeats=1)
 
 
-def test_drift_flags_a_p95_that_moved_more_than_25_percent(db_path):
+def test_drift_flags_a_p95_that_moved_more_than_25_percent(store_path):
     end = dt.datetime(2026, 11, 30)
     records = []
     for week, (qa, code) in enumerate(((1000, 5000), (2000, 5500))):  # previous week, this week
@@ -89,9 +89,9 @@ def test_drift_flags_a_p95_that_moved_more_than_25_percent(db_path):
             start = end - dt.timedelta(days=13 - 7 * week, hours=i)
             records.append(_run(f"qa-{week}-{i}", i, qa, None, "qa", start))
             records.append(_run(f"code-{week}-{i}", i, code, None, "code", start))
-    with write_connection(db_path) as conn:
+    with write_connection(store_path) as conn:
         write_batch(conn, (), records, ())
-    with read_connection(db_path) as conn:
+    with read_connection(store_path) as conn:
         frame = drift.drift(conn, Filters(end_utc=end)).set_index("task_type")
     assert frame.loc["qa", "change_total_tokens"] == pytest.approx(1.0)  # 1,000 -> 2,000
     assert bool(frame.loc["qa", "drifted"])

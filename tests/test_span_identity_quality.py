@@ -397,7 +397,7 @@ def test_a_version_1_store_migrates_to_call_ids_and_quality(tmp_path):
     import duckdb
 
     from budgetlens.store import sql as store_sql
-    from budgetlens.store.schema import MIGRATIONS, SCHEMA_VERSION
+    from budgetlens.store.migrations import MIGRATIONS, SCHEMA_VERSION
 
     db_path = tmp_path / "old.duckdb"
     conn = duckdb.connect(str(db_path))

@@ -20,7 +20,8 @@ from budgetlens.store import (
     write_batch,
     write_connection,
 )
-from budgetlens.store.schema import RUN_COLUMNS, SCHEMA_VERSION
+from budgetlens.store.migrations import SCHEMA_VERSION
+from budgetlens.store.schema import RUN_COLUMNS
 from budgetlens.store.writer import rows_to_table
 
 T0 = dt.datetime(2026, 11, 2, 9, 0, 0)
@@ -97,10 +98,10 @@ def test_reading_a_missing_store_raises_store_missing(db_path):
         pass
 
 
-def test_same_batch_twice_is_stored_once(db_path):
+def test_same_batch_twice_is_stored_once(store_path):
     calls = [_call("r1", 1), _call("r1", 2)]
     events = [dict(event_id="r1.e0", run_id="r1", name="budgetlens.warning", ts_utc=T0)]
-    with write_connection(db_path) as conn:
+    with write_connection(store_path) as conn:
         first = write_batch(conn, calls, [], events)
         second = write_batch(conn, calls, [], events)
         counts = conn.execute(
@@ -112,7 +113,7 @@ def test_same_batch_twice_is_stored_once(db_path):
     assert counts == (2, 1, 1)
 
 
-def test_run_record_values_win_over_call_aggregates(db_path):
+def test_run_record_values_win_over_call_aggregates(store_path):
     record = dict(
         run_id="r1",
         source="test",
@@ -122,7 +123,7 @@ def test_run_record_values_win_over_call_aggregates(db_path):
         stop_reason="budget_tokens",
         limit_total_tokens=10000,
     )
-    with write_connection(db_path) as conn:
+    with write_connection(store_path) as conn:
         write_batch(conn, [_call("r1", 1), _call("r1", 2)], [record], [])
         run = _run(conn, "r1")
     assert run["total_tokens"] == 9999
@@ -142,13 +143,15 @@ def test_run_record_values_win_over_call_aggregates(db_path):
         (5, 2, 5),  # the run record wins
     ],
 )
-def test_tool_calls_are_unknown_when_no_source_counts_them(db_path, record_tool_calls, tool_events, expected):
+def test_tool_calls_are_unknown_when_no_source_counts_them(
+    store_path, record_tool_calls, tool_events, expected
+):
     record = dict(run_id="r1", source="test", tool_calls=record_tool_calls)
     events = [
         dict(event_id=f"e{i}", run_id="r1", name="budgetlens.tool_call", ts_utc=T0, tool_name="shell")
         for i in range(tool_events)
     ]
-    with write_connection(db_path) as conn:
+    with write_connection(store_path) as conn:
         write_batch(conn, [_call("r1", 1)], [record], events)
         incremental = _run(conn, "r1")["tool_calls"]
         rebuild_runs(conn)
@@ -156,7 +159,7 @@ def test_tool_calls_are_unknown_when_no_source_counts_them(db_path, record_tool_
     assert incremental == rebuilt == expected
 
 
-def test_unknown_usage_is_charged_its_reservation_never_zero(db_path):
+def test_unknown_usage_is_charged_its_reservation_never_zero(store_path):
     unknown = _call(
         "r1",
         2,
@@ -167,7 +170,7 @@ def test_unknown_usage_is_charged_its_reservation_never_zero(db_path):
         usage_status="unknown",
         reserved_tokens=4000,
     )
-    with write_connection(db_path) as conn:
+    with write_connection(store_path) as conn:
         write_batch(conn, [_call("r1", 1), unknown], [], [])
         run = _run(conn, "r1")
     assert run["usage_status"] == "unknown"
@@ -176,16 +179,16 @@ def test_unknown_usage_is_charged_its_reservation_never_zero(db_path):
     assert run["unpriced_calls"] == 0
 
 
-def test_unpriced_run_has_null_cost_not_zero(db_path):
-    with write_connection(db_path) as conn:
+def test_unpriced_run_has_null_cost_not_zero(store_path):
+    with write_connection(store_path) as conn:
         write_batch(conn, [_call("r1", 1, cost_usd=None, response_model="my-llama")], [], [])
         run = _run(conn, "r1")
     assert run["cost_usd"] is None
     assert run["unpriced_calls"] == 1
 
 
-def test_failed_call_without_record_makes_the_run_failed(db_path):
-    with write_connection(db_path) as conn:
+def test_failed_call_without_record_makes_the_run_failed(store_path):
+    with write_connection(store_path) as conn:
         write_batch(conn, [_call("r1", 1, error_type="RateLimitError")], [], [])
         assert _run(conn, "r1")["stop_reason"] == "failed"
 

@@ -18,7 +18,7 @@ from budgetlens.store import (
 from budgetlens.store.lake import close_all, is_lake_connection, lake_ddl
 from budgetlens.store.lake_compact import compact
 from budgetlens.store.location import ENV_LAKE_DATA_PATH, LakeLocation, parse_lake, store_location
-from budgetlens.store.schema import SCHEMA_VERSION
+from budgetlens.store.migrations import SCHEMA_VERSION
 
 
 @pytest.fixture
@@ -64,6 +64,7 @@ def test_lake_ddl_drops_primary_keys_only():
     )
 
 
+@pytest.mark.system  # DuckLake: seconds
 def test_a_new_lake_is_migrated_on_first_write(lake):
     with write_connection(lake) as conn:
         assert is_lake_connection(conn)
@@ -88,7 +89,7 @@ def test_a_new_lake_without_a_data_path_is_refused_naming_both_ways(tmp_path, mo
     close_all()
 
 
-@pytest.mark.system  # DuckLake: seconds each (the migration test stays fast)
+@pytest.mark.system  # DuckLake: seconds each
 @pytest.mark.parametrize("seed", range(3))
 def test_the_lake_rollup_equals_the_file_store_rollup(lake, tmp_path, seed):
     stream = list(_stream(seed, runs=25, batches=12))
@@ -104,7 +105,7 @@ def test_the_lake_rollup_equals_the_file_store_rollup(lake, tmp_path, seed):
         assert _runs(conn) == results[0]
 
 
-@pytest.mark.system  # DuckLake: seconds each (the migration test stays fast)
+@pytest.mark.system  # DuckLake: seconds each
 def test_a_resent_batch_is_stored_once_on_the_lake(lake):
     calls, records, events = next(_stream(seed=5, batches=1))
     with write_connection(lake) as conn:
@@ -117,7 +118,7 @@ def test_a_resent_batch_is_stored_once_on_the_lake(lake):
     assert (again.calls, again.records, again.events, again.runs) == (0, 0, 0, 0)
 
 
-@pytest.mark.system  # DuckLake: seconds each (the migration test stays fast)
+@pytest.mark.system  # DuckLake: seconds each
 def test_a_read_connection_reads_one_snapshot_while_a_writer_commits(lake):
     stream = list(_stream(seed=8, runs=10, batches=4))
     with write_connection(lake) as writer:
@@ -132,7 +133,7 @@ def test_a_read_connection_reads_one_snapshot_while_a_writer_commits(lake):
     assert after[0] > before[0]
 
 
-@pytest.mark.system  # DuckLake: seconds each (the migration test stays fast)
+@pytest.mark.system  # DuckLake: seconds each
 def test_compact_merges_the_small_files_of_many_commits_and_keeps_every_row(lake, tmp_path):
     with write_connection(lake) as conn:
         for calls, records, events in _stream(seed=2, runs=30, batches=20):
@@ -154,7 +155,7 @@ def _live_files(conn) -> int:
     )
 
 
-@pytest.mark.system  # DuckLake: seconds each (the migration test stays fast)
+@pytest.mark.system  # DuckLake: seconds each
 def test_store_copy_moves_a_file_store_into_a_lake_and_back_with_equal_counts(lake, tmp_path):
     from budgetlens.cli import main
 
@@ -173,7 +174,7 @@ def test_store_copy_moves_a_file_store_into_a_lake_and_back_with_equal_counts(la
             assert conn.execute("SELECT count(*) FROM model_calls").fetchone()[0] == counts["model_calls"]
 
 
-@pytest.mark.system  # DuckLake: seconds each (the migration test stays fast)
+@pytest.mark.system  # DuckLake: seconds each
 def test_store_copy_refuses_a_destination_that_holds_rows(lake, tmp_path, capsys):
     from budgetlens.cli import main
 
@@ -192,7 +193,7 @@ def test_store_compact_on_a_file_store_says_it_needs_none(tmp_path, capsys):
     assert "needs no compaction" in capsys.readouterr().err
 
 
-@pytest.mark.system  # DuckLake: seconds each (the migration test stays fast)
+@pytest.mark.system  # DuckLake: seconds each
 def test_analysis_commands_read_a_lake(lake, capsys):
     from budgetlens.cli import main
 

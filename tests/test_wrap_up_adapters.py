@@ -3,9 +3,6 @@ budget gets a final answer from the slice and a stop reason, against a local HTT
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 
 pytest.importorskip("openai")
@@ -13,26 +10,18 @@ pytest.importorskip("anthropic")
 
 import anthropic
 import openai
+from llm_server import INPUT_TOKENS, OUTPUT_TOKENS
 
 from budgetlens import BudgetExceeded, RunBudget
 from budgetlens import semconv as sc
 from budgetlens.guard.adapters import wrap_anthropic, wrap_openai
 from budgetlens.guard.adapters._wrap_up import WRAP_UP_INSTRUCTION
 
-sys.path.insert(0, str(Path(__file__).parent / "examples"))
-from llm_server import INPUT_TOKENS, OUTPUT_TOKENS, LLMServer
-
 pytestmark = pytest.mark.system  # each test starts an HTTP server
 
 PROMPT = 100  # count_tokens: every request's prompt counts 100 tokens
 CHAT_TOOLS = [{"type": "function", "function": {"name": "read_file", "parameters": {"type": "object"}}}]
 ANTHROPIC_TOOLS = [{"name": "read_file", "input_schema": {"type": "object"}}]
-
-
-@pytest.fixture(scope="module")
-def server():
-    with LLMServer() as s:
-        yield s
 
 
 def _agent(create, answer_of, tools):

@@ -43,6 +43,17 @@ _SCOPES = (
 )
 
 
+def add_analysis_parser(
+    subparsers, name: str, *, help: str, description: str, epilog: str
+) -> argparse.ArgumentParser:
+    """The parser of a subcommand that prints an analysis over a window: ``description`` followed
+    by ``WINDOW_HELP``, the store, window and filter options and ``--format``."""
+    parser = subparsers.add_parser(name, help=help, description=f"{description} {WINDOW_HELP}", epilog=epilog)
+    add_window_arguments(parser)
+    add_format_argument(parser)
+    return parser
+
+
 def add_window_arguments(parser: argparse.ArgumentParser) -> None:
     add_db_argument(parser)
     parser.add_argument(

@@ -4,18 +4,13 @@ from __future__ import annotations
 
 import sys
 
-from budgetlens.cli._analysis import (
-    WINDOW_HELP,
-    add_format_argument,
-    add_window_arguments,
-    analysis_session,
-    write_frame,
-)
+from budgetlens.cli._analysis import add_analysis_parser, analysis_session, write_frame
 from budgetlens.cli._common import time_zone
 
 
 def register(subparsers) -> None:
-    parser = subparsers.add_parser(
+    parser = add_analysis_parser(
+        subparsers,
         "hit-rate",
         help="budget hit rate per task type (and per day)",
         description=(
@@ -24,12 +19,10 @@ def register(subparsers) -> None:
             "under a budget (budgeted_runs: a limit was set, or a budget stopped them; runs "
             "without any limit cannot be stopped and are left out). The intervention rate also "
             "counts downgraded and summarized runs. Above 20 % the budget is too tight or the "
-            "agent has a bug. --daily gives one row per day (in --tz) and task type. " + WINDOW_HELP
+            "agent has a bug. --daily gives one row per day (in --tz) and task type."
         ),
         epilog="Example: budgetlens hit-rate --db budgetlens.duckdb --daily --format csv",
     )
-    add_window_arguments(parser)
-    add_format_argument(parser)
     parser.add_argument("--daily", action="store_true", help="one row per day and task type")
     parser.add_argument(
         "--tz", type=time_zone, default="UTC", help="IANA time zone of the days (default: UTC)"

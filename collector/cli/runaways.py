@@ -4,30 +4,23 @@ from __future__ import annotations
 
 import sys
 
-from budgetlens.cli._analysis import (
-    WINDOW_HELP,
-    add_format_argument,
-    add_window_arguments,
-    analysis_session,
-    write_frame,
-)
+from budgetlens.cli._analysis import add_analysis_parser, analysis_session, write_frame
 from budgetlens.cli._common import positive_float, positive_int
 
 
 def register(subparsers) -> None:
-    parser = subparsers.add_parser(
+    parser = add_analysis_parser(
+        subparsers,
         "runaways",
         help="runaway runs: above k x P95, or one tool called in a loop",
         description=(
             "List the runaway runs, largest first: total tokens above --k times their task "
             "type's P95 in the window (default 3), or the same tool called --repeats or more "
             "times in a row (default 10; tool arguments are never stored, so the same tool "
-            "name). A note on stderr gives their count and share of the priced spend. " + WINDOW_HELP
+            "name). A note on stderr gives their count and share of the priced spend."
         ),
         epilog="Example: budgetlens runaways --db budgetlens.duckdb --k 4 --format csv",
     )
-    add_window_arguments(parser)
-    add_format_argument(parser)
     parser.add_argument("--k", type=positive_float, default=3.0, help="runaway above k x P95 (default: 3)")
     parser.add_argument(
         "--repeats",

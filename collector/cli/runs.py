@@ -2,18 +2,13 @@
 
 from __future__ import annotations
 
-from budgetlens.cli._analysis import (
-    WINDOW_HELP,
-    add_format_argument,
-    add_window_arguments,
-    analysis_session,
-    write_frame,
-)
+from budgetlens.cli._analysis import add_analysis_parser, analysis_session, write_frame
 from budgetlens.cli._common import non_negative_int
 
 
 def register(subparsers) -> None:
-    parser = subparsers.add_parser(
+    parser = add_analysis_parser(
+        subparsers,
         "runs",
         help="one line per run (newest first)",
         description=(
@@ -26,12 +21,10 @@ def register(subparsers) -> None:
             "trace id, source, end time, duration (s), model calls, cache read/write and reasoning "
             "tokens, unpriced and unknown-usage calls, retryable, the limits it ran under (limit_*), "
             "warnings, downgrades and summaries, parent_run_id (the run a child run's budget was "
-            "carved from). --tree RUN_ID shows a run's tree of child runs. " + WINDOW_HELP
+            "carved from). --tree RUN_ID shows a run's tree of child runs."
         ),
         epilog="Example: budgetlens runs --db budgetlens.duckdb --task-type research --limit 20",
     )
-    add_window_arguments(parser)
-    add_format_argument(parser)
     parser.add_argument(
         "--limit",
         type=non_negative_int,

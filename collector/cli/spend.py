@@ -2,17 +2,12 @@
 
 from __future__ import annotations
 
-from budgetlens.cli._analysis import (
-    WINDOW_HELP,
-    add_format_argument,
-    add_window_arguments,
-    analysis_session,
-    write_frame,
-)
+from budgetlens.cli._analysis import add_analysis_parser, analysis_session, write_frame
 
 
 def register(subparsers) -> None:
-    parser = subparsers.add_parser(
+    parser = add_analysis_parser(
+        subparsers,
         "spend",
         help="who spent it: spend and runs by team, user or service",
         description=(
@@ -20,12 +15,10 @@ def register(subparsers) -> None:
             "service (--by), most expensive first, as the Cost page's 'Who spent it' table: runs, "
             "cost_usd, cost_share (of the spend shown), total_tokens, partial_cost_runs (runs with "
             "unpriced calls or unknown usage: their cost is a lower bound) and budget_stops. Runs "
-            "without a value are grouped as (none). " + WINDOW_HELP
+            "without a value are grouped as (none)."
         ),
         epilog="Example: budgetlens spend --db budgetlens.duckdb --by user --team search-infra",
     )
-    add_window_arguments(parser)
-    add_format_argument(parser)
     parser.add_argument(
         "--by",
         choices=("team", "user", "service"),

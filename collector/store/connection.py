@@ -35,7 +35,7 @@ import duckdb
 from budgetlens.store import lake, sql
 from budgetlens.store.location import LakeLocation, store_location
 from budgetlens.store.lock_holder import lock_message
-from budgetlens.store.schema import MIGRATIONS, SCHEMA_VERSION
+from budgetlens.store.migrations import MIGRATIONS, SCHEMA_VERSION
 
 log = logging.getLogger(__name__)
 

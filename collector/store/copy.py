@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from budgetlens.store import lake, sql
 from budgetlens.store.connection import StoreError, read_connection, schema_version, write_connection
 from budgetlens.store.location import LakeLocation, store_location
-from budgetlens.store.schema import SCHEMA_VERSION
+from budgetlens.store.migrations import SCHEMA_VERSION
 
 #: The tables copied, in this order (the rollup last: it is derived from the others).
 COPIED_TABLES: tuple[str, ...] = (

@@ -26,6 +26,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from budgetlens.store.run_totals import call_sums
+from budgetlens.store.schema import CALL_SUMS
+
 TABLE = "run_model_rollup"
 #: Shortest duration with its own bucket (s); shorter ones share bucket 0.
 LOW_S = 0.01
@@ -37,25 +40,14 @@ LATENCY_BUCKETS = PER_DECADE * DECADES + 2
 #: The sketch's count columns, bucket 0 first.
 LATENCY_COLUMNS: tuple[str, ...] = tuple(f"lat_{i:02d}" for i in range(LATENCY_BUCKETS))
 
-_SUMMED = (
-    "calls",
-    "input_tokens",
-    "output_tokens",
-    "total_tokens",
-    "cache_read_tokens",
-    "cache_write_tokens",
-    "reasoning_tokens",
-    "cost_usd",
-    "unpriced_calls",
-    "unknown_usage_calls",
-    "timed_calls",
-    *LATENCY_COLUMNS,
-)
+_SUMMED = ("calls", *CALL_SUMS, "timed_calls", *LATENCY_COLUMNS)
 #: Columns of ``run_model_rollup`` in table order.
 ROLLUP_COLUMNS: tuple[str, ...] = (
     "run_id",
     "model",
-    *_SUMMED[:11],
+    "calls",
+    *CALL_SUMS,
+    "timed_calls",
     "min_duration_s",
     "max_duration_s",
     *LATENCY_COLUMNS,
@@ -89,17 +81,7 @@ def _aggregates(calls: str) -> str:
     return f"""
 SELECT run_id, coalesce(response_model, request_model, 'unknown') AS model,
     count(*) AS calls,
-    sum(input_tokens) AS input_tokens,
-    sum(output_tokens) AS output_tokens,
-    sum(coalesce(total_tokens, input_tokens + output_tokens,
-                 CASE WHEN usage_status = 'unknown' THEN reserved_tokens END)) AS total_tokens,
-    sum(cache_read_tokens) AS cache_read_tokens,
-    sum(cache_write_tokens) AS cache_write_tokens,
-    sum(reasoning_tokens) AS reasoning_tokens,
-    sum(cost_usd) AS cost_usd,
-    count(*) FILTER (WHERE (cost_usd IS NULL OR unpriced_parts IS NOT NULL)
-                     AND usage_status = 'reported') AS unpriced_calls,
-    count(*) FILTER (WHERE usage_status = 'unknown') AS unknown_usage_calls,
+    {call_sums("")},
     count(duration_s) AS timed_calls,
     min(duration_s) AS min_duration_s,
     max(duration_s) AS max_duration_s,
