@@ -17,6 +17,7 @@ from budgetlens.dashboard.charts._style import (
     _empty,
     _few_periods,
     _require,
+    plot_text,
     color_map,
 )
 from budgetlens.dashboard.formatting import NO_BUDGET
@@ -47,13 +48,13 @@ def hit_rate_daily(
             go.Scatter(
                 x=part["day"],
                 y=pd.to_numeric(part[rate], errors="coerce") * 100,
-                name=str(task),
+                name=plot_text(task),
                 mode="lines+markers",
                 connectgaps=False,
                 line={"color": colors[str(task)], "width": 2},
                 marker={"size": 5},
                 customdata=part[[base]].to_numpy(),
-                hovertemplate="%{y:.1f} % of %{customdata[0]:,} " + noun + "<extra>" + str(task) + "</extra>",
+                hovertemplate="%{y:.1f} % of %{customdata[0]:,} " + noun + "<extra>" + plot_text(task) + "</extra>",
             )
         )
     if rate == "hit_rate":
@@ -82,7 +83,7 @@ def rate_by_task(df: pd.DataFrame) -> go.Figure:
     )
     fig.add_trace(
         go.Bar(
-            y=df["task_type"],
+            y=df["task_type"].map(plot_text),
             x=df["intervention_rate"] * 100,
             orientation="h",
             name="intervention rate (+ downgrades, summaries)",
@@ -92,7 +93,7 @@ def rate_by_task(df: pd.DataFrame) -> go.Figure:
     )
     fig.add_trace(
         go.Bar(
-            y=df["task_type"],
+            y=df["task_type"].map(plot_text),
             x=df["hit_rate"] * 100,
             orientation="h",
             name="hit rate (budget stops)",
@@ -103,7 +104,7 @@ def rate_by_task(df: pd.DataFrame) -> go.Figure:
     if not unbudgeted.empty:
         fig.add_trace(
             go.Scatter(
-                y=unbudgeted["task_type"],
+                y=unbudgeted["task_type"].map(plot_text),
                 x=[0] * len(unbudgeted),
                 mode="text",
                 text=[NO_BUDGET] * len(unbudgeted),
@@ -149,13 +150,13 @@ def stop_reasons(df: pd.DataFrame) -> go.Figure:
         part = df[df["stop_reason"] == reason]
         fig.add_trace(
             go.Bar(
-                y=part["task_type"],
+                y=part["task_type"].map(plot_text),
                 x=part["runs"],
-                name=str(reason),
+                name=plot_text(reason),
                 orientation="h",
                 marker_color=colors[str(reason)],
                 customdata=part[["share"]].to_numpy(),
-                hovertemplate="%{x} runs (%{customdata[0]:.1f} %)<extra>" + str(reason) + "</extra>",
+                hovertemplate="%{x} runs (%{customdata[0]:.1f} %)<extra>" + plot_text(reason) + "</extra>",
             )
         )
     fig.update_layout(barmode="stack", hovermode="closest")
