@@ -17,17 +17,22 @@ from budgetlens.dashboard.charts._style import (
     _empty,
     _few_periods,
     _require,
-    plot_text,
     color_map,
+    plot_text,
 )
 from budgetlens.dashboard.formatting import NO_BUDGET
 
 
 def hit_rate_daily(
-    df: pd.DataFrame, *, rate: str = "hit_rate", colors: dict[str, str] | None = None
+    df: pd.DataFrame,
+    *,
+    rate: str = "hit_rate",
+    colors: dict[str, str] | None = None,
+    period: str = "day",
 ) -> go.Figure:
-    """Lines of the daily hit rate (or ``intervention_rate``) per task type, in %; the hit rate
-    with the ``HIT_RATE_ALARM`` line (the intervention rate has no alarm, so no line).
+    """Lines of the daily (``period`` 'day') or hourly ('hour': ``day`` holds each hour's start)
+    hit rate (or ``intervention_rate``) per task type, in %; the hit rate with the
+    ``HIT_RATE_ALARM`` line (the intervention rate has no alarm, so no line).
 
     ``df``: [day, task_type, finished_runs, budget_stops, interventions, hit_rate,
     intervention_rate]; rates are 0..1. A missing rate (None/NaN: no budgeted run that day)
@@ -35,8 +40,10 @@ def hit_rate_daily(
     ``color_map``).
     """
     _require(df, ("day", "task_type", rate, "finished_runs"), "hit_rate_daily")
-    title = "Budget hit rate per day" if rate == "hit_rate" else "Intervention rate per day"
-    fig = _base(title, "Day", f"{'Hit' if rate == 'hit_rate' else 'Intervention'} rate (%)")
+    if period not in ("day", "hour"):
+        raise ValueError(f"hit_rate_daily: period must be 'day' or 'hour', got {period!r}")
+    title = f"{'Budget hit' if rate == 'hit_rate' else 'Intervention'} rate per {period}"
+    fig = _base(title, period.capitalize(), f"{'Hit' if rate == 'hit_rate' else 'Intervention'} rate (%)")
     if df.empty:
         return _empty(fig)
     colors = _colors(df["task_type"], colors, TASK_COLORS)
@@ -54,14 +61,18 @@ def hit_rate_daily(
                 line={"color": colors[str(task)], "width": 2},
                 marker={"size": 5},
                 customdata=part[[base]].to_numpy(),
-                hovertemplate="%{y:.1f} % of %{customdata[0]:,} " + noun + "<extra>" + plot_text(task) + "</extra>",
+                hovertemplate="%{y:.1f} % of %{customdata[0]:,} "
+                + noun
+                + "<extra>"
+                + plot_text(task)
+                + "</extra>",
             )
         )
     if rate == "hit_rate":
         _alarm_line(fig)
     top = max(25.0, float((pd.to_numeric(df[rate], errors="coerce").fillna(0) * 100).max()) * 1.1)
     fig.update_yaxes(range=[0, top], ticksuffix=" %")
-    _few_periods(fig, df["day"])
+    _few_periods(fig, df["day"], period)
     return fig
 
 

@@ -17,8 +17,8 @@ from budgetlens.dashboard.charts._style import (
     _few_periods,
     _number,
     _require,
-    plot_text,
     _token_axis,
+    plot_text,
     roll_up,
 )
 from budgetlens.dashboard.formatting import format_tokens, is_missing
