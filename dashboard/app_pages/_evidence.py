@@ -7,7 +7,7 @@ import pandas as pd
 import streamlit as st
 
 from budgetlens.analysis.drift import DEFAULT_RECENT_DAYS, DRIFT_THRESHOLD
-from budgetlens.dashboard.formatting import safe_text
+from budgetlens.dashboard.formatting import column_label, safe_text
 
 
 def _change(value) -> str:
@@ -63,7 +63,7 @@ def km_table(frame: pd.DataFrame) -> pd.DataFrame:
             value = getattr(row, f"km_p95_{metric}")
             bound = bool(getattr(row, f"km_p95_{metric}_lower_bound"))
             known = value is not None and not pd.isna(value)
-            out[f"KM P95 {metric}"] = Percentile(float(value), bound).text(fmt) if known else "—"
+            out["KM " + column_label(f"p95_{metric}")] = Percentile(float(value), bound).text(fmt) if known else "—"
         rows.append(out)
     return pd.DataFrame(rows)
 
