@@ -63,7 +63,9 @@ def km_table(frame: pd.DataFrame) -> pd.DataFrame:
             value = getattr(row, f"km_p95_{metric}")
             bound = bool(getattr(row, f"km_p95_{metric}_lower_bound"))
             known = value is not None and not pd.isna(value)
-            out["KM " + column_label(f"p95_{metric}")] = Percentile(float(value), bound).text(fmt) if known else "—"
+            out["KM " + column_label(f"p95_{metric}")] = (
+                Percentile(float(value), bound).text(fmt) if known else "—"
+            )
         rows.append(out)
     return pd.DataFrame(rows)
 
