@@ -29,15 +29,19 @@ import time
 
 import pytest
 
+from browser import test_dashboard_views_browser as views_browser
 from browser.live_writer import run_rows
 from browser.test_dashboard_browser import PAGES, dashboard
-from browser.test_dashboard_views_browser import WIDTH_PX, _body, _settled, _write, browser  # noqa: F401
+from browser.test_dashboard_views_browser import WIDTH_PX, _body, _settled, _write
 from budgetlens.analysis import views as analysis
 from budgetlens.config import ENV_TRACE_URL
 from budgetlens.dashboard.formatting import format_tokens
 from budgetlens.sample import default_end_utc, write_sample
 
 pytestmark = [pytest.mark.browser, pytest.mark.system]
+
+#: Chromium at 1280 px (the fixture of the views tests, one instance per module).
+browser = views_browser.browser
 
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
 TRACE_TEMPLATE = "http://127.0.0.1:16686/trace/{trace_id}"
