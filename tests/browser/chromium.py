@@ -1,7 +1,8 @@
 """Debian's headless Chromium on a ``budgetlens dashboard`` subprocess: the one capture harness of
-the first-paint benchmark (``benchmarks/first_paint.py``) and the README screenshots
-(``docs/screenshots.py``). Both import it from the checkout root as ``tests.browser.chromium``;
-nothing in the package imports it (``dashboard/`` and ``collector/`` never import tests).
+the first-paint benchmark (``benchmarks/first_paint.py``), the README screenshots
+(``docs/screenshots.py``) and the browser tests. The scripts import it from the checkout root as
+``tests.browser.chromium``, the tests as ``browser.chromium``; nothing in the package imports it
+(``dashboard/`` and ``collector/`` never import tests).
 
 ``dashboard(db)`` starts ``budgetlens dashboard --db DB --port <free>`` and yields its base URL
 once ``/_stcore/health`` answers; ``driver(width, height, profile)`` is a selenium Chrome driver
@@ -70,12 +71,17 @@ def dashboard(db: Path, timeout_s: float = READY_TIMEOUT_S) -> Iterator[str]:
         wait_healthy(base, process, timeout_s)
         yield base
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop(process)
+
+
+def stop(process: subprocess.Popen, timeout_s: float = 30) -> None:
+    """Terminate ``process``; kill it when it has not exited after ``timeout_s`` seconds."""
+    process.terminate()
+    try:
+        process.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
 
 
 def driver(width: int, height: int, profile: Path, extra_flags: Sequence[str] = ()):
