@@ -124,7 +124,8 @@ def _shown(markdown: str) -> str:
 
 
 def _texts(at: AppTest) -> str:
-    parts = [e.value for kind in ("error", "warning", "info", "caption", "markdown") for e in at.get(kind)]
+    kinds = ("error", "warning", "info", "caption", "markdown")
+    parts = [getattr(e, "value", "") for kind in kinds for e in at.get(kind)]
     return _shown("\n".join(str(p) for p in parts))
 
 
@@ -268,7 +269,7 @@ def _hold_write_lock(db: Path, *, commit_first: bool):
             time.sleep(60)
     """)
     process = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
-    assert process.stdout.readline().strip() == "locked"
+    assert process.stdout is not None and process.stdout.readline().strip() == "locked"
     return process
 
 

@@ -139,7 +139,8 @@ def test_a_window_of_48_hours_or_less_draws_the_hit_rate_per_hour(tmp_path, monk
         assert "rates per hour" in " ".join(c.value for c in at.caption)
         assert at.expander[0].label == "Hourly figures"
     longer = _app(_store(tmp_path / "m.duckdb", days=5), monkeypatch, page="hit_rate", window="7d")
-    assert _hit_rate_figure(longer)["layout"]["title"]["text"] == "Budget hit rate per day"
+    daily = _hit_rate_figure(longer)
+    assert daily is not None and daily["layout"]["title"]["text"] == "Budget hit rate per day"
 
 
 def test_a_window_whose_runs_fall_in_one_hour_says_so_instead_of_a_dot(tmp_path, monkeypatch):

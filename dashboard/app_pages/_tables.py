@@ -130,7 +130,7 @@ def display_frame(
     return shown, config
 
 
-def _pinned(column, label: str) -> dict:
+def _pinned(column, label: str):
     """``column`` (a Streamlit column config, a plain label or None) pinned to the left."""
     if isinstance(column, dict):
         return {**column, "pinned": True}

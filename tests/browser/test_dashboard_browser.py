@@ -84,7 +84,7 @@ def dashboard(db: Path):
         try:
             wait_healthy(base, process, READY_TIMEOUT_S)
         except RuntimeError as error:
-            stderr = process.stderr.read() if process.poll() is not None else ""
+            stderr = process.stderr.read() if process.stderr and process.poll() is not None else ""
             raise AssertionError(f"{error}: {stderr}") from None
         yield base
     finally:
@@ -196,9 +196,12 @@ def test_live_overview_shows_new_runs_while_another_process_writes(browser, tmp_
         text=True,
     )
     committed: queue.Queue = queue.Queue()
-    threading.Thread(
-        target=lambda: [committed.put(time.monotonic()) for _ in writer.stdout], daemon=True
-    ).start()
+
+    def count_commits() -> None:  # one line per committed run
+        for _ in writer.stdout or ():
+            committed.put(time.monotonic())
+
+    threading.Thread(target=count_commits, daemon=True).start()
     try:
         with dashboard(db) as base:
             browser.get(f"{base}/?refresh=5")
