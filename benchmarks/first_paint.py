@@ -86,19 +86,13 @@ def run(pages: list[str], rounds: int, width: int) -> tuple[dict[str, list[tuple
     ensure_demo_store(db)
     with read_connection(db) as conn:
         runs = conn.execute("SELECT count(*) FROM runs").fetchone()[0]
-    driver = None
     figures: dict[str, list[tuple[float, float]]] = {page: [] for page in pages}
-    with chromium.dashboard(db, TIMEOUT_S) as base:
-        try:
-            driver = chromium.driver(width, 1000, workdir / "chromium")
-            for number in range(rounds):
-                for page in pages:
-                    figures[page].append(measure_page(driver, base, PAGES[page]))
-                    first, settled = figures[page][-1]
-                    print(f"round {number + 1} {page}: first numbers {first:.2f} s, settled {settled:.2f} s")
-        finally:
-            if driver is not None:
-                driver.quit()
+    with chromium.session(db, width, 1000, workdir / "chromium", timeout_s=TIMEOUT_S) as (base, driver):
+        for number in range(rounds):
+            for page in pages:
+                figures[page].append(measure_page(driver, base, PAGES[page]))
+                first, settled = figures[page][-1]
+                print(f"round {number + 1} {page}: first numbers {first:.2f} s, settled {settled:.2f} s")
     return figures, runs
 
 

@@ -54,21 +54,19 @@ def main(argv=None) -> int:
     ensure_demo_store(db)
     with read_connection(db) as conn:
         run_id = conn.execute("SELECT run_id FROM runs ORDER BY total_tokens DESC LIMIT 1").fetchone()[0]
-    driver = None
-    with chromium.dashboard(db, TIMEOUT_S) as base:
-        try:
-            driver = chromium.driver(args.width, args.height, workdir / "chromium", ["--hide-scrollbars"])
-            for page in PAGES:
-                path = "" if page == "overview" else page
-                query = f"?run={run_id}" if page == "runs" else ""
-                driver.get(f"{base}/{path}{query}")
-                _settle(driver)
-                target = DOCS / f"{page}.png"
-                driver.save_screenshot(str(target))
-                print(target)
-        finally:
-            if driver is not None:
-                driver.quit()
+    profile = workdir / "chromium"
+    with chromium.session(db, args.width, args.height, profile, ["--hide-scrollbars"], TIMEOUT_S) as (
+        base,
+        driver,
+    ):
+        for page in PAGES:
+            path = "" if page == "overview" else page
+            query = f"?run={run_id}" if page == "runs" else ""
+            driver.get(f"{base}/{path}{query}")
+            _settle(driver)
+            target = DOCS / f"{page}.png"
+            driver.save_screenshot(str(target))
+            print(target)
     return 0
 
 

@@ -7,7 +7,7 @@ the first-paint benchmark (``benchmarks/first_paint.py``), the README screenshot
 ``dashboard(db)`` starts ``budgetlens dashboard --db DB --port <free>`` and yields its base URL
 once ``/_stcore/health`` answers; ``driver(width, height, profile)`` is a selenium Chrome driver
 of ``/usr/bin/chromium`` (``--headless=new --no-sandbox``, nothing fetched from outside the
-machine). Selenium is imported only when a driver is made.
+machine); ``session`` is both. Selenium is imported only when a driver is made.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import time
 import urllib.request
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
 #: Flags of every headless run: no sandbox (containers, root), no GPU, no background traffic.
@@ -100,3 +101,21 @@ def driver(width: int, height: int, profile: Path, extra_flags: Sequence[str] = 
     ):
         options.add_argument(flag)
     return webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+
+
+@contextlib.contextmanager
+def session(
+    db: Path,
+    width: int,
+    height: int,
+    profile: Path,
+    extra_flags: Sequence[str] = (),
+    timeout_s: float = READY_TIMEOUT_S,
+) -> Iterator[tuple[str, Any]]:
+    """``dashboard(db)`` and a ``driver`` on it: yields (base URL, driver); quits both on exit."""
+    with dashboard(db, timeout_s) as base:
+        browser = driver(width, height, profile, extra_flags)
+        try:
+            yield base, browser
+        finally:
+            browser.quit()
