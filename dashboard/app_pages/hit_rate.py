@@ -23,7 +23,7 @@ def render() -> None:
 
     _ui.header(
         "Budget hit rate",
-        f"Above {HIT_RATE_ALARM:.0%} a budget is too tight or the agent has a bug (stop reasons budget_*).",
+        f"Above {HIT_RATE_ALARM * 100:.0f} % a budget is too tight or the agent has a bug (stop reasons budget_*).",
         f,
     )
     _ui.alarm_banner(ov.per_task)
@@ -42,7 +42,7 @@ def render() -> None:
             ("Budget stops", f"{stops:,}", None),
             (
                 "Answered at the stop",
-                f"{answered / stops:.0%} ({answered:,})" if stops else "—",
+                f"{format_hit_rate(answered / stops)} ({answered:,})" if stops else "—",
                 "Budget stops that still returned an answer: the final call used the wrap-up slice "
                 "(stop reason budget_wrap_up)",
             ),

@@ -3,13 +3,16 @@ on real ``budgetlens dashboard`` subprocesses: every point of item 10 and of the
 shows on a page, one page load per page where it can.
 
 - Overview: the change against the previous period shows when the data covers it and is hidden
-  when it covers it in part; "Intervention rate" is a share (in %), never "Interventions".
+  when it covers it in part; "Intervention rate" is a share (in %), never "Interventions"; the
+  demo store opens on runs that end now, none left out, its runaways counted.
 - Hit rate: a 24 h window draws the rate per hour (one dot per hour, not one daily dot); the
   count of intervened runs is named apart from the rate.
 - What-if: one unit for rates (the upper bound in % like the projected range); "Met" only when
-  the upper bound meets the target, "unknown" between the bounds; the result above the fold.
+  the upper bound meets the target, "unknown" between the bounds; a range exactly when runs are
+  censored; the result above the fold.
 - Baselines and Presets: one preset number (the histogram's marker is the Presets page's
-  recommendation); the limits in force with the date they took effect.
+  recommendation); the censoring-aware P95 with the censored share; the limits in force with
+  the date they took effect.
 - Runs: the grid shows its rows without empty space below them; the quality column never reads
   None; unknown usage is not "unpriced"; a run stopped by its cost limit shows every limit with
   the one that fired, cost and time on their own axes, and a link to its trace.
@@ -36,7 +39,7 @@ from browser.test_dashboard_views_browser import WIDTH_PX, _body, _settled, _wri
 from budgetlens.analysis import views as analysis
 from budgetlens.config import ENV_TRACE_URL
 from budgetlens.dashboard.formatting import format_tokens
-from budgetlens.sample import default_end_utc, write_sample
+from budgetlens.sample import default_end_utc, ensure_demo_store, write_sample
 
 pytestmark = [pytest.mark.browser, pytest.mark.system]
 
@@ -259,6 +262,8 @@ def test_whatif_shows_met_only_on_the_upper_bound_in_one_unit_above_the_fold(bro
     summary = _records(_grid_with(browser, "Hit rate upper"))
     for row in summary:  # the upper bound in the same unit (%) as the projected range
         assert float(row["Hit rate upper"]) == pytest.approx(verdicts[row["Task type"]][1], abs=0.06), row
+        low, high = verdicts[row["Task type"]]
+        assert (low < high) == (int(row["Censored"]) > 0), row  # a range exactly when runs are censored
     assert not re.search(r"\b0\.\d{3,}\b", _body(browser))  # no bare fraction for a rate
 
 
@@ -290,6 +295,8 @@ def test_baselines_and_presets_show_one_preset_number_and_the_limits_in_force(br
     )
     for task, value in recommended.items():
         assert f"Preset {format_tokens(value)}" in legends[task], (task, value, legends.get(task))
+    km = _records(_grid_with(browser, "KM P95 total tokens"))  # censoring-aware, with the censored share
+    assert km and all(re.fullmatch(r"[\d,]+ \(\d+\.\d %\)", r["Stopped by a budget"]) for r in km), km
     _open_expanders(browser)
     assert _grid_with(browser, "Since (UTC)")
 
@@ -373,3 +380,17 @@ def test_every_table_fits_1280_px_with_its_key_columns_in_view(
             if grid["scroll"][2] <= grid["scroll"][3] + 1:  # every row in view: no empty space below
                 assert grid["height"] <= grid["rowcount"] * ROW_PX + 12, (page, heads, grid)
     assert seen >= 5
+
+
+def test_the_demo_store_opens_on_data_that_ends_now_with_its_runaways(browser, tmp_path):
+    db = tmp_path / "demo.duckdb"
+    assert ensure_demo_store(db)  # as ``budgetlens demo`` builds it: the sample, moved to end now
+    with dashboard(db) as base:
+        browser.get(base)
+        _settled(browser)
+        body = _body(browser)
+    newest = re.search(r"newest run started (just now|\d+ (min|h) ago)", body)
+    assert newest, body[:600]  # minutes or hours ago, never days: the sample ends now
+    assert "This window keeps" not in body  # the default 14 days leave no run out
+    runaways = re.search(r"([\d,]+) of ([\d,]+) runs", body[body.index("Runaway runs") :])
+    assert runaways and int(runaways.group(1).replace(",", "")) > 0, body[body.index("Runaway runs") :][:300]
