@@ -21,16 +21,14 @@ from __future__ import annotations
 
 import argparse
 import os
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 
 from benchmarks._report import machine, publish
+from tests.browser import chromium  # the capture harness shared with docs/screenshots.py
 
 #: URL path of every page (the entrypoint's ``url_path``; "" is Overview).
 PAGES = {
@@ -42,7 +40,6 @@ PAGES = {
     "whatif": "whatif",
     "runs": "runs",
 }
-CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
 TIMEOUT_S = 120.0
 POLL_S = 0.02
 #: JavaScript: true once the page shows a number of its own (see the module docstring).
@@ -57,26 +54,6 @@ SETTLED_JS = """
 return document.querySelector('h1') !== null && document.querySelector(
   '[data-testid="stStatusWidgetRunningIcon"], [data-testid="stSkeleton"]') === null;
 """
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def _wait_healthy(base: str, process: subprocess.Popen) -> None:
-    deadline = time.monotonic() + TIMEOUT_S
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise SystemExit("the dashboard exited before it answered /_stcore/health")
-        try:
-            with urllib.request.urlopen(base + "/_stcore/health", timeout=1) as response:
-                if response.read() == b"ok":
-                    return
-        except OSError:
-            time.sleep(0.2)
-    raise SystemExit("the dashboard did not answer /_stcore/health")
 
 
 def _until(driver, script: str, started: float) -> float:
@@ -99,26 +76,6 @@ def measure_page(driver, base: str, path: str) -> tuple[float, float]:
     return first, max(first, _until(driver, SETTLED_JS, started) - 0.5)
 
 
-def _driver(workdir: Path, width: int):
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    for flag in (
-        "--headless=new",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--no-first-run",
-        f"--window-size={width},1000",
-        f"--user-data-dir={workdir / 'chromium'}",
-    ):
-        options.add_argument(flag)
-    return webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
-
-
 def run(pages: list[str], rounds: int, width: int) -> tuple[dict[str, list[tuple[float, float]]], int]:
     """Every page in ``pages``, ``rounds`` times; (per page the (first, settled) of each round, runs)."""
     from budgetlens.sample import ensure_demo_store
@@ -129,25 +86,13 @@ def run(pages: list[str], rounds: int, width: int) -> tuple[dict[str, list[tuple
     ensure_demo_store(db)
     with read_connection(db) as conn:
         runs = conn.execute("SELECT count(*) FROM runs").fetchone()[0]
-    port = _free_port()
-    base = f"http://127.0.0.1:{port}"
-    command = [sys.executable, "-m", "budgetlens.cli", "dashboard", "--db", str(db), "--port", str(port)]
-    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    driver = None
     figures: dict[str, list[tuple[float, float]]] = {page: [] for page in pages}
-    try:
-        _wait_healthy(base, process)
-        driver = _driver(workdir, width)
+    with chromium.session(db, width, 1000, workdir / "chromium", timeout_s=TIMEOUT_S) as (base, driver):
         for number in range(rounds):
             for page in pages:
                 figures[page].append(measure_page(driver, base, PAGES[page]))
                 first, settled = figures[page][-1]
                 print(f"round {number + 1} {page}: first numbers {first:.2f} s, settled {settled:.2f} s")
-    finally:
-        if driver is not None:
-            driver.quit()
-        process.terminate()
-        process.wait(timeout=30)
     return figures, runs
 
 

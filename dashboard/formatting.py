@@ -224,6 +224,8 @@ COLUMN_LABELS = {
     "limit_total_tokens": "Token limit",
     "ts_utc": "Time",
     "start_utc": "Start",
+    "since_utc": "Since",
+    "last_run_utc": "Last run",
     "tool_name": "Tool",
     "percent": "Used (%)",
     "key": "Limit",

@@ -70,6 +70,9 @@ MISSING_CHECK_S = 5
 #: with an ellipsis ("Intervention r…" at 1280 px).
 COMPACT_CSS = """<style>
 [data-testid="stMainBlockContainer"], .block-container { padding-top: 2.2rem; }
+@media (max-width: 1440px) {  /* a 1280 px screen: tables and charts get the width, not padding */
+  [data-testid="stMainBlockContainer"], .block-container { padding-left: 2rem; padding-right: 2rem; }
+}
 [data-testid="stMetricValue"] { font-size: clamp(1.1rem, 1.7vw, 1.9rem); }
 [data-testid="stMetricValue"], [data-testid="stMetricValue"] div,
 [data-testid="stMetricLabel"], [data-testid="stMetricLabel"] p, [data-testid="stMetricLabel"] div {

@@ -10,41 +10,20 @@ page opens the run that used the most tokens. Nothing is fetched from outside th
 from __future__ import annotations
 
 import argparse
-import socket
-import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 
-from budgetlens.sample import ensure_demo_store
-from budgetlens.store import read_connection
-
 DOCS = Path(__file__).resolve().parent
+sys.path.insert(0, str(DOCS.parent))  # the checkout root: run as ``python docs/screenshots.py``
+
+from budgetlens.sample import ensure_demo_store  # noqa: E402
+from budgetlens.store import read_connection  # noqa: E402
+from tests.browser import chromium  # noqa: E402  (the capture harness shared with benchmarks/first_paint.py)
+
 PAGES = ("overview", "cost", "hit_rate", "baselines", "presets", "whatif", "runs")
-CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
 TIMEOUT_S = 90
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def _wait_healthy(base: str, process: subprocess.Popen) -> None:
-    deadline = time.monotonic() + TIMEOUT_S
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise SystemExit("the dashboard exited before it answered")
-        try:
-            with urllib.request.urlopen(base + "/_stcore/health", timeout=1) as response:
-                if response.read() == b"ok":
-                    return
-        except OSError:
-            time.sleep(0.3)
-    raise SystemExit("the dashboard did not answer /_stcore/health")
 
 
 def _settle(driver) -> None:
@@ -69,37 +48,17 @@ def main(argv=None) -> int:
     parser.add_argument("--width", type=int, default=1280, help="window width in px (default: 1280)")
     parser.add_argument("--height", type=int, default=1500, help="window height in px (default: 1500)")
     args = parser.parse_args(argv)
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
 
     workdir = Path(tempfile.mkdtemp(prefix="budgetlens-shots-"))
     db = workdir / "sample.duckdb"
     ensure_demo_store(db)
     with read_connection(db) as conn:
         run_id = conn.execute("SELECT run_id FROM runs ORDER BY total_tokens DESC LIMIT 1").fetchone()[0]
-    port = _free_port()
-    base = f"http://127.0.0.1:{port}"
-    command = [sys.executable, "-m", "budgetlens.cli", "dashboard", "--db", str(db), "--port", str(port)]
-    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    for flag in (
-        "--headless=new",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-        "--no-first-run",
-        "--hide-scrollbars",
-        f"--window-size={args.width},{args.height}",
-        f"--user-data-dir={workdir / 'chromium'}",
+    profile = workdir / "chromium"
+    with chromium.session(db, args.width, args.height, profile, ["--hide-scrollbars"], TIMEOUT_S) as (
+        base,
+        driver,
     ):
-        options.add_argument(flag)
-    driver = None
-    try:
-        _wait_healthy(base, process)
-        driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
         for page in PAGES:
             path = "" if page == "overview" else page
             query = f"?run={run_id}" if page == "runs" else ""
@@ -108,11 +67,6 @@ def main(argv=None) -> int:
             target = DOCS / f"{page}.png"
             driver.save_screenshot(str(target))
             print(target)
-    finally:
-        if driver is not None:
-            driver.quit()
-        process.terminate()
-        process.wait(timeout=15)
     return 0
 
 

@@ -124,7 +124,8 @@ def _shown(markdown: str) -> str:
 
 
 def _texts(at: AppTest) -> str:
-    parts = [e.value for kind in ("error", "warning", "info", "caption", "markdown") for e in at.get(kind)]
+    kinds = ("error", "warning", "info", "caption", "markdown")
+    parts = [getattr(e, "value", "") for kind in kinds for e in at.get(kind)]
     return _shown("\n".join(str(p) for p in parts))
 
 
@@ -268,7 +269,7 @@ def _hold_write_lock(db: Path, *, commit_first: bool):
             time.sleep(60)
     """)
     process = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
-    assert process.stdout.readline().strip() == "locked"
+    assert process.stdout is not None and process.stdout.readline().strip() == "locked"
     return process
 
 
@@ -630,17 +631,37 @@ def test_a_hit_rate_over_few_budgeted_runs_is_marked_low_sample(tmp_path, monkey
     assert _metrics(at)["Hit rate"] == "100.0 % (low sample)"
 
 
-def test_the_overview_compares_with_the_previous_period(tmp_path, monkeypatch):
+def _periods_store(path: Path, *, cover_previous: bool) -> Path:
+    """4 runs 3 days ago, 2 runs 10 days ago (in the 7 days before a 7-day window); with
+    ``cover_previous`` one more run 15 days ago, so the data covers that previous window fully."""
     now = analysis.utc_now()
-    path = tmp_path / "periods.duckdb"
     with write_connection(path) as conn:
-        for index in range(4):  # 4 runs 3 days ago, 2 runs 10 days ago (the 7 days before)
+        for index in range(4):
             write_batch(conn, *run_rows(f"new-{index}", start_utc=now - dt.timedelta(days=3, minutes=index)))
         for index in range(2):
             write_batch(conn, *run_rows(f"old-{index}", start_utc=now - dt.timedelta(days=10, minutes=index)))
+        if cover_previous:
+            write_batch(conn, *run_rows("oldest", start_utc=now - dt.timedelta(days=15)))
+    return path
+
+
+def test_the_overview_compares_with_the_previous_period(tmp_path, monkeypatch):
+    path = _periods_store(tmp_path / "periods.duckdb", cover_previous=True)
     at = _app(path, monkeypatch, window="7d")
     runs = next(m for m in at.metric if m.label == "Runs")
-    assert runs.value == "4" and runs.delta == "+100 % vs previous period"
+    assert runs.value == "4" and runs.delta == "+100 % vs previous period"  # 4 against 2
+    cost = next(m for m in at.metric if m.label == "Cost")
+    assert cost.delta == "+100 % vs previous period"  # each run costs the same
+
+
+def test_a_previous_period_the_data_covers_in_part_shows_no_change(tmp_path, monkeypatch):
+    path = _periods_store(tmp_path / "partial.duckdb", cover_previous=False)  # data starts 10 days ago
+    at = _app(path, monkeypatch, window="7d")
+    tiles = {m.label: m for m in at.metric}
+    assert tiles["Runs"].value == "4"
+    assert not tiles["Runs"].delta and not tiles["Cost"].delta  # never "+100 %" against 3 of 7 days
+    assert "shown only when the data covers all of it" in tiles["Runs"].help
+    assert not [m.label for m in at.metric if m.delta and "previous" in m.delta]
 
 
 def _frame_with(at: AppTest, column: str):

@@ -519,3 +519,49 @@ def test_p95_preset_and_limit_are_told_apart_by_hue_and_dash():
     lines = {t.name.split(" ")[0]: (t.line.color, t.line.dash) for t in fig.data[1:]}
     assert len({color for color, _ in lines.values()}) == 4 and len({d for _, d in lines.values()}) == 4
     assert not {color for color, _ in lines.values()} & {"#E45756", "#F58518"}  # no red/orange
+
+
+PLANTED = "<a href='http://evil.example/x'>click</a> %{y} <img src=x>"
+
+
+def _strings(node) -> list[str]:
+    if isinstance(node, str):
+        return [node]
+    if isinstance(node, dict):
+        return [s for value in node.values() for s in _strings(value)]
+    if isinstance(node, list | tuple):
+        return [s for value in node for s in _strings(value)]
+    if hasattr(node, "tolist"):
+        return _strings(node.tolist())
+    return []
+
+
+def test_a_planted_task_type_is_plotly_text_not_a_link_or_a_hover_substitution():
+    day = pd.Timestamp(DAY1)
+    daily = pd.DataFrame(
+        {
+            "day": [day],
+            "task_type": [PLANTED],
+            "finished_runs": [4],
+            "budget_stops": [1],
+            "interventions": [1],
+            "hit_rate": [0.25],
+            "intervention_rate": [0.25],
+        }
+    )
+    per_task = pd.DataFrame({"task_type": [PLANTED], "hit_rate": [0.25], "intervention_rate": [0.5]})
+    stops = pd.DataFrame({"task_type": [PLANTED], "stop_reason": [PLANTED], "runs": [3]})
+    cost = pd.DataFrame({"period_start": [day], "key": [PLANTED], "cost_usd": [1.0], "runs": [2]})
+    figures = [
+        charts.hit_rate_daily(daily),
+        charts.runs_per_day(daily),
+        charts.rate_by_task(per_task),
+        charts.stop_reasons(stops),
+        charts.cost_stacked(cost, by="task_type"),
+    ]
+    shown = charts.plot_text(PLANTED)
+    assert shown == "&lt;a href='http://evil.example/x'&gt;click&lt;/a&gt; &#37;{y} &lt;img src=x&gt;"
+    for fig in figures:
+        texts = _strings(fig.to_dict()["data"]) + _strings(fig.to_dict()["layout"])
+        assert any(shown in t for t in texts), fig.layout.title.text
+        assert not [t for t in texts if "<a " in t or "<img" in t or "%{y} <" in t]

@@ -1,13 +1,18 @@
 """Issue 24, item 10 and the live demo, on the dashboard side (Streamlit AppTests): one name and
 one unit per rate (Intervention rate, a share; Intervened runs, a count), the unpriced banner
 names the models, URL parameters the dashboard cannot use are named, and no change is shown
-against a previous period the data covers only in part."""
+against a previous period the data covers only in part; a window of 48 hours or less draws the
+hit rate per hour."""
 
 from __future__ import annotations
 
+import base64
 import datetime as dt
+import json
 from pathlib import Path
 
+import numpy as np
+import pandas as pd
 import pytest
 from browser.live_writer import run_rows
 from streamlit.testing.v1 import AppTest
@@ -98,16 +103,52 @@ def test_no_change_against_a_previous_period_the_data_covers_in_part(tmp_path, m
     assert (runs.proto.delta != "") is shown, runs.proto.delta
 
 
-def test_a_one_day_window_draws_no_daily_dots_on_hit_rate(tmp_path, monkeypatch):
-    now = analysis.utc_now()
+def _values(array) -> list:
+    """A figure array as a list (Plotly's JSON packs numbers as base64 ``bdata``)."""
+    if isinstance(array, dict) and "bdata" in array:
+        return np.frombuffer(base64.b64decode(array["bdata"]), dtype=array["dtype"]).tolist()
+    return list(array)
+
+
+def _hit_rate_figure(at: AppTest) -> dict | None:
+    specs = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
+    return next((s for s in specs if s["layout"]["title"]["text"].startswith("Budget hit rate per")), None)
+
+
+def test_a_window_of_48_hours_or_less_draws_the_hit_rate_per_hour(tmp_path, monkeypatch):
+    now = analysis.utc_now().replace(minute=30, second=0, microsecond=0) - dt.timedelta(hours=1)
     db = tmp_path / "s.duckdb"
-    with write_connection(db) as conn:  # every run within the last 3 hours: one day
-        for index in range(6):
-            start = now - dt.timedelta(minutes=20 * index + 5)
-            write_batch(conn, *run_rows(f"d-{index}", start_utc=start, stop_reason="completed"))
-    one_day = _app(db, monkeypatch, page="hit_rate", window="24h")
-    texts = " ".join(c.value for c in one_day.caption)
-    assert "no daily line to draw" in texts
-    many = _app(_store(tmp_path / "m.duckdb", days=5), monkeypatch, page="hit_rate")
-    assert "no daily line to draw" not in " ".join(c.value for c in many.caption)
-    assert len(many.get("plotly_chart")) > len(one_day.get("plotly_chart"))
+    with write_connection(db) as conn:  # two runs in each of 4 hours before this one, one stopped
+        for index in range(8):
+            start = now - dt.timedelta(hours=index // 2, minutes=10 * (index % 2) + 1)
+            stop = "budget_tokens" if index % 2 else "completed"
+            write_batch(conn, *run_rows(f"d-{index}", start_utc=start, stop_reason=stop))
+    today = now.date()
+    two_days = {
+        "window": "custom",
+        "from": (today - dt.timedelta(days=1)).isoformat(),
+        "to": today.isoformat(),
+    }
+    for window in ({"window": "24h"}, two_days):  # 24 h, and a custom range of 2 days (48 h)
+        at = _app(db, monkeypatch, page="hit_rate", **window)
+        fig = _hit_rate_figure(at)
+        assert fig is not None and fig["layout"]["title"]["text"] == "Budget hit rate per hour", window
+        hours = sorted({pd.Timestamp(x) for trace in fig["data"] for x in _values(trace["x"])})
+        assert len(hours) == 4 and all(h.minute == 0 for h in hours)  # one dot per hour, not per day
+        assert [round(y) for y in _values(fig["data"][0]["y"])] == [50, 50, 50, 50]
+        assert "rates per hour" in " ".join(c.value for c in at.caption)
+        assert at.expander[0].label == "Hourly figures"
+    longer = _app(_store(tmp_path / "m.duckdb", days=5), monkeypatch, page="hit_rate", window="7d")
+    daily = _hit_rate_figure(longer)
+    assert daily is not None and daily["layout"]["title"]["text"] == "Budget hit rate per day"
+
+
+def test_a_window_whose_runs_fall_in_one_hour_says_so_instead_of_a_dot(tmp_path, monkeypatch):
+    now = analysis.utc_now().replace(minute=40, second=0, microsecond=0) - dt.timedelta(hours=1)
+    db = tmp_path / "s.duckdb"
+    with write_connection(db) as conn:
+        for index in range(3):
+            write_batch(conn, *run_rows(f"d-{index}", start_utc=now - dt.timedelta(minutes=10 + index)))
+    at = _app(db, monkeypatch, page="hit_rate", window="24h")
+    assert _hit_rate_figure(at) is None
+    assert "All runs of this window fall in one hour" in " ".join(c.value for c in at.caption)

@@ -257,8 +257,8 @@ ORDER BY calls DESC, model
 """
 
 
-#: Per local day and task type; rates as ``_RATES`` (NULL on a day without budgeted runs).
-HIT_RATE_DAILY = f"""
+#: Per local day (or hour) and task type; rates as ``_RATES`` (NULL on a day without budgeted runs).
+_HIT_RATE_BY_PERIOD = f"""
 WITH {FILTERED},
 b AS (
     SELECT {_BUCKET} AS bucket, task_type,
@@ -270,7 +270,7 @@ b AS (
     FROM filtered GROUP BY ALL
 )
 SELECT
-    {_LOCAL_DAY} AS day,
+    {{period}} AS day,
     task_type,
     CAST(sum(finished) AS BIGINT) AS finished_runs,
     CAST(sum(budgeted) AS BIGINT) AS budgeted_runs,
@@ -284,6 +284,9 @@ FROM b
 GROUP BY day, task_type
 ORDER BY day, task_type
 """
+HIT_RATE_DAILY = _HIT_RATE_BY_PERIOD.replace("{period}", _LOCAL_DAY)
+#: As ``HIT_RATE_DAILY`` per local hour: ``day`` is the hour's start (naive local timestamp).
+HIT_RATE_HOURLY = _HIT_RATE_BY_PERIOD.replace("{period}", f"date_trunc('hour', {_LOCAL_BUCKET})")
 
 STOP_REASONS = f"""
 WITH {FILTERED}

@@ -276,13 +276,18 @@ HIT_RATE_COLUMNS = (
 )
 
 
-def hit_rate_daily(conn, f: Filters) -> pd.DataFrame:
+def hit_rate_daily(conn, f: Filters, period: str = "day") -> pd.DataFrame:
     """Per local day (``f.tz``) and task type: day (date), task_type, finished_runs,
     budgeted_runs (finished under a budget: the rates' denominator), budget_stops,
     interventions, hit_rate, intervention_rate (0..1; None on a day without budgeted runs),
-    answered_stops, answered_share (as :func:`hit_rate_by_task`)."""
-    frame = run_query(conn, q.HIT_RATE_DAILY, f.params())
-    frame["day"] = pd.to_datetime(frame["day"]).dt.date  # DuckDB DATE -> datetime.date
+    answered_stops, answered_share (as :func:`hit_rate_by_task`). ``period`` 'hour': per local
+    hour instead, ``day`` then the hour's start (naive local timestamp). Raises ValueError for
+    another period."""
+    if period not in ("day", "hour"):
+        raise ValueError(f"period must be 'day' or 'hour', got {period!r}")
+    frame = run_query(conn, q.HIT_RATE_HOURLY if period == "hour" else q.HIT_RATE_DAILY, f.params())
+    stamps = pd.to_datetime(frame["day"])
+    frame["day"] = stamps if period == "hour" else stamps.dt.date  # DuckDB DATE -> datetime.date
     return frame[["day", *HIT_RATE_COLUMNS]]
 
 

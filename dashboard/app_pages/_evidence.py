@@ -7,11 +7,11 @@ import pandas as pd
 import streamlit as st
 
 from budgetlens.analysis.drift import DEFAULT_RECENT_DAYS, DRIFT_THRESHOLD
-from budgetlens.dashboard.formatting import safe_text
+from budgetlens.dashboard.formatting import column_label, format_percent, safe_text
 
 
 def _change(value) -> str:
-    return "n/a" if value is None or pd.isna(value) else f"{value:+.0%}"
+    return "n/a" if value is None or pd.isna(value) else f"{value * 100:+.0f} %"
 
 
 def drift_flag(frame: pd.DataFrame) -> None:
@@ -28,7 +28,7 @@ def drift_flag(frame: pd.DataFrame) -> None:
     ]
     st.warning(
         f"Drift: the P95 of the last {DEFAULT_RECENT_DAYS:g} days moved by more than "
-        f"{DRIFT_THRESHOLD:.0%} against the {DEFAULT_RECENT_DAYS:g} days before for "
+        f"{DRIFT_THRESHOLD * 100:.0f} % against the {DEFAULT_RECENT_DAYS:g} days before for "
         + ", ".join(parts)
         + ". A preset from this window rests on evidence that is changing.",
         icon=":material/trending_up:",
@@ -56,14 +56,16 @@ def km_table(frame: pd.DataFrame) -> pd.DataFrame:
         out = {
             "Task type": row.task_type,
             "Runs": row.n,
-            "Stopped by a budget": f"{row.censored_runs:,} ({row.censored_share:.1%})",
+            "Stopped by a budget": f"{row.censored_runs:,} ({format_percent(row.censored_share)})",
             "Material": "yes" if row.material else "no",
         }
         for metric, fmt in _KM_METRICS:
             value = getattr(row, f"km_p95_{metric}")
             bound = bool(getattr(row, f"km_p95_{metric}_lower_bound"))
             known = value is not None and not pd.isna(value)
-            out[f"KM P95 {metric}"] = Percentile(float(value), bound).text(fmt) if known else "—"
+            out["KM " + column_label(f"p95_{metric}")] = (
+                Percentile(float(value), bound).text(fmt) if known else "—"
+            )
         rows.append(out)
     return pd.DataFrame(rows)
 

@@ -130,6 +130,13 @@ def display_frame(
     return shown, config
 
 
+def _pinned(column, label: str):
+    """``column`` (a Streamlit column config, a plain label or None) pinned to the left."""
+    if isinstance(column, dict):
+        return {**column, "pinned": True}
+    return st.column_config.Column(column if isinstance(column, str) else label, pinned=True)
+
+
 def table(
     frame: pd.DataFrame,
     column_config: dict | None = None,
@@ -142,11 +149,17 @@ def table(
     """``st.dataframe`` (returned: its selection state with ``on_select``) without the index, missing values as an em dash (never ``None``),
     columns labelled and formatted by ``display_frame``; ``first`` names the columns shown
     first (the most important ones), the others follow in their order; ``column_config``
-    overrides per column."""
+    overrides per column.
+
+    The layout rule at any width (1280 px included): a table wider than its frame scrolls inside
+    the frame, never the page; its key columns (``first``) come first and the first of them is
+    pinned, so it stays in view while the rest scroll past."""
     shown, config = display_frame(frame, unpriced=unpriced, tz=tz)
     config.update(column_config or {})
     order = [c for c in first if c in shown.columns]
     order += [c for c in shown.columns if c not in order]
+    if order:
+        config[order[0]] = _pinned(config.get(order[0]), column_label(str(order[0])))
     return st.dataframe(
         shown, hide_index=True, column_config=config, column_order=order, placeholder=MISSING, **kwargs
     )

@@ -114,7 +114,12 @@ def render() -> None:
             "stopped): raise that limit for a while to learn the real tail. Material = more than 5 % "
             "of the runs were stopped; their presets use these figures."
         )
-        st.dataframe(_evidence.km_table(data.censored_baselines(f)), hide_index=True, placeholder=MISSING)
+        st.dataframe(
+            _evidence.km_table(data.censored_baselines(f)),
+            hide_index=True,
+            placeholder=MISSING,
+            column_config={"Task type": st.column_config.Column("Task type", pinned=True)},
+        )
 
 
 render()

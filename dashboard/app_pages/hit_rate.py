@@ -1,5 +1,8 @@
 """Hit rate: the share of finished runs a budget stopped, per day and task type with the 20 %
-alarm line; stop reasons; interventions (downgrades, summaries). Keys: ``hit_rate_``."""
+alarm line; stop reasons; interventions (downgrades, summaries). Keys: ``hit_rate_``.
+
+The rule of the time axis: a window of 48 hours or less (``_ui.period`` is 'hour', the bar
+period of every time chart) draws the rates per local hour; a longer one per local day."""
 
 from __future__ import annotations
 
@@ -14,12 +17,13 @@ from budgetlens.dashboard.formatting import format_hit_rate
 def render() -> None:
     f = data.filters()
     ov = data.overview(f)
-    daily = data.hit_rate_daily(f)
+    bucket = "hour" if _ui.period(f) == "hour" else "day"  # the module's rule: hours up to 48 h
+    daily = data.hit_rate_daily(f, period=bucket)
     reasons = data.stop_reasons(f)
 
     _ui.header(
         "Budget hit rate",
-        f"Above {HIT_RATE_ALARM:.0%} a budget is too tight or the agent has a bug (stop reasons budget_*).",
+        f"Above {HIT_RATE_ALARM * 100:.0f} % a budget is too tight or the agent has a bug (stop reasons budget_*).",
         f,
     )
     _ui.alarm_banner(ov.per_task)
@@ -38,7 +42,7 @@ def render() -> None:
             ("Budget stops", f"{stops:,}", None),
             (
                 "Answered at the stop",
-                f"{answered / stops:.0%} ({answered:,})" if stops else "—",
+                f"{format_hit_rate(answered / stops)} ({answered:,})" if stops else "—",
                 "Budget stops that still returned an answer: the final call used the wrap-up slice "
                 "(stop reason budget_wrap_up)",
             ),
@@ -63,26 +67,27 @@ def render() -> None:
         _ui.no_runs(f)
     else:
         colors = _ui.task_colors()
-        # A window of two days or less (period "hour") has a dot or two per task type: no line.
-        days = daily["day"].nunique() if not daily.empty else 0
-        if days > 1 and _ui.period(f) != "hour":
-            _ui.chart(charts.hit_rate_daily(daily, colors=colors), "hit_rate_daily")
+        buckets = daily["day"].nunique() if not daily.empty else 0
+        if buckets > 1:
+            _ui.chart(charts.hit_rate_daily(daily, colors=colors, period=bucket), "hit_rate_daily")
         else:
             st.caption(
-                "A window of two days or less: no daily line to draw; the hit rate per task type "
-                "is in the bars below and the daily figures in the table."
+                f"All runs of this window fall in one {bucket}: no line to draw; the hit rate per "
+                f"task type is in the bars below and the {bucket}'s figures in the table."
             )
         left, right = st.columns(2)
         with left:
             _ui.chart(charts.stop_reasons(reasons), "hit_rate_reasons")
         with right:
             _ui.chart(charts.rate_by_task(ov.per_task), "hit_rate_by_task")
-        if days > 1 and _ui.period(f) != "hour":
+        if buckets > 1:
             _ui.chart(
-                charts.hit_rate_daily(daily, rate="intervention_rate", colors=colors),
+                charts.hit_rate_daily(daily, rate="intervention_rate", colors=colors, period=bucket),
                 "hit_rate_interventions",
             )
-        with st.expander("Daily figures"):
+        if bucket == "hour":
+            st.caption("A window of 48 hours or less: rates per hour (a longer window: per day).")
+        with st.expander("Hourly figures" if bucket == "hour" else "Daily figures"):
             _tables.table(daily, first=("day", "task_type", "hit_rate", "budgeted_runs", "finished_runs"))
 
 

@@ -55,7 +55,7 @@ def render() -> None:
                 format_hit_rate(ov.hit_rate, ov.finished_runs)
                 + (" (low sample)" if _ui.low_sample_mark(ov.budgeted_runs) else ""),
                 f"Finished budgeted runs stopped by a budget (stop reason budget_*) over "
-                f"{ov.budgeted_runs:,} budgeted runs; alarm above {HIT_RATE_ALARM:.0%}; low sample "
+                f"{ov.budgeted_runs:,} budgeted runs; alarm above {HIT_RATE_ALARM * 100:.0f} %; low sample "
                 f"below {LOW_SAMPLE_RUNS} runs; no budget = none of the runs ran under a limit",
             ),
             (
@@ -175,7 +175,11 @@ def render() -> None:
         )
         _runaways = data.runaways(f)
         st.subheader("Runaway runs")
-        share = "" if _runaways.cost_share is None else f", {_runaways.cost_share:.1%} of the priced spend"
+        share = (
+            ""
+            if _runaways.cost_share is None
+            else f", {format_percent(_runaways.cost_share)} of the priced spend"
+        )
         st.caption(
             f"**{_runaways.count:,}** of {_runaways.total_runs:,} runs{share}: above "
             f"{_runaways.k:g} × their task type's P95 of total tokens, or the same tool called "

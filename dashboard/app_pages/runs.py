@@ -233,7 +233,11 @@ def _run_limits(detail: RunDetail) -> None:
     _tables.table(
         shown.drop(columns=["unit"]),
         first=("key", "limit", "used", "used_share", "fired"),
-        column_config={"fired": st.column_config.TextColumn("Stopped the run")},
+        column_config={
+            "key": st.column_config.TextColumn("Limit"),
+            "limit": st.column_config.TextColumn("Allowed", alignment="right"),  # not a 2nd "Limit"
+            "fired": st.column_config.TextColumn("Stopped the run"),
+        },
     )
     fired = next((k for k, f in zip(limits["key"], limits["fired"], strict=True) if f), None)
     keyed = dict(zip(limits["key"], limits["limit"], strict=True))

@@ -23,6 +23,7 @@ from budgetlens.dashboard.charts._style import (
     TEMPLATE,
     color_map,
     period_for_span,
+    plot_text,
     roll_up,
 )
 from budgetlens.dashboard.charts.cost import bucket_label, cost_per_run, cost_stacked, spend_by
@@ -50,6 +51,7 @@ __all__ = [
     "bucket_label",
     "color_map",
     "period_for_span",
+    "plot_text",
     "roll_up",
     "cost_per_run",
     "cost_stacked",

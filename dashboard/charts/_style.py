@@ -94,6 +94,20 @@ def _colors(keys: Iterable, colors: dict[str, str] | None, known: dict[str, str]
     return {**colors, **{k: extra[k] for k in missing}}
 
 
+#: Plotly reads a subset of HTML in every text it draws (trace names, tick labels, titles,
+#: annotations, hover text): ``<a href>`` becomes a link, ``<br>``, ``<b>``, ``<span style>`` apply;
+#: and ``%{...}`` in a hover template is a substitution. Its text nodes resolve these entities.
+_PLOT_ENTITIES = {"&": "&amp;", "<": "&lt;", ">": "&gt;", "%": "&#37;"}
+
+
+def plot_text(value) -> str:
+    """A stored or URL-supplied string (task type, model, stop reason, run id, tool name, service)
+    as Plotly text that shows exactly its characters: ``&``, ``<``, ``>`` and ``%`` become
+    entities, so no planted ``<a href>`` is a link and no ``%{...}`` is a hover substitution
+    (the chart's counterpart of ``formatting.safe_text``). Returns str; never raises."""
+    return "".join(_PLOT_ENTITIES.get(ch, ch) for ch in str(value))
+
+
 def _number(value) -> float | None:
     """A marker value as a float, None when missing (None, NaN, pd.NA) or not a number."""
     if is_missing(value):

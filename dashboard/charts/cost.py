@@ -18,6 +18,7 @@ from budgetlens.dashboard.charts._style import (
     _empty,
     _few_periods,
     _require,
+    plot_text,
 )
 from budgetlens.dashboard.formatting import format_usd
 
@@ -54,10 +55,10 @@ def cost_stacked(
             go.Bar(
                 x=part["period_start"],
                 y=part["cost_usd"],
-                name=str(key),
+                name=plot_text(key),
                 marker_color=colors[str(key)],
                 width=_bar_width(period),
-                hovertemplate="%{y:$,.4~g}<extra>" + str(key) + "</extra>",
+                hovertemplate="%{y:$,.4~g}<extra>" + plot_text(key) + "</extra>",
             )
         )
     fig.update_layout(barmode="stack")
@@ -150,9 +151,9 @@ def cost_per_run(df: pd.DataFrame, *, colors: dict[str, str] | None = None) -> g
             go.Bar(
                 x=labels,
                 y=part["runs"],
-                name=str(task),
+                name=plot_text(task),
                 marker_color=colors[str(task)],
-                hovertemplate="%{x}: %{y} runs<extra>" + str(task) + "</extra>",
+                hovertemplate="%{x}: %{y} runs<extra>" + plot_text(task) + "</extra>",
             )
         )
     fig.update_layout(barmode="stack", bargap=0.05, hovermode="closest")
@@ -183,7 +184,7 @@ def spend_by(df: pd.DataFrame, *, by: str = "team") -> go.Figure:
     fig.add_trace(
         go.Bar(
             x=priced["cost_usd"],
-            y=priced[by].astype(str),
+            y=priced[by].map(plot_text),
             orientation="h",
             customdata=priced["runs"],
             marker_color=PALETTE[0],

@@ -19,6 +19,7 @@ from budgetlens.dashboard.charts._style import (
     _require,
     _token_axis,
     color_map,
+    plot_text,
 )
 from budgetlens.dashboard.formatting import column_label, format_change, format_tokens, is_missing
 
@@ -41,7 +42,12 @@ def token_distribution(
     (interpolated percentiles), preset and limit whole.
     """
     _require(df, ("task_type", "bucket_low_tokens", "bucket_high_tokens", "runs"), "token_distribution")
-    fig = _base(f"{task_type}: total tokens per run", "Total tokens per run (log scale)", "Runs", height=300)
+    fig = _base(
+        f"{plot_text(task_type)}: total tokens per run",
+        "Total tokens per run (log scale)",
+        "Runs",
+        height=300,
+    )
     part = df[df["task_type"] == task_type].sort_values("bucket_low_tokens")
     part = part[part["bucket_low_tokens"] > 0]
     if part.empty:
@@ -120,7 +126,12 @@ def preset_comparison(changes: pd.DataFrame, key: str = "max_total_tokens") -> g
         return _empty(fig)
     if part["current"].notna().any():
         fig.add_trace(
-            go.Bar(x=part["task_type"], y=part["current"], name="current limit", marker_color="#BAB0AC")
+            go.Bar(
+                x=part["task_type"].map(plot_text),
+                y=part["current"],
+                name="current limit",
+                marker_color="#BAB0AC",
+            )
         )
     else:
         fig.add_annotation(
@@ -140,7 +151,7 @@ def preset_comparison(changes: pd.DataFrame, key: str = "max_total_tokens") -> g
     ]
     fig.add_trace(
         go.Bar(
-            x=part["task_type"],
+            x=part["task_type"].map(plot_text),
             y=part["recommended"],
             name="recommended preset",
             marker_color="#4C78A8",

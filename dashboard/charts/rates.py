@@ -18,15 +18,21 @@ from budgetlens.dashboard.charts._style import (
     _few_periods,
     _require,
     color_map,
+    plot_text,
 )
 from budgetlens.dashboard.formatting import NO_BUDGET
 
 
 def hit_rate_daily(
-    df: pd.DataFrame, *, rate: str = "hit_rate", colors: dict[str, str] | None = None
+    df: pd.DataFrame,
+    *,
+    rate: str = "hit_rate",
+    colors: dict[str, str] | None = None,
+    period: str = "day",
 ) -> go.Figure:
-    """Lines of the daily hit rate (or ``intervention_rate``) per task type, in %; the hit rate
-    with the ``HIT_RATE_ALARM`` line (the intervention rate has no alarm, so no line).
+    """Lines of the daily (``period`` 'day') or hourly ('hour': ``day`` holds each hour's start)
+    hit rate (or ``intervention_rate``) per task type, in %; the hit rate with the
+    ``HIT_RATE_ALARM`` line (the intervention rate has no alarm, so no line).
 
     ``df``: [day, task_type, finished_runs, budget_stops, interventions, hit_rate,
     intervention_rate]; rates are 0..1. A missing rate (None/NaN: no budgeted run that day)
@@ -34,8 +40,10 @@ def hit_rate_daily(
     ``color_map``).
     """
     _require(df, ("day", "task_type", rate, "finished_runs"), "hit_rate_daily")
-    title = "Budget hit rate per day" if rate == "hit_rate" else "Intervention rate per day"
-    fig = _base(title, "Day", f"{'Hit' if rate == 'hit_rate' else 'Intervention'} rate (%)")
+    if period not in ("day", "hour"):
+        raise ValueError(f"hit_rate_daily: period must be 'day' or 'hour', got {period!r}")
+    title = f"{'Budget hit' if rate == 'hit_rate' else 'Intervention'} rate per {period}"
+    fig = _base(title, period.capitalize(), f"{'Hit' if rate == 'hit_rate' else 'Intervention'} rate (%)")
     if df.empty:
         return _empty(fig)
     colors = _colors(df["task_type"], colors, TASK_COLORS)
@@ -47,20 +55,24 @@ def hit_rate_daily(
             go.Scatter(
                 x=part["day"],
                 y=pd.to_numeric(part[rate], errors="coerce") * 100,
-                name=str(task),
+                name=plot_text(task),
                 mode="lines+markers",
                 connectgaps=False,
                 line={"color": colors[str(task)], "width": 2},
                 marker={"size": 5},
                 customdata=part[[base]].to_numpy(),
-                hovertemplate="%{y:.1f} % of %{customdata[0]:,} " + noun + "<extra>" + str(task) + "</extra>",
+                hovertemplate="%{y:.1f} % of %{customdata[0]:,} "
+                + noun
+                + "<extra>"
+                + plot_text(task)
+                + "</extra>",
             )
         )
     if rate == "hit_rate":
         _alarm_line(fig)
     top = max(25.0, float((pd.to_numeric(df[rate], errors="coerce").fillna(0) * 100).max()) * 1.1)
     fig.update_yaxes(range=[0, top], ticksuffix=" %")
-    _few_periods(fig, df["day"])
+    _few_periods(fig, df["day"], period)
     return fig
 
 
@@ -82,7 +94,7 @@ def rate_by_task(df: pd.DataFrame) -> go.Figure:
     )
     fig.add_trace(
         go.Bar(
-            y=df["task_type"],
+            y=df["task_type"].map(plot_text),
             x=df["intervention_rate"] * 100,
             orientation="h",
             name="intervention rate (+ downgrades, summaries)",
@@ -92,7 +104,7 @@ def rate_by_task(df: pd.DataFrame) -> go.Figure:
     )
     fig.add_trace(
         go.Bar(
-            y=df["task_type"],
+            y=df["task_type"].map(plot_text),
             x=df["hit_rate"] * 100,
             orientation="h",
             name="hit rate (budget stops)",
@@ -103,7 +115,7 @@ def rate_by_task(df: pd.DataFrame) -> go.Figure:
     if not unbudgeted.empty:
         fig.add_trace(
             go.Scatter(
-                y=unbudgeted["task_type"],
+                y=unbudgeted["task_type"].map(plot_text),
                 x=[0] * len(unbudgeted),
                 mode="text",
                 text=[NO_BUDGET] * len(unbudgeted),
@@ -149,13 +161,13 @@ def stop_reasons(df: pd.DataFrame) -> go.Figure:
         part = df[df["stop_reason"] == reason]
         fig.add_trace(
             go.Bar(
-                y=part["task_type"],
+                y=part["task_type"].map(plot_text),
                 x=part["runs"],
-                name=str(reason),
+                name=plot_text(reason),
                 orientation="h",
                 marker_color=colors[str(reason)],
                 customdata=part[["share"]].to_numpy(),
-                hovertemplate="%{x} runs (%{customdata[0]:.1f} %)<extra>" + str(reason) + "</extra>",
+                hovertemplate="%{x} runs (%{customdata[0]:.1f} %)<extra>" + plot_text(reason) + "</extra>",
             )
         )
     fig.update_layout(barmode="stack", hovermode="closest")

@@ -18,6 +18,7 @@ from budgetlens.dashboard.charts._style import (
     _number,
     _require,
     _token_axis,
+    plot_text,
     roll_up,
 )
 from budgetlens.dashboard.formatting import format_tokens, is_missing
@@ -45,7 +46,7 @@ def run_turns(
     unit = "turn" if numbered else "model call"
     title = f"Cumulative tokens per {unit}"
     fig = _base(
-        f"Run {run_id}: {title.lower()}" if run_id else title,
+        f"Run {plot_text(run_id)}: {title.lower()}" if run_id else title,
         "Turn" if numbered else "Model call (in start order)",
         "Tokens",
         height=380,
@@ -139,7 +140,7 @@ def _add_events(fig: go.Figure, calls: pd.DataFrame, turns: pd.Series, events: p
             "",
         )
         label = EVENT_STYLES[name][0]
-        texts.append(f"{label}: {detail}" if detail else label)
+        texts.append(f"{label}: {plot_text(detail)}" if detail else label)
     for name, (xs, ys, texts) in drawn.items():
         label, symbol, color, size = EVENT_STYLES[name]
         fig.add_trace(
@@ -177,7 +178,7 @@ def runs_per_day(df: pd.DataFrame, *, colors: dict[str, str] | None = None, peri
             go.Bar(
                 x=pd.to_datetime(part["day"]),
                 y=part["finished_runs"],
-                name=str(task),
+                name=plot_text(task),
                 marker_color=colors[str(task)],
                 width=_bar_width(noun),
             )

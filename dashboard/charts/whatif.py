@@ -6,7 +6,7 @@ from __future__ import annotations
 import pandas as pd
 import plotly.graph_objects as go
 
-from budgetlens.dashboard.charts._style import TASK_COLORS, _base, _colors, _empty, _require
+from budgetlens.dashboard.charts._style import TASK_COLORS, _base, _colors, _empty, _require, plot_text
 
 
 def tradeoff_curve(
@@ -43,14 +43,14 @@ def tradeoff_curve(
             go.Scatter(
                 x=share * 100,
                 y=pd.to_numeric(part["hit_rate"], errors="coerce") * 100,
-                name=str(task),
+                name=plot_text(task),
                 mode="lines+markers",
                 line={"color": colors[str(task)], "width": 2},
                 marker={"size": 6},
                 customdata=list(zip(part["multiplier"], usd.fillna(0), strict=True)),
                 hovertemplate=(
                     "× %{customdata[0]:.1f}: hit rate %{y:.1f} %, avoided %{x:.1f} % "
-                    "($%{customdata[1]:,.2f})<extra>" + str(task) + "</extra>"
+                    "($%{customdata[1]:,.2f})<extra>" + plot_text(task) + "</extra>"
                 ),
             )
         )

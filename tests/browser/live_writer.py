@@ -161,7 +161,7 @@ def null_heavy_batches(start_utc: dt.datetime | None = None):
     - ``tool_use``, ``research``, ``simple_qa``: 6 guarded runs each (seven task types in all).
     """
     start = start_utc or dt.datetime(2026, 11, 20, 9, 0)
-    batches = []
+    batches: list[tuple[list, list, list]] = []
     for index in range(25):
         calls, records, events = run_rows(
             f"imp-{index:04d}",

@@ -17,12 +17,12 @@ import sys
 import tempfile
 import threading
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 from conftest import find_free_port
 
+from browser.chromium import HEADLESS_FLAGS, stop, wait_healthy
 from browser.live_writer import null_heavy_batches, run_rows
 from budgetlens.config import ENV_DB
 from budgetlens.sample import default_end_utc, write_sample
@@ -59,18 +59,7 @@ def browser():
     options = webdriver.ChromeOptions()
     options.binary_location = str(CHROMIUM)
     profile = tempfile.mkdtemp(prefix="budgetlens-chromium-")
-    for flag in (
-        "--headless=new",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-quic",
-        "--no-first-run",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-        "--window-size=1500,1250",
-        f"--user-data-dir={profile}",
-    ):
+    for flag in (*HEADLESS_FLAGS, "--disable-quic", "--window-size=1500,1250", f"--user-data-dir={profile}"):
         options.add_argument(flag)
     driver = webdriver.Chrome(service=Service(str(CHROMEDRIVER)), options=options)
     driver.set_page_load_timeout(READY_TIMEOUT_S)
@@ -92,26 +81,14 @@ def dashboard(db: Path):
     )
     base = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + READY_TIMEOUT_S
-        while True:
-            if process.poll() is not None:
-                raise AssertionError(f"dashboard exited: {process.stderr.read()}")
-            try:
-                with urllib.request.urlopen(base + "/_stcore/health", timeout=1) as response:
-                    if response.read() == b"ok":
-                        break
-            except OSError:
-                pass
-            assert time.monotonic() < deadline, "dashboard did not answer /_stcore/health"
-            time.sleep(0.25)
+        try:
+            wait_healthy(base, process, READY_TIMEOUT_S)
+        except RuntimeError as error:
+            stderr = process.stderr.read() if process.stderr and process.poll() is not None else ""
+            raise AssertionError(f"{error}: {stderr}") from None
         yield base
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop(process, timeout_s=10)
 
 
 def _settled(driver, timeout_s: float = READY_TIMEOUT_S) -> None:
@@ -219,9 +196,12 @@ def test_live_overview_shows_new_runs_while_another_process_writes(browser, tmp_
         text=True,
     )
     committed: queue.Queue = queue.Queue()
-    threading.Thread(
-        target=lambda: [committed.put(time.monotonic()) for _ in writer.stdout], daemon=True
-    ).start()
+
+    def count_commits() -> None:  # one line per committed run
+        for _ in writer.stdout or ():
+            committed.put(time.monotonic())
+
+    threading.Thread(target=count_commits, daemon=True).start()
     try:
         with dashboard(db) as base:
             browser.get(f"{base}/?refresh=5")

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from browser.chromium import HEADLESS_FLAGS
 from browser.live_writer import run_rows
 from browser.test_dashboard_browser import (
     CHART,
@@ -46,17 +47,8 @@ def browser():
 
     options = webdriver.ChromeOptions()
     options.binary_location = str(CHROMIUM)
-    for flag in (
-        "--headless=new",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-        "--no-first-run",
-        f"--window-size={WIDTH_PX},1100",
-        f"--user-data-dir={tempfile.mkdtemp(prefix='budgetlens-chromium-')}",
-    ):
+    profile = tempfile.mkdtemp(prefix="budgetlens-chromium-")
+    for flag in (*HEADLESS_FLAGS, f"--window-size={WIDTH_PX},1100", f"--user-data-dir={profile}"):
         options.add_argument(flag)
     options.set_capability("goog:loggingPrefs", {"performance": "ALL"})
     driver = webdriver.Chrome(service=Service(str(CHROMEDRIVER)), options=options)
