@@ -77,16 +77,15 @@ def _first(conditions: list[np.ndarray], n: int) -> np.ndarray:
     return out
 
 
+def _nan_if_none(value: float | None) -> float:
+    return np.nan if value is None else float(value)
+
+
 def _limits(budget: Budget, task_index: np.ndarray, task_types: list) -> dict[str, np.ndarray]:
     """Per run, the budget's limit of each key (NaN = none): one gather per key."""
     table = [budget.for_task(t) for t in task_types]
     return (
-        {
-            key: np.array([np.nan if row[key] is None else float(row[key]) for row in table] or [np.nan])[
-                task_index
-            ]
-            for key in table[0]
-        }
+        {key: np.array([_nan_if_none(row[key]) for row in table] or [np.nan])[task_index] for key in table[0]}
         if table
         else {}
     )
@@ -193,7 +192,11 @@ def _verdicts(conn, f: Filters, budgets: Sequence[Budget]) -> _Verdicts | None:
         has_replay = replay_reason != None  # noqa: E711
         stopped = kept & (has_replay | (old_stop & not_larger))
         censored = kept & ~stopped & old_stop
-        stop_reason = np.where(has_replay, replay_reason, np.where(old_stop & not_larger, recorded, None))
+        stop_reason = np.where(
+            has_replay,
+            replay_reason,
+            np.where(old_stop & not_larger, recorded, np.full(len(recorded), None, dtype=object)),
+        )
         calls_or_nan = np.where(under["calls"] == 0, np.nan, under["calls"])
         stop_turn = np.where(
             has_replay,

@@ -26,7 +26,7 @@ import os
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from budgetlens.ingest.journal import Encoded, encode_batch
 from budgetlens.otlp import OtlpError, SpanMemory, decode, map_spans
@@ -83,7 +83,7 @@ def prepare(
     Raises ``budgetlens.otlp.OtlpError`` (415, 413 or 400) for a body refused as a whole.
     """
     # bytes-like is fine for every decoder here (protobuf, json, zlib): no copy of the body
-    kind, decoded = decode(body, content_type, content_encoding, max_bytes)
+    kind, decoded = decode(cast(bytes, body), content_type, content_encoding, max_bytes)
     del body
     try:
         mapped = map_spans(decoded, memory=memory)
