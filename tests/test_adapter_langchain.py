@@ -21,7 +21,8 @@ from langgraph.prebuilt import create_react_agent
 from budgetlens import BudgetExceeded, RunBudget, Usage
 from budgetlens.guard.adapters import BudgetCallbackHandler, guard_chat_model
 from budgetlens.guard.adapters.langchain import langchain_usage
-from budgetlens.semconv import STOP_BUDGET_TOOLS, USAGE_REPORTED, USAGE_UNKNOWN
+from budgetlens.guard.adapters._wrap_up import WRAP_UP_INSTRUCTION
+from budgetlens.semconv import STOP_BUDGET_TOOLS, STOP_BUDGET_WRAP_UP, USAGE_REPORTED, USAGE_UNKNOWN
 
 sys.path.insert(0, str(Path(__file__).parent / "examples"))
 from llm_server import CACHED_TOKENS, INPUT_TOKENS, OUTPUT_TOKENS, REASONING_TOKENS, LLMServer
@@ -159,3 +160,44 @@ def test_a_status_error_is_released_and_a_lost_connection_is_unknown(server):
         lost.invoke("hi", config={"callbacks": [handler]})
     result = run.finish()
     assert result.usage_status == USAGE_UNKNOWN and result.turns == 1 and result.used_tokens > 0
+
+
+# --- the wrap-up slice (issue 21) -----------------------------------------------------------------
+@pytest.mark.system
+@pytest.mark.parametrize("streamed", [False, True])
+def test_a_graph_out_of_budget_answers_from_the_wrap_up_slice(server, streamed):
+    # max_total_tokens 3,000 with a 1,000-token slice: ordinary room 2,000. Call 1 reserves its
+    # prompt + 1,000 (max_tokens) and uses 1,200 + 300 = 1,500, asking for read_file; call 2
+    # (prompt + 1,000) does not fit the 500 left: it is the final call, sent without tools, the
+    # instruction last, capped at 1,000 (< the 1,500 - prompt the slice leaves); its "Done." is
+    # the graph's last message and the run stops with budget_wrap_up at 3,000 tokens.
+    run = RunBudget(max_total_tokens=3_000, wrap_up_tokens=1_000)
+    graph = create_react_agent(guard_chat_model(llm(server, max_tokens=1_000), run), [read_file])
+    before = len(server.requests)
+    if streamed:
+        chunks = list(graph.stream({"messages": [("user", "go")]}, stream_mode="values"))
+        messages = chunks[-1]["messages"]
+    else:
+        messages = graph.invoke({"messages": [("user", "go")]})["messages"]
+    bodies = [body for _, body in server.requests[before:]]
+    assert messages[-1].content == "Done." and not messages[-1].tool_calls
+    assert [b["max_completion_tokens"] for b in bodies] == [1_000, 1_000]
+    assert [("tools" in b) for b in bodies] == [True, False]
+    assert bodies[-1]["messages"][-1] == {"role": "user", "content": WRAP_UP_INSTRUCTION}
+    result = run.finish()
+    assert result.stop_reason == STOP_BUDGET_WRAP_UP and result.turns == 2
+    assert result.used_tokens == 2 * (INPUT_TOKENS + OUTPUT_TOKENS) == 3_000
+
+
+@pytest.mark.system
+def test_a_streamed_model_call_out_of_budget_answers_from_the_wrap_up_slice(server):
+    # .stream() does not hand its run manager to _stream: the pending final call is found all the same
+    run = RunBudget(max_total_tokens=3_000, wrap_up_tokens=1_000)
+    model = guard_chat_model(llm(server, max_tokens=1_000), run).bind_tools([read_file])
+    assert model.invoke("go").tool_calls  # 1,500 used: the next call is the final one
+    text = "".join(str(c.content) for c in model.stream("go on"))
+    body = server.requests[-1][1]
+    assert text == "Done." and "tools" not in body and body["max_completion_tokens"] == 1_000
+    assert body["messages"][-1] == {"role": "user", "content": WRAP_UP_INSTRUCTION}
+    result = run.finish()
+    assert result.stop_reason == STOP_BUDGET_WRAP_UP and result.used_tokens == 3_000
