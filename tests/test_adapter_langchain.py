@@ -20,8 +20,8 @@ from langgraph.prebuilt import create_react_agent
 
 from budgetlens import BudgetExceeded, RunBudget, Usage
 from budgetlens.guard.adapters import BudgetCallbackHandler, guard_chat_model
-from budgetlens.guard.adapters.langchain import langchain_usage
 from budgetlens.guard.adapters._wrap_up import WRAP_UP_INSTRUCTION
+from budgetlens.guard.adapters.langchain import langchain_usage
 from budgetlens.semconv import STOP_BUDGET_TOOLS, STOP_BUDGET_WRAP_UP, USAGE_REPORTED, USAGE_UNKNOWN
 
 sys.path.insert(0, str(Path(__file__).parent / "examples"))

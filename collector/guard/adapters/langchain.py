@@ -256,7 +256,9 @@ def _final_call_class(cls: type) -> type:
     from langchain_core.language_models import BaseChatModel
 
     # run_manager named: LangChain passes it only to methods whose signature has it
-    def _generate(self: Any, messages: list[Any], stop: Any = None, run_manager: Any = None, **kw: Any) -> Any:
+    def _generate(
+        self: Any, messages: list[Any], stop: Any = None, run_manager: Any = None, **kw: Any
+    ) -> Any:
         messages = _final_call(self, messages, run_manager, kw)
         return cls._generate(self, messages, stop, run_manager=run_manager, **kw)
 
