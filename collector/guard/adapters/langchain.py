@@ -246,7 +246,7 @@ def _final_call(model: Any, messages: list[Any], run_manager: Any, kwargs: dict[
 _FINAL_CLASSES: dict[type, type] = {}
 
 
-def _final_call_class(cls: type) -> type:
+def _final_call_class(cls: Any) -> type:
     """A subclass of the chat model class ``cls`` (same name, no new fields) whose generate and
     stream methods rewrite the run's final call (:func:`_final_call`) before the model's own run."""
     if cls in _FINAL_CLASSES.values():  # a guarded model guarded again
