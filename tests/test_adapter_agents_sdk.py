@@ -211,3 +211,30 @@ def test_an_agent_out_of_budget_answers_from_the_wrap_up_slice(server, api, run_
     done = run.finish()
     assert done.stop_reason == STOP_BUDGET_WRAP_UP and done.turns == 2 and done.tool_calls == 1
     assert done.used_tokens == 2 * (INPUT_TOKENS + OUTPUT_TOKENS) == 3_000
+
+
+def test_an_as_tool_sub_agent_does_not_take_the_wrap_up_slice(server):
+    # the lead's call 1 uses 1,500 of the 2,000 ordinary tokens; the reader's call (prompt + 1,000)
+    # does not fit the 500 left and its model is not wrapped: it is refused before it is sent
+    # (not sent as the final call with its tools), and the run stops there, a token stop
+    from agents import ModelSettings
+
+    sub = Agent(
+        name="reader",
+        instructions="read",
+        model=responses_model(server),
+        model_settings=ModelSettings(max_tokens=1_000),
+    )
+    agent = Agent(
+        name="lead",
+        instructions="x",
+        tools=[sub.as_tool(tool_name="reader", tool_description="reads")],
+        model=responses_model(server),
+        model_settings=ModelSettings(max_tokens=1_000),
+    )
+    sent = len(server.requests)
+    with pytest.raises(BudgetExceeded), RunBudget(max_total_tokens=3_000, wrap_up_tokens=1_000) as run:
+        hooks = BudgetRunHooks(run)
+        asyncio.run(Runner.run(agent, "go", hooks=hooks, run_config=hooks.run_config()))
+    assert len(server.requests) - sent == 1  # the lead's call only
+    assert run.result.stop_reason == "budget_tokens" and run.result.used_tokens == 1_500

@@ -29,7 +29,8 @@ run-hooks interface.
   string through ``run_config()``'s provider) sends it without tools or handoffs, with the
   instruction to answer now as a last user item and ``max_tokens`` capped to the slice (an output
   type is kept); the answer is the run result's ``final_output`` and the run then stops with
-  ``budget_wrap_up``. An ``as_tool`` sub-agent's model is not wrapped: its final call is refused.
+  ``budget_wrap_up``. An ``as_tool`` sub-agent's model is not wrapped: a call of it that does not
+  fit the ordinary room is refused (a ``budget_*`` stop, as without a slice).
 """
 
 from __future__ import annotations
@@ -164,8 +165,11 @@ class BudgetRunHooks(RunHooks):
         if self._own(agent):
             self.llm_start(context, agent, system_prompt, input_items)
 
-    def llm_start(self, context: Any, agent: Any, system_prompt: str | None, input_items: list) -> None:
-        """Reserve one model call of ``agent`` (see the module doc)."""
+    def llm_start(
+        self, context: Any, agent: Any, system_prompt: str | None, input_items: list, final: bool = True
+    ) -> None:
+        """Reserve one model call of ``agent`` (see the module doc); ``final``: the call may be the
+        run's final call (not a sub-agent's, whose model is not wrapped)."""
         self._stop_pending()
         self._end_final()
         key = (id(context), id(agent))
@@ -185,7 +189,7 @@ class BudgetRunHooks(RunHooks):
             left = self.run.output_budget(self._ceiling, prompt)
             cap = self._ceiling if left is None or left < 1 else left
         model = _model_name(agent)
-        if self.run.wrap_up_due(prompt + cap, model, output_tokens=cap):
+        if final and self.run.wrap_up_due(prompt + cap, model, output_tokens=cap):
             res = _raise_as_agents(lambda: self._reserve_final(system_prompt, input_items, model, settings))
             self._final_input = input_items
             _FINAL[id(input_items)] = (input_items, res.output_tokens)
@@ -369,7 +373,7 @@ class _SubAgentHooks(AgentHooks):
         await self._then("on_end", context, agent, output)
 
     async def on_llm_start(self, context: Any, agent: Any, system_prompt: Any, input_items: Any) -> None:
-        self._charge(lambda: self.owner.llm_start(context, agent, system_prompt, input_items))
+        self._charge(lambda: self.owner.llm_start(context, agent, system_prompt, input_items, False))
         await self._then("on_llm_start", context, agent, system_prompt, input_items)
 
     async def on_llm_end(self, context: Any, agent: Any, response: Any) -> None:
