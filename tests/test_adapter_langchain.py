@@ -4,6 +4,7 @@ packages (langchain-core, langgraph, langchain-openai) against the local server 
 
 from __future__ import annotations
 
+import asyncio
 import sys
 from pathlib import Path
 
@@ -12,8 +13,10 @@ import pytest
 pytest.importorskip("langchain_openai")
 pytest.importorskip("langgraph")
 
+from langchain_core.language_models import BaseChatModel
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
-from langchain_core.messages import AIMessage
+from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.tools import tool
 from langchain_openai import ChatOpenAI
 from langgraph.prebuilt import create_react_agent
@@ -164,8 +167,8 @@ def test_a_status_error_is_released_and_a_lost_connection_is_unknown(server):
 
 # --- the wrap-up slice (issue 21) -----------------------------------------------------------------
 @pytest.mark.system
-@pytest.mark.parametrize("streamed", [False, True])
-def test_a_graph_out_of_budget_answers_from_the_wrap_up_slice(server, streamed):
+@pytest.mark.parametrize("mode", ["invoke", "stream", "ainvoke"])
+def test_a_graph_out_of_budget_answers_from_the_wrap_up_slice(server, mode):
     # max_total_tokens 3,000 with a 1,000-token slice: ordinary room 2,000. Call 1 reserves its
     # prompt + 1,000 (max_tokens) and uses 1,200 + 300 = 1,500, asking for read_file; call 2
     # (prompt + 1,000) does not fit the 500 left: it is the final call, sent without tools, the
@@ -174,11 +177,13 @@ def test_a_graph_out_of_budget_answers_from_the_wrap_up_slice(server, streamed):
     run = RunBudget(max_total_tokens=3_000, wrap_up_tokens=1_000)
     graph = create_react_agent(guard_chat_model(llm(server, max_tokens=1_000), run), [read_file])
     before = len(server.requests)
-    if streamed:
-        chunks = list(graph.stream({"messages": [("user", "go")]}, stream_mode="values"))
-        messages = chunks[-1]["messages"]
+    task = {"messages": [("user", "go")]}
+    if mode == "stream":
+        messages = list(graph.stream(task, stream_mode="values"))[-1]["messages"]
+    elif mode == "ainvoke":
+        messages = asyncio.run(graph.ainvoke(task))["messages"]
     else:
-        messages = graph.invoke({"messages": [("user", "go")]})["messages"]
+        messages = graph.invoke(task)["messages"]
     bodies = [body for _, body in server.requests[before:]]
     assert messages[-1].content == "Done." and not messages[-1].tool_calls
     assert [b["max_completion_tokens"] for b in bodies] == [1_000, 1_000]
@@ -199,5 +204,45 @@ def test_a_streamed_model_call_out_of_budget_answers_from_the_wrap_up_slice(serv
     body = server.requests[-1][1]
     assert text == "Done." and "tools" not in body and body["max_completion_tokens"] == 1_000
     assert body["messages"][-1] == {"role": "user", "content": WRAP_UP_INSTRUCTION}
+    result = run.finish()
+    assert result.stop_reason == STOP_BUDGET_WRAP_UP and result.used_tokens == 3_000
+
+
+class _AnthropicShaped(BaseChatModel):
+    """A chat model of the Anthropic type (``_llm_type``) that keeps each call's messages and
+    options and answers "Done." with 1,200 + 300 tokens (langchain-anthropic is not installed)."""
+
+    seen: list = []
+
+    @property
+    def _llm_type(self) -> str:
+        return "anthropic-chat"
+
+    def _generate(self, messages, stop=None, run_manager=None, **kwargs):
+        self.seen.append((list(messages), dict(kwargs)))
+        usage = {"input_tokens": INPUT_TOKENS, "output_tokens": OUTPUT_TOKENS, "total_tokens": 1_500}
+        return ChatResult(generations=[ChatGeneration(message=AIMessage("Done.", usage_metadata=usage))])
+
+
+def test_an_anthropic_final_call_keeps_the_tool_definitions_its_tool_blocks_need():
+    # Anthropic refuses tool_use/tool_result blocks without their tool definitions: the final call
+    # keeps them with tool_choice none. Prompts count 500: call 1 (500 + 1,000) fits the 2,000
+    # ordinary tokens and uses 1,500; call 2 (1,500) does not fit the 500 left: the final call,
+    # capped at 1,000 (= 3,000 - 1,500 - 500), the instruction as the last human message.
+    run = RunBudget(max_total_tokens=3_000, wrap_up_tokens=1_000)
+    tools = [{"name": "read_file", "input_schema": {"type": "object"}}]
+    model = guard_chat_model(_AnthropicShaped(seen=[]), run, count_tokens=lambda messages: 500)
+    model = model.bind(tools=tools, max_tokens=1_000)
+    model.invoke("go")
+    history = [
+        HumanMessage("go"),
+        AIMessage("", tool_calls=[{"name": "read_file", "args": {}, "id": "toolu_1"}]),
+        ToolMessage("def f(): ...", tool_call_id="toolu_1"),
+    ]
+    assert model.invoke(history).content == "Done."
+    seen = model.bound.seen
+    assert seen[0][1] == {"tools": tools, "max_tokens": 1_000}
+    assert seen[1][1] == {"tools": tools, "tool_choice": {"type": "none"}, "max_tokens": 1_000}
+    assert seen[1][0][:3] == history and seen[1][0][3].content == WRAP_UP_INSTRUCTION
     result = run.finish()
     assert result.stop_reason == STOP_BUDGET_WRAP_UP and result.used_tokens == 3_000
