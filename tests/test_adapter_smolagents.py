@@ -141,10 +141,11 @@ def _wrapped_up(run):
     assert result.used_tokens == 2 * (INPUT_TOKENS + OUTPUT_TOKENS) == 3_000
 
 
-def test_a_tool_calling_agent_out_of_budget_answers_through_final_answer_alone(server):
+@pytest.mark.parametrize("stream_outputs", [False, True])
+def test_a_tool_calling_agent_out_of_budget_answers_through_final_answer_alone(server, stream_outputs):
     # the final call offers final_answer alone; the server calls it with {"answer": "a.py"}
     run = _wrap_up_run()
-    a = agent(server)
+    a = agent(server, stream_outputs=stream_outputs)
     a.model.kwargs["max_tokens"] = 1_000
     before = len(server.requests)
     answer = guard_smolagent(a, run, count_tokens=_prompt_of_500).run("Fix the failing test")
