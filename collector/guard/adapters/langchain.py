@@ -199,8 +199,10 @@ def guard_chat_model(model: Any, run: Any, **options: Any) -> Any:
     """A copy of the LangChain chat model ``model`` guarded by ``run`` (a ``RunBudget``): it
     carries a :class:`BudgetCallbackHandler` (built with ``options``) among its own callbacks, so
     every call of it is reserved and recorded wherever it runs, and it asks for stream usage
-    (``stream_usage=True``, e.g. ``ChatOpenAI`` on any base URL) unless that is set already.
-    Raises ValueError for an object that is not a chat model."""
+    (``stream_usage=True``, e.g. ``ChatOpenAI`` on any base URL) unless that is set already. The
+    copy is of a subclass of the model's class (same name and fields; ``isinstance`` holds) whose
+    generate and stream methods send the run's final call from its wrap-up slice (see the module
+    doc). Raises ValueError for an object that is not a chat model."""
     fields = getattr(type(model), "model_fields", None)
     if fields is None or "callbacks" not in fields:
         raise ValueError(f"guard_chat_model takes a LangChain chat model, got {model!r}")
