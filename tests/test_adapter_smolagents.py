@@ -171,7 +171,7 @@ def test_a_code_agent_out_of_budget_takes_the_final_text_as_its_answer(server):
     guard_smolagent(a, run, count_tokens=_prompt_of_500)
     # step 1 without a tool offered answers text too: read_file is called from code instead
     first = a.model.generate
-    calls = []
+    calls: list[str] = []
 
     def scripted(messages, **kwargs):
         message = first(messages, **kwargs)
