@@ -23,7 +23,14 @@ from llm_server import CACHED_TOKENS, INPUT_TOKENS, OUTPUT_TOKENS, REASONING_TOK
 
 from budgetlens import BudgetExceeded, RunBudget, Usage
 from budgetlens.guard.adapters import BudgetRunHooks
-from budgetlens.semconv import STOP_BUDGET_TOOLS, STOP_COMPLETED, USAGE_REPORTED, USAGE_UNKNOWN
+from budgetlens.guard.adapters._wrap_up import WRAP_UP_INSTRUCTION
+from budgetlens.semconv import (
+    STOP_BUDGET_TOOLS,
+    STOP_BUDGET_WRAP_UP,
+    STOP_COMPLETED,
+    USAGE_REPORTED,
+    USAGE_UNKNOWN,
+)
 
 pytestmark = pytest.mark.system  # each test starts an HTTP server
 
@@ -158,3 +165,66 @@ def test_plain_run_still_reports_exactly(server):
         asyncio.run(Runner.run(agent, "read", hooks=BudgetRunHooks(run)))
     assert (run.result.stop_reason, run.result.turns, run.result.tool_calls) == (STOP_COMPLETED, 2, 1)
     assert run.result.usage == CALL + CALL and run.result.usage_status == USAGE_REPORTED
+
+
+# --- the wrap-up slice (issue 21) -----------------------------------------------------------------
+@pytest.mark.parametrize("api, run_streamed", [("chat", False), ("chat", True), ("responses", False)])
+def test_an_agent_out_of_budget_answers_from_the_wrap_up_slice(server, api, run_streamed):
+    # max_total_tokens 3,000 with a 1,000-token slice: ordinary room 2,000. Call 1 reserves its
+    # prompt + 1,000 (max_tokens) and uses 1,200 + 300 = 1,500, asking for read_file; call 2
+    # (prompt + 1,000) does not fit the 500 left: it is the final call, sent without tools, the
+    # instruction last, capped at 1,000; "Done." is the run's final_output, the stop budget_wrap_up.
+    from agents import ModelSettings
+
+    model = chat_model(server) if api == "chat" else responses_model(server)
+    agent = Agent(
+        name="a",
+        instructions="x",
+        tools=[read_file],
+        model=model,
+        model_settings=ModelSettings(max_tokens=1_000),
+    )
+    run = RunBudget(max_total_tokens=3_000, wrap_up_tokens=1_000)
+    hooks = BudgetRunHooks(run)
+    before = len(server.requests)
+    if run_streamed:
+        result = streamed(agent, "read", hooks=hooks, run_config=hooks.run_config())
+    else:
+        result = asyncio.run(Runner.run(agent, "read", hooks=hooks, run_config=hooks.run_config()))
+    bodies = [body for _, body in server.requests[before:]]
+    assert result.final_output == "Done."
+    cap_key = "max_tokens" if api == "chat" else "max_output_tokens"
+    assert [b.get(cap_key) for b in bodies] == [1_000, 1_000]
+    assert [bool(b.get("tools")) for b in bodies] == [True, False]
+    last = (bodies[-1].get("messages") or bodies[-1].get("input"))[-1]
+    assert last["role"] == "user" and WRAP_UP_INSTRUCTION in str(last["content"])
+    done = run.finish()
+    assert done.stop_reason == STOP_BUDGET_WRAP_UP and done.turns == 2 and done.tool_calls == 1
+    assert done.used_tokens == 2 * (INPUT_TOKENS + OUTPUT_TOKENS) == 3_000
+
+
+def test_an_as_tool_sub_agent_does_not_take_the_wrap_up_slice(server):
+    # the lead's call 1 uses 1,500 of the 2,000 ordinary tokens; the reader's call (prompt + 1,000)
+    # does not fit the 500 left and its model is not wrapped: it is refused before it is sent
+    # (not sent as the final call with its tools), and the run stops there, a token stop
+    from agents import ModelSettings
+
+    sub = Agent(
+        name="reader",
+        instructions="read",
+        model=responses_model(server),
+        model_settings=ModelSettings(max_tokens=1_000),
+    )
+    agent = Agent(
+        name="lead",
+        instructions="x",
+        tools=[sub.as_tool(tool_name="reader", tool_description="reads")],
+        model=responses_model(server),
+        model_settings=ModelSettings(max_tokens=1_000),
+    )
+    sent = len(server.requests)
+    with pytest.raises(BudgetExceeded), RunBudget(max_total_tokens=3_000, wrap_up_tokens=1_000) as run:
+        hooks = BudgetRunHooks(run)
+        asyncio.run(Runner.run(agent, "go", hooks=hooks, run_config=hooks.run_config()))
+    assert len(server.requests) - sent == 1  # the lead's call only
+    assert run.result.stop_reason == "budget_tokens" and run.result.used_tokens == 1_500

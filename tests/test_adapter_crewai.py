@@ -139,3 +139,26 @@ def test_crew_usage_shapes():
     assert usage == Usage(10, 5, cache_read_tokens=4)
     with pytest.raises(ValueError, match="prompt_tokens"):
         crew_usage({"prompt_tokens": -1, "completion_tokens": 5})
+
+
+# --- the wrap-up slice (issue 21) -----------------------------------------------------------------
+def test_a_crew_out_of_budget_answers_from_the_wrap_up_slice(server):
+    # max_total_tokens 3,000 with a 1,000-token slice: ordinary room 2,000. Prompts count 500
+    # (count_tokens). Call 1 reserves 500 + 1,000 (max_tokens) and uses 1,200 + 300 = 1,500,
+    # asking for read_file; call 2 (1,500) does not fit the 500 left: it is the final call, sent
+    # without tools, the instruction last, capped at 1,000; its "Done." is the crew's answer.
+    from budgetlens.guard.adapters._wrap_up import WRAP_UP_INSTRUCTION
+    from budgetlens.semconv import STOP_BUDGET_WRAP_UP
+
+    before = len(server.requests)
+    run = RunBudget(max_total_tokens=3_000, wrap_up_tokens=1_000)
+    with CrewBudget(run, count_tokens=lambda messages: 500):
+        answer = str(crew(server, tools=[read_file], max_tokens=1_000).kickoff())
+    bodies = [body for _, body in server.requests[before:]]
+    assert answer == "Done."
+    assert [b["max_tokens"] for b in bodies] == [1_000, 1_000]
+    assert [bool(b.get("tools")) for b in bodies] == [True, False]
+    assert bodies[-1]["messages"][-1] == {"role": "user", "content": WRAP_UP_INSTRUCTION}
+    result = run.finish()
+    assert result.stop_reason == STOP_BUDGET_WRAP_UP and result.turns == 2 and result.tool_calls == 1
+    assert result.used_tokens == 2 * PER_CALL == 3_000

@@ -4,13 +4,17 @@ packages (langchain-core, langgraph, langchain-openai) against the local server 
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 pytest.importorskip("langchain_openai")
 pytest.importorskip("langgraph")
 
+from langchain_core.language_models import BaseChatModel
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
-from langchain_core.messages import AIMessage
+from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.tools import tool
 from langchain_openai import ChatOpenAI
 from langgraph.prebuilt import create_react_agent
@@ -18,8 +22,9 @@ from llm_server import CACHED_TOKENS, INPUT_TOKENS, OUTPUT_TOKENS, REASONING_TOK
 
 from budgetlens import BudgetExceeded, RunBudget, Usage
 from budgetlens.guard.adapters import BudgetCallbackHandler, guard_chat_model
+from budgetlens.guard.adapters._wrap_up import WRAP_UP_INSTRUCTION
 from budgetlens.guard.adapters.langchain import langchain_usage
-from budgetlens.semconv import STOP_BUDGET_TOOLS, USAGE_REPORTED, USAGE_UNKNOWN
+from budgetlens.semconv import STOP_BUDGET_TOOLS, STOP_BUDGET_WRAP_UP, USAGE_REPORTED, USAGE_UNKNOWN
 
 CALL = Usage(INPUT_TOKENS, OUTPUT_TOKENS, cache_read_tokens=CACHED_TOKENS, reasoning_tokens=REASONING_TOKENS)
 #: langchain-aws's usage_metadata for a Bedrock call that read 16,000 tokens from the cache.
@@ -148,3 +153,86 @@ def test_a_status_error_is_released_and_a_lost_connection_is_unknown(server):
         lost.invoke("hi", config={"callbacks": [handler]})
     result = run.finish()
     assert result.usage_status == USAGE_UNKNOWN and result.turns == 1 and result.used_tokens > 0
+
+
+# --- the wrap-up slice (issue 21) -----------------------------------------------------------------
+@pytest.mark.system
+@pytest.mark.parametrize("mode", ["invoke", "stream", "ainvoke"])
+def test_a_graph_out_of_budget_answers_from_the_wrap_up_slice(server, mode):
+    # max_total_tokens 3,000 with a 1,000-token slice: ordinary room 2,000. Call 1 reserves its
+    # prompt + 1,000 (max_tokens) and uses 1,200 + 300 = 1,500, asking for read_file; call 2
+    # (prompt + 1,000) does not fit the 500 left: it is the final call, sent without tools, the
+    # instruction last, capped at 1,000 (< the 1,500 - prompt the slice leaves); its "Done." is
+    # the graph's last message and the run stops with budget_wrap_up at 3,000 tokens.
+    run = RunBudget(max_total_tokens=3_000, wrap_up_tokens=1_000)
+    graph = create_react_agent(guard_chat_model(llm(server, max_tokens=1_000), run), [read_file])
+    before = len(server.requests)
+    task = {"messages": [("user", "go")]}
+    if mode == "stream":
+        messages = list(graph.stream(task, stream_mode="values"))[-1]["messages"]
+    elif mode == "ainvoke":
+        messages = asyncio.run(graph.ainvoke(task))["messages"]
+    else:
+        messages = graph.invoke(task)["messages"]
+    bodies = [body for _, body in server.requests[before:]]
+    assert messages[-1].content == "Done." and not messages[-1].tool_calls
+    assert [b["max_completion_tokens"] for b in bodies] == [1_000, 1_000]
+    assert [("tools" in b) for b in bodies] == [True, False]
+    assert bodies[-1]["messages"][-1] == {"role": "user", "content": WRAP_UP_INSTRUCTION}
+    result = run.finish()
+    assert result.stop_reason == STOP_BUDGET_WRAP_UP and result.turns == 2
+    assert result.used_tokens == 2 * (INPUT_TOKENS + OUTPUT_TOKENS) == 3_000
+
+
+@pytest.mark.system
+def test_a_streamed_model_call_out_of_budget_answers_from_the_wrap_up_slice(server):
+    # .stream() does not hand its run manager to _stream: the pending final call is found all the same
+    run = RunBudget(max_total_tokens=3_000, wrap_up_tokens=1_000)
+    model = guard_chat_model(llm(server, max_tokens=1_000), run).bind_tools([read_file])
+    assert model.invoke("go").tool_calls  # 1,500 used: the next call is the final one
+    text = "".join(str(c.content) for c in model.stream("go on"))
+    body = server.requests[-1][1]
+    assert text == "Done." and "tools" not in body and body["max_completion_tokens"] == 1_000
+    assert body["messages"][-1] == {"role": "user", "content": WRAP_UP_INSTRUCTION}
+    result = run.finish()
+    assert result.stop_reason == STOP_BUDGET_WRAP_UP and result.used_tokens == 3_000
+
+
+class _AnthropicShaped(BaseChatModel):
+    """A chat model of the Anthropic type (``_llm_type``) that keeps each call's messages and
+    options and answers "Done." with 1,200 + 300 tokens (langchain-anthropic is not installed)."""
+
+    seen: list = []
+
+    @property
+    def _llm_type(self) -> str:
+        return "anthropic-chat"
+
+    def _generate(self, messages, stop=None, run_manager=None, **kwargs):
+        self.seen.append((list(messages), dict(kwargs)))
+        usage = {"input_tokens": INPUT_TOKENS, "output_tokens": OUTPUT_TOKENS, "total_tokens": 1_500}
+        return ChatResult(generations=[ChatGeneration(message=AIMessage("Done.", usage_metadata=usage))])
+
+
+def test_an_anthropic_final_call_keeps_the_tool_definitions_its_tool_blocks_need():
+    # Anthropic refuses tool_use/tool_result blocks without their tool definitions: the final call
+    # keeps them with tool_choice none. Prompts count 500: call 1 (500 + 1,000) fits the 2,000
+    # ordinary tokens and uses 1,500; call 2 (1,500) does not fit the 500 left: the final call,
+    # capped at 1,000 (= 3,000 - 1,500 - 500), the instruction as the last human message.
+    run = RunBudget(max_total_tokens=3_000, wrap_up_tokens=1_000)
+    tools = [{"name": "read_file", "input_schema": {"type": "object"}}]
+    model = guard_chat_model(_AnthropicShaped(seen=[]), run, count_tokens=lambda messages: 500)
+    model = model.bind(tools=tools, max_tokens=1_000)
+    model.invoke("go")
+    history = [
+        HumanMessage("go"),
+        AIMessage("", tool_calls=[{"name": "read_file", "args": {}, "id": "toolu_1"}]),
+        ToolMessage("def f(): ...", tool_call_id="toolu_1"),
+    ]
+    assert model.invoke(history).content == "Done."
+    seen = model.bound.seen
+    assert seen[0][1] == {"tools": tools, "max_tokens": 1_000}
+    assert seen[1][1] == {"tools": tools, "tool_choice": {"type": "none"}, "max_tokens": 1_000}
+    assert seen[1][0][:3] == history and seen[1][0][3].content == WRAP_UP_INSTRUCTION
+    result = run.finish()
+    assert result.stop_reason == STOP_BUDGET_WRAP_UP and result.used_tokens == 3_000

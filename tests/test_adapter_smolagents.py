@@ -12,8 +12,15 @@ from smolagents import OpenAIServerModel, ToolCallingAgent, tool
 from smolagents.utils import AgentGenerationError
 
 from budgetlens import RunBudget, Usage
+from budgetlens.guard.adapters._wrap_up import FINAL_ANSWER_INSTRUCTION
 from budgetlens.guard.adapters.smolagents import guard_smolagent
-from budgetlens.semconv import STOP_BUDGET_TOKENS, STOP_BUDGET_TOOLS, USAGE_REPORTED, USAGE_UNKNOWN
+from budgetlens.semconv import (
+    STOP_BUDGET_TOKENS,
+    STOP_BUDGET_TOOLS,
+    STOP_BUDGET_WRAP_UP,
+    USAGE_REPORTED,
+    USAGE_UNKNOWN,
+)
 
 pytestmark = pytest.mark.system  # each test starts an HTTP server
 
@@ -95,3 +102,77 @@ def test_streamed_steps_are_recorded_from_the_deltas_usage(server):
     assert server.requests[-1][1]["stream"] is True
     assert run.result.turns == 2 and run.result.usage_status == USAGE_REPORTED
     assert run.result.used_tokens == 2 * (INPUT_TOKENS + OUTPUT_TOKENS)
+
+
+# --- the wrap-up slice (issue 21) -----------------------------------------------------------------
+def _wrap_up_run():
+    # max_total_tokens 3,000 with a 1,000-token slice: ordinary room 2,000. Prompts count 500
+    # (count_tokens). Call 1 reserves 500 + 1,000 (max_tokens) and uses 1,200 + 300 = 1,500,
+    # asking for read_file; call 2 (1,500) does not fit the 500 left: it is the final call, capped
+    # at 1,000 (the least of max_tokens and the 3,000 - 1,500 - 500 the slice leaves)
+    return RunBudget(max_total_tokens=3_000, wrap_up_tokens=1_000)
+
+
+def _prompt_of_500(request):
+    return 500
+
+
+def _final_body(bodies):
+    assert [b["max_tokens"] for b in bodies] == [1_000, 1_000]
+    last = bodies[-1]["messages"][-1]
+    assert last["role"] == "user" and FINAL_ANSWER_INSTRUCTION in str(last["content"])
+    return bodies[-1]
+
+
+def _wrapped_up(run):
+    result = run.finish()
+    assert result.stop_reason == STOP_BUDGET_WRAP_UP and result.turns == 2 and result.tool_calls == 1
+    assert result.used_tokens == 2 * (INPUT_TOKENS + OUTPUT_TOKENS) == 3_000
+
+
+@pytest.mark.parametrize("stream_outputs", [False, True])
+def test_a_tool_calling_agent_out_of_budget_answers_through_final_answer_alone(server, stream_outputs):
+    # the final call offers final_answer alone; the server calls it with {"answer": "a.py"}
+    run = _wrap_up_run()
+    a = agent(server, stream_outputs=stream_outputs)
+    a.model.kwargs["max_tokens"] = 1_000
+    before = len(server.requests)
+    answer = guard_smolagent(a, run, count_tokens=_prompt_of_500).run("Fix the failing test")
+    bodies = [body for _, body in server.requests[before:]]
+    assert answer == "a.py"
+    assert [sorted(t["function"]["name"] for t in b["tools"]) for b in bodies] == [
+        ["final_answer", "read_file"],
+        ["final_answer"],
+    ]
+    _final_body(bodies)
+    _wrapped_up(run)
+
+
+def test_a_code_agent_out_of_budget_takes_the_final_text_as_its_answer(server):
+    # a CodeAgent has no tool definitions in its request; the server answers the final call with
+    # "Done." and no code block, which becomes final_answer("Done."): the run's answer
+    from smolagents import CodeAgent
+
+    model = OpenAIServerModel(model_id="gpt-4o-mini", api_base=server.openai_url, api_key="test")
+    model.kwargs["max_tokens"] = 1_000
+    a = CodeAgent(tools=[read_file], model=model, max_steps=4, verbosity_level=0)
+    run = _wrap_up_run()
+    guard_smolagent(a, run, count_tokens=_prompt_of_500)
+    # step 1 without a tool offered answers text too: read_file is called from code instead
+    first = a.model.generate
+    calls: list[str] = []
+
+    def scripted(messages, **kwargs):
+        message = first(messages, **kwargs)
+        if not calls:
+            message.content = "<code>\nprint(read_file('a.py'))\n</code>"
+        calls.append(message.content)
+        return message
+
+    a.model.generate = scripted
+    before = len(server.requests)
+    assert a.run("Fix the failing test") == "Done."
+    bodies = [body for _, body in server.requests[before:]]
+    assert "tools" not in _final_body(bodies)
+    assert "final_answer('Done.')" in calls[-1]
+    _wrapped_up(run)

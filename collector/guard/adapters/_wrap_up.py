@@ -15,12 +15,26 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["OPENAI_TOOL_KEYS", "WRAP_UP_INSTRUCTION", "add_text", "final_request", "reserve_final"]
+__all__ = [
+    "FINAL_ANSWER_INSTRUCTION",
+    "OPENAI_TOOL_KEYS",
+    "WRAP_UP_INSTRUCTION",
+    "add_text",
+    "final_request",
+    "reserve_final",
+]
 
 #: The instruction added to the final call.
 WRAP_UP_INSTRUCTION = (
     "The budget for this task is nearly spent. Do not call any tool. Give your final answer now, "
     "as complete and useful as you can, and say briefly what is left undone."
+)
+#: The instruction's variant for a framework that ends a run through a ``final_answer`` tool
+#: (smolagents): that tool stays, every other goes.
+FINAL_ANSWER_INSTRUCTION = (
+    "The budget for this task is nearly spent. Do not call any tool except final_answer: give your "
+    "final answer now with final_answer, as complete and useful as you can, and say briefly what is "
+    "left undone."
 )
 OPENAI_TOOL_KEYS = ("tools", "tool_choice", "parallel_tool_calls", "functions", "function_call")
 #: The output-cap key the adapter writes -> the request shape it belongs to.
@@ -58,9 +72,9 @@ def add_text(kwargs: dict[str, Any], cap_key: str, text: str) -> None:
     kwargs["messages"] = messages
 
 
-def final_request(kwargs: dict[str, Any], cap_key: str) -> None:
+def final_request(kwargs: dict[str, Any], cap_key: str, instruction: str = WRAP_UP_INSTRUCTION) -> None:
     """Rewrite ``kwargs`` (a request's keyword arguments, changed in place) into a final call for
-    the shape named by ``cap_key`` (its output-cap key): no tools, :data:`WRAP_UP_INSTRUCTION` added
+    the shape named by ``cap_key`` (its output-cap key): no tools, ``instruction`` added
     (see :func:`add_text`)."""
     if _SHAPES.get(cap_key) == "anthropic":
         if _has_tool_blocks(kwargs.get("messages")) and kwargs.get("tools"):
@@ -71,19 +85,24 @@ def final_request(kwargs: dict[str, Any], cap_key: str) -> None:
     else:
         for key in OPENAI_TOOL_KEYS:
             kwargs.pop(key, None)
-    add_text(kwargs, cap_key, WRAP_UP_INSTRUCTION)
+    add_text(kwargs, cap_key, instruction)
 
 
 def reserve_final(
-    guard: Any, kwargs: dict[str, Any], prompt_parts: tuple[Any, ...], cap_keys: tuple[str, ...], set_key: str
+    guard: Any,
+    kwargs: dict[str, Any],
+    prompt_parts: tuple[Any, ...],
+    cap_keys: tuple[str, ...],
+    set_key: str,
+    instruction: str = WRAP_UP_INSTRUCTION,
 ) -> Any:
-    """Make ``kwargs`` the run's final call (:func:`final_request`) and reserve it with
-    ``final=True``: the prompt (counted again, with the instruction) plus an output cap of the least
-    of the request's own cap and the final call's output budget (at least 1). ``guard``: the
-    adapter's :class:`budgetlens.guard.adapters._calls.CallGuard`. Raises BudgetExceeded when even
-    the final call does not fit."""
-    final_request(kwargs, set_key)
-    prompt = guard.prompt_tokens(kwargs, (*prompt_parts, WRAP_UP_INSTRUCTION))
+    """Make ``kwargs`` the run's final call (:func:`final_request`, with ``instruction``) and
+    reserve it with ``final=True``: the prompt (counted again, with the instruction) plus an output
+    cap of the least of the request's own cap and the final call's output budget (at least 1).
+    ``guard``: the adapter's :class:`budgetlens.guard.adapters._calls.CallGuard`. Raises
+    BudgetExceeded when even the final call does not fit."""
+    final_request(kwargs, set_key, instruction)
+    prompt = guard.prompt_tokens(kwargs, (*prompt_parts, instruction))
     left = guard.run.output_budget(guard._ceiling, prompt, final=True)
     given = next((kwargs[k] for k in cap_keys if kwargs.get(k) is not None), None)
     cap = max(1, min(c for c in (given, left, guard._ceiling) if isinstance(c, int)))

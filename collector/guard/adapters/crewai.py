@@ -23,6 +23,14 @@ call made inside the ``with``):
   CrewAI hands a refused tool's message to the model and goes on, so the refusal is raised again
   by the next model call's hook, which stops the run.
 
+With a wrap-up slice (``RunBudget(wrap_up_tokens=...)``) the call that does not fit next to it
+becomes the run's final call (see :mod:`budgetlens.guard.adapters._wrap_up`): the hook reserves it
+with ``final=True``, adds the instruction to answer now as a last user message (CrewAI's messages
+are changed in place, as its hooks allow), caps the LLM's ``max_tokens`` to the slice and, as the
+hook context offers no tool list, empties the agent executor's native tool list in place (the run
+stops after this call anyway); the text answer is the agent's final answer (a ``ReAct`` text agent
+is told the same, without tools to remove) and the run then stops with ``budget_wrap_up``.
+
 The hooks are process-global while the ``with`` lasts (CrewAI snapshots them when an agent's
 executor is built): run one guarded crew at a time per process.
 """
@@ -32,6 +40,7 @@ from __future__ import annotations
 import re
 import threading
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 from crewai.events.event_bus import crewai_event_bus
@@ -45,6 +54,7 @@ from crewai.hooks import (
 )
 
 from budgetlens.guard.adapters._calls import DEFAULT_MAX_OUTPUT_TOKENS, CallGuard
+from budgetlens.guard.adapters._wrap_up import WRAP_UP_INSTRUCTION, reserve_final
 from budgetlens.guard.estimate import estimate_tokens
 from budgetlens.guard.results import BudgetExceeded, Reservation
 from budgetlens.usage import normalize_usage
@@ -88,12 +98,20 @@ class CrewBudget:
     """Puts ``run`` (a ``RunBudget``) around every model and tool call CrewAI makes while this
     context manager is entered (see the module doc). ``max_output_tokens`` caps calls whose LLM
     sets no ``max_tokens``; ``provider`` names the ``gen_ai.provider.name`` (default: the LLM's
-    ``provider``, e.g. ``openai``). Raises ValueError for a bad option."""
+    ``provider``, e.g. ``openai``); ``count_tokens(messages) -> int`` replaces the prompt estimate.
+    Raises ValueError for a bad option."""
 
     def __init__(
-        self, run: Any, *, max_output_tokens: int = DEFAULT_MAX_OUTPUT_TOKENS, provider: str | None = None
+        self,
+        run: Any,
+        *,
+        max_output_tokens: int = DEFAULT_MAX_OUTPUT_TOKENS,
+        provider: str | None = None,
+        count_tokens: Callable[[list], int] | None = None,
     ) -> None:
-        self.run = run
+        if count_tokens is not None and not callable(count_tokens):
+            raise ValueError(f"count_tokens must be a callable taking the messages, got {count_tokens!r}")
+        self.run, self._count = run, count_tokens
         self._provider = provider
         self._guard = CallGuard(run, provider or "openai", None, max_output_tokens, count_tool_calls=False)
         self._open: deque[tuple[Reservation, CallGuard]] = deque()
@@ -117,18 +135,46 @@ class CrewBudget:
         llm = getattr(context, "llm", None)
         provider = self._provider or getattr(llm, "provider", None) or "openai"
         guard = CallGuard(self.run, str(provider), None, self._guard._ceiling, count_tool_calls=False)
-        prompt = estimate_tokens(list(getattr(context, "messages", None) or ()))
+        messages = list(getattr(context, "messages", None) or ())
+        prompt = self._count(messages) if self._count is not None else estimate_tokens(messages)
         given = getattr(llm, "max_tokens", None)
         if given is not None and self._caps.get(id(llm)) == given:
             given = None  # the cap this guard set for the call before: compute it afresh
         cap = guard.output_cap(prompt, given)
         model = getattr(llm, "model", None)
-        res = self.run.reserve(prompt + cap, model if isinstance(model, str) else None, output_tokens=cap)
+        model = model if isinstance(model, str) else None
+        if self.run.wrap_up_due(prompt + cap, model, output_tokens=cap):
+            res = self._final(context, guard, messages, model, given)
+            cap, given = res.output_tokens, None  # the cap is set on the LLM below
+        else:
+            res = self.run.reserve(prompt + cap, model, output_tokens=cap)
         if given is None and llm is not None and hasattr(llm, "max_tokens"):
             llm.max_tokens = cap
             self._caps[id(llm)] = cap
         with self._lock:
             self._open.append((res, guard))
+
+    def _final(self, context: Any, guard: CallGuard, messages: list, model: Any, given: Any) -> Reservation:
+        """Reserve the run's final call with the shared step (:func:`reserve_final`) and rewrite it
+        (see the module doc): the instruction appended to CrewAI's messages, its tools emptied."""
+        count = self._count
+        if count is not None:
+            guard = CallGuard(
+                self.run,
+                guard.provider,
+                lambda kw: count(kw["messages"]),
+                guard._ceiling,
+                count_tool_calls=False,
+            )
+        request: dict[str, Any] = {"messages": messages, "model": model, "max_tokens": given}
+        res = reserve_final(guard, request, (messages,), ("max_tokens",), "max_tokens")
+        live = getattr(context, "messages", None)
+        if isinstance(live, list):
+            live.append({"role": "user", "content": WRAP_UP_INSTRUCTION})
+        tools = getattr(getattr(context, "executor", None), "_openai_tools", None)
+        if isinstance(tools, list):
+            tools.clear()  # the list the executor hands to this call (the hook sees no other)
+        return res
 
     def before_tool_call(self, context: Any) -> None:
         """Count one tool call (raises :class:`BudgetHookAborted` before it runs)."""

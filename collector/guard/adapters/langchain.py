@@ -14,6 +14,14 @@ streams without usage (unknown, so the default policy blocks the run after its f
 ``guard_chat_model(llm, run)`` returns a copy of the chat model that carries the handler itself
 (so every call of the model is guarded, inside any chain or graph) and asks for stream usage
 (``stream_usage=True``) where the model has that option.
+
+With a wrap-up slice (``RunBudget(wrap_up_tokens=...)``) a guarded model turns the call that does
+not fit next to the slice into the run's final call (see :mod:`budgetlens.guard.adapters._wrap_up`):
+the tools bound to it are left out of the request (an Anthropic conversation holding tool blocks
+keeps them, with ``tool_choice`` ``none``), the instruction to answer now is added as a last human
+message, ``max_tokens`` is capped to the slice, and the answer comes back as the model's message
+(an ``AIMessage`` without tool calls, so a LangGraph agent ends on it); the run then stops with
+``budget_wrap_up``. The handler alone cannot change a request: there that call is refused.
 """
 
 from __future__ import annotations
@@ -25,7 +33,8 @@ from uuid import UUID
 
 from langchain_core.callbacks import BaseCallbackHandler
 
-from budgetlens.guard.adapters._calls import DEFAULT_MAX_OUTPUT_TOKENS, answered
+from budgetlens.guard.adapters._calls import DEFAULT_MAX_OUTPUT_TOKENS, CallGuard, answered
+from budgetlens.guard.adapters._wrap_up import OPENAI_TOOL_KEYS, WRAP_UP_INSTRUCTION, reserve_final
 from budgetlens.guard.estimate import estimate_tokens
 from budgetlens.usage import Usage, normalize_usage
 
@@ -95,6 +104,8 @@ class BudgetCallbackHandler(BaseCallbackHandler):
         self._count, self._ceiling = count_tokens, max_output_tokens
         self._open: dict[UUID, Any] = {}
         self._providers: dict[UUID, str | None] = {}
+        self._final: dict[UUID, int] = {}  # run_id -> output cap of a final call to rewrite
+        self._rewrites = False  # set by guard_chat_model: its model rewrites final calls
         self._lock = threading.Lock()
 
     def on_chat_model_start(
@@ -116,17 +127,47 @@ class BudgetCallbackHandler(BaseCallbackHandler):
             prompt = self._count(flat)
         else:
             prompt = estimate_tokens([getattr(m, "content", m) for m in flat], params.get("tools"))
-        cap = next((params[k] for k in _CAP_KEYS if isinstance(params.get(k), int)), None)
+        given = next((params[k] for k in _CAP_KEYS if isinstance(params.get(k), int)), None)
+        cap = given
         if cap is None:
             left = self.run.output_budget(self._ceiling, prompt)
             cap = self._ceiling if left is None or left < 1 else left
-        res = self.run.reserve(prompt + cap, model, output_tokens=cap)
+        if self._rewrites and self.run.wrap_up_due(prompt + cap, model, output_tokens=cap):
+            res = self._reserve_final(flat, model, given, metadata)
+            with self._lock:
+                self._final[run_id] = res.output_tokens
+        else:
+            res = self.run.reserve(prompt + cap, model, output_tokens=cap)
         with self._lock:
             self._open[run_id] = res
             self._providers[run_id] = self.provider or metadata.get("ls_provider")
 
+    def _reserve_final(self, flat: list[Any], model: Any, given: Any, metadata: dict[str, Any]) -> Any:
+        """Reserve the run's final call with the shared step (:func:`reserve_final`): the prompt
+        with the instruction and without tools, the output capped to the slice."""
+        count = self._count
+        guard = CallGuard(
+            self.run,
+            self.provider or str(metadata.get("ls_provider") or "langchain"),
+            (lambda _kw: count([*flat, _human(WRAP_UP_INSTRUCTION)])) if count is not None else None,
+            self._ceiling,
+            count_tool_calls=False,
+        )
+        kwargs = {"messages": [getattr(m, "content", m) for m in flat], "model": model, "max_tokens": given}
+        return reserve_final(guard, kwargs, (kwargs["messages"],), ("max_tokens",), "max_tokens")
+
+    def final_cap(self, run_id: UUID | None) -> int | None:
+        """The output cap (tokens) when the call ``run_id`` is the run's final call (taken once),
+        else None. ``None``: the call's id is not known (LangChain's ``stream`` does not pass its
+        run manager on); a run has one final call, so the one pending, if any."""
+        with self._lock:
+            if run_id is None:
+                return self._final.pop(next(iter(self._final)), None) if self._final else None
+            return self._final.pop(run_id, None)
+
     def on_llm_end(self, response: Any, *, run_id: UUID, **kwargs: Any) -> None:
         with self._lock:
+            self._final.pop(run_id, None)
             res = self._open.pop(run_id, None)
             provider = self._providers.pop(run_id, None)
         if res is None:
@@ -136,6 +177,7 @@ class BudgetCallbackHandler(BaseCallbackHandler):
 
     def on_llm_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
         with self._lock:
+            self._final.pop(run_id, None)
             res = self._open.pop(run_id, None)
             provider = self._providers.pop(run_id, None)
         if res is None:
@@ -157,15 +199,90 @@ def guard_chat_model(model: Any, run: Any, **options: Any) -> Any:
     """A copy of the LangChain chat model ``model`` guarded by ``run`` (a ``RunBudget``): it
     carries a :class:`BudgetCallbackHandler` (built with ``options``) among its own callbacks, so
     every call of it is reserved and recorded wherever it runs, and it asks for stream usage
-    (``stream_usage=True``, e.g. ``ChatOpenAI`` on any base URL) unless that is set already.
-    Raises ValueError for an object that is not a chat model."""
+    (``stream_usage=True``, e.g. ``ChatOpenAI`` on any base URL) unless that is set already. The
+    copy is of a subclass of the model's class (same name and fields; ``isinstance`` holds) whose
+    generate and stream methods send the run's final call from its wrap-up slice (see the module
+    doc). Raises ValueError for an object that is not a chat model."""
     fields = getattr(type(model), "model_fields", None)
     if fields is None or "callbacks" not in fields:
         raise ValueError(f"guard_chat_model takes a LangChain chat model, got {model!r}")
     callbacks = getattr(model, "callbacks", None)
     if callbacks is not None and not isinstance(callbacks, list):
         raise ValueError("guard_chat_model: the model's callbacks must be a list (or None), not a manager")
-    update: dict[str, Any] = {"callbacks": [*(callbacks or []), BudgetCallbackHandler(run, **options)]}
+    handler = BudgetCallbackHandler(run, **options)
+    handler._rewrites = True
+    update: dict[str, Any] = {"callbacks": [*(callbacks or []), handler]}
     if "stream_usage" in fields and not getattr(model, "stream_usage", None):
         update["stream_usage"] = True
-    return model.model_copy(update=update)
+    guarded = model.model_copy(update=update)
+    object.__setattr__(guarded, "__class__", _final_call_class(type(model)))
+    return guarded
+
+
+def _human(text: str) -> Any:
+    from langchain_core.messages import HumanMessage
+
+    return HumanMessage(content=text)
+
+
+def _final_call(model: Any, messages: list[Any], run_manager: Any, kwargs: dict[str, Any]) -> list[Any]:
+    """Rewrite a call the guard reserved as the run's final call (see the module doc): returns the
+    messages to send; ``kwargs`` (the call's options, with the bound tools) is changed in place."""
+    run_id = getattr(run_manager, "run_id", None)
+    handlers = [h for h in model.callbacks or () if isinstance(h, BudgetCallbackHandler) and h._rewrites]
+    cap = next((c for c in (h.final_cap(run_id) for h in handlers) if c is not None), None)
+    if cap is None:
+        return messages
+    tool_blocks = any(getattr(m, "type", "") == "tool" or getattr(m, "tool_calls", None) for m in messages)
+    if "anthropic" in str(getattr(model, "_llm_type", "")) and tool_blocks and kwargs.get("tools"):
+        kwargs["tool_choice"] = {"type": "none"}  # Anthropic's tool blocks need their definitions
+    else:
+        for key in OPENAI_TOOL_KEYS:
+            kwargs.pop(key, None)
+    for key in _CAP_KEYS:
+        kwargs.pop(key, None)
+    kwargs["max_tokens"] = cap
+    return [*messages, _human(WRAP_UP_INSTRUCTION)]
+
+
+_FINAL_CLASSES: dict[type, type] = {}
+
+
+def _final_call_class(cls: Any) -> type:
+    """A subclass of the chat model class ``cls`` (same name, no new fields) whose generate and
+    stream methods rewrite the run's final call (:func:`_final_call`) before the model's own run."""
+    if cls in _FINAL_CLASSES.values():  # a guarded model guarded again
+        return cls
+    if cls in _FINAL_CLASSES:
+        return _FINAL_CLASSES[cls]
+    from langchain_core.language_models import BaseChatModel
+
+    # run_manager named: LangChain passes it only to methods whose signature has it
+    def _generate(
+        self: Any, messages: list[Any], stop: Any = None, run_manager: Any = None, **kw: Any
+    ) -> Any:
+        messages = _final_call(self, messages, run_manager, kw)
+        return cls._generate(self, messages, stop, run_manager=run_manager, **kw)
+
+    async def _agenerate(
+        self: Any, messages: list[Any], stop: Any = None, run_manager: Any = None, **kw: Any
+    ) -> Any:
+        messages = _final_call(self, messages, run_manager, kw)
+        return await cls._agenerate(self, messages, stop, run_manager=run_manager, **kw)
+
+    def _stream(self: Any, messages: list[Any], stop: Any = None, run_manager: Any = None, **kw: Any) -> Any:
+        messages = _final_call(self, messages, run_manager, kw)
+        return cls._stream(self, messages, stop, run_manager=run_manager, **kw)
+
+    def _astream(self: Any, messages: list[Any], stop: Any = None, run_manager: Any = None, **kw: Any) -> Any:
+        messages = _final_call(self, messages, run_manager, kw)
+        return cls._astream(self, messages, stop, run_manager=run_manager, **kw)
+
+    methods = {"_generate": _generate, "_agenerate": _agenerate, "_stream": _stream, "_astream": _astream}
+    # only the methods the class has itself: LangChain reads an inherited _stream as "no streaming"
+    namespace: dict[str, Any] = {
+        name: fn for name, fn in methods.items() if getattr(cls, name) is not getattr(BaseChatModel, name)
+    }
+    namespace.update({"__slots__": (), "__module__": cls.__module__})
+    _FINAL_CLASSES[cls] = type(cls.__name__, (cls,), namespace)
+    return _FINAL_CLASSES[cls]

@@ -23,6 +23,14 @@ run-hooks interface.
 - a refusal is raised as :class:`AgentsBudgetExceeded`, a ``BudgetExceeded`` that is also the
   SDK's own ``AgentsException``, so the SDK lets it out of ``Runner.run`` as it is (not wrapped in
   a ``UserError``).
+- with a wrap-up slice (``RunBudget(wrap_up_tokens=...)``), the call that does not fit next to it
+  becomes the run's final call (see :mod:`budgetlens.guard.adapters._wrap_up`): the hooks reserve
+  it with ``final=True`` and the agent's model (wrapped at ``on_agent_start``; a model named by a
+  string through ``run_config()``'s provider) sends it without tools or handoffs, with the
+  instruction to answer now as a last user item and ``max_tokens`` capped to the slice (an output
+  type is kept); the answer is the run result's ``final_output`` and the run then stops with
+  ``budget_wrap_up``. An ``as_tool`` sub-agent's model is not wrapped: a call of it that does not
+  fit the ordinary room is refused (a ``budget_*`` stop, as without a slice).
 """
 
 from __future__ import annotations
@@ -35,8 +43,10 @@ from typing import Any
 from agents import AgentHooks, RunConfig, RunHooks
 from agents.exceptions import AgentsException
 from agents.model_settings import ModelSettings
+from agents.models.interface import Model, ModelProvider
 
-from budgetlens.guard.adapters._calls import DEFAULT_MAX_OUTPUT_TOKENS
+from budgetlens.guard.adapters._calls import DEFAULT_MAX_OUTPUT_TOKENS, CallGuard
+from budgetlens.guard.adapters._wrap_up import WRAP_UP_INSTRUCTION, reserve_final
 from budgetlens.guard.estimate import estimate_tokens
 from budgetlens.guard.results import BudgetExceeded
 from budgetlens.usage import Usage
@@ -114,6 +124,7 @@ class BudgetRunHooks(RunHooks):
         self._open: dict[tuple[int, int], deque] = {}
         self._effects: dict[int, deque] = {}
         self._pending_stop: BudgetExceeded | None = None  # a sub-agent's refusal the SDK swallowed
+        self._final_input: Any = None  # the input list of the final call under way (see _FINAL)
 
     def _stop_pending(self) -> None:
         """Raise the refusal of a sub-agent that ``as_tool`` turned into a tool error message for
@@ -129,7 +140,18 @@ class BudgetRunHooks(RunHooks):
         settings = base.model_settings or ModelSettings()
         if settings.include_usage is None:
             settings = dataclasses.replace(settings, include_usage=True)
-        return dataclasses.replace(base, model_settings=settings)
+        model = _final_call_model(base.model) if isinstance(base.model, Model) else base.model
+        provider = _FinalCallProvider(base.model_provider)
+        return dataclasses.replace(base, model_settings=settings, model=model, model_provider=provider)
+
+    async def on_agent_start(self, context: Any, agent: Any) -> None:
+        if isinstance(getattr(agent, "model", None), Model):
+            agent.model = _final_call_model(agent.model)  # it rewrites final calls only
+
+    def _end_final(self) -> None:
+        if self._final_input is not None:
+            _FINAL.pop(id(self._final_input), None)
+            self._final_input = None
 
     def _own(self, agent: Any) -> bool:
         """Whether the run hooks handle ``agent`` (not when the agent's own hooks, attached by
@@ -143,9 +165,13 @@ class BudgetRunHooks(RunHooks):
         if self._own(agent):
             self.llm_start(context, agent, system_prompt, input_items)
 
-    def llm_start(self, context: Any, agent: Any, system_prompt: str | None, input_items: list) -> None:
-        """Reserve one model call of ``agent`` (see the module doc)."""
+    def llm_start(
+        self, context: Any, agent: Any, system_prompt: str | None, input_items: list, final: bool = True
+    ) -> None:
+        """Reserve one model call of ``agent`` (see the module doc); ``final``: the call may be the
+        run's final call (not a sub-agent's, whose model is not wrapped)."""
         self._stop_pending()
+        self._end_final()
         key = (id(context), id(agent))
         stale = self._open.get(key)
         while stale:  # the same agent of the same run calls again: the last call raised
@@ -162,8 +188,29 @@ class BudgetRunHooks(RunHooks):
         if not isinstance(cap, int):
             left = self.run.output_budget(self._ceiling, prompt)
             cap = self._ceiling if left is None or left < 1 else left
-        res = _raise_as_agents(lambda: self.run.reserve(prompt + cap, _model_name(agent), output_tokens=cap))
+        model = _model_name(agent)
+        if final and self.run.wrap_up_due(prompt + cap, model, output_tokens=cap):
+            res = _raise_as_agents(lambda: self._reserve_final(system_prompt, input_items, model, settings))
+            self._final_input = input_items
+            _FINAL[id(input_items)] = (input_items, res.output_tokens)
+        else:
+            res = _raise_as_agents(lambda: self.run.reserve(prompt + cap, model, output_tokens=cap))
         self._open.setdefault(key, deque()).append(res)
+
+    def _reserve_final(self, system_prompt: str | None, input_items: list, model: Any, settings: Any) -> Any:
+        """Reserve the run's final call with the shared step (:func:`reserve_final`): the prompt
+        with the instruction and without tools, the output capped to the slice."""
+        count, items = self._count, [*input_items, _instruction_item()]
+        guard = CallGuard(
+            self.run,
+            self.provider,
+            (lambda _kw: count(system_prompt, items)) if count is not None else None,
+            self._ceiling,
+            count_tool_calls=False,
+        )
+        given = getattr(settings, "max_tokens", None)
+        kwargs = {"messages": list(input_items), "model": model, "max_tokens": given}
+        return reserve_final(guard, kwargs, (system_prompt, list(input_items)), ("max_tokens",), "max_tokens")
 
     async def on_llm_end(self, context: Any, agent: Any, response: Any) -> None:
         if self._own(agent):
@@ -171,6 +218,7 @@ class BudgetRunHooks(RunHooks):
 
     def llm_end(self, context: Any, agent: Any, response: Any) -> None:
         """Record the model call of ``agent`` that ended with ``response``."""
+        self._end_final()
         queue = self._open.get((id(context), id(agent)))
         res = queue.popleft() if queue else None
         self.run.record(
@@ -219,6 +267,87 @@ class BudgetRunHooks(RunHooks):
         _raise_as_agents(lambda: self.run.before_tool_call(name))
 
 
+#: ``Model.get_response`` / ``stream_response``'s positional parameters.
+_CALL_ARGS = (
+    "system_instructions", "input", "model_settings", "tools", "output_schema", "handoffs", "tracing"
+)  # fmt: skip
+
+
+#: id(input list) -> (that list, output cap): the final calls under way. The SDK hands the model
+#: the input list it gave ``on_llm_start``, so the model finds its call by identity (an agent, and
+#: its wrapped model, may serve several runs at once).
+_FINAL: dict[int, tuple[Any, int]] = {}
+
+
+def _final_call_model(model: Model) -> Model:
+    return model if isinstance(model, _FinalCallModel) else _FinalCallModel(model)
+
+
+def _instruction_item() -> dict[str, str]:
+    return {"role": "user", "content": WRAP_UP_INSTRUCTION}
+
+
+class _FinalCallModel(Model):
+    """An Agents SDK model (``wrapped``) that sends a run's final call (one the hooks reserved, see
+    :data:`_FINAL`) without tools or handoffs, with the instruction to answer now last and
+    ``max_tokens`` capped; every other call, and every other attribute, passes through."""
+
+    def __init__(self, wrapped: Model) -> None:
+        self.wrapped = wrapped
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.wrapped, name)
+
+    def _final(self, args: tuple, kwargs: dict[str, Any]) -> tuple[tuple, dict[str, Any]]:
+        call = {**dict(zip(_CALL_ARGS, args, strict=False)), **kwargs}
+        given = call.get("input")
+        pending = _FINAL.get(id(given))
+        if pending is None or pending[0] is not given:
+            return args, kwargs
+        cap = pending[1]
+        items = [{"role": "user", "content": given}] if isinstance(given, str) else list(given)
+        call["input"] = [*items, _instruction_item()]
+        call["model_settings"] = dataclasses.replace(
+            call["model_settings"], max_tokens=cap, tool_choice=None, parallel_tool_calls=None
+        )
+        call["tools"], call["handoffs"] = [], []
+        return (), call
+
+    async def get_response(self, *args: Any, **kwargs: Any) -> Any:
+        args, kwargs = self._final(args, kwargs)
+        return await self.wrapped.get_response(*args, **kwargs)
+
+    def stream_response(self, *args: Any, **kwargs: Any) -> Any:
+        args, kwargs = self._final(args, kwargs)
+        return self.wrapped.stream_response(*args, **kwargs)
+
+    def get_retry_advice(self, request: Any) -> Any:
+        return self.wrapped.get_retry_advice(request)
+
+    async def close(self) -> None:
+        await self.wrapped.close()
+
+
+class _FinalCallProvider(ModelProvider):
+    """``wrapped`` (a ``ModelProvider``; None: the SDK's default) whose models are
+    :class:`_FinalCallModel`."""
+
+    def __init__(self, wrapped: Any) -> None:
+        from agents.models.multi_provider import MultiProvider
+
+        self.wrapped: Any = (
+            wrapped.wrapped if isinstance(wrapped, _FinalCallProvider) else wrapped or MultiProvider()
+        )
+
+    def get_model(self, model_name: str | None) -> Model:
+        return _final_call_model(self.wrapped.get_model(model_name))
+
+    async def aclose(self) -> None:
+        closer = getattr(self.wrapped, "aclose", None)
+        if closer is not None:
+            await closer()
+
+
 class _SubAgentHooks(AgentHooks):
     """Agent hooks that charge a sub-agent's calls to ``owner``'s run, then call the hooks the
     sub-agent had (``previous``)."""
@@ -244,7 +373,7 @@ class _SubAgentHooks(AgentHooks):
         await self._then("on_end", context, agent, output)
 
     async def on_llm_start(self, context: Any, agent: Any, system_prompt: Any, input_items: Any) -> None:
-        self._charge(lambda: self.owner.llm_start(context, agent, system_prompt, input_items))
+        self._charge(lambda: self.owner.llm_start(context, agent, system_prompt, input_items, False))
         await self._then("on_llm_start", context, agent, system_prompt, input_items)
 
     async def on_llm_end(self, context: Any, agent: Any, response: Any) -> None:

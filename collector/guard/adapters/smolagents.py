@@ -18,16 +18,28 @@
   refusal is raised again by the agent's next model call, so the run stops there. The refusal
   leaves ``agent.run`` wrapped in smolagents' ``AgentGenerationError`` (its ``__cause__``):
   ``with RunBudget(...)`` records it as the budget stop it is.
+- with a wrap-up slice (``RunBudget(wrap_up_tokens=...)``), the call that does not fit next to it
+  becomes the run's final call (see :mod:`budgetlens.guard.adapters._wrap_up`). smolagents ends a
+  run through its ``final_answer`` tool, so that one tool stays: a ``ToolCallingAgent`` is offered
+  ``final_answer`` alone, a ``CodeAgent`` is told to write code that only calls it
+  (:data:`FINAL_ANSWER_INSTRUCTION`, as a last user message), ``max_tokens`` capped to the slice.
+  A reply that still is no final answer is taken as one, so the run ends on it: a
+  ``ToolCallingAgent``'s text becomes a ``final_answer`` call with that text, a ``CodeAgent``'s
+  text without a code block becomes ``final_answer(text)`` in the agent's code tags (not with
+  ``use_structured_outputs_internally``, whose JSON is left as it is). The run then stops with
+  ``budget_wrap_up``.
 """
 
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Callable, Iterator
 from typing import Any
 
 from budgetlens.guard.adapters._calls import DEFAULT_MAX_OUTPUT_TOKENS, CallGuard
 from budgetlens.guard.adapters._proxy import Proxy
+from budgetlens.guard.adapters._wrap_up import FINAL_ANSWER_INSTRUCTION, reserve_final
 from budgetlens.guard.results import BudgetExceeded
 from budgetlens.usage import Usage, normalize_usage
 
@@ -71,6 +83,7 @@ def _guard_agent(agent: Any, run: Any, state: _RunState, count: Any, ceiling: in
     if not isinstance(agent.model, GuardedSmolModel):
         name = provider or type(agent.model).__name__.removesuffix("Model").lower() or "smolagents"
         agent.model = GuardedSmolModel(agent.model, CallGuard(run, name, count, ceiling), state)
+    agent.model._code_tags = getattr(agent, "code_block_tags", None)  # a CodeAgent's
     for tool_name, tool in agent.tools.items():
         if tool_name not in _UNCOUNTED_TOOLS:
             # a tool object shared by agents is bound to the run guarded last (its own forward kept)
@@ -109,6 +122,10 @@ def _counted(forward: Callable[..., Any], name: str, run: Any, state: _RunState)
     return counted
 
 
+def _described(tool: Any) -> tuple[Any, Any, Any]:
+    return (getattr(tool, "name", ""), getattr(tool, "description", ""), getattr(tool, "inputs", None))
+
+
 def _usage(message: Any) -> Usage | None:
     """The usage of a smolagents ``ChatMessage``: the raw provider response's when it has one,
     else ``token_usage`` (input and output totals); None when neither reports tokens."""
@@ -136,21 +153,62 @@ class GuardedSmolModel(Proxy):
     def __init__(self, model: Any, guard: CallGuard, state: _RunState) -> None:
         super().__init__(model)
         self._guard, self._state = guard, state
+        self._code_tags: Any = None
 
-    def _reserve(self, messages: Any, tools: Any, kwargs: dict[str, Any]) -> Any:
+    def _reserve(self, messages: Any, tools: Any, kwargs: dict[str, Any]) -> tuple[Any, Any, Any, bool]:
+        """(reservation, messages, tools) of the call, and whether it is the run's final call
+        (then rewritten: see the module doc)."""
         self._state.raise_pending()
-        described = [
-            (getattr(t, "name", ""), getattr(t, "description", ""), getattr(t, "inputs", None))
-            for t in tools or ()
-        ]
+        described = [_described(t) for t in tools or ()]
         request = {"messages": list(messages), "tools": described}
         given = kwargs.get("max_tokens", (getattr(self._target, "kwargs", None) or {}).get("max_tokens"))
         prompt = self._guard.prompt_tokens(request, (request["messages"], described))
         cap = self._guard.output_cap(prompt, given)
+        model = getattr(self._target, "model_id", None)
+        if self._guard.run.wrap_up_due(prompt + cap, model, output_tokens=cap):
+            return self._final(messages, tools, kwargs, given, model)
         kwargs.setdefault("max_tokens", cap)
-        return self._guard.run.reserve(
-            prompt + cap, getattr(self._target, "model_id", None), output_tokens=cap
+        return self._guard.run.reserve(prompt + cap, model, output_tokens=cap), messages, tools, False
+
+    def _final(
+        self, messages: Any, tools: Any, kwargs: dict[str, Any], given: Any, model: Any
+    ) -> tuple[Any, Any, Any, bool]:
+        """Reserve the run's final call with the shared step (:func:`reserve_final`, with
+        :data:`FINAL_ANSWER_INSTRUCTION`): only ``final_answer`` offered, the instruction last,
+        ``max_tokens`` capped to the slice."""
+        from smolagents.models import ChatMessage, MessageRole
+
+        kept = [t for t in tools or () if getattr(t, "name", None) == "final_answer"] if tools else None
+        request = {"messages": list(messages), "tools": [_described(t) for t in kept or ()]}
+        request.update(model=model, max_tokens=given)
+        res = reserve_final(
+            self._guard,
+            request,
+            (list(messages), request["tools"]),
+            ("max_tokens",),
+            "max_tokens",
+            FINAL_ANSWER_INSTRUCTION,
         )
+        kwargs["max_tokens"] = request["max_tokens"]
+        ask = ChatMessage(role=MessageRole.USER, content=[{"type": "text", "text": FINAL_ANSWER_INSTRUCTION}])
+        return res, [*messages, ask], kept, True
+
+    def _as_final_answer(self, message: Any, tools: Any, kwargs: dict[str, Any]) -> Any:
+        """The final call's reply as a final answer (see the module doc), else as it is."""
+        from smolagents.models import ChatMessageToolCall, ChatMessageToolCallFunction
+
+        text = message.content if isinstance(message.content, str) else None
+        if text is None or kwargs.get("response_format") is not None:
+            return message
+        if tools is not None and not message.tool_calls:
+            call = ChatMessageToolCallFunction(name="final_answer", arguments={"answer": text})
+            message.tool_calls = [ChatMessageToolCall(function=call, id="budgetlens_final", type="function")]
+        elif tools is None and self._code_tags is not None:
+            opening, closing = self._code_tags
+            if re.search(rf"{opening}(.*?){closing}", text, re.DOTALL) is None:
+                opening = "```python" if opening.startswith("```") else opening
+                message.content = f"{text}\n{opening}\nfinal_answer({text!r})\n{closing}"
+        return message
 
     def generate(
         self,
@@ -161,7 +219,7 @@ class GuardedSmolModel(Proxy):
         **kwargs: Any,
     ) -> Any:
         """The model's ``generate``, reserved before and recorded after."""
-        res = self._reserve(messages, tools_to_call_from, kwargs)
+        res, messages, tools_to_call_from, final = self._reserve(messages, tools_to_call_from, kwargs)
         try:
             message = self._target.generate(
                 messages,
@@ -175,7 +233,7 @@ class GuardedSmolModel(Proxy):
             raise
         model = getattr(getattr(message, "raw", None), "model", None)
         self._guard.record(res, _usage(message), model if isinstance(model, str) else None)
-        return message
+        return self._as_final_answer(message, tools_to_call_from, kwargs) if final else message
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.generate(*args, **kwargs)
@@ -189,8 +247,9 @@ class GuardedSmolModel(Proxy):
         **kwargs: Any,
     ) -> Iterator[Any]:
         """The model's ``generate_stream``, reserved before the first delta and recorded when it
-        ends (the deltas' ``token_usage`` summed; unknown when none reported any)."""
-        res = self._reserve(messages, tools_to_call_from, kwargs)
+        ends (the deltas' ``token_usage`` summed; unknown when none reported any). The run's final
+        call is rewritten as in ``generate``, without taking a reply that is no final answer as one."""
+        res, messages, tools_to_call_from, _final = self._reserve(messages, tools_to_call_from, kwargs)
         total: Usage | None = None
         try:
             for delta in self._target.generate_stream(
