@@ -56,7 +56,9 @@ def test_a_call_that_is_its_own_parent_is_stored_as_a_root_and_flagged():
     trace, me = os.urandom(16), os.urandom(8)
     mapped = _map([_span(trace, me, me, _chat("selfp"))], SpanMemory())
     assert mapped.rejected == 0
-    assert [(c["run_id"], c["input_tokens"], c["parent_span_id"]) for c in mapped.calls] == [("selfp", 100, None)]
+    assert [(c["run_id"], c["input_tokens"], c["parent_span_id"]) for c in mapped.calls] == [
+        ("selfp", 100, None)
+    ]
     assert mapped.calls[0]["quality"] == "parent_loop"
     assert mapped.flagged == {"parent_loop": 1}
 

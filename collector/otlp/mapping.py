@@ -331,6 +331,7 @@ class _Mapper:
         self.tree.remember()
         if self.prints and self.tree.memory is not None:
             self.tree.memory.remember_prints(self.prints)
+        out.prints = self.prints
         if aggregates:
             dropped = {id(rows[index]) for index in aggregates}
             self.to_price = [item for item in self.to_price if id(item[0]) not in dropped]

@@ -77,7 +77,9 @@ class SpanTree:
             nodes[key].parent = ""
         return looped
 
-    def _named(self, trace_hex: str, start: Node, cache: dict[int, tuple[str | None, str]]) -> tuple[str | None, str]:
+    def _named(
+        self, trace_hex: str, start: Node, cache: dict[int, tuple[str | None, str]]
+    ) -> tuple[str | None, str]:
         """(the run named by ``start`` or its nearest ancestor in this request, else None; the
         parent hex where the chain leaves this request, "" at a root). Memoized in ``cache``
         by node identity; iterative."""
