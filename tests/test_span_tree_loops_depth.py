@@ -14,7 +14,7 @@ from budgetlens.otlp.memory import span_digest
 
 
 def _span(trace: bytes, span_id: bytes, parent: bytes | None, attrs: dict, name: str = "step"):
-    span = trace_pb2.Span(trace_id=trace, span_id=span_id, name=name, kind=1)
+    span = trace_pb2.Span(trace_id=trace, span_id=span_id, name=name, kind=trace_pb2.Span.SPAN_KIND_INTERNAL)
     if parent:
         span.parent_span_id = parent
     span.start_time_unix_nano = 1_700_000_000_000_000_000
@@ -103,6 +103,15 @@ def test_a_loop_across_requests_ends_the_walk_through_the_memory():
     _map([_span(trace, y, x, {}, "b")], memory)
     mapped = _map([_span(trace, z, x, _chat())], memory)  # x -> y -> x: no named run above
     assert [c["run_id"] for c in mapped.calls] == [trace.hex()]
+
+
+def test_two_calls_on_a_loop_closed_across_requests_are_both_calls():
+    trace, x, y = os.urandom(16), os.urandom(8), os.urandom(8)
+    memory = SpanMemory()
+    first = _map([_span(trace, x, y, _chat("r", 100))], memory)
+    second = _map([_span(trace, y, x, _chat("r", 300))], memory)  # y's "call below" is x, its parent
+    assert [c["input_tokens"] for c in first.calls + second.calls] == [100, 300]
+    assert second.calls[0]["quality"] == "parent_loop"
 
 
 def _chain(depth: int, run: str) -> list:

@@ -95,7 +95,7 @@ def test_a_worker_body_checks_its_fingerprints_against_the_collectors_memory():
     async def run():
         small = await pool.prepare(first, PROTOBUF, None, 1 << 20)  # in-process: remembered
         with ThreadPoolExecutor(1) as executor:
-            pool._executor = executor  # type: ignore[assignment]
+            pool._executor = executor
             worker = await pool.prepare(conflicting, PROTOBUF, None, 1 << 20)
             again = await pool.prepare(retry, PROTOBUF, None, 1 << 20)
         pool._executor = None

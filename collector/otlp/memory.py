@@ -70,6 +70,12 @@ class SpanMemory:
                 span_hex = node[0]
         return None
 
+    def parent_of(self, trace_hex: str, span_hex: str) -> str | None:
+        """The parent hex remembered for a span ("" for a root); None when it is unknown."""
+        with self._lock:
+            node = self._nodes.get((trace_hex, span_hex))
+        return None if node is None else node[0]
+
     def has_call_below(self, trace_hex: str, span_hex: str) -> bool:
         """True when a model call mapped earlier lies below this span."""
         with self._lock:

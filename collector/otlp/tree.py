@@ -176,7 +176,10 @@ class SpanTree:
         if memory is not None:
             for (trace_hex, span_hex), _, index in call_nodes:
                 if index not in below and memory.has_call_below(trace_hex, span_hex):
-                    earlier.add(index)
+                    if self._loops_back(trace_hex, span_hex):  # the "call below" is above it too
+                        call_flags.setdefault(index, set()).add(PARENT_LOOP)
+                    else:
+                        earlier.add(index)
         for aggregate, children in below.items():
             summed = tuple(sum(calls[i][name] or 0 for i in children) for name in _FIGURES)
             if tuple(calls[aggregate][name] or 0 for name in _FIGURES) != summed:
@@ -184,6 +187,22 @@ class SpanTree:
         for aggregate in {*below, *earlier}:
             call_flags.pop(aggregate, None)  # not a call: its own flags do not count
         return set(below) | earlier
+
+    def _loops_back(self, trace_hex: str, span_hex: str) -> bool:
+        """True when the parents of ``span_hex`` (this request, then the memory) lead back to it:
+        a loop that closes across requests."""
+        memory, seen = self.memory, set()
+        current: str | None = self.nodes[(trace_hex, span_hex)].parent
+        while current and current not in seen:
+            if current == span_hex:
+                return True
+            seen.add(current)
+            node = self.nodes.get((trace_hex, current))
+            if node is not None:
+                current = node.parent
+            else:
+                current = memory.parent_of(trace_hex, current) if memory is not None else None
+        return False
 
     def remember(self) -> None:
         """Hand the request's spans to the memory (no-op without one)."""
