@@ -182,6 +182,7 @@ QUALITY_FLAGS = {
     "aggregate_mismatch": "an aggregate span's usage differs from the sum of the calls below it",
     "partial_usage": "a usage lacking its input or output part; the missing part was charged",
     "total_mismatch": "the provider's total differs from input + output; the parts are the usage, the total kept",
+    "parent_loop": "the span was its own ancestor (a parent loop); stored as a root, its parent dropped",
     "span_id_collision": "a different span under the ids of one received earlier; rejected, not stored",
     "rejected_span": "a span of the run was rejected (a bad value, named in partial_success); its values are "
     "missing: a rejected call has usage_status unknown, a rejected run span leaves no limits or stop reason",

@@ -44,6 +44,8 @@ DEFAULT_LARGE_BYTES = 4 * 1024 * 1024
 #: How much lower than the request path's the workers' CPU priority is (nice steps): on a busy
 #: machine the event loop (``/healthz``, small requests, acknowledgements) goes first.
 WORKER_NICENESS = 10
+#: A worker's span memory holds only the fingerprints it is given; its bound just has to hold them.
+_WORKER_PRINTS = 1
 
 
 class DecodeUnavailable(RuntimeError):
@@ -58,7 +60,9 @@ class Prepared:
     ``rejected``: invalid spans; ``error_message``: the ``partial_success`` message;
     ``log_message``: a shorter one for the log; ``rows``: store rows (calls + records + events);
     ``encoded``: the rows as a journal payload, None when there are none; ``flagged``: spans
-    kept after a repair, by quality flag (the Prometheus counter's reason label).
+    kept after a repair, by quality flag (the Prometheus counter's reason label); ``prints``: the
+    content fingerprints of the accepted spans (``budgetlens.otlp.Mapped.prints``), filled by a
+    worker only: the collector checks them against its ``SpanMemory`` before it acknowledges.
     """
 
     kind: str
@@ -69,6 +73,7 @@ class Prepared:
     rows: int
     encoded: Encoded | None
     flagged: dict[str, int] = field(default_factory=dict)
+    prints: dict[tuple[str, str], int] = field(default_factory=dict, repr=False)
 
 
 def prepare(
@@ -95,14 +100,31 @@ def prepare(
         encoded = Encoded(encode_batch(*mapped.tables()), mapped.rows)
     message = mapped.error_message() if mapped.rejected else ""
     short = mapped.error_message(2) if mapped.rejected else ""
-    return Prepared(kind, mapped.spans, mapped.rejected, message, short, mapped.rows, encoded, mapped.flagged)
+    return Prepared(
+        kind,
+        mapped.spans,
+        mapped.rejected,
+        message,
+        short,
+        mapped.rows,
+        encoded,
+        mapped.flagged,
+        mapped.prints,
+    )
 
 
-def _prepare_in_worker(body, content_type, content_encoding, max_bytes) -> Prepared | tuple[int, str]:
+def _prepare_in_worker(
+    body, content_type, content_encoding, max_bytes, earlier: dict[tuple[str, str], int] | None = None
+) -> Prepared | tuple[int, str]:
     """``prepare`` in a worker; an OtlpError comes back as ``(status, reason)`` (it does not
-    pickle with its two arguments)."""
+    pickle with its two arguments). The spans are fingerprinted (``Prepared.prints``) against a
+    memory holding only ``earlier`` (``(trace hex, span hex) -> fingerprint`` of spans the
+    collector received before with other content: they are rejected as span id collisions)."""
+    memory = SpanMemory(max_spans=max(len(earlier or ()), 1) + _WORKER_PRINTS)
+    if earlier:
+        memory.remember_prints(earlier)
     try:
-        result: Prepared | tuple[int, str] = prepare(body, content_type, content_encoding, max_bytes)
+        result: Prepared | tuple[int, str] = prepare(body, content_type, content_encoding, max_bytes, memory)
     except OtlpError as error:
         result = error.status, error.reason
     del body
@@ -193,7 +215,9 @@ class DecodePool:
         self.inline_bytes = inline_bytes
         self.large_bytes = large_bytes
         #: The collector's span memory (issue 15's tree rules across requests). Requests mapped
-        #: in-process use it; a large body mapped in a worker is taken as self-contained.
+        #: in-process use it; a large body mapped in a worker is taken as self-contained for the
+        #: tree rules, but its spans' fingerprints are checked against it and remembered (a
+        #: different span under the ids of one received earlier is rejected on both paths).
         self.memory = memory
         self._executor: ProcessPoolExecutor | None = None
         self._large: asyncio.Semaphore | None = None  # created on the serving event loop
@@ -225,20 +249,47 @@ class DecodePool:
         worker died (the pool restarts)."""
         executor = self._executor
         if executor is None or len(body) <= self.inline_bytes:
-            return prepare(body, content_type, content_encoding, max_bytes, self.memory)
+            prepared = prepare(body, content_type, content_encoding, max_bytes, self.memory)
+            prepared.prints = {}  # remembered by the mapping already
+            return prepared
+        result = await self._in_worker(executor, body, content_type, content_encoding, max_bytes, None)
+        memory = self.memory
+        if memory is not None and result.prints:
+            # the same rule as in-process (issue 23): a span received earlier with other content
+            # is a span id collision, rejected in this answer, not acknowledged and then lost to
+            # the store's primary key. Check and remember in one step, on the event loop (so no
+            # other body is checked in between); on a conflict the body is mapped again with
+            # the earlier fingerprints, so the rejection, its stub rows and flags are the usual.
+            conflicts = memory.claim_prints(result.prints)
+            if conflicts:
+                log.info("%d span id collisions in a worker-decoded body; mapping it again", len(conflicts))
+                result = await self._in_worker(
+                    executor, body, content_type, content_encoding, max_bytes, conflicts
+                )
+                memory.remember_prints(result.prints)
+        result.prints = {}
+        return result
+
+    async def _in_worker(
+        self,
+        executor: ProcessPoolExecutor,
+        body: bytes | bytearray,
+        content_type: str | None,
+        content_encoding: str | None,
+        max_bytes: int,
+        earlier: dict[tuple[str, str], int] | None,
+    ) -> Prepared:
+        """``_prepare_in_worker`` in ``executor`` (bodies over ``large_bytes`` one at a time)."""
         loop = asyncio.get_running_loop()
         if self._large is None:
             self._large = asyncio.Semaphore(1)
+        args = (body, content_type, content_encoding, max_bytes, earlier)
         try:
             if len(body) > self.large_bytes:
                 async with self._large:
-                    result = await loop.run_in_executor(
-                        executor, _prepare_in_worker, body, content_type, content_encoding, max_bytes
-                    )
+                    result = await loop.run_in_executor(executor, _prepare_in_worker, *args)
             else:
-                result = await loop.run_in_executor(
-                    executor, _prepare_in_worker, body, content_type, content_encoding, max_bytes
-                )
+                result = await loop.run_in_executor(executor, _prepare_in_worker, *args)
         except BrokenProcessPool:
             log.error("a decode worker died; restarting the pool")
             if self._executor is executor:

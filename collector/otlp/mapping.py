@@ -42,7 +42,11 @@ Runs as they really were (within one request, and across requests through a ``Sp
 - identity: a span is (trace id, span id); an exact repeat is stored once, a different span under
   the same ids is rejected (``span id collision``, also counted in ``Mapped.flagged``), in this
   request and, through the ``SpanMemory``, in a later one;
-- a span that names no run belongs to the run of its nearest ancestor that names one;
+- a span that names no run belongs to the run of its nearest ancestor that names one (at any
+  depth);
+- a parent loop (a span that is its own parent, or spans that are each other's ancestors) is
+  broken: those spans are mapped as roots (their run is the one they name, else the trace id),
+  their calls stored with ``parent_span_id`` NULL and flagged ``parent_loop``;
 - aggregates are not calls: a span with usage above other model-call spans of its trace is
   dropped as a call; a disagreement with the sum of the calls right below it is flagged;
 - usage in a foreign convention (cache parts above input, reasoning above output) is normalized
@@ -69,7 +73,7 @@ from budgetlens.otlp.attributes import (
     read_attributes,
     text,
 )
-from budgetlens.otlp.memory import SpanMemory
+from budgetlens.otlp.memory import SpanMemory, span_digest
 from budgetlens.otlp.rejected import Mark, mark_of, mark_runs, stub_context, stub_rows
 from budgetlens.otlp.rows import Mapped, Row
 from budgetlens.otlp.span_rows import (
@@ -83,7 +87,7 @@ from budgetlens.otlp.span_rows import (
     root_record,
     run_record,
 )
-from budgetlens.otlp.tree import Node, SpanTree
+from budgetlens.otlp.tree import PARENT_LOOP, Node, SpanTree
 
 log = logging.getLogger(__name__)
 
@@ -167,7 +171,7 @@ class _Mapper:
             )
         memory = self.tree.memory
         if memory is not None:
-            fingerprint = hash(span.SerializeToString(deterministic=True))
+            fingerprint = span_digest(span.SerializeToString(deterministic=True))
             earlier = memory.fingerprint(*key)
             if earlier is not None and earlier != fingerprint:
                 del self.seen[key]
@@ -317,6 +321,7 @@ class _Mapper:
                 row = rows[index]
                 if row["task_type"] is None:
                     row["task_type"] = agents.get(row["trace_id"])
+        self._break_loops()
         self.tree.inherit_runs(rows, out.event_rows)
         aggregates = self.tree.aggregates(rows, self.call_flags)
         mark_runs(self.marks, self.tree, out, self.call_flags, self.record_flags, aggregates)
@@ -326,12 +331,26 @@ class _Mapper:
         self.tree.remember()
         if self.prints and self.tree.memory is not None:
             self.tree.memory.remember_prints(self.prints)
+        out.prints = self.prints
         if aggregates:
             dropped = {id(rows[index]) for index in aggregates}
             self.to_price = [item for item in self.to_price if id(item[0]) not in dropped]
             out.call_rows = [row for index, row in enumerate(rows) if index not in aggregates]
         apply_prices(self.to_price)  # the body's calls in one batch (aggregates are not priced)
         return out
+
+    def _break_loops(self) -> None:
+        """Spans on a parent loop (their own parent, or each other's ancestors) become roots:
+        their rows keep their values, lose the looping ``parent_span_id`` and are flagged
+        ``parent_loop``; their run is the one they name, else the trace id."""
+        nodes = self.tree.nodes
+        for key in self.tree.break_loops():
+            node = nodes[key]
+            if node.call is not None:
+                self.out.call_rows[node.call]["parent_span_id"] = None
+                self.call_flags.setdefault(node.call, set()).add(PARENT_LOOP)
+            elif node.record is not None:
+                self.record_flags.setdefault(node.record, set()).add(PARENT_LOOP)
 
     def _write_flags(self) -> None:
         """Write the quality flags into the rows and count them by reason."""

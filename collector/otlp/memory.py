@@ -20,15 +20,22 @@ trace's run). Bounded: the oldest entries are forgotten beyond ``max_spans``. Th
 
 from __future__ import annotations
 
+import hashlib
 import threading
 
-__all__ = ["DEFAULT_MAX_SPANS", "SpanMemory"]
+__all__ = ["DEFAULT_MAX_SPANS", "SpanMemory", "span_digest"]
 
 #: Spans remembered per collector (about 200 bytes each).
 DEFAULT_MAX_SPANS = 200_000
-_MAX_DEPTH = 1000
 
 Key = tuple[str, str]
+
+
+def span_digest(serialized: bytes) -> int:
+    """A span's content fingerprint: the first 8 bytes of BLAKE2b over its deterministic
+    protobuf serialization, as an int. The same in every process (``hash()`` of bytes is
+    salted per process, so a decode worker's fingerprints would not match the collector's)."""
+    return int.from_bytes(hashlib.blake2b(serialized, digest_size=8).digest(), "big")
 
 
 class SpanMemory:
@@ -51,16 +58,23 @@ class SpanMemory:
 
     def named_run(self, trace_hex: str, span_hex: str) -> str | None:
         """The run named by ``span_hex`` or its nearest remembered ancestor; None when unknown."""
+        seen: set[str] = set()  # no depth limit; a parent loop across requests ends the walk
         with self._lock:
-            depth = 0
-            while span_hex and depth < _MAX_DEPTH:
+            while span_hex and span_hex not in seen:
+                seen.add(span_hex)
                 node = self._nodes.get((trace_hex, span_hex))
                 if node is None:
                     return None
                 if node[1]:
                     return node[1]
-                span_hex, depth = node[0], depth + 1
+                span_hex = node[0]
         return None
+
+    def parent_of(self, trace_hex: str, span_hex: str) -> str | None:
+        """The parent hex remembered for a span ("" for a root); None when it is unknown."""
+        with self._lock:
+            node = self._nodes.get((trace_hex, span_hex))
+        return None if node is None else node[0]
 
     def has_call_below(self, trace_hex: str, span_hex: str) -> bool:
         """True when a model call mapped earlier lies below this span."""
@@ -68,7 +82,8 @@ class SpanMemory:
             return (trace_hex, span_hex) in self._below
 
     def fingerprint(self, trace_hex: str, span_hex: str) -> int | None:
-        """The content fingerprint of the span received earlier under these ids (None: none)."""
+        """The content fingerprint (``span_digest``) of the span received earlier under these
+        ids (None: none)."""
         with self._lock:
             return self._prints.get((trace_hex, span_hex))
 
@@ -80,6 +95,24 @@ class SpanMemory:
             while len(table) > self.max_spans:
                 del table[next(iter(table))]  # the oldest first
 
+    def claim_prints(self, prints: dict[Key, int]) -> dict[Key, int]:
+        """Check and remember in one step (a body mapped elsewhere, e.g. in a decode worker):
+        returns ``{key: earlier fingerprint}`` for the spans received earlier with other
+        content (span id collisions: not remembered), and remembers the fingerprints of the
+        others. ``prints``: ``(trace hex, span hex) -> span_digest``."""
+        with self._lock:
+            table = self._prints
+            conflicts = {}
+            for key, digest in prints.items():
+                earlier = table.get(key)
+                if earlier is not None and earlier != digest:
+                    conflicts[key] = earlier
+                else:
+                    table[key] = digest
+            while len(table) > self.max_spans:
+                del table[next(iter(table))]  # the oldest first
+        return conflicts
+
     def remember(self, spans: list[tuple[str, str, str, str | None, bool]]) -> None:
         """Remember spans as ``(trace hex, span hex, parent hex, run id or None, is a call or has
         one below)``; every ancestor of a call (as far as known) is marked as having one below."""
@@ -90,8 +123,7 @@ class SpanMemory:
             for trace_hex, span_hex, parent_hex, _, call in spans:
                 if not (call or (trace_hex, span_hex) in below):
                     continue
-                depth = 0
-                while parent_hex and depth < _MAX_DEPTH:
+                while parent_hex:  # no depth limit; a loop ends at its first marked span
                     key = (trace_hex, parent_hex)
                     if key in below:
                         break  # its known ancestors were marked when it was
@@ -99,7 +131,7 @@ class SpanMemory:
                     node = nodes.get(key)
                     if node is None:
                         break
-                    parent_hex, depth = node[0], depth + 1
+                    parent_hex = node[0]
             for table in (nodes, below):
                 while len(table) > self.max_spans:
                     del table[next(iter(table))]  # the oldest first

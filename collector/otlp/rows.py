@@ -107,7 +107,9 @@ class Mapped:
     ``calls``/``records``/``events`` are lists of dicts keyed by store columns (built on first
     access); ``tables()`` gives the same rows as pyarrow tables; ``spans`` is the number of spans
     seen (accepted + rejected); ``errors`` holds one reason per rejected span; ``flagged`` counts
-    repaired spans by quality flag.
+    repaired spans by quality flag; ``prints``: the content fingerprint of each accepted span,
+    ``(trace hex, span hex) -> budgetlens.otlp.memory.span_digest`` (filled when mapped with a
+    ``SpanMemory``; a decode worker hands them back so the collector can check them).
     """
 
     spans: int = 0
@@ -118,6 +120,7 @@ class Mapped:
     call_rows: list[Row] = field(default_factory=list, repr=False)
     record_rows: list[Row] = field(default_factory=list, repr=False)
     event_rows: list[Row] = field(default_factory=list, repr=False)
+    prints: dict[tuple[str, str], int] = field(default_factory=dict, repr=False)
 
     @property
     def calls(self) -> list[dict]:
