@@ -40,14 +40,14 @@ class _Connection:
 
     def drop(self, reason: str) -> None:
         self.dropped = True
-        self.guard.forget(self)  # type: ignore[arg-type]
+        self.guard.forget(self)
 
 
 def _admit(guard: ConnectionGuard, client: str, waiting: bool = True) -> _Connection:
     connection = _Connection(guard, client)
-    assert guard.admit(connection)  # type: ignore[arg-type]
+    assert guard.admit(connection)
     if waiting:
-        guard.wait(connection)  # type: ignore[arg-type]
+        guard.wait(connection)
     return connection
 
 
@@ -76,7 +76,7 @@ def test_a_cap_with_every_connection_serving_refuses_the_new_one():
     guard = ConnectionGuard(ConnectionLimits(max_connections=2, max_client_connections=2))
     _admit(guard, ATTACKER, waiting=False)
     _admit(guard, "127.0.0.1", waiting=False)
-    assert not guard.admit(_Connection(guard, "127.0.0.3"))  # type: ignore[arg-type]
+    assert not guard.admit(_Connection(guard, "127.0.0.3"))
     assert guard.refused == 1 and guard.open == 2
 
 
@@ -163,8 +163,8 @@ def test_stalled_request_heads_leave_healthz_and_an_otel_export_served(tmp_path,
     recorder = SpanRecorder()
     recorder.guard_run("r1", "code_generation", [("gpt-4o", 1000, 100)])
     spans = recorder.spans()
-    flags = ("--max-connections", "200", "--max-client-connections", "50")
-    flags += ("--header-timeout", "3", "--idle-timeout", "2")
+    flags = ["--max-connections", "200", "--max-client-connections", "50"]
+    flags += ["--header-timeout", "3", "--idle-timeout", "2"]
     stop = threading.Event()
     held: list[socket.socket] = []
     answers: list[bytes] = []

@@ -130,8 +130,7 @@ def register(subparsers) -> None:
         type=positive_float,
         default=5.0,
         metavar="SECONDS",
-        help="longest pause between two pieces of a request's headers or body before 408 "
-        "(default 5)",
+        help="longest pause between two pieces of a request's headers or body before 408 (default 5)",
     )
     parser.add_argument(
         "--header-timeout",
@@ -444,9 +443,8 @@ def _announcing_server(config, *, db_path, token_set, read_token):
 
     import uvicorn
 
-    from budgetlens.ingest.connections import limit_accept_errors
-
     from budgetlens.config import is_lake_location
+    from budgetlens.ingest.connections import limit_accept_errors
     from budgetlens.store.location import display
     from budgetlens.store.readers import publish
 

@@ -122,6 +122,7 @@ class ConnectionGuard:
     def __init__(self, limits: ConnectionLimits | None = None, clock: Callable[[], float] = time.monotonic):
         self.limits = limits or ConnectionLimits()
         self.clock = clock
+        self.open = 0  # connections counted in (not refused, not yet closed)
         self.by_client: dict[str, int] = {}
         self.waiting: OrderedDict[_GuardedConnection, None] = OrderedDict()
         self.waiting_by_client: dict[str, OrderedDict[_GuardedConnection, None]] = {}
@@ -130,23 +131,18 @@ class ConnectionGuard:
         self.timed_out = 0
         self.log = RateLimitedLog(log)
 
-    @property
-    def open(self) -> int:
-        """Connections open and counted (not refused, not yet closed)."""
-        return sum(self.by_client.values())
-
     def admit(self, connection: _GuardedConnection) -> bool:
         """Count ``connection`` in (True), closing the oldest waiting connection of its client
         (or of all) when a cap is reached; False, counting nothing, when no waiting one is left
         to close."""
         client, limits = connection.client_host, self.limits
-        if self.by_client.get(client, 0) >= limits.max_client_connections:
-            if not self._evict(self.waiting_by_client.get(client), f"client {client}'s cap"):
-                return self._refuse(f"{client} holds {self.by_client[client]} connections (the cap)")
-        if self.open >= limits.max_connections:
-            if not self._evict(self.waiting, "the connection cap"):
-                return self._refuse(f"{self.open} connections open (the cap)")
+        full = self.by_client.get(client, 0) >= limits.max_client_connections
+        if full and not self._evict(self.waiting_by_client.get(client), f"client {client}'s cap"):
+            return self._refuse(f"{client} holds {self.by_client[client]} connections (the cap)")
+        if self.open >= limits.max_connections and not self._evict(self.waiting, "the connection cap"):
+            return self._refuse(f"{self.open} connections open (the cap)")
         self.by_client[client] = self.by_client.get(client, 0) + 1
+        self.open += 1
         return True
 
     def wait(self, connection: _GuardedConnection) -> None:
@@ -167,6 +163,7 @@ class ConnectionGuard:
         """``connection`` is closed: count it out."""
         self.serve(connection)
         client = connection.client_host
+        self.open -= 1
         left = self.by_client.get(client, 0) - 1
         if left > 0:
             self.by_client[client] = left
@@ -178,7 +175,9 @@ class ConnectionGuard:
             return False
         oldest = next(iter(candidates))
         self.evicted += 1
-        self.log.warning("evict", f"closed a waiting connection from {oldest.client_host} to make room ({cap})")
+        self.log.warning(
+            "evict", f"closed a waiting connection from {oldest.client_host} to make room ({cap})"
+        )
         oldest.drop("closed to make room for a new connection")
         return True
 
@@ -210,7 +209,7 @@ class _GuardedConnection(H11Protocol):
         self._deadline = 0.0
         self._timer: asyncio.TimerHandle | None = None
 
-    def connection_made(self, transport) -> None:  # type: ignore[override]
+    def connection_made(self, transport) -> None:
         peer = transport.get_extra_info("peername")
         self.client_host = str(peer[0]) if isinstance(peer, tuple) and peer else ""
         if not self.guard.admit(self):
@@ -313,9 +312,7 @@ def limit_accept_errors(loop: asyncio.AbstractEventLoop, interval_s: float = LOG
             loop.default_exception_handler(context)
             return
         error = context.get("exception")
-        limiter.warning(
-            "accept", f"{ACCEPT_ERROR}: {error}; new connections wait (accept retried in 1 s)"
-        )
+        limiter.warning("accept", f"{ACCEPT_ERROR}: {error}; new connections wait (accept retried in 1 s)")
 
     loop.set_exception_handler(handler)
 
