@@ -36,6 +36,12 @@ If another process holds the file at start, the journal keeps acknowledging
 (up to --max-journal-mib) and the loader retries; /healthz shows the backlog
 and its age. Bodies over 1 MiB are decoded in worker processes.
 
+Connections: a request's line and headers must arrive within --header-timeout
+(10 s, pausing at most --idle-timeout); at most --max-connections (1024) are
+open, --max-client-connections (256) from one address. Past a cap the oldest
+connection waiting for a request is closed; when all are serving, the new one
+gets 503. The soft open-file limit is raised to the hard one at start.
+
 Body caps (compressed and inflated; 413 beyond, with a hint to lower the
 exporter's batch size): 16 MiB for protobuf (--max-body-mib), 4 MiB for
 OTLP/JSON (--max-json-body-mib), whose decoder is slow enough that a larger
@@ -124,7 +130,34 @@ def register(subparsers) -> None:
         type=positive_float,
         default=5.0,
         metavar="SECONDS",
-        help="longest pause between two pieces of a request body before 408 (default 5)",
+        help="longest pause between two pieces of a request's headers or body before 408 (default 5)",
+    )
+    parser.add_argument(
+        "--header-timeout",
+        type=positive_float,
+        default=10.0,
+        metavar="SECONDS",
+        help="time a client has to send a request's line and headers before its connection "
+        "is closed (408 when part of them arrived; default 10); pauses between their pieces "
+        "are capped by --idle-timeout",
+    )
+    parser.add_argument(
+        "--max-connections",
+        type=positive_int,
+        default=1024,
+        metavar="N",
+        help="open connections at once (default 1024, lowered to the open-file limit minus "
+        "256); past it the oldest connection waiting for a request is closed, or, when every "
+        "one is serving a request, the new one gets 503",
+    )
+    parser.add_argument(
+        "--max-client-connections",
+        type=positive_int,
+        default=256,
+        metavar="N",
+        help="open connections from one client address (default 256, at most "
+        "--max-connections); past it that client's oldest waiting connection is closed, or "
+        "the new one gets 503",
     )
     parser.add_argument(
         "--checkpoint-interval",
@@ -157,6 +190,7 @@ def run(args) -> int:
 
     from budgetlens.config import is_lake_location, resolve_db_path
     from budgetlens.ingest.app import DEFAULT_MAX_JSON_BODY_BYTES, create_app
+    from budgetlens.ingest.connections import ConnectionGuard, guarded_protocol
     from budgetlens.ingest.journal import JournalError
     from budgetlens.store.readers import unpublish
 
@@ -202,6 +236,11 @@ def run(args) -> int:
             file=sys.stderr,
         )
         return 2
+    limits, problem = _connection_limits(args)
+    if problem:
+        print(f"budgetlens collector: {problem}", file=sys.stderr)
+        return 2
+    guard = ConnectionGuard(limits)
     try:  # bind first: a port in use must not leave a journal (or a lock) behind
         sock = bind_socket(args.host, args.port)
     except OSError as error:
@@ -229,6 +268,7 @@ def run(args) -> int:
             idle_timeout_s=args.idle_timeout,
             checkpoint_interval_s=args.checkpoint_interval,
             checkpoint_wal_bytes=int(args.checkpoint_wal_mib * MIB),
+            connections=guard,
         )
         try:  # open (and lock) the journal before serving; its batches load while it serves
             app.state.ingest.start(replay_in_background=True)
@@ -236,7 +276,13 @@ def run(args) -> int:
             print(f"budgetlens collector: cannot start: {error}", file=sys.stderr)
             return 2
         config = uvicorn.Config(
-            app, host=args.host, port=args.port, log_level="warning", access_log=False, lifespan="on"
+            app,
+            host=args.host,
+            port=args.port,
+            log_level="warning",
+            access_log=False,
+            lifespan="on",
+            http=guarded_protocol(guard),
         )
         server = _announcing_server(
             config, db_path=db_path, token_set=bool(token), read_token=app.state.read_token
@@ -247,6 +293,37 @@ def run(args) -> int:
             if not is_lake_location(db_path):
                 unpublish(db_path)
     return 0 if server.started else 1
+
+
+def _connection_limits(args):
+    """(ConnectionLimits, problem) from the flags, after raising the soft open-file limit to
+    the hard one; --max-connections is lowered (with a warning) to what the limit leaves once
+    ``RESERVED_FDS`` are kept for the collector's own files."""
+    import sys
+
+    from budgetlens.ingest.connections import RESERVED_FDS, ConnectionLimits, raise_open_file_limit
+
+    if args.max_client_connections > args.max_connections:
+        return None, (
+            f"--max-client-connections ({args.max_client_connections}) must be at most "
+            f"--max-connections ({args.max_connections})"
+        )
+    total = args.max_connections
+    nofile = raise_open_file_limit()
+    if nofile is not None and total > nofile[0] - RESERVED_FDS:
+        total = max(1, nofile[0] - RESERVED_FDS)
+        print(
+            f"budgetlens collector: warning: the open-file limit is {nofile[0]}: "
+            f"--max-connections lowered from {args.max_connections} to {total}",
+            file=sys.stderr,
+        )
+    limits = ConnectionLimits(
+        header_timeout_s=args.header_timeout,
+        header_idle_timeout_s=min(args.idle_timeout, args.header_timeout),
+        max_connections=total,
+        max_client_connections=min(args.max_client_connections, total),
+    )
+    return limits, None
 
 
 def _open_ledger(db_path):
@@ -360,17 +437,20 @@ def _announcing_server(config, *, db_path, token_set, read_token):
 
     The first line is ``budgetlens collector listening on http://HOST:PORT`` (``demo`` parses it).
     """
+    import asyncio
     import contextlib
     import signal
 
     import uvicorn
 
     from budgetlens.config import is_lake_location
+    from budgetlens.ingest.connections import limit_accept_errors
     from budgetlens.store.location import display
     from budgetlens.store.readers import publish
 
     class Server(uvicorn.Server):
         async def startup(self, sockets=None):
+            limit_accept_errors(asyncio.get_running_loop())
             await super().startup(sockets=sockets)
             if not self.started:
                 return

@@ -26,7 +26,8 @@ Routes:
 - ``GET /metrics``: Prometheus text exposition of ``CollectorMetrics``.
 - ``GET /healthz``: ``{"status": "ok", "queue_rows": N, "backlog_rows": N, "backlog_spans": N,
   "backlog_bytes": B, "journal_budget_bytes": B, "journal_used_pct": P, "refused_in_s": S|null,
-  "loader_lag_s": S, "store_error": null, "inflight_bytes": B}`` (``health``: backlog = store
+  "loader_lag_s": S, "store_error": null, "inflight_bytes": B, "connections": N}`` (``health``;
+  ``connections`` only when served by the ``collector`` command, which counts them: backlog = store
   rows acknowledged, not yet in DuckDB, not spans; ``backlog_spans`` is its former name; lag = age of the oldest of them, s; store_error = why the last load attempt
   failed); 503 with the reason in ``status`` while the store cannot be written
   (``"store unavailable: ..."``, with ``refused_in_s``: when, at the backlog's growth so far,
@@ -52,6 +53,7 @@ from starlette.routing import Route
 from budgetlens.guard.ledgers.local import SqliteLedger
 from budgetlens.guard.ledgers.protocol import Ledger
 from budgetlens.ingest.budget import Busy, ByteBudget
+from budgetlens.ingest.connections import ConnectionGuard
 from budgetlens.ingest.decode_pool import DecodePool, DecodeUnavailable, Prepared
 from budgetlens.ingest.health import health
 from budgetlens.ingest.ledger_api import ledger_routes
@@ -109,7 +111,9 @@ class _Receiver:
         body_timeout_s: float,
         idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S,
         max_json_body_bytes: int = DEFAULT_MAX_JSON_BODY_BYTES,
+        connections: ConnectionGuard | None = None,
     ):
+        self.connections = connections
         self.ingest = ingest
         self.pool = pool
         self.metrics = metrics
@@ -252,7 +256,8 @@ class _Receiver:
         return Response(generate_latest(self.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     async def healthz(self, request: Request) -> Response:
-        return JSONResponse(*health(self.ingest, self.budget.used))
+        guard = self.connections
+        return JSONResponse(*health(self.ingest, self.budget.used, guard.open if guard else None))
 
     @contextlib.asynccontextmanager
     async def lifespan(self, app):
@@ -285,6 +290,7 @@ def create_app(
     read_token: str | None = None,
     checkpoint_interval_s: float = DEFAULT_CHECKPOINT_INTERVAL_S,
     checkpoint_wal_bytes: int = DEFAULT_CHECKPOINT_WAL_BYTES,
+    connections: ConnectionGuard | None = None,
 ) -> Starlette:
     """Build the ASGI app writing to the DuckDB file ``db_path``.
 
@@ -303,7 +309,8 @@ def create_app(
     ``read_token``: the bearer token of the read endpoint ``/v1/store/*``
     (``budgetlens.ingest.store_api``; default ``token``, else a random one, in
     ``app.state.read_token``). ``checkpoint_interval_s`` / ``checkpoint_wal_bytes``: when the
-    store file is checkpointed (``budgetlens.store.host``).
+    store file is checkpointed (``budgetlens.store.host``). ``connections``: the server's
+    connection guard (``budgetlens.ingest.connections``), whose open count ``/healthz`` reports.
     ``metrics``/``ingest``/``decode_pool`` may be injected (tests); the app starts the ingest
     writer and the decode workers on startup and, on shutdown (SIGTERM under uvicorn), commits
     what is pending before it exits.
@@ -352,6 +359,7 @@ def create_app(
         body_timeout_s=body_timeout_s,
         idle_timeout_s=idle_timeout_s,
         max_json_body_bytes=min(max_json_body_bytes, max_body_bytes),
+        connections=connections,
     )
     app = Starlette(
         routes=[

@@ -5,7 +5,7 @@ from __future__ import annotations
 from budgetlens.ingest.queue import IngestQueue
 
 
-def health(ingest: IngestQueue, inflight_bytes: int = 0) -> tuple[dict, int]:
+def health(ingest: IngestQueue, inflight_bytes: int = 0, connections: int | None = None) -> tuple[dict, int]:
     """(body, HTTP status) of ``/healthz`` for ``ingest``: 200 ``ok``; 503 ``writer stopped``
     when a thread has stopped; 503 ``store unavailable: <reason>`` while the last load failed
     for another reason than readers holding the file (a lock the journal absorbs: still 200).
@@ -18,7 +18,8 @@ def health(ingest: IngestQueue, inflight_bytes: int = 0) -> tuple[dict, int]:
     records and events acknowledged, not yet in DuckDB), not in spans: a journaled batch keeps
     rows only (a tool span leaves none, a call span one plus its events), so a count of spans
     could not survive a restart. ``backlog_spans`` is the former name of ``backlog_rows``
-    (the same number, kept for scripts that read it)."""
+    (the same number, kept for scripts that read it). ``connections`` (open HTTP connections,
+    when the server counts them: ``budgetlens.ingest.connections``) is reported as given."""
     error = ingest.store_error
     backlog, budget, lag = ingest.backlog_bytes, ingest.max_journal_bytes, ingest.lag_s
     if not ingest.alive:
@@ -43,4 +44,6 @@ def health(ingest: IngestQueue, inflight_bytes: int = 0) -> tuple[dict, int]:
         "store_error": error,
         "inflight_bytes": inflight_bytes,
     }
+    if connections is not None:
+        body["connections"] = connections
     return body, 200 if status == "ok" else 503
