@@ -42,6 +42,7 @@ from budgetlens.analysis import drift as drift_analysis
 from budgetlens.analysis import runaways as runaways_analysis
 from budgetlens.analysis.views import Filters
 from budgetlens.config import resolve_db_path
+from budgetlens.dashboard.render_reader import RenderReader
 from budgetlens.store import StoreError, StoreMissing, connect, latest_snapshot
 from budgetlens.store.connection import is_lock_conflict
 from budgetlens.store.lock_holder import lock_message
@@ -163,11 +164,11 @@ def _cached_call(
     through the running collector, else the file read-only). ``view`` (the function's
     module and qualified name) keys the cache: Streamlit cannot hash a function, and the
     leading underscore keeps ``_function`` out of the key."""
-    reader = getattr(_render, "reader", None)
+    reader = _render.reader
     if reader is None:  # outside a page render (a fragment's rerun, a test): one reader per call
         with connect(path, timeout_s=READ_TIMEOUT_S) as conn:
             return _function(conn, *args, **dict(kwargs))
-    conn = reader.get(path)
+    conn = reader.get(path, lambda p: connect(p, timeout_s=READ_TIMEOUT_S))
     try:
         return _function(conn, *args, **dict(kwargs))
     except (StoreError, duckdb.IOException, duckdb.ConnectionException):
@@ -175,49 +176,20 @@ def _cached_call(
         raise
 
 
-class RenderReader:
-    """One reader of the store (``budgetlens.store.connect``: through the running collector's
-    ``/v1/store/query``, else the file read-only) shared by every loader of one page render:
-    opened at the render's first cache miss (a render whose loaders all hit the cache opens
-    none), closed by ``close`` (``end_run``). ``opened`` counts the readers opened."""
-
-    def __init__(self) -> None:
-        self._stack: contextlib.ExitStack | None = None
-        self._conn: Any = None
-        self._path: str | None = None
-        self.opened = 0
-
-    def get(self, path: str) -> Any:
-        """The shared reader of ``path`` (opened now if none is open, or for another path).
-        Raises what ``connect`` raises."""
-        if self._conn is None or self._path != path:
-            self.close()
-            stack = contextlib.ExitStack()
-            self._conn = stack.enter_context(connect(path, timeout_s=READ_TIMEOUT_S))
-            self._stack, self._path = stack, path
-            self.opened += 1
-        return self._conn
-
-    def close(self) -> None:
-        """Close the reader if one is open (idempotent; never raises)."""
-        stack, self._stack, self._conn, self._path = self._stack, None, None, None
-        if stack is not None:
-            try:
-                stack.close()
-            except Exception:  # closing a reader must not break the page
-                log.warning("closing the store reader failed", exc_info=True)
-
-
 #: The render reader of the script run on this thread (Streamlit runs each session's script on
 #: its own thread), set by ``begin_run`` and closed by ``end_run``.
-_render = threading.local()
+class _RenderState(threading.local):
+    reader: RenderReader | None = None
+
+
+_render = _RenderState()
 
 
 @contextlib.contextmanager
 def render_reader() -> Iterator[RenderReader]:
     """One shared reader for the loaders called inside the block (``RenderReader``), closed
     after it. Nested blocks share the outer one."""
-    outer = getattr(_render, "reader", None)
+    outer = _render.reader
     if outer is not None:
         yield outer
         return
@@ -390,7 +362,7 @@ def begin_run() -> None:
 def end_run() -> None:
     """Close this run's shared reader (idempotent; called by the entrypoint when the run ends,
     however it ends)."""
-    reader = getattr(_render, "reader", None)
+    reader = _render.reader
     _render.reader = None
     if reader is not None:
         reader.close()
