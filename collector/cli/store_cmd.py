@@ -114,6 +114,8 @@ def run_sql(args: argparse.Namespace) -> int:
         return 2
     with connect(resolve_db_path(args.db)) as conn:
         table = conn.execute(args.statement).arrow()
+        if hasattr(table, "read_all"):  # DuckDB >= 1.4 hands back a RecordBatchReader
+            table = table.read_all()
     writer = csv.writer(sys.stdout)
     writer.writerow([terminal_safe(name) for name in table.column_names])
     for row in zip(*(column.to_pylist() for column in table.columns)):
