@@ -61,7 +61,9 @@ def evil_store(tmp_path_factory):
     path = tmp_path_factory.mktemp("evil") / "evil.duckdb"
     write_sample(path, days=2, seed=7, runs_per_day=4)
     with duckdb.connect(str(path)) as conn:
-        (victim,) = conn.execute("SELECT run_id FROM runs ORDER BY start_utc DESC LIMIT 1").fetchone()
+        row = conn.execute("SELECT run_id FROM runs ORDER BY start_utc DESC LIMIT 1").fetchone()
+        assert row is not None
+        victim = row[0]
         tables = conn.execute(
             "SELECT table_name, list(column_name) FROM information_schema.columns "
             "WHERE column_name IN ('run_id', 'task_type', 'team') GROUP BY table_name"

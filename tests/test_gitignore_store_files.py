@@ -53,7 +53,7 @@ def test_demo_removes_the_sidecars_of_a_collector_it_had_to_kill(tmp_path):
     class Killed:
         returncode = -9
 
-    _remove_sidecars(db, Killed())  # type: ignore[arg-type]
+    _remove_sidecars(db, Killed())
     assert not any(p.exists() for p in sidecar_paths(db))
     assert db.exists()  # the store stays
 
@@ -68,5 +68,5 @@ def test_demo_leaves_the_sidecars_of_a_collector_that_stopped_cleanly_alone(tmp_
     class Clean:
         returncode = 0
 
-    _remove_sidecars(db, Clean())  # type: ignore[arg-type]
+    _remove_sidecars(db, Clean())
     assert info.exists()

@@ -105,9 +105,7 @@ def run(args) -> int:
     text = presets_export.render(document, args.format)
     low = table.loc[table["low_sample"], "task_type"].tolist()
     if low:
-        note(
-            f"fewer than {analysis.LOW_SAMPLE_RUNS} runs for {', '.join(low)}: their P95 is low-sample"
-        )
+        note(f"fewer than {analysis.LOW_SAMPLE_RUNS} runs for {', '.join(low)}: their P95 is low-sample")
     short = base[base["n_cost"] < base["n"]] if "n_cost" in base.columns else base.iloc[:0]
     if len(short):
         counts = ", ".join(f"{r.task_type} {int(r.n_cost)} of {int(r.n)}" for r in short.itertuples())
