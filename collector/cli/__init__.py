@@ -86,18 +86,30 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as error:  # a clear one-line error instead of a traceback (-v keeps it)
         from budgetlens.store import StoreError
 
-        if isinstance(error, (StoreError, ValueError, OSError)) and not args.verbose:
-            print(f"budgetlens {args.command}: error: {_describe(error)}", file=sys.stderr)
+        duckdb = sys.modules.get("duckdb")  # loaded when the error can be one of its own
+        known = (StoreError, ValueError, OSError) + ((duckdb.Error,) if duckdb is not None else ())
+        if isinstance(error, known) and not args.verbose:
+            from budgetlens.cli._terminal import terminal_safe
+
+            print(f"budgetlens {args.command}: error: {terminal_safe(_describe(error))}", file=sys.stderr)
             return 1
         raise
 
 
 def _describe(error: Exception) -> str:
     """One line for a user error: an OSError as "PATH: reason" (IsADirectoryError,
-    PermissionError, FileNotFoundError, ...), anything else as its message."""
+    PermissionError, FileNotFoundError, ...), anything else as its message; a message of several
+    lines (a DuckDB error: ``Binder Error: ...`` then ``Candidate bindings: ...``) has its lines
+    joined by ``; `` and stops before DuckDB's ``LINE 1:`` excerpt of the statement."""
     if isinstance(error, OSError) and error.strerror and error.filename is not None:
         return f"{error.filename}: {error.strerror}"
-    return str(error)
+    lines = []
+    for line in str(error).splitlines():
+        if line.startswith("LINE "):
+            break
+        if line.strip():
+            lines.append(line.strip())
+    return "; ".join(lines)
 
 
 if __name__ == "__main__":

@@ -10,6 +10,9 @@ Output conventions (every format):
   counts stay integers (null when unknown);
 - rates and shares (``*_rate``, ``*_share``, ``*_rate_upper``) are 0..1 in JSON and CSV and
   percent with one decimal in the table (``24.9 %``), in every command;
+- text from the store (run ids, task types, teams, ...) is shown with control characters and
+  bidi overrides escaped (``\\x1b``, ``\\u202e``) in the table, the CSV and the notes, through
+  :mod:`budgetlens.cli._terminal`; JSON escapes them itself;
 - the table shows tokens with thousands separators (no decimals when a column has none), costs
   (USD) with 4 significant figures (``0.009165``, never ``0.00``), other numbers with 2
   decimals.
@@ -23,6 +26,7 @@ import sys
 from contextlib import contextmanager
 
 from budgetlens.cli._common import add_db_argument, non_negative_float
+from budgetlens.cli._terminal import safe_frame, terminal_safe
 
 WINDOW_HELP = (
     "The window is the last --window-days days up to now (as the dashboard's default), not up to "
@@ -151,8 +155,9 @@ def add_format_argument(
     )
 
 
-def _note(text: str) -> None:
-    print(f"note: {text}", file=sys.stderr)
+def note(text: str) -> None:
+    """Print ``note: TEXT`` on stderr, stored strings in it escaped (:func:`terminal_safe`)."""
+    print(f"note: {terminal_safe(text)}", file=sys.stderr)
 
 
 @contextmanager
@@ -195,7 +200,7 @@ def analysis_session(args):
             )
             coverage = analysis.window_coverage(conn, windowed)
             if coverage.left_out:
-                _note(window_note(args.window_days, coverage))
+                note(window_note(args.window_days, coverage))
             filters = windowed
         yield conn, filters
 
@@ -220,7 +225,7 @@ def _note_unknown_scope(conn, args) -> None:
     for option, key, noun in _SCOPES:
         unknown = [value for value in asked[option] if value not in options[key]]
         if unknown:
-            _note(
+            note(
                 f"no runs of {noun} {', '.join(unknown)}; the store has "
                 f"{len(options[key])} {noun}s: {', '.join(options[key]) or '(none)'}"
             )
@@ -303,14 +308,15 @@ def _for_reading(frame, float_format: str):
 
 def write_frame(frame, fmt: str, out=None, float_format: str = "{:,.2f}") -> None:
     """Print ``frame`` as an aligned table, JSON records (null for missing) or CSV, following
-    the conventions of the module docstring; ``float_format`` is for the table's floats that
+    the conventions of the module docstring (text cells of the table and the CSV escaped by
+    :func:`budgetlens.cli._terminal.safe_frame`); ``float_format`` is for the table's floats that
     are neither tokens nor costs."""
     out = out or sys.stdout
     if fmt == "json":
         out.write(_for_machines(frame).to_json(orient="records", indent=2) + "\n")
     elif fmt == "csv":
-        _for_machines(frame).to_csv(out, index=False)
+        safe_frame(_for_machines(frame)).to_csv(out, index=False)
     elif frame.empty:
         out.write("(no rows)\n")
     else:
-        out.write(_for_reading(frame, float_format).to_string(index=False, na_rep="") + "\n")
+        out.write(safe_frame(_for_reading(frame, float_format)).to_string(index=False, na_rep="") + "\n")

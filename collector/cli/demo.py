@@ -173,6 +173,19 @@ def _stop(processes) -> None:
             process.wait()
 
 
+def _remove_sidecars(db: Path, collector: subprocess.Popen) -> None:
+    """Remove the collector's address and token files beside ``db`` when it did not stop
+    cleanly (killed after ``STOP_TIMEOUT_S``, or it crashed): a collector that stops cleanly
+    removes them itself. The store, its journal and the spend ledger stay (they are kept across
+    restarts); ``.gitignore`` covers them all."""
+    from budgetlens.store.readers import sidecar_paths
+
+    if collector.returncode == 0:
+        return
+    for path in sidecar_paths(db):
+        path.unlink(missing_ok=True)
+
+
 def _raise_interrupt(signum, frame):
     raise KeyboardInterrupt
 
@@ -235,5 +248,7 @@ def run(args: argparse.Namespace) -> int:
         return 1
     finally:
         _stop(processes)
+        if processes and isinstance(db, Path):
+            _remove_sidecars(db, processes[0])
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         signal.signal(signal.SIGINT, signal.default_int_handler)

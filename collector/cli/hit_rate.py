@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import sys
-
-from budgetlens.cli._analysis import add_analysis_parser, analysis_session, write_frame
+from budgetlens.cli._analysis import add_analysis_parser, analysis_session, note, write_frame
 from budgetlens.cli._common import time_zone
 
 
@@ -44,9 +42,8 @@ def run(args) -> int:
     if not args.daily and "budgeted_runs" in frame:
         for task_type in frame.loc[frame["budgeted_runs"] == 0, "task_type"]:
             # the blank rate cell is "no budget", not a missing figure
-            print(
-                f"note: {task_type}: no run had a limit, so the hit rate is undefined (left blank); "
-                "set a preset to measure it",
-                file=sys.stderr,
+            note(
+                f"{task_type}: no run had a limit, so the hit rate is undefined (left blank); "
+                "set a preset to measure it"
             )
     return 0

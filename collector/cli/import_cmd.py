@@ -7,6 +7,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from budgetlens.cli._common import add_db_argument, line_limit_mib, positive_int
+from budgetlens.cli._terminal import terminal_safe
 
 if TYPE_CHECKING:
     from budgetlens.importers.report import ImportReport
@@ -131,7 +132,7 @@ def run(args: argparse.Namespace) -> int:
     if report.skipped:
         print(f"skipped {sum(report.skipped.values())} line(s)/item(s):")
         for reason, count in report.skipped.most_common():
-            print(f"  {count:>8}  {reason}")
+            print(f"  {count:>8}  {terminal_safe(reason)}")
     if report.files_without_runs:
         print(f"{len(report.files_without_runs)} file(s) held no run of this format")
     _print_bad_lines(report)
@@ -143,6 +144,6 @@ def _print_bad_lines(report: ImportReport) -> None:
     if report.bad_line_count:
         print(f"{report.bad_line_count} bad line(s) skipped:", file=sys.stderr)
         for line in report.bad_lines[:MAX_BAD_LINES_SHOWN]:
-            print(f"  {line}", file=sys.stderr)
+            print(f"  {terminal_safe(line)}", file=sys.stderr)
         if report.bad_line_count > MAX_BAD_LINES_SHOWN:
             print(f"  ... and {report.bad_line_count - MAX_BAD_LINES_SHOWN} more", file=sys.stderr)

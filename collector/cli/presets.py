@@ -9,6 +9,7 @@ from budgetlens.cli._analysis import (
     WINDOW_HELP,
     add_window_arguments,
     analysis_session,
+    note,
 )
 from budgetlens.cli._common import positive_float
 from budgetlens.cli.whatif import _rate
@@ -104,17 +105,13 @@ def run(args) -> int:
     text = presets_export.render(document, args.format)
     low = table.loc[table["low_sample"], "task_type"].tolist()
     if low:
-        print(
-            f"note: fewer than {analysis.LOW_SAMPLE_RUNS} runs for {', '.join(low)}: their P95 is low-sample",
-            file=sys.stderr,
-        )
+        note(f"fewer than {analysis.LOW_SAMPLE_RUNS} runs for {', '.join(low)}: their P95 is low-sample")
     short = base[base["n_cost"] < base["n"]] if "n_cost" in base.columns else base.iloc[:0]
     if len(short):
         counts = ", ".join(f"{r.task_type} {int(r.n_cost)} of {int(r.n)}" for r in short.itertuples())
-        print(
-            f"note: max_cost_usd uses only runs whose cost is fully known ({counts}); the "
-            "others had unpriced calls or unknown usage",
-            file=sys.stderr,
+        note(
+            f"max_cost_usd uses only runs whose cost is fully known ({counts}); the "
+            "others had unpriced calls or unknown usage"
         )
     _note_evidence(table)
     if args.output:
@@ -133,29 +130,25 @@ def _note_evidence(table) -> None:
 
     for row in table.itertuples():
         if row.method == "kaplan-meier":
-            print(
-                f"note: {row.task_type}: {format_rate(row.censored_share)} of the runs were stopped by a "
-                "budget; the preset rests on the censoring-aware (Kaplan-Meier) P95",
-                file=sys.stderr,
+            note(
+                f"{row.task_type}: {format_rate(row.censored_share)} of the runs were stopped by a "
+                "budget; the preset rests on the censoring-aware (Kaplan-Meier) P95"
             )
         if row.lower_bound_keys:
             keys = ", ".join(row.lower_bound_keys)
-            print(
-                f"note: {row.task_type}: the P95 behind {keys} is only a lower bound; raise "
-                f"{keys} for a while to learn the real tail",
-                file=sys.stderr,
+            note(
+                f"{row.task_type}: the P95 behind {keys} is only a lower bound; raise "
+                f"{keys} for a while to learn the real tail"
             )
         verdict = getattr(row, "verdict", "met")
         if verdict == "not met":
-            print(
-                f"note: {row.task_type}: no multiplier up to {row.multiplier:g} meets the target "
-                f"hit rate (projected {format_rate_range(row.projected_hit_rate, row.projected_hit_rate_upper)})",
-                file=sys.stderr,
+            note(
+                f"{row.task_type}: no multiplier up to {row.multiplier:g} meets the target "
+                f"hit rate (projected {format_rate_range(row.projected_hit_rate, row.projected_hit_rate_upper)})"
             )
         elif verdict == "unknown":
-            print(
-                f"note: {row.task_type}: unknown whether x{row.multiplier:g} meets the target hit "
+            note(
+                f"{row.task_type}: unknown whether x{row.multiplier:g} meets the target hit "
                 f"rate: projected {format_rate_range(row.projected_hit_rate, row.projected_hit_rate_upper)} "
-                "(the censored runs may have been stopped)",
-                file=sys.stderr,
+                "(the censored runs may have been stopped)"
             )

@@ -7,6 +7,7 @@ import argparse
 import sys
 
 from budgetlens.cli._common import add_db_argument, non_negative_float, positive_int
+from budgetlens.cli._terminal import safe_cell, terminal_safe
 
 
 def register(subparsers) -> None:
@@ -54,7 +55,9 @@ def register(subparsers) -> None:
         "sql",
         help="run one read-only SELECT on the store (through the running collector, else the file)",
         description=(
-            "Run one SELECT (or WITH ... SELECT) on the store of --db and print the result as CSV. "
+            "Run one SELECT (or WITH ... SELECT) on the store of --db and print the result as CSV "
+            "(control characters and bidi overrides in text shown escaped, e.g. \\x1b). A failing "
+            "statement is a one-line error naming DuckDB's reason (-v: the traceback). "
             "While a collector holds the file, the query goes through its read endpoint "
             "(/v1/store/query, found from <db>.collector.json); otherwise the file is opened read-only."
         ),
@@ -111,8 +114,10 @@ def run_sql(args: argparse.Namespace) -> int:
         return 2
     with connect(resolve_db_path(args.db)) as conn:
         table = conn.execute(args.statement).arrow()
+        if hasattr(table, "read_all"):  # DuckDB >= 1.4 hands back a RecordBatchReader
+            table = table.read_all()
     writer = csv.writer(sys.stdout)
-    writer.writerow(table.column_names)
+    writer.writerow([terminal_safe(name) for name in table.column_names])
     for row in zip(*(column.to_pylist() for column in table.columns)):
-        writer.writerow(["" if value is None else value for value in row])
+        writer.writerow(["" if value is None else safe_cell(value) for value in row])
     return 0

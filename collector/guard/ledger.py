@@ -11,7 +11,7 @@ from collections.abc import Mapping
 
 from budgetlens import semconv as sc
 from budgetlens.guard.results import BudgetExceeded, BudgetStats, Reservation, RunResult
-from budgetlens.guard.stops import DEFAULT_UNKNOWN_CALL_TOKENS, limit_share, retryable
+from budgetlens.guard.stops import DEFAULT_UNKNOWN_CALL_TOKENS, limit_share, most_used_limit, retryable
 from budgetlens.pricing import PriceRequest, price_calls
 from budgetlens.usage import Usage
 
@@ -199,6 +199,8 @@ class RunLedger:
         """A :class:`BudgetStats` snapshot against ``limits`` after ``elapsed_s`` seconds;
         ``cost_unenforced``: models without a price under ``max_cost_usd``."""
         max_total = limits["max_total_tokens"]
+        spent = self.spent_usd if limits.get("max_cost_usd") is not None else 0.0
+        basis = most_used_limit(limits, self.input_tokens, self.output_tokens, self.unknown_tokens, spent)
         return BudgetStats(
             used_tokens=self.used_tokens,
             reserved_tokens=self.reserved_tokens,
@@ -211,6 +213,9 @@ class RunLedger:
             elapsed_s=elapsed_s,
             usage=self.usage,
             cost_unenforced_models=cost_unenforced,
+            percent_limit=None if basis is None else basis[0],
+            percent_used=0.0 if basis is None else basis[1],
+            percent_max=None if basis is None else basis[2],
         )
 
     def amount(self, limit: str, elapsed_s: float) -> float:

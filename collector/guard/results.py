@@ -9,6 +9,7 @@ without the rest. Stop reasons and usage statuses are the closed vocabularies of
 from __future__ import annotations
 
 import enum
+import math
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import NamedTuple
@@ -219,8 +220,13 @@ class LimitChange(NamedTuple):
 class BudgetStats:
     """A snapshot of a run's use against its total-token limit (tokens) and other counters.
 
-    ``percent`` has one decimal and is the share of the most-used token/cost limit; ``status``
-    is one line for CLI agents, e.g. ``"budget 52.3 % (33,472 / 64,000 tokens)"``, followed by
+    ``percent`` has one decimal and is the share of the most-used token/cost limit: that limit is
+    ``percent_limit`` (``max_total_tokens``, ``max_input_tokens``, ``max_output_tokens`` or
+    ``max_cost_usd``; None without any), ``percent_used`` and ``percent_max`` are its use and its
+    limit (tokens, or USD for the cost limit). ``status`` is one line for CLI agents that shows the
+    fraction the percent comes from: ``"budget 52.3 % (33,472 / 64,000 tokens)"`` (total),
+    ``"budget 90.0 % (9,000 / 10,000 input tokens)"``, ``"... output tokens)"``, ``"budget 45.0 %
+    (0.45 / 1 USD)"``, or ``"budget 0.0 % (9,100 tokens, no token limit)"``; it is followed by
     ``"; max_cost_usd not enforced for my-model (no price)"`` when ``cost_unenforced_models``
     (models without a price, called under a cost limit) is not empty. ``cost_usd``: the sum of
     the priced calls (None when calls were made and none was priced).
@@ -237,19 +243,46 @@ class BudgetStats:
     elapsed_s: float
     usage: Usage
     cost_unenforced_models: tuple[str, ...] = ()
+    percent_limit: str | None = None
+    percent_used: float = 0.0
+    percent_max: float | None = None
 
     @property
     def status(self) -> str:
-        if self.max_tokens is None:
+        if self.percent_limit is None or self.percent_max is None:
             line = f"budget {self.percent:.1f} % ({self.used_tokens:,} tokens, no token limit)"
         else:
-            line = f"budget {self.percent:.1f} % ({self.used_tokens:,} / {self.max_tokens:,} tokens)"
+            line = f"budget {self.percent:.1f} % ({_fraction(self.percent_limit, self.percent_used, self.percent_max)})"
         if self.cost_unenforced_models:
             line += f"; max_cost_usd not enforced for {', '.join(self.cost_unenforced_models)} (no price)"
         return line
 
     def __str__(self) -> str:
         return self.status
+
+
+#: The unit words of a status fraction, per limit (total tokens read as plain "tokens").
+_FRACTION_UNITS = {
+    "max_total_tokens": "tokens",
+    "max_input_tokens": "input tokens",
+    "max_output_tokens": "output tokens",
+    "max_cost_usd": "USD",
+}
+
+
+def _fraction(limit: str, used: float, maximum: float) -> str:
+    """``"9,000 / 10,000 input tokens"``; a cost as ``"0.4512 / 1 USD"`` (4 significant figures,
+    no exponent)."""
+    if limit == "max_cost_usd":
+        return f"{_usd(used)} / {_usd(maximum)} USD"
+    return f"{int(used):,} / {int(maximum):,} {_FRACTION_UNITS[limit]}"
+
+
+def _usd(value: float) -> str:
+    if value == 0 or not math.isfinite(value):
+        return f"{value:g}"
+    decimals = max(0, 3 - math.floor(math.log10(abs(value))))
+    return f"{value:,.{decimals}f}".rstrip("0").rstrip(".") if decimals else f"{value:,.0f}"
 
 
 @dataclass(frozen=True, slots=True)

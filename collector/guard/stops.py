@@ -29,6 +29,7 @@ __all__ = [
     "cross_thresholds",
     "final_stop_reason",
     "limit_share",
+    "most_used_limit",
     "output_budget",
     "reserve_stop",
     "retryable",
@@ -75,6 +76,30 @@ def limit_share(
     if limit is not None:
         share = max(share, _share(cost_usd, limit))
     return share
+
+
+def most_used_limit(
+    limits: Mapping[str, float | None],
+    input_tokens: int,
+    output_tokens: int,
+    unknown_tokens: int,
+    cost_usd: float,
+) -> tuple[str, float, float] | None:
+    """The token or cost limit whose share :func:`limit_share` gives, as ``(limit name, used,
+    limit)`` in the limit's unit (tokens, or USD for ``max_cost_usd``); a tie goes to the first of
+    total, input, output, cost. None when no token/cost limit is set."""
+    best: tuple[str, float, float] | None = None
+    best_share = -1.0
+    for key, used in (
+        ("max_total_tokens", input_tokens + output_tokens + unknown_tokens),
+        ("max_input_tokens", input_tokens + unknown_tokens),
+        ("max_output_tokens", output_tokens),
+        ("max_cost_usd", cost_usd),
+    ):
+        limit = limits[key]
+        if limit is not None and _share(used, limit) > best_share:
+            best, best_share = (key, used, limit), _share(used, limit)
+    return best
 
 
 def _share(used: float, limit: float) -> float:

@@ -321,7 +321,30 @@ def _scalar_text(key: str, value) -> str:
         return value[:200]
     if kind is int or kind is float or kind is bool:
         return str(value)[:200]
-    raise SpanRejected(f"attribute {key} must be a string (got a {kind.__name__})")
+    raise SpanRejected(f"attribute {key} must be a string (got {_kind_noun(kind)})")
+
+
+#: What a rejected attribute value is called in a message (OTLP's AnyValue kinds, not Python's
+#: or protobuf's type names).
+_KIND_NOUNS = {
+    "ArrayValue": "an array",
+    "list": "an array",
+    "tuple": "an array",
+    "KeyValueList": "a key-value list",
+    "dict": "a key-value list",
+    "bytes": "bytes",
+    "bytearray": "bytes",
+    "memoryview": "bytes",
+    "NoneType": "no value",
+}
+
+
+def _kind_noun(kind: type) -> str:
+    """``"an array"``, ``"a key-value list"``, ``"bytes"``; another type as ``a``/``an`` and its name."""
+    name = kind.__name__
+    if name in _KIND_NOUNS:
+        return _KIND_NOUNS[name]
+    return f"{'an' if name[:1].lower() in 'aeiou' else 'a'} {name}"
 
 
 def text(attrs: dict, key: str):
