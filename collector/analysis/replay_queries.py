@@ -179,7 +179,7 @@ _PER_RUN = _STREAM + "," + _FLAGGED
 #: Whether the candidate budget is "not larger" than the one that stopped a run, per stop reason:
 #: every limit of that kind the old budget set is also set by the new one, at or below it. With
 #: no recorded limit of that kind the outcome is unknown (the run is censored).
-_NOT_LARGER = {
+NOT_LARGER = {
     "budget_tokens": ("total_tokens", "input_tokens", "output_tokens"),
     "budget_turns": ("turns",),
     "budget_tools": ("tool_calls",),
@@ -196,7 +196,7 @@ def _not_larger(reason: str, names: tuple[str, ...]) -> str:
 
 _NOT_LARGER_CASE = (
     "CASE u.recorded_stop_reason "
-    + " ".join(_not_larger(reason, names) for reason, names in _NOT_LARGER.items())
+    + " ".join(_not_larger(reason, names) for reason, names in NOT_LARGER.items())
     + " ELSE false END"
 )
 

@@ -41,15 +41,6 @@ __all__ = ["replay_fast", "replay_many", "summaries"]
 
 #: The guard's checks before a call, first match wins (``replay_queries._FLAGGED``).
 _REASONS = ("budget_time", "budget_turns", "budget_tools", "budget_cost", "budget_tokens")
-#: Per recorded stop reason, the limits a candidate must not raise for the run to stay stopped
-#: (``replay_queries._NOT_LARGER``).
-_NOT_LARGER = {
-    "budget_tokens": ("total_tokens", "input_tokens", "output_tokens"),
-    "budget_turns": ("turns",),
-    "budget_tools": ("tool_calls",),
-    "budget_time": ("duration_s",),
-    "budget_cost": ("cost_usd",),
-}
 _STOP_COUNTS = {
     "stops_tokens": "budget_tokens",
     "stops_cost": "budget_cost",
@@ -176,7 +167,7 @@ def _verdicts(conn, f: Filters, budgets: Sequence[Budget]) -> _Verdicts | None:
         # A run whose counted tool calls pass the limit, not stopped by its calls' walk.
         replay_reason[~no_calls & (walk_reason == None) & tools_over] = "budget_tools"  # noqa: E711
         not_larger = np.zeros(n, dtype=bool)
-        for reason, names in _NOT_LARGER.items():
+        for reason, names in rq.NOT_LARGER.items():
             mine = recorded == reason
             if not mine.any():
                 continue
