@@ -58,7 +58,7 @@ def main(log_path: str, worker: int, runs: int, limit_usd: float, seed: int, poo
             if refused.used + refused.requested <= limit_usd:
                 time.sleep(0.2)  # it fitted: the ledger was unreachable; back off as a queue would
             continue
-        time.sleep(rng.uniform(0.0, 0.01))  # the model call
+        time.sleep(rng.uniform(0.01, 0.03))  # the model call (long enough that the test's kills land mid-run)
         usage = Usage(INPUT_TOKENS, round(OUTPUT_TOKENS * rng.uniform(0.3, 1.6)))
         actual = price_call(MODEL, usage).cost_usd
         log("paid", run=i, run_id=run_id, estimate=res.cost_usd, actual=actual, tokens=usage.total_tokens)
