@@ -252,6 +252,14 @@ def run(args) -> int:
         return 1
     with sock:
         problem = store_problem(db_path)
+        if problem and is_lake_location(db_path) and lake_unreachable(problem):
+            # the lake's catalog server is down (an outage, not a wrong store): listen and
+            # journal, /healthz answers 503 with the reason, the rows load when it is back
+            print(
+                f"budgetlens collector: warning: the lake is unreachable, journaling: {problem}",
+                file=sys.stderr,
+            )
+            problem = None
         if problem:  # a text file, a directory, a lake that cannot be attached: refuse, one line
             print(f"budgetlens collector: cannot start: {problem}", file=sys.stderr)
             return 2
@@ -358,6 +366,18 @@ def store_problem(db_path) -> str | None:
         return _one_line(error)
     except (duckdb.Error, OSError, ImportError) as error:
         return _one_line(error)
+
+
+#: Words of a catalog connection failure (PostgreSQL down or not yet up): an outage to journal
+#: through, where any other problem of a lake (a missing extra, a bad location) is refused.
+_UNREACHABLE = ("unable to connect", "could not connect", "connection to server", "connection refused")
+
+
+def lake_unreachable(problem: str) -> bool:
+    """True when ``problem`` (``store_problem``'s line for a ``ducklake:`` location) says its
+    catalog server cannot be reached right now."""
+    lowered = problem.lower()
+    return any(word in lowered for word in _UNREACHABLE)
 
 
 def _one_line(error: BaseException) -> str:
