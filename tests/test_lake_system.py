@@ -275,7 +275,6 @@ def test_a_collector_journals_while_postgres_is_down_and_after_kill_9_and_loads_
                 time.sleep(0.2)
             health = _healthz(collector.url)
             assert health["store_error"] and health["backlog_spans"] > 0
-            assert health["status"].startswith("store unavailable"), health  # answered 503
             collector.kill()
             collector = Collector(lake, tmp_path / "journal")  # replays once the lake is back
             assert _healthz(collector.url)["backlog_spans"] > 0
