@@ -280,7 +280,7 @@ task_totals AS (
     GROUP BY task_type
 )"""
 
-_STOP_COUNTS = {
+STOP_COUNTS = {
     "stops_tokens": "budget_tokens",
     "stops_cost": "budget_cost",
     "stops_turns": "budget_turns",
@@ -292,9 +292,9 @@ _STOP_COUNTS = {
 def _summary(source: str) -> str:
     # ``source`` is a constant of this module (a subquery or the temp table's name).
     stops = ",\n           ".join(
-        f"count(*) FILTER (WHERE stop_reason = '{reason}') AS {name}" for name, reason in _STOP_COUNTS.items()
+        f"count(*) FILTER (WHERE stop_reason = '{reason}') AS {name}" for name, reason in STOP_COUNTS.items()
     )
-    picked = ",\n       ".join(f"coalesce(s.{name}, 0) AS {name}" for name in _STOP_COUNTS)
+    picked = ",\n       ".join(f"coalesce(s.{name}, 0) AS {name}" for name in STOP_COUNTS)
     return f"""
 WITH {FILTERED},
 {_BUDGET},

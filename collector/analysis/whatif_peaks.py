@@ -41,13 +41,6 @@ __all__ = ["replay_fast", "replay_many", "summaries"]
 
 #: The guard's checks before a call, first match wins (``replay_queries._FLAGGED``).
 _REASONS = ("budget_time", "budget_turns", "budget_tools", "budget_cost", "budget_tokens")
-_STOP_COUNTS = {
-    "stops_tokens": "budget_tokens",
-    "stops_cost": "budget_cost",
-    "stops_turns": "budget_turns",
-    "stops_tools": "budget_tools",
-    "stops_time": "budget_time",
-}
 
 
 def _gt(values: np.ndarray, limit: np.ndarray) -> np.ndarray:
@@ -212,7 +205,7 @@ def _summaries(v: _Verdicts) -> pd.DataFrame:
     counts and sums of ``REPLAY_SUMMARY``, built as one frame for every budget."""
     n_tasks = len(v.task_types)
     order = [v.task_types.index(t) for t in v.totals["task_type"].where(v.totals["task_type"].notna(), None)]
-    columns: dict[str, list] = {name: [] for name in ("stopped", "censored", *_STOP_COUNTS)}
+    columns: dict[str, list] = {name: [] for name in ("stopped", "censored", *rq.STOP_COUNTS)}
     columns.update(avoided_tokens=[], avoided_cost_usd=[])
     for verdict in v.per_budget:
         stopped, counted = verdict["stopped"], verdict["stopped"] | verdict["censored"]
@@ -223,7 +216,7 @@ def _summaries(v: _Verdicts) -> pd.DataFrame:
                 name: np.bincount(
                     v.task_index[stopped & (verdict["stop_reason"] == reason)], minlength=n_tasks
                 )
-                for name, reason in _STOP_COUNTS.items()
+                for name, reason in rq.STOP_COUNTS.items()
             },
             "avoided_tokens": np.bincount(
                 v.task_index[counted], weights=verdict["avoided_tokens"][counted], minlength=n_tasks
