@@ -28,13 +28,8 @@ from typing import Any
 
 import anthropic
 
-from budgetlens.guard.adapters._calls import (
-    DEFAULT_MAX_OUTPUT_TOKENS,
-    CallGuard,
-    GuardedAsyncStream,
-    GuardedStream,
-    GuardedStreamManager,
-)
+from budgetlens.guard.adapters._calls import DEFAULT_MAX_OUTPUT_TOKENS, CallGuard
+from budgetlens.guard.adapters._endpoint import GuardedCalls
 from budgetlens.guard.adapters._proxy import Proxy
 from budgetlens.guard.adapters._refuse import BY_HAND_HINT, RAW_HINT, Refused
 from budgetlens.guard.task_budget import add_anthropic_task_budget
@@ -122,9 +117,9 @@ def _prompt(kwargs: dict[str, Any]) -> tuple[Any, ...]:
 class _Messages(Proxy):
     def __init__(self, messages: Any, guard: CallGuard, is_async: bool, path: str) -> None:
         super().__init__(messages)
-        self._guard, self._is_async, self._beta = guard, is_async, path.startswith("beta")
-        self.create = self._acreate if is_async else self._create
-        self.parse = self._aparse if is_async else self._parse
+        self._guard, self._beta = guard, path.startswith("beta")
+        self._calls = GuardedCalls(messages, guard, is_async, self._prepare)
+        self.create, self.parse = self._calls.create, self._calls.parse
         self.batches = Refused(f"{path}.batches", BY_HAND_HINT)
         for name in _RAW:
             setattr(self, name, Refused(f"{path}.{name}", RAW_HINT))
@@ -135,49 +130,7 @@ class _Messages(Proxy):
             add_anthropic_task_budget(kwargs, self._guard.run, beta=self._beta)
         return kwargs, self._guard.reserve(kwargs, _prompt(kwargs), ("max_tokens",), "max_tokens")
 
-    def _settle(self, kwargs: dict[str, Any], res: Any, response: Any) -> Any:
-        if kwargs.get("stream") is True:
-            return (GuardedAsyncStream if self._is_async else GuardedStream)(response, self._guard, res)
-        self._guard.responded(res, response)
-        return response
-
-    def _call(self, method: str, kwargs: dict[str, Any]) -> Any:
-        kwargs, res = self._prepare(kwargs)
-        try:
-            response = getattr(self._target, method)(**kwargs)
-        except BaseException as exc:
-            self._guard.failed(res, exc)
-            raise
-        return self._settle(kwargs, res, response)
-
-    async def _acall(self, method: str, kwargs: dict[str, Any]) -> Any:
-        kwargs, res = self._prepare(kwargs)
-        try:
-            response = await getattr(self._target, method)(**kwargs)
-        except BaseException as exc:
-            self._guard.failed(res, exc)
-            raise
-        return self._settle(kwargs, res, response)
-
-    def _create(self, **kwargs: Any) -> Any:
-        return self._call("create", kwargs)
-
-    def _parse(self, **kwargs: Any) -> Any:
-        return self._call("parse", kwargs)
-
-    async def _acreate(self, **kwargs: Any) -> Any:
-        return await self._acall("create", kwargs)
-
-    async def _aparse(self, **kwargs: Any) -> Any:
-        return await self._acall("parse", kwargs)
-
     def stream(self, **kwargs: Any) -> Any:
         """``client.messages.stream(...)``: the SDK's stream manager, guarded (reserved on
         entry, recorded with the final message's usage on exit)."""
-        kwargs, res = self._prepare(kwargs)
-        try:
-            manager = self._target.stream(**kwargs)
-        except BaseException as exc:
-            self._guard.failed(res, exc)
-            raise
-        return GuardedStreamManager(manager, self._guard, res)
+        return self._calls.stream(*self._prepare(kwargs))

@@ -33,13 +33,8 @@ from typing import Any
 
 import openai
 
-from budgetlens.guard.adapters._calls import (
-    DEFAULT_MAX_OUTPUT_TOKENS,
-    CallGuard,
-    GuardedAsyncStream,
-    GuardedStream,
-    GuardedStreamManager,
-)
+from budgetlens.guard.adapters._calls import DEFAULT_MAX_OUTPUT_TOKENS, CallGuard
+from budgetlens.guard.adapters._endpoint import GuardedCalls
 from budgetlens.guard.adapters._proxy import Proxy
 from budgetlens.guard.adapters._refuse import BY_HAND_HINT, RAW_HINT, Refused
 
@@ -170,12 +165,8 @@ class _Endpoint(Proxy):
     ) -> None:
         super().__init__(target)
         self._guard, self._caps, self._prompt = guard, caps, prompt
-        if is_async:
-            self.create = self._acreate
-            self.parse = self._aparse
-        else:
-            self.create = self._create
-            self.parse = self._parse
+        self._calls = GuardedCalls(target, guard, is_async, self._prepare)
+        self.create, self.parse = self._calls.create, self._calls.parse
         for name in ("with_raw_response", "with_streaming_response"):
             setattr(self, name, Refused(f"{path}.{name}", RAW_HINT))
         if caps is _RESPONSES_CAPS:
@@ -195,50 +186,9 @@ class _Endpoint(Proxy):
             return kwargs, self._guard.run.reserve(prompt, kwargs.get("model"), output_tokens=0)
         return kwargs, self._guard.reserve(kwargs, self._prompt(kwargs), self._caps, self._caps[0])
 
-    def _settle(self, kwargs: dict[str, Any], res: Any, response: Any, is_async: bool) -> Any:
-        if kwargs.get("stream") is True:
-            return (GuardedAsyncStream if is_async else GuardedStream)(response, self._guard, res)
-        self._guard.responded(res, response)
-        return response
-
-    def _call(self, method: str, kwargs: dict[str, Any]) -> Any:
-        kwargs, res = self._prepare(kwargs)
-        try:
-            response = getattr(self._target, method)(**kwargs)
-        except BaseException as exc:
-            self._guard.failed(res, exc)
-            raise
-        return self._settle(kwargs, res, response, False)
-
-    async def _acall(self, method: str, kwargs: dict[str, Any]) -> Any:
-        kwargs, res = self._prepare(kwargs)
-        try:
-            response = await getattr(self._target, method)(**kwargs)
-        except BaseException as exc:
-            self._guard.failed(res, exc)
-            raise
-        return self._settle(kwargs, res, response, True)
-
-    def _create(self, **kwargs: Any) -> Any:
-        return self._call("create", kwargs)
-
-    def _parse(self, **kwargs: Any) -> Any:
-        return self._call("parse", kwargs)
-
-    async def _acreate(self, **kwargs: Any) -> Any:
-        return await self._acall("create", kwargs)
-
-    async def _aparse(self, **kwargs: Any) -> Any:
-        return await self._acall("parse", kwargs)
-
     def stream(self, **kwargs: Any) -> Any:
         """The SDK's ``stream(...)`` helper, guarded: reserved before, recorded on exit of its
         ``with`` / ``async with`` block with the final usage."""
         kwargs, res = self._prepare({**kwargs, "stream": True})
         kwargs.pop("stream")
-        try:
-            manager = self._target.stream(**kwargs)
-        except BaseException as exc:
-            self._guard.failed(res, exc)
-            raise
-        return GuardedStreamManager(manager, self._guard, res)
+        return self._calls.stream(kwargs, res)
