@@ -234,29 +234,6 @@ FROM q
 ORDER BY task_type
 """
 
-#: Per model (the response model, else the requested one): calls of the filtered runs, with
-#: P50, P95 and max call duration (``model_calls.duration_s``, s) over the ``timed_calls`` that
-#: have one. With a model filter, only the calls of those models (a downgraded run's other
-#: model is not what was asked for).
-MODEL_LATENCY = f"""
-WITH {FILTERED},
-c AS (
-    SELECT coalesce(response_model, request_model, 'unknown') AS model, duration_s
-    FROM model_calls
-    WHERE run_id IN (SELECT run_id FROM filtered)
-)
-SELECT model, calls, timed_calls, q[1] AS p50_duration_s, q[2] AS p95_duration_s, max_duration_s
-FROM (
-    SELECT model, count(*) AS calls, count(duration_s) AS timed_calls,
-           quantile_cont(duration_s, [0.5, 0.95]) AS q, max(duration_s) AS max_duration_s
-    FROM c
-    WHERE len(CAST($models AS VARCHAR[])) = 0 OR list_contains(CAST($models AS VARCHAR[]), model)
-    GROUP BY model
-)
-ORDER BY calls DESC, model
-"""
-
-
 #: Per local day (or hour) and task type; rates as ``_RATES`` (NULL on a day without budgeted runs).
 _HIT_RATE_BY_PERIOD = f"""
 WITH {FILTERED},
@@ -322,11 +299,15 @@ b AS (
 )
 {_PERIOD_TOTALS}"""
 
-#: Cost per model, bucketed by the run's start so that a period's total equals the per-task
-#: view. A run with one model (no comma in ``runs.models``) counts whole under that model; only
-#: runs with several models (a downgrade) are split by their calls, so the 10x larger
-#: ``model_calls`` table is probed for those runs alone. ``runs`` counts runs per key.
-COST_BY_PERIOD_MODEL = f"""
+
+def cost_by_period_model(multi: str) -> str:
+    """The cost-per-model statement, bucketed by the run's start so that a period's total equals
+    the per-task view (``COST_BY_PERIOD_TASK``'s parameters and columns). A run with one model (no
+    comma in ``runs.models``) counts whole under that model; the runs with several models (a
+    downgrade) are split by ``multi``: the body of a CTE with columns start_utc, key (the model),
+    cost_usd, unpriced, over the rows of ``MULTI_MODEL_RUNS`` (run_id, start_utc). ``runs`` counts
+    runs per key. ``multi`` is a constant fragment of this package, never request data."""
+    return f"""
 WITH {FILTERED},
 {SPEND},
 single AS (
@@ -334,16 +315,7 @@ single AS (
            unpriced_calls AS unpriced
     FROM spend WHERE NOT contains(coalesce(models, ''), ',')
 ),
-multi AS (
-    SELECT any_value(m.start_utc) AS start_utc,
-           coalesce(c.response_model, c.request_model, 'unknown') AS key,
-           sum(c.cost_usd) AS cost_usd,
-           count(*) FILTER (WHERE c.cost_usd IS NULL AND c.usage_status = 'reported') AS unpriced
-    FROM model_calls c
-    JOIN (SELECT run_id, start_utc FROM filtered WHERE contains(models, ',')) m
-      ON c.run_id = m.run_id
-    GROUP BY c.run_id, key
-),
+multi AS ({multi}),
 per_run AS (SELECT * FROM single UNION ALL SELECT * FROM multi),
 b AS (
     SELECT {_BUCKET} AS bucket, key, sum(cost_usd) AS cost_usd, count(*) AS runs,
@@ -351,6 +323,10 @@ b AS (
     FROM per_run GROUP BY ALL
 )
 {_PERIOD_TOTALS}"""
+
+
+#: The filtered runs with several models (run_id, start_utc), for ``cost_by_period_model``.
+MULTI_MODEL_RUNS = "(SELECT run_id, start_utc FROM filtered WHERE contains(models, ','))"
 
 
 def _log_histogram(column: str, unit: str) -> str:

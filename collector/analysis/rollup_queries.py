@@ -1,8 +1,8 @@
 """The page statements that read ``run_model_rollup`` instead of ``model_calls`` (issue 25).
 
 Same conventions as ``budgetlens.analysis.queries`` (named parameters, the ``filtered`` CTE).
-``queries.MODEL_LATENCY`` and ``queries.COST_BY_PERIOD_MODEL`` stay as the slow references
-the tests compare these with; no default page runs them.
+The slow references over ``model_calls`` that these equal are kept by their test
+(``tests/test_run_model_rollup.py``); no page runs them.
 """
 
 from __future__ import annotations
@@ -10,8 +10,7 @@ from __future__ import annotations
 import pandas as pd
 
 from budgetlens.analysis.filters import run_query
-from budgetlens.analysis.queries import _BUCKET, _PERIOD_TOTALS, FILTERED
-from budgetlens.analysis.spend_queries import SPEND
+from budgetlens.analysis.queries import FILTERED, MULTI_MODEL_RUNS, cost_by_period_model
 from budgetlens.store import rollups
 
 _MODEL_FILTER = "(len(CAST($models AS VARCHAR[])) = 0 OR list_contains(CAST($models AS VARCHAR[]), model))"
@@ -29,29 +28,14 @@ GROUP BY model
 ORDER BY calls DESC, model
 """
 
-#: ``queries.COST_BY_PERIOD_MODEL`` with the multi-model runs split by their rollup rows (not by
-#: their calls). Its unpriced count per model is the rollup's (``runs.unpriced_calls``' rule:
-#: no cost or a part without a price), the same rule as the single-model runs'.
-COST_BY_PERIOD_MODEL = f"""
-WITH {FILTERED},
-{SPEND},
-single AS (
-    SELECT start_utc, coalesce(nullif(models, ''), 'unknown') AS key, own_cost_usd AS cost_usd,
-           unpriced_calls AS unpriced
-    FROM spend WHERE NOT contains(coalesce(models, ''), ',')
-),
-multi AS (
+#: Cost per model (``queries.cost_by_period_model``) with the multi-model runs split by their
+#: rollup rows (not by their calls). Its unpriced count per model is the rollup's
+#: (``runs.unpriced_calls``' rule: no cost or a part without a price), the same rule as the
+#: single-model runs'.
+COST_BY_PERIOD_MODEL = cost_by_period_model(f"""
     SELECT m.start_utc, r.model AS key, r.cost_usd, r.unpriced_calls AS unpriced
-    FROM {rollups.TABLE} r
-    JOIN (SELECT run_id, start_utc FROM filtered WHERE contains(models, ',')) m ON r.run_id = m.run_id
-),
-per_run AS (SELECT * FROM single UNION ALL SELECT * FROM multi),
-b AS (
-    SELECT {_BUCKET} AS bucket, key, sum(cost_usd) AS cost_usd, count(*) AS runs,
-           sum(unpriced) AS unpriced
-    FROM per_run GROUP BY ALL
-)
-{_PERIOD_TOTALS}"""
+    FROM {rollups.TABLE} r JOIN {MULTI_MODEL_RUNS} m ON r.run_id = m.run_id
+""")
 
 
 def model_latency(conn, params: dict) -> pd.DataFrame:

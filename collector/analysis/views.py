@@ -234,7 +234,7 @@ def model_latency(conn, f: Filters) -> pd.DataFrame:
     timed calls; NULL when none has a duration). With a model filter only those models' calls
     count. Most calls first. The quantiles come from the rollup's latency sketch
     (``rollup_queries.MODEL_LATENCY_SKETCH``; within a bucket, about 1.33x, of the exact
-    ``queries.MODEL_LATENCY``)."""
+    quantiles over ``model_calls``)."""
     from budgetlens.analysis import rollup_queries
 
     return rollup_queries.model_latency(conn, f.params())
