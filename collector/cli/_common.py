@@ -11,6 +11,22 @@ import math
 from collections.abc import Callable
 
 
+def add_command(
+    subparsers, name: str, *, help: str, description: str, epilog: str | None = None
+) -> argparse.ArgumentParser:
+    """The parser of subcommand ``name`` on a store (``--db``), whose ``description`` and
+    ``epilog`` are printed with their own line breaks."""
+    parser = subparsers.add_parser(
+        name,
+        help=help,
+        description=description,
+        epilog=epilog,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_db_argument(parser)
+    return parser
+
+
 def add_db_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--db",

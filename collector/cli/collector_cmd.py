@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import argparse
 import logging
 
-from budgetlens.cli._common import add_db_argument, positive_float, positive_int, tcp_port
+from budgetlens.cli._common import add_command, positive_float, positive_int, tcp_port
 from budgetlens.cli.collector_server import announcing_server, bind_socket, is_loopback
 
 log = logging.getLogger(__name__)
@@ -58,13 +57,12 @@ is opened.
 
 
 def register(subparsers) -> None:
-    parser = subparsers.add_parser(
+    parser = add_command(
+        subparsers,
         "collector",
         help="run the OTLP/HTTP collector (traces -> DuckDB, /metrics)",
         description=DESCRIPTION,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    add_db_argument(parser)
     parser.add_argument(
         "--host",
         default="127.0.0.1",

@@ -15,7 +15,7 @@ import urllib.request
 from pathlib import Path
 
 from budgetlens import config
-from budgetlens.cli._common import add_db_argument
+from budgetlens.cli._common import add_command
 from budgetlens.cli.dashboard_cmd import (
     add_server_arguments,
     port_in_use,
@@ -44,13 +44,12 @@ Ctrl-C stops both.
 
 
 def register(subparsers) -> None:
-    parser = subparsers.add_parser(
+    parser = add_command(
+        subparsers,
         "demo",
         help="sample store + collector + dashboard in one command",
         description=DESCRIPTION,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    add_db_argument(parser)
     add_server_arguments(parser)
     parser.add_argument(
         "--collector-port",

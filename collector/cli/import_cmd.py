@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import TYPE_CHECKING
 
-from budgetlens.cli._common import add_db_argument, line_limit_mib, positive_int
+from budgetlens.cli._common import add_command, line_limit_mib, positive_int
 from budgetlens.cli._terminal import terminal_safe
 
 if TYPE_CHECKING:
@@ -40,12 +40,12 @@ Task type: --task-type, else derived (project folder, cwd, benchmark or agent).
 
 def register(subparsers) -> None:
     formats = "\n".join(f"  {name:<12} {text}" for name, text in FORMAT_HELP)
-    parser = subparsers.add_parser(
+    parser = add_command(
+        subparsers,
         "import",
         help="import agent logs (Claude Code, Codex, SWE-agent, OpenHands, OTLP/JSON)",
         description=DESCRIPTION,
         epilog=f"formats:\n{formats}\n\n{EPILOG}",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument(
         "format",
@@ -54,7 +54,6 @@ def register(subparsers) -> None:
         help="log format: " + ", ".join(name for name, _ in FORMAT_HELP),
     )
     parser.add_argument("paths", metavar="PATH", nargs="+", help="files or directories to import")
-    add_db_argument(parser)
     parser.add_argument(
         "--task-type", default=None, help="task type for every imported run (default: derived per format)"
     )

@@ -43,16 +43,16 @@ def stub_context(
     trace_hex, span_hex, parent_hex = ids
     budget_run = named_run(attrs.get(sc.BUDGET_RUN_ID))
     return SpanContext(
-        source,
-        attrs,
-        span_hex,
-        budget_run or trace_hex,
-        trace_hex,
-        parent_hex,
-        service,
-        times,
-        failed,
-        budget_run,
+        source=source,
+        attrs=attrs,
+        span_hex=span_hex,
+        run_id=budget_run or trace_hex,
+        trace_hex=trace_hex,
+        parent_hex=parent_hex,
+        service=service,
+        times=times,
+        failed=failed,
+        budget_run=budget_run,
     )
 
 
