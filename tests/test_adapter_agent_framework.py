@@ -11,11 +11,11 @@ import pytest
 pytest.importorskip("agent_framework")
 pytest.importorskip("agent_framework_openai")
 
+from _adapter_helpers import CALL
 from agent_framework import Agent
 from agent_framework.openai import OpenAIChatCompletionClient
-from llm_server import CACHED_TOKENS, INPUT_TOKENS, OUTPUT_TOKENS, REASONING_TOKENS
 
-from budgetlens import BudgetExceeded, RunBudget, Usage
+from budgetlens import BudgetExceeded, RunBudget
 from budgetlens.guard.adapters._wrap_up import WRAP_UP_INSTRUCTION
 from budgetlens.guard.adapters.agent_framework import budget_middleware
 from budgetlens.semconv import (
@@ -27,8 +27,6 @@ from budgetlens.semconv import (
 )
 
 pytestmark = pytest.mark.system  # each test starts an HTTP server
-
-CALL = Usage(INPUT_TOKENS, OUTPUT_TOKENS, cache_read_tokens=CACHED_TOKENS, reasoning_tokens=REASONING_TOKENS)
 
 
 def read_file(path: str) -> str:

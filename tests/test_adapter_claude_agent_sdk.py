@@ -9,16 +9,14 @@ import pytest
 
 pytest.importorskip("claude_agent_sdk")
 
+from _adapter_helpers import ANTHROPIC_CALL
 from claude_agent_sdk import ClaudeAgentOptions, ResultMessage
-from llm_server import CACHED_TOKENS, INPUT_TOKENS, OUTPUT_TOKENS
 
 from budgetlens import BudgetExceeded, RunBudget, Usage
 from budgetlens.guard.adapters.claude_agent_sdk import ClaudeBudget
 from budgetlens.semconv import STOP_BUDGET_TOKENS, STOP_BUDGET_TOOLS, STOP_BUDGET_TURNS, USAGE_REPORTED
 
 pytestmark = pytest.mark.system  # each test starts an HTTP server and the Claude Code CLI
-
-ANTHROPIC_CALL = Usage(INPUT_TOKENS, OUTPUT_TOKENS, cache_read_tokens=CACHED_TOKENS)
 
 
 def options(server, tmp_path, **kwargs):

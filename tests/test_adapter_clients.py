@@ -10,42 +10,34 @@ import pytest
 pytest.importorskip("openai")
 pytest.importorskip("anthropic")
 
-import anthropic
 import openai
-from llm_server import CACHED_TOKENS, INPUT_TOKENS, OUTPUT_TOKENS, REASONING_TOKENS
+from _adapter_helpers import (
+    ANTHROPIC_CALL,
+    ANTHROPIC_TOOLS,
+    CALL,
+    MESSAGES,
+    TOOLS,
+    anthropic_client,
+    openai_client,
+)
+from llm_server import INPUT_TOKENS, OUTPUT_TOKENS
 from pydantic import BaseModel
 
 from budgetlens import BudgetExceeded, RunBudget, Usage
-from budgetlens.guard.adapters import UnguardedCallError, wrap_anthropic, wrap_openai
+from budgetlens.guard.adapters import UnguardedCallError, wrap_openai
 from budgetlens.semconv import STOP_BUDGET_TOOLS, USAGE_PARTIAL, USAGE_REPORTED
 
 pytestmark = pytest.mark.system  # each test starts an HTTP server
-
-CALL = Usage(INPUT_TOKENS, OUTPUT_TOKENS, cache_read_tokens=CACHED_TOKENS, reasoning_tokens=REASONING_TOKENS)
-ANTHROPIC_CALL = Usage(INPUT_TOKENS, OUTPUT_TOKENS, cache_read_tokens=CACHED_TOKENS)
-MESSAGES = [{"role": "user", "content": "Fix the failing test"}]
-TOOLS = [{"type": "function", "function": {"name": "read_file", "parameters": {"type": "object"}}}]
-ANTHROPIC_TOOLS = [{"name": "read_file", "input_schema": {"type": "object"}}]
 
 
 class Answer(BaseModel):
     answer: str
 
 
-def oai(server, run, is_async=False):
-    cls = openai.AsyncOpenAI if is_async else openai.OpenAI
-    return wrap_openai(cls(base_url=server.openai_url, api_key="test", max_retries=0), run)
-
-
-def ant(server, run, is_async=False):
-    cls = anthropic.AsyncAnthropic if is_async else anthropic.Anthropic
-    return wrap_anthropic(cls(base_url=server.anthropic_url, api_key="test", max_retries=0), run)
-
-
 # --- Anthropic stream closed before message_delta: partial, charged the output reservation ------
 def test_anthropic_stream_cut_before_message_delta_is_partial_and_charged_its_output(server):
     run = RunBudget(max_total_tokens=50_000)
-    stream = ant(server, run).messages.create(
+    stream = anthropic_client(server, run).messages.create(
         model="cut-stream", max_tokens=1_024, messages=MESSAGES, stream=True
     )
     assert [e.type for e in stream][-1] == "content_block_delta"  # the connection closed there
@@ -57,7 +49,7 @@ def test_anthropic_stream_cut_before_message_delta_is_partial_and_charged_its_ou
 
 def test_anthropic_stream_left_early_is_partial_plain_and_helper(server):
     run = RunBudget(max_total_tokens=50_000)
-    client = ant(server, run)
+    client = anthropic_client(server, run)
     stream = client.messages.create(
         model="claude-haiku-4-5", max_tokens=1_024, messages=MESSAGES, stream=True
     )
@@ -76,7 +68,7 @@ def test_anthropic_stream_left_early_is_partial_plain_and_helper(server):
 
 def test_anthropic_stream_read_to_its_end_is_still_reported_exactly(server):
     run = RunBudget(max_total_tokens=50_000)
-    for _ in ant(server, run).messages.create(
+    for _ in anthropic_client(server, run).messages.create(
         model="claude-haiku-4-5", max_tokens=1_024, messages=MESSAGES, stream=True
     ):
         pass
@@ -87,10 +79,10 @@ def test_anthropic_stream_read_to_its_end_is_still_reported_exactly(server):
 # --- with_options / copy return guarded clients --------------------------------------------------
 def test_with_options_and_copy_stay_guarded(server):
     run = RunBudget(max_total_tokens=50_000)
-    client = oai(server, run)
+    client = openai_client(server, run)
     client.with_options(timeout=30).chat.completions.create(model="gpt-4o-mini", messages=MESSAGES)
     client.copy(max_retries=1).responses.create(model="gpt-4o-mini", input="hi")
-    aclient = ant(server, run)
+    aclient = anthropic_client(server, run)
     aclient.with_options(timeout=30).messages.create(
         model="claude-haiku-4-5", max_tokens=100, messages=MESSAGES
     )
@@ -99,7 +91,7 @@ def test_with_options_and_copy_stay_guarded(server):
     small = RunBudget(max_total_tokens=500)
     sent = len(server.requests)
     with pytest.raises(BudgetExceeded):
-        oai(server, small).with_options(timeout=30).chat.completions.create(
+        openai_client(server, small).with_options(timeout=30).chat.completions.create(
             model="gpt-4o-mini", messages=MESSAGES, max_completion_tokens=1_000
         )
     assert len(server.requests) == sent
@@ -108,7 +100,7 @@ def test_with_options_and_copy_stay_guarded(server):
 # --- the other model-calling methods: guarded ----------------------------------------------------
 def test_beta_parse_embeddings_and_legacy_completions_are_guarded(server):
     run = RunBudget(max_total_tokens=50_000)
-    client = oai(server, run)
+    client = openai_client(server, run)
     parsed = client.beta.chat.completions.parse(
         model="gpt-4o-mini", messages=MESSAGES, response_format=Answer
     )
@@ -131,7 +123,7 @@ def test_beta_parse_embeddings_and_legacy_completions_are_guarded(server):
 
 def test_anthropic_parse_and_beta_messages_are_guarded(server):
     run = RunBudget(max_total_tokens=50_000)
-    client = ant(server, run)
+    client = anthropic_client(server, run)
     parsed = client.messages.parse(
         model="claude-haiku-4-5", max_tokens=200, messages=MESSAGES, output_format=Answer
     )
@@ -144,7 +136,7 @@ def test_anthropic_parse_and_beta_messages_are_guarded(server):
 
 def test_anthropic_async_parse_and_beta_are_guarded(server):
     run = RunBudget(max_total_tokens=50_000)
-    client = ant(server, run, is_async=True)
+    client = anthropic_client(server, run, is_async=True)
 
     async def agent():
         await client.messages.parse(
@@ -185,7 +177,7 @@ REFUSED_ANTHROPIC = [
 )
 def test_unguardable_methods_are_refused_by_name_and_never_sent(server, path, method):
     run = RunBudget(max_total_tokens=50_000)
-    client = (oai if path in dict(REFUSED_OPENAI) else ant)(server, run)
+    client = (openai_client if path in dict(REFUSED_OPENAI) else anthropic_client)(server, run)
     sent = len(server.requests)
     with pytest.raises(UnguardedCallError, match=path.replace(".", r"\.")) as info:
         method(client)(model="gpt-4o-mini", messages=MESSAGES, max_tokens=10)
@@ -194,7 +186,7 @@ def test_unguardable_methods_are_refused_by_name_and_never_sent(server, path, me
 
 
 def test_free_and_non_model_resources_pass_through(server):
-    client = oai(server, RunBudget())
+    client = openai_client(server, RunBudget())
     assert client.models is client._target.models and client.files is client._target.files
     assert hasattr(client.batches, "create")  # introspection works; only calling is refused
 
@@ -203,7 +195,9 @@ def test_free_and_non_model_resources_pass_through(server):
 def test_three_parallel_tool_calls_over_max_tool_calls_are_refused_before_they_run(server):
     run = RunBudget(max_total_tokens=50_000, max_tool_calls=2)
     with pytest.raises(BudgetExceeded) as info:
-        oai(server, run).chat.completions.create(model="parallel-gpt", messages=MESSAGES, tools=TOOLS)
+        openai_client(server, run).chat.completions.create(
+            model="parallel-gpt", messages=MESSAGES, tools=TOOLS
+        )
     assert info.value.reason == STOP_BUDGET_TOOLS
     assert run.finish().stop_reason == STOP_BUDGET_TOOLS
 
@@ -222,7 +216,7 @@ def test_three_parallel_tool_calls_over_max_tool_calls_are_refused_before_they_r
 )
 def test_tool_calls_of_a_response_are_counted_once_at_the_next_call(server, api):
     run = RunBudget(max_total_tokens=50_000, max_tool_calls=10)
-    client, aclient = oai(server, run), ant(server, run)
+    client, aclient = openai_client(server, run), anthropic_client(server, run)
     if api == "chat":
         client.chat.completions.create(model="parallel-gpt", messages=MESSAGES, tools=TOOLS)
     elif api == "chat-stream":
@@ -263,12 +257,12 @@ def test_parallel_tool_calls_over_the_limit_are_refused_in_streams_and_anthropic
     run = RunBudget(max_total_tokens=50_000, max_tool_calls=2)
     with pytest.raises(BudgetExceeded) as info:
         if stream:
-            for _ in oai(server, run).chat.completions.create(
+            for _ in openai_client(server, run).chat.completions.create(
                 model="parallel-gpt", messages=MESSAGES, tools=TOOLS, stream=True
             ):
                 pass
         else:
-            ant(server, run).messages.create(
+            anthropic_client(server, run).messages.create(
                 model="parallel-claude", max_tokens=100, messages=MESSAGES, tools=ANTHROPIC_TOOLS
             )
     assert info.value.reason == STOP_BUDGET_TOOLS and run.finish().stop_reason == STOP_BUDGET_TOOLS
@@ -276,7 +270,7 @@ def test_parallel_tool_calls_over_the_limit_are_refused_in_streams_and_anthropic
 
 def test_tool_calls_the_agent_counts_itself_are_not_counted_twice(server):
     run = RunBudget(max_total_tokens=50_000, max_tool_calls=10)
-    client = oai(server, run)
+    client = openai_client(server, run)
     reply = client.chat.completions.create(model="parallel-gpt", messages=MESSAGES, tools=TOOLS)
     for call in reply.choices[0].message.tool_calls:
         run.before_tool_call(call.function.name)  # the README's loop counts them itself

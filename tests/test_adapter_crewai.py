@@ -22,7 +22,8 @@ except ImportError:
         allow_module_level=True,
     )
 
-from llm_server import CACHED_TOKENS, INPUT_TOKENS, OUTPUT_TOKENS, REASONING_TOKENS
+from _adapter_helpers import CALL
+from llm_server import INPUT_TOKENS, OUTPUT_TOKENS
 
 from budgetlens import BudgetExceeded, RunBudget, Usage
 from budgetlens.guard.adapters.crewai import BudgetHookAborted, CrewBudget, crew_usage
@@ -31,7 +32,6 @@ from budgetlens.semconv import STOP_BUDGET_TOKENS, STOP_BUDGET_TOOLS, USAGE_REPO
 pytestmark = pytest.mark.system  # each test starts an HTTP server
 
 PER_CALL = INPUT_TOKENS + OUTPUT_TOKENS
-CALL = Usage(INPUT_TOKENS, OUTPUT_TOKENS, cache_read_tokens=CACHED_TOKENS, reasoning_tokens=REASONING_TOKENS)
 
 
 @tool("read_file")

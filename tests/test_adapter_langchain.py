@@ -11,6 +11,7 @@ import pytest
 pytest.importorskip("langchain_openai")
 pytest.importorskip("langgraph")
 
+from _adapter_helpers import CALL
 from langchain_core.language_models import BaseChatModel
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
@@ -18,7 +19,7 @@ from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.tools import tool
 from langchain_openai import ChatOpenAI
 from langgraph.prebuilt import create_react_agent
-from llm_server import CACHED_TOKENS, INPUT_TOKENS, OUTPUT_TOKENS, REASONING_TOKENS
+from llm_server import INPUT_TOKENS, OUTPUT_TOKENS
 
 from budgetlens import BudgetExceeded, RunBudget, Usage
 from budgetlens.guard.adapters import BudgetCallbackHandler, guard_chat_model
@@ -26,7 +27,6 @@ from budgetlens.guard.adapters._wrap_up import WRAP_UP_INSTRUCTION
 from budgetlens.guard.adapters.langchain import langchain_usage
 from budgetlens.semconv import STOP_BUDGET_TOOLS, STOP_BUDGET_WRAP_UP, USAGE_REPORTED, USAGE_UNKNOWN
 
-CALL = Usage(INPUT_TOKENS, OUTPUT_TOKENS, cache_read_tokens=CACHED_TOKENS, reasoning_tokens=REASONING_TOKENS)
 #: langchain-aws's usage_metadata for a Bedrock call that read 16,000 tokens from the cache.
 BEDROCK_METADATA = {
     "input_tokens": 23,

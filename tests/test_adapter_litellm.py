@@ -11,18 +11,13 @@ import pytest
 pytest.importorskip("litellm")
 
 import litellm
-from llm_server import CACHED_TOKENS, INPUT_TOKENS, OUTPUT_TOKENS, REASONING_TOKENS
+from _adapter_helpers import ANTHROPIC_CALL, CALL, MESSAGES, TOOLS
 
-from budgetlens import BudgetExceeded, RunBudget, Usage
+from budgetlens import BudgetExceeded, RunBudget
 from budgetlens.guard.adapters.litellm_sdk import GuardedLiteLLM
 from budgetlens.semconv import STOP_BUDGET_TOKENS, STOP_BUDGET_TOOLS, USAGE_REPORTED, USAGE_UNKNOWN
 
 pytestmark = pytest.mark.system  # each test starts an HTTP server
-
-CALL = Usage(INPUT_TOKENS, OUTPUT_TOKENS, cache_read_tokens=CACHED_TOKENS, reasoning_tokens=REASONING_TOKENS)
-ANTHROPIC_CALL = Usage(INPUT_TOKENS, OUTPUT_TOKENS, cache_read_tokens=CACHED_TOKENS)
-MESSAGES = [{"role": "user", "content": "Fix the failing test"}]
-TOOLS = [{"type": "function", "function": {"name": "read_file", "parameters": {"type": "object"}}}]
 
 
 def kw(server, model="openai/gpt-4o-mini", **extra):

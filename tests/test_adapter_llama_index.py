@@ -18,17 +18,17 @@ from llama_index.core.llms import ChatMessage
 from llama_index.core.tools import FunctionTool
 from llama_index.llms.litellm import LiteLLM
 
-from budgetlens import BudgetExceeded, RunBudget, Usage
+from budgetlens import BudgetExceeded, RunBudget
 from budgetlens.guard.adapters._wrap_up import WRAP_UP_INSTRUCTION
 from budgetlens.guard.adapters.llama_index import guard_llama_agent, guard_llm
 from budgetlens.semconv import STOP_BUDGET_TOKENS, STOP_BUDGET_TOOLS, STOP_BUDGET_WRAP_UP, USAGE_REPORTED
 
 sys.path.insert(0, str(Path(__file__).parent / "examples"))
-from llm_server import CACHED_TOKENS, INPUT_TOKENS, OUTPUT_TOKENS, REASONING_TOKENS, LLMServer
+from _adapter_helpers import CALL
+from llm_server import INPUT_TOKENS, OUTPUT_TOKENS, LLMServer
 
 pytestmark = pytest.mark.system  # each test starts an HTTP server
 
-CALL = Usage(INPUT_TOKENS, OUTPUT_TOKENS, cache_read_tokens=CACHED_TOKENS, reasoning_tokens=REASONING_TOKENS)
 HI = [ChatMessage(role="user", content="Fix the failing test")]
 
 

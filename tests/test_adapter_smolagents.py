@@ -7,11 +7,12 @@ import pytest
 
 pytest.importorskip("smolagents")
 
-from llm_server import CACHED_TOKENS, INPUT_TOKENS, OUTPUT_TOKENS, REASONING_TOKENS
+from _adapter_helpers import CALL
+from llm_server import INPUT_TOKENS, OUTPUT_TOKENS
 from smolagents import OpenAIServerModel, ToolCallingAgent, tool
 from smolagents.utils import AgentGenerationError
 
-from budgetlens import RunBudget, Usage
+from budgetlens import RunBudget
 from budgetlens.guard.adapters._wrap_up import FINAL_ANSWER_INSTRUCTION
 from budgetlens.guard.adapters.smolagents import guard_smolagent
 from budgetlens.semconv import (
@@ -23,8 +24,6 @@ from budgetlens.semconv import (
 )
 
 pytestmark = pytest.mark.system  # each test starts an HTTP server
-
-CALL = Usage(INPUT_TOKENS, OUTPUT_TOKENS, cache_read_tokens=CACHED_TOKENS, reasoning_tokens=REASONING_TOKENS)
 
 
 @tool

@@ -14,29 +14,13 @@ pytest.importorskip("anthropic")
 
 import anthropic
 import openai
-from llm_server import CACHED_TOKENS, INPUT_TOKENS, OUTPUT_TOKENS, REASONING_TOKENS
+from _adapter_helpers import ANTHROPIC_CALL, CALL, MESSAGES, anthropic_client, openai_client
 
-from budgetlens import BudgetExceeded, RunBudget, Usage
-from budgetlens.guard.adapters import wrap_anthropic, wrap_openai
+from budgetlens import BudgetExceeded, RunBudget
+from budgetlens.guard.adapters import wrap_openai
 from budgetlens.semconv import STOP_BUDGET_TOKENS, STOP_COMPLETED, USAGE_REPORTED, USAGE_UNKNOWN
 
 pytestmark = pytest.mark.system  # each test starts an HTTP server
-
-#: One call's usage as the server reports it, in the guard's shape (computed from the server's
-#: constants: OpenAI totals include cache and reasoning; Anthropic reports input without cache).
-CALL = Usage(INPUT_TOKENS, OUTPUT_TOKENS, cache_read_tokens=CACHED_TOKENS, reasoning_tokens=REASONING_TOKENS)
-ANTHROPIC_CALL = Usage(INPUT_TOKENS, OUTPUT_TOKENS, cache_read_tokens=CACHED_TOKENS)
-MESSAGES = [{"role": "user", "content": "Fix the failing test"}]
-
-
-def openai_client(server, run, is_async=False):
-    cls = openai.AsyncOpenAI if is_async else openai.OpenAI
-    return wrap_openai(cls(base_url=server.openai_url, api_key="test", max_retries=0), run)
-
-
-def anthropic_client(server, run, is_async=False):
-    cls = anthropic.AsyncAnthropic if is_async else anthropic.Anthropic
-    return wrap_anthropic(cls(base_url=server.anthropic_url, api_key="test", max_retries=0), run)
 
 
 def closed_port_url() -> str:

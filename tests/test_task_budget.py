@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from _adapter_helpers import MESSAGES
 
 from budgetlens import RunBudget, Usage
 from budgetlens.guard.task_budget import (
@@ -14,8 +15,6 @@ from budgetlens.guard.task_budget import (
     add_anthropic_task_budget,
     anthropic_task_budget,
 )
-
-MESSAGES = [{"role": "user", "content": "Fix the failing test"}]
 
 
 def test_the_task_budget_is_the_total_limit_and_what_is_left_of_it():

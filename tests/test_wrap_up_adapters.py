@@ -10,6 +10,7 @@ pytest.importorskip("anthropic")
 
 import anthropic
 import openai
+from _adapter_helpers import ANTHROPIC_TOOLS, TOOLS
 from llm_server import INPUT_TOKENS, OUTPUT_TOKENS
 
 from budgetlens import BudgetExceeded, RunBudget
@@ -20,8 +21,6 @@ from budgetlens.guard.adapters._wrap_up import WRAP_UP_INSTRUCTION
 pytestmark = pytest.mark.system  # each test starts an HTTP server
 
 PROMPT = 100  # count_tokens: every request's prompt counts 100 tokens
-CHAT_TOOLS = [{"type": "function", "function": {"name": "read_file", "parameters": {"type": "object"}}}]
-ANTHROPIC_TOOLS = [{"name": "read_file", "input_schema": {"type": "object"}}]
 
 
 def _agent(create, answer_of, tools):
@@ -59,7 +58,7 @@ def test_openai_agent_out_of_budget_answers_from_the_slice(server):
     answer = _agent(
         lambda **kw: client.chat.completions.create(model="gpt-4o-mini", **kw),
         lambda reply: None if reply.choices[0].message.tool_calls else reply.choices[0].message.content,
-        CHAT_TOOLS,
+        TOOLS,
     )
     bodies = [body for _, body in server.requests[before:]]
     assert answer == "Done."
@@ -112,7 +111,7 @@ def test_litellm_agent_out_of_budget_answers_from_the_slice(server):
             **kw,
         ),
         lambda reply: None if reply.choices[0].message.tool_calls else reply.choices[0].message.content,
-        CHAT_TOOLS,
+        TOOLS,
     )
     bodies = [body for _, body in server.requests[before:]]
     assert answer == "Done."
