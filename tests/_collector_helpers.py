@@ -1,4 +1,5 @@
-"""Helpers for the collector tests: real OTel SDK spans, OTLP/JSON encoding, a live collector."""
+"""Helpers for the collector tests: real OTel SDK spans, OTLP/JSON encoding, a live collector, the
+CLI in a subprocess."""
 
 from __future__ import annotations
 
@@ -33,6 +34,26 @@ class SpanRecorder:
 
     def spans(self) -> list[ReadableSpan]:
         return list(self.memory.get_finished_spans())
+
+    def chat_calls(
+        self, count: int, first_input_tokens: int = 0, run_id: str | None = None
+    ) -> list[ReadableSpan]:
+        """Emit ``count`` chat spans of gpt-4o, one output token each and input tokens counting up
+        from ``first_input_tokens`` (so that every span differs); with ``run_id``, spans of that
+        guard run, turns 1 to ``count``. Returns every finished span."""
+        for index in range(count):
+            with self.tracer.start_as_current_span("chat gpt-4o") as span:
+                span.set_attributes(
+                    {
+                        sc.GEN_AI_OPERATION_NAME: sc.OPERATION_CHAT,
+                        sc.GEN_AI_REQUEST_MODEL: "gpt-4o",
+                        sc.GEN_AI_USAGE_INPUT_TOKENS: first_input_tokens + index,
+                        sc.GEN_AI_USAGE_OUTPUT_TOKENS: 1,
+                    }
+                )
+                if run_id is not None:
+                    span.set_attributes({sc.BUDGET_RUN_ID: run_id, sc.BUDGET_TURN: index + 1})
+        return self.spans()
 
     def guard_run(
         self,
@@ -208,3 +229,13 @@ def collector_process(python: str, db_path, port: int = 0, *extra: str):
             except subprocess.TimeoutExpired:
                 process.kill()
         process.wait(10)
+
+
+def run_cli(python: str, *argv: str, timeout: float = 120):
+    """``python -m budgetlens.cli ARGV`` in a subprocess, its output captured as text; returns the
+    ``subprocess.CompletedProcess``."""
+    import subprocess
+
+    return subprocess.run(
+        [python, "-m", "budgetlens.cli", *argv], capture_output=True, text=True, timeout=timeout
+    )

@@ -86,6 +86,19 @@ def free_port() -> int:
     return find_free_port()
 
 
+@pytest.fixture
+def fresh_price_cache(monkeypatch):
+    """Prices from the packaged table (no ``BUDGETLENS_PRICES_FILE``) through an empty price cache,
+    emptied again after the test."""
+    from budgetlens.config import ENV_PRICES_FILE
+    from budgetlens.pricing import clear_price_cache
+
+    monkeypatch.delenv(ENV_PRICES_FILE, raising=False)
+    clear_price_cache()
+    yield
+    clear_price_cache()
+
+
 @pytest.fixture(scope="session")
 def realdata() -> Path:
     """The real agent logs in ../shared/realdata (see its SOURCES.md). A test that uses it, or a

@@ -14,8 +14,9 @@ from pathlib import Path
 
 import pytest
 import requests
-from _collector_helpers import SpanRecorder, collector_process
-from conftest import find_free_port
+from _collector_helpers import SpanRecorder, collector_process, run_cli
+from _prometheus import prometheus_config, prometheus_server
+from _prometheus import query as _query
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.trace.export import SpanExportResult
 
@@ -73,12 +74,6 @@ def test_promtool_checks_and_unit_tests_the_alert_rules():
     assert all(name in RULE_TESTS.read_text() for name in names)
 
 
-def _query(base: str, promql: str) -> list:
-    response = requests.get(f"{base}/api/v1/query", params={"query": promql}, timeout=10)
-    response.raise_for_status()
-    return response.json()["data"]["result"]
-
-
 def _runs() -> SpanRecorder:
     """Two task types: runs stopped by a budget, completed runs, and runs without any limit
     (which the hit rate leaves out: PromQL must too)."""
@@ -109,26 +104,8 @@ def test_promql_hit_rate_equals_the_cli_and_every_grafana_panel_returns_data(tmp
     with collector_process(python, db) as (_, url):
         exporter = OTLPSpanExporter(endpoint=f"{url}/v1/traces")
         assert exporter.export(_runs().spans()) == SpanExportResult.SUCCESS
-        shutil.copy(RULES, tmp_path / "alerts.yml")
-        (tmp_path / "prometheus.yml").write_text(
-            "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
-            "rule_files:\n  - alerts.yml\n"
-            f"scrape_configs:\n  - job_name: budgetlens\n    static_configs:\n"
-            f"      - targets: ['{url.removeprefix('http://')}']\n"
-        )
-        port = find_free_port()
-        server = subprocess.Popen(
-            [
-                prometheus,
-                f"--config.file={tmp_path / 'prometheus.yml'}",
-                f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-                f"--web.listen-address=127.0.0.1:{port}",
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        base = f"http://127.0.0.1:{port}"
-        try:
+        config = prometheus_config(tmp_path, url, RULES.read_text())
+        with prometheus_server(prometheus, config) as base:
             promql, deadline = {}, time.monotonic() + 120
             while len(promql) < 2 and time.monotonic() < deadline:
                 time.sleep(1)
@@ -137,22 +114,8 @@ def test_promql_hit_rate_equals_the_cli_and_every_grafana_panel_returns_data(tmp
                 except requests.RequestException:
                     promql = {}
             assert len(promql) == 2, f"Prometheus never returned the hit rate of both task types: {promql}"
-            cli = subprocess.run(
-                [
-                    python,
-                    "-m",
-                    "budgetlens.cli",
-                    "hit-rate",
-                    "--db",
-                    str(db),
-                    "--window-days",
-                    "0",
-                    "--format",
-                    "json",
-                ],
-                capture_output=True,
-                text=True,
-                timeout=300,
+            cli = run_cli(
+                python, "hit-rate", "--db", str(db), "--window-days", "0", "--format", "json", timeout=300
             )
             assert cli.returncode == 0, cli.stderr
             expected = {row["task_type"]: row["hit_rate"] for row in json.loads(cli.stdout)}
@@ -166,6 +129,3 @@ def test_promql_hit_rate_equals_the_cli_and_every_grafana_panel_returns_data(tmp
             assert not empty, f"panels without data: {empty}"
             service = _query(base, "sum by (service) (budgetlens_budgeted_runs_total)")
             assert [r["metric"]["service"] for r in service] == ["triage-bot"]
-        finally:
-            server.terminate()
-            server.wait(30)

@@ -6,12 +6,11 @@ from __future__ import annotations
 
 import base64
 import json
-import subprocess
 from pathlib import Path
 
 import numpy as np
 import pytest
-from _collector_helpers import collector_process
+from _collector_helpers import collector_process, run_cli
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
@@ -62,12 +61,7 @@ def _values(array) -> list:
 
 
 def _cli(python, *argv) -> list[dict]:
-    out = subprocess.run(
-        [python, "-m", "budgetlens.cli", *argv, "--window-days", "0", "--format", "json"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    out = run_cli(python, *argv, "--window-days", "0", "--format", "json")
     assert out.returncode == 0, out.stderr
     return json.loads(out.stdout)
 

@@ -5,9 +5,9 @@ children's (``RunBudget.child``: one ledger), so every sum over runs reads each 
 from __future__ import annotations
 
 import json
-import subprocess
 
 import pytest
+from _collector_helpers import run_cli
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExportResult
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -103,23 +103,7 @@ def test_a_parents_baseline_stays_inclusive_its_budget_covered_its_children(stor
 
 @pytest.mark.system
 def test_the_spend_cli_counts_the_children_once(store, python):
-    out = subprocess.run(
-        [
-            python,
-            "-m",
-            "budgetlens.cli",
-            "spend",
-            "--db",
-            str(store),
-            "--window-days",
-            "0",
-            "--format",
-            "json",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    out = run_cli(python, "spend", "--db", str(store), "--window-days", "0", "--format", "json")
     assert out.returncode == 0, out.stderr
     (row,) = json.loads(out.stdout)
     assert row["team"] == "ops" and row["runs"] == 3

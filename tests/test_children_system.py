@@ -11,7 +11,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from _collector_helpers import collector_process
+from _collector_helpers import collector_process, run_cli
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExportResult
@@ -75,12 +75,7 @@ def _token_counters(url: str) -> dict[str, float]:
 
 
 def _cli(python, *argv) -> list[dict]:
-    out = subprocess.run(
-        [python, "-m", "budgetlens.cli", *argv, "--format", "json"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    out = run_cli(python, *argv, "--format", "json")
     assert out.returncode == 0, out.stderr
     return json.loads(out.stdout)
 

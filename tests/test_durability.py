@@ -17,25 +17,13 @@ from _collector_helpers import SpanRecorder, collector_process
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.trace.export import SpanExportResult
 
-from budgetlens import semconv as sc
 from budgetlens.store import read_connection
 
 pytestmark = pytest.mark.system
 
 
 def _batches(count: int, size: int):
-    recorder = SpanRecorder()
-    for index in range(count * size):
-        with recorder.tracer.start_as_current_span("chat gpt-4o") as span:
-            span.set_attributes(
-                {
-                    sc.GEN_AI_OPERATION_NAME: sc.OPERATION_CHAT,
-                    sc.GEN_AI_REQUEST_MODEL: "gpt-4o",
-                    sc.GEN_AI_USAGE_INPUT_TOKENS: index,
-                    sc.GEN_AI_USAGE_OUTPUT_TOKENS: 1,
-                }
-            )
-    spans = recorder.spans()
+    spans = SpanRecorder().chat_calls(count * size)
     return [spans[i : i + size] for i in range(0, len(spans), size)]
 
 

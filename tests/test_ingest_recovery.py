@@ -14,7 +14,6 @@ import requests
 from _collector_helpers import SpanRecorder, collector_process
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 
-from budgetlens import semconv as sc
 from budgetlens.ingest.journal import Journal, encode_batch
 from budgetlens.ingest.metrics import CollectorMetrics
 from budgetlens.ingest.queue import IngestQueue, journal_dir
@@ -26,20 +25,7 @@ pytestmark = pytest.mark.system
 
 def _calls(prefix: str, count: int):
     """``Mapped`` rows of ``count`` model-call spans of run ``prefix`` (real SDK spans)."""
-    recorder = SpanRecorder()
-    for index in range(count):
-        with recorder.tracer.start_as_current_span("chat gpt-4o") as span:
-            span.set_attributes(
-                {
-                    sc.GEN_AI_OPERATION_NAME: sc.OPERATION_CHAT,
-                    sc.GEN_AI_REQUEST_MODEL: "gpt-4o",
-                    sc.BUDGET_RUN_ID: prefix,
-                    sc.GEN_AI_USAGE_INPUT_TOKENS: 10 + index,
-                    sc.GEN_AI_USAGE_OUTPUT_TOKENS: 1,
-                    sc.BUDGET_TURN: index + 1,
-                }
-            )
-    return map_request(encode_spans(recorder.spans()), price=False)
+    return map_request(encode_spans(SpanRecorder().chat_calls(count, 10, run_id=prefix)), price=False)
 
 
 def _wait_loaded(queue: IngestQueue, timeout_s: float = 20.0) -> None:

@@ -11,7 +11,6 @@ from genai_prices import calc_price
 from budgetlens.config import ENV_PRICES_FILE
 from budgetlens.pricing import (
     check_prices_file,
-    clear_price_cache,
     cost_usd,
     estimate_cost_usd,
     load_price_file,
@@ -29,12 +28,8 @@ CACHED = Usage(
 SMALL = Usage(input_tokens=1_200, output_tokens=300, cache_read_tokens=1_000, reasoning_tokens=100)
 
 
-@pytest.fixture(autouse=True)
-def _fresh_cache(monkeypatch):
-    monkeypatch.delenv(ENV_PRICES_FILE, raising=False)
-    clear_price_cache()
-    yield
-    clear_price_cache()
+#: Every test prices from the packaged table, with a cache of its own (conftest.py).
+pytestmark = pytest.mark.usefixtures("fresh_price_cache")
 
 
 @pytest.mark.parametrize("model", ["gpt-4o", "claude-sonnet-4-5", "deepseek-chat", "gemini-2.5-flash"])

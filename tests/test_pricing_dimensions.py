@@ -20,7 +20,6 @@ from budgetlens import BudgetExceeded, RunBudget
 from budgetlens.config import ENV_PRICES_FILE
 from budgetlens.pricing import (
     check_prices_file,
-    clear_price_cache,
     cost_usd,
     load_price_file,
     price_call,
@@ -33,12 +32,8 @@ from budgetlens.usage import Usage, normalize_usage
 SEARCH_DAY = dt.datetime(2026, 8, 17, 12, 0, tzinfo=dt.UTC)  # gpt-5.6-sol's price changed 2026-08-21
 
 
-@pytest.fixture(autouse=True)
-def _fresh_cache(monkeypatch):
-    monkeypatch.delenv(ENV_PRICES_FILE, raising=False)
-    clear_price_cache()
-    yield
-    clear_price_cache()
+#: Every test prices from the packaged table, with a cache of its own (conftest.py).
+pytestmark = pytest.mark.usefixtures("fresh_price_cache")
 
 
 def _reference(model: str, at: dt.datetime | None = None, context=None, **usage) -> float:

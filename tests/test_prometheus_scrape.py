@@ -9,7 +9,8 @@ import time
 import pytest
 import requests
 from _collector_helpers import SpanRecorder, collector_process
-from conftest import find_free_port
+from _prometheus import prometheus_config, prometheus_server
+from _prometheus import query as _query
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.trace.export import SpanExportResult
 
@@ -35,12 +36,6 @@ groups:
 """
 
 
-def _query(base: str, promql: str):
-    response = requests.get(f"{base}/api/v1/query", params={"query": promql}, timeout=5)
-    response.raise_for_status()
-    return response.json()["data"]["result"]
-
-
 def test_prometheus_scrapes_the_collector_and_computes_the_hit_rate(tmp_path, python):
     prometheus = shutil.which("prometheus")
     assert prometheus, "prometheus is installed by .ci/test (Debian package prometheus)"
@@ -59,34 +54,15 @@ def test_prometheus_scrapes_the_collector_and_computes_the_hit_rate(tmp_path, py
     with collector_process(python, tmp_path / "store.duckdb") as (_, url):
         exporter = OTLPSpanExporter(endpoint=f"{url}/v1/traces")
         assert exporter.export(recorder.spans()) == SpanExportResult.SUCCESS
-        target = url.removeprefix("http://")
-        (tmp_path / "alerts.yml").write_text(ALERT_RULES)
-        (tmp_path / "prometheus.yml").write_text(
-            "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
-            "rule_files:\n  - alerts.yml\n"
-            f"scrape_configs:\n  - job_name: budgetlens\n    static_configs:\n"
-            f"      - targets: ['{target}']\n"
-        )
+        config = prometheus_config(tmp_path, url, ALERT_RULES)
         check = subprocess.run(
-            ["promtool", "check", "config", str(tmp_path / "prometheus.yml")],
+            ["promtool", "check", "config", str(config)],
             capture_output=True,
             text=True,
             timeout=60,
         )
         assert check.returncode == 0, check.stdout + check.stderr
-        port = find_free_port()
-        server = subprocess.Popen(
-            [
-                prometheus,
-                f"--config.file={tmp_path / 'prometheus.yml'}",
-                f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-                f"--web.listen-address=127.0.0.1:{port}",
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-        )
-        base = f"http://127.0.0.1:{port}"
-        try:
+        with prometheus_server(prometheus, config) as base:
             result, deadline = [], time.monotonic() + 90
             while not result and time.monotonic() < deadline:
                 time.sleep(1)
@@ -101,6 +77,3 @@ def test_prometheus_scrapes_the_collector_and_computes_the_hit_rate(tmp_path, py
             rules = requests.get(f"{base}/api/v1/rules", timeout=5).json()["data"]["groups"]
             assert rules[0]["rules"][0]["name"] == "BudgetHitRateHigh"
             assert rules[0]["rules"][0]["health"] in ("ok", "unknown")
-        finally:
-            server.terminate()
-            server.wait(30)

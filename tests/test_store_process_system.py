@@ -18,7 +18,6 @@ from _collector_helpers import SpanRecorder, collector_process
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.trace.export import SpanExportResult
 
-from budgetlens import semconv as sc
 from budgetlens.analysis import views
 from budgetlens.analysis.views import Filters
 from budgetlens.store import connect, read_connection
@@ -28,18 +27,7 @@ pytestmark = pytest.mark.system
 
 
 def _spans(prefix: int, count: int):
-    recorder = SpanRecorder()
-    for index in range(count):
-        with recorder.tracer.start_as_current_span("chat gpt-4o") as span:
-            span.set_attributes(
-                {
-                    sc.GEN_AI_OPERATION_NAME: sc.OPERATION_CHAT,
-                    sc.GEN_AI_REQUEST_MODEL: "gpt-4o",
-                    sc.GEN_AI_USAGE_INPUT_TOKENS: prefix * 1_000_000 + index,
-                    sc.GEN_AI_USAGE_OUTPUT_TOKENS: 1,
-                }
-            )
-    return recorder.spans()
+    return SpanRecorder().chat_calls(count, prefix * 1_000_000)
 
 
 def _export(url: str, spans) -> list[str]:
