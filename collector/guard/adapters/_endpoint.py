@@ -15,6 +15,8 @@ from budgetlens.guard.adapters._calls import (
 )
 from budgetlens.guard.results import Reservation
 
+__all__ = ["GuardedCalls", "Prepare"]
+
 #: ``prepare(kwargs) -> (kwargs to send, reservation)``: copies the request, adds what the provider
 #: needs and reserves from the run (raising BudgetExceeded before the call when it does not fit).
 Prepare = Callable[[dict[str, Any]], tuple[dict[str, Any], Reservation]]
