@@ -58,6 +58,8 @@ _RETRY_MIN_S, _RETRY_MAX_S = 0.5, 5.0
 LOADER_WRITE_TIMEOUT_S = 2.0
 #: How much lower than the request path's the loader thread's CPU priority is (nice steps).
 LOADER_NICENESS = 10
+#: Resends with other content (``budgetlens.store.resends``) logged one per line per commit.
+_LOGGED_RESENDS = 20
 
 #: ``commit(calls, records, events)`` with pyarrow tables; replaces the store write (tests).
 CommitFn = Callable[[pa.Table, pa.Table, pa.Table], None]
@@ -319,8 +321,26 @@ class Loader:
             self.metrics.observe_write(
                 result.new_calls, result.new_events, result.new_records, result.runs_rows
             )
+            if result.resent is not None:
+                self._report_resent(result.resent)
         except Exception:
             log.exception("counting the metrics of a committed group failed (the rows are stored)")
+
+    def _report_resent(self, resent: pa.Table) -> None:
+        """Count and log the spans re-sent with other content than the stored ones (issue 23,
+        ``budgetlens.store.resends``): ids only, never a value; at most ``_LOGGED_RESENDS`` lines
+        per commit."""
+        self.metrics.flagged_spans.labels("span_id_collision").inc(len(resent))
+        rows = resent.slice(0, _LOGGED_RESENDS).to_pylist()
+        for row in rows:
+            log.warning(
+                "span id collision: span %s of trace %s was stored earlier with other content; "
+                "the stored span is kept and its run flagged rejected_span, the resend is not stored",
+                row["span_id"],
+                row["trace_id"],
+            )
+        if len(resent) > len(rows):
+            log.warning("span id collision: and %d more spans in this commit", len(resent) - len(rows))
 
     def _failed(self, error: BaseException) -> None:
         log.error("loading into %s failed (the journal keeps the rows; retrying): %s", self.db_path, error)

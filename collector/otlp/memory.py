@@ -33,9 +33,10 @@ Key = tuple[str, str]
 
 def span_digest(serialized: bytes) -> int:
     """A span's content fingerprint: the first 8 bytes of BLAKE2b over its deterministic
-    protobuf serialization, as an int. The same in every process (``hash()`` of bytes is
-    salted per process, so a decode worker's fingerprints would not match the collector's)."""
-    return int.from_bytes(hashlib.blake2b(serialized, digest_size=8).digest(), "big")
+    protobuf serialization, as a signed 64-bit int (it is stored as ``model_calls.content_digest``,
+    a BIGINT). The same in every process (``hash()`` of bytes is salted per process, so a decode
+    worker's fingerprints would not match the collector's)."""
+    return int.from_bytes(hashlib.blake2b(serialized, digest_size=8).digest(), "big", signed=True)
 
 
 class SpanMemory:
