@@ -70,7 +70,7 @@ def later_differing(rows: pa.Table) -> pa.Table:
             first[key] = digest
         elif digest is not None and first[key] is not None and digest != first[key]:
             later.append(index)
-    return rows.take(later)
+    return rows.take(pa.array(later, pa.int64()))
 
 
 def as_resent(rows: pa.Table) -> pa.Table:
