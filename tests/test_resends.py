@@ -9,12 +9,16 @@ exporter retry (a silent dedupe). Real SDK spans, a real DuckDB file and a real 
 from __future__ import annotations
 
 import logging
+import signal
 import time
 
 import pyarrow as pa
 import pytest
-from _collector_helpers import SpanRecorder
+import requests
+from _collector_helpers import SpanRecorder, collector_process
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+from opentelemetry.sdk.trace.export import SpanExportResult
 from prometheus_client import CollectorRegistry
 from test_store_rollup import _runs
 
@@ -158,3 +162,45 @@ def test_rows_without_a_digest_dedupe_silently(db_path):
         write_batch(conn, calls, records, events)
         again = write_batch(conn, calls, records, events)
     assert again.calls == 0 and again.resent is None
+
+
+def _collisions_scraped(url: str) -> float:
+    for line in requests.get(f"{url}/metrics", timeout=5).text.splitlines():
+        if line.startswith('budgetlens_ingest_flagged_spans_total{reason="span_id_collision"}'):
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
+def _loaded(url: str) -> None:
+    deadline = time.monotonic() + 60
+    while requests.get(f"{url}/healthz", timeout=5).json()["backlog_spans"] and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
+@pytest.mark.system  # three collector processes
+def test_the_collector_reports_a_conflicting_resend_after_a_restart(db_path, python):
+    """The real collector, the real OTel exporter, then the same span ids with other content."""
+    recorder = SpanRecorder()
+    recorder.guard_run("run-resend", "resend-task", [("gpt-4o", 100, 10), ("gpt-4o-mini", 50, 5)])
+    spans = recorder.spans()
+    changed, span_hex = _changed(encode_spans(spans))
+    for body in (None, None, changed):  # sent, re-sent as is after a restart, then changed
+        with collector_process(python, db_path) as (process, url):
+            if body is None:
+                exporter = OTLPSpanExporter(endpoint=f"{url}/v1/traces")
+                assert exporter.export(spans) == SpanExportResult.SUCCESS
+            else:
+                answer = requests.post(
+                    f"{url}/v1/traces",
+                    data=body.SerializeToString(),
+                    headers={"Content-Type": "application/x-protobuf"},
+                    timeout=30,
+                )
+                assert answer.status_code == 200
+            _loaded(url)
+            collisions = _collisions_scraped(url)
+            process.send_signal(signal.SIGTERM)
+            process.wait(60)
+        assert collisions == (1 if body is not None else 0)
+    call, run = _stored(db_path, span_hex)
+    assert call[0] == 10 and "rejected_span" in call[2].split(",") and "rejected_span" in run[0]
