@@ -205,7 +205,11 @@ def fold(conn: duckdb.DuckDBPyConnection) -> WriteResult | None:
             rows = conn.execute(_UNFOLDED[staged], [marks[index]]).to_arrow_table()
             if len(rows):
                 new_marks[index] = int(pc.max(rows.column("staged_rowid")).as_py())
-            if name == "batch_calls" and len(rows) and pc.count_distinct(rows["call_id"]).as_py() != len(rows):
+            if (
+                name == "batch_calls"
+                and len(rows)
+                and pc.count_distinct(rows["call_id"]).as_py() != len(rows)
+            ):
                 ordered = rows.sort_by([("staged_rowid", "ascending")]).drop_columns(["staged_rowid"])
                 in_batch = resends.as_resent(resends.later_differing(ordered))
             rows = _first_per_key(rows, key, last_wins)
