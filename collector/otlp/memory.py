@@ -12,7 +12,10 @@ span with a model call below it: that fact. With them, ``budgetlens.otlp.mapping
 
 Kept per span also a fingerprint of its content, so a *different* span sent later under the ids
 of one already received (a reused span id) is rejected as a span id collision rather than
-silently dropped by the store's primary key; an exact repeat (an exporter retry) passes.
+silently dropped by the store's primary key; an exact repeat (an exporter retry) passes. The
+fingerprint also goes into the call's row (``model_calls.content_digest``): past this memory
+(forgotten, or received before a restart) the store reports the conflict
+(``budgetlens.store.resends``).
 
 Not covered: calls stored before the ancestor that names their run arrives (they stay in the
 trace's run). Bounded: the oldest entries are forgotten beyond ``max_spans``. Thread-safe.
