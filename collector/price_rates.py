@@ -22,7 +22,9 @@ import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import Any
+from itertools import compress
+from operator import attrgetter
+from typing import Any, NamedTuple
 
 from budgetlens.billing_parts import unpriced_audio, unpriced_fields
 from budgetlens.price_file import USAGE_KEYS
@@ -46,6 +48,18 @@ def is_tiered(model_price: Any) -> bool:
     return any(isinstance(value, TieredPrices) for value in vars(model_price).values())
 
 
+class _Plan(NamedTuple):
+    """How :meth:`Rates.cost` prices a usage of one shape (the fields it reports > 0, in
+    ``_FIELDS`` order): ``ok``: genai-prices reads it; ``beyond_text``: it reports a part beyond
+    the text token counts (the unpriced parts are looked up); ``rates``: the rate of each field of
+    the shape; ``leaves``: the signed leaves as (position in the shape, coefficient) pairs."""
+
+    ok: bool
+    beyond_text: bool
+    rates: tuple[Decimal, ...]
+    leaves: tuple[tuple[tuple[int, int], ...], ...]
+
+
 @dataclass(slots=True)
 class Rates:
     """A linear price: ``fee`` (USD per call: genai-prices' per-request price) and ``rates``
@@ -59,31 +73,47 @@ class Rates:
     leaves: tuple[tuple[tuple[str, int], ...], ...]
     priced_keys: tuple[str, ...]
     model_price: Any
-    _shapes: dict[tuple[str, ...], bool] = field(default_factory=dict)
+    _plans: dict[tuple[str, ...], _Plan] = field(default_factory=dict)
 
     def cost(self, usage: Usage) -> tuple[Decimal, tuple[str, ...]] | None:
         """(USD of ``usage``, the parts left unpriced) by rates x counts, or None when the call
         must be priced call by call to match genai-prices (see the module docstring)."""
-        counts = {name: value for name in _FIELDS if (value := getattr(usage, name))}
-        unpriced = unpriced_fields(usage, self.model_price) if counts.keys() - _TEXT_TOKENS else ()
+        values = _COUNTS(usage)
+        shape = tuple(compress(_FIELDS, values))
+        plan = self._plans.get(shape)
+        if plan is None:
+            plan = self._plans[shape] = self._plan(shape)
+        unpriced = unpriced_fields(usage, self.model_price) if plan.beyond_text else ()
         if unpriced and unpriced_audio(usage, self.model_price):
             return None
-        shape = tuple(counts)
-        ok = self._shapes.get(shape)
-        if ok is None:
-            ok = self._shapes[shape] = _shape_accepted(shape, self.priced_keys)
-        if not ok:
+        if not plan.ok:
             return None
-        for leaf in self.leaves:
-            if sum(coefficient * counts.get(name, 0) for name, coefficient in leaf) < 0:
+        counts = tuple(compress(values, values))
+        for leaf in plan.leaves:
+            if sum(coefficient * counts[i] for i, coefficient in leaf) < 0:
                 return None
         total = self.fee
-        rates = self.rates
-        for name, value in counts.items():
-            total += rates[name] * value
+        for rate, value in zip(plan.rates, counts):  # in _FIELDS order, as genai-prices adds
+            total += rate * value
         return total, unpriced
 
+    def _plan(self, shape: tuple[str, ...]) -> _Plan:
+        position = {name: i for i, name in enumerate(shape)}
+        leaves = tuple(
+            pairs
+            for leaf in self.leaves
+            if (pairs := tuple((position[n], c) for n, c in leaf if n in position))
+        )
+        return _Plan(
+            _shape_accepted(shape, self.priced_keys),
+            bool(set(shape) - _TEXT_TOKENS),
+            tuple(self.rates[name] for name in shape),
+            leaves,
+        )
 
+
+#: The counts of a Usage in ``_FIELDS`` order (one C call).
+_COUNTS = attrgetter(*_FIELDS)
 _TEXT_TOKENS = frozenset(("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens"))
 
 

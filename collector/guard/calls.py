@@ -46,10 +46,13 @@ def prepare_call(
     Raises ValueError for a bad model name or a misread usage payload (never "a call without usage")."""
     if model is not None:
         opt.check_model(model)
-    if usage is not None and usage.__class__ is not Usage:
-        check_usage_payload(usage)  # a misread usage is an error, not "a call without usage"
-    normalized = normalize_usage(usage, provider) if usage is not None else None
-    missing = usage_missing_parts(usage, provider) if normalized is not None else ()
+    if usage.__class__ is Usage:  # already normalized and complete (the hot path)
+        normalized, missing = usage, ()
+    else:
+        if usage is not None:
+            check_usage_payload(usage)  # a misread usage is an error, not "a call without usage"
+        normalized = normalize_usage(usage, provider) if usage is not None else None
+        missing = usage_missing_parts(usage, provider) if normalized is not None else ()
     # Price outside the lock when the model is known without settling (genai-prices' own
     # calculation takes far longer than the bookkeeping); else once the reservation is settled.
     # A partial usage is completed from the reservation first, so it is priced inside.

@@ -19,14 +19,16 @@ every call of every child is reserved in every ancestor before it is sent.
 
 Fan-out (:meth:`budgetlens.RunBudget.fan_out`) of N children is refused before any is made when
 the parent's remainder cannot cover N × the child task type's estimate (tokens and/or USD): a given
-estimate, else the P50 of the task type's baseline in a store (:func:`p50_estimate`).
+estimate, else the P50 of the task type's baseline in a store. That one is read by the analysis
+(:func:`budgetlens.analysis.fan_out_estimate.p50_estimate`) through the callable the package root
+hands over (:func:`use_store_estimate`): the guard imports neither the store nor the analysis.
 """
 
 from __future__ import annotations
 
 import math
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from budgetlens import semconv as sc
@@ -40,7 +42,14 @@ if TYPE_CHECKING:
     from budgetlens.guard.ledger import RunLedger
     from budgetlens.guard.run_state import RunState
 
-__all__ = ["CARVED_LIMITS", "ParentLink", "carve_limits", "check_fan_out", "p50_estimate"]
+__all__ = [
+    "CARVED_LIMITS",
+    "ParentLink",
+    "StoreEstimate",
+    "carve_limits",
+    "check_fan_out",
+    "use_store_estimate",
+]
 
 #: The limits a child's are capped by (the parent's remainder): tokens, cost and wall time. Turns
 #: and tool calls are counts of each run's own calls, so a child's are its own.
@@ -52,8 +61,9 @@ CARVED_LIMITS = (
     "max_duration_s",
 )
 
-#: The baseline window (days) of :func:`p50_estimate` (design §6's default).
-BASELINE_WINDOW_DAYS = 14
+#: ``(db, task_type) -> (P50 tokens, P50 USD)`` of a task type in the store at ``db`` (None: no run).
+StoreEstimate = Callable[[Any, str], tuple[float | None, float | None]]
+_store_estimate: list[StoreEstimate] = []
 
 #: The option names a child takes from its parent unless given: clock, tracer, provider, attribution.
 INHERITED_OPTIONS = ("clock", "tracer", "provider", "service", "team", "user", "session_id", "tags")
@@ -280,28 +290,10 @@ def check_fan_out(
             raise BudgetExceeded(reason, left, 0, n * estimate, detail)
 
 
-def p50_estimate(db: Any, task_type: str) -> tuple[float | None, float | None]:
-    """The P50 of total tokens and of cost (USD) of ``task_type``'s runs in the store at ``db`` (a
-    path or lake location, read-only) over the default baseline window; (None, None) when the store
-    has no run of it. Raises the store's errors (StoreMissing for a missing file)."""
-    import datetime as dt
-
-    from budgetlens.analysis.filters import Filters
-    from budgetlens.analysis.views import baselines
-    from budgetlens.store.connection import read_connection
-
-    start = dt.datetime.now(dt.UTC).replace(tzinfo=None) - dt.timedelta(days=BASELINE_WINDOW_DAYS)
-    with read_connection(db) as conn:
-        frame = baselines(conn, Filters(start_utc=start, task_types=(task_type,)))
-    if frame.empty:
-        return None, None
-    row = frame.iloc[0]
-
-    def value(column: str) -> float | None:
-        got = row.get(column)
-        return None if got is None or got != got else float(got)  # NaN: unknown
-
-    return value("p50_total_tokens"), value("p50_cost_usd")
+def use_store_estimate(estimate: StoreEstimate) -> None:
+    """Set how ``fan_out(db=...)`` reads a task type's P50 from a store: the package root passes
+    :func:`budgetlens.analysis.fan_out_estimate.p50_estimate` (imported when first called)."""
+    _store_estimate[:] = [estimate]
 
 
 def _inherited(parent: Any) -> dict[str, Any]:
@@ -355,9 +347,10 @@ def fan_out(
     options: Any,
 ) -> list[Any]:
     """``RunBudget.fan_out``: check ``n`` × the estimate against the parent's remainder (the
-    estimates not given come from ``db``'s P50, :func:`p50_estimate`), then make ``n`` children."""
-    if db is not None and estimate_tokens is None and estimate_usd is None:
-        estimate_tokens, estimate_usd = p50_estimate(db, task_type)
+    estimates not given come from ``db``'s P50, see :func:`use_store_estimate`), then make ``n``
+    children."""
+    if db is not None and estimate_tokens is None and estimate_usd is None and _store_estimate:
+        estimate_tokens, estimate_usd = _store_estimate[0](db, task_type)
     state = parent._state
     with state.lock:
         check_fan_out(n, task_type, remainder(state), estimate_tokens, estimate_usd)

@@ -127,7 +127,7 @@ class RunLedger:
     @property
     def committed_tokens(self) -> int:
         """Tokens used plus the tokens of open reservations (int, ≥ 0)."""
-        return self.used_tokens + self.reserved_tokens
+        return self.input_tokens + self.output_tokens + self.unknown_tokens + self.reserved_tokens
 
     @property
     def committed_input_tokens(self) -> int:
