@@ -40,6 +40,7 @@ from budgetlens.usage import Usage
 
 if TYPE_CHECKING:
     from budgetlens.guard.ledger import RunLedger
+    from budgetlens.guard.run_budget import RunBudget
     from budgetlens.guard.run_state import RunState
 
 __all__ = [
@@ -48,6 +49,8 @@ __all__ = [
     "StoreEstimate",
     "carve_limits",
     "check_fan_out",
+    "child",
+    "fan_out",
     "use_store_estimate",
 ]
 
@@ -311,15 +314,24 @@ def _inherited(parent: Any) -> dict[str, Any]:
     }
 
 
-def make_child(parent: Any, task_type: str, limits: Mapping[str, float | None] | None, options: Any) -> Any:
-    """``RunBudget.child``: a child of ``parent`` (a RunBudget) with carved limits, linked to it.
-    Raises BudgetExceeded (the parent's refusal) when the parent is spent or finished, ValueError
-    for a bad limit or option (as ``RunBudget(...)``)."""
+def child(
+    self: RunBudget,
+    task_type: str = "default",
+    limits: Mapping[str, float | None] | None = None,
+    **options: Any,
+) -> RunBudget:
+    """``RunBudget.child``: a sub-agent's run: a RunBudget whose token, cost and wall-time limits
+    are the smaller of ``limits`` (constructor names) and this run's remainder (:func:`carve_limits`),
+    whose every call is reserved and counted in this run as it happens (one ledger: the module
+    docstring), and whose span names this run (``budgetlens.parent_run_id``). ``options``: constructor
+    keywords (clock, tracer, provider and attribution default to this run's; no ``pool``/``spend``).
+    Raises BudgetExceeded when this run is spent; RuntimeError after ``finish()``; ValueError as the
+    constructor."""
     if options.get("pool") is not None or options.get("spend") is not None:
         raise ValueError(
             "child: pool and spend come from the parent run (its use counts there); do not pass them"
         )
-    state = parent._state
+    state = self._state
     with state.lock:
         stop = ParentLink(state).check() if state.finished is None else None
         if state.finished is not None:
@@ -327,31 +339,34 @@ def make_child(parent: Any, task_type: str, limits: Mapping[str, float | None] |
         if stop is not None:
             raise stop.exception()
         carved = carve_limits(dict(limits or {}), remainder(state))
-    child = type(parent)(**carved, **{**_inherited(parent), **options, "task_type": task_type})
-    child._state.shared.parent = ParentLink(state)
-    child.parent_run_id = state.run_id
-    child._state.telemetry.span.set_attribute(sc.BUDGET_PARENT_RUN_ID, state.run_id)
+    made = type(self)(**carved, **{**_inherited(self), **options, "task_type": task_type})
+    made._state.shared.parent = ParentLink(state)
+    made.parent_run_id = state.run_id
+    made._state.telemetry.span.set_attribute(sc.BUDGET_PARENT_RUN_ID, state.run_id)
     with state.lock:
-        state.children.append(child)
-    return child
+        state.children.append(made)
+    return made
 
 
 def fan_out(
-    parent: Any,
+    self: RunBudget,
     n: int,
-    task_type: str,
-    limits: Mapping[str, float | None] | None,
-    estimate_tokens: float | None,
-    estimate_usd: float | None,
-    db: Any,
-    options: Any,
-) -> list[Any]:
-    """``RunBudget.fan_out``: check ``n`` × the estimate against the parent's remainder (the
-    estimates not given come from ``db``'s P50, see :func:`use_store_estimate`), then make ``n``
-    children."""
+    task_type: str = "default",
+    limits: Mapping[str, float | None] | None = None,
+    *,
+    estimate_tokens: float | None = None,
+    estimate_usd: float | None = None,
+    db: Any = None,
+    **options: Any,
+) -> list[RunBudget]:
+    """``RunBudget.fan_out``: ``n`` children (:func:`child`), refused before any is made
+    (BudgetExceeded, detail ``fan-out of n task_type``) when this run's remainder cannot cover ``n``
+    × the estimate per child: ``estimate_tokens`` (tokens) / ``estimate_usd`` (USD), else the task
+    type's P50 in the store at ``db`` (read as :func:`use_store_estimate` says). Raises ValueError
+    for ``n`` < 1 or no estimate."""
     if db is not None and estimate_tokens is None and estimate_usd is None and _store_estimate:
         estimate_tokens, estimate_usd = _store_estimate[0](db, task_type)
-    state = parent._state
+    state = self._state
     with state.lock:
         check_fan_out(n, task_type, remainder(state), estimate_tokens, estimate_usd)
-        return [make_child(parent, task_type, limits, dict(options)) for _ in range(n)]
+        return [child(self, task_type, limits, **options) for _ in range(n)]
