@@ -7,16 +7,17 @@ its lock; :class:`RecordedCall` is what ``RunState`` settles under its lock and 
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from budgetlens.guard import options as opt
 from budgetlens.guard.results import Action
-from budgetlens.pricing import price_call
+from budgetlens.pricing import PriceRequest, price_call
 from budgetlens.usage import Usage, normalize_usage, usage_missing_parts
 from budgetlens.usage_check import check_usage_payload
 
-__all__ = ["PROBE_USAGE", "PriceCall", "RecordedCall", "paid_cost", "prepare_call"]
+__all__ = ["PROBE_USAGE", "PriceCall", "RecordedCall", "paid_cost", "prepare_call", "price_at_record"]
 
 #: Prices a call already paid for: (model, usage, provider) -> USD, or None when unpriced.
 PriceCall = Callable[[str | None, Usage, str | None], float | None]
@@ -65,6 +66,21 @@ def prepare_call(
         priced = model or getattr(reservation, "model", None) or response_model
         paid = price(priced, normalized, provider)
     return normalized, missing, (early, paid)
+
+
+def price_at_record(
+    model: str | None, usage: Usage | None, provider: str | None, price: PriceCall, needs_cost: bool
+) -> tuple[float | None, PriceRequest | None]:
+    """(USD, None) of a call settled under the run's lock and not priced before it (None: unpriced
+    or usage unknown); or (None, the request to price it with) when nothing needs the figure
+    before the next call (issue 25: priced in one batch when the cost is read)."""
+    if usage is None:
+        return None, None
+    if needs_cost or price is not paid_cost:
+        return price(model, usage, provider), None
+    if not model:
+        return None, None  # no model: unpriced (as price_call says), nothing to price later
+    return None, PriceRequest(model, usage, provider, dt.datetime.now(tz=dt.UTC))
 
 
 class RecordedCall(NamedTuple):

@@ -10,7 +10,6 @@ one method here per step, and documents the public behaviour; the decisions them
 
 from __future__ import annotations
 
-import datetime as dt
 import logging
 import threading
 import time
@@ -19,9 +18,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from budgetlens import semconv as sc
+from budgetlens.guard import calls
 from budgetlens.guard import options as opt
 from budgetlens.guard import stops as lim
-from budgetlens.guard.calls import PROBE_USAGE, PriceCall, RecordedCall, paid_cost, prepare_call
+from budgetlens.guard.calls import PROBE_USAGE, PriceCall, RecordedCall, paid_cost
 from budgetlens.guard.closing import finish_run
 from budgetlens.guard.effects import EffectLog
 from budgetlens.guard.events import EventDispatcher
@@ -40,7 +40,7 @@ from budgetlens.guard.shared import SharedSteps
 from budgetlens.guard.telemetry import RunTelemetry
 from budgetlens.guard.wrap_up import WrapUp
 from budgetlens.limits import MAX_TOKENS
-from budgetlens.pricing import PriceRequest, estimate_cost_usd
+from budgetlens.pricing import estimate_cost_usd
 from budgetlens.usage import Usage
 
 __all__ = ["RunState"]
@@ -99,8 +99,8 @@ class RunState:
 
     # --- checks (raise before spending) -----------------------------------------------------
     def stop_on(self, stop: lim.Stop | None) -> None:
-        """Raise ``stop`` (if any) as BudgetExceeded; the first refusal since the last recorded
-        call is kept by the ledger (the run's stop unless it records a call later) and emitted."""
+        """Raise ``stop`` (if any) as BudgetExceeded; the first refusal since the last recorded call
+        is kept by the ledger (the run's stop unless it records a call later) and emitted."""
         if stop is None:
             return
         exc = stop.exception()
@@ -123,8 +123,7 @@ class RunState:
     def _check_turns(self) -> None:
         limit = self.limits["max_turns"]
         if limit is not None:  # turns: recorded calls plus open reservations
-            use = self.use
-            self.stop_on(lim.count_stop(sc.STOP_BUDGET_TURNS, limit, use.turns + use.open_calls))
+            self.stop_on(lim.count_stop(sc.STOP_BUDGET_TURNS, limit, self.use.turns + self.use.open_calls))
 
     def _check_spent(self) -> None:
         if self.finished is not None:
@@ -286,7 +285,7 @@ class RunState:
         known without settling, record it under the lock, then emit the model call span."""
         provider = provider or self.options.provider
         needs_cost = self.needs_cost
-        normalized, missing, early = prepare_call(
+        normalized, missing, early = calls.prepare_call(
             usage, model, reservation, provider, response_model, self._price, needs_cost
         )
         with self.lock:
@@ -337,17 +336,9 @@ class RunState:
         reserved = res.tokens if res else 0
         if missing and usage is not None:  # partial usage: the missing part is charged
             usage = use.complete_partial(usage, missing, res)
-        later = None
-        if early[0]:
-            cost = early[1]
-        elif usage is None:
-            cost = None
-        elif needs_cost or self._price is not paid_cost:
-            cost = self._price(priced, usage, provider)
-        elif not priced:
-            cost = None  # no model: unpriced (as price_call says), nothing to price later
-        else:  # issue 25: nothing needs the figure before the next call; priced when read
-            cost, later = None, PriceRequest(priced, usage, provider, dt.datetime.now(tz=dt.UTC))
+        cost, later = early[1], None
+        if not early[0]:
+            cost, later = calls.price_at_record(priced, usage, provider, self._price, needs_cost)
         shared = self.shared
         if shared.pool is None and shared.parent is None:
             first_unknown = use.add_call(usage, cost, reserved, later)  # a turn; releases are not
