@@ -21,12 +21,13 @@ from __future__ import annotations
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from decimal import Decimal
+from decimal import Decimal, getcontext
 from itertools import compress
 from operator import attrgetter
 from typing import Any, NamedTuple
 
 from budgetlens.billing_parts import unpriced_audio, unpriced_fields
+from budgetlens.limits import MAX_TOKENS
 from budgetlens.price_file import USAGE_KEYS
 from budgetlens.usage import Usage
 
@@ -52,12 +53,15 @@ class _Plan(NamedTuple):
     """How :meth:`Rates.cost` prices a usage of one shape (the fields it reports > 0, in
     ``_FIELDS`` order): ``ok``: genai-prices reads it; ``beyond_text``: it reports a part beyond
     the text token counts (the unpriced parts are looked up); ``rates``: the rate of each field of
-    the shape; ``leaves``: the signed leaves as (position in the shape, coefficient) pairs."""
+    the shape; ``leaves``: the signed leaves as (position in the shape, coefficient) pairs;
+    ``scaled``: the fee and the rates as whole numbers of ``1 / scale`` USD, (fee, scale, rates),
+    when no sum of any usage can pass the ``Decimal`` precision (None: summed in ``Decimal``)."""
 
     ok: bool
     beyond_text: bool
     rates: tuple[Decimal, ...]
     leaves: tuple[tuple[tuple[int, int], ...], ...]
+    scaled: tuple[int, int, tuple[int, ...]] | None
 
 
 @dataclass(slots=True)
@@ -75,9 +79,11 @@ class Rates:
     model_price: Any
     _plans: dict[tuple[str, ...], _Plan] = field(default_factory=dict)
 
-    def cost(self, usage: Usage) -> tuple[Decimal, tuple[str, ...]] | None:
-        """(USD of ``usage``, the parts left unpriced) by rates x counts, or None when the call
-        must be priced call by call to match genai-prices (see the module docstring)."""
+    def cost(self, usage: Usage) -> tuple[float, tuple[str, ...]] | None:
+        """(USD of ``usage`` as float, the parts left unpriced) by rates x counts, or None when the
+        call must be priced call by call to match genai-prices (see the module docstring). The sum
+        is exact, so the float is the ``Decimal`` sum's: in whole ``1 / scale`` USD (Python ints,
+        divided once, correctly rounded) when the plan has them, else in ``Decimal``."""
         values = _COUNTS(usage)
         shape = tuple(compress(_FIELDS, values))
         plan = self._plans.get(shape)
@@ -90,12 +96,20 @@ class Rates:
             return None
         counts = tuple(compress(values, values))
         for leaf in plan.leaves:
-            if sum(coefficient * counts[i] for i, coefficient in leaf) < 0:
+            count = 0
+            for i, coefficient in leaf:
+                count += coefficient * counts[i]
+            if count < 0:
                 return None
+        if plan.scaled is not None:
+            whole, scale, rates = plan.scaled
+            for rate, value in zip(rates, counts):
+                whole += rate * value
+            return whole / scale, unpriced
         total = self.fee
-        for rate, value in zip(plan.rates, counts):  # in _FIELDS order, as genai-prices adds
-            total += rate * value
-        return total, unpriced
+        for decimal_rate, value in zip(plan.rates, counts):  # in _FIELDS order, as genai-prices adds
+            total += decimal_rate * value
+        return float(total), unpriced
 
     def _plan(self, shape: tuple[str, ...]) -> _Plan:
         position = {name: i for i, name in enumerate(shape)}
@@ -104,12 +118,30 @@ class Rates:
             for leaf in self.leaves
             if (pairs := tuple((position[n], c) for n, c in leaf if n in position))
         )
+        rates = tuple(self.rates[name] for name in shape)
         return _Plan(
             _shape_accepted(shape, self.priced_keys),
             bool(set(shape) - _TEXT_TOKENS),
-            tuple(self.rates[name] for name in shape),
+            rates,
             leaves,
+            _scaled(self.fee, rates),
         )
+
+
+def _scaled(fee: Decimal, rates: tuple[Decimal, ...]) -> tuple[int, int, tuple[int, ...]] | None:
+    """(fee, scale, rates) as whole numbers of ``1 / scale`` USD, when ``Decimal`` would sum any
+    usage (each count at most ``MAX_TOKENS``) exactly too: every product and partial sum within its
+    precision, so both sums are the same number. None otherwise (or for a rate that is not finite)."""
+    numbers = (fee, *rates)
+    if not all(number.is_finite() for number in numbers):
+        return None
+    places = max(0, *(-int(number.as_tuple().exponent) for number in numbers))
+    whole = [int(number.scaleb(places)) for number in numbers]
+    if any(Decimal(w).scaleb(-places) != number for w, number in zip(whole, numbers)):
+        return None
+    if abs(whole[0]) + sum(abs(w) for w in whole[1:]) * MAX_TOKENS >= 10 ** getcontext().prec:
+        return None
+    return whole[0], 10**places, tuple(whole[1:])
 
 
 #: The counts of a Usage in ``_FIELDS`` order (one C call).

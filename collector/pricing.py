@@ -211,7 +211,7 @@ def _price(
     if rates is not None:
         fast = rates.cost(usage)
         if fast is not None:
-            return _priced(model, float(fast[0]), fast[1], source, price_version())
+            return _priced(model, fast[0], fast[1], source, price_version())
     context = _price_context(usage)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # an unknown usage key is reported as unpriced below
@@ -338,7 +338,7 @@ def _price_user(model: str, usage: Usage, user: UserModel) -> CallPrice:
     if rates is not None:
         fast = rates.cost(usage)
         if fast is not None:
-            return _priced(model, float(fast[0]), fast[1], user.source, user.version)
+            return _priced(model, fast[0], fast[1], user.source, user.version)
     model_price = user.model_price()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

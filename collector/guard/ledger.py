@@ -164,7 +164,9 @@ class RunLedger:
     @property
     def spent_usd(self) -> float:
         """USD spent as the cost limit counts it: priced model cost plus paid tools' fees."""
-        return self.cost_usd + self.tool_cost_usd
+        if self._later:
+            self._settle_later()
+        return self._cost_usd + self.tool_cost_usd
 
     @property
     def priced_cost_usd(self) -> float | None:
