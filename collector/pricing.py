@@ -381,7 +381,29 @@ def cost_usd(
     The ``cost_usd`` of :func:`price_call` (same arguments, same error policy): a partly
     unpriced call gives its priced part; use :func:`price_call` to see what was left out.
     """
+    if model and usage is not None:
+        fast = _linear_cost(model, usage, provider, at, prices_file)
+        if fast is not None:
+            return fast
     return price_call(model, usage, provider, at=at, prices_file=prices_file).cost_usd
+
+
+def _linear_cost(
+    model: str, usage: Usage, provider: str | None, at: dt.datetime | None, prices_file: Any
+) -> float | None:
+    """:func:`cost_usd` of a call :func:`price_call` prices by genai-prices rates with no part left
+    unpriced, without building its :class:`CallPrice` (the guard prices each call at record with a
+    cost limit); None when the full path must decide (a user price file, no rates yet, a part
+    unpriced, a price error: it logs and says why)."""
+    try:
+        if _configured(prices_file):
+            return None
+        resolved = _resolve(model, provider, usage.service_tier, _as_utc(at))
+        rates = None if resolved is None else _rates.get(resolved[2])
+        priced = None if rates is None else rates.cost(usage)
+    except _PRICE_ERRORS:
+        return None
+    return priced[0] if priced is not None and not priced[1] else None
 
 
 def estimate_cost_usd(

@@ -13,7 +13,7 @@ from typing import Any, NamedTuple
 
 from budgetlens.guard import options as opt
 from budgetlens.guard.results import Action
-from budgetlens.pricing import PriceRequest, price_call
+from budgetlens.pricing import PriceRequest, cost_usd
 from budgetlens.usage import Usage, normalize_usage, usage_missing_parts
 from budgetlens.usage_check import check_usage_payload
 
@@ -25,11 +25,11 @@ PROBE_USAGE = Usage(0, 0)  # prices nothing: tells whether a model has a price (
 
 
 def paid_cost(model: str | None, usage: Usage, provider: str | None) -> float | None:
-    """USD of a call already paid for, priced now through :func:`budgetlens.pricing.price_call`
-    (every billed dimension: tokens by kind and modality, cache writes by duration, web searches,
-    service tier). ``price_call`` never raises for a price: a price file that fails only now
-    is logged there and the call counts as unpriced, so it is never dropped."""
-    return price_call(model, usage, provider).cost_usd
+    """USD of a call already paid for, priced now through :func:`budgetlens.pricing.cost_usd`
+    (``price_call``'s figure: every billed dimension: tokens by kind and modality, cache writes by
+    duration, web searches, service tier). It never raises for a price: a price file that fails
+    only now is logged there and the call counts as unpriced, so it is never dropped."""
+    return cost_usd(model, usage, provider)
 
 
 def prepare_call(
