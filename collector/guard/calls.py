@@ -47,6 +47,8 @@ def prepare_call(
     Raises ValueError for a bad model name or a misread usage payload (never "a call without usage")."""
     if model is not None:
         opt.check_model(model)
+    normalized: Usage | None
+    missing: tuple[str, ...]
     if usage.__class__ is Usage:  # already normalized and complete (the hot path)
         normalized, missing = usage, ()
     else:

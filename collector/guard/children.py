@@ -339,7 +339,8 @@ def child(
         if stop is not None:
             raise stop.exception()
         carved = carve_limits(dict(limits or {}), remainder(state))
-    made = type(self)(**carved, **{**_inherited(self), **options, "task_type": task_type})
+    run_type: Any = type(self)  # RunBudget or a subclass: its keywords are checked by RunOptions
+    made = run_type(**carved, **{**_inherited(self), **options, "task_type": task_type})
     made._state.shared.parent = ParentLink(state)
     made.parent_run_id = state.run_id
     made._state.telemetry.span.set_attribute(sc.BUDGET_PARENT_RUN_ID, state.run_id)

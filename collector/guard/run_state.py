@@ -141,6 +141,7 @@ class RunState:
 
     def _thresholds(self) -> tuple[Action, tuple[Action, ...]]:
         o, use, limits, wrap = self.options, self.use, self.limits, self.wrap_up
+        crossed: tuple[Action, ...]
         if use.share(limits) < self._quiet_below:  # below every threshold: none is crossed
             advised, crossed = Action.CONTINUE, ()
         else:
@@ -299,10 +300,9 @@ class RunState:
 
     @property
     def needs_cost(self) -> bool:
-        """Whether a call's price is needed before the next call: a cost limit, a spend window or
-        a parent run (a child's cost is settled in its parent as it happens) checks it. Otherwise
-        the guard records the usage and prices it when the cost is read (results, stats, the run
-        span), and the collector prices each call span."""
+        """Whether a call's price is needed before the next call: a cost limit, a spend window or a
+        parent run (a child's cost is settled in its parent as it happens) checks it. Otherwise the
+        usage is priced when the cost is read (results, stats, the run span), and by the collector."""
         limits, options, shared = self.limits, self.options, self.shared
         return (
             limits["max_cost_usd"] is not None
