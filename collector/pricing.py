@@ -198,22 +198,21 @@ def _price(
         user = _user_model(model, path)
         if user is not None:
             return _price_user(model, usage, user)
-    found = genai_model(model, provider)
-    if found is None:
+    when = _as_utc(at)
+    resolved = _resolve(model, provider, usage.service_tier, when)
+    if resolved is None:
         warn_unpriced(model, provider)
         return CallPrice(None, unpriced_reason=f"no price for model {model!r}")
-    genai_provider, info = found
-    when = _as_utc(at)
-    context = _price_context(usage)
-    source = f"genai-prices:{genai_provider.id}/{info.id}"
-    key = ("genai", genai_provider.id, info.id, usage.service_tier, _in_force(info, when))
+    genai_provider, info, key, source = resolved
     rates = _rates.get(key, _UNSET)
     if rates is _UNSET:
-        rates = _remember(key, lambda u: _genai_calc(info, genai_provider, u, when, context))
+        price_context = _price_context(usage)
+        rates = _remember(key, lambda u: _genai_calc(info, genai_provider, u, when, price_context))
     if rates is not None:
         fast = rates.cost(usage)
         if fast is not None:
-            return _priced(model, float(fast[0]), fast[1], source, price_version())
+            return _priced(model, fast[0], fast[1], source, price_version())
+    context = _price_context(usage)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # an unknown usage key is reported as unpriced below
         calc = info.calc_price(
@@ -237,6 +236,46 @@ def _price(
 _UNSET: Any = object()
 #: Rates of each resolved price (None: tiered or not linear: priced call by call).
 _rates: dict[tuple[Any, ...], Rates | None] = {}
+
+
+#: (model, provider, tier, UTC date) -> what :func:`_resolve` found, for models whose prices in
+#: force change only with the UTC date (every constraint a ``StartDateConstraint`` or none).
+_by_day: dict[tuple[Any, ...], tuple[Any, Any, tuple[Any, ...], str]] = {}
+
+
+def _resolve(
+    model: str, provider: str | None, tier: str | None, when: dt.datetime
+) -> tuple[Any, Any, tuple[Any, ...], str] | None:
+    """(genai-prices Provider, ModelInfo, the ``_rates`` key of the price in force at ``when``, the
+    source) of a model; None when it has no entry. Kept per UTC date for a model whose prices in
+    force depend on the date only (the common case: start dates), so a call of such a model does
+    not re-read its constraints; a time-of-day price is resolved at each call."""
+    day = (when if when.tzinfo is dt.UTC else when.astimezone(dt.UTC)).date()
+    memo = (model, provider, tier, day)
+    found = _by_day.get(memo)
+    if found is not None:
+        return found
+    named = genai_model(model, provider)
+    if named is None:
+        return None
+    genai_provider, info = named
+    key = ("genai", genai_provider.id, info.id, tier, _in_force(info, when))
+    found = (genai_provider, info, key, f"genai-prices:{genai_provider.id}/{info.id}")
+    if _by_date_only(info):
+        if len(_by_day) > 4096:
+            _by_day.clear()
+        _by_day[memo] = found
+    return found
+
+
+def _by_date_only(info: Any) -> bool:
+    """True when every conditional price and price variant of a genai-prices model is
+    unconditional or starts on a date (its price in force changes only with the UTC date)."""
+    from genai_prices.types import StartDateConstraint
+
+    prices = info.prices if isinstance(info.prices, list) else ()
+    constraints = [c.constraint for c in prices] + [v.constraint for v in info.price_variants or ()]
+    return all(c is None or type(c) is StartDateConstraint for c in constraints)
 
 
 def _in_force(info: Any, when: dt.datetime) -> tuple[tuple[bool, ...], tuple[bool, ...]]:
@@ -299,7 +338,7 @@ def _price_user(model: str, usage: Usage, user: UserModel) -> CallPrice:
     if rates is not None:
         fast = rates.cost(usage)
         if fast is not None:
-            return _priced(model, float(fast[0]), fast[1], user.source, user.version)
+            return _priced(model, fast[0], fast[1], user.source, user.version)
     model_price = user.model_price()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -342,7 +381,29 @@ def cost_usd(
     The ``cost_usd`` of :func:`price_call` (same arguments, same error policy): a partly
     unpriced call gives its priced part; use :func:`price_call` to see what was left out.
     """
+    if model and usage is not None:
+        fast = _linear_cost(model, usage, provider, at, prices_file)
+        if fast is not None:
+            return fast
     return price_call(model, usage, provider, at=at, prices_file=prices_file).cost_usd
+
+
+def _linear_cost(
+    model: str, usage: Usage, provider: str | None, at: dt.datetime | None, prices_file: Any
+) -> float | None:
+    """:func:`cost_usd` of a call :func:`price_call` prices by genai-prices rates with no part left
+    unpriced, without building its :class:`CallPrice` (the guard prices each call at record with a
+    cost limit); None when the full path must decide (a user price file, no rates yet, a part
+    unpriced, a price error: it logs and says why)."""
+    try:
+        if _configured(prices_file):
+            return None
+        resolved = _resolve(model, provider, usage.service_tier, _as_utc(at))
+        rates = None if resolved is None else _rates.get(resolved[2])
+        priced = None if rates is None else rates.cost(usage)
+    except _PRICE_ERRORS:
+        return None
+    return priced[0] if priced is not None and not priced[1] else None
 
 
 def estimate_cost_usd(
@@ -420,4 +481,5 @@ def clear_price_cache() -> None:
     clear_names()
     user_table.cache_clear()
     _rates.clear()
+    _by_day.clear()
     _warned_partly.clear()
