@@ -27,7 +27,6 @@ per budget; its ``runs`` can be limited to the rows a page shows (``run_limit``)
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -45,6 +44,7 @@ from budgetlens.analysis.replay import (
     summarize,
     task_types_of,
 )
+from budgetlens.analysis.whatif_walk import CHECKS, NEVER, Walk, fetch
 from budgetlens.limits import LIMIT_KEYS
 
 __all__ = ["Replays", "prepare", "replay_fast", "replay_many", "summaries"]
@@ -53,35 +53,11 @@ __all__ = ["Replays", "prepare", "replay_fast", "replay_many", "summaries"]
 _REASONS = ("budget_time", "budget_turns", "budget_tools", "budget_cost", "budget_tokens")
 _CODE = {reason: code for code, reason in enumerate(_REASONS, start=1)}
 _NAMES = np.array([None, *_REASONS], dtype=object)
-#: (limit key, walk series, stops at series >= limit (else >), reason): one per limit of a walk.
-_CHECKS = (
-    ("max_duration_s", "time_s", True, "budget_time"),
-    ("max_turns", "k", False, "budget_turns"),
-    ("max_tool_calls", "tools_before", False, "budget_tools"),
-    ("max_cost_usd", "cost_before", True, "budget_cost"),
-    ("max_total_tokens", "cum_tok", False, "budget_tokens"),
-    ("max_input_tokens", "cum_in", False, "budget_tokens"),
-    ("max_output_tokens", "cum_out", False, "budget_tokens"),
-)
-#: "Never" for a first failing call (an offset within a run).
-_NEVER = np.iinfo(np.int64).max
 
 
 def _gt(values: np.ndarray, limit: np.ndarray) -> np.ndarray:
     with np.errstate(invalid="ignore"):
         return values > limit  # NaN on either side (NULL) is False, as in SQL's CASE
-
-
-def _fetch(conn, statement: str, params: dict) -> tuple[dict[str, np.ndarray], pa.Table]:
-    """``statement`` as Arrow, and its number columns as numpy arrays (NULL = NaN); text and
-    time columns stay in the Arrow table (no Python object per row)."""
-    table = conn.execute(statement, used_params(statement, params)).to_arrow_table()
-    numbers = {
-        name: table.column(name).to_numpy(zero_copy_only=False)
-        for name, kind in zip(table.column_names, table.schema.types, strict=True)
-        if pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_boolean(kind)
-    }
-    return numbers, table
 
 
 def _limit_table(budget: Budget, task_types: list) -> np.ndarray:
@@ -95,17 +71,6 @@ def _limit_table(budget: Budget, task_types: list) -> np.ndarray:
 _KEY_COLUMN = {key: i for i, key in enumerate(LIMIT_KEYS)}
 
 
-@dataclass(frozen=True)
-class _Thresholds:
-    """One check of one task type over its walked runs: the distinct limits (``limits``,
-    ascending) and, per walked run (``runs``: walk indices) and limit, the offset of the first
-    call that fails it (``first``; the run's call count when none does)."""
-
-    limits: np.ndarray
-    runs: np.ndarray
-    first: np.ndarray
-
-
 class Replays:
     """The walk of the runs that ``budgets`` may stop (``prepare``), from which any budget whose
     limits are among theirs (per task type and key, or none) is replayed without reading again."""
@@ -114,7 +79,7 @@ class Replays:
         self.task_types = task_types
         self.budgets = list(budgets)
         params = {**f.params(), **budget_params(self.budgets, task_types)}
-        self.under, self.rows = _fetch(conn, rq.UNDER_RUNS, params)
+        self.under, self.rows = fetch(conn, rq.UNDER_RUNS, params)
         self.totals = conn.execute(rq.TASK_TOTALS, used_params(rq.TASK_TOTALS, params)).df()
         task_index = pc.index_in(
             self.rows.column("task_type"), value_set=pa.array(task_types), skip_nulls=False
@@ -142,7 +107,6 @@ class Replays:
                 old_limits = {name: self.under[f"limit_{name}"][at] for name in names}
                 any_set = np.logical_or.reduce([~np.isnan(v) for v in old_limits.values()])
                 self.old_stops.append((at, any_set, old_limits))
-        self._walk(conn)
         tables = np.stack([_limit_table(b, task_types) for b in self.budgets]) if self.budgets else None
         #: (task index, key) -> the distinct limits the budgets set, ascending.
         self.limits: dict[tuple[int, str], np.ndarray] = {}
@@ -151,49 +115,7 @@ class Replays:
                 values = tables[:, t, j]
                 if (~np.isnan(values)).any():
                     self.limits[(t, key)] = np.unique(values[~np.isnan(values)])
-        self._thresholds = self._build_thresholds()
-
-    def _walk(self, conn) -> None:
-        """Read the walked runs' calls (``WALK_CALLS``, in the replay's order) and what each spent."""
-        self.walked = self.under["walked"].astype(bool)
-        self.walk_ui = np.flatnonzero(self.walked)
-        run_ids = self.rows.column("run_id").take(pa.array(self.walk_ui, type=pa.int64())).to_pylist()
-        calls, _ = _fetch(
-            conn, rq.WALK_CALLS, {"walk_ids": run_ids, "walk_idx": [int(i) for i in self.walk_ui]}
-        )
-        self.calls = calls
-        n_walk = len(self.walk_ui)
-        self.w_of_row = np.searchsorted(self.walk_ui, calls["ui"].astype(np.int64))
-        self.n_rows = np.bincount(self.w_of_row, minlength=n_walk)
-        self.row_start = np.concatenate(([0], np.cumsum(self.n_rows)[:-1])).astype(np.int64)
-        tok = calls["tok"].astype(np.int64)
-        self.spent_tok = np.zeros(n_walk, dtype=np.int64)
-        np.add.at(self.spent_tok, self.w_of_row, tok)
-        self.spent_cost = np.bincount(self.w_of_row, weights=calls["cost"], minlength=n_walk)
-
-    def _build_thresholds(self) -> dict[tuple[int, str], _Thresholds]:
-        out: dict[tuple[int, str], _Thresholds] = {}
-        walk_task = self.task_index[self.walk_ui]
-        row_task = walk_task[self.w_of_row]
-        for t in range(len(self.task_types)):
-            runs = np.flatnonzero(walk_task == t)
-            if not runs.size:
-                continue
-            in_task = row_task == t
-            local = np.searchsorted(runs, self.w_of_row[in_task])
-            for key, series, at_or_above, _reason in _CHECKS:
-                limits = self.limits.get((t, key))
-                if limits is None:
-                    continue
-                measure = self.calls[series][in_task].astype(float)
-                passed = np.searchsorted(limits, measure, side="right" if at_or_above else "left")
-                passed[np.isnan(measure)] = 0  # NULL fails no check (SQL's CASE)
-                width = limits.size + 1
-                offset = local * width
-                worst = np.maximum.accumulate(offset + passed) - offset  # running max within a run
-                counts = np.bincount(offset + worst, minlength=runs.size * width).reshape(runs.size, width)
-                out[(t, key)] = _Thresholds(limits, runs, np.cumsum(counts, axis=1)[:, : limits.size])
-        return out
+        self.walk = Walk(conn, self.under, self.rows, self.task_index, self.limits)
 
     def covers(self, budget: Budget) -> bool:
         """True when every limit of ``budget`` (per task type and key) is one of the prepared
@@ -212,39 +134,28 @@ class Replays:
         censored, stop_code (``_REASONS`` index + 1, 0 = none), stop_turn, avoided_tokens,
         avoided_cost_usd."""
         table = _limit_table(budget, self.task_types)
-        n, n_walk = len(self.task_index), len(self.walk_ui)
-        first = {}
-        for key, _series, _ge, _reason in _CHECKS:
-            offsets = np.full(n_walk, _NEVER, dtype=np.int64)
-            for t in range(len(self.task_types)):
-                value = table[t, _KEY_COLUMN[key]]
-                found = self._thresholds.get((t, key))
-                if np.isnan(value) or found is None:
-                    continue
-                j = int(np.searchsorted(found.limits, value))
-                at = found.first[:, j]
-                offsets[found.runs] = np.where(at < self.n_rows[found.runs], at, _NEVER)
-            first[key] = offsets
+        n, walk = len(self.task_index), self.walk
+        first = walk.first_failures(table, _KEY_COLUMN)
         by_reason = {
-            reason: np.minimum.reduce([first[key] for key, _s, _g, r in _CHECKS if r == reason])
+            reason: np.minimum.reduce([first[key] for key, _s, _g, r in CHECKS if r == reason])
             for reason in _REASONS
         }
         stop_at = np.minimum.reduce(list(by_reason.values()))
-        walk_stops = stop_at < _NEVER
+        walk_stops = stop_at < NEVER
         code_w = np.select([by_reason[r] == stop_at for r in _REASONS], list(range(1, 6)), 0)
         code_w[~walk_stops] = 0
         stopping = np.flatnonzero(walk_stops)
-        row = self.row_start[stopping] + stop_at[stopping]
+        row = walk.row_start[stopping] + stop_at[stopping]
         walk_code = np.zeros(n, dtype=np.int64)  # becomes the replay's stop code below
-        walk_code[self.walk_ui] = code_w
+        walk_code[walk.walk_ui] = code_w
         walk_turn = np.full(n, np.nan)
-        walk_turn[self.walk_ui[stopping]] = self.calls["k"][row]
+        walk_turn[walk.walk_ui[stopping]] = walk.calls["k"][row]
         avoided_tok = np.zeros(n, dtype=np.int64)
-        avoided_tok[self.walk_ui[stopping]] = self.spent_tok[stopping] - (
-            self.calls["cum_tok"][row].astype(np.int64) - self.calls["tok"][row].astype(np.int64)
+        avoided_tok[walk.walk_ui[stopping]] = walk.spent_tok[stopping] - (
+            walk.calls["cum_tok"][row].astype(np.int64) - walk.calls["tok"][row].astype(np.int64)
         )
         avoided_cost = np.zeros(n)
-        avoided_cost[self.walk_ui[stopping]] = self.spent_cost[stopping] - self.calls["cost_before"][row]
+        avoided_cost[walk.walk_ui[stopping]] = walk.spent_cost[stopping] - walk.calls["cost_before"][row]
 
         u, task = self.under, self.task_index
         tools_over = _gt(u["run_tool_calls"], table[:, _KEY_COLUMN["max_tool_calls"]][task])
@@ -275,7 +186,7 @@ class Replays:
                 with np.errstate(invalid="ignore"):
                     each &= np.isnan(old) | (new <= old)
             old_kept[at] = any_set & each
-        kept = self.walked | self.old_stop | self.no_calls | tools_over
+        kept = walk.walked | self.old_stop | self.no_calls | tools_over
         has_replay = replay_code > 0
         stopped = kept & (has_replay | old_kept)
         by_old = ~has_replay & old_kept

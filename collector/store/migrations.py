@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from budgetlens.attribution import ATTRIBUTION_COLUMNS
 from budgetlens.store import rollups
+from budgetlens.store.schema import RUN_KEY
 
 #: (name, type and constraints) of a column, as a CREATE TABLE writes it.
 _Column = tuple[str, str]
@@ -199,6 +200,13 @@ ALTER TABLE run_totals ADD COLUMN r_parent_run_id VARCHAR; ALTER TABLE runs ADD 
 # latency sketch; budgetlens.store.rollups), back-filled from the stored calls.
 _V8_RUN_MODEL_ROLLUP = rollups.CREATE + ";\n" + rollups.INSERT_ALL
 
+# issue 25: the run's integer key (``schema.RUN_KEY``) on calls and events, so that the what-if
+# reads the few runs it walks by an integer instead of comparing every call's run id; back-filled.
+_V9_RUN_KEY = f"""ALTER TABLE model_calls ADD COLUMN run_key UBIGINT;
+UPDATE model_calls SET run_key = {RUN_KEY};
+ALTER TABLE budget_events ADD COLUMN run_key UBIGINT;
+UPDATE budget_events SET run_key = {RUN_KEY}"""
+
 #: Ordered migrations: (version, SQL script). Append only; never edit an applied one.
 MIGRATIONS: tuple[tuple[int, str], ...] = (
     (1, _V1),
@@ -209,6 +217,7 @@ MIGRATIONS: tuple[tuple[int, str], ...] = (
     (6, _V6_TOOL_COST),  # issue 21: paid tools' fees
     (7, _V7_PARENT_RUN),  # issue 21: sub-agent runs name their parent run
     (8, _V8_RUN_MODEL_ROLLUP),  # issue 25: per run x model rollup with a latency sketch
+    (9, _V9_RUN_KEY),  # issue 25: integer run key on calls and events
 )
 
 SCHEMA_VERSION = MIGRATIONS[-1][0]
