@@ -99,9 +99,13 @@ class Walk:
             "walk_start_us": starts.to_pylist(),
         }
         stream, _ = fetch(conn, rq.WALK_CALLS, params)
-        if not self._complete(stream, under):  # a key two run ids share: read by run id
+        #: How the calls were read: "run_key", or "run_id" when some walked run's rows did not
+        #: match its counts (a key two run ids share, rows written without a key).
+        self.read_by = "run_key"
+        if not self._complete(stream, under):
             params["walk_keys"] = rows.column("run_id").take(at).to_pylist()
             stream, _ = fetch(conn, rq.WALK_CALLS_BY_ID, params)
+            self.read_by = "run_id"
         ui = stream["ui"].astype(np.int64)
         new = np.ones(ui.size, dtype=bool)
         new[1:] = ui[1:] != ui[:-1]

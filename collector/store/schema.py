@@ -56,7 +56,6 @@ CALL_SUMS: tuple[str, ...] = (*TOKEN_COLUMNS, "cost_usd", "unpriced_calls", "unk
 EVENT_COUNTS: tuple[str, ...] = ("e_warnings", "e_downgrades", "e_summaries", "e_tool_calls")
 
 
-
 def run_key_of(run_id: str) -> str:
     """SQL of the integer key (UBIGINT) of the run id expression ``run_id`` (a column name)."""
     return f"md5_number_upper({run_id})"
