@@ -71,10 +71,7 @@ probe AS (
 #: last call's end (else the run's end or duration; none known: walked); the input check also the
 #: total when a call's usage was unknown (its reservation counts as input). Every other run
 #: completes, so only these runs' calls are read and sorted (a few % of the history).
-_CANDIDATE_RUNS = """
-candidates AS (
-    SELECT u.run_id, t.e_tool_calls AS tool_events FROM probe u JOIN run_totals t ON t.run_id = u.run_id
-    WHERE t.c_model_calls > 0 AND (
+_WALKED = """t.c_model_calls > 0 AND (
         coalesce(epoch(coalesce(t.c_end_utc, u.run_end) - u.run_start) >= u.max_duration_s,
                  u.run_duration_s >= u.max_duration_s, u.max_duration_s IS NOT NULL)
         OR t.c_model_calls > u.max_turns
@@ -83,13 +80,16 @@ candidates AS (
         OR t.c_total_tokens > u.max_total_tokens
         OR t.c_input_tokens > u.max_input_tokens
         OR (t.c_unknown_usage_calls > 0 AND t.c_total_tokens > u.max_input_tokens)
-        OR t.c_output_tokens > u.max_output_tokens)
+        OR t.c_output_tokens > u.max_output_tokens)"""
+_CANDIDATE_RUNS = f"""
+candidates AS (
+    SELECT u.run_id FROM probe u JOIN run_totals t ON t.run_id = u.run_id
+    WHERE {_WALKED}
 )"""
 
-#: Whether a probed run may be stopped by some budget (every other run completes under all);
-#: ``w``: the run's row in ``candidates``, NULL when it is none.
-_MAY_STOP = """w.run_id IS NOT NULL
-        OR starts_with(recorded_stop_reason, 'budget_') OR calls IS NULL
+#: Whether a probed run that is no candidate may be stopped by some budget (every other run
+#: completes under all).
+_MAY_STOP = """starts_with(recorded_stop_reason, 'budget_') OR calls IS NULL
         OR run_tool_calls > max_tool_calls"""
 
 _CANDIDATES = (
@@ -344,7 +344,7 @@ TASK_TYPES = f"WITH {FILTERED} SELECT DISTINCT task_type FROM filtered ORDER BY 
 # --- the fast path (``budgetlens.analysis.whatif_peaks``): per-run peaks, calls only where needed --
 
 #: The filtered runs some budget of ``$b_*`` may stop (the ``under`` runs of ``REPLAY_RUNS``, once
-#: each, not once per budget), ordered by run_id: what the ``runs`` rollup says about them (calls,
+#: each, not once per budget), in no particular order: what the ``runs`` rollup says about them (calls,
 #: totals, stop reason, the limits they ran under) and ``walked`` (a candidate of ``REPLAY_RUNS``:
 #: its calls are read and replayed; ``run_key``: its integer key, 0 when not walked;
 #: ``tool_events``: its ``budgetlens.tool_call`` events). One pass over the runs and their
@@ -353,7 +353,10 @@ UNDER_RUNS = f"""
 WITH {FILTERED},
 {_BUDGET},
 {_UNDER},
-{_CANDIDATE_RUNS}
+flagged AS (
+    SELECT u.*, coalesce({_WALKED}, false) AS walked, t.e_tool_calls AS tool_events
+    FROM probe u LEFT JOIN run_totals t ON t.run_id = u.run_id
+)
 SELECT r.run_id, r.run_task_type AS task_type, r.run_start AS start_utc, r.recorded_stop_reason,
        CAST(r.calls AS DOUBLE) AS calls, CAST(r.run_tool_calls AS DOUBLE) AS run_tool_calls,
        CAST(r.run_total_tokens AS DOUBLE) AS run_total_tokens,
@@ -361,12 +364,11 @@ SELECT r.run_id, r.run_task_type AS task_type, r.run_start AS start_utc, r.recor
        CAST(r.run_output_tokens AS DOUBLE) AS run_output_tokens,
        CAST(r.run_turns AS DOUBLE) AS run_turns, r.run_cost_usd, r.run_duration_s,
        {", ".join(f"CAST(r.{c} AS DOUBLE) AS {c}" for c in LIMIT_COLUMNS)},
-       w.run_id IS NOT NULL AS walked,
-       CASE WHEN w.run_id IS NOT NULL THEN {run_key_of("r.run_id")} ELSE 0 END AS run_key,
-       coalesce(w.tool_events, 0) AS tool_events
-FROM probe r LEFT JOIN candidates w ON w.run_id = r.run_id
-WHERE {_MAY_STOP}
-ORDER BY r.run_id
+       r.walked,
+       CASE WHEN r.walked THEN {run_key_of("r.run_id")} ELSE 0 END AS run_key,
+       CASE WHEN r.walked THEN coalesce(r.tool_events, 0) ELSE 0 END AS tool_events
+FROM flagged r
+WHERE r.walked OR {_MAY_STOP}
 """
 
 
