@@ -17,8 +17,9 @@ what the stopped runs spent from their stopping call on (the calls that would no
 
 The trade-off curve (``tradeoff``) replays the multipliers 1.0–3.0 in one pass;
 ``tradeoff`` and ``plan_for_target`` use the fast path (``budgetlens.analysis.whatif_peaks``:
-per-run peaks, one pass over the runs, calls read only for the runs some budget may stop), with
-the same values as the SQL replay, which stays the reference (``full_replay=True``);
+per-run peaks, one pass over the runs, calls read only for the runs some budget may stop, by
+integer run key; the chosen presets of ``plan_for_target`` are replayed from the curve's walk),
+with the same values as the SQL replay, which stays the reference (``full_replay=True``);
 ``smallest_multiplier`` picks, per task type, the smallest one whose projected hit rate meets a
 target (default 5 %).
 """

@@ -64,7 +64,7 @@ def _limit_table(budget: Budget, task_types: list) -> np.ndarray:
     """(task types x ``LIMIT_KEYS``) limits of ``budget``, NaN = none."""
     rows = [budget.for_task(t) for t in task_types]
     return np.array(
-        [[np.nan if r[k] is None else float(r[k]) for k in LIMIT_KEYS] for r in rows], dtype=float
+        [[np.nan if (v := r[k]) is None else float(v) for k in LIMIT_KEYS] for r in rows], dtype=float
     )
 
 
@@ -107,10 +107,10 @@ class Replays:
                 old_limits = {name: self.under[f"limit_{name}"][at] for name in names}
                 any_set = np.logical_or.reduce([~np.isnan(v) for v in old_limits.values()])
                 self.old_stops.append((at, any_set, old_limits))
-        tables = np.stack([_limit_table(b, task_types) for b in self.budgets]) if self.budgets else None
+        tables = np.stack([_limit_table(b, task_types) for b in self.budgets or [Budget()]])
         #: (task index, key) -> the distinct limits the budgets set, ascending.
         self.limits: dict[tuple[int, str], np.ndarray] = {}
-        for t in range(len(task_types) if tables is not None else 0):
+        for t in range(len(task_types)):
             for key, j in _KEY_COLUMN.items():
                 values = tables[:, t, j]
                 if (~np.isnan(values)).any():
