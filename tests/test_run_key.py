@@ -13,8 +13,11 @@ from budgetlens.analysis import whatif, whatif_peaks
 from budgetlens.analysis.views import Filters
 from budgetlens.store import read_connection, write_batch, write_connection
 from budgetlens.store.lake import close_all
+from budgetlens.store.migrations import MIGRATIONS, SCHEMA_VERSION
 from budgetlens.store.schema import RUN_KEY
 
+#: The migration that adds the run key (its number may change when migrations are merged).
+RUN_KEY_VERSION = next(version for version, script in MIGRATIONS if "ADD COLUMN run_key" in script)
 _KEYED = f"SELECT count(*), count(*) FILTER (WHERE run_key = {RUN_KEY}) FROM "
 
 
@@ -37,13 +40,13 @@ def test_every_call_and_event_written_carries_its_run_key(store_path):
 
 def test_a_store_from_before_the_run_key_is_back_filled(store_path):
     _write(store_path)
-    with write_connection(store_path) as conn:  # as a store of schema version 8 was
+    with write_connection(store_path) as conn:  # as a store from before the run key was
         for table in ("model_calls", "budget_events"):
             conn.execute(f"ALTER TABLE {table} DROP COLUMN run_key")
-        conn.execute("DELETE FROM schema_migrations WHERE version = 9")
-    with write_connection(store_path) as conn:  # migrates: version 9 again
+        conn.execute("DELETE FROM schema_migrations WHERE version = ?", [RUN_KEY_VERSION])
+    with write_connection(store_path) as conn:  # migrates: the run key's version again
         (calls, keyed_calls), (events, keyed_events) = _keys_of(conn)
-        assert conn.execute("SELECT max(version) FROM schema_migrations").fetchone()[0] == 9
+        assert conn.execute("SELECT max(version) FROM schema_migrations").fetchone()[0] == SCHEMA_VERSION
     assert calls == keyed_calls > 0 and events == keyed_events > 0
 
 
