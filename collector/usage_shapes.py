@@ -76,8 +76,6 @@ def summed(source: str, **counts: int) -> int:
 
 def _clamped(inp: int, out: int, cr: int, cw: int, rs: int, source: str) -> Usage:
     """Build a Usage; a part larger than its total is clamped (logged), never added on top."""
-    summed(source, input=inp)
-    summed(source, output=out)
     if cr + cw > inp:
         log.warning("%s usage: cache parts %d+%d exceed input %d; clamping", source, cr, cw, inp)
         cr = min(cr, inp)
