@@ -173,7 +173,8 @@ def safe_text(value, *, max_chars: int = SAFE_TEXT_MAX_CHARS) -> str:
     goes through here before it meets an f-string of markdown. Each ASCII punctuation
     character is backslash-escaped (so ``![x](http://a)``, ``[t](u)``, ``<img>`` stay text) and an
     invisible word joiner (U+2060) goes before each ``:``, ``@`` and the dot of ``www.`` (GFM
-    links bare URLs and e-mail addresses even when escaped); line breaks and tabs become spaces
+    links bare URLs and e-mail addresses even when escaped) and between two ``-`` or ``.`` in a
+    row (no smart dash or ellipsis); line breaks and tabs become spaces
     (no block syntax, no header); any other control character or bidi
     control (``budgetlens.unsafe_text``, the CLI's set) is shown escaped as the CLI shows it
     (``\\u202e``: no override reverses what follows); longer than ``max_chars`` characters
@@ -189,6 +190,10 @@ def safe_text(value, *, max_chars: int = SAFE_TEXT_MAX_CHARS) -> str:
         if ch in _AUTOLINK_BREAKS or (ch == "." and raw[max(0, index - 3) : index].lower() == "www"):
             # GFM finds bare URLs and e-mail addresses after escapes are resolved: a word joiner
             # before the scheme's colon, the ``@`` and the dot of ``www.`` breaks the match.
+            out.append(_WORD_JOINER)
+        elif ch in "-." and index and raw[index - 1] == ch:
+            # Streamlit's markdown turns ``--`` into an en/em dash and ``...`` into an ellipsis
+            # (smartypants, after escapes are resolved): a word joiner between them keeps them.
             out.append(_WORD_JOINER)
         if ch in _MARKDOWN_PUNCTUATION:
             out.append("\\" + ch)
