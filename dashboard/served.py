@@ -23,8 +23,6 @@ log = logging.getLogger(__name__)
 #: Seconds a served dashboard keeps one "now" while the store is unchanged: below the minute
 #: within which a window's end reads "now" (``_ui.describe``), within the cache's lifetime.
 NOW_HOLD_S = 45.0
-#: Name of the warm-up thread (its missing-ScriptRunContext warnings are not logged).
-WARM_UP_THREAD = "budgetlens-warm-up"
 
 
 @dataclass
@@ -124,44 +122,56 @@ def first_visit_reads(f: Filters) -> None:
 
 
 def _import_page_modules() -> None:
-    """Import what a page's first run imports (pandas, DuckDB, the analysis, Plotly, pyarrow)
-    and build one figure: Plotly loads its validators at the first figure (a quarter second)."""
+    """Import what a page's first run imports (pandas, DuckDB, the analysis, Plotly, pyarrow),
+    convert one frame as ``st.dataframe`` does and build one figure of the charts' kind: Plotly imports the classes of its template, its
+    traces and shapes at the first figure that uses them (half a second and more)."""
+    import pandas as pd
     import plotly.graph_objects as go
-    import pyarrow  # noqa: F401  (st.dataframe's conversion)
+    import plotly.io
+    import pyarrow as pa
+    from plotly.subplots import make_subplots
 
-    from budgetlens.dashboard import charts  # noqa: F401
+    from budgetlens.dashboard import charts
     from budgetlens.dashboard.app_pages import _evidence, _tables, _ui  # noqa: F401
 
-    go.Figure(go.Bar(x=[0], y=[0])).update_layout(title="warm-up").to_json()
+    fig = make_subplots(specs=[[{"secondary_y": True}]])
+    fig.update_layout(template=charts.TEMPLATE, title={"text": "warm-up"}, legend={"orientation": "h"})
+    fig.add_trace(go.Bar(x=[0], y=[1], marker={"color": charts.PALETTE[0]}))
+    fig.add_trace(go.Scatter(x=[0], y=[1], mode="lines+markers"), secondary_y=True)
+    fig.add_hline(y=1, annotation_text="line")
+    fig.add_vline(x=0)
+    fig.add_vrect(x0=0, x1=1)
+    fig.add_annotation(text="warm-up", x=0, y=1)
+    fig.update_xaxes(title_text="x", type="log")
+    fig.update_yaxes(title_text="y", rangemode="tozero")
+    plotly.io.to_json(fig)
+    pa.Table.from_pandas(pd.DataFrame({"n": [1], "when": [pd.Timestamp(0)]}))  # st.dataframe's conversion
 
 
 def warm_up(hold_s: float = NOW_HOLD_S) -> None:
-    """Hold the now for ``hold_s`` seconds, import the pages' modules and read every page's
-    first visit (``first_visit_reads``). Never raises: a store that is missing, busy or broken
-    is the pages' to report; the warm-up only logs it."""
+    """Hold the now for ``hold_s`` seconds, read every page's first visit (``first_visit_reads``,
+    the first page first), then import what the pages' tables and charts import. Never raises:
+    a store that is missing, busy or broken is the pages' to report; the warm-up only logs it.
+    Streamlit's "missing ScriptRunContext" warnings of this thread are not logged (the cached
+    loaders run outside a script run here, on purpose)."""
+    _quiet_context_warnings(threading.get_ident())
     hold_now(hold_s)
     started = time.perf_counter()
     try:
-        _import_page_modules()
         with data.render_reader():
             first_visit_reads(default_filters())
+        _import_page_modules()
     except Exception as error:  # the pages show the store's state; a warm-up never breaks them
         log.info("dashboard warm-up stopped: %s", error)
         return
     log.info("dashboard warm-up read every page's first visit in %.2f s", time.perf_counter() - started)
 
 
-class _NotFromWarmUp(logging.Filter):
-    """Drops Streamlit's "missing ScriptRunContext" warning of the warm-up thread (the cached
-    loaders run outside a script run there, on purpose)."""
+def _quiet_context_warnings(thread_id: int) -> None:
+    class _NotFromThisThread(logging.Filter):
+        def filter(self, record: logging.LogRecord) -> bool:
+            return record.thread != thread_id
 
-    def filter(self, record: logging.LogRecord) -> bool:
-        return record.threadName != WARM_UP_THREAD
-
-
-def start_warm_up() -> threading.Thread:
-    """``warm_up`` on a daemon thread (started and returned): the server answers meanwhile."""
-    logging.getLogger("streamlit.runtime.scriptrunner_utils.script_run_context").addFilter(_NotFromWarmUp())
-    thread = threading.Thread(target=warm_up, name=WARM_UP_THREAD, daemon=True)
-    thread.start()
-    return thread
+    logging.getLogger("streamlit.runtime.scriptrunner_utils.script_run_context").addFilter(
+        _NotFromThisThread()
+    )

@@ -118,3 +118,12 @@ def test_a_warm_up_on_a_missing_store_logs_and_returns(tmp_path, monkeypatch, ca
     finally:
         data.clear_cache()
     assert "warm-up stopped" in caplog.text
+
+
+def test_budgetlens_dashboard_serves_the_launcher_as_an_st_app():
+    from streamlit.web.server.app_discovery import discover_asgi_app
+
+    from budgetlens.cli import dashboard_cmd
+
+    found = discover_asgi_app(dashboard_cmd.ENTRYPOINT)
+    assert found.is_asgi_app and found.import_string == "serve:app"
