@@ -152,11 +152,13 @@ def warm_up(hold_s: float = NOW_HOLD_S) -> None:
     """Hold the now for ``hold_s`` seconds, read every page's first visit (``first_visit_reads``,
     the first page first), then import what the pages' tables and charts import. Never raises:
     a store that is missing, busy or broken is the pages' to report; the warm-up only logs it.
-    Streamlit's "missing ScriptRunContext" warnings of this thread are not logged (the cached
-    loaders run outside a script run here, on purpose)."""
-    _quiet_context_warnings(threading.get_ident())
+    Streamlit's "missing ScriptRunContext" warnings of this thread are not logged meanwhile (the
+    cached loaders run outside a script run here, on purpose)."""
     hold_now(hold_s)
     started = time.perf_counter()
+    quiet = _NotFromThread(threading.get_ident())
+    context_log = logging.getLogger("streamlit.runtime.scriptrunner_utils.script_run_context")
+    context_log.addFilter(quiet)
     try:
         with data.render_reader():
             first_visit_reads(default_filters())
@@ -164,14 +166,17 @@ def warm_up(hold_s: float = NOW_HOLD_S) -> None:
     except Exception as error:  # the pages show the store's state; a warm-up never breaks them
         log.info("dashboard warm-up stopped: %s", error)
         return
+    finally:
+        context_log.removeFilter(quiet)
     log.info("dashboard warm-up read every page's first visit in %.2f s", time.perf_counter() - started)
 
 
-def _quiet_context_warnings(thread_id: int) -> None:
-    class _NotFromThisThread(logging.Filter):
-        def filter(self, record: logging.LogRecord) -> bool:
-            return record.thread != thread_id
+class _NotFromThread(logging.Filter):
+    """Drops the records logged by the thread ``thread_id``."""
 
-    logging.getLogger("streamlit.runtime.scriptrunner_utils.script_run_context").addFilter(
-        _NotFromThisThread()
-    )
+    def __init__(self, thread_id: int) -> None:
+        super().__init__()
+        self.thread_id = thread_id
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.thread != self.thread_id
