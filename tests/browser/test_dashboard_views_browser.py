@@ -202,12 +202,18 @@ def test_filters_live_in_the_url_and_survive_a_page_change(browser, one_day_dash
 
 def test_a_window_that_leaves_runs_out_says_so_and_shows_them_in_one_click(browser, old_dashboard):
     from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
 
     browser.get(old_dashboard)
     _settled(browser, chart=False)
     body = _body(browser)
     assert "This window keeps 0 of 12 runs" in body and "newest run started 40 days ago" in body
-    button = next(b for b in browser.find_elements(By.TAG_NAME, "button") if "Show all 12 runs" in b.text)
+    # The caption paints first; the button beside it once Chromium has loaded the button's code.
+    button = WebDriverWait(browser, READY_TIMEOUT_S, poll_frequency=0.2).until(
+        lambda d: next(
+            (b for b in d.find_elements(By.TAG_NAME, "button") if "Show all 12 runs" in b.text), None
+        )
+    )
     button.click()
     _settled(browser)
     value = browser.find_elements(By.CSS_SELECTOR, '[data-testid="stMetricValue"]')[0].text
