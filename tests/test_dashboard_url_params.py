@@ -8,11 +8,11 @@ import datetime as dt
 from pathlib import Path
 
 import pytest
+from _apptest import open_app as _app
 from browser.live_writer import run_rows
 from streamlit.testing.v1 import AppTest
 
 from budgetlens.analysis import views as analysis
-from budgetlens.config import ENV_DB
 from budgetlens.dashboard import formatting, url_params
 from budgetlens.store import write_batch, write_connection
 
@@ -65,19 +65,6 @@ def store(tmp_path_factory) -> Path:
         for index in range(4):
             write_batch(conn, *run_rows(f"r-{index:04d}", start_utc=now - dt.timedelta(hours=6 * index + 1)))
     return path
-
-
-def _app(db: Path, monkeypatch, page: str | None = None, **params: str) -> AppTest:
-    monkeypatch.setenv(ENV_DB, str(db))
-    at = AppTest.from_file(str(APP), default_timeout=60)
-    for key, value in params.items():
-        at.query_params[key] = value
-    at.run()
-    if page:
-        at.switch_page(f"app_pages/{page}.py")
-        at.run()
-    assert not at.exception, [e.value for e in at.exception]
-    return at
 
 
 def _warnings(at: AppTest) -> str:

@@ -14,11 +14,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from _apptest import open_app as _app
 from browser.live_writer import run_rows
 from streamlit.testing.v1 import AppTest
 
 from budgetlens.analysis import views as analysis
-from budgetlens.config import ENV_DB
 from budgetlens.store import write_batch, write_connection
 
 pytestmark = pytest.mark.system  # Streamlit AppTests: seconds each
@@ -41,19 +41,6 @@ def _store(path: Path, days: float, unpriced_model: str | None = None) -> Path:
             )
             write_batch(conn, *rows)
     return path
-
-
-def _app(db: Path, monkeypatch, page: str | None = None, **params: str) -> AppTest:
-    monkeypatch.setenv(ENV_DB, str(db))
-    at = AppTest.from_file(str(APP), default_timeout=60)
-    for key, value in params.items():
-        at.query_params[key] = value
-    at.run()
-    if page:
-        at.switch_page(f"app_pages/{page}.py")
-        at.run()
-    assert not at.exception
-    return at
 
 
 def _labels(at: AppTest) -> list[str]:
