@@ -190,7 +190,10 @@ def test_a_second_collector_on_the_same_database_refuses_to_start(db_path, pytho
             text=True,
             timeout=60,
         )
-        assert second.returncode == 2 and "in use by another process" in second.stderr
+        assert second.returncode == 2, second.stderr
+        # the store names the running collector that holds it, with its PID
+        assert "held by a running collector" in second.stderr
+        assert f"PID {process.pid}" in second.stderr
         assert "Traceback" not in second.stderr
         assert requests.get(f"{url}/healthz", timeout=5).status_code == 200
 
