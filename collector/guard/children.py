@@ -29,7 +29,7 @@ from __future__ import annotations
 import math
 import threading
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from budgetlens import semconv as sc
 from budgetlens.guard import stops as lim
@@ -40,11 +40,12 @@ from budgetlens.usage import Usage
 
 if TYPE_CHECKING:
     from budgetlens.guard.ledger import RunLedger
-    from budgetlens.guard.run_budget import RunBudget
+    from budgetlens.guard.options import RunOptions
     from budgetlens.guard.run_state import RunState
 
 __all__ = [
     "CARVED_LIMITS",
+    "ChildParent",
     "ParentLink",
     "StoreEstimate",
     "carve_limits",
@@ -293,13 +294,25 @@ def check_fan_out(
             raise BudgetExceeded(reason, left, 0, n * estimate, detail)
 
 
+class ChildParent(Protocol):
+    """What :func:`child` and :func:`fan_out` read of the run they are methods of (a
+    :class:`budgetlens.RunBudget` or a subclass): its state and its checked options."""
+
+    _state: RunState
+    options: RunOptions
+
+
+#: The parent run's class: a child is made of the same class.
+_Run = TypeVar("_Run", bound=ChildParent)
+
+
 def use_store_estimate(estimate: StoreEstimate) -> None:
     """Set how ``fan_out(db=...)`` reads a task type's P50 from a store: the package root passes
     :func:`budgetlens.analysis.fan_out_estimate.p50_estimate` (imported when first called)."""
     _store_estimate[:] = [estimate]
 
 
-def _inherited(parent: Any) -> dict[str, Any]:
+def _inherited(parent: ChildParent) -> dict[str, Any]:
     """The options a child takes from ``parent`` (a RunBudget) unless given."""
     o, who = parent.options, parent.options.attribution
     return {
@@ -315,11 +328,11 @@ def _inherited(parent: Any) -> dict[str, Any]:
 
 
 def child(
-    self: RunBudget,
+    self: _Run,
     task_type: str = "default",
     limits: Mapping[str, float | None] | None = None,
     **options: Any,
-) -> RunBudget:
+) -> _Run:
     """``RunBudget.child``: a sub-agent's run: a RunBudget whose token, cost and wall-time limits
     are the smaller of ``limits`` (constructor names) and this run's remainder (:func:`carve_limits`),
     whose every call is reserved and counted in this run as it happens (one ledger: the module
@@ -350,7 +363,7 @@ def child(
 
 
 def fan_out(
-    self: RunBudget,
+    self: _Run,
     n: int,
     task_type: str = "default",
     limits: Mapping[str, float | None] | None = None,
@@ -359,7 +372,7 @@ def fan_out(
     estimate_usd: float | None = None,
     db: Any = None,
     **options: Any,
-) -> list[RunBudget]:
+) -> list[_Run]:
     """``RunBudget.fan_out``: ``n`` children (:func:`child`), refused before any is made
     (BudgetExceeded, detail ``fan-out of n task_type``) when this run's remainder cannot cover ``n``
     × the estimate per child: ``estimate_tokens`` (tokens) / ``estimate_usd`` (USD), else the task

@@ -20,6 +20,7 @@ from budgetlens.guard import children as sub_agents
 from budgetlens.guard import effects
 from budgetlens.guard import snapshot as pause
 from budgetlens.guard import stops as lim
+from budgetlens.guard.closing import finish_run
 from budgetlens.guard.compress import cheapest_model, compress_run
 from budgetlens.guard.countdown import run_notice
 from budgetlens.guard.events import OnEvent
@@ -370,7 +371,7 @@ class RunBudget:
         the utilization, the number of downgrades and the unconfirmed external effects. Raises ValueError
         for a reason outside :data:`budgetlens.semconv.STOP_REASONS` or a ``retryable`` that is not a bool.
         """
-        return self._state.finish(stop_reason, error, retryable)
+        return finish_run(self._state, stop_reason, error, retryable)
 
     def __enter__(self) -> RunBudget:
         return self

@@ -22,7 +22,6 @@ from budgetlens.guard import calls
 from budgetlens.guard import options as opt
 from budgetlens.guard import stops as lim
 from budgetlens.guard.calls import PROBE_USAGE, PriceCall, RecordedCall, paid_cost
-from budgetlens.guard.closing import finish_run
 from budgetlens.guard.effects import EffectLog
 from budgetlens.guard.events import EventDispatcher
 from budgetlens.guard.ledger import RunLedger
@@ -391,9 +390,3 @@ class RunState:
     def stats_locked(self) -> BudgetStats:
         """The ledger's snapshot under the current limits."""
         return self.use.stats(self.limits, self.elapsed_s(), self.dispatch.cost_unenforced_models)
-
-    def finish(
-        self, stop_reason: str | None, error: BaseException | None, retryable: bool | None
-    ) -> RunResult:
-        """``RunBudget.finish``: see :func:`budgetlens.guard.closing.finish_run`."""
-        return finish_run(self, stop_reason, error, retryable)

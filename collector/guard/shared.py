@@ -14,7 +14,7 @@ tracker kept in a shared ledger (docs/fleet.md) settles each hold once, by that 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from budgetlens.guard.ledger import RunLedger
 from budgetlens.guard.pool import TokenPool
@@ -23,10 +23,7 @@ from budgetlens.guard.spend import SpendTracker
 from budgetlens.guard.stops import Stop
 from budgetlens.usage import Usage
 
-if TYPE_CHECKING:
-    from budgetlens.guard.children import ParentLink
-
-__all__ = ["SPEND_WINDOW_DETAIL", "SharedSteps"]
+__all__ = ["SPEND_WINDOW_DETAIL", "ParentSteps", "SharedSteps"]
 
 #: ``BudgetExceeded.detail`` of a refusal by a spend window.
 SPEND_WINDOW_DETAIL = "spend window"
@@ -42,6 +39,33 @@ def _refusal(step: Callable[[], object], detail: str | None = None) -> Stop | No
     return None
 
 
+class ParentSteps(Protocol):
+    """A child run's steps in its parent run (:class:`budgetlens.guard.children.ParentLink`), named
+    by the child's call ids (``child run id:number``). Refusals come back as Stops (None: allowed)."""
+
+    def check(self) -> Stop | None:
+        """The parent's refusal now (finished, or a limit of it spent), else None."""
+        ...
+
+    def reserve(self, tokens: int, output_tokens: int, cost_usd: float, call_id: str) -> Stop | None:
+        """Hold a child call's reservation in the parent, if it fits."""
+        ...
+
+    def settle(
+        self, call_id: str | None, usage: Usage | None, cost_usd: float | None, charged_tokens: int
+    ) -> None:
+        """Replace the hold of call ``call_id`` with the recorded call."""
+        ...
+
+    def release(self, call_id: str) -> None:
+        """Give back the hold of a child call that failed before spending anything."""
+        ...
+
+    def charge_tool(self, name: str, fee_usd: float) -> Stop | None:
+        """Count a child's paid tool fee (USD) in the parent, unless it does not fit."""
+        ...
+
+
 def call_id(res: Any) -> str | None:
     """The shared ledgers' id of a reservation (``run id:number``); None for a call recorded
     without one."""
@@ -53,15 +77,16 @@ class SharedSteps:
 
     ``pool``: a :class:`TokenPool` or None; ``spend``: a :class:`SpendTracker` or None;
     ``run_id``: names the run's calls in a shared ledger. Tokens are ints, costs USD (float).
-    ``parent``: a child run's :class:`budgetlens.guard.children.ParentLink` (None: no parent run),
-    set by ``RunBudget.child``. Never raises for budget reasons: refusals are returned as Stops.
+    ``parent``: a child run's steps in its parent (:class:`ParentSteps`, a
+    :class:`budgetlens.guard.children.ParentLink`; None: no parent run), set by ``RunBudget.child``.
+    Never raises for budget reasons: refusals are returned as Stops.
     """
 
     def __init__(self, pool: TokenPool | None, spend: SpendTracker | None, run_id: str = "") -> None:
         self.pool = pool
         self.spend = spend
         self.run_id = run_id
-        self.parent: ParentLink | None = None
+        self.parent: ParentSteps | None = None
 
     def spend_stop(self) -> Stop | None:
         """``budget_cost`` (detail ``spend window``) when a spend window has reached its limit."""
@@ -70,7 +95,7 @@ class SharedSteps:
 
     def pool_stop(self) -> Stop | None:
         """``budget_tokens`` (detail: the pool) when the token pool is spent; else the parent run's
-        refusal (see :meth:`ParentLink.check`) when there is one."""
+        refusal (see :meth:`ParentSteps.check`) when there is one."""
         pool, parent = self.pool, self.parent
         stop = None if pool is None else _refusal(pool.check)
         return stop if stop is not None or parent is None else parent.check()
