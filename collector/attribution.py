@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = [
+    "ATTRIBUTION_ARGS",
     "ATTRIBUTION_COLUMNS",
     "MAX_TAGS",
     "MAX_VALUE_CHARS",
@@ -51,6 +52,8 @@ TAG_KEY = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
 ATTRIBUTION_COLUMNS: tuple[str, ...] = ("team", "user_id", "session_id", "tags")
 #: Keys a ledger scope may name (``tenant`` = ``team``); any other key names a tag.
 SCOPE_KEYS = ("service", "team", "tenant", "user", "session_id")
+#: The keyword arguments of :meth:`Attribution.build` (and of ``RunBudget``, which passes them on).
+ATTRIBUTION_ARGS = (*SCOPE_KEYS, "tags")
 
 
 def check_value(name: str, value: Any) -> str | None:

@@ -15,7 +15,18 @@ from budgetlens.guard.stops import DEFAULT_UNKNOWN_CALL_TOKENS, limit_share, mos
 from budgetlens.pricing import PriceRequest, price_calls
 from budgetlens.usage import Usage
 
-__all__ = ["RunLedger"]
+__all__ = ["TOKEN_COUNTERS", "RunLedger"]
+
+#: The ledger's token counters (int): reported usage by part, and the charges of calls without
+#: usage (``unknown_tokens``).
+TOKEN_COUNTERS = (
+    "input_tokens",
+    "output_tokens",
+    "cache_read_tokens",
+    "cache_write_tokens",
+    "reasoning_tokens",
+    "unknown_tokens",
+)
 
 
 class RunLedger:
@@ -34,12 +45,7 @@ class RunLedger:
     """
 
     __slots__ = (
-        "input_tokens",
-        "output_tokens",
-        "cache_read_tokens",
-        "cache_write_tokens",
-        "reasoning_tokens",
-        "unknown_tokens",
+        *TOKEN_COUNTERS,
         "reservations",
         "reserved_tokens",
         "reserved_output_tokens",

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from budgetlens import semconv as sc
-from budgetlens.attribution import Attribution
+from budgetlens.attribution import ATTRIBUTION_ARGS, Attribution
 from budgetlens.guard.countdown import check_countdown
 from budgetlens.guard.events import OnEvent, as_callbacks
 from budgetlens.guard.pool import TokenPool
@@ -228,20 +228,15 @@ class RunOptions:
         model_chain: Iterable[str] = (),
         on_event: OnEvent = None,
         alert_limits: Mapping[str, float | None] | None = None,
-        service: Any = None,
-        team: Any = None,
-        tenant: Any = None,
-        user: Any = None,
-        session_id: Any = None,
-        tags: Any = None,
         tool_prices: Any = None,
         **options: Any,
     ) -> RunOptions:
         """Check ``limits`` (constructor names), the options and ``on_event``, ``alert_limits``,
         ``pool``, ``retry_policy``, ``tool_prices`` and the attribution (``service``,
-        ``team``/``tenant``, ``user``, ``session_id``, ``tags``:
+        ``team``/``tenant``, ``user``, ``session_id``, ``tags``: ``ATTRIBUTION_ARGS``, checked by
         :meth:`budgetlens.attribution.Attribution.build`), in that order. ``options``: the other
         fields by name. Raises ValueError naming the first bad argument and the rule."""
+        who = {name: options.pop(name, None) for name in ATTRIBUTION_ARGS}
         resolved = resolve_limits(limits, default=not alert_limits)
         defaults = {
             f.name: f.default for f in dataclasses.fields(cls) if f.default is not dataclasses.MISSING
@@ -268,9 +263,7 @@ class RunOptions:
         prices = check_tool_prices(tool_prices)
         check_wrap_up(resolved, given["wrap_up_tokens"], given["wrap_up_usd"])
         options["countdown_at"] = check_countdown(given["countdown_at"])
-        attribution = Attribution.build(
-            service=service, team=team, tenant=tenant, user=user, session_id=session_id, tags=tags
-        )
+        attribution = Attribution.build(**who)
         return cls(
             resolved,
             model_chain=chain,

@@ -28,6 +28,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from budgetlens import semconv as sc
+from budgetlens.guard.ledger import TOKEN_COUNTERS
 from budgetlens.limits import LIMIT_KEYS
 
 __all__ = ["Authorization", "RunSnapshot", "SNAPSHOT_VERSION"]
@@ -38,12 +39,7 @@ SNAPSHOT_VERSION = 1
 #: The ledger counters a snapshot carries (``RunSnapshot.used``), as :class:`budgetlens.guard.ledger.RunLedger`
 #: names them: tokens (int), counts (int), USD (float).
 USED_FIELDS = (
-    "input_tokens",
-    "output_tokens",
-    "cache_read_tokens",
-    "cache_write_tokens",
-    "reasoning_tokens",
-    "unknown_tokens",
+    *TOKEN_COUNTERS,
     "largest_call_tokens",
     "turns",
     "tool_calls",

@@ -78,10 +78,9 @@ class SpendTracker:
     ``BUDGETLENS_LEDGER``; unset = in-process). Raises
     ValueError naming an unknown window, a bad limit, time zone, scope or ledger (and a rolling
     window with a shared ledger). Thread-safe.
-    ``scope``: None (shared by every run given it) or an attribution mapping such as
-    ``{"team": "search-infra"}``: only runs whose attribution matches it (``RunBudget(team=...)``,
-    see :mod:`budgetlens.attribution`) draw from it, others ignore it; with a shared ledger it
-    also names the ledger's account (a plain string scope names an account and matches every run).
+    ``scope``: which runs count against it, as :class:`budgetlens.guard.pool.TokenPool`'s ``scope``
+    (None: every run given it; an attribution mapping: only the runs it matches; with a shared
+    ledger it also names the ledger's account).
     """
 
     def __init__(

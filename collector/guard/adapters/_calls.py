@@ -202,6 +202,11 @@ class GuardedStream:
             self._model = model if isinstance(model, str) else None
         return chunk
 
+    def _raised(self, exc: BaseException, end: type[BaseException]) -> None:
+        """The SDK stream raised ``exc``: its ``end`` (StopIteration, StopAsyncIteration) records the
+        usage seen, any other exception the call's error."""
+        self._end(None if isinstance(exc, end) else exc)
+
     def _end(self, error: BaseException | None = None) -> None:
         if self._open:
             self._open = False
@@ -225,11 +230,8 @@ class GuardedStream:
     def __next__(self) -> Any:
         try:
             chunk = next(self._stream)
-        except StopIteration:
-            self._end()
-            raise
         except BaseException as exc:
-            self._end(exc)
+            self._raised(exc, StopIteration)
             raise
         return self._take(chunk)
 
@@ -261,11 +263,8 @@ class GuardedAsyncStream(GuardedStream):
     async def __anext__(self) -> Any:
         try:
             chunk = await self._stream.__anext__()
-        except StopAsyncIteration:
-            self._end()
-            raise
         except BaseException as exc:
-            self._end(exc)
+            self._raised(exc, StopAsyncIteration)
             raise
         return self._take(chunk)
 
