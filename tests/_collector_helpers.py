@@ -16,6 +16,7 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.sdk.trace.id_generator import IdGenerator
 from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode
 
 from budgetlens import semconv as sc
@@ -24,11 +25,13 @@ _KINDS = {"internal": SpanKind.INTERNAL, "client": SpanKind.CLIENT, "server": Sp
 
 
 class SpanRecorder:
-    """A real SDK TracerProvider whose finished spans are kept in memory."""
+    """A real SDK TracerProvider whose finished spans are kept in memory (ids from
+    ``id_generator``, else the SDK's random ids)."""
 
-    def __init__(self, service: str = "agent-service"):
+    def __init__(self, service: str = "agent-service", id_generator: IdGenerator | None = None):
         self.memory = InMemorySpanExporter()
-        self.provider = TracerProvider(resource=Resource.create({sc.SERVICE_NAME: service}))
+        kwargs = {"id_generator": id_generator} if id_generator else {}
+        self.provider = TracerProvider(resource=Resource.create({sc.SERVICE_NAME: service}), **kwargs)
         self.provider.add_span_processor(SimpleSpanProcessor(self.memory))
         self.tracer = self.provider.get_tracer("tests.collector")
 
@@ -55,6 +58,21 @@ class SpanRecorder:
                     span.set_attributes({sc.BUDGET_RUN_ID: run_id, sc.BUDGET_TURN: index + 1})
         return self.spans()
 
+    @contextlib.contextmanager
+    def run_span(self, run_id: str, task_type: str, attributes: dict | None = None):
+        """The current span ``invoke_agent <task_type>`` of guard run ``run_id``, with ``attributes``
+        beside the run's own."""
+        with self.tracer.start_as_current_span(f"invoke_agent {task_type}") as run:
+            run.set_attributes(
+                {
+                    sc.GEN_AI_OPERATION_NAME: sc.OPERATION_INVOKE_AGENT,
+                    sc.BUDGET_RUN_ID: run_id,
+                    sc.BUDGET_TASK_TYPE: task_type,
+                    **(attributes or {}),
+                }
+            )
+            yield run
+
     def guard_run(
         self,
         run_id: str,
@@ -68,15 +86,7 @@ class SpanRecorder:
     ) -> None:
         """Emit one run the way the guard does (design §4): run span, call spans, events."""
         used = 0
-        with self.tracer.start_as_current_span(f"invoke_agent {task_type}") as run:
-            run.set_attributes(
-                {
-                    sc.GEN_AI_OPERATION_NAME: sc.OPERATION_INVOKE_AGENT,
-                    sc.BUDGET_RUN_ID: run_id,
-                    sc.BUDGET_TASK_TYPE: task_type,
-                    sc.BUDGET_LIMIT_TOTAL_TOKENS: limit_total_tokens,
-                }
-            )
+        with self.run_span(run_id, task_type, {sc.BUDGET_LIMIT_TOTAL_TOKENS: limit_total_tokens}) as run:
             for turn, (model, inp, out) in enumerate(calls, start=1):
                 used += inp + out
                 with self.tracer.start_as_current_span(f"chat {model}", kind=SpanKind.CLIENT) as call:

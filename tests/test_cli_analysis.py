@@ -189,9 +189,9 @@ def test_sample_command_generates_a_reproducible_store(tmp_path, capsys):
         assert conn.execute("SELECT count(*) FROM runs").fetchone()[0] == runs
 
 
-def test_sample_export_and_load_round_trip(tmp_path, capsys):
-    path, db = tmp_path / "s.jsonl.gz", tmp_path / "l.duckdb"
-    code, out, _ = _cli(
+def _export_sample(capsys, path, runs_per_day: int):
+    """``budgetlens sample --export path``: one day of ``runs_per_day`` runs ending 2026-01-10."""
+    return _cli(
         capsys,
         "sample",
         "--export",
@@ -199,10 +199,15 @@ def test_sample_export_and_load_round_trip(tmp_path, capsys):
         "--days",
         "1",
         "--runs-per-day",
-        "15",
+        str(runs_per_day),
         "--end-date",
         "2026-01-10",
     )
+
+
+def test_sample_export_and_load_round_trip(tmp_path, capsys):
+    path, db = tmp_path / "s.jsonl.gz", tmp_path / "l.duckdb"
+    code, out, _ = _export_sample(capsys, path, runs_per_day=15)
     assert code == 0 and path.exists()
     code, out2, _ = _cli(capsys, "sample", "--db", str(db), "--load", str(path))
     assert code == 0 and out2.split()[1] == out.split()[1]
@@ -212,18 +217,7 @@ def test_sample_export_and_load_round_trip(tmp_path, capsys):
 
 def test_loading_the_same_sample_twice_says_nothing_was_new(tmp_path, capsys):
     path, db = tmp_path / "s.jsonl.gz", tmp_path / "l.duckdb"
-    _cli(
-        capsys,
-        "sample",
-        "--export",
-        str(path),
-        "--days",
-        "1",
-        "--runs-per-day",
-        "10",
-        "--end-date",
-        "2026-01-10",
-    )
+    _export_sample(capsys, path, runs_per_day=10)
     first = _cli(capsys, "sample", "--db", str(db), "--load", str(path))[1]
     runs = first.split()[1]
     code, again, _ = _cli(capsys, "sample", "--db", str(db), "--load", str(path))

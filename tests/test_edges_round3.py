@@ -4,9 +4,9 @@ mapping, the store and the importers, with its right value computed here."""
 from __future__ import annotations
 
 import pytest
+from _collector_helpers import SpanRecorder
 from _transcripts import claude_assistant
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
-from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -15,19 +15,6 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 from budgetlens import semconv as sc
 from budgetlens.otlp.mapping import map_request
 from budgetlens.store import read_connection, write_batch, write_connection
-
-
-class _Recorder:
-    """A real SDK tracer whose finished spans are kept in memory."""
-
-    def __init__(self, service: str = "agent-service"):
-        self.memory = InMemorySpanExporter()
-        self.provider = TracerProvider(resource=Resource.create({sc.SERVICE_NAME: service}))
-        self.provider.add_span_processor(SimpleSpanProcessor(self.memory))
-        self.tracer = self.provider.get_tracer("tests.issue22")
-
-    def spans(self):
-        return list(self.memory.get_finished_spans())
 
 
 def _chat(model: str, inp: int, out: int, **extra) -> dict:
@@ -58,7 +45,7 @@ def _run(db_path, columns: str) -> tuple:
 
 # --- a recovered call error -------------------------------------------------------------------
 def _retried_call(root_status: StatusCode) -> list:
-    recorder = _Recorder()
+    recorder = SpanRecorder()
     with recorder.tracer.start_as_current_span("agent run") as root:
         root.set_attribute(sc.GEN_AI_AGENT_NAME, "extractor")
         with recorder.tracer.start_as_current_span("chat gpt-4o-mini", kind=SpanKind.CLIENT) as first:
@@ -103,7 +90,7 @@ def test_a_request_whose_every_span_is_invalid_is_a_400_naming_the_field(db_path
 
     from budgetlens.otlp import PROTOBUF
 
-    recorder = _Recorder()
+    recorder = SpanRecorder()
     for _ in range(2):
         with recorder.tracer.start_as_current_span("chat gpt-4o", kind=SpanKind.CLIENT) as call:
             call.set_attributes(_chat("gpt-4o", 10, 2))
@@ -158,18 +145,12 @@ def test_a_guard_run_at_the_token_bound_reaches_the_store_whole(tmp_path):
     """The largest limit the guard accepts is one the collector stores: the run never vanishes."""
     from budgetlens.limits import MAX_TOKENS
 
-    recorder = _Recorder()
-    with recorder.tracer.start_as_current_span("invoke_agent qa") as run:
-        run.set_attributes(
-            {
-                sc.GEN_AI_OPERATION_NAME: sc.OPERATION_INVOKE_AGENT,
-                sc.BUDGET_RUN_ID: "run-bound",
-                sc.BUDGET_TASK_TYPE: "qa",
-                sc.BUDGET_LIMIT_TOTAL_TOKENS: MAX_TOKENS,
-            }
-        )
-        with recorder.tracer.start_as_current_span("chat gpt-4o", kind=SpanKind.CLIENT) as call:
-            call.set_attributes(_chat("gpt-4o", MAX_TOKENS, 1, **{sc.BUDGET_RUN_ID: "run-bound"}))
+    recorder = SpanRecorder()
+    with (
+        recorder.run_span("run-bound", "qa", {sc.BUDGET_LIMIT_TOTAL_TOKENS: MAX_TOKENS}),
+        recorder.tracer.start_as_current_span("chat gpt-4o", kind=SpanKind.CLIENT) as call,
+    ):
+        call.set_attributes(_chat("gpt-4o", MAX_TOKENS, 1, **{sc.BUDGET_RUN_ID: "run-bound"}))
     mapped = map_request(encode_spans(recorder.spans()), price=False)
     assert mapped.rejected == 0
     db_path = _store(tmp_path, mapped)
@@ -224,7 +205,7 @@ def test_next_reset_is_local_midnight_in_the_trackers_time_zone():
 
 # --- a span id reused by a different span in a later request -----------------------------------
 def _one_chat(inp: int):
-    recorder = _Recorder()
+    recorder = SpanRecorder()
     with recorder.tracer.start_as_current_span("chat gpt-4o", kind=SpanKind.CLIENT) as call:
         call.set_attributes(_chat("gpt-4o", inp, 10))
     return encode_spans(recorder.spans())
@@ -278,7 +259,7 @@ def test_a_reused_span_id_in_a_later_request_is_reported_by_the_collector(db_pat
 
 # --- an aggregate span that arrives first ------------------------------------------------------
 def _agent_and_three_chats():
-    recorder = _Recorder()
+    recorder = SpanRecorder()
     usage = ((300, 40), (500, 60), (200, 20))
     with recorder.tracer.start_as_current_span("agent run") as root:
         root.set_attributes(
@@ -334,7 +315,7 @@ def _reference(model: str, context=None, **usage) -> float:
 
 
 def _call_of(attributes: dict, price: bool = True) -> dict:
-    recorder = _Recorder()
+    recorder = SpanRecorder()
     with recorder.tracer.start_as_current_span("chat", kind=SpanKind.CLIENT) as call:
         call.set_attributes(attributes)
     mapped = map_request(encode_spans(recorder.spans()), price=price)

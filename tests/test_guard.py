@@ -341,6 +341,16 @@ def test_failing_callback_does_not_break_the_loop():
     assert call(run, 90) == Action.SUMMARIZE
 
 
+#: The limits of the preset file's code_generation entry, by constructor name.
+PRESET_LIMITS = {
+    "max_total_tokens": 91000,
+    "max_input_tokens": 80000,
+    "max_output_tokens": 12000,
+    "max_turns": 31,
+    "max_tool_calls": 45,
+    "max_duration_s": 305,
+    "max_cost_usd": 1.62,
+}
 PRESET = {
     "budgetlens_presets": 1,
     "generated_utc": "2026-11-29T10:00:00Z",
@@ -348,13 +358,7 @@ PRESET = {
     "window_days": 14,
     "presets": {
         "code_generation": {
-            "max_total_tokens": 91000,
-            "max_input_tokens": 80000,
-            "max_output_tokens": 12000,
-            "max_turns": 31,
-            "max_tool_calls": 45,
-            "max_duration_s": 305,
-            "max_cost_usd": 1.62,
+            **PRESET_LIMITS,
             "basis": {"n_runs": 212, "low_sample": False, "p50_total_tokens": 38211.5},
         }
     },
@@ -368,15 +372,7 @@ def test_from_preset_loads_limits_from_each_format(tmp_path, suffix):
     path.write_text(dump(PRESET))
     run = RunBudget.from_preset("code_generation", str(path))
     assert run.task_type == "code_generation"
-    assert run.limits == {
-        "max_total_tokens": 91000,
-        "max_input_tokens": 80000,
-        "max_output_tokens": 12000,
-        "max_turns": 31,
-        "max_tool_calls": 45,
-        "max_duration_s": 305,
-        "max_cost_usd": 1.62,
-    }
+    assert run.limits == PRESET_LIMITS
 
 
 @pytest.mark.parametrize("bad_key", ["max_duration_ms", "max_cost_eur", "max_tokens"])

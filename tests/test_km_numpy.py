@@ -8,10 +8,12 @@ import pytest
 from budgetlens.analysis.censoring import MIN_AT_RISK, Percentile, km_percentile
 
 
-def _scipy_percentile(values, censored, probability: float) -> Percentile:
-    """The previous implementation: scipy's estimate, the same rules on top."""
-    from scipy import stats
-
+def _reference_percentile(values, censored, probability: float, curve) -> Percentile:
+    """The rules the previous implementations put on top of their Kaplan–Meier curve
+    (``curve(x, c)`` -> times, probabilities, at-risk counts): non-finite values left out; no
+    value: None; no event: the max as a lower bound; else the first time the curve reaches
+    ``probability`` with at least ``MIN_AT_RISK`` at risk (any, without censoring), else the
+    largest supported time (the smallest value without one) as a lower bound."""
     x = np.asarray(values, dtype=float)
     c = np.asarray(censored, dtype=bool)
     keep = np.isfinite(x)
@@ -20,14 +22,25 @@ def _scipy_percentile(values, censored, probability: float) -> Percentile:
         return Percentile(None)
     if not (~c).any():
         return Percentile(float(x.max()), lower_bound=True)
-    cdf = stats.ecdf(stats.CensoredData(uncensored=x[~c], right=x[c])).cdf
-    ordered = np.sort(x)
-    at_risk = x.size - np.searchsorted(ordered, cdf.quantiles, side="left")
-    reached = np.flatnonzero(cdf.probabilities >= probability - 1e-12)
+    times, probabilities, at_risk = curve(x, c)
+    reached = np.flatnonzero(probabilities >= probability - 1e-12)
     if reached.size and (not c.any() or at_risk[reached[0]] >= MIN_AT_RISK):
-        return Percentile(float(cdf.quantiles[reached[0]]))
-    supported = cdf.quantiles[at_risk >= MIN_AT_RISK]
-    return Percentile(float(supported.max()) if supported.size else float(ordered[0]), lower_bound=True)
+        return Percentile(float(times[reached[0]]))
+    supported = times[at_risk >= MIN_AT_RISK]
+    return Percentile(float(supported.max()) if supported.size else float(np.sort(x)[0]), lower_bound=True)
+
+
+def _scipy_curve(x, c):
+    from scipy import stats
+
+    cdf = stats.ecdf(stats.CensoredData(uncensored=x[~c], right=x[c])).cdf
+    at_risk = x.size - np.searchsorted(np.sort(x), cdf.quantiles, side="left")
+    return cdf.quantiles, cdf.probabilities, at_risk
+
+
+def _scipy_percentile(values, censored, probability: float) -> Percentile:
+    """The previous implementation: scipy's estimate, the same rules on top."""
+    return _reference_percentile(values, censored, probability, _scipy_curve)
 
 
 @pytest.mark.parametrize("seed", range(40))
@@ -93,26 +106,17 @@ def test_censored_baselines_from_numpy_arrays_equal_the_pandas_path(tmp_path, se
     assert empty.empty and list(empty.columns) == list(whole.columns)
 
 
-def _unique_percentile(values, censored, probability: float) -> Percentile:
-    """The np.unique implementation before issue 25's one-sort rewrite (the curve at every
-    distinct value from ``np.unique(return_inverse, return_counts)``), kept as the reference."""
-    x = np.asarray(values, dtype=float)
-    c = np.asarray(censored, dtype=bool)
-    keep = np.isfinite(x)
-    x, c = x[keep], c[keep]
-    if x.size == 0:
-        return Percentile(None)
-    if not (~c).any():
-        return Percentile(float(x.max()), lower_bound=True)
+def _unique_curve(x, c):
     times, inverse, counts = np.unique(x, return_inverse=True, return_counts=True)
     events = np.bincount(inverse, weights=(~c).astype(float), minlength=times.size)
     at_risk = x.size - np.concatenate(([0], np.cumsum(counts)[:-1]))
-    probabilities = 1.0 - np.cumprod(1.0 - events / at_risk)
-    reached = np.flatnonzero(probabilities >= probability - 1e-12)
-    if reached.size and (not c.any() or at_risk[reached[0]] >= MIN_AT_RISK):
-        return Percentile(float(times[reached[0]]))
-    supported = times[at_risk >= MIN_AT_RISK]
-    return Percentile(float(supported.max()) if supported.size else float(np.sort(x)[0]), lower_bound=True)
+    return times, 1.0 - np.cumprod(1.0 - events / at_risk), at_risk
+
+
+def _unique_percentile(values, censored, probability: float) -> Percentile:
+    """The np.unique implementation before issue 25's one-sort rewrite (the curve at every
+    distinct value from ``np.unique(return_inverse, return_counts)``), kept as the reference."""
+    return _reference_percentile(values, censored, probability, _unique_curve)
 
 
 @pytest.mark.parametrize("seed", range(40))

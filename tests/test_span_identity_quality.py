@@ -8,13 +8,10 @@ import random
 import time
 
 import pytest
-from _collector_helpers import collector_process
+from _collector_helpers import SpanRecorder, collector_process
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExportResult
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.sdk.trace.export import SpanExportResult
 from opentelemetry.sdk.trace.id_generator import IdGenerator
 from opentelemetry.trace import SpanKind
 
@@ -45,22 +42,8 @@ class _ReusedSpanIds(IdGenerator):
         return span_id
 
 
-class _Recorder:
-    """A real SDK tracer whose finished spans are kept in memory (ids from ``id_generator``)."""
-
-    def __init__(self, id_generator: IdGenerator | None = None, service: str = "agent-service"):
-        self.memory = InMemorySpanExporter()
-        kwargs = {"id_generator": id_generator} if id_generator else {}
-        self.provider = TracerProvider(resource=Resource.create({sc.SERVICE_NAME: service}), **kwargs)
-        self.provider.add_span_processor(SimpleSpanProcessor(self.memory))
-        self.tracer = self.provider.get_tracer("tests.issue15")
-
-    def spans(self):
-        return list(self.memory.get_finished_spans())
-
-
-def _two_traces_reusing_span_ids() -> _Recorder:
-    recorder = _Recorder(_ReusedSpanIds())
+def _two_traces_reusing_span_ids() -> SpanRecorder:
+    recorder = SpanRecorder(id_generator=_ReusedSpanIds())
     for _ in range(2):
         with recorder.tracer.start_as_current_span("agent", context=None) as root:
             root.set_attribute(sc.GEN_AI_AGENT_NAME, "triage")
@@ -111,7 +94,7 @@ def test_reused_span_ids_through_a_real_collector_and_the_sdk_exporter(tmp_path,
 
 
 def test_a_different_span_under_the_same_trace_and_span_id_is_rejected_with_a_reason():
-    recorder = _Recorder()
+    recorder = SpanRecorder()
     with recorder.tracer.start_as_current_span("chat gpt-4o", kind=SpanKind.CLIENT) as call:
         call.set_attributes({**CHAT, sc.GEN_AI_USAGE_INPUT_TOKENS: 100, sc.GEN_AI_USAGE_OUTPUT_TOKENS: 10})
     request = encode_spans(recorder.spans())
@@ -125,7 +108,7 @@ def test_a_different_span_under_the_same_trace_and_span_id_is_rejected_with_a_re
 
 
 def test_an_exact_repeat_of_a_span_in_one_request_is_stored_once(tmp_path):
-    recorder = _Recorder()
+    recorder = SpanRecorder()
     with recorder.tracer.start_as_current_span("chat gpt-4o", kind=SpanKind.CLIENT) as call:
         call.set_attributes({**CHAT, sc.GEN_AI_USAGE_INPUT_TOKENS: 100, sc.GEN_AI_USAGE_OUTPUT_TOKENS: 10})
     spans = recorder.spans()
@@ -141,7 +124,7 @@ _GEN_AI_USAGE = (sc.GEN_AI_USAGE_INPUT_TOKENS, sc.GEN_AI_USAGE_OUTPUT_TOKENS)
 
 
 def _agent_with_two_chats(root_usage: tuple[int, int], root_attributes=None, usage_keys=_GEN_AI_USAGE):
-    recorder = _Recorder()
+    recorder = SpanRecorder()
     with recorder.tracer.start_as_current_span("agent run") as root:
         root.set_attributes(
             {
@@ -194,7 +177,7 @@ def test_an_aggregate_that_disagrees_with_its_children_is_flagged(tmp_path):
 
 # --- run of the nearest ancestor that names one -------------------------------------------------
 def test_chat_children_belong_to_the_run_their_invoke_agent_root_names(tmp_path):
-    recorder = _Recorder(service="support-bot")
+    recorder = SpanRecorder(service="support-bot")
     with recorder.tracer.start_as_current_span("invoke_agent triage") as root:
         root.set_attributes(
             {
@@ -217,7 +200,7 @@ def test_chat_children_belong_to_the_run_their_invoke_agent_root_names(tmp_path)
 
 # --- foreign usage conventions ----------------------------------------------------------------
 def test_bedrock_span_whose_input_leaves_out_cache_reads_is_normalized_and_flagged(tmp_path):
-    recorder = _Recorder()
+    recorder = SpanRecorder()
     with recorder.tracer.start_as_current_span("chat claude", kind=SpanKind.CLIENT) as call:
         call.set_attributes(
             {
@@ -239,7 +222,7 @@ def test_bedrock_span_whose_input_leaves_out_cache_reads_is_normalized_and_flagg
 
 
 def test_reasoning_outside_the_output_is_added_and_flagged():
-    recorder = _Recorder()
+    recorder = SpanRecorder()
     with recorder.tracer.start_as_current_span("chat gemini", kind=SpanKind.CLIENT) as call:
         call.set_attributes(
             {
@@ -255,7 +238,7 @@ def test_reasoning_outside_the_output_is_added_and_flagged():
 
 # --- impossible times -------------------------------------------------------------------------
 def _span_at(start_ns: int, end_ns: int, run_id: str | None = None):
-    recorder = _Recorder()
+    recorder = SpanRecorder()
     call = recorder.tracer.start_span("chat gpt-4o", kind=SpanKind.CLIENT, start_time=start_ns)
     attributes = {**CHAT, sc.GEN_AI_USAGE_INPUT_TOKENS: 100, sc.GEN_AI_USAGE_OUTPUT_TOKENS: 10}
     if run_id:
@@ -303,7 +286,7 @@ def test_zero_timestamps_are_null_and_flagged():
 
 
 def test_a_guard_run_span_in_the_future_is_clamped_and_flags_the_run(tmp_path):
-    recorder = _Recorder()
+    recorder = SpanRecorder()
     future = int(dt.datetime(2031, 6, 1, tzinfo=dt.UTC).timestamp() * 1e9)
     run_span = recorder.tracer.start_span("invoke_agent triage", start_time=future)
     run_span.set_attributes(
@@ -339,7 +322,7 @@ def test_a_real_collector_counts_flagged_spans_and_runs_show_the_flag(tmp_path, 
     import requests
 
     future = int(dt.datetime(2031, 6, 1, tzinfo=dt.UTC).timestamp() * 1e9)
-    recorder = _Recorder()
+    recorder = SpanRecorder()
     call = recorder.tracer.start_span("chat gpt-4o", kind=SpanKind.CLIENT, start_time=future)
     call.set_attributes({**CHAT, sc.GEN_AI_USAGE_INPUT_TOKENS: 100, sc.GEN_AI_USAGE_OUTPUT_TOKENS: 10})
     call.end(end_time=future + 1_000_000_000)
@@ -454,20 +437,13 @@ def test_an_aggregate_sent_after_its_calls_is_not_a_call(tmp_path):
 def test_calls_sent_after_their_named_run_span_join_that_run(tmp_path):
     from budgetlens.otlp import SpanMemory
 
-    recorder = _Recorder()
-    with recorder.tracer.start_as_current_span("invoke_agent triage") as root:
-        root.set_attributes(
-            {
-                sc.GEN_AI_OPERATION_NAME: sc.OPERATION_INVOKE_AGENT,
-                sc.BUDGET_RUN_ID: "run-7",
-                sc.BUDGET_TASK_TYPE: "triage",
-            }
-        )
-        with (
-            recorder.tracer.start_as_current_span("step"),
-            recorder.tracer.start_as_current_span("chat gpt-4o", kind=SpanKind.CLIENT) as call,
-        ):
-            call.set_attributes({**CHAT, sc.GEN_AI_USAGE_INPUT_TOKENS: 70, sc.GEN_AI_USAGE_OUTPUT_TOKENS: 30})
+    recorder = SpanRecorder()
+    with (
+        recorder.run_span("run-7", "triage"),
+        recorder.tracer.start_as_current_span("step"),
+        recorder.tracer.start_as_current_span("chat gpt-4o", kind=SpanKind.CLIENT) as call,
+    ):
+        call.set_attributes({**CHAT, sc.GEN_AI_USAGE_INPUT_TOKENS: 70, sc.GEN_AI_USAGE_OUTPUT_TOKENS: 30})
     memory = SpanMemory()
     calls, rest = _split(recorder.spans(), {"chat gpt-4o"})
     first = map_request(encode_spans(rest), price=False, memory=memory)  # run span and "step"

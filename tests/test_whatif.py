@@ -198,7 +198,7 @@ def test_rates_read_in_percent_and_censored_hit_rates_as_a_range():
 
 
 def test_whatif_table_prints_rates_in_percent_like_hit_rate(history, capsys):
-    code, out, _ = _cli(capsys, "whatif", "--db", str(history), "--window-days", "0", *_limit_args())
+    code, out, _ = _whatif(capsys, history, *_limit_args())
     assert code == 0 and "77.8 %" in out  # 7 of 9 runs, as `hit-rate` would print it
     code, out, _ = _cli(capsys, "hit-rate", "--db", str(history), "--window-days", "0")
     assert code == 0 and " %" in out
@@ -213,14 +213,17 @@ def _cli(capsys, *argv):
     return code, out, err
 
 
+def _whatif(capsys, history, *argv):
+    """``budgetlens whatif`` on the ``history`` store over all of it (``--window-days 0``)."""
+    return _cli(capsys, "whatif", "--db", str(history), "--window-days", "0", *argv)
+
+
 def _limit_args():
     return [arg for key, value in BUDGET.items() for arg in ("--limit", f"{key}={value}")]
 
 
 def test_whatif_cli_prints_the_hand_counted_summary_as_json(history, capsys):
-    code, out, _ = _cli(
-        capsys, "whatif", "--db", str(history), "--window-days", "0", "--format", "json", *_limit_args()
-    )
+    code, out, _ = _whatif(capsys, history, "--format", "json", *_limit_args())
     row = json.loads(out)[0]
     assert code == 0
     assert (row["task_type"], row["runs"], row["stopped"], row["censored"]) == ("qa", 9, 7, 1)
@@ -228,39 +231,14 @@ def test_whatif_cli_prints_the_hand_counted_summary_as_json(history, capsys):
 
 
 def test_whatif_cli_lists_the_stopped_and_censored_runs_as_csv(history, capsys):
-    code, out, _ = _cli(
-        capsys,
-        "whatif",
-        "--db",
-        str(history),
-        "--window-days",
-        "0",
-        "--view",
-        "runs",
-        "--format",
-        "csv",
-        *_limit_args(),
-    )
+    code, out, _ = _whatif(capsys, history, "--view", "runs", "--format", "csv", *_limit_args())
     frame = pd.read_csv(io.StringIO(out)).set_index("run_id")
     assert code == 0 and sorted(frame.index) == sorted(EXPECTED)
     assert frame.loc["B", "stop_turn"] == 3 and frame.loc["D", "outcome"] == "censored"
 
 
 def test_whatif_cli_target_view_names_a_multiplier_and_its_limits(history, capsys):
-    code, out, _ = _cli(
-        capsys,
-        "whatif",
-        "--db",
-        str(history),
-        "--window-days",
-        "0",
-        "--view",
-        "target",
-        "--target",
-        "100%",
-        "--format",
-        "json",
-    )
+    code, out, _ = _whatif(capsys, history, "--view", "target", "--target", "100%", "--format", "json")
     row = json.loads(out)[0]
     assert code == 0 and row["met"] is True and row["multiplier"] == 1.0  # any budget meets 100 %
     assert row["verdict"] == "met" and row["projected_hit_rate_range"].endswith(" %")
