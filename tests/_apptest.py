@@ -11,16 +11,23 @@ from budgetlens.config import ENV_DB
 APP = Path(__file__).resolve().parent.parent / "dashboard" / "streamlit_app.py"
 
 
-def open_app(db: Path, monkeypatch, page: str | None = None, **params: str) -> AppTest:
+def run_app(db: Path, monkeypatch, page: str | None = None, *, timeout: float = 60, **params: str) -> AppTest:
     """The app run once on ``db`` with ``params`` as its query parameters, then switched to
-    ``app_pages/<page>.py`` when given; fails on any exception the script raised."""
+    ``app_pages/<page>.py`` when given (each run at most ``timeout`` seconds); what the script
+    raised is left in ``at.exception``."""
     monkeypatch.setenv(ENV_DB, str(db))
-    at = AppTest.from_file(str(APP), default_timeout=60)
+    at = AppTest.from_file(str(APP), default_timeout=timeout)
     for key, value in params.items():
         at.query_params[key] = value
     at.run()
     if page:
         at.switch_page(f"app_pages/{page}.py")
         at.run()
+    return at
+
+
+def open_app(db: Path, monkeypatch, page: str | None = None, **params: str) -> AppTest:
+    """As :func:`run_app`; fails on any exception the script raised."""
+    at = run_app(db, monkeypatch, page, **params)
     assert not at.exception, [e.value for e in at.exception]
     return at

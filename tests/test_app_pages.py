@@ -11,6 +11,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from _apptest import APP, run_app
 from browser.live_writer import null_heavy_batches, run_rows
 from streamlit.testing.v1 import AppTest
 
@@ -23,7 +24,6 @@ from budgetlens.store import read_connection, write_batch, write_connection
 
 pytestmark = pytest.mark.system  # Streamlit AppTests: seconds each
 
-APP = Path(__file__).resolve().parent.parent / "dashboard" / "streamlit_app.py"
 PAGES = {  # page file -> the fewest Plotly charts it draws on a sample store
     "overview": 3,
     "cost": 3,
@@ -88,14 +88,7 @@ def imported_store(tmp_path_factory, realdata) -> Path:
 def _app(db: Path, monkeypatch, page: str | None = None, run: str | None = None, **params: str) -> AppTest:
     """The app on ``db`` at ``page``; ``params`` are URL query parameters (``window="all"``:
     stores fixed in the past), ``run`` opens that run on the Runs page."""
-    monkeypatch.setenv(ENV_DB, str(db))
-    at = AppTest.from_file(str(APP), default_timeout=30)
-    for key, value in params.items():
-        at.query_params[key] = value
-    at.run()
-    if page:
-        at.switch_page(f"app_pages/{page}.py")
-        at.run()
+    at = run_app(db, monkeypatch, page, timeout=30, **params)
     if run:
         at.query_params["run"] = run
         at.run()
