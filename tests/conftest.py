@@ -128,6 +128,9 @@ def python() -> str:
 # --- markers: fast unit tests apart from system tests -------------------------------------------
 #: Markers that make a test a system test (a real server, a browser, real data, a subprocess).
 SYSTEM_MARKERS = ("browser", "prometheus", "realdata")
+#: Fixtures that make a test that uses them a system test: the committed sample loaded into a
+#: store (thousands of runs: seconds, once per session).
+SYSTEM_FIXTURES = ("committed_sample_store",)
 
 
 #: A module-level ``pytestmark`` that makes every test of the module a system test.
@@ -158,13 +161,16 @@ def _compiled(markexpr: str) -> Expression:
 
 def pytest_collection_modifyitems(config, items):
     """A test that reads ../shared/realdata (the ``realdata`` fixture) carries ``realdata``; every
-    browser, Prometheus or real-data test is also a ``system`` test, so ``-m "not system"`` runs
-    only the fast unit tests."""
+    browser, Prometheus or real-data test, and every test using one of ``SYSTEM_FIXTURES``, is
+    also a ``system`` test, so ``-m "not system"`` runs only the fast unit tests."""
     known = _known_failures()
     for item in items:
-        if "realdata" in getattr(item, "fixturenames", ()):
+        fixtures = getattr(item, "fixturenames", ())
+        if "realdata" in fixtures:
             item.add_marker(pytest.mark.realdata)
-        if any(item.get_closest_marker(m) for m in SYSTEM_MARKERS):
+        if any(item.get_closest_marker(m) for m in SYSTEM_MARKERS) or any(
+            f in fixtures for f in SYSTEM_FIXTURES
+        ):
             item.add_marker(pytest.mark.system)
         if item.nodeid in known:
             item.add_marker(pytest.mark.xfail(reason=known[item.nodeid], strict=False))

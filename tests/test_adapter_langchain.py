@@ -27,6 +27,8 @@ from budgetlens.guard.adapters._wrap_up import WRAP_UP_INSTRUCTION
 from budgetlens.guard.adapters.langchain import langchain_usage
 from budgetlens.semconv import STOP_BUDGET_TOOLS, STOP_BUDGET_WRAP_UP, USAGE_REPORTED, USAGE_UNKNOWN
 
+pytestmark = pytest.mark.system  # imports langchain-openai and langgraph (seconds); most tests start a server
+
 #: langchain-aws's usage_metadata for a Bedrock call that read 16,000 tokens from the cache.
 BEDROCK_METADATA = {
     "input_tokens": 23,

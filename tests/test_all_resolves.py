@@ -43,7 +43,11 @@ def test_the_walk_finds_the_wings():
         assert wing in found
 
 
-@pytest.mark.parametrize("package", _packages())
+#: The adapters' star import imports every SDK behind them (seconds): a system test.
+@pytest.mark.parametrize(
+    "package",
+    [pytest.param(p, marks=pytest.mark.system) if p == ADAPTERS else p for p in _packages()],
+)
 def test_every_name_in_all_resolves_and_star_import_works(package):
     module = importlib.import_module(package)
     names = getattr(module, "__all__", None)

@@ -141,6 +141,7 @@ def _store_of_foreign_and_guard_runs(db_path):
     exporter.shutdown()
 
 
+@pytest.mark.system  # store writes: seconds
 def test_foreign_spans_with_only_user_and_session_attributes_are_attributed(db_path):
     _store_of_foreign_and_guard_runs(db_path)
     with read_connection(db_path) as conn:
@@ -154,6 +155,7 @@ def test_foreign_spans_with_only_user_and_session_attributes_are_attributed(db_p
     assert foreign == ("svc", None, "carol", "sess-9", None)
 
 
+@pytest.mark.system  # store writes: seconds
 def test_filters_and_who_spent_it_by_team_and_user(db_path):
     _store_of_foreign_and_guard_runs(db_path)
     with read_connection(db_path) as conn:
@@ -177,6 +179,7 @@ def test_filters_and_who_spent_it_by_team_and_user(db_path):
         spend_by(None, Filters(), by="model")
 
 
+@pytest.mark.system  # every CLI command on a store: seconds
 def test_every_analysis_command_takes_the_shared_filters(db_path, capsys):
     _store_of_foreign_and_guard_runs(db_path)
     db = ["--db", str(db_path), "--window-days", "0"]

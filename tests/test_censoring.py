@@ -65,6 +65,7 @@ def test_kaplan_meier_p95_recovers_the_true_p95_where_the_plain_one_falls_short(
     assert bool(km["material"]) and km["censored_share"] > 0.05
 
 
+@pytest.mark.system  # a large generated history: seconds
 def test_under_one_limit_below_the_true_p95_the_p95_is_only_a_lower_bound(db_path):
     path = _store(db_path, _draw(3000, seed=11), [40_000] * 3000)
     with read_connection(path) as conn:

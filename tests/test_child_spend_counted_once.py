@@ -110,6 +110,7 @@ def test_the_spend_cli_counts_the_children_once(store, python):
     assert row["cost_usd"] == pytest.approx(ALL_USD) and row["total_tokens"] == ALL_TOKENS
 
 
+@pytest.mark.system  # store writes: seconds
 def test_a_parent_still_running_has_only_its_own_calls_and_nothing_is_taken_off(tmp_path):
     # before the parent's record lands, its stored totals are its own calls' (1,000 + 100)
     memory = InMemorySpanExporter()

@@ -205,6 +205,7 @@ def _export_sample(capsys, path, runs_per_day: int):
     )
 
 
+@pytest.mark.system  # a sample generated, exported or loaded: seconds
 def test_sample_export_and_load_round_trip(tmp_path, capsys):
     path, db = tmp_path / "s.jsonl.gz", tmp_path / "l.duckdb"
     code, out, _ = _export_sample(capsys, path, runs_per_day=15)
@@ -215,6 +216,7 @@ def test_sample_export_and_load_round_trip(tmp_path, capsys):
     assert f"loaded {runs} runs ({runs} new)" in out2
 
 
+@pytest.mark.system  # a sample generated, exported or loaded: seconds
 def test_loading_the_same_sample_twice_says_nothing_was_new(tmp_path, capsys):
     path, db = tmp_path / "s.jsonl.gz", tmp_path / "l.duckdb"
     _export_sample(capsys, path, runs_per_day=10)
@@ -462,6 +464,7 @@ def test_runs_search_matches_the_usage_status(store, capsys):
 
 
 @pytest.mark.parametrize("command", ["baselines", "presets", "runs"])
+@pytest.mark.system  # a sample generated, exported or loaded: seconds
 def test_a_window_that_leaves_runs_out_says_so_on_stderr(tmp_path, capsys, command):
     # imported history: a few runs spread over months up to 3 days ago; the default window (the
     # last 14 days up to now, not up to the newest run) keeps the newest two

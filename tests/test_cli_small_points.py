@@ -50,6 +50,7 @@ def test_one_task_type_says_wrote_1_preset(committed_sample_store, tmp_path, cap
     assert code == 0 and "wrote 1 preset to" in capsys.readouterr().err and out.exists()
 
 
+@pytest.mark.system  # the CLI on the committed-size sample: seconds
 def test_hit_rate_of_a_task_type_without_limits_is_named_as_undefined(db_path, capsys):
     from opentelemetry.sdk.resources import Resource
     from opentelemetry.sdk.trace import TracerProvider

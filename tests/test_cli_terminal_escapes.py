@@ -15,6 +15,8 @@ from budgetlens.cli import main
 from budgetlens.cli._analysis import write_frame
 from budgetlens.cli._terminal import terminal_safe
 
+pytestmark = pytest.mark.system  # every CLI command on a generated sample store: seconds
+
 EVIL_RUN = "run\x1b[2J\x00"
 EVIL_TASK = "task\x07\u202egpj.exe"
 EVIL_TEAM = "team\x1b]0;pwned\x07\u2066"

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import inspect
 
+import pytest
+
 from budgetlens.analysis import views
 from budgetlens.dashboard import data
 
@@ -36,6 +38,7 @@ def test_pages_call_typed_functions_not_a_query_by_name():
         assert mine_names == list(theirs.parameters)[1 : 1 + len(mine_names)], name
 
 
+@pytest.mark.system  # every loader on a store: seconds
 def test_each_typed_read_returns_what_its_view_returns(tmp_path, monkeypatch):
     from browser.live_writer import run_rows
 
@@ -57,6 +60,7 @@ def test_each_typed_read_returns_what_its_view_returns(tmp_path, monkeypatch):
     assert data.run_detail("no-such-run") is None
 
 
+@pytest.mark.system  # store reads: seconds
 def test_the_evidence_is_the_cached_baselines_and_kaplan_meier_of_the_same_filters(tmp_path, monkeypatch):
     from browser.live_writer import run_rows
 

@@ -58,6 +58,7 @@ def _retried_call(root_status: StatusCode) -> list:
     return recorder.spans()
 
 
+@pytest.mark.system  # store writes: seconds
 def test_a_call_error_the_run_recovered_from_does_not_fail_the_run(tmp_path):
     from genai_prices import Usage as PriceUsage
     from genai_prices import calc_price
@@ -83,6 +84,7 @@ def test_a_root_span_in_error_still_fails_the_run(tmp_path):
 
 
 # --- a request with no valid span ---------------------------------------------------------------
+@pytest.mark.system  # a live collector: seconds
 def test_a_request_whose_every_span_is_invalid_is_a_400_naming_the_field(db_path, free_port):
     import requests
     from _collector_helpers import live_collector
@@ -141,6 +143,7 @@ def test_the_one_token_bound_is_refused_at_every_source(tmp_path):
         RunBudget.from_preset("qa", str(preset))
 
 
+@pytest.mark.system  # store writes: seconds
 def test_a_guard_run_at_the_token_bound_reaches_the_store_whole(tmp_path):
     """The largest limit the guard accepts is one the collector stores: the run never vanishes."""
     from budgetlens.limits import MAX_TOKENS
@@ -229,6 +232,7 @@ def test_a_different_span_under_ids_of_an_earlier_request_is_rejected_and_flagge
     assert mapped.flagged == {"span_id_collision": 1}
 
 
+@pytest.mark.system  # a live collector: seconds
 def test_a_reused_span_id_in_a_later_request_is_reported_by_the_collector(db_path, free_port):
     import requests
     from _collector_helpers import live_collector
@@ -277,6 +281,7 @@ def _agent_and_three_chats():
 
 
 @pytest.mark.parametrize("aggregate_first", [True, False])
+@pytest.mark.system  # store writes: seconds
 def test_an_aggregate_span_is_recognised_whichever_request_brings_it_first(tmp_path, aggregate_first):
     """Two requests, no shared memory (as two collectors writing one store): the store decides."""
     roots, children, usage = _agent_and_three_chats()
@@ -294,6 +299,7 @@ def test_an_aggregate_span_is_recognised_whichever_request_brings_it_first(tmp_p
     assert _run(db_path, "model_calls, total_tokens") == (3, sum(a + b for a, b in usage))
 
 
+@pytest.mark.system  # store writes: seconds
 def test_an_aggregate_first_through_one_collector_memory(tmp_path):
     from budgetlens.otlp.memory import SpanMemory
 
@@ -514,6 +520,7 @@ def test_the_lock_message_names_the_file_the_holder_and_what_to_do(tmp_path, pyt
 
 
 # --- audio without an audio price ---------------------------------------------------------------
+@pytest.mark.system  # store writes: seconds
 def test_audio_without_an_audio_price_is_partly_unpriced_and_counted(tmp_path):
     import datetime as dt
 
@@ -567,6 +574,7 @@ def test_audio_without_an_audio_price_is_partly_unpriced_and_counted(tmp_path):
 
 
 # --- days whose usage is all unpriced --------------------------------------------------------------
+@pytest.mark.system  # store writes: seconds
 def test_a_day_whose_usage_is_all_unpriced_is_drawn_as_unpriced_with_its_calls(tmp_path):
     import datetime as dt
 
@@ -620,6 +628,7 @@ def _assistant(session: str, ts: str, message_id: str, request_id: str, inp: int
     return claude_assistant(session, ts, message_id, request_id, inp, out, cache_read=10)
 
 
+@pytest.mark.system  # imports into a store twice: seconds
 def test_continuation_copies_imported_in_a_later_run_are_not_counted_again(tmp_path):
     import json
 

@@ -11,6 +11,7 @@ from budgetlens import semconv as sc
 from budgetlens.store import read_connection
 
 
+@pytest.mark.system  # an in-process collector: seconds
 def test_guard_spans_exported_in_process_become_runs(db_path):
     recorder = SpanRecorder()
     recorder.provider.add_span_processor(SimpleSpanProcessor(DuckDBSpanExporter(db_path)))
@@ -39,6 +40,7 @@ def test_export_reports_failure_instead_of_raising_when_the_store_is_unusable(tm
     assert DuckDBSpanExporter(directory).export(recorder.spans()) == SpanExportResult.FAILURE
 
 
+@pytest.mark.system  # an exporter into a store: seconds
 def test_shutdown_is_idempotent_and_later_exports_fail(db_path):
     exporter = DuckDBSpanExporter(db_path)
     recorder = SpanRecorder()

@@ -42,6 +42,7 @@ def test_unrecorded_reservation_is_a_model_call_span_and_on_the_run_span():
     provider.shutdown()
 
 
+@pytest.mark.system  # guard spans into a store: seconds
 def test_unrecorded_reservation_is_stored_as_unknown_with_its_charge(db_path):
     from budgetlens.ingest.exporter import DuckDBSpanExporter
     from budgetlens.store import read_connection

@@ -197,6 +197,7 @@ STORED_RUNS = [
     STORED_RUNS,
     ids=[row[0].__name__.strip("_") for row in STORED_RUNS],
 )
+@pytest.mark.system  # guard spans through the mapping into a store: seconds
 def test_stored_run_is_never_zero_where_cost_or_usage_is_unknown(
     db_path, steps, cost, inp, out, total, status, unpriced
 ):

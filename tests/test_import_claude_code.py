@@ -234,6 +234,7 @@ def _assistant(
     return json.dumps(line)
 
 
+@pytest.mark.system  # imports into a store: seconds
 def test_malformed_values_reject_only_their_line_and_the_import_finishes(tmp_path, db_path):
     project = tmp_path / "-home-me-shop"
     project.mkdir()

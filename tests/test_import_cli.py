@@ -201,6 +201,7 @@ def test_a_bad_price_file_fails_the_import_before_it_starts(tmp_path, db_path, m
         clear_price_cache()
 
 
+@pytest.mark.system  # writes and imports large files: seconds
 def test_a_line_over_the_cap_is_reported_and_skipped_without_being_held(tmp_path, db_path):
     path = tmp_path / "proj" / "s1.jsonl"
     path.parent.mkdir()
@@ -225,6 +226,7 @@ def test_a_line_over_the_cap_is_reported_and_skipped_without_being_held(tmp_path
     assert peak < 4_000_000
 
 
+@pytest.mark.system  # imports a large file: seconds
 def test_the_line_cap_is_a_cli_option(tmp_path, db_path, capsys):
     path = tmp_path / "proj" / "s1.jsonl"
     path.parent.mkdir()

@@ -190,6 +190,7 @@ def test_a_claude_transcript_is_not_imported_as_a_codex_run(tmp_path, db_path):
     assert not Path(db_path).exists()  # nothing was written
 
 
+@pytest.mark.system  # imports into a store: seconds
 def test_malformed_rollout_lines_are_reported_and_the_rest_is_imported(tmp_path, db_path):
     path = tmp_path / "rollout-2026-03-01-abc.jsonl"
     path.write_text(

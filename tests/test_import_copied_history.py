@@ -76,6 +76,7 @@ def _run_totals(db_path: Path) -> dict[str, int]:
 
 
 @pytest.mark.parametrize("fork_first", [False, True])
+@pytest.mark.system  # imports into a store twice: seconds
 def test_a_forked_codex_rollout_does_not_count_the_parents_calls_again(tmp_path, fork_first):
     parent, fork = _parent(tmp_path / "a"), _fork(tmp_path / "b")
     db_path = tmp_path / "store.duckdb"
@@ -86,6 +87,7 @@ def test_a_forked_codex_rollout_does_not_count_the_parents_calls_again(tmp_path,
     assert report.skipped[SKIP_FORK_COPY] == 2
 
 
+@pytest.mark.system  # imports into a store twice: seconds
 def test_a_fork_imported_without_its_parent_keeps_only_its_own_call(tmp_path):
     db_path = tmp_path / "store.duckdb"
     import_paths("codex", [_fork(tmp_path)], db_path)
@@ -101,6 +103,7 @@ ORIGINAL = [
 
 
 @pytest.mark.parametrize("resumed_first", [False, True])
+@pytest.mark.system  # imports into a store twice: seconds
 def test_a_resumed_claude_code_session_does_not_count_the_copied_responses(tmp_path, resumed_first):
     project = tmp_path / "-work-shop"
     original = _write(project / "s-one.jsonl", [claude_assistant("s-one", *call) for call in ORIGINAL])

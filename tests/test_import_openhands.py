@@ -178,6 +178,7 @@ def _eval_line(instance: str, metrics: dict) -> str:
     )
 
 
+@pytest.mark.system  # imports into a store: seconds
 def test_malformed_eval_lines_are_reported_and_the_other_runs_imported(tmp_path, db_path):
     usage = {"model": "gpt-4o", "prompt_tokens": 10, "completion_tokens": 5, "response_id": "r1"}
     path = tmp_path / "output.jsonl"

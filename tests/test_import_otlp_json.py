@@ -76,6 +76,7 @@ def test_guard_shaped_spans_import_as_runs(db_path, tmp_path):
     }
 
 
+@pytest.mark.system  # imports into a store: seconds
 def test_task_type_option_overrides_the_spans(db_path, tmp_path):
     recorder = SpanRecorder()
     recorder.guard_run("run-c", "triage", [("gpt-4o", 10, 5)])

@@ -237,6 +237,7 @@ def _mini_doc(
         ),
     ],
 )
+@pytest.mark.system  # imports into a store: seconds
 def test_a_malformed_trajectory_is_reported_and_the_next_file_imported(tmp_path, db_path, name, doc, reason):
     bad = tmp_path / f"{name}.traj.json"
     bad.write_text(json.dumps(doc))

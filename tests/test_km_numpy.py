@@ -44,6 +44,7 @@ def _scipy_percentile(values, censored, probability: float) -> Percentile:
 
 
 @pytest.mark.parametrize("seed", range(40))
+@pytest.mark.system  # imports scipy.stats (seconds) for the old reference
 def test_numpy_kaplan_meier_equals_scipy(seed):
     rng = np.random.default_rng(seed)
     n = int(rng.integers(1, 400))
@@ -90,6 +91,7 @@ def _pandas_censored_baselines(conn, f, probability: float = 0.95):
 
 
 @pytest.mark.parametrize("seed", [3, 8])
+@pytest.mark.system  # writes a sample store: seconds
 def test_censored_baselines_from_numpy_arrays_equal_the_pandas_path(tmp_path, seed):
     from budgetlens.analysis.censoring import censored_baselines
     from budgetlens.analysis.views import Filters

@@ -185,6 +185,7 @@ def test_staged_twice_and_folded_at_any_point_the_lake_equals_the_file_store(lak
         assert conn.execute("SELECT count(*) FROM staged_model_calls").fetchone()[0] == 0
 
 
+@pytest.mark.system  # a live collector waiting on its store: seconds
 def test_a_collector_acknowledges_while_its_replay_waits_for_the_store(tmp_path):
     """``start(replay_in_background=True)`` (the CLI's): the journal's batches are queued, not
     loaded, so a store that cannot be written does not hold up the start; new requests are

@@ -25,6 +25,7 @@ def _commit(db_path, metrics, spans):
     queue.close()
 
 
+@pytest.mark.system  # store writes: seconds
 def test_budget_metrics_count_committed_runs_calls_tokens_and_hits(db_path):
     metrics = CollectorMetrics(CollectorRegistry())
     recorder = SpanRecorder()
@@ -55,6 +56,7 @@ def test_budget_metrics_count_committed_runs_calls_tokens_and_hits(db_path):
     assert value("budgetlens_commit_duration_seconds_count") == 1
 
 
+@pytest.mark.system  # many runs into a store: seconds
 def test_budgeted_runs_count_only_runs_under_a_budget_by_a_capped_service(db_path):
     # three combinations per family (issue 23's cap on label combinations, not on values per label)
     metrics = CollectorMetrics(CollectorRegistry(), max_series=3)
@@ -89,6 +91,7 @@ def test_budgeted_runs_count_only_runs_under_a_budget_by_a_capped_service(db_pat
     assert sum(runs) == 4  # every finished run, whatever series the cap put it in
 
 
+@pytest.mark.system  # store writes: seconds
 def test_a_resent_batch_does_not_count_twice(db_path):
     metrics = CollectorMetrics(CollectorRegistry())
     recorder = SpanRecorder()
@@ -110,6 +113,7 @@ def test_a_resent_batch_does_not_count_twice(db_path):
     )
 
 
+@pytest.mark.system  # store writes past the cap: seconds
 def test_label_values_past_the_cap_fold_into_other_and_run_ids_are_never_labels(db_path):
     metrics = CollectorMetrics(CollectorRegistry(), max_series=2)
     recorder = SpanRecorder()

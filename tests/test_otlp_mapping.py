@@ -195,6 +195,7 @@ def test_json_span_with_bad_ids_is_rejected_and_the_rest_kept(field, value, name
     assert mapped.spans == 3 and len(mapped.calls) + len(mapped.records) == 2
 
 
+@pytest.mark.system  # store writes: seconds
 def test_content_attributes_never_reach_a_row(store_path):
     recorder = SpanRecorder()
     recorder.guard_run("run-c", "triage", [("gpt-4o", 10, 2)], content="PROMPT-SECRET-42")
@@ -313,6 +314,7 @@ def test_langfuse_raw_attributes_of_real_frameworks_map_to_usage(realdata):
     assert checked >= 3
 
 
+@pytest.mark.system  # store writes: seconds
 def test_write_of_mapped_rows_twice_stores_each_span_once(store_path):
     recorder = SpanRecorder()
     recorder.guard_run("run-d", "triage", [("gpt-4o", 10, 2)], tools=1)

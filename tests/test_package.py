@@ -49,6 +49,7 @@ def test_import_budgetlens_loads_no_database_dataframe_or_ui_library():
     assert done.stdout.strip() == ""
 
 
+@pytest.mark.system  # a fresh interpreter: seconds
 def test_the_exporter_is_loaded_on_first_use():
     done = _run("import budgetlens; print(budgetlens.DuckDBSpanExporter.__module__)")
     assert done.returncode == 0, done.stderr
@@ -93,6 +94,7 @@ def _library_modules() -> dict[str, Path]:
     return {_module_name(p): p for base in ("collector", "dashboard") for p in (ROOT / base).rglob("*.py")}
 
 
+@pytest.mark.system  # imports every module: seconds
 def test_nothing_outside_the_dashboard_imports_it():
     for name, path in _library_modules().items():
         if name.startswith("budgetlens.dashboard"):
@@ -100,10 +102,12 @@ def test_nothing_outside_the_dashboard_imports_it():
         assert not any(m.startswith("budgetlens.dashboard") for m in _imports(path)), name
 
 
+@pytest.mark.system  # imports every module: seconds
 def test_no_import_cycles_at_module_level():
     _assert_acyclic(deferred=False)
 
 
+@pytest.mark.system  # imports every module: seconds
 def test_no_import_circles_even_through_deferred_imports():
     """A function-level import that closes a circle (guard/spend <-> ledgers/accounts <-> pool,
     store/lake <-> lake_ingest <-> writer, issue 18) hides a layering error: a leaf module breaks it."""

@@ -62,6 +62,7 @@ def _reference(provider: object, info: object, usage: Usage) -> Decimal:
         ).total_price
 
 
+@pytest.mark.system  # genai-prices on many random usages: seconds
 def test_rates_times_counts_equal_calc_price_on_random_usages_for_many_models():
     clear_price_cache()
     rng = random.Random(25)
@@ -158,6 +159,7 @@ def test_a_user_price_file_model_is_priced_by_rates(tmp_path):
     assert any(key[0] == "user" and rates is not None for key, rates in pricing._rates.items())
 
 
+@pytest.mark.system  # many random usages: seconds
 def test_the_whole_number_sum_is_the_decimal_sum_exactly_on_random_usages():
     """Rates.cost sums in whole 1/scale USD (Python ints) where Decimal would be exact too: the float
     is bit for bit the float of genai-prices' Decimal rates x counts, up to 10^12 tokens a field."""

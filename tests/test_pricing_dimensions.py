@@ -473,6 +473,7 @@ def _calls(db_path: Path) -> list[dict]:
         return [dict(zip(names, row)) for row in cursor.fetchall()]
 
 
+@pytest.mark.system  # imports into a store: seconds
 def test_codex_import_prices_each_call_at_its_date_and_keeps_the_price_version(tmp_path, db_path):
     from budgetlens.importers import import_paths
 
@@ -486,6 +487,7 @@ def test_codex_import_prices_each_call_at_its_date_and_keeps_the_price_version(t
     assert call["price_version"] == price_version()
 
 
+@pytest.mark.system  # reprices a store: seconds
 def test_reprice_changes_only_calls_priced_with_another_version(tmp_path, db_path, capsys):
     from budgetlens.cli import main
     from budgetlens.importers import import_paths

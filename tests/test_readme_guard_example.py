@@ -16,6 +16,7 @@ from budgetlens.cli._common import non_negative_int
 README = Path(__file__).resolve().parent.parent / "README.md"
 
 
+@pytest.mark.system  # runs the README's example in a fresh interpreter: seconds
 def test_the_ten_line_guard_example_runs_as_written(monkeypatch):
     pytest.importorskip("openai")  # the example says it needs it: pip install "budgetlens[openai]"
     sys.path.insert(0, str(Path(__file__).parent / "examples"))

@@ -61,6 +61,7 @@ def _run_row(db_path, run_id: str) -> dict:
 
 
 @pytest.mark.parametrize("child_names_run", [True, False])
+@pytest.mark.system  # store writes: seconds
 def test_a_rejected_run_span_is_rejected_alone_and_its_run_is_flagged(tmp_path, child_names_run):
     recorder = SpanRecorder()
     _run(recorder, "run-bad", bad_run=True, bad_call=False, child_names_run=child_names_run)
@@ -75,6 +76,7 @@ def test_a_rejected_run_span_is_rejected_alone_and_its_run_is_flagged(tmp_path, 
     assert run["quality"] == "rejected_span" and run["model_calls"] == 2
 
 
+@pytest.mark.system  # store writes: seconds
 def test_a_rejected_call_span_leaves_its_run_with_unknown_usage_never_reported(tmp_path):
     recorder = SpanRecorder()
     _run(recorder, "run-call", bad_run=False, bad_call=True)
@@ -89,6 +91,7 @@ def test_a_rejected_call_span_leaves_its_run_with_unknown_usage_never_reported(t
     assert run["model_calls"] == 2 and run["unknown_usage_calls"] == 1
 
 
+@pytest.mark.system  # store writes: seconds
 def test_a_clean_run_carries_no_flag(tmp_path):
     recorder = SpanRecorder()
     _run(recorder, "run-ok", bad_run=False, bad_call=False)
@@ -168,6 +171,7 @@ def _flag_of_run(mapped, run_id: str) -> set[str]:
     return {flag for r in rows if r["quality"] for flag in r["quality"].split(",")}
 
 
+@pytest.mark.system  # store writes: seconds
 def test_a_rejected_tool_span_marks_its_run_without_a_row_of_its_own(tmp_path):
     recorder = SpanRecorder()
     with recorder.tracer.start_as_current_span("invoke_agent triage") as run:
@@ -197,6 +201,7 @@ def test_a_rejected_tool_span_marks_its_run_without_a_row_of_its_own(tmp_path):
     assert stored["model_calls"] == 1 and stored["total_tokens"] == 500
 
 
+@pytest.mark.system  # store writes: seconds
 def test_a_span_id_collision_marks_the_run_of_the_rejected_span(tmp_path):
     recorder = SpanRecorder()
     _run(recorder, "run-clash", bad_run=False, bad_call=False)
@@ -214,6 +219,7 @@ def test_a_span_id_collision_marks_the_run_of_the_rejected_span(tmp_path):
     assert _run_row(_store(tmp_path, mapped), "run-clash")["quality"] == "rejected_span"
 
 
+@pytest.mark.system  # store writes: seconds
 def test_an_otlp_json_span_rejected_while_decoding_marks_its_run(tmp_path):
     from _collector_helpers import otlp_json
 

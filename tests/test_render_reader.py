@@ -16,6 +16,8 @@ from budgetlens.config import ENV_DB
 from budgetlens.dashboard import data
 from budgetlens.sample import write_sample
 
+pytestmark = pytest.mark.system  # Streamlit AppTests on a generated sample store: seconds each
+
 APP = Path(__file__).resolve().parent.parent / "dashboard" / "streamlit_app.py"
 
 

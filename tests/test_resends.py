@@ -113,6 +113,7 @@ def _check_resends(location, caplog):
     assert _collisions(again) == 1 and _stored(location, span_hex) == (call, run)
 
 
+@pytest.mark.system  # collectors restarted on a store: seconds
 def test_a_resend_with_other_content_after_a_restart_is_reported_an_identical_one_is_not(db_path, caplog):
     _check_resends(db_path, caplog)
     with write_connection(db_path) as conn:  # the marking kept runs equal to a full rebuild
@@ -130,6 +131,7 @@ def test_on_a_lake_a_resend_with_other_content_is_reported_when_folded(tmp_path,
         close_all()
 
 
+@pytest.mark.system  # store writes: seconds
 def test_a_batch_holding_a_span_twice_with_other_content_reports_the_second(db_path):
     original = map_request(_request(), price=False, memory=SpanMemory())
     changed, span_hex = _changed(_request())
@@ -155,6 +157,7 @@ def test_a_batch_holding_a_span_twice_with_other_content_reports_the_second(db_p
         assert _runs(conn) == incremental
 
 
+@pytest.mark.system  # store writes: seconds
 def test_rows_without_a_digest_dedupe_silently(db_path):
     calls, records, events = map_request(_request(), price=False).tables()  # no memory: no digest
     assert calls.column("content_digest").null_count == len(calls)

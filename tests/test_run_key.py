@@ -31,6 +31,7 @@ def _write(location) -> None:
             write_batch(conn, calls, records, events)
 
 
+@pytest.mark.system  # store writes: seconds
 def test_every_call_and_event_written_carries_its_run_key(store_path):
     _write(store_path)
     with read_connection(store_path) as conn:
@@ -38,6 +39,7 @@ def test_every_call_and_event_written_carries_its_run_key(store_path):
     assert calls == keyed_calls > 0 and events == keyed_events > 0
 
 
+@pytest.mark.system  # migrates a store: seconds
 def test_a_store_from_before_the_run_key_is_back_filled(store_path):
     _write(store_path)
     with write_connection(store_path) as conn:  # as a store from before the run key was
@@ -70,6 +72,7 @@ def varied_path(tmp_path):
     return path
 
 
+@pytest.mark.system  # store writes: seconds
 def test_the_walk_reads_by_run_key_and_by_run_id_only_when_a_key_is_shared(varied_path):
     budgets = _budgets()
     with read_connection(varied_path) as conn:
@@ -83,6 +86,7 @@ def test_the_walk_reads_by_run_key_and_by_run_id_only_when_a_key_is_shared(varie
 
 
 @pytest.mark.parametrize("damage", ["shared key", "missing key", "events not keyed"])
+@pytest.mark.system  # full and fast replays of a store: seconds
 def test_the_fast_replay_equals_the_full_one_when_keys_are_shared_or_missing(varied_path, damage):
     with write_connection(varied_path) as conn:
         runs = [r[0] for r in conn.execute("SELECT run_id FROM runs ORDER BY run_id").fetchall()]

@@ -111,8 +111,8 @@ def _batches(rng, runs=12):
     return batches
 
 
-#: seed 0 in the fast suite, the other random streams (seconds each) are system tests
-@pytest.mark.parametrize("seed", [0, *(pytest.param(seed, marks=pytest.mark.system) for seed in range(1, 6))])
+@pytest.mark.system  # seconds per random stream, seed 0 too
+@pytest.mark.parametrize("seed", range(6))
 def test_the_rollup_equals_a_scan_of_the_calls_batch_after_batch(tmp_path, seed):
     rng = random.Random(seed)
     with write_connection(tmp_path / "s.duckdb") as conn:
@@ -127,6 +127,7 @@ def test_the_rollup_equals_a_scan_of_the_calls_batch_after_batch(tmp_path, seed)
         assert _stored(conn) == before
 
 
+@pytest.mark.system  # several store writes: seconds
 def test_an_aggregate_deleted_later_leaves_its_runs_rollup_recounted(tmp_path):
     rng = random.Random(3)
     parent = _call(rng, "r1", 0) | {"request_model": "gpt-4o", "response_model": None}
@@ -138,6 +139,7 @@ def test_an_aggregate_deleted_later_leaves_its_runs_rollup_recounted(tmp_path):
         assert _stored(conn) == _scan(conn)
 
 
+@pytest.mark.system  # migrates a store: seconds
 def test_schema_8_back_fills_the_rollup_of_an_older_store(tmp_path):
     rng = random.Random(5)
     path = tmp_path / "old.duckdb"
@@ -222,7 +224,8 @@ ORDER BY calls DESC, model
 """
 
 
-@pytest.mark.parametrize("seed", [0, *(pytest.param(seed, marks=pytest.mark.system) for seed in range(1, 3))])
+@pytest.mark.system  # generated stores, every page query twice: seconds per seed
+@pytest.mark.parametrize("seed", range(3))
 def test_the_pages_rollup_queries_equal_their_model_calls_references(tmp_path, seed):
     from budgetlens.analysis import rollup_queries
     from budgetlens.analysis.filters import Filters, run_query

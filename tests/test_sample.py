@@ -34,6 +34,7 @@ def _rows(store, sql, params=()):
         return conn.execute(sql, params).fetchall()
 
 
+@pytest.mark.system  # generates three samples: seconds
 def test_same_seed_gives_the_same_rows_and_another_seed_does_not():
     end = dt.datetime(2026, 1, 10)
     first = list(sample.generate_sample(days=2, seed=3, runs_per_day=40, end_utc=end))
@@ -49,6 +50,7 @@ def _generation(path, end, **kwargs):
     return sample.write_sample(path, end_utc=end, **args)
 
 
+@pytest.mark.system  # writes two generations: seconds
 def test_two_generations_with_the_same_seed_sit_side_by_side_in_one_store(tmp_path):
     # The new user's case: the demo's sample, then `budgetlens sample` with the same seed and
     # another end date. Run numbers restart at 1, so ids without the end date collided.
@@ -71,6 +73,7 @@ def test_two_generations_with_the_same_seed_sit_side_by_side_in_one_store(tmp_pa
     assert prefixes == {"sample-20260110-s3-d2-r30", "sample-20260120-s3-d2-r30"}
 
 
+@pytest.mark.system  # writes a generation twice: seconds
 def test_writing_the_same_generation_again_adds_nothing(tmp_path):
     db = tmp_path / "again.duckdb"
     runs = _generation(db, dt.datetime(2026, 1, 10))
@@ -152,6 +155,7 @@ def test_demo_store_covers_the_fourteen_days_that_end_when_it_was_built(store):
     assert sample.SAMPLE_FILE.stat().st_size < 5_000_000
 
 
+@pytest.mark.system  # loads the committed sample again: seconds
 def test_the_demo_sample_is_the_committed_one_moved_in_time(tmp_path):
     """Shifted to end at a chosen time: the same runs (ids, tokens) as the file, every time moved
     by the same amount, so the demo is reproducible from its seed whenever it is built."""
@@ -277,6 +281,7 @@ def test_cumulative_used_tokens_grow_to_the_run_total(store):
     assert bad == 0
 
 
+@pytest.mark.system  # generates weeks of runs: seconds
 def test_weekdays_are_busier_than_weekends():
     """On the file's own dates (the demo store moves them to end now, weekdays and all)."""
     runs: dict[bool, int] = {True: 0, False: 0}
@@ -289,6 +294,7 @@ def test_weekdays_are_busier_than_weekends():
     assert runs[False] / len(days[False]) > 2 * runs[True] / len(days[True])
 
 
+@pytest.mark.system  # generates a sample: seconds
 def test_the_incident_day_has_the_highest_hit_rate():
     """On the file's own dates (the demo store moves them by a fraction of a day too)."""
     limited: dict[dt.date, list[int]] = {}
@@ -304,6 +310,7 @@ def test_the_incident_day_has_the_highest_hit_rate():
     assert rates[0][0] > 1.5 * rates[len(rates) // 2][0]
 
 
+@pytest.mark.system  # writes, exports and loads a sample: seconds
 def test_exported_file_loads_into_the_same_runs_as_a_direct_write(tmp_path):
     end = dt.datetime(2026, 3, 2)
     direct, loaded, path = tmp_path / "d.duckdb", tmp_path / "l.duckdb", tmp_path / "s.jsonl.gz"

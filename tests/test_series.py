@@ -60,6 +60,7 @@ def test_a_bad_cap_is_refused():
         SeriesCap(10, -1)
 
 
+@pytest.mark.system  # a 2,500-series label flood scraped: seconds
 def test_a_50_by_50_label_flood_leaves_real_task_types_visible_and_the_scrape_under_1_mb():
     clock = Clock()
     metrics = CollectorMetrics(CollectorRegistry(), series=SeriesCap(clock=clock))

@@ -20,6 +20,8 @@ from budgetlens.dashboard import data, served
 from budgetlens.sample import default_end_utc, write_sample
 from budgetlens.store import write_batch, write_connection
 
+pytestmark = pytest.mark.system  # Streamlit AppTests on a 14-day sample store: seconds each
+
 APP = Path(__file__).resolve().parent.parent / "dashboard" / "streamlit_app.py"
 PAGES = ("overview", "cost", "hit_rate", "baselines", "presets", "whatif", "runs")
 

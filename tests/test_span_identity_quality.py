@@ -71,6 +71,7 @@ def _runs(db_path) -> list[tuple]:
 
 
 # --- identity ---------------------------------------------------------------------------------
+@pytest.mark.system  # store writes: seconds
 def test_spans_reusing_span_ids_in_two_traces_are_two_runs_of_one_call(tmp_path):
     spans = _two_traces_reusing_span_ids().spans()
     assert {s.context.span_id for s in spans} == {1, 2}  # the ids really are reused
@@ -107,6 +108,7 @@ def test_a_different_span_under_the_same_trace_and_span_id_is_rejected_with_a_re
     assert "span id collision" in mapped.errors[0]
 
 
+@pytest.mark.system  # store writes: seconds
 def test_an_exact_repeat_of_a_span_in_one_request_is_stored_once(tmp_path):
     recorder = SpanRecorder()
     with recorder.tracer.start_as_current_span("chat gpt-4o", kind=SpanKind.CLIENT) as call:
@@ -142,6 +144,7 @@ def _agent_with_two_chats(root_usage: tuple[int, int], root_attributes=None, usa
     return recorder.spans()
 
 
+@pytest.mark.system  # store writes: seconds
 def test_an_agent_span_carrying_the_sum_of_its_chat_children_is_not_a_call(tmp_path):
     mapped = map_request(encode_spans(_agent_with_two_chats((800, 100))), price=False)
     assert sorted(c["input_tokens"] for c in mapped.calls) == [300, 500]
@@ -168,6 +171,7 @@ def test_the_aggregate_rule_holds_whatever_the_convention(root_attributes, usage
     assert sum(c["input_tokens"] + c["output_tokens"] for c in mapped.calls) == 900
 
 
+@pytest.mark.system  # store writes: seconds
 def test_an_aggregate_that_disagrees_with_its_children_is_flagged(tmp_path):
     mapped = map_request(encode_spans(_agent_with_two_chats((700, 100))), price=False)
     assert len(mapped.calls) == 2 and mapped.flagged == {"aggregate_mismatch": 1}
@@ -176,6 +180,7 @@ def test_an_aggregate_that_disagrees_with_its_children_is_flagged(tmp_path):
 
 
 # --- run of the nearest ancestor that names one -------------------------------------------------
+@pytest.mark.system  # store writes: seconds
 def test_chat_children_belong_to_the_run_their_invoke_agent_root_names(tmp_path):
     recorder = SpanRecorder(service="support-bot")
     with recorder.tracer.start_as_current_span("invoke_agent triage") as root:
@@ -199,6 +204,7 @@ def test_chat_children_belong_to_the_run_their_invoke_agent_root_names(tmp_path)
 
 
 # --- foreign usage conventions ----------------------------------------------------------------
+@pytest.mark.system  # store writes: seconds
 def test_bedrock_span_whose_input_leaves_out_cache_reads_is_normalized_and_flagged(tmp_path):
     recorder = SpanRecorder()
     with recorder.tracer.start_as_current_span("chat claude", kind=SpanKind.CLIENT) as call:
@@ -248,6 +254,7 @@ def _span_at(start_ns: int, end_ns: int, run_id: str | None = None):
     return encode_spans(recorder.spans())
 
 
+@pytest.mark.system  # store writes: seconds
 def test_a_span_stamped_in_2031_is_clamped_to_the_receive_time_and_flagged(tmp_path):
     now_ns = time.time_ns()
     future = int(dt.datetime(2031, 6, 1, tzinfo=dt.UTC).timestamp() * 1e9)
@@ -267,6 +274,7 @@ def test_a_timestamp_within_the_skew_allowance_is_kept():
     assert mapped.calls[0]["quality"] is None and mapped.calls[0]["duration_s"] == 1.0
 
 
+@pytest.mark.system  # store writes: seconds
 def test_an_end_before_the_start_gives_duration_zero_and_a_flag(tmp_path):
     start = time.time_ns() - 60_000_000_000
     mapped = map_request(_span_at(start, start - 5_000_000_000), price=False)
@@ -352,6 +360,7 @@ def _calls_row(run_id: str, start: dt.datetime, tokens: int, quality: str | None
     }
 
 
+@pytest.mark.system  # store and CLI: seconds
 def test_cli_runs_shows_quality_and_a_future_run_never_moves_the_default_window(tmp_path, capsys):
     import json
 
@@ -376,6 +385,7 @@ def test_cli_runs_shows_quality_and_a_future_run_never_moves_the_default_window(
     assert overview.flagged_runs == 2
 
 
+@pytest.mark.system  # migrates a store: seconds
 def test_a_version_1_store_migrates_to_call_ids_and_quality(tmp_path):
     import duckdb
 
@@ -422,6 +432,7 @@ def _split(spans, names: set[str]):
     return first, [s for s in spans if s.name not in names]
 
 
+@pytest.mark.system  # store writes: seconds
 def test_an_aggregate_sent_after_its_calls_is_not_a_call(tmp_path):
     from budgetlens.otlp import SpanMemory
 
@@ -434,6 +445,7 @@ def test_an_aggregate_sent_after_its_calls_is_not_a_call(tmp_path):
     assert (run[1], run[2], run[5]) == ("researcher", 2, 900)
 
 
+@pytest.mark.system  # store writes: seconds
 def test_calls_sent_after_their_named_run_span_join_that_run(tmp_path):
     from budgetlens.otlp import SpanMemory
 

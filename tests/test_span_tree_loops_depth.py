@@ -126,6 +126,7 @@ def _chain(depth: int, run: str) -> list:
 
 
 @pytest.mark.parametrize("depth", [1_000, 1_500, 5_000, 20_000])
+@pytest.mark.system  # span trees 20,000 deep: seconds
 def test_a_call_deep_below_the_span_that_names_its_run_is_filed_under_that_run(depth):
     mapped = _map(_chain(depth, f"depth-{depth}"), SpanMemory())
     assert [(c["run_id"], c["quality"]) for c in mapped.calls] == [(f"depth-{depth}", None)]
@@ -148,6 +149,7 @@ def test_an_aggregate_deep_above_its_calls_is_still_an_aggregate():
     assert [c["span_id"] for c in mapped.calls] == [spans[-1].span_id.hex()]
 
 
+@pytest.mark.system  # fresh interpreters: seconds
 def test_span_digest_is_stable_across_processes():
     import subprocess
     import sys

@@ -98,6 +98,7 @@ def test_reading_a_missing_store_raises_store_missing(db_path):
         pass
 
 
+@pytest.mark.system  # store writes: seconds
 def test_same_batch_twice_is_stored_once(store_path):
     calls = [_call("r1", 1), _call("r1", 2)]
     events = [dict(event_id="r1.e0", run_id="r1", name="budgetlens.warning", ts_utc=T0)]
@@ -143,6 +144,7 @@ def test_run_record_values_win_over_call_aggregates(store_path):
         (5, 2, 5),  # the run record wins
     ],
 )
+@pytest.mark.system  # store writes: seconds
 def test_tool_calls_are_unknown_when_no_source_counts_them(
     store_path, record_tool_calls, tool_events, expected
 ):

@@ -83,6 +83,7 @@ def test_a_session_also_takes_create_and_drop_for_temp_tables():
         check_read_only("INSERT INTO z VALUES (1)", session=True)
 
 
+@pytest.mark.system  # reader processes: seconds
 def test_readers_see_each_commit_of_the_long_lived_connection(host):
     with host.write() as conn:
         write_batch(conn, _calls(5))
@@ -123,6 +124,7 @@ def test_a_session_keeps_its_temp_tables_and_only_them(host):
         host.query("SELECT 1", session=session)
 
 
+@pytest.mark.system  # checkpoints of a store file: seconds
 def test_timed_checkpoint_folds_the_wal_into_the_file(host):
     with host.write() as conn:
         write_batch(conn, _calls(50))
@@ -144,6 +146,7 @@ def test_a_wal_past_its_size_is_checkpointed_on_commit(tmp_path):
         sized.close()
 
 
+@pytest.mark.system  # checkpoints of a store file: seconds
 def test_close_checkpoints_and_the_file_reads_back(tmp_path):
     path = tmp_path / "s.duckdb"
     store = StoreHost(path)

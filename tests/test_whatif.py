@@ -52,8 +52,10 @@ def _record(run: str, task_type="qa", **fields):
     return row
 
 
-@pytest.fixture
-def history(db_path):
+@pytest.fixture(scope="module")
+def history(tmp_path_factory):
+    """The hand-made history, written once per module (the tests only read it)."""
+    db_path = tmp_path_factory.mktemp("history") / "store.duckdb"
     calls = [
         *_calls("A", [300, 300, 300], [0.1, 0.1, 0.1]),  # 900 tokens, 3 turns: completes
         *_calls("B", [400, 400, 400, 100], [0.1, 0.1, 0.2, 0.05]),  # call 3 reaches 1,200 > 1,000
@@ -197,6 +199,7 @@ def test_rates_read_in_percent_and_censored_hit_rates_as_a_range():
     assert format_rate_range(0.05, 0.05) == "5.0 %" and format_rate_range(0.05, None) == "5.0 %"
 
 
+@pytest.mark.system  # the CLI's replays: seconds
 def test_whatif_table_prints_rates_in_percent_like_hit_rate(history, capsys):
     code, out, _ = _whatif(capsys, history, *_limit_args())
     assert code == 0 and "77.8 %" in out  # 7 of 9 runs, as `hit-rate` would print it
@@ -304,6 +307,7 @@ def test_presets_file_says_where_it_came_from_and_loads_into_the_guard(history, 
     )
 
 
+@pytest.mark.system  # a store of its own: seconds
 def test_an_unknown_usage_call_counts_its_reservation_as_input(db_path):
     # call 1 reported no usage: the guard charged its 600-token reservation as input; call 2
     # brings input to 600 + 300 = 900 > 800, so it is the call that would not have been sent
@@ -339,6 +343,7 @@ def test_an_unknown_usage_call_counts_its_reservation_as_input(db_path):
     assert row["avoided_tokens"] == 400
 
 
+@pytest.mark.system  # a replay per multiplier: seconds
 def test_the_curve_replays_each_multiplier_as_a_single_replay_would(history):
     with read_connection(history) as conn:
         ev = whatif.evidence(conn, Filters())
@@ -356,6 +361,7 @@ def test_the_curve_replays_each_multiplier_as_a_single_replay_would(history):
     assert rates == sorted(rates, reverse=True)  # larger limits never stop more runs
 
 
+@pytest.mark.system  # the CLI, a preset file and a replay: seconds
 def test_one_preset_number_in_the_cli_the_file_and_the_analysis(history, capsys):
     from budgetlens.analysis.censoring import censored_baselines
     from budgetlens.analysis.presets import recommended_presets

@@ -22,6 +22,8 @@ from budgetlens.sample import write_sample
 from budgetlens.store import read_connection, write_batch, write_connection
 
 T0 = dt.datetime(2026, 10, 1, 8, 0, 0)
+pytestmark = pytest.mark.system  # the full SQL replay against the fast path on generated stores: seconds each
+
 TASKS = ("qa", "code", None)
 #: An old budget's stop reason and the limit column it records.
 OLD_STOPS = {

@@ -113,6 +113,7 @@ def test_final_request_removes_tools_and_adds_the_instruction_per_request_shape(
     ]
 
 
+@pytest.mark.system  # guard runs through the SDK into a store: seconds
 def test_hit_rate_counts_wrap_up_stops_and_the_share_that_answered(db_path):
     from _collector_helpers import SpanRecorder
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor
