@@ -1,5 +1,5 @@
 """The analysis wing (design §6): named SQL (``queries``; ``run_queries`` for the run lists,
-``replay_queries`` and ``evidence_queries`` for the evidence tools), the shared filters and the
+``replay_queries``, ``peak_queries`` and ``evidence_queries`` for the evidence tools), the shared filters and the
 query runner (``filters``), the views that run the SQL per filter (``views``: baselines, hit rate,
 cost, runs; it re-exports ``filters``), preset derivation and comparison (``presets``) and the
 preset document built from them (``preset_export``, with its provenance); the evidence a budget is

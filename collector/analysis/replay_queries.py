@@ -1,5 +1,7 @@
-"""Named SQL of the evidence tools (design §6): the what-if replay, the censoring input, runaway
-runs and drift. Read by ``budgetlens.analysis.whatif``, ``censoring``, ``runaways`` and ``drift``.
+"""Named SQL of the what-if replay (design §6), call by call in DuckDB, and the fragments it is
+built from (the candidate budget, the runs it may stop, the call stream), which the fast path's
+statements (``budgetlens.analysis.peak_queries``) share. Read by ``budgetlens.analysis.whatif``
+and ``replay``.
 
 Same conventions as ``budgetlens.analysis.queries``: values reach SQL only as named parameters
 (``$name``), the run filter is the ``filtered`` CTE (``queries.FILTERED``) and the text is
@@ -19,13 +21,13 @@ from __future__ import annotations
 from budgetlens.analysis.queries import FILTERED
 from budgetlens.analysis.spend_queries import SPEND
 from budgetlens.limits import LIMIT_KEYS
-from budgetlens.store.schema import RUN_COLUMNS, run_key_of
+from budgetlens.store.schema import RUN_COLUMNS
 
 #: The ``runs`` columns holding the limits a run ran under.
 LIMIT_COLUMNS = tuple(c for c in RUN_COLUMNS if c.startswith("limit_"))
 
 #: The candidate budget as a table (task_type, max_total_tokens, ..., max_cost_usd).
-_BUDGET = (
+BUDGET_CTE = (
     (
         "budget AS (SELECT unnest(CAST($b_id AS INTEGER[])) AS budget_id, "
         "unnest(CAST($b_task_type AS VARCHAR[])) AS task_type, "
@@ -45,7 +47,7 @@ _CALL_TOKENS = (
 #: reason, the limits it ran under), and next to it (``probe``) the smallest limit of each key
 #: over the budgets of its task type (``budget_min``): a run no budget can stop passes none of
 #: them, so the candidates are found in one pass whatever the number of budgets (the curve's 21).
-_UNDER = f"""
+UNDER_CTES = f"""
 runs_in AS (
     SELECT r.run_id, r.task_type AS run_task_type, r.start_utc AS run_start,
            r.end_utc AS run_end, r.duration_s AS run_duration_s,
@@ -71,7 +73,7 @@ probe AS (
 #: last call's end (else the run's end or duration; none known: walked); the input check also the
 #: total when a call's usage was unknown (its reservation counts as input). Every other run
 #: completes, so only these runs' calls are read and sorted (a few % of the history).
-_WALKED = """t.c_model_calls > 0 AND (
+WALKED = """t.c_model_calls > 0 AND (
         coalesce(epoch(coalesce(t.c_end_utc, u.run_end) - u.run_start) >= u.max_duration_s,
                  u.run_duration_s >= u.max_duration_s, u.max_duration_s IS NOT NULL)
         OR t.c_model_calls > u.max_turns
@@ -84,12 +86,12 @@ _WALKED = """t.c_model_calls > 0 AND (
 _CANDIDATE_RUNS = f"""
 candidates AS (
     SELECT u.run_id FROM probe u JOIN run_totals t ON t.run_id = u.run_id
-    WHERE {_WALKED}
+    WHERE {WALKED}
 )"""
 
 #: Whether a probed run that is no candidate may be stopped by some budget (every other run
 #: completes under all).
-_MAY_STOP = """starts_with(recorded_stop_reason, 'budget_') OR calls IS NULL
+MAY_STOP = """starts_with(recorded_stop_reason, 'budget_') OR calls IS NULL
         OR run_tool_calls > max_tool_calls"""
 
 _CANDIDATES = (
@@ -123,7 +125,7 @@ under AS (  -- the runs a budget may stop (every other run completes), under eve
 #:
 #: Per run and budget: the first stopping call (``stop_turn``), its reason, and what calls k..
 #: spent (tokens, USD) = avoided.
-_STREAM = f"""
+STREAM_CTES = f"""
 stream AS (
     SELECT c.run_id, c.start_utc AS ts, 1 AS is_call, c.turn,
            {_CALL_TOKENS} AS tok,
@@ -174,7 +176,7 @@ per_run AS (
     FROM flagged
     GROUP BY run_id, budget_id
 )"""
-_PER_RUN = _STREAM + "," + _FLAGGED
+_PER_RUN = STREAM_CTES + "," + _FLAGGED
 
 #: Whether the candidate budget is "not larger" than the one that stopped a run, per stop reason:
 #: every limit of that kind the old budget set is also set by the new one, at or below it. With
@@ -225,8 +227,8 @@ END"""
 #: the limit (nothing avoided: where the calls fell is unknown).
 REPLAY_RUNS = f"""
 WITH {FILTERED},
-{_BUDGET},
-{_UNDER},
+{BUDGET_CTE},
+{UNDER_CTES},
 {_CANDIDATES},
 {_PER_RUN},
 verdict AS (
@@ -269,7 +271,7 @@ FROM verdict
 
 #: Per task type, independent of the budget: runs, runs without call records, what they spent
 #: (the ``runs`` rollup's total tokens and cost: known spend, each run's own use, ``SPEND``).
-_TASK_TOTALS = f"""
+TASK_TOTALS_CTE = f"""
 {SPEND},
 task_totals AS (
     SELECT task_type, count(*) AS runs,
@@ -297,8 +299,8 @@ def _summary(source: str) -> str:
     picked = ",\n       ".join(f"coalesce(s.{name}, 0) AS {name}" for name in STOP_COUNTS)
     return f"""
 WITH {FILTERED},
-{_BUDGET},
-{_TASK_TOTALS},
+{BUDGET_CTE},
+{TASK_TOTALS_CTE},
 s AS (
     SELECT budget_id, task_type,
            count(*) FILTER (WHERE outcome = 'stopped') AS stopped,
@@ -339,76 +341,3 @@ DROP_REPLAY_TABLE = f"DROP TABLE IF EXISTS {REPLAY_TABLE}"
 
 #: The task types of the filtered runs (NULL included): every budget of a replay lists them all.
 TASK_TYPES = f"WITH {FILTERED} SELECT DISTINCT task_type FROM filtered ORDER BY task_type NULLS LAST"
-
-
-# --- the fast path (``budgetlens.analysis.whatif_peaks``): per-run peaks, calls only where needed --
-
-#: The filtered runs some budget of ``$b_*`` may stop (the ``under`` runs of ``REPLAY_RUNS``, once
-#: each, not once per budget), in no particular order: what the ``runs`` rollup says about them (calls,
-#: totals, stop reason, the limits they ran under) and ``walked`` (a candidate of ``REPLAY_RUNS``:
-#: its calls are read and replayed; ``run_key``: its integer key, 0 when not walked;
-#: ``tool_events``: its ``budgetlens.tool_call`` events). One pass over the runs and their
-#: ``run_totals``, whatever the number of budgets; every run not listed completes under every budget.
-UNDER_RUNS = f"""
-WITH {FILTERED},
-{_BUDGET},
-{_UNDER},
-flagged AS (
-    SELECT u.*, coalesce({_WALKED}, false) AS walked, t.e_tool_calls AS tool_events
-    FROM probe u LEFT JOIN run_totals t ON t.run_id = u.run_id
-)
-SELECT r.run_id, r.run_task_type AS task_type, r.run_start AS start_utc, r.recorded_stop_reason,
-       CAST(r.calls AS DOUBLE) AS calls, CAST(r.run_tool_calls AS DOUBLE) AS run_tool_calls,
-       CAST(r.run_total_tokens AS DOUBLE) AS run_total_tokens,
-       CAST(r.run_input_tokens AS DOUBLE) AS run_input_tokens,
-       CAST(r.run_output_tokens AS DOUBLE) AS run_output_tokens,
-       CAST(r.run_turns AS DOUBLE) AS run_turns, r.run_cost_usd, r.run_duration_s,
-       {", ".join(f"CAST(r.{c} AS DOUBLE) AS {c}" for c in LIMIT_COLUMNS)},
-       r.walked,
-       CASE WHEN r.walked THEN {run_key_of("r.run_id")} ELSE 0 END AS run_key,
-       CASE WHEN r.walked THEN coalesce(r.tool_events, 0) ELSE 0 END AS tool_events
-FROM flagged r
-WHERE r.walked OR {_MAY_STOP}
-"""
-
-
-def _walk_calls(key: str, kind: str) -> str:
-    # ``key``/``kind``: run_key UBIGINT or run_id VARCHAR (constants of this module)
-    stream = _STREAM.replace("c.run_id", f"c.{key}").replace("e.run_id", f"e.{key}")
-    stream = stream.replace("k.run_id", "k.run_key")
-    stream = stream.split("),\ncum AS (")[0] + ")"
-    return f"""
-WITH candidates AS (
-    SELECT unnest(CAST($walk_keys AS {kind}[])) AS run_key, unnest(CAST($walk_idx AS INTEGER[])) AS ui,
-           make_timestamp(unnest(CAST($walk_start_us AS BIGINT[]))) AS run_start
-),
-{stream},
-cum AS (
-    SELECT {key.replace("run_id", "run_id AS run_key") if key == "run_id" else key}, ts, is_call, turn,
-           tok, inp, outp, cost, sum(cost) OVER w - cost AS cost_before
-    FROM stream
-    WINDOW w AS (PARTITION BY {key} ORDER BY ts, is_call, turn ROWS UNBOUNDED PRECEDING)
-)
-SELECT k.ui, CAST(cum.is_call AS BIGINT) AS is_call, epoch(cum.ts - k.run_start) AS time_s,
-       CAST(cum.tok AS BIGINT) AS tok, CAST(cum.inp AS BIGINT) AS inp, CAST(cum.outp AS BIGINT) AS outp,
-       CAST(cum.cost AS DOUBLE) AS cost, CAST(cum.cost_before AS DOUBLE) AS cost_before
-FROM cum JOIN candidates k ON k.run_key = cum.run_key
-ORDER BY k.ui, cum.ts, cum.is_call, cum.turn
-"""
-
-
-#: The call-by-call stream of the walked runs ``$walk_keys`` (their ``run_key``s; ``$walk_idx``:
-#: their positions in the caller's list; ``$walk_start_us``: their starts, epoch microseconds),
-#: their model calls and ``budgetlens.tool_call`` events in the replay's order (``REPLAY_RUNS``'
-#: ``cum``): ui, is_call (1 = a model call, 0 = a tool call), time_s (seconds since the run's
-#: start), tok, inp, outp, cost (a call's charge, as ``_STREAM``; 0 for a tool call) and
-#: cost_before (USD of the run's calls before it, summed as the reference sums). The running
-#: counts and token sums are the caller's (integers: exact in any order). Reads the calls and
-#: events by integer key only.
-WALK_CALLS = _walk_calls("run_key", "UBIGINT")
-#: ``WALK_CALLS`` by run id (``$walk_keys``: the run ids): for keys two run ids share.
-WALK_CALLS_BY_ID = _walk_calls("run_id", "VARCHAR")
-
-#: Per task type of the filtered runs: runs, runs_without_calls, spent_tokens, spent_cost_usd
-#: (the replay summary's budget-independent columns), NULL task type last.
-TASK_TOTALS = f"WITH {FILTERED},\n{_TASK_TOTALS}\nSELECT * FROM task_totals ORDER BY task_type NULLS LAST"

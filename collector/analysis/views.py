@@ -6,7 +6,8 @@ and a ``Filters``; aggregation runs in DuckDB with the named statements of ``bud
 and comes back as a small pandas DataFrame (or a small dataclass). An empty result is a frame
 with the documented columns and zero rows. ``presets`` and ``preset_changes`` (pure; defined in
 ``budgetlens.analysis.presets`` with their rounding rules, ``PRESET_RULES``, and re-exported here) turn a
-baseline into recommended limits.
+baseline into recommended limits. The run lists and one run's detail (``runs_table``,
+``run_detail``, ...) are defined in ``budgetlens.analysis.run_views`` and re-exported here.
 
 Definitions:
 
@@ -40,7 +41,6 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from budgetlens.analysis import queries as q
-from budgetlens.analysis import run_queries as runq
 from budgetlens.analysis.filters import (  # noqa: F401  (re-exported)
     DEFAULT_WINDOW_DAYS,
     Filters,
@@ -68,6 +68,16 @@ from budgetlens.analysis.presets import (  # noqa: F401
     round_significant,
     round_up,
     round_up_significant,
+)
+
+# The run lists and one run's detail live in budgetlens.analysis.run_views; re-exported.
+from budgetlens.analysis.run_views import (  # noqa: F401
+    RunDetail,
+    run_detail,
+    run_tree,
+    runs_export,
+    runs_table,
+    top_runs,
 )
 
 # The low-sample cutoff and the alarm line live in budgetlens.analysis.thresholds; re-exported.
@@ -324,61 +334,6 @@ def token_distribution(conn, f: Filters, per_decade: int = 10) -> pd.DataFrame:
     return run_query(conn, q.TOKEN_DISTRIBUTION, {**f.params(), "per_decade": float(per_decade)})
 
 
-def top_runs(conn, f: Filters, limit: int = 20) -> pd.DataFrame:
-    """The ``limit`` most expensive priced runs, columns as ``runs_table``."""
-    return run_query(conn, runq.TOP_RUNS, {**f.params(), "limit": int(limit)})
-
-
-def runs_table(conn, f: Filters, search: str = "", limit: int = 500, offset: int = 0):
-    """One row per run, newest first: run_id, task_type, service_name, models, start_utc,
-    turns, tool_calls, input_tokens, output_tokens, total_tokens, cost_usd, stop_reason,
-    usage_status, quality (comma-separated data-quality flags, None when clean). ``search`` is a
-    case-insensitive substring of the id, task type, service, models, stop reason, usage status
-    (``unknown``) or quality flag (``future_time``). Raises ValueError for a negative limit
-    or offset."""
-    if limit < 0 or offset < 0:
-        raise ValueError("limit and offset must be >= 0")
-    params = {**f.params(), "search": search or "", "limit": int(limit), "offset": int(offset)}
-    return run_query(conn, runq.RUNS_TABLE, params)
-
-
-@dataclass(frozen=True)
-class RunDetail:
-    """One run: ``run`` (the ``runs`` row as a dict), ``calls`` [turn, start_utc, model,
-    input_tokens, output_tokens, reserved_tokens, cumulative_tokens, limit_total_tokens,
-    usage_status, cost_usd] and ``events`` [ts_utc, name, reason, from_model, to_model,
-    tool_name, used_tokens, percent]."""
-
-    run: dict
-    calls: pd.DataFrame = field(repr=False)
-    events: pd.DataFrame = field(repr=False)
-    #: The run's child runs (issue 21), as :func:`run_tree` without the run itself (empty: none).
-    children: pd.DataFrame = field(default_factory=pd.DataFrame, repr=False)
-
-
-def run_detail(conn, run_id: str) -> RunDetail | None:
-    """Return one run's detail, or None when ``run_id`` is not in the store."""
-    params = {"run_id": run_id}
-    run = run_query(conn, runq.RUN_DETAIL_RUN, params)
-    if run.empty:
-        return None
-    record = {k: scalar(v) for k, v in run.iloc[0].to_dict().items()}
-    return RunDetail(
-        run=record,
-        calls=run_query(conn, runq.RUN_DETAIL_CALLS, params),
-        events=run_query(conn, runq.RUN_DETAIL_EVENTS, params),
-        children=run_tree(conn, run_id).query("depth > 0").reset_index(drop=True),
-    )
-
-
-def run_tree(conn, run_id: str) -> pd.DataFrame:
-    """The tree of runs below ``run_id`` (child runs name their parent: ``parent_run_id``), the run
-    itself first at depth 0, then depth-first by start. Columns: depth (0, 1, ...), run_id,
-    parent_run_id, task_type, start_utc, stop_reason, turns, total_tokens, cost_usd (USD),
-    tool_cost_usd (USD). Empty when ``run_id`` is not in the store."""
-    return run_query(conn, runq.RUN_TREE, {"run_id": run_id})
-
-
 def hit_rate_by_task(conn, f: Filters) -> pd.DataFrame:
     """The Hit rate page's figures per task type: task_type, finished_runs, budgeted_runs (the
     rates' denominator: finished runs that ran under a budget), budget_stops, interventions,
@@ -386,15 +341,3 @@ def hit_rate_by_task(conn, f: Filters) -> pd.DataFrame:
     (budget stops whose final call used the wrap-up slice: ``budget_wrap_up``) and answered_share
     (answered_stops / budget_stops, 0..1; None without a budget stop)."""
     return run_query(conn, q.OVERVIEW_PER_TASK, f.params())[list(HIT_RATE_COLUMNS)]
-
-
-def runs_export(conn, f: Filters, search: str = "", limit: int = 500, offset: int = 0) -> pd.DataFrame:
-    """As ``runs_table`` (same rows, order, ``search``), with every column of the ``runs``
-    rollup (``budgetlens.store.schema.RUN_COLUMNS``): also trace_id, source, end_utc,
-    duration_s (s), model_calls, cache_read_tokens, cache_write_tokens, reasoning_tokens,
-    unpriced_calls, unknown_usage_calls, retryable, the ``limit_*`` the run ran under, warnings,
-    downgrades and summaries. Raises ValueError for a negative limit or offset."""
-    if limit < 0 or offset < 0:
-        raise ValueError("limit and offset must be >= 0")
-    params = {**f.params(), "search": search or "", "limit": int(limit), "offset": int(offset)}
-    return run_query(conn, runq.RUNS_EXPORT, params)

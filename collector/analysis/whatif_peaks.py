@@ -3,7 +3,7 @@ reading calls only for the runs that need a call-by-call walk.
 
 Cumulative usage only grows, so a limit stops a run iff it is below the run's peak of that
 measure; the ``runs`` rollup and ``run_totals`` bound every peak from above (the replay's
-candidate test, ``replay_queries.UNDER_RUNS``). One pass over the runs finds, for all budgets at
+candidate test, ``peak_queries.UNDER_RUNS``). One pass over the runs finds, for all budgets at
 once (the curve's 21), the few runs some budget may stop; every other run completes under every
 budget and is never read again. Only the candidates' calls are read (``WALK_CALLS``), once.
 
@@ -33,6 +33,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from budgetlens.analysis import peak_queries as pq
 from budgetlens.analysis import replay_queries as rq
 from budgetlens.analysis.filters import Filters, used_params
 from budgetlens.analysis.replay import (
@@ -79,8 +80,8 @@ class Replays:
         self.task_types = task_types
         self.budgets = list(budgets)
         params = {**f.params(), **budget_params(self.budgets, task_types)}
-        self.under, self.rows = fetch(conn, rq.UNDER_RUNS, params)
-        self.totals = conn.execute(rq.TASK_TOTALS, used_params(rq.TASK_TOTALS, params)).df()
+        self.under, self.rows = fetch(conn, pq.UNDER_RUNS, params)
+        self.totals = conn.execute(pq.TASK_TOTALS, used_params(pq.TASK_TOTALS, params)).df()
         task_index = pc.index_in(
             self.rows.column("task_type"), value_set=pa.array(task_types), skip_nulls=False
         )

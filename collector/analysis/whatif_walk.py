@@ -1,6 +1,6 @@
 """The call-by-call walk of the fast what-if (``budgetlens.analysis.whatif_peaks``, issue 25): the
 calls and tool-call events of the runs some budget may stop, read once by integer run key
-(``replay_queries.WALK_CALLS``; by run id when two runs share a key), and per-run thresholds.
+(``peak_queries.WALK_CALLS``; by run id when two runs share a key), and per-run thresholds.
 
 The running counts and token sums along each run (calls made, tool calls before each call,
 tokens, input and output) are summed here, in the replay's order; the USD before each call comes
@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from budgetlens.analysis import replay_queries as rq
+from budgetlens.analysis import peak_queries as pq
 from budgetlens.analysis.filters import used_params
 
 __all__ = ["CHECKS", "NEVER", "Walk", "fetch"]
@@ -98,13 +98,13 @@ class Walk:
             "walk_idx": [int(i) for i in self.walk_ui],
             "walk_start_us": starts.to_pylist(),
         }
-        stream, _ = fetch(conn, rq.WALK_CALLS, params)
+        stream, _ = fetch(conn, pq.WALK_CALLS, params)
         #: How the calls were read: "run_key", or "run_id" when some walked run's rows did not
         #: match its counts (a key two run ids share, rows written without a key).
         self.read_by = "run_key"
         if not self._complete(stream, under):
             params["walk_keys"] = rows.column("run_id").take(at).to_pylist()
-            stream, _ = fetch(conn, rq.WALK_CALLS_BY_ID, params)
+            stream, _ = fetch(conn, pq.WALK_CALLS_BY_ID, params)
             self.read_by = "run_id"
         ui = stream["ui"].astype(np.int64)
         new = np.ones(ui.size, dtype=bool)

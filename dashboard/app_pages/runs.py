@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from budgetlens.analysis.views import RunDetail
+from budgetlens.analysis.run_views import RunDetail
 from budgetlens.dashboard import charts, data
 from budgetlens.dashboard.app_pages import _tables, _ui
 from budgetlens.dashboard.formatting import MISSING, is_missing, safe_text

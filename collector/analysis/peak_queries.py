@@ -1,0 +1,92 @@
+"""Named SQL of the what-if fast path (``budgetlens.analysis.whatif_peaks`` and ``whatif_walk``):
+the runs some budget may stop, read once whatever the number of budgets, the call-by-call stream
+of only the runs that must be walked, and the budget-independent totals per task type.
+
+Built from the fragments of ``budgetlens.analysis.replay_queries`` (the full replay), so both
+paths test the same candidates and read the same stream; same conventions (named parameters,
+the ``filtered`` CTE, text assembled once at import).
+"""
+
+from __future__ import annotations
+
+from budgetlens.analysis.queries import FILTERED
+from budgetlens.analysis.replay_queries import (
+    BUDGET_CTE,
+    LIMIT_COLUMNS,
+    MAY_STOP,
+    STREAM_CTES,
+    TASK_TOTALS_CTE,
+    UNDER_CTES,
+    WALKED,
+)
+from budgetlens.store.schema import run_key_of
+
+#: The filtered runs some budget of ``$b_*`` may stop (the ``under`` runs of ``REPLAY_RUNS``, once
+#: each, not once per budget), in no particular order: what the ``runs`` rollup says about them (calls,
+#: totals, stop reason, the limits they ran under) and ``walked`` (a candidate of ``REPLAY_RUNS``:
+#: its calls are read and replayed; ``run_key``: its integer key, 0 when not walked;
+#: ``tool_events``: its ``budgetlens.tool_call`` events). One pass over the runs and their
+#: ``run_totals``, whatever the number of budgets; every run not listed completes under every budget.
+UNDER_RUNS = f"""
+WITH {FILTERED},
+{BUDGET_CTE},
+{UNDER_CTES},
+flagged AS (
+    SELECT u.*, coalesce({WALKED}, false) AS walked, t.e_tool_calls AS tool_events
+    FROM probe u LEFT JOIN run_totals t ON t.run_id = u.run_id
+)
+SELECT r.run_id, r.run_task_type AS task_type, r.run_start AS start_utc, r.recorded_stop_reason,
+       CAST(r.calls AS DOUBLE) AS calls, CAST(r.run_tool_calls AS DOUBLE) AS run_tool_calls,
+       CAST(r.run_total_tokens AS DOUBLE) AS run_total_tokens,
+       CAST(r.run_input_tokens AS DOUBLE) AS run_input_tokens,
+       CAST(r.run_output_tokens AS DOUBLE) AS run_output_tokens,
+       CAST(r.run_turns AS DOUBLE) AS run_turns, r.run_cost_usd, r.run_duration_s,
+       {", ".join(f"CAST(r.{c} AS DOUBLE) AS {c}" for c in LIMIT_COLUMNS)},
+       r.walked,
+       CASE WHEN r.walked THEN {run_key_of("r.run_id")} ELSE 0 END AS run_key,
+       CASE WHEN r.walked THEN coalesce(r.tool_events, 0) ELSE 0 END AS tool_events
+FROM flagged r
+WHERE r.walked OR {MAY_STOP}
+"""
+
+
+def _walk_calls(key: str, kind: str) -> str:
+    # ``key``/``kind``: run_key UBIGINT or run_id VARCHAR (constants of this module)
+    stream = STREAM_CTES.replace("c.run_id", f"c.{key}").replace("e.run_id", f"e.{key}")
+    stream = stream.replace("k.run_id", "k.run_key")
+    stream = stream.split("),\ncum AS (")[0] + ")"
+    return f"""
+WITH candidates AS (
+    SELECT unnest(CAST($walk_keys AS {kind}[])) AS run_key, unnest(CAST($walk_idx AS INTEGER[])) AS ui,
+           make_timestamp(unnest(CAST($walk_start_us AS BIGINT[]))) AS run_start
+),
+{stream},
+cum AS (
+    SELECT {key.replace("run_id", "run_id AS run_key") if key == "run_id" else key}, ts, is_call, turn,
+           tok, inp, outp, cost, sum(cost) OVER w - cost AS cost_before
+    FROM stream
+    WINDOW w AS (PARTITION BY {key} ORDER BY ts, is_call, turn ROWS UNBOUNDED PRECEDING)
+)
+SELECT k.ui, CAST(cum.is_call AS BIGINT) AS is_call, epoch(cum.ts - k.run_start) AS time_s,
+       CAST(cum.tok AS BIGINT) AS tok, CAST(cum.inp AS BIGINT) AS inp, CAST(cum.outp AS BIGINT) AS outp,
+       CAST(cum.cost AS DOUBLE) AS cost, CAST(cum.cost_before AS DOUBLE) AS cost_before
+FROM cum JOIN candidates k ON k.run_key = cum.run_key
+ORDER BY k.ui, cum.ts, cum.is_call, cum.turn
+"""
+
+
+#: The call-by-call stream of the walked runs ``$walk_keys`` (their ``run_key``s; ``$walk_idx``:
+#: their positions in the caller's list; ``$walk_start_us``: their starts, epoch microseconds),
+#: their model calls and ``budgetlens.tool_call`` events in the replay's order (``REPLAY_RUNS``'
+#: ``cum``): ui, is_call (1 = a model call, 0 = a tool call), time_s (seconds since the run's
+#: start), tok, inp, outp, cost (a call's charge, as ``STREAM_CTES``; 0 for a tool call) and
+#: cost_before (USD of the run's calls before it, summed as the reference sums). The running
+#: counts and token sums are the caller's (integers: exact in any order). Reads the calls and
+#: events by integer key only.
+WALK_CALLS = _walk_calls("run_key", "UBIGINT")
+#: ``WALK_CALLS`` by run id (``$walk_keys``: the run ids): for keys two run ids share.
+WALK_CALLS_BY_ID = _walk_calls("run_id", "VARCHAR")
+
+#: Per task type of the filtered runs: runs, runs_without_calls, spent_tokens, spent_cost_usd
+#: (the replay summary's budget-independent columns), NULL task type last.
+TASK_TOTALS = f"WITH {FILTERED},\n{TASK_TOTALS_CTE}\nSELECT * FROM task_totals ORDER BY task_type NULLS LAST"
