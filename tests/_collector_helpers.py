@@ -131,6 +131,18 @@ class SpanRecorder:
                 run.set_status(Status(StatusCode.ERROR))
 
 
+def mapped_store(tmp_path: Path, *mapped_list) -> Path:
+    """``tmp_path/store.duckdb`` holding the rows of each mapped request (``map_request``'s
+    result), written in order, one batch each."""
+    from budgetlens.store import write_batch, write_connection
+
+    db_path = tmp_path / "store.duckdb"
+    with write_connection(db_path) as conn:
+        for mapped in mapped_list:
+            write_batch(conn, *mapped.tables())
+    return db_path
+
+
 def anyagent_spans(path: Path) -> list[ReadableSpan]:
     """The spans of an any-agent ``*_trace.json`` file (SDK ``to_json`` shape) as SDK spans."""
     document = json.loads(path.read_text())

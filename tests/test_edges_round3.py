@@ -4,7 +4,7 @@ mapping, the store and the importers, with its right value computed here."""
 from __future__ import annotations
 
 import pytest
-from _collector_helpers import SpanRecorder
+from _collector_helpers import SpanRecorder, mapped_store
 from _transcripts import claude_assistant
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.sdk.trace import TracerProvider
@@ -26,14 +26,6 @@ def _chat(model: str, inp: int, out: int, **extra) -> dict:
         sc.GEN_AI_USAGE_OUTPUT_TOKENS: out,
         **extra,
     }
-
-
-def _store(tmp_path, *mapped_list):
-    db_path = tmp_path / "store.duckdb"
-    with write_connection(db_path) as conn:
-        for mapped in mapped_list:
-            write_batch(conn, *mapped.tables())
-    return db_path
 
 
 def _run(db_path, columns: str) -> tuple:
@@ -64,7 +56,7 @@ def test_a_call_error_the_run_recovered_from_does_not_fail_the_run(tmp_path):
     from genai_prices import calc_price
 
     mapped = map_request(encode_spans(_retried_call(StatusCode.OK)))
-    db_path = _store(tmp_path, mapped)
+    db_path = mapped_store(tmp_path, mapped)
     calls, total, cost, stop = _run(db_path, "model_calls, total_tokens, cost_usd, stop_reason")
     expected = sum(
         float(
@@ -79,7 +71,7 @@ def test_a_call_error_the_run_recovered_from_does_not_fail_the_run(tmp_path):
 
 
 def test_a_root_span_in_error_still_fails_the_run(tmp_path):
-    db_path = _store(tmp_path, map_request(encode_spans(_retried_call(StatusCode.ERROR)), price=False))
+    db_path = mapped_store(tmp_path, map_request(encode_spans(_retried_call(StatusCode.ERROR)), price=False))
     assert _run(db_path, "stop_reason") == (sc.STOP_FAILED,)
 
 
@@ -156,7 +148,7 @@ def test_a_guard_run_at_the_token_bound_reaches_the_store_whole(tmp_path):
         call.set_attributes(_chat("gpt-4o", MAX_TOKENS, 1, **{sc.BUDGET_RUN_ID: "run-bound"}))
     mapped = map_request(encode_spans(recorder.spans()), price=False)
     assert mapped.rejected == 0
-    db_path = _store(tmp_path, mapped)
+    db_path = mapped_store(tmp_path, mapped)
     assert _run(db_path, "run_id, limit_total_tokens, input_tokens") == ("run-bound", MAX_TOKENS, MAX_TOKENS)
 
 
@@ -307,7 +299,7 @@ def test_an_aggregate_first_through_one_collector_memory(tmp_path):
     memory = SpanMemory()
     first = map_request(encode_spans(roots), price=False, memory=memory)
     second = map_request(encode_spans(children), price=False, memory=memory)
-    db_path = _store(tmp_path, first, second)
+    db_path = mapped_store(tmp_path, first, second)
     assert _run(db_path, "model_calls, total_tokens") == (3, sum(a + b for a, b in usage))
 
 
@@ -477,7 +469,7 @@ def test_a_provider_total_above_its_parts_is_kept_beside_them_and_flagged(tmp_pa
     (call,) = mapped.calls
     assert call["total_tokens"] == 1_250 and call["quality"] == "total_mismatch"
     assert mapped.flagged == {"total_mismatch": 1}
-    db_path = _store(tmp_path, mapped)
+    db_path = mapped_store(tmp_path, mapped)
     assert _run(db_path, "total_tokens, quality") == (1_250, "total_mismatch")
 
 

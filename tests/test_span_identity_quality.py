@@ -8,7 +8,7 @@ import random
 import time
 
 import pytest
-from _collector_helpers import SpanRecorder, collector_process
+from _collector_helpers import SpanRecorder, collector_process, mapped_store
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.trace.export import SpanExportResult
@@ -54,14 +54,6 @@ def _two_traces_reusing_span_ids() -> SpanRecorder:
     return recorder
 
 
-def _store(tmp_path, *mapped_list):
-    db_path = tmp_path / "store.duckdb"
-    with write_connection(db_path) as conn:
-        for mapped in mapped_list:
-            write_batch(conn, *mapped.tables())
-    return db_path
-
-
 def _runs(db_path) -> list[tuple]:
     with read_connection(db_path) as conn:
         return conn.execute(
@@ -77,7 +69,7 @@ def test_spans_reusing_span_ids_in_two_traces_are_two_runs_of_one_call(tmp_path)
     assert {s.context.span_id for s in spans} == {1, 2}  # the ids really are reused
     mapped = map_request(encode_spans(spans), price=False)
     assert mapped.rejected == 0 and len(mapped.calls) == 2
-    runs = _runs(_store(tmp_path, mapped))
+    runs = _runs(mapped_store(tmp_path, mapped))
     assert [(r[2], r[5]) for r in runs] == [(1, 110), (1, 110)]
     assert len({r[0] for r in runs}) == 2
 
@@ -117,7 +109,7 @@ def test_an_exact_repeat_of_a_span_in_one_request_is_stored_once(tmp_path):
     mapped = map_request(encode_spans(spans + spans), price=False)
     assert mapped.rejected == 0 and len(mapped.calls) == 1
     again = map_request(encode_spans(spans), price=False)  # an exporter retry
-    runs = _runs(_store(tmp_path, mapped, again))
+    runs = _runs(mapped_store(tmp_path, mapped, again))
     assert [(r[2], r[5]) for r in runs] == [(1, 110)]
 
 
@@ -149,7 +141,7 @@ def test_an_agent_span_carrying_the_sum_of_its_chat_children_is_not_a_call(tmp_p
     mapped = map_request(encode_spans(_agent_with_two_chats((800, 100))), price=False)
     assert sorted(c["input_tokens"] for c in mapped.calls) == [300, 500]
     assert mapped.flagged == {}
-    (run,) = _runs(_store(tmp_path, mapped))
+    (run,) = _runs(mapped_store(tmp_path, mapped))
     assert (run[1], run[2], run[5], run[6]) == ("researcher", 2, 900, None)
 
 
@@ -175,7 +167,7 @@ def test_the_aggregate_rule_holds_whatever_the_convention(root_attributes, usage
 def test_an_aggregate_that_disagrees_with_its_children_is_flagged(tmp_path):
     mapped = map_request(encode_spans(_agent_with_two_chats((700, 100))), price=False)
     assert len(mapped.calls) == 2 and mapped.flagged == {"aggregate_mismatch": 1}
-    (run,) = _runs(_store(tmp_path, mapped))
+    (run,) = _runs(mapped_store(tmp_path, mapped))
     assert run[5] == 900 and run[6] == "aggregate_mismatch"
 
 
@@ -199,7 +191,7 @@ def test_chat_children_belong_to_the_run_their_invoke_agent_root_names(tmp_path)
                     )
     mapped = map_request(encode_spans(recorder.spans()), price=False)
     assert {c["run_id"] for c in mapped.calls} == {"run-42"}
-    runs = _runs(_store(tmp_path, mapped))
+    runs = _runs(mapped_store(tmp_path, mapped))
     assert [(r[0], r[1], r[2], r[5]) for r in runs] == [("run-42", "triage", 2, 250)]
 
 
@@ -223,7 +215,7 @@ def test_bedrock_span_whose_input_leaves_out_cache_reads_is_normalized_and_flagg
     (row,) = mapped.calls
     assert (row["input_tokens"], row["cache_read_tokens"], row["output_tokens"]) == (3500, 3000, 100)
     assert row["quality"] == "foreign_usage" and mapped.flagged == {"foreign_usage": 1}
-    (run,) = _runs(_store(tmp_path, mapped))
+    (run,) = _runs(mapped_store(tmp_path, mapped))
     assert (run[2], run[5], run[6]) == (1, 3600, "foreign_usage")
 
 
@@ -263,7 +255,7 @@ def test_a_span_stamped_in_2031_is_clamped_to_the_receive_time_and_flagged(tmp_p
     received = dt.datetime(1970, 1, 1) + dt.timedelta(microseconds=now_ns // 1000)
     assert row["start_utc"] == row["end_utc"] == received
     assert row["duration_s"] == 0 and row["quality"] == "future_time"
-    (run,) = _runs(_store(tmp_path, mapped))
+    (run,) = _runs(mapped_store(tmp_path, mapped))
     assert run[6] == "future_time" and run[9] <= dt.datetime.now(dt.UTC).replace(tzinfo=None)
 
 
@@ -281,7 +273,7 @@ def test_an_end_before_the_start_gives_duration_zero_and_a_flag(tmp_path):
     (row,) = mapped.calls
     assert row["duration_s"] == 0 and row["end_utc"] == row["start_utc"]
     assert row["quality"] == "end_before_start"
-    (run,) = _runs(_store(tmp_path, mapped))
+    (run,) = _runs(mapped_store(tmp_path, mapped))
     assert run[7] == 0
 
 
@@ -306,7 +298,7 @@ def test_a_guard_run_span_in_the_future_is_clamped_and_flags_the_run(tmp_path):
     )
     run_span.end(end_time=future + 10)
     mapped = map_request(encode_spans(recorder.spans()), price=False)
-    (run,) = _runs(_store(tmp_path, mapped))
+    (run,) = _runs(mapped_store(tmp_path, mapped))
     assert run[6] == "future_time" and run[9] <= dt.datetime.now(dt.UTC).replace(tzinfo=None)
 
 
@@ -441,7 +433,7 @@ def test_an_aggregate_sent_after_its_calls_is_not_a_call(tmp_path):
     first = map_request(encode_spans(children), price=False, memory=memory)
     second = map_request(encode_spans(parent), price=False, memory=memory)
     assert len(first.calls) == 2 and second.calls == [] and len(second.records) == 1
-    (run,) = _runs(_store(tmp_path, first, second))
+    (run,) = _runs(mapped_store(tmp_path, first, second))
     assert (run[1], run[2], run[5]) == ("researcher", 2, 900)
 
 
@@ -461,7 +453,7 @@ def test_calls_sent_after_their_named_run_span_join_that_run(tmp_path):
     first = map_request(encode_spans(rest), price=False, memory=memory)  # run span and "step"
     second = map_request(encode_spans(calls), price=False, memory=memory)
     assert [c["run_id"] for c in second.calls] == ["run-7"]
-    runs = _runs(_store(tmp_path, first, second))
+    runs = _runs(mapped_store(tmp_path, first, second))
     assert [(r[0], r[1], r[2], r[5]) for r in runs] == [("run-7", "triage", 1, 100)]
 
 
