@@ -54,7 +54,7 @@ runs_in AS (
            r.output_tokens AS run_output_tokens, r.turns AS run_turns, r.cost_usd AS run_cost_usd,
            nullif(r.model_calls, 0) AS calls,
            {", ".join("r." + c for c in LIMIT_COLUMNS)},
-           r.unknown_usage_calls, {", ".join("r." + c for c in RUN_PEAK_COLUMNS)}
+           {", ".join("r." + c for c in RUN_PEAK_COLUMNS)}
     FROM filtered r
 ),
 budget_min AS (
@@ -106,7 +106,7 @@ _WALKED_RUNS = _walked(
     {
         "calls": "u.calls",
         "tool_events": "u.tool_events",
-        "unknown_usage_calls": "u.unknown_usage_calls",
+        "unknown_usage_calls": "u.calls_unknown_usage",
         **{name: f"u.calls_{name}" for name in _PEAK_NAMES},
     }
 )

@@ -38,8 +38,8 @@ naive ``TIMESTAMP`` values in UTC):
   caught there (a walked run's rows then outnumber its counts) and read by run id instead.
 - The run's call peaks on ``runs`` (issue 25, ``RUN_PEAK_COLUMNS``): the ``run_totals`` aggregates
   of its calls and tool-call events that bound every running sum of a what-if replay (the end of
-  its last call, its calls' cost and token sums, its ``budgetlens.tool_call`` events; NULL when
-  none), so the what-if finds the runs a budget may stop from ``runs`` alone, without joining
+  its last call, its calls' cost and token sums and unknown-usage count, its
+  ``budgetlens.tool_call`` events; NULL when none), so the what-if finds the runs a budget may stop from ``runs`` alone, without joining
   ``run_totals``. Written with the rest of the row (``budgetlens.store.run_totals.runs_from``);
   schema version 11 adds and back-fills them. Not part of ``RUN_COLUMNS`` (the exported run).
 - ``schema_migrations``: the versions applied, in order (the migrations: ``budgetlens.store.migrations``).
@@ -194,6 +194,7 @@ RUN_PEAK_COLUMNS: dict[str, str] = {
     "calls_total_tokens": "c_total_tokens",
     "calls_input_tokens": "c_input_tokens",
     "calls_output_tokens": "c_output_tokens",
+    "calls_unknown_usage": "c_unknown_usage_calls",
     "tool_events": "e_tool_calls",
 }
 
