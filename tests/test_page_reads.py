@@ -1,0 +1,52 @@
+"""The faster forms of the pages' shared reads (issue 25) equal their per-row references: the
+model options split the distinct model lists, not every run's."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from budgetlens.analysis import queries as q
+from budgetlens.analysis import views as analysis
+from budgetlens.store import read_connection, write_batch, write_connection
+
+T0 = dt.datetime(2026, 11, 2, 9)
+#: The reference: every run's model list split (the statement before issue 25).
+_MODELS_PER_RUN = """
+SELECT DISTINCT model FROM (
+    SELECT unnest(string_split(models, ',')) AS model FROM runs WHERE models IS NOT NULL
+) WHERE model <> '' ORDER BY model
+"""
+
+
+def _call(run_id: str, turn: int, model: str | None) -> dict:
+    return dict(
+        span_id=f"{run_id}.c{turn}",
+        run_id=run_id,
+        source="test",
+        task_type="qa",
+        request_model=model,
+        response_model=model,
+        start_utc=T0 + dt.timedelta(minutes=turn),
+        turn=turn,
+        input_tokens=10,
+        output_tokens=5,
+        usage_status="reported",
+    )
+
+
+def test_the_model_options_equal_every_runs_models_split(store_path):
+    runs = {  # one model, a downgrade (two), the same pair again, none known, a record's model
+        "a": ["gpt-4.1"],
+        "b": ["claude-sonnet-4-5", "claude-haiku-4-5"],
+        "c": ["claude-haiku-4-5", "claude-sonnet-4-5", "claude-haiku-4-5"],
+        "d": [None],
+    }
+    calls = [_call(run, turn, model) for run, models in runs.items() for turn, model in enumerate(models, 1)]
+    record = dict(run_id="e", source="test", model="my-llama", start_utc=T0, usage_status="reported")
+    with write_connection(store_path) as conn:
+        write_batch(conn, calls, [record], [])
+    with read_connection(store_path) as conn:
+        expected = [r[0] for r in conn.execute(_MODELS_PER_RUN).fetchall()]
+        assert [r[0] for r in conn.execute(q.OPTION_MODELS).fetchall()] == expected
+        assert analysis.filter_options(conn)["models"] == expected
+    assert expected == ["claude-haiku-4-5", "claude-sonnet-4-5", "gpt-4.1", "my-llama"]
