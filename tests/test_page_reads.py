@@ -50,3 +50,28 @@ def test_the_model_options_equal_every_runs_models_split(store_path):
         assert [r[0] for r in conn.execute(q.OPTION_MODELS).fetchall()] == expected
         assert analysis.filter_options(conn)["models"] == expected
     assert expected == ["claude-haiku-4-5", "claude-sonnet-4-5", "gpt-4.1", "my-llama"]
+
+
+def test_a_runs_detail_read_by_its_key_equals_the_detail_by_run_id(store_path):
+    calls = [_call(run, turn, "gpt-4.1") for run in ("a", "b", "c") for turn in (1, 2, 3)]
+    events = [
+        dict(event_id=f"{run}.e", run_id=run, ts_utc=T0, name="budgetlens.warning", percent=80.0)
+        for run in ("a", "b", "c")
+    ]
+    with write_connection(store_path) as conn:
+        write_batch(conn, calls, [], events)
+    with read_connection(store_path) as conn:
+        expected = {run: analysis.run_detail(conn, run) for run in ("a", "c")}
+    with write_connection(store_path) as conn:
+        for table in ("model_calls", "budget_events"):  # b shares a's key: its rows are not a's
+            conn.execute(
+                f"UPDATE {table} SET run_key = (SELECT run_key FROM {table} WHERE run_id = 'a' LIMIT 1) WHERE run_id = 'b'"
+            )
+        conn.execute("UPDATE model_calls SET run_key = NULL WHERE turn = 2")  # stored without a key
+        conn.execute("UPDATE budget_events SET run_key = NULL WHERE run_id = 'c'")
+    with read_connection(store_path) as conn:
+        for run, before in expected.items():
+            after = analysis.run_detail(conn, run)
+            assert before is not None and after is not None
+            assert len(before.calls) == 3 and len(before.events) == 1
+            assert after.calls.equals(before.calls) and after.events.equals(before.events)

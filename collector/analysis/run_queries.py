@@ -6,7 +6,7 @@ searched run table, its full export, and one run's detail (calls and budget even
 from __future__ import annotations
 
 from budgetlens.analysis.queries import FILTERED
-from budgetlens.store.schema import RUN_COLUMNS
+from budgetlens.store.schema import RUN_COLUMNS, run_key_of
 
 #: Columns of the run table (``budgetlens runs`` and the Runs page), in order.
 RUN_TABLE_COLUMNS = (
@@ -68,9 +68,19 @@ RUNS_EXPORT = RUNS_TABLE.replace(
 
 RUN_DETAIL_RUN = "SELECT * FROM runs WHERE run_id = $run_id"
 
+
+#: The rows of ``$run_id`` in a table with ``run_key``: its integer key first (a scan of one integer
+#: column instead of every row's run id: issue 25), then the run id itself (a key two run ids
+#: share); a row stored without a key is still found.
+def _of_run(alias: str) -> str:
+    return (
+        f"({alias}.run_key = {run_key_of('$run_id')} OR {alias}.run_key IS NULL) AND {alias}.run_id = $run_id"
+    )
+
+
 #: One run's calls with the cumulative used tokens: the guard's ``used_tokens`` when recorded,
 #: else the running sum of the calls' totals (an unknown call counts its reservation).
-RUN_DETAIL_CALLS = """
+RUN_DETAIL_CALLS = f"""
 SELECT
     c.turn,
     c.start_utc,
@@ -88,14 +98,14 @@ SELECT
     c.cost_usd
 FROM model_calls c
 LEFT JOIN runs r ON r.run_id = c.run_id
-WHERE c.run_id = $run_id
+WHERE {_of_run("c")}
 ORDER BY c.start_utc, c.turn, c.span_id
 """
 
-RUN_DETAIL_EVENTS = """
+RUN_DETAIL_EVENTS = f"""
 SELECT ts_utc, name, reason, from_model, to_model, tool_name, used_tokens, percent
-FROM budget_events
-WHERE run_id = $run_id
+FROM budget_events e
+WHERE {_of_run("e")}
 ORDER BY ts_utc, event_id
 """
 
