@@ -1,11 +1,13 @@
-"""The faster forms of the pages' shared reads (issue 25) equal their per-row references: the
-model options split the distinct model lists, not every run's."""
+"""The faster forms of the pages' reads (issue 25) equal their references: the model options split
+the distinct model lists, not every run's; a run's detail is read by its integer key; the run
+tree carries its columns down the recursion instead of joining every run at the end."""
 
 from __future__ import annotations
 
 import datetime as dt
 
 from budgetlens.analysis import queries as q
+from budgetlens.analysis import run_queries as q_runs
 from budgetlens.analysis import views as analysis
 from budgetlens.store import read_connection, write_batch, write_connection
 
@@ -15,6 +17,23 @@ _MODELS_PER_RUN = """
 SELECT DISTINCT model FROM (
     SELECT unnest(string_split(models, ',')) AS model FROM runs WHERE models IS NOT NULL
 ) WHERE model <> '' ORDER BY model
+"""
+
+#: The reference of ``run_queries.RUN_TREE``: the tree's ids joined with ``runs`` at the end.
+_RUN_TREE_JOINED = """
+WITH RECURSIVE tree(run_id, parent_run_id, depth, path) AS (
+    SELECT run_id, parent_run_id, 0, [coalesce(CAST(start_utc AS VARCHAR), ''), run_id]
+    FROM runs WHERE run_id = $run_id
+    UNION ALL
+    SELECT r.run_id, r.parent_run_id, t.depth + 1,
+           list_concat(t.path, [coalesce(CAST(r.start_utc AS VARCHAR), ''), r.run_id])
+    FROM runs r JOIN tree t ON r.parent_run_id = t.run_id
+    WHERE t.depth < 32
+)
+SELECT t.depth, r.run_id, r.parent_run_id, r.task_type, r.start_utc, r.stop_reason, r.turns,
+       r.total_tokens, r.cost_usd, r.tool_cost_usd
+FROM tree t JOIN runs r ON r.run_id = t.run_id
+ORDER BY t.path
 """
 
 
@@ -75,3 +94,32 @@ def test_a_runs_detail_read_by_its_key_equals_the_detail_by_run_id(store_path):
             assert before is not None and after is not None
             assert len(before.calls) == 3 and len(before.events) == 1
             assert after.calls.equals(before.calls) and after.events.equals(before.events)
+
+
+def test_the_run_tree_equals_the_tree_joined_with_the_runs(store_path):
+    def record(run_id, minute, parent=None, **fields):
+        start = T0 + dt.timedelta(minutes=minute)
+        return dict(run_id=run_id, source="test", start_utc=start, usage_status="reported",
+                    parent_run_id=parent, total_tokens=100 + minute, **fields)  # fmt: skip
+
+    records = [
+        record("root", 0, task_type="qa", cost_usd=0.5),
+        record("late", 9, "root"),
+        record("early", 3, "root", stop_reason="budget_tokens"),
+        record("grandchild", 5, "early", turns=4),
+        record("other", 1),
+        record("loop-a", 2, "loop-b"),  # a corrupt link: the tree ends at depth 32
+        record("loop-b", 2, "loop-a"),
+    ]
+    with write_connection(store_path) as conn:
+        write_batch(conn, [], records, [])
+    with read_connection(store_path) as conn:
+        for run in ("root", "early", "grandchild", "other", "loop-a", "missing"):
+            params = {"run_id": run}
+            assert (
+                conn.execute(q_runs.RUN_TREE, params).fetchall()
+                == conn.execute(_RUN_TREE_JOINED, params).fetchall()
+            )
+        tree = analysis.run_tree(conn, "root")
+    assert tree["run_id"].tolist() == ["root", "early", "grandchild", "late"]
+    assert tree["depth"].tolist() == [0, 1, 2, 1]

@@ -111,19 +111,20 @@ ORDER BY ts_utc, event_id
 
 #: The tree of runs below ``$run_id`` (issue 21: ``RunBudget.child`` runs name their parent in
 #: ``parent_run_id``): the run itself at depth 0, then its children, theirs..., each with its
-#: parent, in depth-first order of start. A cycle (a corrupt link) ends at depth 32.
-RUN_TREE = """
-WITH RECURSIVE tree(run_id, parent_run_id, depth, path) AS (
-    SELECT run_id, parent_run_id, 0, [coalesce(CAST(start_utc AS VARCHAR), ''), run_id]
+#: parent, in depth-first order of start. A cycle (a corrupt link) ends at depth 32. The rows carry
+#: their columns down the recursion (issue 25: no join of the tree with every run's id at the end).
+_TREE_COLUMNS = (
+    "run_id, parent_run_id, task_type, start_utc, stop_reason, turns, total_tokens, cost_usd, tool_cost_usd"
+)
+RUN_TREE = f"""
+WITH RECURSIVE tree(depth, {_TREE_COLUMNS}, path) AS (
+    SELECT 0, {_TREE_COLUMNS}, [coalesce(CAST(start_utc AS VARCHAR), ''), run_id]
     FROM runs WHERE run_id = $run_id
     UNION ALL
-    SELECT r.run_id, r.parent_run_id, t.depth + 1,
+    SELECT t.depth + 1, {", ".join("r." + c for c in _TREE_COLUMNS.split(", "))},
            list_concat(t.path, [coalesce(CAST(r.start_utc AS VARCHAR), ''), r.run_id])
-    FROM runs r JOIN tree t ON r.parent_run_id = t.run_id
+    FROM (SELECT * FROM runs WHERE parent_run_id IS NOT NULL) r JOIN tree t ON r.parent_run_id = t.run_id
     WHERE t.depth < 32
 )
-SELECT t.depth, r.run_id, r.parent_run_id, r.task_type, r.start_utc, r.stop_reason, r.turns,
-       r.total_tokens, r.cost_usd, r.tool_cost_usd
-FROM tree t JOIN runs r ON r.run_id = t.run_id
-ORDER BY t.path
+SELECT depth, {_TREE_COLUMNS} FROM tree ORDER BY path
 """
