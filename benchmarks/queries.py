@@ -9,8 +9,9 @@ own connection (the reference); the figures are medians of ``--repeat`` interlea
 Filters: the whole extent of the data, time zone Europe/Berlin (day buckets converted).
 
 Usage: ``python -m benchmarks.queries [--sizes 10000 100000 1000000] [--repeat 5]``; writes the
-"queries" section of BENCHMARKS.md. Target: every page under 1 s at 1M runs, and the 1M/100k
-ratio no more than about 10 (cost growing no faster than linearly).
+"queries" section of BENCHMARKS.md. Target (issue 25): every dashboard page at 1M runs in at most
+0.5 s and at most 8x one bare scan of its rows (the What-if page: ``benchmarks.whatif``, 2 s), and
+the 1M/100k ratio no more than about 10 (cost growing no faster than linearly).
 """
 
 from __future__ import annotations
@@ -32,7 +33,9 @@ log = logging.getLogger(__name__)
 
 BENCH_DIR = Path(resolve(None, ENV_BENCH_DIR, "/tmp/budgetlens_bench"))
 SIZES = (10_000, 100_000, 1_000_000)
-TARGET_S = 1.0
+TARGET_S = 0.5
+#: At most this many times one bare scan of the same rows, measured in the same run.
+TARGET_X_BARE = 8.0
 #: The row of the bare scan in the figures (not a page).
 BARE = "bare DuckDB scan"
 
@@ -273,12 +276,15 @@ def report(figures: dict[int, dict[str, float]], repeat: int) -> str:
             row += f" {figures[1_000_000][page] / figures[100_000][page]:.1f}x |"
         row += f" {figures[largest][page] / figures[largest][BARE]:.0f}x |"
         lines.append(row)
-    worst = max(figures[largest][p] for p in pages)
-    verdict = "met" if worst < TARGET_S else "NOT met"
+    dashboard = [p for p in pages if p != "What-if"]  # its target: benchmarks.whatif (2 s)
+    worst = max(figures[largest][p] for p in dashboard)
+    worst_x = max(figures[largest][p] / figures[largest][BARE] for p in dashboard)
+    verdict = "met" if worst <= TARGET_S and worst_x <= TARGET_X_BARE else "NOT met"
     lines += [
         "",
-        f"Target: every page under {TARGET_S:.0f} s at {largest:,} runs: **{verdict}** "
-        f"(slowest page {worst:.3f} s).",
+        f"Target: every page but What-if at {largest:,} runs in at most {TARGET_S} s and "
+        f"{TARGET_X_BARE:.0f}x the bare scan: **{verdict}** (slowest page {worst:.3f} s, "
+        f"largest ratio {worst_x:.0f}x).",
     ]
     if {100_000, 1_000_000} <= set(sizes):
         ratio = max(figures[1_000_000][p] / figures[100_000][p] for p in pages)

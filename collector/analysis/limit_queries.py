@@ -7,15 +7,12 @@ limit are left out (they ran under no budget). Filtered by ``budgetlens.analysis
 
 from __future__ import annotations
 
-from budgetlens.analysis.queries import FILTERED
+from budgetlens.analysis.queries import FILTERED_INLINE
 from budgetlens.store.schema import LIMIT_COLUMNS
 
 _ANY_LIMIT = " OR ".join(f"{c} IS NOT NULL" for c in LIMIT_COLUMNS)
 _CHANGED = " OR ".join(f"lag({c}) OVER w IS DISTINCT FROM {c}" for c in LIMIT_COLUMNS)
 
-#: The runs filter inlined (the statements below read it three times; materialized it would copy
-#: every column of every run first).
-_FILTERED_INLINE = FILTERED.replace("filtered AS (", "filtered AS NOT MATERIALIZED (", 1)
 _LIMITS = ", ".join(LIMIT_COLUMNS)
 _IS_MIXED = "EXISTS (SELECT 1 FROM mixed m WHERE m.task_type IS NOT DISTINCT FROM filtered.task_type)"
 
@@ -27,7 +24,7 @@ _IS_MIXED = "EXISTS (SELECT 1 FROM mixed m WHERE m.task_type IS NOT DISTINCT FRO
 #: where it is its task type's last; a period runs from one start to the next (its runs the
 #: difference of positions, its last run the run before the next start: ``previous_utc``).
 _PERIODS = f"""
-WITH {_FILTERED_INLINE},
+WITH {FILTERED_INLINE},
 sets AS (
     SELECT task_type, {_LIMITS}, min(start_utc) AS since_utc, max(start_utc) AS last_run_utc,
            count(*) AS runs

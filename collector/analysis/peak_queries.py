@@ -17,7 +17,7 @@ from budgetlens.analysis.replay_queries import (
     STREAM_CTES,
     TASK_TOTALS_CTE,
     UNDER_CTES,
-    WALKED,
+    WALKED_RUNS,
 )
 from budgetlens.store.schema import run_key_of
 
@@ -25,15 +25,15 @@ from budgetlens.store.schema import run_key_of
 #: each, not once per budget), in no particular order: what the ``runs`` rollup says about them (calls,
 #: totals, stop reason, the limits they ran under) and ``walked`` (a candidate of ``REPLAY_RUNS``:
 #: its calls are read and replayed; ``run_key``: its integer key, 0 when not walked;
-#: ``tool_events``: its ``budgetlens.tool_call`` events). One pass over the runs and their
-#: ``run_totals``, whatever the number of budgets; every run not listed completes under every budget.
+#: ``tool_events``: its ``budgetlens.tool_call`` events). One pass over the runs (their call
+#: peaks are on their ``runs`` rows: no join with ``run_totals``), whatever the number of
+#: budgets; every run not listed completes under every budget.
 UNDER_RUNS = f"""
 WITH {FILTERED},
 {BUDGET_CTE},
 {UNDER_CTES},
 flagged AS (
-    SELECT u.*, coalesce({WALKED}, false) AS walked, t.e_tool_calls AS tool_events
-    FROM probe u LEFT JOIN run_totals t ON t.run_id = u.run_id
+    SELECT u.*, coalesce({WALKED_RUNS}, false) AS walked FROM probe u
 )
 SELECT r.run_id, r.run_task_type AS task_type, r.run_start AS start_utc, r.recorded_stop_reason,
        CAST(r.calls AS DOUBLE) AS calls, CAST(r.run_tool_calls AS DOUBLE) AS run_tool_calls,

@@ -41,6 +41,11 @@ filtered AS (
       AND (CAST($tags AS VARCHAR) = '{}' OR coalesce(json_contains(tags, CAST($tags AS VARCHAR)), false))
 )"""
 
+#: ``FILTERED`` inlined where a statement reads it more than once: materialized, it would copy
+#: every column of every run first (issue 25: most of the cost-per-model read at 1M runs); each
+#: reference then scans only the columns it needs.
+FILTERED_INLINE = FILTERED.replace("filtered AS (", "filtered AS NOT MATERIALIZED (", 1)
+
 #: Day and hour buckets are local to ``$tz``. Converting every run's time is the costly part
 #: of a daily chart (ICU per row), so runs are first counted per 15-minute UTC bucket and only
 #: the buckets are converted: every current IANA zone's offset is a multiple of 15 minutes, so
@@ -107,9 +112,12 @@ FROM (SELECT tags FROM runs WHERE tags IS NOT NULL) AS r, json_each(r.tags) AS j
 ORDER BY tag
 """
 OPTION_TASK_TYPES = "SELECT DISTINCT task_type FROM runs WHERE task_type IS NOT NULL ORDER BY task_type"
+#: Every model of any run: the distinct ``runs.models`` lists first (a few), then split (issue 25:
+#: splitting every run's list took most of the sidebar's read at 1M runs).
 OPTION_MODELS = """
 SELECT DISTINCT model FROM (
-    SELECT unnest(string_split(models, ',')) AS model FROM runs WHERE models IS NOT NULL
+    SELECT unnest(string_split(models, ',')) AS model
+    FROM (SELECT DISTINCT models FROM runs WHERE models IS NOT NULL)
 ) WHERE model <> '' ORDER BY model
 """
 OPTION_SERVICES = (
@@ -306,9 +314,10 @@ def cost_by_period_model(multi: str) -> str:
     comma in ``runs.models``) counts whole under that model; the runs with several models (a
     downgrade) are split by ``multi``: the body of a CTE with columns start_utc, key (the model),
     cost_usd, unpriced, over the rows of ``MULTI_MODEL_RUNS`` (run_id, start_utc). ``runs`` counts
-    runs per key. ``multi`` is a constant fragment of this package, never request data."""
+    runs per key. ``multi`` is a constant fragment of this package, never request data. The runs
+    filter is inlined (``FILTERED_INLINE``: read by both parts)."""
     return f"""
-WITH {FILTERED},
+WITH {FILTERED_INLINE},
 {SPEND},
 single AS (
     SELECT start_utc, coalesce(nullif(models, ''), 'unknown') AS key, own_cost_usd AS cost_usd,

@@ -21,7 +21,7 @@ from __future__ import annotations
 from budgetlens.analysis.queries import FILTERED
 from budgetlens.analysis.spend_queries import SPEND
 from budgetlens.limits import LIMIT_KEYS
-from budgetlens.store.schema import RUN_COLUMNS
+from budgetlens.store.schema import RUN_COLUMNS, RUN_PEAK_COLUMNS
 
 #: The ``runs`` columns holding the limits a run ran under.
 LIMIT_COLUMNS = tuple(c for c in RUN_COLUMNS if c.startswith("limit_"))
@@ -55,7 +55,8 @@ runs_in AS (
            r.total_tokens AS run_total_tokens, r.input_tokens AS run_input_tokens,
            r.output_tokens AS run_output_tokens, r.turns AS run_turns, r.cost_usd AS run_cost_usd,
            nullif(r.model_calls, 0) AS calls,
-           {", ".join("r." + c for c in LIMIT_COLUMNS)}
+           {", ".join("r." + c for c in LIMIT_COLUMNS)},
+           {", ".join("r." + c for c in RUN_PEAK_COLUMNS)}
     FROM filtered r
 ),
 budget_min AS (
@@ -66,6 +67,7 @@ probe AS (
     SELECT m.*, r.* FROM runs_in r JOIN budget_min m ON m.task_type IS NOT DISTINCT FROM r.run_task_type
 )"""
 
+
 #: Runs the replay must walk call by call: under some budget, one of the totals of their calls
 #: (the store's incremental ``run_totals``: the aggregates of a run's calls and the count of its
 #: ``budgetlens.tool_call`` events, kept by the writer) passes a limit. A superset of the runs the
@@ -73,16 +75,44 @@ probe AS (
 #: last call's end (else the run's end or duration; none known: walked); the input check also the
 #: total when a call's usage was unknown (its reservation counts as input). Every other run
 #: completes, so only these runs' calls are read and sorted (a few % of the history).
-WALKED = """t.c_model_calls > 0 AND (
-        coalesce(epoch(coalesce(t.c_end_utc, u.run_end) - u.run_start) >= u.max_duration_s,
+def _walked(peaks: dict[str, str]) -> str:
+    """The candidate test over a run's call peaks: ``peaks`` names the SQL of each (``calls``,
+    ``end_utc``, ``tool_events``, ``cost_usd``, ``total_tokens``, ``input_tokens``,
+    ``unknown_usage_calls``, ``output_tokens``; constants of this module)."""
+    p = peaks
+    return f"""{p["calls"]} > 0 AND (
+        coalesce(epoch(coalesce({p["end_utc"]}, u.run_end) - u.run_start) >= u.max_duration_s,
                  u.run_duration_s >= u.max_duration_s, u.max_duration_s IS NOT NULL)
-        OR t.c_model_calls > u.max_turns
-        OR t.e_tool_calls > u.max_tool_calls
-        OR t.c_cost_usd >= u.max_cost_usd
-        OR t.c_total_tokens > u.max_total_tokens
-        OR t.c_input_tokens > u.max_input_tokens
-        OR (t.c_unknown_usage_calls > 0 AND t.c_total_tokens > u.max_input_tokens)
-        OR t.c_output_tokens > u.max_output_tokens)"""
+        OR {p["calls"]} > u.max_turns
+        OR {p["tool_events"]} > u.max_tool_calls
+        OR {p["cost_usd"]} >= u.max_cost_usd
+        OR {p["total_tokens"]} > u.max_total_tokens
+        OR {p["input_tokens"]} > u.max_input_tokens
+        OR ({p["unknown_usage_calls"]} > 0 AND {p["total_tokens"]} > u.max_input_tokens)
+        OR {p["output_tokens"]} > u.max_output_tokens)"""
+
+
+_PEAK_NAMES = ("end_utc", "cost_usd", "total_tokens", "input_tokens", "output_tokens")
+#: The reference reads the peaks from ``run_totals t`` (joined on run id) ...
+WALKED = _walked(
+    {
+        "calls": "t.c_model_calls",
+        "tool_events": "t.e_tool_calls",
+        "unknown_usage_calls": "t.c_unknown_usage_calls",
+        **{name: f"t.c_{name}" for name in _PEAK_NAMES},
+    }
+)
+#: ... the fast path from the same values on the run's ``runs`` row (``schema.RUN_PEAK_COLUMNS``,
+#: selected by ``runs_in``): no join.
+WALKED_RUNS = _walked(
+    {
+        "calls": "u.calls",
+        "tool_events": "u.tool_events",
+        "unknown_usage_calls": "u.calls_unknown_usage",
+        **{name: f"u.calls_{name}" for name in _PEAK_NAMES},
+    }
+)
+
 _CANDIDATE_RUNS = f"""
 candidates AS (
     SELECT u.run_id FROM probe u JOIN run_totals t ON t.run_id = u.run_id

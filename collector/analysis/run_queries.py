@@ -6,7 +6,7 @@ searched run table, its full export, and one run's detail (calls and budget even
 from __future__ import annotations
 
 from budgetlens.analysis.queries import FILTERED
-from budgetlens.store.schema import RUN_COLUMNS
+from budgetlens.store.schema import RUN_COLUMNS, run_key_of
 
 #: Columns of the run table (``budgetlens runs`` and the Runs page), in order.
 RUN_TABLE_COLUMNS = (
@@ -68,9 +68,19 @@ RUNS_EXPORT = RUNS_TABLE.replace(
 
 RUN_DETAIL_RUN = "SELECT * FROM runs WHERE run_id = $run_id"
 
+
+#: The rows of ``$run_id`` in a table with ``run_key``: its integer key first (a scan of one integer
+#: column instead of every row's run id: issue 25), then the run id itself (a key two run ids
+#: share); a row stored without a key is still found.
+def _of_run(alias: str) -> str:
+    return (
+        f"({alias}.run_key = {run_key_of('$run_id')} OR {alias}.run_key IS NULL) AND {alias}.run_id = $run_id"
+    )
+
+
 #: One run's calls with the cumulative used tokens: the guard's ``used_tokens`` when recorded,
 #: else the running sum of the calls' totals (an unknown call counts its reservation).
-RUN_DETAIL_CALLS = """
+RUN_DETAIL_CALLS = f"""
 SELECT
     c.turn,
     c.start_utc,
@@ -88,32 +98,33 @@ SELECT
     c.cost_usd
 FROM model_calls c
 LEFT JOIN runs r ON r.run_id = c.run_id
-WHERE c.run_id = $run_id
+WHERE {_of_run("c")}
 ORDER BY c.start_utc, c.turn, c.span_id
 """
 
-RUN_DETAIL_EVENTS = """
+RUN_DETAIL_EVENTS = f"""
 SELECT ts_utc, name, reason, from_model, to_model, tool_name, used_tokens, percent
-FROM budget_events
-WHERE run_id = $run_id
+FROM budget_events e
+WHERE {_of_run("e")}
 ORDER BY ts_utc, event_id
 """
 
 #: The tree of runs below ``$run_id`` (issue 21: ``RunBudget.child`` runs name their parent in
 #: ``parent_run_id``): the run itself at depth 0, then its children, theirs..., each with its
-#: parent, in depth-first order of start. A cycle (a corrupt link) ends at depth 32.
-RUN_TREE = """
-WITH RECURSIVE tree(run_id, parent_run_id, depth, path) AS (
-    SELECT run_id, parent_run_id, 0, [coalesce(CAST(start_utc AS VARCHAR), ''), run_id]
+#: parent, in depth-first order of start. A cycle (a corrupt link) ends at depth 32. The rows carry
+#: their columns down the recursion (issue 25: no join of the tree with every run's id at the end).
+_TREE_COLUMNS = (
+    "run_id, parent_run_id, task_type, start_utc, stop_reason, turns, total_tokens, cost_usd, tool_cost_usd"
+)
+RUN_TREE = f"""
+WITH RECURSIVE tree(depth, {_TREE_COLUMNS}, path) AS (
+    SELECT 0, {_TREE_COLUMNS}, [coalesce(CAST(start_utc AS VARCHAR), ''), run_id]
     FROM runs WHERE run_id = $run_id
     UNION ALL
-    SELECT r.run_id, r.parent_run_id, t.depth + 1,
+    SELECT t.depth + 1, {", ".join("r." + c for c in _TREE_COLUMNS.split(", "))},
            list_concat(t.path, [coalesce(CAST(r.start_utc AS VARCHAR), ''), r.run_id])
-    FROM runs r JOIN tree t ON r.parent_run_id = t.run_id
+    FROM (SELECT * FROM runs WHERE parent_run_id IS NOT NULL) r JOIN tree t ON r.parent_run_id = t.run_id
     WHERE t.depth < 32
 )
-SELECT t.depth, r.run_id, r.parent_run_id, r.task_type, r.start_utc, r.stop_reason, r.turns,
-       r.total_tokens, r.cost_usd, r.tool_cost_usd
-FROM tree t JOIN runs r ON r.run_id = t.run_id
-ORDER BY t.path
+SELECT depth, {_TREE_COLUMNS} FROM tree ORDER BY path
 """

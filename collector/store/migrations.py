@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from budgetlens.attribution import ATTRIBUTION_COLUMNS
 from budgetlens.store import rollups
-from budgetlens.store.schema import RUN_KEY
+from budgetlens.store.run_totals import FILL_RUN_PEAKS
+from budgetlens.store.schema import RUN_KEY, RUN_PEAK_COLUMNS
 
 #: (name, type and constraints) of a column, as a CREATE TABLE writes it.
 _Column = tuple[str, str]
@@ -210,6 +211,15 @@ UPDATE model_calls SET run_key = {RUN_KEY};
 ALTER TABLE budget_events ADD COLUMN run_key UBIGINT;
 UPDATE budget_events SET run_key = {RUN_KEY}"""
 
+# issue 25: the run's call peaks on runs (schema.RUN_PEAK_COLUMNS: run_totals' aggregates that
+# bound a what-if replay's running sums), so the what-if finds its candidates without joining
+# run_totals; back-filled from run_totals.
+_PEAK_TYPES = {"calls_end_utc": "TIMESTAMP", "calls_cost_usd": "DOUBLE"}
+_V11_RUN_PEAKS = ";\n".join(
+    [f"ALTER TABLE runs ADD COLUMN {c} {_PEAK_TYPES.get(c, 'BIGINT')}" for c in RUN_PEAK_COLUMNS]
+    + [FILL_RUN_PEAKS]
+)
+
 #: Ordered migrations: (version, SQL script). Append only; never edit an applied one.
 MIGRATIONS: tuple[tuple[int, str], ...] = (
     (1, _V1),
@@ -222,6 +232,7 @@ MIGRATIONS: tuple[tuple[int, str], ...] = (
     (8, _V8_RUN_MODEL_ROLLUP),  # issue 25: per run x model rollup with a latency sketch
     (9, _V9_CONTENT_DIGEST),  # issue 23: a conflicting resend is reported, not lost to the key
     (10, _V10_RUN_KEY),  # issue 25: integer run key on calls and events
+    (11, _V11_RUN_PEAKS),  # issue 25: a run's call peaks on runs (the what-if's candidate test)
 )
 
 SCHEMA_VERSION = MIGRATIONS[-1][0]

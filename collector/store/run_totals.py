@@ -16,7 +16,13 @@ Column names in these fragments come from the schema constants, never from reque
 from __future__ import annotations
 
 from budgetlens.attribution import ATTRIBUTION_COLUMNS
-from budgetlens.store.schema import CALL_SUMS, EVENT_COUNTS, RUN_RECORD_COLUMNS, TOKEN_COLUMNS
+from budgetlens.store.schema import (
+    CALL_SUMS,
+    EVENT_COUNTS,
+    RUN_PEAK_COLUMNS,
+    RUN_RECORD_COLUMNS,
+    TOKEN_COLUMNS,
+)
 
 #: Fields of the ``run_totals.record`` STRUCT (the record's ``quality`` is kept as ``r_quality``).
 #: The attribution columns are kept beside it as ``r_*`` (the STRUCT's fields are those of
@@ -131,6 +137,17 @@ def merged_totals_sets(old: str, new: str) -> list[str]:
     return sets
 
 
+#: The run's call peaks (``schema.RUN_PEAK_COLUMNS``), as its ``run_totals`` row has them.
+_RUN_PEAKS = ",\n    ".join(f"{total} AS {peak}" for peak, total in RUN_PEAK_COLUMNS.items())
+
+#: Set every run's call peaks from its ``run_totals`` row (schema version 11's back-fill; a bulk
+#: load that writes ``runs`` itself, as ``benchmarks.queries``).
+FILL_RUN_PEAKS = (
+    "UPDATE runs SET "
+    + ", ".join(f"{peak} = t.{total}" for peak, total in RUN_PEAK_COLUMNS.items())
+    + " FROM run_totals t WHERE t.run_id = runs.run_id"
+)
+
 _RUNS_FROM_TOTALS = """
 WITH t AS (SELECT * EXCLUDE (record), record.* FROM {totals})
 SELECT
@@ -178,7 +195,8 @@ SELECT
     nullif(array_to_string(flags, ','), '') AS quality,
     {attribution},
     coalesce(e_tool_cost_usd, 0.0) AS tool_cost_usd,
-    r_parent_run_id AS parent_run_id
+    r_parent_run_id AS parent_run_id,
+    {peaks}
 FROM (
     SELECT *, list_sort(list_distinct(flatten(list_transform(
         list_concat(coalesce(c_quality, []), [r_quality]), lambda x: coalesce(string_split(x, ','), []))))) AS flags
@@ -189,4 +207,4 @@ FROM (
 
 def runs_from(totals: str) -> str:
     """SELECT of the ``runs`` row of each ``run_totals`` row of the relation ``totals``."""
-    return _RUNS_FROM_TOTALS.format(totals=totals, attribution=_RUN_ATTRIBUTION)
+    return _RUNS_FROM_TOTALS.format(totals=totals, attribution=_RUN_ATTRIBUTION, peaks=_RUN_PEAKS)

@@ -36,6 +36,12 @@ naive ``TIMESTAMP`` values in UTC):
   process, no lookup when a row is written), filled by every insert and back-filled by schema
   version 10. The what-if reads the calls of the runs it walks by it; a key two run ids share is
   caught there (a walked run's rows then outnumber its counts) and read by run id instead.
+- The run's call peaks on ``runs`` (issue 25, ``RUN_PEAK_COLUMNS``): the ``run_totals`` aggregates
+  of its calls and tool-call events that bound every running sum of a what-if replay (the end of
+  its last call, its calls' cost and token sums and unknown-usage count, its
+  ``budgetlens.tool_call`` events; NULL when none), so the what-if finds the runs a budget may stop from ``runs`` alone, without joining
+  ``run_totals``. Written with the rest of the row (``budgetlens.store.run_totals.runs_from``);
+  schema version 11 adds and back-fills them. Not part of ``RUN_COLUMNS`` (the exported run).
 - ``schema_migrations``: the versions applied, in order (the migrations: ``budgetlens.store.migrations``).
 """
 
@@ -180,6 +186,17 @@ RUN_COLUMNS: tuple[str, ...] = (
     "tool_cost_usd",  # issue 21: the run's paid tool fees (USD), apart from cost_usd (model cost)
     "parent_run_id",  # issue 21: the parent run of a child run (NULL: a top-level run)
 )
+
+#: The call peaks of a run on ``runs`` (module docstring), each from its ``run_totals`` column.
+RUN_PEAK_COLUMNS: dict[str, str] = {
+    "calls_end_utc": "c_end_utc",
+    "calls_cost_usd": "c_cost_usd",
+    "calls_total_tokens": "c_total_tokens",
+    "calls_input_tokens": "c_input_tokens",
+    "calls_output_tokens": "c_output_tokens",
+    "calls_unknown_usage": "c_unknown_usage_calls",
+    "tool_events": "e_tool_calls",
+}
 
 #: Columns of ``run_totals`` (see the module docstring); ``record`` holds a run_records row.
 RUN_TOTALS_COLUMNS: tuple[str, ...] = (
