@@ -20,7 +20,7 @@ from pathlib import Path
 import streamlit as st
 
 from budgetlens.dashboard import data, served, url_params
-from budgetlens.dashboard.formatting import safe_text
+from budgetlens.dashboard.formatting import safe_text, visible_text
 from budgetlens.dashboard.zones import local_midnight_utc, to_local, zone_names, zones
 
 HERE = Path(__file__).resolve().parent
@@ -279,9 +279,18 @@ def sidebar_filters():
         elif isinstance(days, (int, float)):
             windowed = window_filters(days, now_utc=served.window_now())
             start_utc, end_utc = windowed.start_utc, windowed.end_utc
+        # The options are stored strings: Streamlit shows an option (in the list and as a chip)
+        # as plain text, so no markdown to escape; control characters and bidi overrides are
+        # shown escaped (``visible_text``, as in the tables), never acting on what follows.
         picked = {
             option: tuple(
-                st.multiselect(label, options[option], key=key, placeholder=f"All {label.lower()}s")
+                st.multiselect(
+                    label,
+                    options[option],
+                    key=key,
+                    placeholder=f"All {label.lower()}s",
+                    format_func=visible_text,
+                )
             )
             for _, key, option, label in _CHOICES
         }

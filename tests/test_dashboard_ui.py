@@ -60,3 +60,26 @@ def test_no_change_is_shown_against_a_previous_window_the_data_covers_in_part():
     f = Filters(start_utc=start, end_utc=end)
     assert _ui.previous_window(f, first_utc=dt.datetime(2026, 11, 10)) is None  # 4 of 14 days
     assert _ui.previous_window(f, first_utc=dt.datetime(2026, 10, 31)) is not None
+
+
+def test_a_figure_is_built_once_for_the_same_data_and_again_for_new_data():
+    import pandas as pd
+
+    from budgetlens.dashboard import charts
+
+    built = []
+
+    def rates(per_task):
+        built.append(len(per_task))
+        return charts.rate_by_task(per_task)
+
+    rows = {"task_type": ["research"], "hit_rate": [0.25], "intervention_rate": [0.3]}
+    _ui._built.clear()
+    try:
+        first = _ui.figure(rates, pd.DataFrame(rows))
+        again = _ui.figure(rates, pd.DataFrame(rows))  # equal data read again: the built figure
+        assert again is first and built == [1]
+        changed = _ui.figure(rates, pd.DataFrame({**rows, "hit_rate": [0.5]}))
+        assert changed is not first and built == [1, 1]
+    finally:
+        _ui._built.clear()

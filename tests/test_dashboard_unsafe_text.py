@@ -86,3 +86,17 @@ def test_no_page_shows_a_bidi_override_raw(planted_store, monkeypatch, page, par
     texts = _everything(at)
     assert any("u202egnp" in t for t in texts), texts  # the task type is shown, escaped
     assert not [t for t in texts if "\u202e" in t or "\u202c" in t]
+
+
+@pytest.mark.system
+def test_the_sidebar_filters_show_a_stored_bidi_override_escaped_and_still_filter_by_it(
+    planted_store, monkeypatch
+):
+    at = _app(planted_store, monkeypatch, "overview", task_type=PLANTED)
+    assert not at.exception, [e.value for e in at.exception]
+    task_types = at.multiselect(key="app_task_types")
+    assert task_types.options == ["code\\u202egnp.exe\\u202c"]  # the option label, escaped
+    assert task_types.value == [PLANTED]  # the filter keeps the stored value itself
+    assert at.session_state["app_filters"].task_types == (PLANTED,)
+    labels = [option for widget in at.multiselect for option in widget.options]
+    assert not [label for label in labels if UNSAFE.search(label)], labels

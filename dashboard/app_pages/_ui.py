@@ -7,9 +7,11 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import zoneinfo
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import pandas as pd
+import plotly.graph_objects as go
 import streamlit as st
 
 from budgetlens.analysis import preset_export
@@ -179,6 +181,25 @@ def change_text(current: float | None, previous: float | None) -> str | None:
 def chart(fig, key: str) -> None:
     """Render a Plotly figure full-width."""
     st.plotly_chart(fig, key=key, config=PLOTLY_CONFIG)
+
+
+#: Figures kept built (the most recently used ones), for at most the data cache's lifetime.
+FIGURE_ENTRIES = 256
+
+
+@st.cache_resource(max_entries=FIGURE_ENTRIES, ttl=data.CACHE_TTL_S, show_spinner=False)
+def _built(name: str, args: tuple, kwargs: tuple, _builder: Callable[..., go.Figure]) -> go.Figure:
+    return _builder(*args, **dict(kwargs))
+
+
+def figure(builder: Callable[..., go.Figure], *args: Any, **kwargs: Any) -> go.Figure:
+    """``builder(*args, **kwargs)`` (a ``budgetlens.dashboard.charts`` builder: pure, so its
+    figure follows from its arguments), built once per distinct arguments and shared by every
+    session and rerun (issue 24): building a Plotly figure (layout, template, validation) costs
+    more than the cached reads behind it. ``st.plotly_chart`` only reads the figure; nothing may
+    change it after."""
+    name = f"{builder.__module__}.{builder.__qualname__}"
+    return _built(name, args, tuple(sorted(kwargs.items())), builder)
 
 
 def alarm_banner(per_task: pd.DataFrame, threshold: float = HIT_RATE_ALARM) -> None:

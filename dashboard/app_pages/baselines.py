@@ -71,7 +71,8 @@ def render() -> None:
         for index, (_, row) in enumerate(per_task.sort_values("task_type").iterrows()):
             task = row["task_type"]
             limit = limit_by_task.get(task)
-            fig = charts.token_distribution(
+            fig = _ui.figure(
+                charts.token_distribution,
                 distribution,
                 task,
                 p50=row["p50_total_tokens"],

@@ -102,15 +102,19 @@ def render() -> None:
         left, right = st.columns(2)
         with left:
             _ui.chart(
-                charts.cost_stacked(by_model, period=period, by="model", colors=_ui.model_colors()),
+                _ui.figure(
+                    charts.cost_stacked, by_model, period=period, by="model", colors=_ui.model_colors()
+                ),
                 "cost_by_model",
             )
         with right:
             _ui.chart(
-                charts.cost_stacked(by_task, period=period, by="task_type", colors=_ui.task_colors()),
+                _ui.figure(
+                    charts.cost_stacked, by_task, period=period, by="task_type", colors=_ui.task_colors()
+                ),
                 "cost_by_task",
             )
-        _ui.chart(charts.cost_per_run(per_run, colors=_ui.task_colors()), "cost_per_run")
+        _ui.chart(_ui.figure(charts.cost_per_run, per_run, colors=_ui.task_colors()), "cost_per_run")
         _who_spent_it(f)
         st.subheader("Most expensive runs")
         _tables.table(
@@ -146,7 +150,7 @@ def _who_spent_it(f) -> None:
     spenders = data.spend_by(f, by=by)
     left, right = st.columns([3, 2])
     with left:
-        _ui.chart(charts.spend_by(spenders, by=by), "cost_who_spent")
+        _ui.chart(_ui.figure(charts.spend_by, spenders, by=by), "cost_who_spent")
     with right:
         _tables.table(spenders, first=(by, "cost_usd", "cost_share", "runs"), key="cost_who_table")
     st.caption(

@@ -68,7 +68,9 @@ def render() -> None:
         colors = _ui.task_colors()
         buckets = daily["day"].nunique() if not daily.empty else 0
         if buckets > 1:
-            _ui.chart(charts.hit_rate_daily(daily, colors=colors, period=bucket), "hit_rate_daily")
+            _ui.chart(
+                _ui.figure(charts.hit_rate_daily, daily, colors=colors, period=bucket), "hit_rate_daily"
+            )
         else:
             st.caption(
                 f"All runs of this window fall in one {bucket}: no line to draw; the hit rate per "
@@ -76,12 +78,14 @@ def render() -> None:
             )
         left, right = st.columns(2)
         with left:
-            _ui.chart(charts.stop_reasons(data.stop_reasons(f)), "hit_rate_reasons")
+            _ui.chart(_ui.figure(charts.stop_reasons, data.stop_reasons(f)), "hit_rate_reasons")
         with right:
-            _ui.chart(charts.rate_by_task(ov.per_task), "hit_rate_by_task")
+            _ui.chart(_ui.figure(charts.rate_by_task, ov.per_task), "hit_rate_by_task")
         if buckets > 1:
             _ui.chart(
-                charts.hit_rate_daily(daily, rate="intervention_rate", colors=colors, period=bucket),
+                _ui.figure(
+                    charts.hit_rate_daily, daily, rate="intervention_rate", colors=colors, period=bucket
+                ),
                 "hit_rate_interventions",
             )
         if bucket == "hour":

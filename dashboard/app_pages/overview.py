@@ -145,15 +145,20 @@ def render() -> None:
         cost_daily = data.cost_by_period(f, period=period, by="task_type")
         left, right = st.columns(2)
         with left:
-            _ui.chart(charts.rate_by_task(ov.per_task), "overview_rates")
+            _ui.chart(_ui.figure(charts.rate_by_task, ov.per_task), "overview_rates")
         with right:
             _ui.chart(
-                charts.cost_stacked(cost_daily, period=period, by="task_type", colors=_ui.task_colors()),
+                _ui.figure(
+                    charts.cost_stacked, cost_daily, period=period, by="task_type", colors=_ui.task_colors()
+                ),
                 "overview_cost",
             )
         _ui.chart(
-            charts.runs_per_day(
-                daily, colors=_ui.task_colors(), period="day" if period == "hour" else period
+            _ui.figure(
+                charts.runs_per_day,
+                daily,
+                colors=_ui.task_colors(),
+                period="day" if period == "hour" else period,
             ),
             "overview_runs_per_day",
         )

@@ -58,9 +58,11 @@ def render() -> None:
     end = f.end_utc or last
     window_days = max(1, round((end - start).total_seconds() / 86400)) if start and end else None
 
-    document = presets_export.build_document(recommended, multiplier, window_days, baselines)
-    _downloads(document)
+    downloads_slot = st.container()  # filled after the table: its numbers come first
     _recommended_table(recommended)
+    document = presets_export.build_document(recommended, multiplier, window_days, baselines)
+    with downloads_slot:
+        _downloads(document)
     with drift_slot:
         _evidence.drift_flag(data.drift(f))
     _changes(changes)
@@ -97,7 +99,7 @@ def _changes(changes: pd.DataFrame) -> None:
     """Per limit key: the current limit against the recommendation (chart and table)."""
     st.subheader("Change against the limits in force (the latest)")
     key = st.selectbox("Limit", LIMIT_KEYS, key="presets_key")
-    _ui.chart(charts.preset_comparison(changes, key), "presets_comparison")
+    _ui.chart(_ui.figure(charts.preset_comparison, changes, key), "presets_comparison")
     shown = changes[changes["key"] == key].copy()
     shown["change"] = [
         charts.format_change(change, current=current, recommended=recommended)

@@ -109,7 +109,7 @@ def render() -> None:
     document = whatif.plan_document(plan, f, first, last)
     _ui.preset_downloads(document, "Download this preset", "whatif")
 
-    _ui.chart(charts.tradeoff_curve(plan.curve, target, chosen), "whatif_curve")
+    _ui.chart(_ui.figure(charts.tradeoff_curve, plan.curve, target, chosen), "whatif_curve")
 
     st.subheader("What that preset would have done")
     _tables.table(

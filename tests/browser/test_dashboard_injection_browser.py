@@ -1,8 +1,9 @@
 """Hostile strings in a real store and a crafted URL, in headless Chromium: markdown images and
 links, raw HTML and bare URLs planted in every stored field that reaches a page (task type,
-model, service, run id, tool name, stop reason) and in ``?run=`` / ``?task_type=`` make no page
-request another host (a local "attacker" HTTP server counts every hit) and render no link or
-image to it."""
+model, service, team, user, tag, run id, tool name, stop reason) and in ``?run=`` /
+``?task_type=`` make no page request another host (a local "attacker" HTTP server counts every
+hit) and render no link or image to it; the sidebar's filters list them (options and chips) as
+the text they are."""
 
 from __future__ import annotations
 
@@ -18,6 +19,8 @@ import pytest
 from browser.live_writer import run_rows
 from browser.test_dashboard_browser import PAGES, browser, dashboard  # noqa: F401 (fixture)
 from browser.test_dashboard_views_browser import _settled
+from budgetlens.attribution import tags_json
+from budgetlens.dashboard.formatting import visible_text
 from budgetlens.store import write_batch, write_connection
 
 pytestmark = [pytest.mark.system, pytest.mark.browser]
@@ -74,6 +77,8 @@ def _hostile_batches(host: str):
             )
             for row in (*calls, *records):
                 row["service_name"] = text
+            for record in records:
+                record.update(team=text, user_id=text, tags=tags_json({"k": text}))
             for event in events:
                 event["tool_name"] = text
                 event["reason"] = text
@@ -134,3 +139,69 @@ def test_no_planted_payload_makes_a_page_fetch_or_link_another_host(browser, hos
     _settled(browser, chart=False)
     body = browser.find_element("tag name", "body").text.replace("\u2060", "")
     assert f"[Your session expired: sign in again](http://{host}/phish)" in body
+
+
+#: The sidebar's filters that list stored strings (widget key -> URL parameter).
+SIDEBAR_FILTERS = {
+    "app_task_types": "task_type",
+    "app_models": "model",
+    "app_services": "service",
+    "app_teams": "team",
+    "app_users": "user",
+    "app_tags": "tag",
+}
+
+
+def _sidebar_labels(driver, key: str, *, open_list: bool) -> str:
+    """The text the sidebar filter ``key`` shows: its chips, and with ``open_list`` its option
+    list (opened with a click, closed with Escape)."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    wait = WebDriverWait(driver, 30)
+    widget = driver.find_element(By.CSS_SELECTOR, f"[data-testid='stSidebar'] .st-key-{key}")
+    field = wait.until(lambda d: widget.find_elements(By.TAG_NAME, "input"))[0]  # its code loaded
+    text = widget.text
+    if open_list:
+        dropdown = "[data-testid='stMultiSelectDropdown']"
+        field.click()
+        text += "\n" + wait.until(
+            lambda d: "\n".join(found.text for found in d.find_elements(By.CSS_SELECTOR, dropdown)).strip()
+        )
+        driver.switch_to.active_element.send_keys(Keys.ESCAPE)
+        wait.until(lambda d: not d.find_elements(By.CSS_SELECTOR, dropdown))
+    return text.replace("\u2060", "")
+
+
+def test_the_sidebar_filters_list_planted_values_as_text_and_fetch_nothing(
+    browser,  # noqa: F811
+    hostile_dashboard,
+    attacker,
+):
+    host, hits = attacker
+    texts = payloads(host)
+    # the lists: nothing picked, each filter opened in turn
+    browser.get(hostile_dashboard + "/")
+    _settled(browser, chart=False)
+    listed = {key: _sidebar_labels(browser, key, open_list=True) for key in SIDEBAR_FILTERS}
+    found = _links_and_images_to(browser, host)
+    # the chips: every planted value picked through the URL
+    query = urllib.parse.urlencode(
+        [
+            (param, f"k={text}" if param == "tag" else text)
+            for param in SIDEBAR_FILTERS.values()
+            for text in texts
+        ]
+    )
+    browser.get(f"{hostile_dashboard}/?{query}")
+    _settled(browser, chart=False)
+    chips = {key: _sidebar_labels(browser, key, open_list=False) for key in SIDEBAR_FILTERS}
+    found += _links_and_images_to(browser, host)
+    time.sleep(1.0)
+    assert hits == [], hits
+    assert found == []
+    for key, shown in (*listed.items(), *chips.items()):
+        for text in texts[:6]:  # one line each (the seventh has a newline: shown escaped)
+            assert visible_text(text) in shown, (key, text, shown)
+        assert visible_text(texts[6]) in shown.replace("\n", ""), (key, shown)
