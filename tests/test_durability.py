@@ -2,6 +2,8 @@
 
 An acknowledged span is in the collector's journal; DuckDB has it once the loader ran, at the
 latest after the next start (which replays the journal), so the check restarts the collector.
+The collector listens first and replays in its loader thread (it serves while it replays), so
+the check waits for the backlog to reach 0 without any SIGTERM: the replay alone loads it.
 """
 
 from __future__ import annotations
@@ -41,6 +43,14 @@ def _backlog(url: str) -> int:
     return requests.get(f"{url}/healthz", timeout=5).json()["backlog_spans"]
 
 
+def _wait_for_empty_backlog(url: str, timeout_s: float) -> int:
+    """Poll /healthz until the backlog is 0 or ``timeout_s`` passed; the last backlog seen."""
+    deadline = time.monotonic() + timeout_s
+    while (backlog := _backlog(url)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return backlog
+
+
 def test_kill_9_loses_no_acknowledged_span(tmp_path, python):
     db_path = tmp_path / "store.duckdb"
     acknowledged: list[str] = []
@@ -65,7 +75,7 @@ def test_kill_9_loses_no_acknowledged_span(tmp_path, python):
             sender.join(60)
         assert len(acknowledged) >= before + 500
     with collector_process(python, db_path) as (process, url):  # the start replays the journal
-        assert _backlog(url) == 0
+        assert _wait_for_empty_backlog(url, 60) == 0
         process.send_signal(signal.SIGTERM)
         process.wait(30)
     with read_connection(db_path) as conn:

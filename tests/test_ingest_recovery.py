@@ -97,6 +97,24 @@ def test_a_replay_that_fails_at_start_is_retried_and_nothing_acknowledged_is_los
     assert _stored_runs(db_path) == {"run-1": 4, "run-2": 4, "run-3": 4, "run-new": 1}
 
 
+def test_a_background_replay_loads_at_once_not_a_load_interval_later(db_path):
+    """Issue 23: the batches replayed at start are due at once; a new batch waits its interval."""
+    journal = Journal(journal_dir(db_path))
+    for run in ("run-1", "run-2"):
+        journal.append(encode_batch(*_calls(run, 3).tables()))
+    journal.sync()
+    journal.close()
+    queue = IngestQueue(db_path, load_interval_s=3600).start(replay_in_background=True)
+    try:
+        _wait_loaded(queue)  # well before the hour-long load interval
+        queue.submit(_calls("run-new", 1)).result(10)
+        time.sleep(0.5)
+        assert queue.depth == 1  # a new batch still waits for its group (or for the drain)
+    finally:
+        queue.close()
+    assert _stored_runs(db_path) == {"run-1": 3, "run-2": 3, "run-new": 1}
+
+
 def test_a_row_the_store_refuses_is_dead_lettered_and_the_rest_loads(db_path):
     bad = _calls("run-bad", 5)
     bad.call_rows[2]["turn"] = 3_000_000_000  # bypass the mapping's range check: INTEGER overflows in DuckDB

@@ -1,9 +1,7 @@
 """The collector's loader: journaled batches → DuckDB in groups, and replay at start.
 
-``Backlog`` is what intake (``budgetlens.ingest.queue.IngestQueue``) and the loader share: the
-journaled batches not yet loaded, their rows and journal bytes, the store's last error, all
-guarded by one ``threading.Condition``. ``Loader`` holds the backlog, the open journal and the
-metrics as fields and runs the loader thread.
+``Loader`` holds the ``budgetlens.ingest.backlog.Backlog`` (what intake and the loader share),
+the open journal and the metrics as fields and runs the loader thread.
 
 Journaled batches move into DuckDB in groups (every ``load_interval_s`` seconds or
 ``max_group_spans`` rows, whichever comes first), each one ``write_batch`` on a file store's
@@ -23,9 +21,11 @@ it), the collector keeps acknowledging until the journal backlog reaches its dis
 ``_RETRY_MAX_S`` seconds); ``Backlog.store_error`` says why meanwhile, and the backlog's rows,
 bytes and age stay true (a group being retried still counts).
 
-On start every journaled batch not yet marked loaded is replayed into DuckDB first (replaying
-one already loaded is harmless: primary keys and upserts make it a no-op). The loader thread
-runs ``LOADER_NICENESS`` nice steps below the request path.
+On start every journaled batch not yet marked loaded is queued before any new one and loaded
+at once, not a load interval later (replaying one already loaded is harmless: primary keys and
+upserts make it a no-op). The loader thread runs ``LOADER_NICENESS`` nice steps below the
+request path. ``warm_up`` imports before the threads start what the first commit would
+otherwise import in the loader thread (pandas, about 1 s of work that holds the GIL).
 """
 
 from __future__ import annotations
@@ -34,16 +34,15 @@ import logging
 import os
 import threading
 import time
-from collections import deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 
 import duckdb
 import pyarrow as pa
 
 from budgetlens.config import is_lake_location
+from budgetlens.ingest.backlog import Backlog, Pending
 from budgetlens.ingest.dead_letter import DEAD_LETTER_FILE, is_data_error, load_around_bad_rows
 from budgetlens.ingest.fold import Folder
 from budgetlens.ingest.journal import Batch, Journal
@@ -59,94 +58,11 @@ _RETRY_MIN_S, _RETRY_MAX_S = 0.5, 5.0
 LOADER_WRITE_TIMEOUT_S = 2.0
 #: How much lower than the request path's the loader thread's CPU priority is (nice steps).
 LOADER_NICENESS = 10
+#: Resends with other content (``budgetlens.store.resends``) logged one per line per commit.
+_LOGGED_RESENDS = 20
 
 #: ``commit(calls, records, events)`` with pyarrow tables; replaces the store write (tests).
 CommitFn = Callable[[pa.Table, pa.Table, pa.Table], None]
-
-
-@dataclass
-class Pending:
-    """One journaled batch waiting for the loader.
-
-    ``rows``: store rows in it; ``nbytes``: its record's size in the journal (bytes);
-    ``journaled_at``: ``time.monotonic()`` when it became durable; ``batch``: the rows, or None
-    when dropped from memory (read back from the journal by ``seq``).
-    """
-
-    seq: int
-    rows: int
-    nbytes: int
-    journaled_at: float
-    batch: Batch | None
-
-
-class Backlog:
-    """Rows acknowledged (or being journaled) and not yet loaded, shared by intake and loader.
-
-    Every field is guarded by ``cond``. ``waiting``: journaled batches in sequence order;
-    ``loading``: the group the loader is committing (or retrying); ``rows``: rows accepted and
-    not yet loaded, including those still being journaled; ``bytes``: journal bytes of
-    ``waiting`` + ``loading``; ``memory_rows``: at most this many waiting rows are held in
-    memory (the rest are read back from the journal); ``store_error``: why the last load
-    failed, or None; ``closing``: intake has stopped.
-    """
-
-    def __init__(self, memory_rows: int):
-        self.cond = threading.Condition()
-        self.waiting: deque[Pending] = deque()
-        self.loading: list[Pending] = []
-        self.rows = 0
-        self.bytes = 0
-        self.memory_rows = memory_rows
-        self.held_rows = 0
-        self.store_error: BaseException | None = None
-        self.closing = False
-
-    def add(self, pending: Pending) -> None:
-        """Queue a journaled batch for the loader; drop its rows from memory when
-        ``memory_rows`` are already held. Caller holds ``cond``."""
-        if pending.batch is not None and self.waiting and self.held_rows + pending.rows > self.memory_rows:
-            pending.batch = None
-        if pending.batch is not None:
-            self.held_rows += pending.rows
-        self.waiting.append(pending)
-        self.bytes += pending.nbytes
-
-    def take(self, max_rows: int) -> list[Pending]:
-        """Move waiting batches up to ``max_rows`` rows (at least one) to ``loading``. Caller
-        holds ``cond``."""
-        size = 0
-        while self.waiting and (not self.loading or size + self.waiting[0].rows <= max_rows):
-            pending = self.waiting.popleft()
-            if pending.batch is not None:
-                self.held_rows -= pending.rows
-            self.loading.append(pending)
-            size += pending.rows
-        return list(self.loading)
-
-    def put_back(self) -> None:
-        """A load failed: its group goes back to the front of ``waiting``. Caller holds ``cond``."""
-        for pending in reversed(self.loading):
-            if pending.batch is not None:
-                self.held_rows += pending.rows
-            self.waiting.appendleft(pending)
-        self.loading = []
-
-    def done(self) -> None:
-        """The group in ``loading`` is committed. Caller holds ``cond``."""
-        self.rows -= sum(pending.rows for pending in self.loading)
-        self.bytes -= sum(pending.nbytes for pending in self.loading)
-        self.loading = []
-
-    def oldest(self) -> float | None:
-        """``journaled_at`` of the oldest batch not yet loaded, or None. Caller holds ``cond``."""
-        if self.loading:
-            return self.loading[0].journaled_at
-        return self.waiting[0].journaled_at if self.waiting else None
-
-    def waiting_rows(self) -> int:
-        """Rows in ``waiting``. Caller holds ``cond``."""
-        return sum(pending.rows for pending in self.waiting)
 
 
 class Loader:
@@ -187,6 +103,8 @@ class Loader:
         self.folder = Folder(db_path, self._observe) if commit is None and is_lake_location(db_path) else None
         #: ``time.monotonic()`` past which a shutdown stops loading (set by ``IngestQueue.close``)
         self.drain_deadline: float | None = None
+        #: the last sequence number replayed at start: batches up to it are due at once
+        self.replay_through = 0
         self.thread = threading.Thread(target=self.run, name="budgetlens-loader", daemon=True)
 
     # --- replay at start ----------------------------------------------------------------
@@ -198,6 +116,7 @@ class Loader:
             for batch in self.journal.unloaded():
                 backlog.add(Pending(batch.seq, batch.spans, self.journal.record_bytes(batch.seq), now, batch))
                 backlog.rows += batch.spans
+                self.replay_through = batch.seq
             replayed = len(backlog.waiting)
         if replayed:
             log.info("replaying %d journaled batches (%d rows) into %s", replayed, backlog.rows, self.db_path)
@@ -282,6 +201,7 @@ class Loader:
                     return False
                 if backlog.waiting and (
                     backlog.closing
+                    or backlog.waiting[0].seq <= self.replay_through  # replayed: due at once
                     or backlog.store_error is not None
                     or backlog.waiting_rows() >= self.max_group_spans
                     or time.monotonic() - backlog.waiting[0].journaled_at >= self.load_interval_s
@@ -401,13 +321,39 @@ class Loader:
             self.metrics.observe_write(
                 result.new_calls, result.new_events, result.new_records, result.runs_rows
             )
+            if result.resent is not None:
+                self._report_resent(result.resent)
         except Exception:
             log.exception("counting the metrics of a committed group failed (the rows are stored)")
+
+    def _report_resent(self, resent: pa.Table) -> None:
+        """Count and log the spans re-sent with other content than the stored ones (issue 23,
+        ``budgetlens.store.resends``): ids only, never a value; at most ``_LOGGED_RESENDS`` lines
+        per commit."""
+        self.metrics.flagged_spans.labels("span_id_collision").inc(len(resent))
+        rows = resent.slice(0, _LOGGED_RESENDS).to_pylist()
+        for row in rows:
+            log.warning(
+                "span id collision: span %s of trace %s was stored earlier with other content; "
+                "the stored span is kept and its run flagged rejected_span, the resend is not stored",
+                row["span_id"],
+                row["trace_id"],
+            )
+        if len(resent) > len(rows):
+            log.warning("span id collision: and %d more spans in this commit", len(resent) - len(rows))
 
     def _failed(self, error: BaseException) -> None:
         log.error("loading into %s failed (the journal keeps the rows; retrying): %s", self.db_path, error)
         self.metrics.commit_failures.inc()
         self.backlog.store_error = error
+
+
+def warm_up() -> None:
+    """Import what the first commit imports lazily: pandas (pyarrow's compute on a chunked
+    array and DuckDB's parameter binding look for it), about 1 s of work that holds the GIL.
+    Called before the loader thread starts, so that neither the replay at start nor the first
+    requests wait behind it in the loader thread (issue 23)."""
+    import pandas  # noqa: F401
 
 
 def _lower_priority() -> None:

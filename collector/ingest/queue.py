@@ -33,8 +33,9 @@ from concurrent.futures import Future
 from pathlib import Path
 
 from budgetlens.config import ENV_JOURNAL_DIR, apply_collector_settings, is_lake_location, resolve
+from budgetlens.ingest.backlog import Backlog, Pending
 from budgetlens.ingest.journal import Batch, Encoded, Journal, decode_batch, encode_batch
-from budgetlens.ingest.loader import LOADER_WRITE_TIMEOUT_S, Backlog, CommitFn, Loader, Pending
+from budgetlens.ingest.loader import LOADER_WRITE_TIMEOUT_S, CommitFn, Loader, warm_up
 from budgetlens.ingest.metrics import CollectorMetrics
 from budgetlens.otlp.mapping import Mapped
 from budgetlens.store.host import DEFAULT_CHECKPOINT_INTERVAL_S, DEFAULT_CHECKPOINT_WAL_BYTES, StoreHost
@@ -213,6 +214,7 @@ class IngestQueue:
                 host=self.store_host,
             )
             self._started = True
+        warm_up()
         if replay_in_background:
             self._loader.queue_unloaded()
         else:

@@ -329,6 +329,9 @@ class _Mapper:
         if self.collisions:
             out.flagged["span_id_collision"] = out.flagged.get("span_id_collision", 0) + self.collisions
         self.tree.remember()
+        if self.prints:  # the store compares it with a stored row's (budgetlens.store.resends)
+            for row in rows:
+                row["content_digest"] = self.prints.get((row["trace_id"], row["span_id"]))
         if self.prints and self.tree.memory is not None:
             self.tree.memory.remember_prints(self.prints)
         out.prints = self.prints

@@ -12,7 +12,10 @@ span with a model call below it: that fact. With them, ``budgetlens.otlp.mapping
 
 Kept per span also a fingerprint of its content, so a *different* span sent later under the ids
 of one already received (a reused span id) is rejected as a span id collision rather than
-silently dropped by the store's primary key; an exact repeat (an exporter retry) passes.
+silently dropped by the store's primary key; an exact repeat (an exporter retry) passes. The
+fingerprint also goes into the call's row (``model_calls.content_digest``): past this memory
+(forgotten, or received before a restart) the store reports the conflict
+(``budgetlens.store.resends``).
 
 Not covered: calls stored before the ancestor that names their run arrives (they stay in the
 trace's run). Bounded: the oldest entries are forgotten beyond ``max_spans``. Thread-safe.
@@ -33,9 +36,10 @@ Key = tuple[str, str]
 
 def span_digest(serialized: bytes) -> int:
     """A span's content fingerprint: the first 8 bytes of BLAKE2b over its deterministic
-    protobuf serialization, as an int. The same in every process (``hash()`` of bytes is
-    salted per process, so a decode worker's fingerprints would not match the collector's)."""
-    return int.from_bytes(hashlib.blake2b(serialized, digest_size=8).digest(), "big")
+    protobuf serialization, as a signed 64-bit int (it is stored as ``model_calls.content_digest``,
+    a BIGINT). The same in every process (``hash()`` of bytes is salted per process, so a decode
+    worker's fingerprints would not match the collector's)."""
+    return int.from_bytes(hashlib.blake2b(serialized, digest_size=8).digest(), "big", signed=True)
 
 
 class SpanMemory:

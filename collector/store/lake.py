@@ -36,8 +36,9 @@ from typing import TypeVar
 
 import duckdb
 import pyarrow as pa
+import pyarrow.compute as pc
 
-from budgetlens.store import rollups, sql
+from budgetlens.store import resends, rollups, sql
 from budgetlens.store.location import ENV_LAKE_DATA_PATH, LakeLocation
 
 log = logging.getLogger(__name__)
@@ -254,7 +255,9 @@ def retry_on_conflict(
             attempt += 1
 
 
-def write_batch_lake(conn: duckdb.DuckDBPyConnection) -> dict[str, pa.Table | None]:
+def write_batch_lake(
+    conn: duckdb.DuckDBPyConnection, in_batch: pa.Table | None = None
+) -> dict[str, pa.Table | None]:
     """One write transaction on the lake's tables over the registered ``batch_*`` relations
     (a direct writer: an import, ``store copy``, the sample; collectors stage and fold instead,
     ``budgetlens.store.lake_ingest``).
@@ -266,7 +269,7 @@ def write_batch_lake(conn: duckdb.DuckDBPyConnection) -> dict[str, pa.Table | No
     conn.execute("BEGIN TRANSACTION")
     try:
         conn.execute(sql.LAKE_TAKE_FOLD_TOKEN)
-        new = write_registered(conn)
+        new = write_registered(conn, in_batch)
         conn.execute("COMMIT")
     except BaseException:
         rollback(conn)
@@ -274,17 +277,23 @@ def write_batch_lake(conn: duckdb.DuckDBPyConnection) -> dict[str, pa.Table | No
     return new
 
 
-def write_registered(conn: duckdb.DuckDBPyConnection) -> dict[str, pa.Table | None]:
+def write_registered(
+    conn: duckdb.DuckDBPyConnection, in_batch: pa.Table | None = None
+) -> dict[str, pa.Table | None]:
     """Inside the caller's transaction: insert the calls, events and changed run records of the
     registered ``batch_*`` relations that the store does not hold yet, and replace the
     ``run_totals`` and ``runs`` rows of the runs they touch.
 
-    Returns the tables ``new_calls``, ``new_records``, ``new_events`` and ``runs_rows`` (None
-    when nothing changed), typed as the file store's writer returns them. Exact only when no
-    concurrent transaction writes these tables: the caller holds the fold token.
+    A batch call re-sent with another content digest than the stored call, and ``in_batch``
+    (calls the batch held twice with other content, ``resends.later_differing``), flag the stored
+    call and recount its run (``budgetlens.store.resends``). Returns the tables ``new_calls``,
+    ``new_records``, ``new_events``, ``runs_rows`` and ``resent`` (None when nothing changed),
+    typed as the file store's writer returns them. Exact only when no concurrent transaction
+    writes these tables: the caller holds the fold token.
     """
     registered: list[str] = []
     try:
+        resent = resends.find(conn, in_batch)
         new: dict[str, pa.Table | None] = {}
         for name, select, insert, delete in (
             ("new_calls", sql.LAKE_NEW_CALLS, sql.LAKE_INSERT_CALLS, None),
@@ -301,9 +310,16 @@ def write_registered(conn: duckdb.DuckDBPyConnection) -> dict[str, pa.Table | No
                 if delete:
                     conn.execute(delete)
                 conn.execute(insert)
+        marked = resends.mark(conn, resent)
         runs_rows = None
-        if any(len(table) for table in new.values() if table is not None):
+        if len(marked) or any(len(table) for table in new.values() if table is not None):
             touched = typed_like(conn, "run_totals", conn.sql(sql.LAKE_MERGED_TOTALS).to_arrow_table())
+            if len(marked):  # their stored rows changed: recounted, not merged
+                conn.register("recount", marked)
+                registered.append("recount")
+                recounted = typed_like(conn, "run_totals", conn.sql(sql.RECOUNTED_TOTALS).to_arrow_table())
+                keep = pc.invert(pc.is_in(touched["run_id"], value_set=marked["run_id"]))
+                touched = pa.concat_tables([touched.filter(keep), recounted.select(touched.column_names)])
             conn.register("touched", touched)
             registered.append("touched")
             conn.execute(sql.LAKE_DELETE_TOUCHED_TOTALS)
@@ -331,6 +347,7 @@ def write_registered(conn: duckdb.DuckDBPyConnection) -> dict[str, pa.Table | No
         "new_records": new["new_records"],
         "new_events": events.select(["run_id", "name", "tool_cost_usd"]) if events is not None else None,
         "runs_rows": runs_rows,
+        "resent": resent if len(resent) else None,
     }
 
 

@@ -44,7 +44,7 @@ import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from budgetlens.store import lake
+from budgetlens.store import lake, resends
 from budgetlens.store.writer import _TABLES, WriteResult, _as_table, result_of_lake_write
 
 log = logging.getLogger(__name__)
@@ -111,11 +111,17 @@ def ensure_tables(conn: duckdb.DuckDBPyConnection) -> None:
 
 
 def _validated(calls, records, events) -> dict[str, pa.Table]:
-    """The three batches as checked pyarrow tables, by registered name (``writer._as_table``)."""
-    return {
-        name: _as_table(table, columns, key, rows)
+    """The three batches as checked pyarrow tables, by registered name (``writer._as_table``).
+    A call the batch holds twice with other content stays twice (the fold reports the second,
+    ``budgetlens.store.resends``); identical copies are dropped."""
+    later: list[pa.Table] = []
+    batches = {
+        name: _as_table(table, columns, key, rows, later)
         for (table, columns, key, name), rows in zip(_TABLES, (calls, records, events))
     }
+    if later:
+        batches["batch_calls"] = pa.concat_tables([batches["batch_calls"], *later])
+    return batches
 
 
 # --- stage -------------------------------------------------------------------------------------
@@ -193,11 +199,19 @@ def fold(conn: duckdb.DuckDBPyConnection) -> WriteResult | None:
         if marks is None:
             raise lake.LakeError("lake_fold has no row (the lake was not migrated by this budgetlens)")
         batches: dict[str, pa.Table] = {}
+        in_batch = None  # calls staged twice (by one collector or two) with other content
         new_marks = list(marks)
         for index, ((_, staged, _, name, last_wins), (_, columns, key, _)) in enumerate(zip(STAGED, _TABLES)):
             rows = conn.execute(_UNFOLDED[staged], [marks[index]]).to_arrow_table()
             if len(rows):
                 new_marks[index] = int(pc.max(rows.column("staged_rowid")).as_py())
+            if (
+                name == "batch_calls"
+                and len(rows)
+                and pc.count_distinct(rows["call_id"]).as_py() != len(rows)
+            ):
+                ordered = rows.sort_by([("staged_rowid", "ascending")]).drop_columns(["staged_rowid"])
+                in_batch = resends.as_resent(resends.later_differing(ordered))
             rows = _first_per_key(rows, key, last_wins)
             batches[name] = rows.select([c for c in columns if c in rows.column_names])
         if not any(len(batch) for batch in batches.values()):
@@ -207,7 +221,7 @@ def fold(conn: duckdb.DuckDBPyConnection) -> WriteResult | None:
         for name, batch in batches.items():
             conn.register(name, batch)
             registered.append(name)
-        new = lake.write_registered(conn)
+        new = lake.write_registered(conn, in_batch)
         conn.execute("COMMIT")
     except BaseException:
         lake.rollback(conn)

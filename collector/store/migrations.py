@@ -199,6 +199,10 @@ ALTER TABLE run_totals ADD COLUMN r_parent_run_id VARCHAR; ALTER TABLE runs ADD 
 # latency sketch; budgetlens.store.rollups), back-filled from the stored calls.
 _V8_RUN_MODEL_ROLLUP = rollups.CREATE + ";\n" + rollups.INSERT_ALL
 
+# issue 23: the content fingerprint of a call's span (signed 64-bit BLAKE2b prefix, NULL when
+# not from OTLP), so the loader reports a resend with other content instead of dropping it.
+_V9_CONTENT_DIGEST = "ALTER TABLE model_calls ADD COLUMN content_digest BIGINT"
+
 #: Ordered migrations: (version, SQL script). Append only; never edit an applied one.
 MIGRATIONS: tuple[tuple[int, str], ...] = (
     (1, _V1),
@@ -209,6 +213,7 @@ MIGRATIONS: tuple[tuple[int, str], ...] = (
     (6, _V6_TOOL_COST),  # issue 21: paid tools' fees
     (7, _V7_PARENT_RUN),  # issue 21: sub-agent runs name their parent run
     (8, _V8_RUN_MODEL_ROLLUP),  # issue 25: per run x model rollup with a latency sketch
+    (9, _V9_CONTENT_DIGEST),  # issue 23: a conflicting resend is reported, not lost to the key
 )
 
 SCHEMA_VERSION = MIGRATIONS[-1][0]

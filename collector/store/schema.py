@@ -25,6 +25,9 @@ naive ``TIMESTAMP`` values in UTC):
 - Attribution (issue 19, ``budgetlens.attribution``): ``team``, ``user_id``, ``session_id`` and
   ``tags`` (JSON object) on ``model_calls``, ``run_records`` and ``runs``; ``run_totals`` keeps
   them as ``r_*`` (the record's) and ``c_*`` (the smallest non-NULL of the calls').
+- ``model_calls.content_digest`` (issue 23): the content fingerprint of the call's span (NULL for
+  imported calls and rows stored before it); a span re-sent with another digest is reported
+  (``budgetlens.store.resends``), an identical one is a silent dedupe.
 - ``run_model_rollup`` (issue 25): one row per run and model (tokens, cost, calls, unpriced and
   unknown-usage calls, a latency sketch), kept by the writer with ``runs``
   (``budgetlens.store.rollups``); the pages read it instead of ``model_calls``.
@@ -89,6 +92,9 @@ MODEL_CALL_COLUMNS: tuple[str, ...] = (
     "response_id",
     # issue 19: who the call is for (see budgetlens.attribution)
     *ATTRIBUTION_COLUMNS,
+    # issue 23: the span's content fingerprint (budgetlens.otlp.memory.span_digest; NULL when
+    # not from OTLP): a resend under the same ids with other content is reported, not lost
+    "content_digest",
 )
 
 RUN_RECORD_COLUMNS: tuple[str, ...] = (

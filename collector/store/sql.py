@@ -63,11 +63,24 @@ _NOT_A_STORED_RESPONSE = (
     "(b.response_id IS NULL OR NOT EXISTS (SELECT 1 FROM model_calls m "
     "WHERE m.response_id IS NOT NULL AND m.response_id = b.response_id))"
 )
+#: A stored call re-sent with another content digest (issue 23, ``budgetlens.store.resends``)
+#: is not replaced: it gets the flag ``rejected_span`` and is returned too (told apart by its
+#: digest, not the batch's); an identical resend, or one without a digest, returns nothing.
+_WITH_REJECTED_SPAN = (
+    "array_to_string(list_sort(list_distinct(list_append("
+    "coalesce(string_split(model_calls.quality, ','), []), 'rejected_span'))), ',')"
+)
+_DIGEST_DIFFERS = (
+    "excluded.content_digest IS NOT NULL AND model_calls.content_digest IS NOT NULL "
+    "AND excluded.content_digest <> model_calls.content_digest"
+)
 INSERT_CALLS = (
     "INSERT INTO model_calls BY NAME SELECT * FROM batch_calls b WHERE "
     + _NOT_A_STORED_RESPONSE
-    + " ON CONFLICT DO NOTHING RETURNING "
+    + f" ON CONFLICT (call_id) DO UPDATE SET quality = {_WITH_REJECTED_SPAN} WHERE {_DIGEST_DIFFERS}"
+    + " RETURNING "
     + ", ".join(INSERTED_CALL_COLUMNS)
+    + ", content_digest"
 )
 
 
@@ -150,15 +163,12 @@ DELETE_AGGREGATES = (
 )
 #: Recount the ``run_totals`` of the runs in ``recount`` (run_id) from the stored rows.
 DELETE_RECOUNT_TOTALS = "DELETE FROM run_totals WHERE run_id IN (SELECT run_id FROM recount)"
-INSERT_RECOUNT_TOTALS = (
-    "INSERT INTO run_totals BY NAME "
-    + totals_from(
-        "(SELECT * FROM model_calls WHERE run_id IN (SELECT run_id FROM recount))",
-        "(SELECT * FROM run_records WHERE run_id IN (SELECT run_id FROM recount))",
-        "(SELECT * FROM budget_events WHERE run_id IN (SELECT run_id FROM recount))",
-    )
-    + " RETURNING *"
+RECOUNTED_TOTALS = totals_from(
+    "(SELECT * FROM model_calls WHERE run_id IN (SELECT run_id FROM recount))",
+    "(SELECT * FROM run_records WHERE run_id IN (SELECT run_id FROM recount))",
+    "(SELECT * FROM budget_events WHERE run_id IN (SELECT run_id FROM recount))",
 )
+INSERT_RECOUNT_TOTALS = "INSERT INTO run_totals BY NAME " + RECOUNTED_TOTALS + " RETURNING *"
 
 #: The full rebuild (after a bulk load; also the reference the incremental merge must equal).
 DELETE_ALL_RUN_TOTALS = "DELETE FROM run_totals"

@@ -27,10 +27,10 @@ import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from budgetlens.store import lake, rollups, sql
+from budgetlens.store import lake, resends, rollups, sql
 from budgetlens.store.schema import BUDGET_EVENT_COLUMNS, MODEL_CALL_COLUMNS, RUN_RECORD_COLUMNS
 
-_INT_COLUMNS = {"turn", "turns", "tool_calls", "limit_turns", "limit_tool_calls"}
+_INT_COLUMNS = {"turn", "turns", "tool_calls", "limit_turns", "limit_tool_calls", "content_digest"}
 _BOOL_COLUMNS = {"is_subagent", "retryable"}
 _REQUIRED = {
     "model_calls": ("span_id", "run_id", "source", "usage_status"),
@@ -66,6 +66,8 @@ class WriteResult:
     ``sql.INSERT_CALLS``/``INSERT_EVENTS`` RETURNING), ``new_records`` the inserted or changed
     run records and ``runs_rows`` the upserted ``runs`` rows (run_id, task_type, stop_reason,
     total_tokens, team, service_name); None when nothing was written. The ingest path counts its Prometheus metrics from them.
+    ``resent``: the calls re-sent with another content digest than the stored (or an earlier)
+    call of their id (``budgetlens.store.resends.RESENT_SCHEMA``), None when none.
     """
 
     calls: int = 0
@@ -76,6 +78,8 @@ class WriteResult:
     new_records: pa.Table | None = field(default=None, compare=False, repr=False)
     new_events: pa.Table | None = field(default=None, compare=False, repr=False)
     runs_rows: pa.Table | None = field(default=None, compare=False, repr=False)
+    #: calls re-sent with other content than the stored ones (``budgetlens.store.resends``)
+    resent: pa.Table | None = field(default=None, compare=False, repr=False)
 
 
 def call_id(trace_id: str | None, span_id: str) -> str:
@@ -123,10 +127,13 @@ def rows_to_table(table: str, columns: Sequence[str], rows: Sequence[Mapping]) -
     return pa.Table.from_arrays(arrays, names=list(columns))
 
 
-def check_table(table: str, columns: Sequence[str], key: str, rows: pa.Table) -> pa.Table:
+def check_table(
+    table: str, columns: Sequence[str], key: str, rows: pa.Table, resent: list[pa.Table] | None = None
+) -> pa.Table:
     """Validate a pyarrow batch (known columns, required ones present and non-null); return it
     with duplicate ``key`` values dropped (the first row wins). Raises ValueError naming the field.
-    """
+    ``resent``: the dropped calls whose content digest differs from the first's are appended to
+    it (``resends.later_differing``)."""
     extra = set(rows.column_names) - set(columns)
     if extra:
         raise ValueError(f"{table}: unknown field(s) {sorted(extra)}")
@@ -137,6 +144,10 @@ def check_table(table: str, columns: Sequence[str], key: str, rows: pa.Table) ->
         rows = _with_call_ids(rows)
     keys = rows.column(key)
     if len(rows) and pc.count_distinct(keys).as_py() != len(rows):
+        if resent is not None and table == "model_calls":
+            later = resends.later_differing(rows)
+            if len(later):
+                resent.append(later)
         first: dict = {}
         for index, value in enumerate(keys.to_pylist()):
             first.setdefault(value, index)
@@ -144,9 +155,11 @@ def check_table(table: str, columns: Sequence[str], key: str, rows: pa.Table) ->
     return rows
 
 
-def _as_table(table: str, columns: Sequence[str], key: str, rows: Rows) -> pa.Table:
+def _as_table(
+    table: str, columns: Sequence[str], key: str, rows: Rows, resent: list[pa.Table] | None = None
+) -> pa.Table:
     if isinstance(rows, pa.Table):
-        return check_table(table, columns, key, rows)
+        return check_table(table, columns, key, rows, resent)
     return rows_to_table(table, columns, _dedupe(rows, key))
 
 
@@ -160,32 +173,41 @@ def write_batch(
 
     ``conn`` is a writable connection (``budgetlens.store.write_connection``). Each of ``calls``,
     ``records``, ``events`` is a sequence of dicts or a pyarrow table. Duplicates within the batch
-    or of stored rows are skipped. Raises ValueError for malformed rows (before anything is
-    written) and re-raises DuckDB errors after rolling back.
+    or of stored rows are skipped; a call re-sent with another content digest is flagged and
+    returned as ``WriteResult.resent`` (``budgetlens.store.resends``). Raises ValueError for
+    malformed rows (before anything is written) and re-raises DuckDB errors after rolling back.
     """
+    later: list[pa.Table] = []  # calls of the batch re-sent with other content in it
     batches = {
-        name: _as_table(table, columns, key, rows)
+        name: _as_table(table, columns, key, rows, later)
         for (table, columns, key, name), rows in zip(_TABLES, (calls, records, events))
     }
     if not any(len(batch) for batch in batches.values()):
         return WriteResult()
+    in_batch = resends.as_resent(pa.concat_tables(later)) if later else None
     if lake.is_lake_connection(conn):
-        return _write_lake(conn, batches)
+        return _write_lake(conn, batches, in_batch)
     for name, batch in batches.items():
         conn.register(name, batch)
     registered = list(batches)
     conn.execute("BEGIN TRANSACTION")
     try:
+        inserted, resent = resends.split_returned(_returned(conn, sql.INSERT_CALLS), batches["batch_calls"])
         new = {
-            "new_calls": _returned(conn, sql.INSERT_CALLS),
+            "new_calls": inserted,
             "new_records": _returned(conn, sql.INSERT_RECORDS),
             "new_events": _returned(conn, sql.INSERT_EVENTS),
         }
+        # the runs whose stored call was flagged: by the insert, then for the in-batch resends
+        marked = resent.select(["run_id"])
+        if in_batch is not None:
+            marked = pa.concat_tables([marked, resends.mark(conn, in_batch)])
+            resent = pa.concat_tables([resent, in_batch])
         runs_rows = None
         recounted = None
         merged = new
-        if len(new["new_calls"]):
-            merged, new["new_calls"], recounted = _drop_aggregates(conn, new, registered)
+        if len(new["new_calls"]) or len(marked):
+            merged, new["new_calls"], recounted = _drop_aggregates(conn, new, registered, marked)
         if recounted is not None or any(len(table) for table in new.values()):
             for name, table in merged.items():
                 conn.register(name, table)
@@ -216,30 +238,34 @@ def write_batch(
         new_records=new["new_records"],
         new_events=new["new_events"],
         runs_rows=runs_rows,
+        resent=resent if len(resent) else None,
     )
 
 
 def _drop_aggregates(
-    conn: duckdb.DuckDBPyConnection, new: dict[str, pa.Table], registered: list[str]
+    conn: duckdb.DuckDBPyConnection, new: dict[str, pa.Table], registered: list[str], marked: pa.Table
 ) -> tuple[dict[str, pa.Table], pa.Table, pa.Table | None]:
     """Delete the aggregates the new calls reveal (``sql.DELETE_AGGREGATES``: a call with a call
-    right below it, whichever arrived first) and recount the totals of their runs from the stored
+    right below it, whichever arrived first) and recount the totals of their runs, and of the
+    ``marked`` runs (a table of ``run_id``: a stored call of theirs was flagged), from the stored
     rows. Returns the new rows to merge (without those runs: their totals are recounted, not
     merged), the new calls without the aggregates, and the recounted ``run_totals`` rows (None
-    when there was no aggregate)."""
-    conn.register("new_calls", new["new_calls"])
-    registered.append("new_calls")
-    aggregates = conn.sql(sql.FIND_AGGREGATES).to_arrow_table()
-    conn.unregister("new_calls")
-    registered.remove("new_calls")
-    if not len(aggregates):
+    when there was nothing to recount)."""
+    dropped = pa.table({"call_id": pa.array([], pa.string()), "run_id": pa.array([], pa.string())})
+    if len(new["new_calls"]):
+        conn.register("new_calls", new["new_calls"])
+        registered.append("new_calls")
+        aggregates = conn.sql(sql.FIND_AGGREGATES).to_arrow_table()
+        conn.unregister("new_calls")
+        registered.remove("new_calls")
+        if len(aggregates):
+            conn.register("aggregates", aggregates)
+            registered.append("aggregates")
+            dropped = _returned(conn, sql.DELETE_AGGREGATES)
+    if not len(dropped) and not len(marked):
         return new, new["new_calls"], None
-    conn.register("aggregates", aggregates)
-    registered.append("aggregates")
-    dropped = _returned(conn, sql.DELETE_AGGREGATES)
-    if not len(dropped):
-        return new, new["new_calls"], None
-    recount = pa.table({"run_id": pc.unique(dropped["run_id"])})
+    runs = pa.concat_arrays([*dropped["run_id"].cast(pa.string()).chunks, *marked["run_id"].chunks])
+    recount = pa.table({"run_id": pc.unique(runs)})
     conn.register("recount", recount)
     registered.append("recount")
     conn.execute(sql.DELETE_RECOUNT_TOTALS)
@@ -255,11 +281,13 @@ def _drop_aggregates(
     return kept, written, recounted
 
 
-def _write_lake(conn: duckdb.DuckDBPyConnection, batches: dict[str, pa.Table]) -> WriteResult:
+def _write_lake(
+    conn: duckdb.DuckDBPyConnection, batches: dict[str, pa.Table], in_batch: pa.Table | None
+) -> WriteResult:
     for name, batch in batches.items():
         conn.register(name, batch)
     try:
-        new = lake.retry_on_conflict(lambda: lake.write_batch_lake(conn), what="write_batch")
+        new = lake.retry_on_conflict(lambda: lake.write_batch_lake(conn, in_batch), what="write_batch")
     finally:
         for name in batches:
             conn.unregister(name)
@@ -283,6 +311,7 @@ def result_of_lake_write(new: dict[str, pa.Table | None]) -> WriteResult:
         new_records=records,
         new_events=events,
         runs_rows=runs_rows,
+        resent=new.get("resent"),
     )
 
 
