@@ -176,18 +176,6 @@ class IngestQueue:
             return f"fold failed: {type(error).__name__}: {error}"
         return None if error is None else f"{type(error).__name__}: {error}"
 
-    @property
-    def store_unwritable(self) -> bool:
-        """True while the last load failed for a reason other than readers holding the file
-        (a DuckDB lock conflict, which the journal absorbs by design): a file that is not a
-        DuckDB store, a lake that cannot be attached, a full disk."""
-        error = self._backlog.store_error
-        if error is None:
-            return False
-        from budgetlens.store.connection import is_lock_conflict
-
-        return not (is_lock_conflict(error) or is_lock_conflict(error.__cause__ or error))
-
     # --- intake ---------------------------------------------------------------------------
     def start(self, *, replay_in_background: bool = False) -> IngestQueue:
         """Open the journal, replay what it holds into the store, start both threads
