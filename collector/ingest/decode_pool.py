@@ -19,20 +19,19 @@ and the encoded payload (about the size of the Arrow tables).
 from __future__ import annotations
 
 import asyncio
-import ctypes
 import logging
 import multiprocessing
 import os
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import cast
 
+from budgetlens.ingest.heap import release_free_memory, use_system_memory_pool
 from budgetlens.ingest.journal import Encoded, encode_batch
 from budgetlens.otlp import OtlpError, SpanMemory, decode, map_spans
 
 log = logging.getLogger(__name__)
-_MALLOC_TRIM: Any = None  # glibc's malloc_trim, False where there is none
 
 #: Bodies up to this size (bytes) are decoded in the collector process (a few ms at most).
 DEFAULT_INLINE_BYTES = 1024 * 1024
@@ -128,7 +127,7 @@ def _prepare_in_worker(
     except OtlpError as error:
         result = error.status, error.reason
     del body
-    _release_free_memory()
+    release_free_memory()
     return result
 
 
@@ -155,19 +154,6 @@ def _exit_with(pid: int) -> None:
     os._exit(0)
 
 
-def _release_free_memory() -> None:
-    """Hand the heap a decode freed back to the OS (glibc ``malloc_trim``), so an idle worker
-    does not keep the peak of its largest body resident. A no-op without glibc."""
-    global _MALLOC_TRIM
-    if _MALLOC_TRIM is None:
-        try:
-            _MALLOC_TRIM = ctypes.CDLL("libc.so.6").malloc_trim
-        except (OSError, AttributeError):
-            _MALLOC_TRIM = False
-    if _MALLOC_TRIM:
-        _MALLOC_TRIM(0)
-
-
 def _warm_up() -> int:
     return 0
 
@@ -181,10 +167,8 @@ def _init_worker(collector_pid: int) -> None:
     import threading
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    import pyarrow as pa
-
     threading.Thread(target=_exit_with, args=(collector_pid,), daemon=True).start()
-    pa.set_memory_pool(pa.system_memory_pool())
+    use_system_memory_pool()
     try:
         os.nice(WORKER_NICENESS)
     except OSError as error:  # not permitted: keep the priority
@@ -220,25 +204,33 @@ class DecodePool:
         #: different span under the ids of one received earlier is rejected on both paths).
         self.memory = memory
         self._executor: ProcessPoolExecutor | None = None
+        #: bodies over ``large_bytes``: one worker, a fresh one for each body (see ``_new_executor``)
+        self._large_executor: ProcessPoolExecutor | None = None
         self._large: asyncio.Semaphore | None = None  # created on the serving event loop
 
     def start(self) -> DecodePool:
         """Start the worker processes (idempotent); return self."""
         if self._executor is None:
             self._executor = self._new_executor()
+            self._large_executor = self._new_executor(large=True)
             self._executor.submit(_warm_up).result()
         return self
 
-    def _new_executor(self) -> ProcessPoolExecutor:
+    def _new_executor(self, large: bool = False) -> ProcessPoolExecutor:
+        """``workers`` processes, started when first needed; ``large``: one process that exits
+        after each body, its replacement started at once (issue 23: a worker's heap after a
+        15 MB body keeps much of that body's peak resident, and a few such bodies in a row left
+        it larger than any one body needs; a fresh worker peaks at one body's size)."""
         # "spawn": each worker is the collector's own child. A forkserver would be a second,
         # long-lived process that outlives a collector killed with -9 (the workers watch the
         # collector's pid and exit with it; a forkserver does not).
         context = multiprocessing.get_context("spawn")
         return ProcessPoolExecutor(
-            max_workers=self.workers,
+            max_workers=1 if large else self.workers,
             mp_context=context,
             initializer=_init_worker,
             initargs=(os.getpid(),),
+            max_tasks_per_child=1 if large else None,
         )
 
     async def prepare(
@@ -279,14 +271,17 @@ class DecodePool:
         max_bytes: int,
         earlier: dict[tuple[str, str], int] | None,
     ) -> Prepared:
-        """``_prepare_in_worker`` in ``executor`` (bodies over ``large_bytes`` one at a time)."""
+        """``_prepare_in_worker`` in ``executor``; bodies over ``large_bytes`` one at a time, in
+        the large-body worker."""
         loop = asyncio.get_running_loop()
         if self._large is None:
             self._large = asyncio.Semaphore(1)
         args = (body, content_type, content_encoding, max_bytes, earlier)
+        large = len(body) > self.large_bytes and self._large_executor is not None
         try:
-            if len(body) > self.large_bytes:
+            if large:
                 async with self._large:
+                    executor = self._large_executor or executor
                     result = await loop.run_in_executor(executor, _prepare_in_worker, *args)
             else:
                 result = await loop.run_in_executor(executor, _prepare_in_worker, *args)
@@ -295,6 +290,9 @@ class DecodePool:
             if self._executor is executor:
                 self._executor = self._new_executor()
                 executor.shutdown(wait=False, cancel_futures=True)
+            elif self._large_executor is executor:
+                self._large_executor = self._new_executor(large=True)
+                executor.shutdown(wait=False, cancel_futures=True)
             raise DecodeUnavailable("a decode worker died; retry") from None
         if isinstance(result, tuple):
             raise OtlpError(*result)
@@ -302,6 +300,8 @@ class DecodePool:
 
     def close(self) -> None:
         """Stop the worker processes (idempotent)."""
-        executor, self._executor = self._executor, None
-        if executor is not None:
-            executor.shutdown(wait=True, cancel_futures=True)
+        executors = self._executor, self._large_executor
+        self._executor = self._large_executor = None
+        for executor in executors:
+            if executor is not None:
+                executor.shutdown(wait=True, cancel_futures=True)

@@ -33,6 +33,7 @@ from concurrent.futures import Future
 from pathlib import Path
 
 from budgetlens.config import ENV_JOURNAL_DIR, apply_collector_settings, is_lake_location, resolve
+from budgetlens.ingest.heap import use_system_memory_pool
 from budgetlens.ingest.journal import Batch, Encoded, Journal, decode_batch, encode_batch
 from budgetlens.ingest.loader import LOADER_WRITE_TIMEOUT_S, Backlog, CommitFn, Loader, Pending
 from budgetlens.ingest.metrics import CollectorMetrics
@@ -114,6 +115,7 @@ class IngestQueue:
             if value <= 0:
                 raise ValueError(f"{name} must be > 0 (got {value})")
         apply_collector_settings()  # before the first rollup of a journaled batch (Acero)
+        use_system_memory_pool()  # freed Arrow buffers go back to the OS (``heap``)
         self.db_path: Path | str = str(db_path) if is_lake_location(db_path) else Path(db_path)
         self.metrics = metrics or CollectorMetrics()
         self.max_queue_spans = max_queue_spans
