@@ -5,7 +5,8 @@ plus the span mapping for several more, so a thread would still stall the event 
 ``/healthz``). ``DecodePool`` runs bodies larger than ``inline_bytes`` in a small
 ``concurrent.futures.ProcessPoolExecutor`` (``workers`` processes, started by ``spawn``
 so they inherit no threads and no open files such as the journal's lock, at a lower CPU
-priority; bodies over ``large_bytes`` one at a time) and returns a ``Prepared``: the counts the receiver answers with and
+priority; bodies over ``large_bytes`` one at a time, each in a fresh worker of their own that
+exits after it) and returns a ``Prepared``: the counts the receiver answers with and
 the rows already encoded as a journal record payload (``budgetlens.ingest.journal.encode_batch``),
 so the collector process never holds the decoded protobuf or the row objects of a large body.
 
@@ -13,7 +14,9 @@ Where a large body's memory goes (15 MB of protobuf, about 200 MB when decoded i
 the parsed ``ExportTraceServiceRequest`` (the upb arena, about 3× the wire size), the mapped
 rows as Python tuples (the largest part: one object per value), the Arrow tables and their IPC
 encoding. In a worker all of that lives and dies in the worker; the collector keeps the body
-and the encoded payload (about the size of the Arrow tables).
+and the encoded payload (about the size of the Arrow tables). A worker's heap keeps much of a
+freed peak resident (``malloc_trim`` returns only whole free pages), and it grew with each large
+body; a fresh worker per large body peaks at one body's size however many come in a row.
 """
 
 from __future__ import annotations
