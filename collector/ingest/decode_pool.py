@@ -172,6 +172,8 @@ def _init_worker(collector_pid: int) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     threading.Thread(target=_exit_with, args=(collector_pid,), daemon=True).start()
     use_system_memory_pool()
+    import genai_prices.data_snapshot  # noqa: F401  (the prices, before the first body: not on its clock)
+
     try:
         os.nice(WORKER_NICENESS)
     except OSError as error:  # not permitted: keep the priority
@@ -214,9 +216,11 @@ class DecodePool:
     def start(self) -> DecodePool:
         """Start the worker processes (idempotent); return self."""
         if self._executor is None:
+            # the large-body worker is the one started now (as many processes at rest as one
+            # pool had); the others start with the first body between the two sizes
             self._executor = self._new_executor()
             self._large_executor = self._new_executor(large=True)
-            self._executor.submit(_warm_up).result()
+            self._large_executor.submit(_warm_up).result()
         return self
 
     def _new_executor(self, large: bool = False) -> ProcessPoolExecutor:
