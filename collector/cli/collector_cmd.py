@@ -170,8 +170,8 @@ def register(subparsers) -> None:
     parser.add_argument(
         "--checkpoint-wal-mib",
         type=positive_float,
-        default=64.0,
-        help="checkpoint as soon as the store's WAL passes this size, in MiB (default 64)",
+        default=16.0,
+        help="checkpoint as soon as the store's WAL passes this size, in MiB (default 16)",
     )
     parser.add_argument(
         "--allow-unauthenticated",

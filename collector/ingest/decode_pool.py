@@ -5,7 +5,8 @@ plus the span mapping for several more, so a thread would still stall the event 
 ``/healthz``). ``DecodePool`` runs bodies larger than ``inline_bytes`` in a small
 ``concurrent.futures.ProcessPoolExecutor`` (``workers`` processes, started by ``spawn``
 so they inherit no threads and no open files such as the journal's lock, at a lower CPU
-priority; bodies over ``large_bytes`` one at a time) and returns a ``Prepared``: the counts the receiver answers with and
+priority; bodies over ``large_bytes`` one at a time, each in a fresh worker of their own that
+exits after it) and returns a ``Prepared``: the counts the receiver answers with and
 the rows already encoded as a journal record payload (``budgetlens.ingest.journal.encode_batch``),
 so the collector process never holds the decoded protobuf or the row objects of a large body.
 
@@ -13,26 +14,27 @@ Where a large body's memory goes (15 MB of protobuf, about 200 MB when decoded i
 the parsed ``ExportTraceServiceRequest`` (the upb arena, about 3× the wire size), the mapped
 rows as Python tuples (the largest part: one object per value), the Arrow tables and their IPC
 encoding. In a worker all of that lives and dies in the worker; the collector keeps the body
-and the encoded payload (about the size of the Arrow tables).
+and the encoded payload (about the size of the Arrow tables). A worker's heap keeps much of a
+freed peak resident (``malloc_trim`` returns only whole free pages), and it grew with each large
+body; a fresh worker per large body peaks at one body's size however many come in a row.
 """
 
 from __future__ import annotations
 
 import asyncio
-import ctypes
 import logging
 import multiprocessing
 import os
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import cast
 
+from budgetlens.ingest.heap import release_free_memory, use_system_memory_pool
 from budgetlens.ingest.journal import Encoded, encode_batch
 from budgetlens.otlp import OtlpError, SpanMemory, decode, map_spans
 
 log = logging.getLogger(__name__)
-_MALLOC_TRIM: Any = None  # glibc's malloc_trim, False where there is none
 
 #: Bodies up to this size (bytes) are decoded in the collector process (a few ms at most).
 DEFAULT_INLINE_BYTES = 1024 * 1024
@@ -128,7 +130,7 @@ def _prepare_in_worker(
     except OtlpError as error:
         result = error.status, error.reason
     del body
-    _release_free_memory()
+    release_free_memory()
     return result
 
 
@@ -155,19 +157,6 @@ def _exit_with(pid: int) -> None:
     os._exit(0)
 
 
-def _release_free_memory() -> None:
-    """Hand the heap a decode freed back to the OS (glibc ``malloc_trim``), so an idle worker
-    does not keep the peak of its largest body resident. A no-op without glibc."""
-    global _MALLOC_TRIM
-    if _MALLOC_TRIM is None:
-        try:
-            _MALLOC_TRIM = ctypes.CDLL("libc.so.6").malloc_trim
-        except (OSError, AttributeError):
-            _MALLOC_TRIM = False
-    if _MALLOC_TRIM:
-        _MALLOC_TRIM(0)
-
-
 def _warm_up() -> int:
     return 0
 
@@ -181,10 +170,10 @@ def _init_worker(collector_pid: int) -> None:
     import threading
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    import pyarrow as pa
-
     threading.Thread(target=_exit_with, args=(collector_pid,), daemon=True).start()
-    pa.set_memory_pool(pa.system_memory_pool())
+    use_system_memory_pool()
+    import genai_prices.data_snapshot  # noqa: F401  (the prices, before the first body: not on its clock)
+
     try:
         os.nice(WORKER_NICENESS)
     except OSError as error:  # not permitted: keep the priority
@@ -220,25 +209,35 @@ class DecodePool:
         #: different span under the ids of one received earlier is rejected on both paths).
         self.memory = memory
         self._executor: ProcessPoolExecutor | None = None
+        #: bodies over ``large_bytes``: one worker, a fresh one for each body (see ``_new_executor``)
+        self._large_executor: ProcessPoolExecutor | None = None
         self._large: asyncio.Semaphore | None = None  # created on the serving event loop
 
     def start(self) -> DecodePool:
         """Start the worker processes (idempotent); return self."""
         if self._executor is None:
+            # the large-body worker is the one started now (as many processes at rest as one
+            # pool had); the others start with the first body between the two sizes
             self._executor = self._new_executor()
-            self._executor.submit(_warm_up).result()
+            self._large_executor = self._new_executor(large=True)
+            self._large_executor.submit(_warm_up).result()
         return self
 
-    def _new_executor(self) -> ProcessPoolExecutor:
+    def _new_executor(self, large: bool = False) -> ProcessPoolExecutor:
+        """``workers`` processes, started when first needed; ``large``: one process that exits
+        after each body, its replacement started at once (issue 23: a worker's heap after a
+        15 MB body keeps much of that body's peak resident, and a few such bodies in a row left
+        it larger than any one body needs; a fresh worker peaks at one body's size)."""
         # "spawn": each worker is the collector's own child. A forkserver would be a second,
         # long-lived process that outlives a collector killed with -9 (the workers watch the
         # collector's pid and exit with it; a forkserver does not).
         context = multiprocessing.get_context("spawn")
         return ProcessPoolExecutor(
-            max_workers=self.workers,
+            max_workers=1 if large else self.workers,
             mp_context=context,
             initializer=_init_worker,
             initargs=(os.getpid(),),
+            max_tasks_per_child=1 if large else None,
         )
 
     async def prepare(
@@ -279,14 +278,17 @@ class DecodePool:
         max_bytes: int,
         earlier: dict[tuple[str, str], int] | None,
     ) -> Prepared:
-        """``_prepare_in_worker`` in ``executor`` (bodies over ``large_bytes`` one at a time)."""
+        """``_prepare_in_worker`` in ``executor``; bodies over ``large_bytes`` one at a time, in
+        the large-body worker."""
         loop = asyncio.get_running_loop()
         if self._large is None:
             self._large = asyncio.Semaphore(1)
         args = (body, content_type, content_encoding, max_bytes, earlier)
+        large = len(body) > self.large_bytes and self._large_executor is not None
         try:
-            if len(body) > self.large_bytes:
+            if large:
                 async with self._large:
+                    executor = self._large_executor or executor
                     result = await loop.run_in_executor(executor, _prepare_in_worker, *args)
             else:
                 result = await loop.run_in_executor(executor, _prepare_in_worker, *args)
@@ -295,6 +297,9 @@ class DecodePool:
             if self._executor is executor:
                 self._executor = self._new_executor()
                 executor.shutdown(wait=False, cancel_futures=True)
+            elif self._large_executor is executor:
+                self._large_executor = self._new_executor(large=True)
+                executor.shutdown(wait=False, cancel_futures=True)
             raise DecodeUnavailable("a decode worker died; retry") from None
         if isinstance(result, tuple):
             raise OtlpError(*result)
@@ -302,6 +307,8 @@ class DecodePool:
 
     def close(self) -> None:
         """Stop the worker processes (idempotent)."""
-        executor, self._executor = self._executor, None
-        if executor is not None:
-            executor.shutdown(wait=True, cancel_futures=True)
+        executors = self._executor, self._large_executor
+        self._executor = self._large_executor = None
+        for executor in executors:
+            if executor is not None:
+                executor.shutdown(wait=True, cancel_futures=True)

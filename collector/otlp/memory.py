@@ -34,6 +34,11 @@ DEFAULT_MAX_SPANS = 200_000
 Key = tuple[str, str]
 
 
+def _print_key(trace_hex: str, span_hex: str) -> bytes:
+    """The fingerprint table's key of a span: its trace and span id bytes (from their hex)."""
+    return bytes.fromhex(trace_hex) + b"/" + bytes.fromhex(span_hex)
+
+
 def span_digest(serialized: bytes) -> int:
     """A span's content fingerprint: the first 8 bytes of BLAKE2b over its deterministic
     protobuf serialization, as a signed 64-bit int (it is stored as ``model_calls.content_digest``,
@@ -54,7 +59,9 @@ class SpanMemory:
         self.max_spans = max_spans
         self._nodes: dict[Key, tuple[str, str | None]] = {}  # -> (parent hex, run id or None)
         self._below: dict[Key, None] = {}  # spans with a model call below them (ordered set)
-        self._prints: dict[Key, int] = {}  # content fingerprint of each span received
+        #: content fingerprint of each span received, by ``_print_key`` (24 bytes, not a tuple of
+        #: two strings: a third of the size, and this table fills to ``max_spans`` first)
+        self._prints: dict[bytes, int] = {}
         self._lock = threading.Lock()
 
     def __len__(self) -> int:
@@ -89,13 +96,13 @@ class SpanMemory:
         """The content fingerprint (``span_digest``) of the span received earlier under these
         ids (None: none)."""
         with self._lock:
-            return self._prints.get((trace_hex, span_hex))
+            return self._prints.get(_print_key(trace_hex, span_hex))
 
     def remember_prints(self, prints: dict[Key, int]) -> None:
         """Remember the content fingerprints of accepted spans (``(trace hex, span hex) -> int``)."""
         with self._lock:
             table = self._prints
-            table.update(prints)
+            table.update((_print_key(*key), digest) for key, digest in prints.items())
             while len(table) > self.max_spans:
                 del table[next(iter(table))]  # the oldest first
 
@@ -108,11 +115,12 @@ class SpanMemory:
             table = self._prints
             conflicts = {}
             for key, digest in prints.items():
-                earlier = table.get(key)
+                compact = _print_key(*key)
+                earlier = table.get(compact)
                 if earlier is not None and earlier != digest:
                     conflicts[key] = earlier
                 else:
-                    table[key] = digest
+                    table[compact] = digest
             while len(table) > self.max_spans:
                 del table[next(iter(table))]  # the oldest first
         return conflicts
