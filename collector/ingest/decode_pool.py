@@ -1,17 +1,28 @@
-"""Decode and map OTLP bodies off the event loop: small ones in-process, large ones in workers.
+"""Decode and map OTLP bodies off the event loop, in worker processes (both cores).
 
-``json.loads`` of a 15 MB body holds the interpreter for about a second, and protobuf parsing
-plus the span mapping for several more, so a thread would still stall the event loop (and
-``/healthz``). ``DecodePool`` runs bodies larger than ``inline_bytes`` in a small
-``concurrent.futures.ProcessPoolExecutor`` (``workers`` processes, started by ``spawn``
-so they inherit no threads and no open files such as the journal's lock, at a lower CPU
-priority; bodies over ``large_bytes`` one at a time) and returns a ``Prepared``: the counts the receiver answers with and
-the rows already encoded as a journal record payload (``budgetlens.ingest.journal.encode_batch``),
-so the collector process never holds the decoded protobuf or the row objects of a large body.
+``json.loads`` of a 15 MB body holds the interpreter for about a second, and the span mapping
+takes about 25 µs a span (25 ms for a 1,000-span body), so on the event loop (or in a thread,
+under the GIL) it would stall ``/healthz`` and every other request, and use one core.
+``DecodePool`` runs every body (larger than ``inline_bytes``, default 0) in a small
+``concurrent.futures.ProcessPoolExecutor`` (``workers`` processes, started by ``spawn`` so they
+inherit no threads and no open files such as the journal's lock, at a lower CPU priority;
+bodies over ``large_bytes`` one at a time) and returns a ``Prepared``: the counts the receiver
+answers with and the rows already encoded as a journal record payload
+(``budgetlens.ingest.journal.encode_batch``), so the collector process never holds the decoded
+protobuf or the row objects of a body. The receiver journals that payload and answers only after
+the fsync, as for a body mapped in-process.
+
+The collector's ``SpanMemory`` (the tree rules and span identity across requests) stays in the
+collector: a worker maps with a stand-in that records what the mapping asked of it
+(``budgetlens.otlp.asked``); the collector checks those questions and the fingerprints against
+its memory on the event loop, remembers the body's spans, and in the rare case where its memory
+knows something the stand-in did not (a span id collision, a run named by an ancestor sent
+earlier, a call below that came earlier) has the body mapped again with the part of its
+memory the body's rules read. Either way the rows are those an in-process mapping gives.
 
 Where a large body's memory goes (15 MB of protobuf, about 200 MB when decoded in-process):
 the parsed ``ExportTraceServiceRequest`` (the upb arena, about 3× the wire size), the mapped
-rows as Python tuples (the largest part: one object per value), the Arrow tables and their IPC
+rows as Python objects (the largest part: one object per value), the Arrow tables and their IPC
 encoding. In a worker all of that lives and dies in the worker; the collector keeps the body
 and the encoded payload (about the size of the Arrow tables).
 """
@@ -30,12 +41,14 @@ from typing import Any, cast
 
 from budgetlens.ingest.journal import Encoded, encode_batch
 from budgetlens.otlp import OtlpError, SpanMemory, decode, map_spans
+from budgetlens.otlp.asked import AskedMemory, questions, seed_keys
+from budgetlens.otlp.memory import Excerpt, Key, Memory, Remembered
 
 log = logging.getLogger(__name__)
 _MALLOC_TRIM: Any = None  # glibc's malloc_trim, False where there is none
 
-#: Bodies up to this size (bytes) are decoded in the collector process (a few ms at most).
-DEFAULT_INLINE_BYTES = 1024 * 1024
+#: Bodies up to this size (bytes) are mapped in the collector process (0: none but empty ones).
+DEFAULT_INLINE_BYTES = 0
 #: Worker processes for larger bodies.
 DEFAULT_WORKERS = 2
 #: Bodies over this size (bytes) are decoded one at a time: a worker's memory while decoding
@@ -44,8 +57,9 @@ DEFAULT_LARGE_BYTES = 4 * 1024 * 1024
 #: How much lower than the request path's the workers' CPU priority is (nice steps): on a busy
 #: machine the event loop (``/healthz``, small requests, acknowledgements) goes first.
 WORKER_NICENESS = 10
-#: A worker's span memory holds only the fingerprints it is given; its bound just has to hold them.
-_WORKER_PRINTS = 1
+#: What a worker is given of the collector's memory for a second mapping: the excerpt its tree
+#: rules read and the earlier fingerprints of its span id collisions (``SpanMemory.from_excerpt``).
+Seed = tuple[Excerpt, dict[Key, int]]
 
 
 class DecodeUnavailable(RuntimeError):
@@ -62,7 +76,9 @@ class Prepared:
     ``encoded``: the rows as a journal payload, None when there are none; ``flagged``: spans
     kept after a repair, by quality flag (the Prometheus counter's reason label); ``prints``: the
     content fingerprints of the accepted spans (``budgetlens.otlp.Mapped.prints``), filled by a
-    worker only: the collector checks them against its ``SpanMemory`` before it acknowledges.
+    worker only: the collector checks them against its ``SpanMemory`` before it acknowledges;
+    ``asked`` and ``remembered``: what a worker's mapping asked of its memory and would have
+    remembered (``budgetlens.otlp.asked.AskedMemory``), for the collector's memory.
     """
 
     kind: str
@@ -74,6 +90,8 @@ class Prepared:
     encoded: Encoded | None
     flagged: dict[str, int] = field(default_factory=dict)
     prints: dict[tuple[str, str], int] = field(default_factory=dict, repr=False)
+    asked: list[Key] = field(default_factory=list, repr=False)
+    remembered: list[Remembered] = field(default_factory=list, repr=False)
 
 
 def prepare(
@@ -81,7 +99,7 @@ def prepare(
     content_type: str | None,
     content_encoding: str | None,
     max_bytes: int,
-    memory: SpanMemory | None = None,
+    memory: Memory | None = None,
 ) -> Prepared:
     """Inflate, decode, map and encode one request body (pure; runs in any process).
 
@@ -114,20 +132,22 @@ def prepare(
 
 
 def _prepare_in_worker(
-    body, content_type, content_encoding, max_bytes, earlier: dict[tuple[str, str], int] | None = None
+    body, content_type, content_encoding, max_bytes, seed: Seed | None = None, remember: bool = True
 ) -> Prepared | tuple[int, str]:
     """``prepare`` in a worker; an OtlpError comes back as ``(status, reason)`` (it does not
-    pickle with its two arguments). The spans are fingerprinted (``Prepared.prints``) against a
-    memory holding only ``earlier`` (``(trace hex, span hex) -> fingerprint`` of spans the
-    collector received before with other content: they are rejected as span id collisions)."""
-    memory = SpanMemory(max_spans=max(len(earlier or ()), 1) + _WORKER_PRINTS)
-    if earlier:
-        memory.remember_prints(earlier)
+    pickle with its two arguments). With ``remember`` the body is mapped against an
+    ``AskedMemory`` answering from ``seed`` (None: an empty memory), and what it asked and
+    would remember comes back in ``Prepared`` (``prints``, ``asked``, ``remembered``)."""
+    memory = None
+    if remember:
+        memory = AskedMemory(None if seed is None else SpanMemory.from_excerpt(*seed))
     try:
         result: Prepared | tuple[int, str] = prepare(body, content_type, content_encoding, max_bytes, memory)
     except OtlpError as error:
         result = error.status, error.reason
     del body
+    if memory is not None and isinstance(result, Prepared):
+        result.prints, result.asked, result.remembered = memory.prints, memory.runs, memory.remembered
     _release_free_memory()
     return result
 
@@ -172,6 +192,12 @@ def _warm_up() -> int:
     return 0
 
 
+def _warm_prices() -> None:
+    from budgetlens.pricing import warm_prices
+
+    warm_prices()
+
+
 def _init_worker(collector_pid: int) -> None:
     """In each worker: ignore SIGINT (a Ctrl-C reaches the whole process group; the collector
     handles it and stops the workers itself), exit with the collector (even after ``kill -9``),
@@ -184,6 +210,7 @@ def _init_worker(collector_pid: int) -> None:
     import pyarrow as pa
 
     threading.Thread(target=_exit_with, args=(collector_pid,), daemon=True).start()
+    threading.Thread(target=_warm_prices, daemon=True).start()  # not at the first body
     pa.set_memory_pool(pa.system_memory_pool())
     try:
         os.nice(WORKER_NICENESS)
@@ -192,7 +219,8 @@ def _init_worker(collector_pid: int) -> None:
 
 
 class DecodePool:
-    """Runs ``prepare`` for bodies over ``inline_bytes`` in ``workers`` processes.
+    """Runs ``prepare`` for bodies over ``inline_bytes`` (default: every body) in ``workers``
+    processes.
 
     ``start`` creates the workers (and waits until one answers), ``close`` stops them.
     Raises ValueError for ``workers`` < 1 or a negative ``inline_bytes``.
@@ -214,10 +242,10 @@ class DecodePool:
         self.workers = workers
         self.inline_bytes = inline_bytes
         self.large_bytes = large_bytes
-        #: The collector's span memory (issue 15's tree rules across requests). Requests mapped
-        #: in-process use it; a large body mapped in a worker is taken as self-contained for the
-        #: tree rules, but its spans' fingerprints are checked against it and remembered (a
-        #: different span under the ids of one received earlier is rejected on both paths).
+        #: The collector's span memory (issue 15's tree rules across requests, issue 23's span
+        #: identity). Bodies mapped in-process use it; a body mapped in a worker is checked
+        #: against it and remembered in it (``prepare``; ``budgetlens.otlp.asked``), with the
+        #: same rows as in-process.
         self.memory = memory
         self._executor: ProcessPoolExecutor | None = None
         self._large: asyncio.Semaphore | None = None  # created on the serving event loop
@@ -244,30 +272,35 @@ class DecodePool:
     async def prepare(
         self, body: bytes | bytearray, content_type: str | None, content_encoding: str | None, max_bytes: int
     ) -> Prepared:
-        """``prepare`` for ``body``: in-process when it is small or the pool is not started,
-        else in a worker. Raises OtlpError as ``prepare`` does, DecodeUnavailable when the
-        worker died (the pool restarts)."""
+        """``prepare`` for ``body``: in a worker, or in-process when it is at most
+        ``inline_bytes`` or the pool is not started. Raises OtlpError as ``prepare`` does,
+        DecodeUnavailable when the worker died (the pool restarts)."""
         executor = self._executor
+        memory = self.memory
         if executor is None or len(body) <= self.inline_bytes:
-            prepared = prepare(body, content_type, content_encoding, max_bytes, self.memory)
+            prepared = prepare(body, content_type, content_encoding, max_bytes, memory)
             prepared.prints = {}  # remembered by the mapping already
             return prepared
-        result = await self._in_worker(executor, body, content_type, content_encoding, max_bytes, None)
-        memory = self.memory
-        if memory is not None and result.prints:
-            # the same rule as in-process (issue 23): a span received earlier with other content
-            # is a span id collision, rejected in this answer, not acknowledged and then lost to
-            # the store's primary key. Check and remember in one step, on the event loop (so no
-            # other body is checked in between); on a conflict the body is mapped again with
-            # the earlier fingerprints, so the rejection, its stub rows and flags are the usual.
-            conflicts = memory.claim_prints(result.prints)
-            if conflicts:
-                log.info("%d span id collisions in a worker-decoded body; mapping it again", len(conflicts))
-                result = await self._in_worker(
-                    executor, body, content_type, content_encoding, max_bytes, conflicts
-                )
+        args = (body, content_type, content_encoding, max_bytes)
+        result = await self._in_worker(executor, *args, None, memory is not None)
+        if memory is not None:
+            # Check and remember in one step, on the event loop (no other body is checked in
+            # between): a span received earlier with other content is a span id collision,
+            # rejected in this answer, not acknowledged and then lost to the store's primary
+            # key (issue 23); and the tree rules' questions get the collector's answers
+            # (``budgetlens.otlp.asked``). When the memory knows more than the worker's empty
+            # stand-in, the body is mapped again with the part of it the body reads.
+            conflicts = memory.claim_prints(result.prints) if result.prints else {}
+            if conflicts or memory.knows_any(*questions(result.asked, result.remembered)):
+                if conflicts:
+                    log.info(
+                        "%d span id collisions in a worker-mapped body; mapping it again", len(conflicts)
+                    )
+                seed = (memory.excerpt(seed_keys(result.asked, result.remembered)), conflicts)
+                result = await self._in_worker(executor, *args, seed, True)
                 memory.remember_prints(result.prints)
-        result.prints = {}
+            memory.remember(result.remembered)
+        result.prints, result.asked, result.remembered = {}, [], []
         return result
 
     async def _in_worker(
@@ -277,13 +310,14 @@ class DecodePool:
         content_type: str | None,
         content_encoding: str | None,
         max_bytes: int,
-        earlier: dict[tuple[str, str], int] | None,
+        seed: Seed | None,
+        remember: bool,
     ) -> Prepared:
         """``_prepare_in_worker`` in ``executor`` (bodies over ``large_bytes`` one at a time)."""
         loop = asyncio.get_running_loop()
         if self._large is None:
             self._large = asyncio.Semaphore(1)
-        args = (body, content_type, content_encoding, max_bytes, earlier)
+        args = (body, content_type, content_encoding, max_bytes, seed, remember)
         try:
             if len(body) > self.large_bytes:
                 async with self._large:

@@ -73,7 +73,7 @@ from budgetlens.otlp.attributes import (
     read_attributes,
     text,
 )
-from budgetlens.otlp.memory import SpanMemory, span_digest
+from budgetlens.otlp.memory import Memory, span_digest
 from budgetlens.otlp.rejected import Mark, mark_of, mark_runs, stub_context, stub_rows
 from budgetlens.otlp.rows import Mapped, Row
 from budgetlens.otlp.span_rows import (
@@ -112,7 +112,7 @@ class _Mapper:
     ``FUTURE_SKEW_S`` are clamped to it and flagged.
     """
 
-    def __init__(self, source: str, price: bool, now_ns: int, memory: SpanMemory | None = None, marks=()):
+    def __init__(self, source: str, price: bool, now_ns: int, memory: Memory | None = None, marks=()):
         self.source = source
         self.price = price
         self.now_ns = now_ns
@@ -369,7 +369,7 @@ def map_request(
     source: str = "otlp",
     price: bool = True,
     now_ns: int | None = None,
-    memory: SpanMemory | None = None,
+    memory: Memory | None = None,
     marks: Iterable[Mark] = (),
 ) -> Mapped:
     """Map an ``ExportTraceServiceRequest`` (protobuf message) to store rows.
