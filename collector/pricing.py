@@ -244,6 +244,8 @@ def _in_force(info: Any, when: dt.datetime) -> tuple[tuple[bool, ...], tuple[boo
     ``when`` (their own ``constraint.active``): two calls with the same answer have the same
     price (genai-prices picks among the ones in force)."""
     prices = info.prices
+    if not info.price_variants and not isinstance(prices, list):
+        return (), ()  # one price, always in force
     conditions = (
         tuple(c.constraint is None or c.constraint.active(when) for c in prices)
         if isinstance(prices, list)
@@ -326,7 +328,74 @@ def price_calls(
     :class:`CallPrice` per request, in order, each equal to :func:`price_call`'s. Each
     (provider, model, price in force, tier) is resolved once and its calls priced by rates x
     counts where the price is linear (see the module docstring). Never raises for a price."""
-    return [price_call(c.model, c.usage, c.provider, at=c.at, prices_file=prices_file) for c in calls]
+    path = _configured(prices_file)
+    batch = _Batch(price_version())
+    out = []
+    for c in calls:
+        priced = None
+        if c.model and c.usage is not None and not path:
+            try:
+                priced = batch.price(c.model, c.usage, c.provider, c.at)
+            except _PRICE_ERRORS:  # the one path says why, and logs it
+                priced = None
+        out.append(priced or price_call(c.model, c.usage, c.provider, at=c.at, prices_file=prices_file))
+    return out
+
+
+class _Batch:
+    """What the calls of one :func:`price_calls` batch share: each (model, provider)'s
+    genai-prices model, and the prices in force per model and UTC date where only start dates
+    decide them (``_in_force``)."""
+
+    def __init__(self, version: str) -> None:
+        self.version = version
+        self.found: dict[tuple[str, str | None], Any] = {}
+        self.by_date: dict[int, bool] = {}  # id(info) -> only start dates decide its prices
+        self.in_force: dict[tuple[int, dt.date], Any] = {}
+
+    def price(
+        self, model: str, usage: Usage, provider: str | None, at: dt.datetime | None
+    ) -> CallPrice | None:
+        """``_price``'s figure for a genai-prices model whose price in force is resolved already
+        and linear (rates x counts); None when the call takes the one path (:func:`price_call`)."""
+        key = (model, provider)
+        if key not in self.found:
+            self.found[key] = genai_model(model, provider)
+        found = self.found[key]
+        if found is None:
+            return None
+        genai_provider, info = found
+        when = _as_utc(at)
+        resolved = ("genai", genai_provider.id, info.id, usage.service_tier, self._in_force(info, when))
+        rates = _rates.get(resolved)
+        fast = None if rates is None else rates.cost(usage)
+        if fast is None:
+            return None
+        source = f"genai-prices:{genai_provider.id}/{info.id}"
+        return _priced(model, float(fast[0]), fast[1], source, self.version)
+
+    def _in_force(self, info: Any, when: dt.datetime) -> Any:
+        ident = id(info)  # the model lives in genai-prices' data for the whole batch
+        if ident not in self.by_date:
+            self.by_date[ident] = _start_dates_only(info)
+        if not self.by_date[ident]:
+            return _in_force(info, when)
+        day = (ident, when.astimezone(dt.UTC).date())
+        if day not in self.in_force:
+            self.in_force[day] = _in_force(info, when)
+        return self.in_force[day]
+
+
+def _start_dates_only(info: Any) -> bool:
+    """True when only start dates (``StartDateConstraint``: the UTC date) decide which of a
+    genai-prices model's prices and variants are in force, not the time of day."""
+    from genai_prices.types import StartDateConstraint
+
+    prices = info.prices if isinstance(info.prices, list) else ()
+    return all(
+        item.constraint is None or isinstance(item.constraint, StartDateConstraint)
+        for item in (*prices, *(info.price_variants or ()))
+    )
 
 
 def cost_usd(

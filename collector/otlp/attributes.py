@@ -189,6 +189,15 @@ def attribution(attrs: dict, resource: dict | None = None) -> dict:
     return out
 
 
+_ATTRIBUTION_KEYS = frozenset(key for _, keys in ATTRIBUTION_SOURCES for key in keys)
+
+
+def names_attribution(attrs: dict) -> bool:
+    """True when a span's allow-listed attributes (``read_attributes``) hold an attribution
+    key or a tag: else its ``attribution`` is its resource's (``attribution({}, resource)``)."""
+    return not _ATTRIBUTION_KEYS.isdisjoint(attrs) or not ALLOWED_ATTRIBUTES.issuperset(attrs)
+
+
 class SpanRejected(ValueError):
     """One span is invalid; the message names the attribute and the rule."""
 
@@ -269,12 +278,13 @@ def token_counts(attrs: dict) -> tuple:
     """Counts in ``TOKEN_SOURCES`` order (None when absent), each from its first name present."""
     if USAGE_KEYS.isdisjoint(attrs):
         return NO_TOKENS
+    get = attrs.get
     out = []
-    for _, names in TOKEN_SOURCES:
+    for names in _TOKEN_NAMES:
         found = None
         for key in names:
-            if key in attrs:
-                value = attrs[key]
+            value = get(key)  # never None when present (``read_attributes``)
+            if value is not None:
                 found = (
                     value
                     if type(value) is int and 0 <= value <= MAX_TOKENS
@@ -283,6 +293,9 @@ def token_counts(attrs: dict) -> tuple:
                 break
         out.append(found)
     return tuple(out)
+
+
+_TOKEN_NAMES = tuple(names for _, names in TOKEN_SOURCES)
 
 
 def amount(attrs: dict, key: str):
@@ -371,10 +384,16 @@ def check_models(attrs: dict) -> None:
     (``budgetlens.limits.model_name_problem``), naming the attribute, never the value."""
     for key in MODEL_KEYS:
         value = attrs.get(key)
-        if type(value) is str:
+        if type(value) is str and value not in _GOOD_MODELS:
             problem = model_name_problem(value)
             if problem is not None:
                 raise SpanRejected(f"attribute {key} must be a model name {problem}")
+            if len(_GOOD_MODELS) < 4096:
+                _GOOD_MODELS.add(value)
+
+
+#: Model names already found well formed (a few per deployment; bounded).
+_GOOD_MODELS: set[str] = set()
 
 
 def first_text(attrs: dict, *keys: str):

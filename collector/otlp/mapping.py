@@ -70,6 +70,7 @@ from budgetlens.otlp.attributes import (
     SpanRejected,
     attribution,
     first_text,
+    names_attribution,
     read_attributes,
     text,
 )
@@ -137,12 +138,16 @@ class _Mapper:
                 if kv.key == sc.SERVICE_NAME:
                     service = kv.value.string_value or None
             resource = read_attributes(rs.resource.attributes)
+            try:  # the attribution of a span that names none (most)
+                shared: dict | None = attribution({}, resource)
+            except SpanRejected:  # a bad resource value: each span reads it (and is rejected)
+                shared = None
             for scope_spans in rs.scope_spans:
                 spans = scope_spans.spans
                 out.spans += len(spans)
                 for span in spans:
                     try:
-                        self.span(span, service, resource)
+                        self.span(span, service, resource, shared)
                     except SpanRejected as reason:
                         out.rejected += 1
                         self.prints.pop((span.trace_id.hex(), span.span_id.hex()), None)
@@ -186,7 +191,9 @@ class _Mapper:
     def _times(self, span: Any) -> tuple[Times, list[str]]:
         return repaired_times(span.start_time_unix_nano, span.end_time_unix_nano, self.now_ns, self.latest_ns)
 
-    def span(self, span: Any, service: str | None, resource: dict | None = None) -> None:
+    def span(
+        self, span: Any, service: str | None, resource: dict | None = None, shared: dict | None = None
+    ) -> None:
         try:
             ids = self._identity(span)
         except SpanRejected:  # bad ids or a span id collision: no row; its run is marked
@@ -198,7 +205,7 @@ class _Mapper:
             return  # the same span twice in one request: stored once
         attrs = read_attributes(span.attributes)
         try:
-            self._span(span, ids, attrs, service, resource)
+            self._span(span, ids, attrs, service, resource, shared)
         except SpanRejected:
             self._mark_rejected(span, ids, attrs, service)
             raise
@@ -217,7 +224,13 @@ class _Mapper:
         self._append(ctx, rows, [])
 
     def _span(
-        self, span: Any, ids: tuple[str, str, str], attrs: dict, service: str | None, resource: dict | None
+        self,
+        span: Any,
+        ids: tuple[str, str, str],
+        attrs: dict,
+        service: str | None,
+        resource: dict | None,
+        shared: dict | None = None,
     ) -> None:
         trace_hex, span_hex, parent_hex = ids
         get = attrs.get
@@ -237,7 +250,11 @@ class _Mapper:
             agent = text(attrs, sc.GEN_AI_AGENT_NAME)
         if agent and not budget_run:
             self.agent_by_trace.setdefault(trace_hex, agent)
-        who = attribution(attrs, resource)
+        who = (
+            dict(shared)
+            if shared is not None and not names_attribution(attrs)
+            else attribution(attrs, resource)
+        )
         service = who.pop("service_name") or service
         times, time_flags = self._times(span)
         code = span.status.code
