@@ -57,6 +57,9 @@ DEFAULT_LARGE_BYTES = 4 * 1024 * 1024
 #: How much lower than the request path's the workers' CPU priority is (nice steps): on a busy
 #: machine the event loop (``/healthz``, small requests, acknowledgements) goes first.
 WORKER_NICENESS = 10
+#: A worker hands the heap a body freed back to the OS after bodies over this size (bytes);
+#: a smaller one leaves little behind, and the trim would delay its answer (up to a few ms).
+TRIM_AFTER_BYTES = 1024 * 1024
 #: What a worker is given of the collector's memory for a second mapping: the excerpt its tree
 #: rules read and the earlier fingerprints of its span id collisions (``SpanMemory.from_excerpt``).
 Seed = tuple[Excerpt, dict[Key, int]]
@@ -141,6 +144,7 @@ def _prepare_in_worker(
     memory = None
     if remember:
         memory = AskedMemory(None if seed is None else SpanMemory.from_excerpt(*seed))
+    large = len(body) > TRIM_AFTER_BYTES
     try:
         result: Prepared | tuple[int, str] = prepare(body, content_type, content_encoding, max_bytes, memory)
     except OtlpError as error:
@@ -148,7 +152,8 @@ def _prepare_in_worker(
     del body
     if memory is not None and isinstance(result, Prepared):
         result.prints, result.asked, result.remembered = memory.prints, memory.runs, memory.remembered
-    _release_free_memory()
+    if large:
+        _release_free_memory()
     return result
 
 
