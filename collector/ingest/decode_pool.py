@@ -5,8 +5,8 @@ takes about 25 µs a span (25 ms for a 1,000-span body), so on the event loop (o
 under the GIL) it would stall ``/healthz`` and every other request, and use one core.
 ``DecodePool`` runs every body (larger than ``inline_bytes``, default 0) in a small
 ``concurrent.futures.ProcessPoolExecutor`` (``workers`` processes, started by ``spawn`` so they
-inherit no threads and no open files such as the journal's lock, at a lower CPU priority;
-bodies over ``large_bytes`` one at a time) and returns a ``Prepared``: the counts the receiver
+inherit no threads and no open files such as the journal's lock; bodies over ``large_bytes``
+one at a time) and returns a ``Prepared``: the counts the receiver
 answers with and the rows already encoded as a journal record payload
 (``budgetlens.ingest.journal.encode_batch``), so the collector process never holds the decoded
 protobuf or the row objects of a body. The receiver journals that payload and answers only after
@@ -49,14 +49,16 @@ _MALLOC_TRIM: Any = None  # glibc's malloc_trim, False where there is none
 
 #: Bodies up to this size (bytes) are mapped in the collector process (0: none but empty ones).
 DEFAULT_INLINE_BYTES = 0
-#: Worker processes for larger bodies.
+#: Worker processes (one a core of a 2-core machine).
 DEFAULT_WORKERS = 2
 #: Bodies over this size (bytes) are decoded one at a time: a worker's memory while decoding
 #: one is about 15× its size, so two at once would double the collector's peak.
 DEFAULT_LARGE_BYTES = 4 * 1024 * 1024
-#: How much lower than the request path's the workers' CPU priority is (nice steps): on a busy
-#: machine the event loop (``/healthz``, small requests, acknowledgements) goes first.
-WORKER_NICENESS = 10
+#: How much lower than the collector's the workers' CPU priority is (nice steps). 0: every body
+#: is mapped there, so they are the request path (at +10, a busy machine starved them until the
+#: exporters timed out); the event loop still answers at once (it mostly sleeps, and the
+#: scheduler runs a waking sleeper first). The loader thread keeps its +10.
+WORKER_NICENESS = 0
 #: A worker hands the heap a body freed back to the OS after bodies over this size (bytes);
 #: a smaller one leaves little behind, and the trim would delay its answer (up to a few ms).
 TRIM_AFTER_BYTES = 1024 * 1024
@@ -206,7 +208,8 @@ def _warm_prices() -> None:
 def _init_worker(collector_pid: int) -> None:
     """In each worker: ignore SIGINT (a Ctrl-C reaches the whole process group; the collector
     handles it and stops the workers itself), exit with the collector (even after ``kill -9``),
-    lower the CPU priority, let Arrow hand freed memory back to the OS."""
+    lower the CPU priority (``WORKER_NICENESS``), load the prices, let Arrow hand freed memory
+    back to the OS."""
     import os
     import signal
     import threading
@@ -218,7 +221,8 @@ def _init_worker(collector_pid: int) -> None:
     threading.Thread(target=_warm_prices, daemon=True).start()  # not at the first body
     pa.set_memory_pool(pa.system_memory_pool())
     try:
-        os.nice(WORKER_NICENESS)
+        if WORKER_NICENESS:
+            os.nice(WORKER_NICENESS)
     except OSError as error:  # not permitted: keep the priority
         log.debug("decode worker priority unchanged: %s", error)
 
