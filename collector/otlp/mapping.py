@@ -68,9 +68,7 @@ from budgetlens.otlp.attributes import (
     MAX_ID_CHARS,
     USAGE_KEYS,
     SpanRejected,
-    attribution,
     first_text,
-    names_attribution,
     read_attributes,
     text,
 )
@@ -78,6 +76,7 @@ from budgetlens.otlp.identity import SpanIds
 from budgetlens.otlp.memory import Memory
 from budgetlens.otlp.rejected import Mark, mark_of, mark_runs, stub_context, stub_rows
 from budgetlens.otlp.rows import Mapped, Row
+from budgetlens.otlp.span_attribution import attribution, names_attribution
 from budgetlens.otlp.span_rows import (
     SpanContext,
     Times,
