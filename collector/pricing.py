@@ -174,12 +174,24 @@ def price_call(
     raises for a price: an unpriced call has ``cost_usd`` None and says why in
     ``unpriced_reason`` (a price file or calculation that fails is logged at WARNING).
     """
+    return _price_one(model, usage, provider, at, prices_file, None)
+
+
+def _price_one(
+    model: str | None,
+    usage: Usage | None,
+    provider: str | None,
+    at: dt.datetime | None,
+    prices_file: str | os.PathLike | None,
+    batch: _Batch | None,
+) -> CallPrice:
+    """:func:`price_call`, sharing lookups with the other calls of ``batch`` (when given)."""
     if not model:
         return CallPrice(None, unpriced_reason="no model")
     if usage is None:
         return CallPrice(None, unpriced_reason="usage unknown")
     try:
-        return _price(model, usage, provider, at, prices_file)
+        return _price(model, usage, provider, at, prices_file, batch)
     except _PRICE_ERRORS as error:
         log.warning("could not price a call of %r: %s; the call counts as unpriced", model, error)
         return CallPrice(None, unpriced_reason=f"could not price: {error}")
@@ -191,14 +203,16 @@ def _price(
     provider: str | None,
     at: dt.datetime | None,
     prices_file: str | os.PathLike | None,
+    batch: _Batch | None = None,
 ) -> CallPrice:
-    """:func:`price_call` for a model and a usage; raises ``_PRICE_ERRORS``."""
-    path = _configured(prices_file)
+    """:func:`price_call` for a model and a usage; raises ``_PRICE_ERRORS``. ``batch``: the
+    lookups the calls of one :func:`price_calls` share."""
+    path = _configured(prices_file) if batch is None else batch.path
     if path:
         user = _user_model(model, path)
         if user is not None:
             return _price_user(model, usage, user)
-    found = genai_model(model, provider)
+    found = genai_model(model, provider) if batch is None else batch.model(model, provider)
     if found is None:
         warn_unpriced(model, provider)
         return CallPrice(None, unpriced_reason=f"no price for model {model!r}")
@@ -206,7 +220,8 @@ def _price(
     when = _as_utc(at)
     context = _price_context(usage)
     source = f"genai-prices:{genai_provider.id}/{info.id}"
-    key = ("genai", genai_provider.id, info.id, usage.service_tier, _in_force(info, when))
+    in_force = _in_force(info, when) if batch is None else batch.in_force(info, when)
+    key = ("genai", genai_provider.id, info.id, usage.service_tier, in_force)
     rates = _rates.get(key, _UNSET)
     if rates is _UNSET:
         rates = _remember(key, lambda u: _genai_calc(info, genai_provider, u, when, context))
@@ -244,6 +259,8 @@ def _in_force(info: Any, when: dt.datetime) -> tuple[tuple[bool, ...], tuple[boo
     ``when`` (their own ``constraint.active``): two calls with the same answer have the same
     price (genai-prices picks among the ones in force)."""
     prices = info.prices
+    if not info.price_variants and not isinstance(prices, list):
+        return (), ()  # one price, always in force
     conditions = (
         tuple(c.constraint is None or c.constraint.active(when) for c in prices)
         if isinstance(prices, list)
@@ -326,7 +343,51 @@ def price_calls(
     :class:`CallPrice` per request, in order, each equal to :func:`price_call`'s. Each
     (provider, model, price in force, tier) is resolved once and its calls priced by rates x
     counts where the price is linear (see the module docstring). Never raises for a price."""
-    return [price_call(c.model, c.usage, c.provider, at=c.at, prices_file=prices_file) for c in calls]
+    batch = _Batch(_configured(prices_file))
+    return [_price_one(c.model, c.usage, c.provider, c.at, prices_file, batch) for c in calls]
+
+
+class _Batch:
+    """What the calls of one :func:`price_calls` batch share: the user price file in effect,
+    each (model, provider)'s genai-prices model, and the prices in force per model and UTC date
+    where only start dates decide them (``_in_force``)."""
+
+    def __init__(self, path: str | None) -> None:
+        self.path = path
+        self.found: dict[tuple[str, str | None], Any] = {}
+        self.by_date: dict[int, bool] = {}  # id(info) -> only start dates decide its prices
+        self.days: dict[tuple[int, dt.date], Any] = {}
+
+    def model(self, model: str, provider: str | None) -> Any:
+        """``genai_model(model, provider)``, looked up once per batch."""
+        key = (model, provider)
+        if key not in self.found:
+            self.found[key] = genai_model(model, provider)
+        return self.found[key]
+
+    def in_force(self, info: Any, when: dt.datetime) -> Any:
+        """``_in_force(info, when)``, once per model and UTC date when only start dates decide."""
+        ident = id(info)  # the model lives in genai-prices' data for the whole batch
+        if ident not in self.by_date:
+            self.by_date[ident] = _start_dates_only(info)
+        if not self.by_date[ident]:
+            return _in_force(info, when)
+        day = (ident, when.astimezone(dt.UTC).date())
+        if day not in self.days:
+            self.days[day] = _in_force(info, when)
+        return self.days[day]
+
+
+def _start_dates_only(info: Any) -> bool:
+    """True when only start dates (``StartDateConstraint``: the UTC date) decide which of a
+    genai-prices model's prices and variants are in force, not the time of day."""
+    from genai_prices.types import StartDateConstraint
+
+    prices = info.prices if isinstance(info.prices, list) else ()
+    return all(
+        item.constraint is None or isinstance(item.constraint, StartDateConstraint)
+        for item in (*prices, *(info.price_variants or ()))
+    )
 
 
 def cost_usd(
