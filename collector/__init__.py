@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from budgetlens.guard.children import use_store_estimate
 from budgetlens.guard.otel_setup import configure
 from budgetlens.guard.pool import PoolAlert, TokenPool
 from budgetlens.guard.results import (
@@ -58,6 +59,17 @@ __all__ = [
     "cost_usd",
     "normalize_usage",
 ]
+
+
+def _store_p50(db: Any, task_type: str) -> tuple[float | None, float | None]:
+    """``RunBudget.fan_out(db=...)``'s estimate, read by the analysis wing (loaded on first use):
+    wired here, at the top of the import graph, so the guard imports neither store nor analysis."""
+    from budgetlens.analysis.fan_out_estimate import p50_estimate
+
+    return p50_estimate(db, task_type)
+
+
+use_store_estimate(_store_p50)
 
 
 def __getattr__(name: str) -> Any:

@@ -21,10 +21,13 @@ from __future__ import annotations
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from decimal import Decimal
-from typing import Any
+from decimal import Decimal, getcontext
+from itertools import compress
+from operator import attrgetter
+from typing import Any, NamedTuple
 
 from budgetlens.billing_parts import unpriced_audio, unpriced_fields
+from budgetlens.limits import MAX_TOKENS
 from budgetlens.price_file import USAGE_KEYS
 from budgetlens.usage import Usage
 
@@ -46,6 +49,21 @@ def is_tiered(model_price: Any) -> bool:
     return any(isinstance(value, TieredPrices) for value in vars(model_price).values())
 
 
+class _Plan(NamedTuple):
+    """How :meth:`Rates.cost` prices a usage of one shape (the fields it reports > 0, in
+    ``_FIELDS`` order): ``ok``: genai-prices reads it; ``beyond_text``: it reports a part beyond
+    the text token counts (the unpriced parts are looked up); ``rates``: the rate of each field of
+    the shape; ``leaves``: the signed leaves as (position in the shape, coefficient) pairs;
+    ``scaled``: the fee and the rates as whole numbers of ``1 / scale`` USD, (fee, scale, rates),
+    when no sum of any usage can pass the ``Decimal`` precision (None: summed in ``Decimal``)."""
+
+    ok: bool
+    beyond_text: bool
+    rates: tuple[Decimal, ...]
+    leaves: tuple[tuple[tuple[int, int], ...], ...]
+    scaled: tuple[int, int, tuple[int, ...]] | None
+
+
 @dataclass(slots=True)
 class Rates:
     """A linear price: ``fee`` (USD per call: genai-prices' per-request price) and ``rates``
@@ -59,31 +77,75 @@ class Rates:
     leaves: tuple[tuple[tuple[str, int], ...], ...]
     priced_keys: tuple[str, ...]
     model_price: Any
-    _shapes: dict[tuple[str, ...], bool] = field(default_factory=dict)
+    _plans: dict[tuple[str, ...], _Plan] = field(default_factory=dict)
 
-    def cost(self, usage: Usage) -> tuple[Decimal, tuple[str, ...]] | None:
-        """(USD of ``usage``, the parts left unpriced) by rates x counts, or None when the call
-        must be priced call by call to match genai-prices (see the module docstring)."""
-        counts = {name: value for name in _FIELDS if (value := getattr(usage, name))}
-        unpriced = unpriced_fields(usage, self.model_price) if counts.keys() - _TEXT_TOKENS else ()
+    def cost(self, usage: Usage) -> tuple[float, tuple[str, ...]] | None:
+        """(USD of ``usage`` as float, the parts left unpriced) by rates x counts, or None when the
+        call must be priced call by call to match genai-prices (see the module docstring). The sum
+        is exact, so the float is the ``Decimal`` sum's: in whole ``1 / scale`` USD (Python ints,
+        divided once, correctly rounded) when the plan has them, else in ``Decimal``."""
+        values = _COUNTS(usage)
+        shape = tuple(compress(_FIELDS, values))
+        plan = self._plans.get(shape)
+        if plan is None:
+            plan = self._plans[shape] = self._plan(shape)
+        unpriced = unpriced_fields(usage, self.model_price) if plan.beyond_text else ()
         if unpriced and unpriced_audio(usage, self.model_price):
             return None
-        shape = tuple(counts)
-        ok = self._shapes.get(shape)
-        if ok is None:
-            ok = self._shapes[shape] = _shape_accepted(shape, self.priced_keys)
-        if not ok:
+        if not plan.ok:
             return None
-        for leaf in self.leaves:
-            if sum(coefficient * counts.get(name, 0) for name, coefficient in leaf) < 0:
+        counts = tuple(compress(values, values))
+        for leaf in plan.leaves:
+            count = 0
+            for i, coefficient in leaf:
+                count += coefficient * counts[i]
+            if count < 0:
                 return None
+        if plan.scaled is not None:
+            whole, scale, rates = plan.scaled
+            for rate, value in zip(rates, counts):
+                whole += rate * value
+            return whole / scale, unpriced
         total = self.fee
-        rates = self.rates
-        for name, value in counts.items():
-            total += rates[name] * value
-        return total, unpriced
+        for decimal_rate, value in zip(plan.rates, counts):  # in _FIELDS order, as genai-prices adds
+            total += decimal_rate * value
+        return float(total), unpriced
+
+    def _plan(self, shape: tuple[str, ...]) -> _Plan:
+        position = {name: i for i, name in enumerate(shape)}
+        leaves = tuple(
+            pairs
+            for leaf in self.leaves
+            if (pairs := tuple((position[n], c) for n, c in leaf if n in position))
+        )
+        rates = tuple(self.rates[name] for name in shape)
+        return _Plan(
+            _shape_accepted(shape, self.priced_keys),
+            bool(set(shape) - _TEXT_TOKENS),
+            rates,
+            leaves,
+            _scaled(self.fee, rates),
+        )
 
 
+def _scaled(fee: Decimal, rates: tuple[Decimal, ...]) -> tuple[int, int, tuple[int, ...]] | None:
+    """(fee, scale, rates) as whole numbers of ``1 / scale`` USD, when ``Decimal`` would sum any
+    usage (each count at most ``MAX_TOKENS``) exactly too: every product and partial sum within its
+    precision, so both sums are the same number. None otherwise (or for a rate that is not finite)."""
+    numbers = (fee, *rates)
+    if not all(number.is_finite() for number in numbers):
+        return None
+    places = max(0, *(-int(number.as_tuple().exponent) for number in numbers))
+    whole = [int(number.scaleb(places)) for number in numbers]
+    if any(Decimal(w).scaleb(-places) != number for w, number in zip(whole, numbers)):
+        return None
+    if abs(whole[0]) + sum(abs(w) for w in whole[1:]) * MAX_TOKENS >= 10 ** getcontext().prec:
+        return None
+    return whole[0], 10**places, tuple(whole[1:])
+
+
+#: The counts of a Usage in ``_FIELDS`` order (one C call).
+_COUNTS = attrgetter(*_FIELDS)
 _TEXT_TOKENS = frozenset(("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens"))
 
 

@@ -55,8 +55,10 @@ from budgetlens.billing_parts import unpriced_audio, unpriced_fields, without_pa
 from budgetlens.config import ENV_PRICES_FILE, resolve
 from budgetlens.price_columns import usage_details, usage_from_details
 from budgetlens.price_file import UserModel, genai_usage, load_price_file, user_table
-from budgetlens.price_names import clear_names, genai_model, name_variants, warn_unpriced
+from budgetlens.price_names import clear_names, name_variants, warn_unpriced
 from budgetlens.price_rates import Rates, derive_rates
+from budgetlens.price_resolve import by_day as _by_day
+from budgetlens.price_resolve import resolve_genai as _resolve
 from budgetlens.usage import Usage
 
 log = logging.getLogger(__name__)
@@ -212,23 +214,21 @@ def _price(
         user = _user_model(model, path)
         if user is not None:
             return _price_user(model, usage, user)
-    found = genai_model(model, provider) if batch is None else batch.model(model, provider)
-    if found is None:
+    when = _as_utc(at)
+    resolved = _resolve(model, provider, usage.service_tier, when)
+    if resolved is None:
         warn_unpriced(model, provider)
         return CallPrice(None, unpriced_reason=f"no price for model {model!r}")
-    genai_provider, info = found
-    when = _as_utc(at)
-    context = _price_context(usage)
-    source = f"genai-prices:{genai_provider.id}/{info.id}"
-    in_force = _in_force(info, when) if batch is None else batch.in_force(info, when)
-    key = ("genai", genai_provider.id, info.id, usage.service_tier, in_force)
+    genai_provider, info, key, source = resolved
     rates = _rates.get(key, _UNSET)
     if rates is _UNSET:
-        rates = _remember(key, lambda u: _genai_calc(info, genai_provider, u, when, context))
+        price_context = _price_context(usage)
+        rates = _remember(key, lambda u: _genai_calc(info, genai_provider, u, when, price_context))
     if rates is not None:
         fast = rates.cost(usage)
         if fast is not None:
-            return _priced(model, float(fast[0]), fast[1], source, price_version())
+            return _priced(model, fast[0], fast[1], source, price_version())
+    context = _price_context(usage)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # an unknown usage key is reported as unpriced below
         calc = info.calc_price(
@@ -252,22 +252,6 @@ def _price(
 _UNSET: Any = object()
 #: Rates of each resolved price (None: tiered or not linear: priced call by call).
 _rates: dict[tuple[Any, ...], Rates | None] = {}
-
-
-def _in_force(info: Any, when: dt.datetime) -> tuple[tuple[bool, ...], tuple[bool, ...]]:
-    """Which of a genai-prices model's conditional prices and price variants are in force at
-    ``when`` (their own ``constraint.active``): two calls with the same answer have the same
-    price (genai-prices picks among the ones in force)."""
-    prices = info.prices
-    if not info.price_variants and not isinstance(prices, list):
-        return (), ()  # one price, always in force
-    conditions = (
-        tuple(c.constraint is None or c.constraint.active(when) for c in prices)
-        if isinstance(prices, list)
-        else ()
-    )
-    variants = tuple(v.constraint is None or v.constraint.active(when) for v in info.price_variants or ())
-    return conditions, variants
 
 
 def _genai_calc(
@@ -316,7 +300,7 @@ def _price_user(model: str, usage: Usage, user: UserModel) -> CallPrice:
     if rates is not None:
         fast = rates.cost(usage)
         if fast is not None:
-            return _priced(model, float(fast[0]), fast[1], user.source, user.version)
+            return _priced(model, fast[0], fast[1], user.source, user.version)
     model_price = user.model_price()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -348,46 +332,11 @@ def price_calls(
 
 
 class _Batch:
-    """What the calls of one :func:`price_calls` batch share: the user price file in effect,
-    each (model, provider)'s genai-prices model, and the prices in force per model and UTC date
-    where only start dates decide them (``_in_force``)."""
+    """What the calls of one :func:`price_calls` batch share: the user price file in effect (each
+    model's genai-prices entry and prices in force are kept per UTC date by ``_resolve``)."""
 
     def __init__(self, path: str | None) -> None:
         self.path = path
-        self.found: dict[tuple[str, str | None], Any] = {}
-        self.by_date: dict[int, bool] = {}  # id(info) -> only start dates decide its prices
-        self.days: dict[tuple[int, dt.date], Any] = {}
-
-    def model(self, model: str, provider: str | None) -> Any:
-        """``genai_model(model, provider)``, looked up once per batch."""
-        key = (model, provider)
-        if key not in self.found:
-            self.found[key] = genai_model(model, provider)
-        return self.found[key]
-
-    def in_force(self, info: Any, when: dt.datetime) -> Any:
-        """``_in_force(info, when)``, once per model and UTC date when only start dates decide."""
-        ident = id(info)  # the model lives in genai-prices' data for the whole batch
-        if ident not in self.by_date:
-            self.by_date[ident] = _start_dates_only(info)
-        if not self.by_date[ident]:
-            return _in_force(info, when)
-        day = (ident, when.astimezone(dt.UTC).date())
-        if day not in self.days:
-            self.days[day] = _in_force(info, when)
-        return self.days[day]
-
-
-def _start_dates_only(info: Any) -> bool:
-    """True when only start dates (``StartDateConstraint``: the UTC date) decide which of a
-    genai-prices model's prices and variants are in force, not the time of day."""
-    from genai_prices.types import StartDateConstraint
-
-    prices = info.prices if isinstance(info.prices, list) else ()
-    return all(
-        item.constraint is None or isinstance(item.constraint, StartDateConstraint)
-        for item in (*prices, *(info.price_variants or ()))
-    )
 
 
 def cost_usd(
@@ -403,7 +352,29 @@ def cost_usd(
     The ``cost_usd`` of :func:`price_call` (same arguments, same error policy): a partly
     unpriced call gives its priced part; use :func:`price_call` to see what was left out.
     """
+    if model and usage is not None:
+        fast = _linear_cost(model, usage, provider, at, prices_file)
+        if fast is not None:
+            return fast
     return price_call(model, usage, provider, at=at, prices_file=prices_file).cost_usd
+
+
+def _linear_cost(
+    model: str, usage: Usage, provider: str | None, at: dt.datetime | None, prices_file: Any
+) -> float | None:
+    """:func:`cost_usd` of a call :func:`price_call` prices by genai-prices rates with no part left
+    unpriced, without building its :class:`CallPrice` (the guard prices each call at record with a
+    cost limit); None when the full path must decide (a user price file, no rates yet, a part
+    unpriced, a price error: it logs and says why)."""
+    try:
+        if _configured(prices_file):
+            return None
+        resolved = _resolve(model, provider, usage.service_tier, _as_utc(at))
+        rates = None if resolved is None else _rates.get(resolved[2])
+        priced = None if rates is None else rates.cost(usage)
+    except _PRICE_ERRORS:
+        return None
+    return priced[0] if priced is not None and not priced[1] else None
 
 
 def estimate_cost_usd(
@@ -481,4 +452,5 @@ def clear_price_cache() -> None:
     clear_names()
     user_table.cache_clear()
     _rates.clear()
+    _by_day.clear()
     _warned_partly.clear()

@@ -13,6 +13,7 @@ from genai_prices.types import ModelPrice
 
 from budgetlens import pricing
 from budgetlens.price_file import genai_usage
+from budgetlens.price_names import genai_model
 from budgetlens.price_rates import is_tiered
 from budgetlens.pricing import PriceRequest, clear_price_cache, price_call, price_calls
 from budgetlens.usage import Usage
@@ -92,7 +93,7 @@ def test_a_service_tier_resolves_its_own_rates():
     rng = random.Random(7)
     usages = [_usage(rng, tier) for tier in (None, "flex", "priority", "batch") for _ in range(5)]
     for usage in usages:
-        found = pricing.genai_model("gpt-5", "openai")
+        found = genai_model("gpt-5", "openai")
         assert found is not None
         expected = _reference(*found, usage) if usage.service_tier != "batch" else None
         got = price_call("gpt-5", usage, "openai", at=AT)
@@ -156,3 +157,48 @@ def test_a_user_price_file_model_is_priced_by_rates(tmp_path):
     # 800k uncached input at 1.5, 200k cached at 0.15, 500k output at 4.0, one request fee
     assert result.cost_usd == pytest.approx(1.2 + 0.03 + 2.0 + 0.001, abs=1e-12)
     assert any(key[0] == "user" and rates is not None for key, rates in pricing._rates.items())
+
+
+def test_the_whole_number_sum_is_the_decimal_sum_exactly_on_random_usages():
+    """Rates.cost sums in whole 1/scale USD (Python ints) where Decimal would be exact too: the float
+    is bit for bit the float of genai-prices' Decimal rates x counts, up to 10^12 tokens a field."""
+    from itertools import compress
+
+    from budgetlens.price_rates import _COUNTS, _FIELDS
+
+    clear_price_cache()
+    rng = random.Random(2025)
+    compared = scaled = 0
+    for provider, info in rng.sample(_models(tiered=False), 120):
+        price_call(info.id, Usage(1, 1), provider.id, at=AT)
+        for key, rates in list(pricing._rates.items()):
+            if rates is None or key[1:3] != (provider.id, info.id):
+                continue
+            for _ in range(10):
+                inp = rng.randrange(0, 10 ** rng.randrange(1, 13))
+                cache_read = rng.randrange(0, inp + 1)
+                out = rng.randrange(0, 10 ** rng.randrange(1, 13))
+                usage = Usage(inp, out, cache_read, rng.randrange(0, inp - cache_read + 1))
+                got = rates.cost(usage)
+                if got is None:
+                    continue
+                values = _COUNTS(usage)
+                plan = rates._plans[tuple(compress(_FIELDS, values))]
+                total = rates.fee
+                for rate, count in zip(plan.rates, compress(values, values), strict=True):
+                    total += rate * count
+                assert got[0] == float(total)  # the same float, not approximately
+                compared += 1
+                scaled += plan.scaled is not None
+    assert compared > 300 and scaled > 300
+
+
+def test_a_price_that_starts_on_a_date_is_resolved_once_a_day_and_applies_from_that_day():
+    clear_price_cache()
+    usage = Usage(60_000, 5_000, 10_000)
+    before = price_call("gpt-5.6-sol", usage, at=dt.datetime(2026, 8, 20, 23, 59, tzinfo=dt.UTC))
+    after = price_call("gpt-5.6-sol", usage, at=dt.datetime(2026, 8, 21, 0, 1, tzinfo=dt.UTC))
+    again = price_call("gpt-5.6-sol", usage, at=dt.datetime(2026, 8, 20, 12, 0, tzinfo=dt.UTC))
+    assert before.cost_usd != after.cost_usd  # the price changed on 2026-08-21
+    assert again == before
+    assert len(pricing._by_day) == 2  # one resolution per UTC day, not per call

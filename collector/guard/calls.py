@@ -7,16 +7,17 @@ its lock; :class:`RecordedCall` is what ``RunState`` settles under its lock and 
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from budgetlens.guard import options as opt
 from budgetlens.guard.results import Action
-from budgetlens.pricing import price_call
+from budgetlens.pricing import PriceRequest, cost_usd
 from budgetlens.usage import Usage, normalize_usage, usage_missing_parts
 from budgetlens.usage_check import check_usage_payload
 
-__all__ = ["PROBE_USAGE", "PriceCall", "RecordedCall", "paid_cost", "prepare_call"]
+__all__ = ["PROBE_USAGE", "PriceCall", "RecordedCall", "paid_cost", "prepare_call", "price_at_record"]
 
 #: Prices a call already paid for: (model, usage, provider) -> USD, or None when unpriced.
 PriceCall = Callable[[str | None, Usage, str | None], float | None]
@@ -24,11 +25,11 @@ PROBE_USAGE = Usage(0, 0)  # prices nothing: tells whether a model has a price (
 
 
 def paid_cost(model: str | None, usage: Usage, provider: str | None) -> float | None:
-    """USD of a call already paid for, priced now through :func:`budgetlens.pricing.price_call`
-    (every billed dimension: tokens by kind and modality, cache writes by duration, web searches,
-    service tier). ``price_call`` never raises for a price: a price file that fails only now
-    is logged there and the call counts as unpriced, so it is never dropped."""
-    return price_call(model, usage, provider).cost_usd
+    """USD of a call already paid for, priced now through :func:`budgetlens.pricing.cost_usd`
+    (``price_call``'s figure: every billed dimension: tokens by kind and modality, cache writes by
+    duration, web searches, service tier). It never raises for a price: a price file that fails
+    only now is logged there and the call counts as unpriced, so it is never dropped."""
+    return cost_usd(model, usage, provider)
 
 
 def prepare_call(
@@ -46,10 +47,15 @@ def prepare_call(
     Raises ValueError for a bad model name or a misread usage payload (never "a call without usage")."""
     if model is not None:
         opt.check_model(model)
-    if usage is not None and usage.__class__ is not Usage:
-        check_usage_payload(usage)  # a misread usage is an error, not "a call without usage"
-    normalized = normalize_usage(usage, provider) if usage is not None else None
-    missing = usage_missing_parts(usage, provider) if normalized is not None else ()
+    normalized: Usage | None
+    missing: tuple[str, ...]
+    if usage.__class__ is Usage:  # already normalized and complete (the hot path)
+        normalized, missing = usage, ()
+    else:
+        if usage is not None:
+            check_usage_payload(usage)  # a misread usage is an error, not "a call without usage"
+        normalized = normalize_usage(usage, provider) if usage is not None else None
+        missing = usage_missing_parts(usage, provider) if normalized is not None else ()
     # Price outside the lock when the model is known without settling (genai-prices' own
     # calculation takes far longer than the bookkeeping); else once the reservation is settled.
     # A partial usage is completed from the reservation first, so it is priced inside.
@@ -62,6 +68,21 @@ def prepare_call(
         priced = model or getattr(reservation, "model", None) or response_model
         paid = price(priced, normalized, provider)
     return normalized, missing, (early, paid)
+
+
+def price_at_record(
+    model: str | None, usage: Usage | None, provider: str | None, price: PriceCall, needs_cost: bool
+) -> tuple[float | None, PriceRequest | None]:
+    """(USD, None) of a call settled under the run's lock and not priced before it (None: unpriced
+    or usage unknown); or (None, the request to price it with) when nothing needs the figure
+    before the next call (issue 25: priced in one batch when the cost is read)."""
+    if usage is None:
+        return None, None
+    if needs_cost or price is not paid_cost:
+        return price(model, usage, provider), None
+    if not model:
+        return None, None  # no model: unpriced (as price_call says), nothing to price later
+    return None, PriceRequest(model, usage, provider, dt.datetime.now(tz=dt.UTC))
 
 
 class RecordedCall(NamedTuple):

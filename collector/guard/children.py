@@ -19,14 +19,16 @@ every call of every child is reserved in every ancestor before it is sent.
 
 Fan-out (:meth:`budgetlens.RunBudget.fan_out`) of N children is refused before any is made when
 the parent's remainder cannot cover N × the child task type's estimate (tokens and/or USD): a given
-estimate, else the P50 of the task type's baseline in a store (:func:`p50_estimate`).
+estimate, else the P50 of the task type's baseline in a store. That one is read by the analysis
+(:func:`budgetlens.analysis.fan_out_estimate.p50_estimate`) through the callable the package root
+hands over (:func:`use_store_estimate`): the guard imports neither the store nor the analysis.
 """
 
 from __future__ import annotations
 
 import math
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from budgetlens import semconv as sc
@@ -38,9 +40,19 @@ from budgetlens.usage import Usage
 
 if TYPE_CHECKING:
     from budgetlens.guard.ledger import RunLedger
+    from budgetlens.guard.run_budget import RunBudget
     from budgetlens.guard.run_state import RunState
 
-__all__ = ["CARVED_LIMITS", "ParentLink", "carve_limits", "check_fan_out", "p50_estimate"]
+__all__ = [
+    "CARVED_LIMITS",
+    "ParentLink",
+    "StoreEstimate",
+    "carve_limits",
+    "check_fan_out",
+    "child",
+    "fan_out",
+    "use_store_estimate",
+]
 
 #: The limits a child's are capped by (the parent's remainder): tokens, cost and wall time. Turns
 #: and tool calls are counts of each run's own calls, so a child's are its own.
@@ -52,8 +64,9 @@ CARVED_LIMITS = (
     "max_duration_s",
 )
 
-#: The baseline window (days) of :func:`p50_estimate` (design §6's default).
-BASELINE_WINDOW_DAYS = 14
+#: ``(db, task_type) -> (P50 tokens, P50 USD)`` of a task type in the store at ``db`` (None: no run).
+StoreEstimate = Callable[[Any, str], tuple[float | None, float | None]]
+_store_estimate: list[StoreEstimate] = []
 
 #: The option names a child takes from its parent unless given: clock, tracer, provider, attribution.
 INHERITED_OPTIONS = ("clock", "tracer", "provider", "service", "team", "user", "session_id", "tags")
@@ -280,28 +293,10 @@ def check_fan_out(
             raise BudgetExceeded(reason, left, 0, n * estimate, detail)
 
 
-def p50_estimate(db: Any, task_type: str) -> tuple[float | None, float | None]:
-    """The P50 of total tokens and of cost (USD) of ``task_type``'s runs in the store at ``db`` (a
-    path or lake location, read-only) over the default baseline window; (None, None) when the store
-    has no run of it. Raises the store's errors (StoreMissing for a missing file)."""
-    import datetime as dt
-
-    from budgetlens.analysis.filters import Filters
-    from budgetlens.analysis.views import baselines
-    from budgetlens.store.connection import read_connection
-
-    start = dt.datetime.now(dt.UTC).replace(tzinfo=None) - dt.timedelta(days=BASELINE_WINDOW_DAYS)
-    with read_connection(db) as conn:
-        frame = baselines(conn, Filters(start_utc=start, task_types=(task_type,)))
-    if frame.empty:
-        return None, None
-    row = frame.iloc[0]
-
-    def value(column: str) -> float | None:
-        got = row.get(column)
-        return None if got is None or got != got else float(got)  # NaN: unknown
-
-    return value("p50_total_tokens"), value("p50_cost_usd")
+def use_store_estimate(estimate: StoreEstimate) -> None:
+    """Set how ``fan_out(db=...)`` reads a task type's P50 from a store: the package root passes
+    :func:`budgetlens.analysis.fan_out_estimate.p50_estimate` (imported when first called)."""
+    _store_estimate[:] = [estimate]
 
 
 def _inherited(parent: Any) -> dict[str, Any]:
@@ -319,15 +314,24 @@ def _inherited(parent: Any) -> dict[str, Any]:
     }
 
 
-def make_child(parent: Any, task_type: str, limits: Mapping[str, float | None] | None, options: Any) -> Any:
-    """``RunBudget.child``: a child of ``parent`` (a RunBudget) with carved limits, linked to it.
-    Raises BudgetExceeded (the parent's refusal) when the parent is spent or finished, ValueError
-    for a bad limit or option (as ``RunBudget(...)``)."""
+def child(
+    self: RunBudget,
+    task_type: str = "default",
+    limits: Mapping[str, float | None] | None = None,
+    **options: Any,
+) -> RunBudget:
+    """``RunBudget.child``: a sub-agent's run: a RunBudget whose token, cost and wall-time limits
+    are the smaller of ``limits`` (constructor names) and this run's remainder (:func:`carve_limits`),
+    whose every call is reserved and counted in this run as it happens (one ledger: the module
+    docstring), and whose span names this run (``budgetlens.parent_run_id``). ``options``: constructor
+    keywords (clock, tracer, provider and attribution default to this run's; no ``pool``/``spend``).
+    Raises BudgetExceeded when this run is spent; RuntimeError after ``finish()``; ValueError as the
+    constructor."""
     if options.get("pool") is not None or options.get("spend") is not None:
         raise ValueError(
             "child: pool and spend come from the parent run (its use counts there); do not pass them"
         )
-    state = parent._state
+    state = self._state
     with state.lock:
         stop = ParentLink(state).check() if state.finished is None else None
         if state.finished is not None:
@@ -335,30 +339,35 @@ def make_child(parent: Any, task_type: str, limits: Mapping[str, float | None] |
         if stop is not None:
             raise stop.exception()
         carved = carve_limits(dict(limits or {}), remainder(state))
-    child = type(parent)(**carved, **{**_inherited(parent), **options, "task_type": task_type})
-    child._state.shared.parent = ParentLink(state)
-    child.parent_run_id = state.run_id
-    child._state.telemetry.span.set_attribute(sc.BUDGET_PARENT_RUN_ID, state.run_id)
+    run_type: Any = type(self)  # RunBudget or a subclass: its keywords are checked by RunOptions
+    made = run_type(**carved, **{**_inherited(self), **options, "task_type": task_type})
+    made._state.shared.parent = ParentLink(state)
+    made.parent_run_id = state.run_id
+    made._state.telemetry.span.set_attribute(sc.BUDGET_PARENT_RUN_ID, state.run_id)
     with state.lock:
-        state.children.append(child)
-    return child
+        state.children.append(made)
+    return made
 
 
 def fan_out(
-    parent: Any,
+    self: RunBudget,
     n: int,
-    task_type: str,
-    limits: Mapping[str, float | None] | None,
-    estimate_tokens: float | None,
-    estimate_usd: float | None,
-    db: Any,
-    options: Any,
-) -> list[Any]:
-    """``RunBudget.fan_out``: check ``n`` × the estimate against the parent's remainder (the
-    estimates not given come from ``db``'s P50, :func:`p50_estimate`), then make ``n`` children."""
-    if db is not None and estimate_tokens is None and estimate_usd is None:
-        estimate_tokens, estimate_usd = p50_estimate(db, task_type)
-    state = parent._state
+    task_type: str = "default",
+    limits: Mapping[str, float | None] | None = None,
+    *,
+    estimate_tokens: float | None = None,
+    estimate_usd: float | None = None,
+    db: Any = None,
+    **options: Any,
+) -> list[RunBudget]:
+    """``RunBudget.fan_out``: ``n`` children (:func:`child`), refused before any is made
+    (BudgetExceeded, detail ``fan-out of n task_type``) when this run's remainder cannot cover ``n``
+    × the estimate per child: ``estimate_tokens`` (tokens) / ``estimate_usd`` (USD), else the task
+    type's P50 in the store at ``db`` (read as :func:`use_store_estimate` says). Raises ValueError
+    for ``n`` < 1 or no estimate."""
+    if db is not None and estimate_tokens is None and estimate_usd is None and _store_estimate:
+        estimate_tokens, estimate_usd = _store_estimate[0](db, task_type)
+    state = self._state
     with state.lock:
         check_fan_out(n, task_type, remainder(state), estimate_tokens, estimate_usd)
-        return [make_child(parent, task_type, limits, dict(options)) for _ in range(n)]
+        return [child(self, task_type, limits, **options) for _ in range(n)]

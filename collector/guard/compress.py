@@ -141,6 +141,28 @@ def cheapest_model(chain: Sequence[str], provider: str | None = None) -> str | N
     return chain[-1] if chain else None
 
 
+def compress_run(
+    run: Any,
+    messages: Any,
+    *,
+    summarize: Callable[[str | None, list], str] | None = None,
+    client: Any = None,
+    keep_last: int = 4,
+    max_summary_tokens: int = 1024,
+) -> list:
+    """``RunBudget.compress``: compress a conversation when ``SUMMARIZE`` is advised: keep the system
+    prompt, the first user message (the task, as it is) and the last ``keep_last`` messages, the middle
+    replaced by one summary (:func:`compress_messages`) from ``summarize(model, middle) -> str``, else
+    from ``client`` (OpenAI or Anthropic, plain or wrapped) called with ``run.cheapest_model()`` and
+    ``max_summary_tokens`` through ``run``'s budget. Returns the new message list. Raises ValueError
+    when neither or both are given; BudgetExceeded when the summary call does not fit."""
+    if (summarize is None) == (client is None):
+        raise ValueError("compress needs exactly one of summarize (a callable) or client")
+    if summarize is None:
+        summarize = client_summarizer(run, client, max_summary_tokens)
+    return compress_messages(messages, summarize, keep_last=keep_last, model=run.cheapest_model())
+
+
 def client_summarizer(run: Any, client: Any, max_tokens: int) -> Callable[[str | None, list], str]:
     """A ``summarize(model, messages)`` that asks ``client`` for the summary: an Anthropic client
     (``client.messages.create``) or an OpenAI one (``client.chat.completions.create``). A client

@@ -59,8 +59,10 @@ def _turns_left(limits: Mapping[str, float | None], use: Any) -> int | None:
     return min(candidates) if candidates else None
 
 
-def run_notice(state: Any) -> str | None:
-    """``RunBudget.countdown_notice`` for ``state`` (a :class:`budgetlens.guard.run_state.RunState`),
-    under its lock."""
+def run_notice(run: Any) -> str | None:
+    """``RunBudget.countdown_notice``: the one-line budget notice to show the model now (``"budget:
+    18 % left, about 3 turns"``), once per ``countdown_at`` threshold crossed; None otherwise or
+    without ``countdown_at``. The adapters add it to the next request. Read under the run's lock."""
+    state = run._state
     with state.lock:
         return countdown_notice(state.options.countdown_at, state.countdown_fired, state.limits, state.use)

@@ -8,11 +8,41 @@ confirmed; ``RunBudget`` holds one, and its result names the unconfirmed ones an
 
 from __future__ import annotations
 
+import contextlib
 import threading
+from collections.abc import Iterator
+from typing import Any
 
 from budgetlens.guard.results import Effect
 
-__all__ = ["EffectLog"]
+__all__ = ["EffectLog", "begin_effect", "confirm_effect", "external_effect"]
+
+
+def begin_effect(run: Any, name: str) -> Effect:
+    """``RunBudget.begin_effect``: note that an external effect named ``name`` (a tool that sends,
+    pushes, pays) starts. Until ``confirm_effect``, a run that ends is not ``retryable`` and its
+    result names it in ``unconfirmed_effects``. Raises ValueError for an empty name; RuntimeError
+    after ``finish()``."""
+    with run._state.lock:
+        run._state.check_open()
+    return run._state.effects.begin(name)
+
+
+def confirm_effect(run: Any, effect: Effect) -> None:
+    """``RunBudget.confirm_effect``: confirm an effect begun by ``begin_effect`` (its outcome is
+    known). Raises ValueError for an effect that is not open or of another run; allowed after
+    ``finish()`` (the result keeps the names it ended with)."""
+    run._state.effects.confirm(effect)
+
+
+@contextlib.contextmanager
+def external_effect(run: Any, name: str) -> Iterator[Effect]:
+    """``RunBudget.external_effect``: ``with run.external_effect("send_mail"):`` begins an effect
+    and confirms it when the block ends without an exception; an exception leaves it unconfirmed
+    (the write may or may not have happened) and propagates."""
+    effect = run.begin_effect(name)
+    yield effect
+    run.confirm_effect(effect)
 
 
 class EffectLog:

@@ -127,7 +127,7 @@ class RunLedger:
     @property
     def committed_tokens(self) -> int:
         """Tokens used plus the tokens of open reservations (int, ≥ 0)."""
-        return self.used_tokens + self.reserved_tokens
+        return self.input_tokens + self.output_tokens + self.unknown_tokens + self.reserved_tokens
 
     @property
     def committed_input_tokens(self) -> int:
@@ -164,7 +164,9 @@ class RunLedger:
     @property
     def spent_usd(self) -> float:
         """USD spent as the cost limit counts it: priced model cost plus paid tools' fees."""
-        return self.cost_usd + self.tool_cost_usd
+        if self._later:
+            self._settle_later()
+        return self._cost_usd + self.tool_cost_usd
 
     @property
     def priced_cost_usd(self) -> float | None:

@@ -81,11 +81,19 @@ def check_options(
 
 def check_model(model: Any) -> None:
     """Check a model argument: a model name (str) or None. Raises ValueError naming the rule."""
+    if model.__class__ is str and model in _GOOD_MODELS:
+        return  # checked before (a run calls a few models many times)
     if model is not None and not isinstance(model, str):
         raise ValueError(f"model must be a model name (str) or None, got {model!r}")
     problem = None if model is None else model_name_problem(model)
     if problem is not None:  # the collector's rule: it would reject the call span
         raise ValueError(f"model must be a model name {problem}")
+    if model is not None and len(_GOOD_MODELS) < 1024:
+        _GOOD_MODELS.add(model)
+
+
+#: Model names :func:`check_model` accepted (plain str only; bounded).
+_GOOD_MODELS: set[str] = set()
 
 
 def check_stop_reason(stop_reason: str | None) -> None:

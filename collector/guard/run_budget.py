@@ -10,25 +10,23 @@ reservation settled twice or by another run, ``RuntimeError`` for a step after `
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from budgetlens.guard import children as sub_agents
+from budgetlens.guard import effects
+from budgetlens.guard import snapshot as pause
 from budgetlens.guard import stops as lim
-from budgetlens.guard.children import fan_out, make_child
-from budgetlens.guard.compress import cheapest_model, client_summarizer, compress_messages
+from budgetlens.guard.compress import cheapest_model, compress_run
 from budgetlens.guard.countdown import run_notice
 from budgetlens.guard.events import OnEvent
 from budgetlens.guard.options import UNKNOWN_USAGE_POLICIES, RunOptions
 from budgetlens.guard.pool import TokenPool
 from budgetlens.guard.results import Action, BudgetStats, Effect, LimitChange, Reservation, RunResult
 from budgetlens.guard.run_state import RunState
-from budgetlens.guard.snapshot import Authorization, RunSnapshot
-from budgetlens.guard.snapshot import resume as resume_run
-from budgetlens.guard.snapshot import take as take_snapshot
 from budgetlens.guard.spend import SpendTracker
 from budgetlens.guard.tool_prices import tool_fee
 from budgetlens.guard.wrap_up import wrap_up_due
@@ -37,6 +35,8 @@ from budgetlens.pricing import check_prices_file, warm_prices
 
 if TYPE_CHECKING:
     from opentelemetry.trace import Span, Tracer
+
+    from budgetlens.guard.snapshot import Authorization, RunSnapshot
 
 log = logging.getLogger(__name__)
 
@@ -78,8 +78,9 @@ class RunBudget:
     the collector; a ``spend`` tracker or ``pool`` with a ``scope`` the attribution does not match does
     not apply to this run.
 
-    This class checks arguments and holds the documented interface; the lock and the order of checks,
-    records and events are in :class:`budgetlens.guard.run_state.RunState`, limit validation in
+    This class checks arguments and holds the documented interface (methods of a concern of their own
+    are defined with it); the lock and the order of checks, records and events are in
+    :class:`budgetlens.guard.run_state.RunState`, limit validation in
     :mod:`budgetlens.limits`, decisions in :mod:`budgetlens.guard.stops`, the pool and spend-window steps in
     :mod:`budgetlens.guard.shared`, counters in :class:`budgetlens.guard.ledger.RunLedger`.
     """
@@ -246,29 +247,6 @@ class RunBudget:
             self._state.tool_call_locked(str(name), fee)
         return self._state.effects.begin(str(name)) if external_effect else None
 
-    def begin_effect(self, name: str) -> Effect:
-        """Note that an external effect named ``name`` (a tool that sends, pushes, pays) starts. Until
-        :meth:`confirm_effect`, a run that ends is not ``retryable`` and its result names it in
-        ``unconfirmed_effects``. Raises ValueError for an empty name; RuntimeError after ``finish()``."""
-        with self._state.lock:
-            self._state.check_open()
-        return self._state.effects.begin(name)
-
-    def confirm_effect(self, effect: Effect) -> None:
-        """Confirm an effect begun by :meth:`begin_effect` (its outcome is known). Raises ValueError for an
-        effect that is not open or of another run; allowed after ``finish()`` (the result keeps the names it
-        ended with)."""
-        self._state.effects.confirm(effect)
-
-    @contextlib.contextmanager
-    def external_effect(self, name: str) -> Iterator[Effect]:
-        """``with run.external_effect("send_mail"):`` begins an effect and confirms it when the block ends
-        without an exception; an exception leaves it unconfirmed (the write may or may not have happened)
-        and propagates."""
-        effect = self.begin_effect(name)
-        yield effect
-        self.confirm_effect(effect)
-
     def record(
         self,
         usage: Any,
@@ -318,76 +296,22 @@ class RunBudget:
         last model when none is priced; :attr:`model` without a chain."""
         return cheapest_model(self.model_chain, self.provider) or self.model
 
-    def compress(
-        self,
-        messages: Any,
-        *,
-        summarize: Callable[[str | None, list], str] | None = None,
-        client: Any = None,
-        keep_last: int = 4,
-        max_summary_tokens: int = 1024,
-    ) -> list:
-        """Compress a conversation when ``SUMMARIZE`` is advised: keep the system prompt, the first user
-        message (the task, as it is) and the last ``keep_last`` messages, the middle replaced by one summary
-        (see :func:`budgetlens.guard.compress.compress_messages`) from ``summarize(model, middle) -> str``,
-        else from ``client`` (OpenAI or Anthropic, plain or wrapped) called with :meth:`cheapest_model` and
-        ``max_summary_tokens`` through this budget. Returns the new message list. Raises ValueError when
-        neither or both are given; BudgetExceeded when the summary call does not fit."""
-        if (summarize is None) == (client is None):
-            raise ValueError("compress needs exactly one of summarize (a callable) or client")
-        if summarize is None:
-            summarize = client_summarizer(self, client, max_summary_tokens)
-        return compress_messages(messages, summarize, keep_last=keep_last, model=self.cheapest_model())
-
-    def countdown_notice(self) -> str | None:
-        """The one-line budget notice to show the model now (``"budget: 18 % left, about 3 turns"``),
-        once per ``countdown_at`` threshold crossed; None otherwise or without ``countdown_at``. The
-        adapters add it to the next request (see :mod:`budgetlens.guard.countdown`)."""
-        return run_notice(self._state)
-
-    def child(
-        self, task_type: str = "default", limits: Mapping[str, float | None] | None = None, **options: Any
-    ) -> RunBudget:
-        """A sub-agent's run: a RunBudget whose token, cost and wall-time limits are the smaller of
-        ``limits`` (constructor names) and this run's remainder, whose every call is reserved and
-        counted in this run as it happens (one ledger; see :mod:`budgetlens.guard.children`), and whose
-        span names this run (``budgetlens.parent_run_id``). ``options``: constructor keywords (clock,
-        tracer, provider and attribution default to this run's; no ``pool``/``spend``). Raises
-        BudgetExceeded when this run is spent; RuntimeError after ``finish()``; ValueError as the
-        constructor."""
-        return make_child(self, task_type, limits, options)
-
-    def fan_out(
-        self,
-        n: int,
-        task_type: str = "default",
-        limits: Mapping[str, float | None] | None = None,
-        *,
-        estimate_tokens: float | None = None,
-        estimate_usd: float | None = None,
-        db: Any = None,
-        **options: Any,
-    ) -> list[RunBudget]:
-        """``n`` children (:meth:`child`), refused before any is made (BudgetExceeded, detail
-        ``fan-out of n task_type``) when this run's remainder cannot cover ``n`` × the estimate
-        per child: ``estimate_tokens`` (tokens) / ``estimate_usd`` (USD), else the task type's P50 in
-        the store at ``db``. Raises ValueError for ``n`` < 1 or no estimate."""
-        return fan_out(self, n, task_type, limits, estimate_tokens, estimate_usd, db, options)
-
-    def snapshot(self) -> RunSnapshot:
-        """The run now as a :class:`budgetlens.guard.snapshot.RunSnapshot` (limits, use, remaining, the
-        stop reason it was refused with, limit changes, open effects), to ``save(path)`` and resume
-        later, in any process, with :meth:`resume`. The run itself is not changed."""
-        return take_snapshot(self)
+    # Context (compression, countdown notice), sub-agents (one ledger for a tree of runs), paused
+    # runs and external effects: defined with their concern, budgetlens.guard.compress, .countdown,
+    # .children, .snapshot and .effects.
+    compress = compress_run
+    countdown_notice = run_notice
+    child = sub_agents.child
+    fan_out = sub_agents.fan_out
+    snapshot = pause.take
+    begin_effect = effects.begin_effect
+    confirm_effect = effects.confirm_effect
+    external_effect = effects.external_effect
 
     @classmethod
     def resume(cls, snapshot: RunSnapshot, *, authorization: Authorization, **options: Any) -> RunBudget:
-        """The paused run of ``snapshot`` again (same run id, use restored, one run in the store),
-        each limit in ``authorization.extra`` raised by that amount and recorded (a ``budgetlens.resumed``
-        event and ``limit_changed`` events naming who authorized it; :attr:`authorizations`).
-        ``options``: constructor keywords (callbacks, tracer...). Raises ValueError for a raise of an
-        unset limit; see :mod:`budgetlens.guard.snapshot`."""
-        return resume_run(cls, snapshot, authorization, options)
+        """The paused run of ``snapshot`` again: see :func:`budgetlens.guard.snapshot.resume`."""
+        return pause.resume(cls, snapshot, authorization=authorization, **options)
 
     @property
     def children(self) -> tuple[RunBudget, ...]:
@@ -468,6 +392,6 @@ class RunBudget:
 
         Raises ValueError naming unknown keys or units, KeyError naming a missing task type.
         """
-        from budgetlens.guard.preset_file import load_preset
+        from budgetlens.guard.preset_file import load_preset  # read YAML/TOML only when used
 
         return cls(**{**load_preset(task_type, path), **overrides}, task_type=task_type)

@@ -10,7 +10,6 @@ one method here per step, and documents the public behaviour; the decisions them
 
 from __future__ import annotations
 
-import datetime as dt
 import logging
 import threading
 import time
@@ -19,9 +18,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from budgetlens import semconv as sc
+from budgetlens.guard import calls
 from budgetlens.guard import options as opt
 from budgetlens.guard import stops as lim
-from budgetlens.guard.calls import PROBE_USAGE, PriceCall, RecordedCall, paid_cost, prepare_call
+from budgetlens.guard.calls import PROBE_USAGE, PriceCall, RecordedCall, paid_cost
 from budgetlens.guard.closing import finish_run
 from budgetlens.guard.effects import EffectLog
 from budgetlens.guard.events import EventDispatcher
@@ -40,7 +40,7 @@ from budgetlens.guard.shared import SharedSteps
 from budgetlens.guard.telemetry import RunTelemetry
 from budgetlens.guard.wrap_up import WrapUp
 from budgetlens.limits import MAX_TOKENS
-from budgetlens.pricing import PriceRequest, estimate_cost_usd
+from budgetlens.pricing import estimate_cost_usd
 from budgetlens.usage import Usage
 
 __all__ = ["RunState"]
@@ -83,6 +83,8 @@ class RunState:
         self.use = RunLedger()
         self.wrap_up = WrapUp(options.wrap_up_tokens, options.wrap_up_usd)
         self.countdown_fired: set[float] = set()  # countdown_at thresholds already shown
+        # A share of the limits below this crosses no threshold and advises nothing (hot path).
+        self._quiet_below = min(options.warn_at, options.downgrade_at, options.summarize_at, 1.0)
         self.children: list[Any] = []  # RunBudget.child's runs (budgetlens.guard.children)
 
     def elapsed_s(self) -> float:
@@ -97,8 +99,8 @@ class RunState:
 
     # --- checks (raise before spending) -----------------------------------------------------
     def stop_on(self, stop: lim.Stop | None) -> None:
-        """Raise ``stop`` (if any) as BudgetExceeded; the first refusal since the last recorded
-        call is kept by the ledger (the run's stop unless it records a call later) and emitted."""
+        """Raise ``stop`` (if any) as BudgetExceeded; the first refusal since the last recorded call
+        is kept by the ledger (the run's stop unless it records a call later) and emitted."""
         if stop is None:
             return
         exc = stop.exception()
@@ -121,26 +123,34 @@ class RunState:
     def _check_turns(self) -> None:
         limit = self.limits["max_turns"]
         if limit is not None:  # turns: recorded calls plus open reservations
-            use = self.use
-            self.stop_on(lim.count_stop(sc.STOP_BUDGET_TURNS, limit, use.turns + use.open_calls))
+            self.stop_on(lim.count_stop(sc.STOP_BUDGET_TURNS, limit, self.use.turns + self.use.open_calls))
 
     def _check_spent(self) -> None:
         if self.finished is not None:
             self.check_open()
-        self._check_time()
+        if self.limits["max_duration_s"] is not None:
+            self._check_time()
         if self.wrap_up.done:
             self.stop_on(self.wrap_up.stop())
         shared = self.shared
-        self.stop_on(lim.spent_stop(self.limits, self.use, shared.spend_stop if shared.spend else None))
+        stop = lim.spent_stop(self.limits, self.use, shared.spend_stop if shared.spend else None)
+        if stop is not None:
+            self.stop_on(stop)
         if shared.pool is not None or shared.parent is not None:
             self.stop_on(shared.pool_stop())
 
     def _thresholds(self) -> tuple[Action, tuple[Action, ...]]:
-        o = self.options
-        advised, crossed = self.dispatch.thresholds(
-            self.use, self.limits, o.model_chain, o.warn_at, o.downgrade_at, o.summarize_at
-        )
-        return self.wrap_up.advise(advised, crossed, self.limits, self.use)
+        o, use, limits, wrap = self.options, self.use, self.limits, self.wrap_up
+        crossed: tuple[Action, ...]
+        if use.share(limits) < self._quiet_below:  # below every threshold: none is crossed
+            advised, crossed = Action.CONTINUE, ()
+        else:
+            advised, crossed = self.dispatch.thresholds(
+                use, limits, o.model_chain, o.warn_at, o.downgrade_at, o.summarize_at
+            )
+        if wrap.tokens is None and wrap.usd is None:  # no wrap-up slice: nothing to advise
+            return advised, crossed
+        return wrap.advise(advised, crossed, limits, use)
 
     def _alerts(self) -> None:
         if self.alert_limits:
@@ -189,9 +199,10 @@ class RunState:
             output = opt.split_estimate(tokens, input_tokens, output_tokens)
         if model is not None:
             opt.check_model(model)
-        model = model or self.model
+        if not model:
+            model = self.model if self.options.model_chain else None
         cost, priced = 0.0, True
-        if (self.limits["max_cost_usd"] is not None or self.shared.spend is not None) and model:
+        if model and (self.limits["max_cost_usd"] is not None or self.shared.spend is not None):
             # Without a model (here, on the reservation or from the chain) the cost cannot be
             # estimated before the call: it is counted when record() names the model (README).
             estimate = estimate_cost_usd(model, tokens, output, self.options.provider)
@@ -215,17 +226,21 @@ class RunState:
         if not priced:
             self.dispatch.cost_unenforced(model, self.use, self.limits)
         self._check_spent()
-        use, o = self.use, self.options
-        limits = self.limits if final else self.wrap_up.ordinary(self.limits)
-        residual = o.unknown_usage_residual_tokens
-        self.stop_on(
-            lim.unknown_usage_stop(o.unknown_usage, residual, limits, use, tokens)
-            or lim.reserve_stop(limits, use, tokens, output_tokens or 0, cost_usd)
-        )
-        self._check_turns()
-        self.stop_on(
-            self.shared.reserve(tokens, cost_usd, self._next_id + 1, output_tokens=output_tokens or 0)
-        )
+        use, o, wrap, shared = self.use, self.options, self.wrap_up, self.shared
+        unsliced = final or (wrap.tokens is None and wrap.usd is None)
+        limits = self.limits if unsliced else wrap.ordinary(self.limits)
+        if use.unknown_at is not None:  # a call without usage was recorded: the policy decides
+            residual = o.unknown_usage_residual_tokens
+            self.stop_on(lim.unknown_usage_stop(o.unknown_usage, residual, limits, use, tokens))
+        stop = lim.reserve_stop(limits, use, tokens, output_tokens or 0, cost_usd)
+        if stop is not None:
+            self.stop_on(stop)
+        if self.limits["max_turns"] is not None:
+            self._check_turns()
+        if shared.spend is not None or shared.pool is not None or shared.parent is not None:
+            self.stop_on(
+                shared.reserve(tokens, cost_usd, self._next_id + 1, output_tokens=output_tokens or 0)
+            )
         self._next_id += 1
         turn = use.turns + len(use.reservations) + 1
         res = Reservation(
@@ -270,36 +285,24 @@ class RunState:
         """``RunBudget.record``: normalize ``usage``, price it outside the lock when the model is
         known without settling, record it under the lock, then emit the model call span."""
         provider = provider or self.options.provider
-        normalized, missing, early = prepare_call(
-            usage, model, reservation, provider, response_model, self._price, self.needs_cost
+        needs_cost = self.needs_cost
+        normalized, missing, early = calls.prepare_call(
+            usage, model, reservation, provider, response_model, self._price, needs_cost
         )
         with self.lock:
             call = self._record_locked(
-                reservation, normalized, missing, model, provider, early, response_model
+                reservation, normalized, missing, model, provider, early, response_model, needs_cost
             )
         if self.telemetry.recording:
-            self.telemetry.model_call(
-                model=call.model,
-                response_model=response_model,
-                provider=provider,
-                turn=call.turn,
-                start_ns=call.start_ns,
-                usage=call.usage,
-                usage_status=sc.USAGE_PARTIAL if missing else None,
-                reserved_tokens=call.reserved_tokens,
-                used_tokens=call.used_tokens,
-                remaining_tokens=call.remaining_tokens,
-                cost_usd=call.cost_usd,
-                error_type=error_type,
-            )
+            status = sc.USAGE_PARTIAL if missing else None
+            self.telemetry.model_call(call, response_model, provider, status, error_type)
         return call.action
 
     @property
     def needs_cost(self) -> bool:
-        """Whether a call's price is needed before the next call: a cost limit, a spend window or
-        a parent run (a child's cost is settled in its parent as it happens) checks it. Otherwise
-        the guard records the usage and prices it when the cost is read (results, stats, the run
-        span), and the collector prices each call span."""
+        """Whether a call's price is needed before the next call: a cost limit, a spend window or a
+        parent run (a child's cost is settled in its parent as it happens) checks it. Otherwise the
+        usage is priced when the cost is read (results, stats, the run span), and by the collector."""
         limits, options, shared = self.limits, self.options, self.shared
         return (
             limits["max_cost_usd"] is not None
@@ -317,6 +320,7 @@ class RunState:
         provider: str | None,
         early: tuple[bool, float | None],
         response_model: str | None = None,
+        needs_cost: bool = True,
     ) -> RecordedCall:
         """Settle ``reservation``, complete a partial usage, price the call (unless ``early`` =
         (priced, cost) says it was), count it, settle the shared steps, warn about an unenforced
@@ -332,22 +336,20 @@ class RunState:
         reserved = res.tokens if res else 0
         if missing and usage is not None:  # partial usage: the missing part is charged
             usage = use.complete_partial(usage, missing, res)
-        later = None
-        if early[0]:
-            cost = early[1]
-        elif usage is None:
-            cost = None
-        elif self.needs_cost or self._price is not paid_cost:
-            cost = self._price(priced, usage, provider)
-        else:  # issue 25: nothing needs the figure before the next call; priced when read
-            cost, later = None, PriceRequest(priced, usage, provider, dt.datetime.now(tz=dt.UTC))
-        used_before = use.used_tokens
-        first_unknown = use.add_call(usage, cost, reserved, later)  # a turn; releases are not
-        self.shared.settle_call(res, use.used_tokens - used_before, usage, cost)
+        cost, later = early[1], None
+        if not early[0]:
+            cost, later = calls.price_at_record(priced, usage, provider, self._price, needs_cost)
+        shared = self.shared
+        if shared.pool is None and shared.parent is None:
+            first_unknown = use.add_call(usage, cost, reserved, later)  # a turn; releases are not
+        else:
+            used_before = use.used_tokens
+            first_unknown = use.add_call(usage, cost, reserved, later)
+            shared.settle_call(res, use.used_tokens - used_before, usage, cost)
         if first_unknown:
             log.warning("run %s: call without usage; charged %d tokens", self.run_id, first_unknown)
-        if self.shared.spend is not None:
-            self.shared.settle_spend(res, cost, usage_known=usage is not None)
+        if shared.spend is not None:
+            shared.settle_spend(res, cost, usage_known=usage is not None)
         elif (
             cost is None
             and self.limits["max_cost_usd"] is not None
@@ -357,7 +359,8 @@ class RunState:
         action, self.last_actions = self._thresholds()
         if self.wrap_up.done:
             action = Action.STOP
-        self._alerts()
+        if self.alert_limits:
+            self._alerts()
         remaining = use.remaining(self.limits["max_total_tokens"])
         start_ns = res.start_ns if res else None
         return RecordedCall(

@@ -182,7 +182,10 @@ class RunSnapshot:
 
 
 def take(run: Any) -> RunSnapshot:
-    """``RunBudget.snapshot``: the snapshot of ``run`` now (finished or not), under its lock."""
+    """``RunBudget.snapshot``: the run now (finished or not, under its lock) as a
+    :class:`RunSnapshot` (limits, use, remaining, the stop reason it was refused with, limit changes,
+    open effects), to ``save(path)`` and resume later, in any process, with ``RunBudget.resume``.
+    The run itself is not changed."""
     state = run._state
     with state.lock:
         use = state.use
@@ -222,10 +225,13 @@ def take(run: Any) -> RunSnapshot:
         )
 
 
-def resume(cls: Any, snapshot: RunSnapshot, authorization: Authorization, options: dict[str, Any]) -> Any:
-    """``RunBudget.resume``: the run of ``snapshot`` again (a ``cls`` instance), its use restored and
-    the authorized raise applied and recorded. Raises ValueError for a raise of a limit the snapshot
-    does not set, or a snapshot or authorization of the wrong type."""
+def resume(cls: Any, snapshot: RunSnapshot, *, authorization: Authorization, **options: Any) -> Any:
+    """``RunBudget.resume``: the paused run of ``snapshot`` again (a ``cls`` instance: same run id,
+    use restored, one run in the store), each limit in ``authorization.extra`` raised by that amount
+    and recorded (a ``budgetlens.resumed`` event and ``limit_changed`` events naming who authorized
+    it; ``RunBudget.authorizations``). ``options``: constructor keywords (callbacks, tracer...).
+    Raises ValueError for a raise of a limit the snapshot does not set, or a snapshot or
+    authorization of the wrong type."""
     if not isinstance(snapshot, RunSnapshot):
         raise ValueError(f"snapshot must be a RunSnapshot (RunSnapshot.load(path)), got {snapshot!r}")
     if not isinstance(authorization, Authorization):

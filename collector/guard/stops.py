@@ -192,14 +192,15 @@ def token_stop(
 
     ``total_tokens`` includes open reservations; ``input_tokens`` includes unknown-usage charges.
     """
-    for key, used in (
-        ("max_total_tokens", total_tokens),
-        ("max_input_tokens", input_tokens),
-        ("max_output_tokens", output_tokens),
-    ):
-        limit = limits[key]
-        if limit is not None and used >= limit:
-            return Stop(sc.STOP_BUDGET_TOKENS, limit, used, 0, key)
+    limit = limits["max_total_tokens"]  # straight-line on purpose: this runs before every step
+    if limit is not None and total_tokens >= limit:
+        return Stop(sc.STOP_BUDGET_TOKENS, limit, total_tokens, 0, "max_total_tokens")
+    limit = limits["max_input_tokens"]
+    if limit is not None and input_tokens >= limit:
+        return Stop(sc.STOP_BUDGET_TOKENS, limit, input_tokens, 0, "max_input_tokens")
+    limit = limits["max_output_tokens"]
+    if limit is not None and output_tokens >= limit:
+        return Stop(sc.STOP_BUDGET_TOKENS, limit, output_tokens, 0, "max_output_tokens")
     return None
 
 

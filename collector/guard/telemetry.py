@@ -27,6 +27,7 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from budgetlens import semconv as sc
 from budgetlens.attribution import Attribution
+from budgetlens.guard.calls import RecordedCall
 from budgetlens.guard.results import BudgetEvent, RunResult
 from budgetlens.limits import LIMITS
 from budgetlens.usage import Usage
@@ -128,35 +129,30 @@ class RunTelemetry:
 
     def model_call(
         self,
-        *,
-        model: str | None,
+        call: RecordedCall,
         response_model: str | None,
         provider: str | None,
-        turn: int,
-        start_ns: int | None,
-        usage: Usage | None,
-        reserved_tokens: int,
-        usage_status: str | None = None,
-        used_tokens: int,
-        remaining_tokens: int | None,
-        cost_usd: float | None,
+        usage_status: str | None,
         error_type: str | None,
     ) -> None:
-        """Emit one ``chat {model}`` span, child of the run span, ending now."""
+        """Emit one ``chat {model}`` span for ``call`` (a recorded call: model, start, usage, tokens
+        reserved, used and remaining, cost), child of the run span, ending now. One span with one
+        attribute set, given at its start (no events, no context attach)."""
         if not self._recording:
             return  # no SDK, or the run is not sampled: its children would not be either
+        model, usage = call.model, call.usage
         attributes: dict[str, Any] = {
             sc.GEN_AI_OPERATION_NAME: sc.OPERATION_CHAT,
             sc.BUDGET_RUN_ID: self._run_id,
             sc.BUDGET_TASK_TYPE: self._task_type,
-            sc.BUDGET_TURN: turn,
-            sc.BUDGET_RESERVED_TOKENS: reserved_tokens,
-            sc.BUDGET_USED_TOKENS: used_tokens,
+            sc.BUDGET_TURN: call.turn,
+            sc.BUDGET_RESERVED_TOKENS: call.reserved_tokens,
+            sc.BUDGET_USED_TOKENS: call.used_tokens,
             sc.BUDGET_USAGE_STATUS: usage_status
             or (sc.USAGE_UNKNOWN if usage is None else sc.USAGE_REPORTED),
         }
-        if remaining_tokens is not None:
-            attributes[sc.BUDGET_REMAINING_TOKENS] = remaining_tokens
+        if call.remaining_tokens is not None:
+            attributes[sc.BUDGET_REMAINING_TOKENS] = call.remaining_tokens
         if provider:
             attributes[sc.GEN_AI_PROVIDER_NAME] = provider
         if model:
@@ -165,8 +161,8 @@ class RunTelemetry:
             attributes[sc.GEN_AI_RESPONSE_MODEL] = response_model or model
         if usage is not None:
             attributes.update(usage_attributes(usage))
-        if cost_usd is not None:
-            attributes[sc.BUDGET_COST_USD] = cost_usd
+        if call.cost_usd is not None:
+            attributes[sc.BUDGET_COST_USD] = call.cost_usd
         if error_type:
             attributes[sc.ERROR_TYPE] = error_type
         span = self._tracer.start_span(
@@ -174,7 +170,7 @@ class RunTelemetry:
             context=self._context,
             kind=SpanKind.CLIENT,
             attributes=attributes,
-            start_time=start_ns,
+            start_time=call.start_ns,
         )
         if error_type:
             span.set_status(Status(StatusCode.ERROR, error_type))
