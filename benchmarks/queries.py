@@ -103,7 +103,8 @@ SELECT
     (r.total_tokens // r.model_calls) * 2 AS reserved_tokens,
     (r.total_tokens // r.model_calls) * t.turn AS used_tokens,
     r.cost_usd / r.model_calls AS cost_usd,
-    'reported' AS usage_status
+    'reported' AS usage_status,
+    md5_number_upper(r.run_id) AS run_key
 FROM runs r, LATERAL (SELECT unnest(range(1, r.model_calls + 1)) AS turn) t
 """
 
@@ -111,7 +112,7 @@ _GEN_EVENTS = """
 INSERT INTO budget_events BY NAME
 SELECT run_id || '.e0' AS event_id, run_id, start_utc AS ts_utc,
        'budgetlens.warning' AS name, CAST(total_tokens * 0.8 AS BIGINT) AS used_tokens,
-       80.0 AS percent
+       80.0 AS percent, md5_number_upper(run_id) AS run_key
 FROM runs WHERE warnings > 0
 """
 

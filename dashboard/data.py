@@ -319,8 +319,13 @@ runaways = cached(runaways_analysis.runaways)
 drift = cached(drift_analysis.drift)
 #: Kaplan–Meier P95 per task type with lower-bound flags.
 censored_baselines = cached(censoring.censored_baselines)
-#: The plain and Kaplan–Meier baselines presets rest on (``Evidence``).
-evidence = cached(whatif.evidence)
+
+
+def evidence(f: Filters) -> whatif.Evidence:
+    """The plain and Kaplan–Meier baselines presets rest on (``whatif.Evidence`` of ``f``), from
+    the cached ``baselines`` and ``censored_baselines`` loaders: a page that shows the baselines
+    too reads each once per render (issue 25)."""
+    return whatif.Evidence(baselines(f), censored_baselines(f))
 
 
 def _fallback(view: str, key: tuple, error: BaseException) -> Any:

@@ -55,3 +55,27 @@ def test_each_typed_read_returns_what_its_view_returns(tmp_path, monkeypatch):
     assert data.window_coverage(views.window_filters(1)) == coverage
     assert data.run_detail("r-1").run["run_id"] == "r-1"
     assert data.run_detail("no-such-run") is None
+
+
+def test_the_evidence_is_the_cached_baselines_and_kaplan_meier_of_the_same_filters(tmp_path, monkeypatch):
+    from browser.live_writer import run_rows
+
+    from budgetlens.analysis import whatif
+    from budgetlens.config import ENV_DB
+    from budgetlens.store import read_connection, write_batch, write_connection
+
+    db = tmp_path / "s.duckdb"
+    with write_connection(db) as conn:
+        for index in range(4):
+            write_batch(conn, *run_rows(f"r-{index}", task_type="qa"))
+    monkeypatch.setenv(ENV_DB, str(db))
+    f = views.Filters()
+    with read_connection(db) as conn:
+        expected = whatif.evidence(conn, f)
+    data.clear_cache()
+    with data.render_reader() as reader:  # one page render: baselines read once, then shared
+        plain = data.baselines(f)
+        shared = data.evidence(f)
+    assert reader.opened == 1
+    assert shared.baselines.equals(expected.baselines) and shared.censoring.equals(expected.censoring)
+    assert shared.baselines is plain or shared.baselines.equals(plain)

@@ -91,3 +91,39 @@ def test_censored_baselines_from_numpy_arrays_equal_the_pandas_path(tmp_path, se
         empty = censored_baselines(conn, Filters(task_types=("no-such-task",)))
     assert len(whole) > 1 and whole["censored_runs"].sum() > 0
     assert empty.empty and list(empty.columns) == list(whole.columns)
+
+
+def _unique_percentile(values, censored, probability: float) -> Percentile:
+    """The np.unique implementation before issue 25's one-sort rewrite (the curve at every
+    distinct value from ``np.unique(return_inverse, return_counts)``), kept as the reference."""
+    x = np.asarray(values, dtype=float)
+    c = np.asarray(censored, dtype=bool)
+    keep = np.isfinite(x)
+    x, c = x[keep], c[keep]
+    if x.size == 0:
+        return Percentile(None)
+    if not (~c).any():
+        return Percentile(float(x.max()), lower_bound=True)
+    times, inverse, counts = np.unique(x, return_inverse=True, return_counts=True)
+    events = np.bincount(inverse, weights=(~c).astype(float), minlength=times.size)
+    at_risk = x.size - np.concatenate(([0], np.cumsum(counts)[:-1]))
+    probabilities = 1.0 - np.cumprod(1.0 - events / at_risk)
+    reached = np.flatnonzero(probabilities >= probability - 1e-12)
+    if reached.size and (not c.any() or at_risk[reached[0]] >= MIN_AT_RISK):
+        return Percentile(float(times[reached[0]]))
+    supported = times[at_risk >= MIN_AT_RISK]
+    return Percentile(float(supported.max()) if supported.size else float(np.sort(x)[0]), lower_bound=True)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_one_sort_kaplan_meier_equals_the_unique_implementation_exactly(seed):
+    from budgetlens.analysis.censoring import km_percentiles
+
+    rng = np.random.default_rng(100 + seed)
+    n = int(rng.integers(1, 3_000))
+    values = np.round(rng.lognormal(6, 1.5, n), int(rng.integers(-2, 3)))  # ties when rounded
+    values[rng.random(n) < 0.03] = np.nan
+    censored = rng.random(n) < rng.choice([0.0, 0.02, 0.3, 0.9, 1.0])
+    probabilities = (0.5, 0.9, 0.95, 0.99)
+    both = km_percentiles(values, censored, probabilities)
+    assert both == [_unique_percentile(values, censored, p) for p in probabilities]  # exactly

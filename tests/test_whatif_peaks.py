@@ -323,3 +323,20 @@ def test_the_fast_path_reads_through_the_collector_as_from_the_file(tmp_path, py
         _same(mine.summary, theirs.summary)
         _same(mine.runs, theirs.runs)
     assert km_remote.to_dict("records") == km_file.to_dict("records")
+
+
+def test_a_budget_made_of_the_curves_presets_replays_from_the_curves_walk(varied_store):
+    with read_connection(varied_store) as conn:
+        f = Filters()
+        ev = whatif.evidence(conn, f)
+        grid = presets.preset_grid(ev.baselines, ev.censoring, whatif.CURVE_MULTIPLIERS, "auto")
+        budgets = [whatif.Budget(limits=entry) for entry in grid]
+        replays = whatif_peaks.prepare(conn, f, budgets)
+        assert replays is not None
+        # each task type at another multiplier, as the What-if page's chosen presets are
+        mixed = whatif.Budget(limits={t: grid[(3 + 7 * i) % len(grid)][t] for i, t in enumerate(grid[0])})
+        assert replays.covers(mixed) and not replays.covers(whatif.Budget.uniform(max_turns=1))
+        mine, full = replays.whatif(mixed, run_limit=7), whatif.replay(conn, f, mixed)
+    _same(mine.summary, full.summary, summed=True)
+    _same(mine.runs, full.runs.head(7))
+    assert mine.run_count == len(full.runs)

@@ -27,9 +27,11 @@ from dataclasses import dataclass
 import duckdb
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from budgetlens.analysis import evidence_queries as eq
-from budgetlens.analysis.filters import Filters, fetch_arrays
+from budgetlens.analysis.filters import Filters, used_params
 from budgetlens.analysis.queries import BASELINE_METRICS
 
 __all__ = [
@@ -40,6 +42,7 @@ __all__ = [
     "Percentile",
     "censored_baselines",
     "km_percentile",
+    "km_percentiles",
 ]
 
 #: A Kaplan–Meier percentile of censored data counts only where at least this many runs are
@@ -72,10 +75,20 @@ class Percentile:
 def _kaplan_meier(x: np.ndarray, censored: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(times, CDF, at risk): every distinct value of ``x`` ascending, the Kaplan–Meier estimate
     of the CDF there (1 - prod(1 - events / at risk) over the times up to it; censored values
-    count at risk, not as events) and the values >= it."""
-    times, inverse, counts = np.unique(x, return_inverse=True, return_counts=True)
-    events = np.bincount(inverse, weights=(~censored).astype(float), minlength=times.size)
-    at_risk = x.size - np.concatenate(([0], np.cumsum(counts)[:-1]))
+    count at risk, not as events) and the values >= it. One sort of ``x`` and one of its
+    censored values: events at a time = its values less its censored ones."""
+    ordered = np.sort(x)
+    n = ordered.size
+    new = np.empty(n, dtype=bool)
+    new[:1] = True
+    np.not_equal(ordered[1:], ordered[:-1], out=new[1:])
+    starts = np.flatnonzero(new)
+    times = ordered[starts]
+    events = np.diff(np.append(starts, n))
+    if censored.any():
+        stopped = np.sort(x[censored])
+        events = events - (np.searchsorted(stopped, times, "right") - np.searchsorted(stopped, times, "left"))
+    at_risk = n - starts
     survival = np.cumprod(1.0 - events / at_risk)
     return times, 1.0 - survival, at_risk
 
@@ -92,27 +105,38 @@ def km_percentile(values, censored, probability: float) -> Percentile:
     arrays of different lengths. The estimate is numpy's (one sort; the same curve as
     ``scipy.stats.ecdf`` on ``scipy.stats.CensoredData``, which the tests compare it with).
     """
-    if not 0 < probability < 1:
-        raise ValueError(f"probability must be in (0, 1), got {probability!r}")
+    return km_percentiles(values, censored, (probability,))[0]
+
+
+def km_percentiles(values, censored, probabilities) -> list[Percentile]:
+    """``km_percentile`` of each of ``probabilities``, from one estimate of the curve."""
+    for probability in probabilities:
+        if not 0 < probability < 1:
+            raise ValueError(f"probability must be in (0, 1), got {probability!r}")
     x = np.asarray(values, dtype=float)
     c = np.asarray(censored, dtype=bool)
     if x.shape != c.shape:
         raise ValueError(f"values and censored differ in length ({x.size} vs {c.size})")
     keep = np.isfinite(x)
-    x, c = x[keep], c[keep]
+    if not keep.all():
+        x, c = x[keep], c[keep]
     if x.size == 0:
-        return Percentile(None)
-    if not (~c).any():  # every run stopped: nothing is known beyond the largest
-        return Percentile(float(x.max()), lower_bound=True)
-    quantiles, probabilities, at_risk = _kaplan_meier(x, c)
-    reached = np.flatnonzero(probabilities >= probability - 1e-12)
-    if reached.size and (not c.any() or at_risk[reached[0]] >= MIN_AT_RISK):
-        return Percentile(float(quantiles[reached[0]]))
+        return [Percentile(None) for _ in probabilities]
+    if c.all():  # every run stopped: nothing is known beyond the largest
+        return [Percentile(float(x.max()), lower_bound=True) for _ in probabilities]
+    quantiles, cdf, at_risk = _kaplan_meier(x, c)
+    any_censored = bool(c.any())
+    supported = np.flatnonzero(at_risk >= MIN_AT_RISK)
     # Not reached, or reached on too few runs: at least the last value still seen by MIN_AT_RISK.
-    ordered = np.sort(x)
-    supported = quantiles[at_risk >= MIN_AT_RISK]
-    bound = float(supported.max()) if supported.size else float(ordered[0])
-    return Percentile(bound, lower_bound=True)
+    bound = float(quantiles[supported[-1]]) if supported.size else float(quantiles[0])
+    out = []
+    for probability in probabilities:
+        reached = np.flatnonzero(cdf >= probability - 1e-12)
+        if reached.size and (not any_censored or at_risk[reached[0]] >= MIN_AT_RISK):
+            out.append(Percentile(float(quantiles[reached[0]])))
+        else:
+            out.append(Percentile(bound, lower_bound=True))
+    return out
 
 
 def censored_baselines(conn: duckdb.DuckDBPyConnection, f: Filters, probability: float = 0.95):
@@ -124,32 +148,35 @@ def censored_baselines(conn: duckdb.DuckDBPyConnection, f: Filters, probability:
     ``km_p50_<metric>_lower_bound`` / ``km_p95_<metric>_lower_bound`` (bool). Cost uses only runs whose cost is fully known (as the plain cost baseline). With
     another ``probability`` the columns still say ``p95`` (use ``km_percentile`` directly).
     """
-    arrays = fetch_arrays(conn, eq.CENSORING_ARRAYS, f.params())
-    tasks = arrays["task_type"]
-    # One slice per task type (the rows come ordered by it, NULL last): numpy all the way.
-    cuts = np.flatnonzero(tasks[1:] != tasks[:-1]) + 1 if len(tasks) else np.zeros(0, dtype=np.int64)
+    table = conn.execute(eq.CENSORING_ARRAYS, used_params(eq.CENSORING_ARRAYS, f.params())).to_arrow_table()
+    arrays = {name: table.column(name).to_numpy(zero_copy_only=False) for name in table.column_names[1:]}
+    # One group per task type (sorted, NULL last), found in numpy: no per-row Python text.
+    names = table.column("task_type")
+    found = pc.unique(names).to_pylist()
+    task_types = sorted(t for t in found if t is not None) + [None] * (None in found)
+    code = pc.index_in(names, value_set=pa.array(task_types, type=pa.string()), skip_nulls=False)
+    codes = code.to_numpy(zero_copy_only=False)
     rows = []
-    for lo, hi in zip(np.concatenate(([0], cuts)), np.concatenate((cuts, [len(tasks)])), strict=True):
-        if hi <= lo:
-            continue
-        stopped_all = arrays["censored"][lo:hi].astype(bool)
-        known = arrays["cost_known"][lo:hi].astype(bool)
-        n = int(hi - lo)
+    for index, task_type in enumerate(task_types):
+        at = np.flatnonzero(codes == index)
+        stopped_all = arrays["censored"][at].astype(bool)
+        known = arrays["cost_known"][at].astype(bool)
+        n = int(at.size)
         censored = int(stopped_all.sum())
         row: dict = {
-            "task_type": tasks[lo],
+            "task_type": task_type,
             "n": n,
             "censored_runs": censored,
             "censored_share": censored / n if n else 0.0,
             "material": bool(n and censored / n > MATERIAL_CENSORED_SHARE),
         }
         for metric in BASELINE_METRICS:
-            values = np.asarray(arrays[metric][lo:hi], dtype=float)
+            values = np.asarray(arrays[metric][at], dtype=float)
             stopped = stopped_all
             if metric == "cost_usd":
                 values, stopped = values[known], stopped_all[known]
-            for name, p in (("p50", 0.5), ("p95", probability)):
-                estimate = km_percentile(values, stopped, p)
+            p50, p95 = km_percentiles(values, stopped, (0.5, probability))
+            for name, estimate in (("p50", p50), ("p95", p95)):
                 row[f"km_{name}_{metric}"] = estimate.value
                 row[f"km_{name}_{metric}_lower_bound"] = estimate.lower_bound
         rows.append(row)

@@ -22,15 +22,14 @@ FROM filtered
 """
 
 #: ``CENSORING_INPUT`` as the Kaplan–Meier baselines read it, straight into numpy arrays: no
-#: run_id, the metrics as DOUBLE (NULL = NaN), ordered by task type (NULL last) so that each
-#: task type is one slice. Columns: task_type, censored, cost_known, then ``BASELINE_METRICS``.
+#: run_id, the metrics as DOUBLE (NULL = NaN); the caller groups the rows by task type.
+#: Columns: task_type, censored, cost_known, then ``BASELINE_METRICS``.
 CENSORING_ARRAYS = f"""
 WITH {FILTERED}
 SELECT task_type, coalesce({IS_BUDGET_STOP}, false) AS censored,
        coalesce({COST_KNOWN}, false) AS cost_known,
        {", ".join(f"CAST({m} AS DOUBLE) AS {m}" for m in BASELINE_METRICS)}
 FROM filtered
-ORDER BY task_type NULLS LAST
 """
 
 #: Runaway runs: above ``$k`` x their task type's P95 of total tokens, or with the same tool

@@ -11,36 +11,64 @@ from budgetlens.analysis.queries import FILTERED
 from budgetlens.store.schema import LIMIT_COLUMNS
 
 _ANY_LIMIT = " OR ".join(f"{c} IS NOT NULL" for c in LIMIT_COLUMNS)
-_LIMIT_STRUCT = "{" + ", ".join(f"'{c}': {c}" for c in LIMIT_COLUMNS) + "}"
-_LIMIT_SELECT = ", ".join(f"any_value({c}) AS {c}" for c in LIMIT_COLUMNS)
+_CHANGED = " OR ".join(f"lag({c}) OVER w IS DISTINCT FROM {c}" for c in LIMIT_COLUMNS)
 
+#: The runs filter inlined (the statements below read it three times; materialized it would copy
+#: every column of every run first).
+_FILTERED_INLINE = FILTERED.replace("filtered AS (", "filtered AS NOT MATERIALIZED (", 1)
+_LIMITS = ", ".join(LIMIT_COLUMNS)
+_IS_MIXED = "EXISTS (SELECT 1 FROM mixed m WHERE m.task_type IS NOT DISTINCT FROM filtered.task_type)"
+
+#: Periods (issue 25). Usually each set of limits of a task type was in force over one stretch of
+#: time, the stretches one after another: then a period is a set (``sets``: one hash aggregate,
+#: no sort). A task type whose sets' stretches overlap or touch (limits changed back, runs at the
+#: same instant) is ``mixed``: only its runs are sorted, in one window, each marked where its
+#: limits differ from the previous budgeted run's (``starts``; the first run always does) and
+#: where it is its task type's last; a period runs from one start to the next (its runs the
+#: difference of positions, its last run the run before the next start: ``previous_utc``).
 _PERIODS = f"""
-WITH {FILTERED},
-budgeted AS (
-    SELECT task_type, run_id, start_utc, {", ".join(LIMIT_COLUMNS)}, {_LIMIT_STRUCT} AS limit_set
+WITH {_FILTERED_INLINE},
+sets AS (
+    SELECT task_type, {_LIMITS}, min(start_utc) AS since_utc, max(start_utc) AS last_run_utc,
+           count(*) AS runs
     FROM filtered WHERE {_ANY_LIMIT}
+    GROUP BY ALL
 ),
+ordered_sets AS (
+    SELECT *, lag(last_run_utc) OVER (PARTITION BY task_type ORDER BY since_utc, last_run_utc) AS previous_last
+    FROM sets
+),
+mixed AS (SELECT DISTINCT task_type FROM ordered_sets WHERE previous_last >= since_utc),
 marked AS (
-    SELECT *, CASE WHEN limit_set IS NOT DISTINCT FROM lag(limit_set) OVER w THEN 0 ELSE 1 END AS starts
-    FROM budgeted WINDOW w AS (PARTITION BY task_type ORDER BY start_utc, run_id)
+    SELECT task_type, start_utc, {_LIMITS},
+           row_number() OVER w AS pos,
+           lag(start_utc) OVER w AS previous_utc,
+           ({_CHANGED}) AS starts,
+           lead(start_utc) OVER w IS NULL AS last
+    FROM filtered WHERE ({_ANY_LIMIT}) AND {_IS_MIXED}
+    WINDOW w AS (PARTITION BY task_type ORDER BY start_utc, run_id)
 ),
-numbered AS (
-    SELECT *, sum(starts) OVER (
-        PARTITION BY task_type ORDER BY start_utc, run_id ROWS UNBOUNDED PRECEDING
-    ) AS period
-    FROM marked
-),
+points AS (SELECT * FROM marked WHERE starts OR last),
 periods AS (
-    SELECT task_type, period, min(start_utc) AS since_utc, max(start_utc) AS last_run_utc,
-           count(*) AS runs, {_LIMIT_SELECT}
-    FROM numbered GROUP BY task_type, period
+    SELECT s.task_type, row_number() OVER p AS period, s.start_utc AS since_utc,
+           coalesce(lead(s.previous_utc) OVER p, l.start_utc) AS last_run_utc,
+           coalesce(lead(s.pos) OVER p, l.pos + 1) - s.pos AS runs,
+           {", ".join(f"s.{c}" for c in LIMIT_COLUMNS)}
+    FROM points s JOIN points l ON l.last AND l.task_type IS NOT DISTINCT FROM s.task_type
+    WHERE s.starts
+    WINDOW p AS (PARTITION BY s.task_type ORDER BY s.pos)
+    UNION ALL
+    SELECT task_type, row_number() OVER (PARTITION BY task_type ORDER BY since_utc) AS period,
+           since_utc, last_run_utc, runs, {_LIMITS}
+    FROM sets
+    WHERE NOT EXISTS (SELECT 1 FROM mixed m WHERE m.task_type IS NOT DISTINCT FROM sets.task_type)
 )"""
 
 #: One row per task type and period of unchanged limits, oldest first: task_type, since_utc (the
 #: first run under them), last_run_utc, runs, the ``limit_*`` columns.
 LIMIT_HISTORY = f"""{_PERIODS}
 SELECT task_type, since_utc, last_run_utc, runs, {", ".join(LIMIT_COLUMNS)}
-FROM periods ORDER BY task_type, since_utc
+FROM periods ORDER BY task_type, since_utc, period
 """
 
 #: One row per task type of the filtered runs: the latest period's limits (NULL when no run of

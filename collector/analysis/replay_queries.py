@@ -19,7 +19,7 @@ from __future__ import annotations
 from budgetlens.analysis.queries import FILTERED
 from budgetlens.analysis.spend_queries import SPEND
 from budgetlens.limits import LIMIT_KEYS
-from budgetlens.store.schema import RUN_COLUMNS
+from budgetlens.store.schema import RUN_COLUMNS, run_key_of
 
 #: The ``runs`` columns holding the limits a run ran under.
 LIMIT_COLUMNS = tuple(c for c in RUN_COLUMNS if c.startswith("limit_"))
@@ -71,10 +71,7 @@ probe AS (
 #: last call's end (else the run's end or duration; none known: walked); the input check also the
 #: total when a call's usage was unknown (its reservation counts as input). Every other run
 #: completes, so only these runs' calls are read and sorted (a few % of the history).
-_CANDIDATE_RUNS = """
-candidates AS (
-    SELECT u.run_id FROM probe u JOIN run_totals t ON t.run_id = u.run_id
-    WHERE t.c_model_calls > 0 AND (
+_WALKED = """t.c_model_calls > 0 AND (
         coalesce(epoch(coalesce(t.c_end_utc, u.run_end) - u.run_start) >= u.max_duration_s,
                  u.run_duration_s >= u.max_duration_s, u.max_duration_s IS NOT NULL)
         OR t.c_model_calls > u.max_turns
@@ -83,13 +80,16 @@ candidates AS (
         OR t.c_total_tokens > u.max_total_tokens
         OR t.c_input_tokens > u.max_input_tokens
         OR (t.c_unknown_usage_calls > 0 AND t.c_total_tokens > u.max_input_tokens)
-        OR t.c_output_tokens > u.max_output_tokens)
+        OR t.c_output_tokens > u.max_output_tokens)"""
+_CANDIDATE_RUNS = f"""
+candidates AS (
+    SELECT u.run_id FROM probe u JOIN run_totals t ON t.run_id = u.run_id
+    WHERE {_WALKED}
 )"""
 
-#: Whether a probed run may be stopped by some budget (every other run completes under all);
-#: ``w``: the run's row in ``candidates``, NULL when it is none.
-_MAY_STOP = """w.run_id IS NOT NULL
-        OR starts_with(recorded_stop_reason, 'budget_') OR calls IS NULL
+#: Whether a probed run that is no candidate may be stopped by some budget (every other run
+#: completes under all).
+_MAY_STOP = """starts_with(recorded_stop_reason, 'budget_') OR calls IS NULL
         OR run_tool_calls > max_tool_calls"""
 
 _CANDIDATES = (
@@ -344,15 +344,19 @@ TASK_TYPES = f"WITH {FILTERED} SELECT DISTINCT task_type FROM filtered ORDER BY 
 # --- the fast path (``budgetlens.analysis.whatif_peaks``): per-run peaks, calls only where needed --
 
 #: The filtered runs some budget of ``$b_*`` may stop (the ``under`` runs of ``REPLAY_RUNS``, once
-#: each, not once per budget), ordered by run_id: what the ``runs`` rollup says about them (calls,
+#: each, not once per budget), in no particular order: what the ``runs`` rollup says about them (calls,
 #: totals, stop reason, the limits they ran under) and ``walked`` (a candidate of ``REPLAY_RUNS``:
-#: its calls are read and replayed). One pass over the runs and their ``run_totals``, whatever
-#: the number of budgets; every run not listed completes under every budget.
+#: its calls are read and replayed; ``run_key``: its integer key, 0 when not walked;
+#: ``tool_events``: its ``budgetlens.tool_call`` events). One pass over the runs and their
+#: ``run_totals``, whatever the number of budgets; every run not listed completes under every budget.
 UNDER_RUNS = f"""
 WITH {FILTERED},
 {_BUDGET},
 {_UNDER},
-{_CANDIDATE_RUNS}
+flagged AS (
+    SELECT u.*, coalesce({_WALKED}, false) AS walked, t.e_tool_calls AS tool_events
+    FROM probe u LEFT JOIN run_totals t ON t.run_id = u.run_id
+)
 SELECT r.run_id, r.run_task_type AS task_type, r.run_start AS start_utc, r.recorded_stop_reason,
        CAST(r.calls AS DOUBLE) AS calls, CAST(r.run_tool_calls AS DOUBLE) AS run_tool_calls,
        CAST(r.run_total_tokens AS DOUBLE) AS run_total_tokens,
@@ -360,32 +364,50 @@ SELECT r.run_id, r.run_task_type AS task_type, r.run_start AS start_utc, r.recor
        CAST(r.run_output_tokens AS DOUBLE) AS run_output_tokens,
        CAST(r.run_turns AS DOUBLE) AS run_turns, r.run_cost_usd, r.run_duration_s,
        {", ".join(f"CAST(r.{c} AS DOUBLE) AS {c}" for c in LIMIT_COLUMNS)},
-       w.run_id IS NOT NULL AS walked
-FROM probe r LEFT JOIN candidates w ON w.run_id = r.run_id
-WHERE {_MAY_STOP}
-ORDER BY r.run_id
+       r.walked,
+       CASE WHEN r.walked THEN {run_key_of("r.run_id")} ELSE 0 END AS run_key,
+       CASE WHEN r.walked THEN coalesce(r.tool_events, 0) ELSE 0 END AS tool_events
+FROM flagged r
+WHERE r.walked OR {_MAY_STOP}
 """
 
-#: The call-by-call walk of the runs ``$walk_ids`` (``$walk_idx``: their positions in the caller's
-#: list): per model call in the replay's order (``REPLAY_RUNS``' ``cum``), ui, k (1-based),
-#: time_s (seconds since the run's start at the call's start), tools_before, cum_tok, cum_in,
-#: cum_out, cost_before (USD of calls 1..k-1), tok, cost; ordered by ui, k. Reads only these
-#: runs' calls and tool-call events.
-WALK_CALLS = f"""
-WITH walk AS (
-    SELECT unnest(CAST($walk_ids AS VARCHAR[])) AS run_id, unnest(CAST($walk_idx AS INTEGER[])) AS ui
+
+def _walk_calls(key: str, kind: str) -> str:
+    # ``key``/``kind``: run_key UBIGINT or run_id VARCHAR (constants of this module)
+    stream = _STREAM.replace("c.run_id", f"c.{key}").replace("e.run_id", f"e.{key}")
+    stream = stream.replace("k.run_id", "k.run_key")
+    stream = stream.split("),\ncum AS (")[0] + ")"
+    return f"""
+WITH candidates AS (
+    SELECT unnest(CAST($walk_keys AS {kind}[])) AS run_key, unnest(CAST($walk_idx AS INTEGER[])) AS ui,
+           make_timestamp(unnest(CAST($walk_start_us AS BIGINT[]))) AS run_start
 ),
-candidates AS (SELECT w.run_id, w.ui, r.start_utc AS run_start FROM walk w JOIN runs r ON r.run_id = w.run_id),
-{_STREAM}
-SELECT k.ui, CAST(cum.k AS BIGINT) AS k, epoch(cum.ts - k.run_start) AS time_s,
-       CAST(cum.tools_before AS DOUBLE) AS tools_before,
-       CAST(cum.cum_tok AS DOUBLE) AS cum_tok, CAST(cum.cum_in AS DOUBLE) AS cum_in,
-       CAST(cum.cum_out AS DOUBLE) AS cum_out, cum.cost_before,
-       CAST(cum.tok AS BIGINT) AS tok, CAST(cum.cost AS DOUBLE) AS cost
-FROM cum JOIN candidates k ON k.run_id = cum.run_id
-WHERE cum.is_call = 1
-ORDER BY k.ui, cum.k
+{stream},
+cum AS (
+    SELECT {key.replace("run_id", "run_id AS run_key") if key == "run_id" else key}, ts, is_call, turn,
+           tok, inp, outp, cost, sum(cost) OVER w - cost AS cost_before
+    FROM stream
+    WINDOW w AS (PARTITION BY {key} ORDER BY ts, is_call, turn ROWS UNBOUNDED PRECEDING)
+)
+SELECT k.ui, CAST(cum.is_call AS BIGINT) AS is_call, epoch(cum.ts - k.run_start) AS time_s,
+       CAST(cum.tok AS BIGINT) AS tok, CAST(cum.inp AS BIGINT) AS inp, CAST(cum.outp AS BIGINT) AS outp,
+       CAST(cum.cost AS DOUBLE) AS cost, CAST(cum.cost_before AS DOUBLE) AS cost_before
+FROM cum JOIN candidates k ON k.run_key = cum.run_key
+ORDER BY k.ui, cum.ts, cum.is_call, cum.turn
 """
+
+
+#: The call-by-call stream of the walked runs ``$walk_keys`` (their ``run_key``s; ``$walk_idx``:
+#: their positions in the caller's list; ``$walk_start_us``: their starts, epoch microseconds),
+#: their model calls and ``budgetlens.tool_call`` events in the replay's order (``REPLAY_RUNS``'
+#: ``cum``): ui, is_call (1 = a model call, 0 = a tool call), time_s (seconds since the run's
+#: start), tok, inp, outp, cost (a call's charge, as ``_STREAM``; 0 for a tool call) and
+#: cost_before (USD of the run's calls before it, summed as the reference sums). The running
+#: counts and token sums are the caller's (integers: exact in any order). Reads the calls and
+#: events by integer key only.
+WALK_CALLS = _walk_calls("run_key", "UBIGINT")
+#: ``WALK_CALLS`` by run id (``$walk_keys``: the run ids): for keys two run ids share.
+WALK_CALLS_BY_ID = _walk_calls("run_id", "VARCHAR")
 
 #: Per task type of the filtered runs: runs, runs_without_calls, spent_tokens, spent_cost_usd
 #: (the replay summary's budget-independent columns), NULL task type last.

@@ -17,8 +17,9 @@ what the stopped runs spent from their stopping call on (the calls that would no
 
 The trade-off curve (``tradeoff``) replays the multipliers 1.0–3.0 in one pass;
 ``tradeoff`` and ``plan_for_target`` use the fast path (``budgetlens.analysis.whatif_peaks``:
-per-run peaks, one pass over the runs, calls read only for the runs some budget may stop), with
-the same values as the SQL replay, which stays the reference (``full_replay=True``);
+per-run peaks, one pass over the runs, calls read only for the runs some budget may stop, by
+integer run key; the chosen presets of ``plan_for_target`` are replayed from the curve's walk),
+with the same values as the SQL replay, which stays the reference (``full_replay=True``);
 ``smallest_multiplier`` picks, per task type, the smallest one whose projected hit rate meets a
 target (default 5 %).
 """
@@ -139,19 +140,37 @@ def tradeoff(
     """
     ev = ev if ev is not None else evidence(conn, f)
     grid = [float(m) for m in multipliers]
+    if not full_replay:
+        return _fast_curve(conn, f, ev, grid, method)[0]
     task_types = task_types_of(conn, f)
-    columns = ["multiplier", *SUMMARY_COLUMNS]
     if not task_types or ev.baselines.empty or not grid:
-        return pd.DataFrame(columns=columns)
-    if full_replay:
-        budgets = [Budget.from_presets(evidence_presets(ev, m, method)) for m in grid]
-        params = {**f.params(), **budget_params(budgets, task_types)}
-        frame = summarize(run_query(conn, rq.REPLAY_SUMMARY, params))
-    else:  # the same limits as the presets frames above (the tests compare), computed once
-        limits = preset_grid(ev.baselines, ev.censoring, grid, method)
-        frame = whatif_peaks.summaries(conn, f, [Budget(limits=entry) for entry in limits])
+        return pd.DataFrame(columns=["multiplier", *SUMMARY_COLUMNS])
+    budgets = [Budget.from_presets(evidence_presets(ev, m, method)) for m in grid]
+    params = {**f.params(), **budget_params(budgets, task_types)}
+    frame = summarize(run_query(conn, rq.REPLAY_SUMMARY, params))
+    return _curve_frame(frame, grid)
+
+
+def _curve_frame(frame: pd.DataFrame, grid: list[float]) -> pd.DataFrame:
     frame["multiplier"] = frame["budget_id"].map(dict(enumerate(grid)))
+    columns = ["multiplier", *SUMMARY_COLUMNS]
     return frame[columns].sort_values(["task_type", "multiplier"]).reset_index(drop=True)
+
+
+def _fast_curve(
+    conn, f: Filters, ev: Evidence, grid: list[float], method: str
+) -> tuple[pd.DataFrame, whatif_peaks.Replays | None]:
+    """The curve from per-run peaks (``whatif_peaks``), and the walk it read (None for an empty
+    window), from which a budget made of the curve's presets replays without reading again.
+    The limits are the presets frames' (the tests compare), computed once."""
+    columns = ["multiplier", *SUMMARY_COLUMNS]
+    if ev.baselines.empty or not grid:
+        return pd.DataFrame(columns=columns), None
+    budgets = [Budget(limits=entry) for entry in preset_grid(ev.baselines, ev.censoring, grid, method)]
+    replays = whatif_peaks.prepare(conn, f, budgets)
+    if replays is None:
+        return pd.DataFrame(columns=columns), None
+    return _curve_frame(replays.summaries([replays.verdict(b) for b in budgets]), grid), replays
 
 
 #: ``smallest_multiplier`` verdicts: ``met`` when the upper bound (stopped + censored runs) meets
@@ -302,13 +321,19 @@ def plan_for_target(
     if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")
     ev = evidence(conn, f)
-    curve = tradeoff(conn, f, ev, method=method, full_replay=full_replay)
+    if full_replay:
+        curve = tradeoff(conn, f, ev, method=method, full_replay=True)
+        replays = None
+    else:
+        curve, replays = _fast_curve(conn, f, ev, [float(m) for m in CURVE_MULTIPLIERS], method)
     chosen = target_presets(ev, curve, target, method)
     budget = Budget.from_presets(chosen)
     if full_replay:
         replayed = replay(conn, f, budget)
         if run_limit is not None:
             replayed = WhatIf(replayed.summary, replayed.runs.head(run_limit), budget, replayed.run_count)
+    elif replays is not None and replays.covers(budget):  # the curve's presets: nothing more to read
+        replayed = replays.whatif(budget, run_limit)
     else:
         replayed = whatif_peaks.replay_fast(conn, f, budget, run_limit=run_limit)
     return TargetPlan(ev, curve, chosen, replayed, float(target), method)

@@ -5,28 +5,36 @@ Cumulative usage only grows, so a limit stops a run iff it is below the run's pe
 measure; the ``runs`` rollup and ``run_totals`` bound every peak from above (the replay's
 candidate test, ``replay_queries.UNDER_RUNS``). One pass over the runs finds, for all budgets at
 once (the curve's 21), the few runs some budget may stop; every other run completes under every
-budget and is never read again. Only the candidates' calls are read (``WALK_CALLS``), once
-each, as numpy arrays: which call each budget stops at, with which reason, and what the calls
-from there on spent, is decided in numpy for every budget over those arrays. Runs without call
-records, runs the old budget stopped and runs whose counted tool calls pass a limit are judged
-on the rollup alone, as the full replay judges them.
+budget and is never read again. Only the candidates' calls are read (``WALK_CALLS``), once.
+
+Where a walked run stops is decided once for every budget (per-run thresholds): for each check
+of the guard (time, turns, tool calls, cost, each token limit) and task type, the distinct
+limits the budgets set are sorted, each call is given the number of them it passes, and, as
+every check's measure grows along a run, the first call that fails a limit is the count of the
+calls before it that pass it (a running maximum makes this exact for any series). A budget then
+reads its verdict per run from those counts: the first check to fail, in the guard's order,
+at the first failing call. Runs without call records, runs the old budget stopped and runs whose
+counted tool calls pass a limit are judged on the rollup alone, as the full replay judges them.
 
 The result is the full replay's (``replay.replay`` / ``REPLAY_SUMMARY``), row for row: the tests
-compare both on varied stores. ``replay_many`` returns one ``WhatIf`` per budget; its ``runs``
-can be limited to the rows a page shows (``run_limit``), with ``run_count`` saying how many there
-are in all.
+compare both on varied stores. ``Replays`` (``prepare``) holds the walk of a list of budgets and
+replays any budget whose limits are among theirs (the What-if page's chosen presets come from the
+curve's multipliers, so its replay reads nothing more). ``replay_many`` returns one ``WhatIf``
+per budget; its ``runs`` can be limited to the rows a page shows (``run_limit``), with
+``run_count`` saying how many there are in all.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from budgetlens.analysis import replay_queries as rq
-from budgetlens.analysis.filters import Filters, fetch_arrays, used_params
+from budgetlens.analysis.filters import Filters, used_params
 from budgetlens.analysis.replay import (
     RUN_COLUMNS,
     SUMMARY_COLUMNS,
@@ -36,11 +44,15 @@ from budgetlens.analysis.replay import (
     summarize,
     task_types_of,
 )
+from budgetlens.analysis.whatif_walk import CHECKS, NEVER, Walk, fetch
+from budgetlens.limits import LIMIT_KEYS
 
-__all__ = ["replay_fast", "replay_many", "summaries"]
+__all__ = ["Replays", "prepare", "replay_fast", "replay_many", "summaries"]
 
-#: The guard's checks before a call, first match wins (``replay_queries._FLAGGED``).
+#: The guard's checks before a call, first match wins (``replay_queries._FLAGGED``); code = 1 + index.
 _REASONS = ("budget_time", "budget_turns", "budget_tools", "budget_cost", "budget_tokens")
+_CODE = {reason: code for code, reason in enumerate(_REASONS, start=1)}
+_NAMES = np.array([None, *_REASONS], dtype=object)
 
 
 def _gt(values: np.ndarray, limit: np.ndarray) -> np.ndarray:
@@ -48,240 +60,269 @@ def _gt(values: np.ndarray, limit: np.ndarray) -> np.ndarray:
         return values > limit  # NaN on either side (NULL) is False, as in SQL's CASE
 
 
-def _ge(values: np.ndarray, limit: np.ndarray) -> np.ndarray:
-    with np.errstate(invalid="ignore"):
-        return values >= limit
-
-
-def _first(conditions: list[np.ndarray], n: int) -> np.ndarray:
-    """Per row, the reason of the first true condition (``_REASONS`` order), else None."""
-    out = np.full(n, None, dtype=object)
-    for reason, condition in reversed(list(zip(_REASONS, conditions, strict=True))):
-        out[condition] = reason
-    return out
-
-
-def _nan_if_none(value: float | None) -> float:
-    return np.nan if value is None else float(value)
-
-
-def _limits(budget: Budget, task_index: np.ndarray, task_types: list) -> dict[str, np.ndarray]:
-    """Per run, the budget's limit of each key (NaN = none): one gather per key."""
-    table = [budget.for_task(t) for t in task_types]
-    return (
-        {key: np.array([_nan_if_none(row[key]) for row in table] or [np.nan])[task_index] for key in table[0]}
-        if table
-        else {}
+def _limit_table(budget: Budget, task_types: list) -> np.ndarray:
+    """(task types x ``LIMIT_KEYS``) limits of ``budget``, NaN = none."""
+    rows = [budget.for_task(t) for t in task_types]
+    return np.array(
+        [[np.nan if (v := r[k]) is None else float(v) for k in LIMIT_KEYS] for r in rows], dtype=float
     )
 
 
-@dataclass(frozen=True)
-class _Verdicts:
-    """The replay of several budgets over the ``under`` runs (``UNDER_RUNS`` arrays, one entry
-    per run some budget may stop), per budget the arrays of ``_judge``."""
-
-    task_types: list
-    under: dict[str, np.ndarray]
-    totals: pd.DataFrame
-    task_index: np.ndarray
-    per_budget: list[dict[str, np.ndarray]]
+_KEY_COLUMN = {key: i for i, key in enumerate(LIMIT_KEYS)}
 
 
-def _verdicts(conn, f: Filters, budgets: Sequence[Budget]) -> _Verdicts | None:
-    """Every budget's verdict on every run it may stop; None for an empty window."""
+class Replays:
+    """The walk of the runs that ``budgets`` may stop (``prepare``), from which any budget whose
+    limits are among theirs (per task type and key, or none) is replayed without reading again."""
+
+    def __init__(self, conn, f: Filters, task_types: list, budgets: Sequence[Budget]):
+        self.task_types = task_types
+        self.budgets = list(budgets)
+        params = {**f.params(), **budget_params(self.budgets, task_types)}
+        self.under, self.rows = fetch(conn, rq.UNDER_RUNS, params)
+        self.totals = conn.execute(rq.TASK_TOTALS, used_params(rq.TASK_TOTALS, params)).df()
+        task_index = pc.index_in(
+            self.rows.column("task_type"), value_set=pa.array(task_types), skip_nulls=False
+        )
+        self.task_index = task_index.to_numpy(zero_copy_only=False).astype(np.int64)
+        n = len(self.task_index)
+        recorded = self.rows.column("recorded_stop_reason")
+        self.old_stop = pc.fill_null(pc.starts_with(recorded, "budget_"), False).to_numpy(
+            zero_copy_only=False
+        )
+        self.recorded_code = np.zeros(n, dtype=np.int64)
+        for reason, code in _CODE.items():
+            self.recorded_code[
+                pc.fill_null(pc.equal(recorded, reason), False).to_numpy(zero_copy_only=False)
+            ] = code
+        self.no_calls = np.isnan(self.under["calls"])
+        self.calls_or_nan = np.where(self.under["calls"] == 0, np.nan, self.under["calls"])
+        self.no_calls_at = np.flatnonzero(self.no_calls)
+        #: Per stop reason of ``NOT_LARGER``: the runs the old budget stopped for it, whether it
+        #: recorded any limit of that kind, and those limits (NaN = none).
+        self.old_stops = []
+        for reason, names in rq.NOT_LARGER.items():
+            at = np.flatnonzero(self.recorded_code == _CODE[reason])
+            if at.size:
+                old_limits = {name: self.under[f"limit_{name}"][at] for name in names}
+                any_set = np.logical_or.reduce([~np.isnan(v) for v in old_limits.values()])
+                self.old_stops.append((at, any_set, old_limits))
+        tables = np.stack([_limit_table(b, task_types) for b in self.budgets or [Budget()]])
+        #: (task index, key) -> the distinct limits the budgets set, ascending.
+        self.limits: dict[tuple[int, str], np.ndarray] = {}
+        for t in range(len(task_types)):
+            for key, j in _KEY_COLUMN.items():
+                values = tables[:, t, j]
+                if (~np.isnan(values)).any():
+                    self.limits[(t, key)] = np.unique(values[~np.isnan(values)])
+        self.walk = Walk(conn, self.under, self.rows, self.task_index, self.limits)
+
+    def covers(self, budget: Budget) -> bool:
+        """True when every limit of ``budget`` (per task type and key) is one of the prepared
+        budgets' (or none), so ``verdict`` can replay it from the walk already read: its
+        candidate runs are among theirs and its limits among the thresholds."""
+        table = _limit_table(budget, self.task_types)
+        return all(
+            np.isnan(table[t, j])
+            or ((t, key) in self.limits and bool(np.isin(table[t, j], self.limits[(t, key)])))
+            for t in range(len(self.task_types))
+            for key, j in _KEY_COLUMN.items()
+        )
+
+    def verdict(self, budget: Budget) -> dict[str, np.ndarray]:
+        """The replay of ``budget`` (``covers`` it) over the prepared runs: per run stopped,
+        censored, stop_code (``_REASONS`` index + 1, 0 = none), stop_turn, avoided_tokens,
+        avoided_cost_usd."""
+        table = _limit_table(budget, self.task_types)
+        n, walk = len(self.task_index), self.walk
+        first = walk.first_failures(table, _KEY_COLUMN)
+        by_reason = {
+            reason: np.minimum.reduce([first[key] for key, _s, _g, r in CHECKS if r == reason])
+            for reason in _REASONS
+        }
+        stop_at = np.minimum.reduce(list(by_reason.values()))
+        walk_stops = stop_at < NEVER
+        code_w = np.select([by_reason[r] == stop_at for r in _REASONS], list(range(1, 6)), 0)
+        code_w[~walk_stops] = 0
+        stopping = np.flatnonzero(walk_stops)
+        row = walk.row_start[stopping] + stop_at[stopping]
+        walk_code = np.zeros(n, dtype=np.int64)  # becomes the replay's stop code below
+        walk_code[walk.walk_ui] = code_w
+        walk_turn = np.full(n, np.nan)
+        walk_turn[walk.walk_ui[stopping]] = walk.calls["k"][row]
+        avoided_tok = np.zeros(n, dtype=np.int64)
+        avoided_tok[walk.walk_ui[stopping]] = walk.spent_tok[stopping] - (
+            walk.calls["cum_tok"][row].astype(np.int64) - walk.calls["tok"][row].astype(np.int64)
+        )
+        avoided_cost = np.zeros(n)
+        avoided_cost[walk.walk_ui[stopping]] = walk.spent_cost[stopping] - walk.calls["cost_before"][row]
+
+        u, task = self.under, self.task_index
+        tools_over = _gt(u["run_tool_calls"], table[:, _KEY_COLUMN["max_tool_calls"]][task])
+        replay_code = walk_code
+        nc = self.no_calls_at
+        if nc.size:  # runs without call records: judged on their totals
+            lim = {key: table[:, j][task[nc]] for key, j in _KEY_COLUMN.items()}
+            replay_code[nc] = np.select(
+                [
+                    _gt(u["run_duration_s"][nc], lim["max_duration_s"]),
+                    _gt(u["run_turns"][nc], lim["max_turns"]),
+                    tools_over[nc],
+                    _gt(u["run_cost_usd"][nc], lim["max_cost_usd"]),
+                    _gt(u["run_total_tokens"][nc], lim["max_total_tokens"])
+                    | _gt(u["run_input_tokens"][nc], lim["max_input_tokens"])
+                    | _gt(u["run_output_tokens"][nc], lim["max_output_tokens"]),
+                ],
+                list(range(1, 6)),
+                0,
+            )
+        # A run whose counted tool calls pass the limit, not stopped by its calls' walk.
+        replay_code[(replay_code == 0) & ~self.no_calls & tools_over] = _CODE["budget_tools"]
+        old_kept = np.zeros(n, dtype=bool)  # stopped by the old budget, the new one not larger
+        for at, any_set, old_limits in self.old_stops:
+            each = np.ones(at.size, dtype=bool)
+            for name, old in old_limits.items():
+                new = table[:, _KEY_COLUMN[f"max_{name}"]][task[at]]
+                with np.errstate(invalid="ignore"):
+                    each &= np.isnan(old) | (new <= old)
+            old_kept[at] = any_set & each
+        kept = walk.walked | self.old_stop | self.no_calls | tools_over
+        has_replay = replay_code > 0
+        stopped = kept & (has_replay | old_kept)
+        by_old = ~has_replay & old_kept
+        stop_code = replay_code
+        stop_code[by_old] = self.recorded_code[by_old]
+        stop_turn = np.full(n, np.nan)
+        stop_turn[has_replay] = np.where(np.isnan(walk_turn), self.calls_or_nan, walk_turn)[has_replay]
+        stop_turn[by_old] = self.calls_or_nan[by_old]
+        return {  # what the walk avoided: only for runs it stops, all of them stopped
+            "stopped": stopped,
+            "censored": kept & ~stopped & self.old_stop,
+            "stop_code": stop_code,
+            "stop_turn": stop_turn,
+            "avoided_tokens": avoided_tok,
+            "avoided_cost_usd": avoided_cost,
+        }
+
+    def summaries(self, verdicts: Sequence[dict[str, np.ndarray]]) -> pd.DataFrame:
+        """budget_id (the index in ``verdicts``), then ``SUMMARY_COLUMNS``: per verdict and task
+        type (the totals' order), the counts and sums of ``REPLAY_SUMMARY``, as one frame."""
+        n_tasks = len(self.task_types)
+        names = self.totals["task_type"].where(self.totals["task_type"].notna(), None)
+        order = [self.task_types.index(t) for t in names]
+        columns: dict[str, list] = {name: [] for name in ("stopped", "censored", *rq.STOP_COUNTS)}
+        columns.update(avoided_tokens=[], avoided_cost_usd=[])
+        task = self.task_index
+        for verdict in verdicts:
+            stopped, counted = verdict["stopped"], verdict["stopped"] | verdict["censored"]
+            width = len(_NAMES)
+            by_code = np.bincount(
+                task[stopped] * width + verdict["stop_code"][stopped], minlength=n_tasks * width
+            ).reshape(n_tasks, width)
+            sums = {
+                "stopped": np.bincount(task[stopped], minlength=n_tasks),
+                "censored": np.bincount(task[verdict["censored"]], minlength=n_tasks),
+                **{name: by_code[:, _CODE[reason]] for name, reason in rq.STOP_COUNTS.items()},
+                "avoided_tokens": np.bincount(
+                    task[counted], weights=verdict["avoided_tokens"][counted], minlength=n_tasks
+                ),
+                "avoided_cost_usd": np.bincount(
+                    task[counted], weights=verdict["avoided_cost_usd"][counted], minlength=n_tasks
+                ),
+            }
+            for name, values in sums.items():
+                columns[name].append(values[order])
+        k = len(verdicts)
+        frame = pd.DataFrame(
+            {
+                "budget_id": np.repeat(np.arange(k), len(order)),
+                "task_type": list(self.totals["task_type"]) * k,
+                "runs": np.tile(self.totals["runs"].to_numpy(), k),
+                **{name: np.concatenate(parts) for name, parts in columns.items()},
+                **{
+                    name: np.tile(self.totals[name].to_numpy(), k)
+                    for name in ("runs_without_calls", "spent_tokens", "spent_cost_usd")
+                },
+            }
+        )
+        frame["avoided_tokens"] = frame["avoided_tokens"].astype(np.int64)
+        frame["avoided_cost_usd"] = frame["avoided_cost_usd"].astype(float)
+        frame["completed"] = frame["runs"] - frame["stopped"] - frame["censored"]
+        return summarize(frame)[["budget_id", *SUMMARY_COLUMNS]]
+
+    def runs(self, verdict: dict[str, np.ndarray], run_limit: int | None) -> tuple[pd.DataFrame, int]:
+        """The stopped and censored runs of one verdict (``RUN_COLUMNS``, ``replay``'s order:
+        task type, avoided tokens descending, run id), the first ``run_limit`` of them, and how
+        many there are in all. Only the rows returned are turned into Python values."""
+        picked = np.flatnonzero(verdict["stopped"] | verdict["censored"])
+        take = pa.array(picked, type=pa.int64())
+        positions = pc.sort_indices(
+            pa.table(
+                {
+                    "task_type": self.rows.column("task_type").take(take),
+                    "avoided": pa.array(verdict["avoided_tokens"][picked]),
+                    "run_id": self.rows.column("run_id").take(take),
+                }
+            ),
+            sort_keys=[("task_type", "ascending"), ("avoided", "descending"), ("run_id", "ascending")],
+        ).to_numpy()
+        if run_limit is not None:
+            positions = positions[:run_limit]
+        shown = picked[positions]
+        index = pa.array(shown, type=pa.int64())
+        u = self.under
+
+        def text(name: str) -> np.ndarray:
+            return self.rows.column(name).take(index).to_numpy(zero_copy_only=False)
+
+        frame = pd.DataFrame(
+            {
+                "run_id": text("run_id"),
+                "task_type": text("task_type"),
+                "start_utc": text("start_utc"),
+                "outcome": np.where(verdict["stopped"][shown], "stopped", "censored"),
+                "stop_reason": _NAMES[verdict["stop_code"][shown]],
+                "stop_turn": verdict["stop_turn"][shown],
+                "calls": np.nan_to_num(u["calls"][shown]).astype(np.int64),
+                "recorded_stop_reason": text("recorded_stop_reason"),
+                "spent_tokens": np.nan_to_num(u["run_total_tokens"][shown]).astype(np.int64),
+                "avoided_tokens": verdict["avoided_tokens"][shown],
+                "spent_cost_usd": np.nan_to_num(u["run_cost_usd"][shown]),
+                "avoided_cost_usd": verdict["avoided_cost_usd"][shown],
+            },
+            columns=list(RUN_COLUMNS),
+        )
+        return frame, len(picked)
+
+    def whatif(self, budget: Budget, run_limit: int | None = None) -> WhatIf:
+        """The ``WhatIf`` of ``budget`` (``covers`` it): summary, run rows, run count."""
+        verdict = self.verdict(budget)
+        summary = self.summaries([verdict])[list(SUMMARY_COLUMNS)].reset_index(drop=True)
+        runs, count = self.runs(verdict, run_limit)
+        return WhatIf(summary, runs, budget, count)
+
+
+def prepare(conn, f: Filters, budgets: Sequence[Budget]) -> Replays | None:
+    """The walk of the runs ``f`` keeps that ``budgets`` may stop (``Replays``); None for an
+    empty window or no budget."""
     task_types = task_types_of(conn, f)
     if not task_types or not budgets:
         return None
-    params = {**f.params(), **budget_params(list(budgets), task_types)}
-    under = fetch_arrays(conn, rq.UNDER_RUNS, params)
-    totals = conn.execute(rq.TASK_TOTALS, used_params(rq.TASK_TOTALS, params)).df()
-    n = len(under["run_id"])
-    task_of = {t: i for i, t in enumerate(task_types)}
-    task_index = np.array([task_of[t] for t in under["task_type"]], dtype=np.int64)
-    walked = under["walked"].astype(bool)
-    walk_ui = np.flatnonzero(walked)
-    calls = fetch_arrays(
-        conn,
-        rq.WALK_CALLS,
-        {"walk_ids": [under["run_id"][i] for i in walk_ui], "walk_idx": [int(i) for i in walk_ui]},
-    )
-    ui = calls["ui"].astype(np.int64)
-    tok = calls["tok"].astype(np.int64)
-    cum_tok = calls["cum_tok"]
-    # Per walked run: what its calls spent (tokens exact, USD in call order).
-    spent_tok = np.zeros(n, dtype=np.int64)
-    np.add.at(spent_tok, ui, tok)
-    spent_cost = np.bincount(ui, weights=calls["cost"], minlength=n)
-
-    recorded = under["recorded_stop_reason"]
-    old_stop = np.array([r is not None and r.startswith("budget_") for r in recorded], dtype=bool)
-    no_calls = np.isnan(under["calls"])
-    out = []
-    for budget in budgets:
-        lim = _limits(budget, task_index, task_types)
-        # The walk: the first call of each walked run at which a check fails.
-        per_call = {key: value[ui] for key, value in lim.items()}
-        conditions = [
-            _ge(calls["time_s"], per_call["max_duration_s"]),
-            _gt(calls["k"].astype(float), per_call["max_turns"]),
-            _gt(calls["tools_before"], per_call["max_tool_calls"]),
-            _ge(calls["cost_before"], per_call["max_cost_usd"]),
-            _gt(cum_tok, per_call["max_total_tokens"])
-            | _gt(calls["cum_in"], per_call["max_input_tokens"])
-            | _gt(calls["cum_out"], per_call["max_output_tokens"]),
-        ]
-        code = np.select(conditions, list(range(1, len(_REASONS) + 1)), 0)
-        hits = np.flatnonzero(code > 0)
-        stop_runs, first = np.unique(ui[hits], return_index=True)
-        at = hits[first]
-        walk_reason = np.full(n, None, dtype=object)
-        walk_reason[stop_runs] = np.array(_REASONS, dtype=object)[code[at] - 1]
-        walk_turn = np.full(n, np.nan)
-        walk_turn[stop_runs] = calls["k"][at]
-        avoided_tok = np.zeros(n, dtype=np.int64)
-        avoided_tok[stop_runs] = spent_tok[stop_runs] - (cum_tok[at].astype(np.int64) - tok[at])
-        avoided_cost = np.zeros(n)
-        avoided_cost[stop_runs] = spent_cost[stop_runs] - calls["cost_before"][at]
-
-        tools_over = _gt(under["run_tool_calls"], lim["max_tool_calls"])
-        totals_reason = _first(
-            [
-                _gt(under["run_duration_s"], lim["max_duration_s"]),
-                _gt(under["run_turns"], lim["max_turns"]),
-                _gt(under["run_tool_calls"], lim["max_tool_calls"]),
-                _gt(under["run_cost_usd"], lim["max_cost_usd"]),
-                _gt(under["run_total_tokens"], lim["max_total_tokens"])
-                | _gt(under["run_input_tokens"], lim["max_input_tokens"])
-                | _gt(under["run_output_tokens"], lim["max_output_tokens"]),
-            ],
-            n,
-        )
-        replay_reason = np.where(no_calls, totals_reason, walk_reason).astype(object)
-        # A run whose counted tool calls pass the limit, not stopped by its calls' walk.
-        replay_reason[~no_calls & (walk_reason == None) & tools_over] = "budget_tools"  # noqa: E711
-        not_larger = np.zeros(n, dtype=bool)
-        for reason, names in rq.NOT_LARGER.items():
-            mine = recorded == reason
-            if not mine.any():
-                continue
-            any_set = np.zeros(n, dtype=bool)
-            each = np.ones(n, dtype=bool)
-            for name in names:
-                old, new = under[f"limit_{name}"], lim[f"max_{name}"]
-                any_set |= ~np.isnan(old)
-                with np.errstate(invalid="ignore"):
-                    each &= np.isnan(old) | (new <= old)
-            not_larger |= mine & any_set & each
-        kept = walked | old_stop | no_calls | tools_over
-        has_replay = replay_reason != None  # noqa: E711
-        stopped = kept & (has_replay | (old_stop & not_larger))
-        censored = kept & ~stopped & old_stop
-        stop_reason = np.where(
-            has_replay,
-            replay_reason,
-            np.where(old_stop & not_larger, recorded, np.full(len(recorded), None, dtype=object)),
-        )
-        calls_or_nan = np.where(under["calls"] == 0, np.nan, under["calls"])
-        stop_turn = np.where(
-            has_replay,
-            np.where(np.isnan(walk_turn), calls_or_nan, walk_turn),
-            np.where(old_stop & not_larger, calls_or_nan, np.nan),
-        )
-        out.append(
-            {
-                "stopped": stopped,
-                "censored": censored,
-                "stop_reason": stop_reason,
-                "stop_turn": stop_turn,
-                "avoided_tokens": np.where(stopped, avoided_tok, 0),
-                "avoided_cost_usd": np.where(stopped, avoided_cost, 0.0),
-            }
-        )
-    return _Verdicts(task_types, under, totals, task_index, out)
-
-
-def _summaries(v: _Verdicts) -> pd.DataFrame:
-    """budget_id, then ``SUMMARY_COLUMNS``: per budget and task type (the totals' order), the
-    counts and sums of ``REPLAY_SUMMARY``, built as one frame for every budget."""
-    n_tasks = len(v.task_types)
-    order = [v.task_types.index(t) for t in v.totals["task_type"].where(v.totals["task_type"].notna(), None)]
-    columns: dict[str, list] = {name: [] for name in ("stopped", "censored", *rq.STOP_COUNTS)}
-    columns.update(avoided_tokens=[], avoided_cost_usd=[])
-    for verdict in v.per_budget:
-        stopped, counted = verdict["stopped"], verdict["stopped"] | verdict["censored"]
-        sums = {
-            "stopped": np.bincount(v.task_index[stopped], minlength=n_tasks),
-            "censored": np.bincount(v.task_index[verdict["censored"]], minlength=n_tasks),
-            **{
-                name: np.bincount(
-                    v.task_index[stopped & (verdict["stop_reason"] == reason)], minlength=n_tasks
-                )
-                for name, reason in rq.STOP_COUNTS.items()
-            },
-            "avoided_tokens": np.bincount(
-                v.task_index[counted], weights=verdict["avoided_tokens"][counted], minlength=n_tasks
-            ),
-            "avoided_cost_usd": np.bincount(
-                v.task_index[counted], weights=verdict["avoided_cost_usd"][counted], minlength=n_tasks
-            ),
-        }
-        for name, values in sums.items():
-            columns[name].append(values[order])
-    k = len(v.per_budget)
-    frame = pd.DataFrame(
-        {
-            "budget_id": np.repeat(np.arange(k), len(order)),
-            "task_type": list(v.totals["task_type"]) * k,
-            "runs": np.tile(v.totals["runs"].to_numpy(), k),
-            **{name: np.concatenate(parts) for name, parts in columns.items()},
-            **{
-                name: np.tile(v.totals[name].to_numpy(), k)
-                for name in ("runs_without_calls", "spent_tokens", "spent_cost_usd")
-            },
-        }
-    )
-    frame["avoided_tokens"] = frame["avoided_tokens"].astype(np.int64)
-    frame["avoided_cost_usd"] = frame["avoided_cost_usd"].astype(float)
-    frame["completed"] = frame["runs"] - frame["stopped"] - frame["censored"]
-    return summarize(frame)[["budget_id", *SUMMARY_COLUMNS]]
-
-
-def _runs(v: _Verdicts, verdict: dict[str, np.ndarray], run_limit: int | None) -> tuple[pd.DataFrame, int]:
-    """The stopped and censored runs of one budget (``RUN_COLUMNS``, ``replay``'s order), the
-    first ``run_limit`` of them, and how many there are in all."""
-    under = v.under
-    picked = np.flatnonzero(verdict["stopped"] | verdict["censored"])
-    frame = pd.DataFrame(
-        {
-            "run_id": under["run_id"][picked],
-            "task_type": under["task_type"][picked],
-            "start_utc": under["start_utc"][picked],
-            "outcome": np.where(verdict["stopped"][picked], "stopped", "censored"),
-            "stop_reason": verdict["stop_reason"][picked],
-            "stop_turn": verdict["stop_turn"][picked],
-            "calls": np.nan_to_num(under["calls"][picked]).astype(np.int64),
-            "recorded_stop_reason": under["recorded_stop_reason"][picked],
-            "spent_tokens": np.nan_to_num(under["run_total_tokens"][picked]).astype(np.int64),
-            "avoided_tokens": verdict["avoided_tokens"][picked],
-            "spent_cost_usd": np.nan_to_num(under["run_cost_usd"][picked]),
-            "avoided_cost_usd": verdict["avoided_cost_usd"][picked],
-        },
-        columns=list(RUN_COLUMNS),
-    )
-    frame = frame.sort_values(["task_type", "avoided_tokens", "run_id"], ascending=[True, False, True])
-    if run_limit is not None:
-        frame = frame.head(run_limit)
-    return frame.reset_index(drop=True), len(picked)
+    return Replays(conn, f, task_types, budgets)
 
 
 def summaries(conn, f: Filters, budgets: Sequence[Budget]) -> pd.DataFrame:
     """The summaries of ``replay_many`` in one frame: budget_id (the index in ``budgets``), then
     ``SUMMARY_COLUMNS``, one row per budget and task type; empty (those columns) for an empty
     window. What the trade-off curve reads: no run list is built."""
-    v = _verdicts(conn, f, budgets)
-    if v is None:
+    replays = prepare(conn, f, budgets)
+    if replays is None:
         return pd.DataFrame(columns=["budget_id", *SUMMARY_COLUMNS])
-    return _summaries(v)
+    return replays.summaries([replays.verdict(b) for b in budgets])
+
+
+def _empty(budget: Budget) -> WhatIf:
+    return WhatIf(pd.DataFrame(columns=SUMMARY_COLUMNS), pd.DataFrame(columns=RUN_COLUMNS), budget, 0)
 
 
 def replay_many(conn, f: Filters, budgets: Sequence[Budget], *, run_limit: int | None = None) -> list[WhatIf]:
@@ -292,19 +333,10 @@ def replay_many(conn, f: Filters, budgets: Sequence[Budget], *, run_limit: int |
     tokens descending, run id), ``WhatIf.run_count`` counts them all. An empty window gives empty
     frames with the documented columns.
     """
-    v = _verdicts(conn, f, budgets)
-    if v is None:
-        return [
-            WhatIf(pd.DataFrame(columns=SUMMARY_COLUMNS), pd.DataFrame(columns=RUN_COLUMNS), b, 0)
-            for b in budgets
-        ]
-    frame = _summaries(v)
-    out = []
-    for budget_id, (budget, verdict) in enumerate(zip(budgets, v.per_budget, strict=True)):
-        summary = frame[frame["budget_id"] == budget_id][list(SUMMARY_COLUMNS)].reset_index(drop=True)
-        runs, count = _runs(v, verdict, run_limit)
-        out.append(WhatIf(summary, runs, budget, count))
-    return out
+    replays = prepare(conn, f, budgets)
+    if replays is None:
+        return [_empty(b) for b in budgets]
+    return [replays.whatif(b, run_limit) for b in budgets]
 
 
 def replay_fast(conn, f: Filters, budget: Budget, run_limit: int | None = None) -> WhatIf:

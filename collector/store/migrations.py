@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from budgetlens.attribution import ATTRIBUTION_COLUMNS
 from budgetlens.store import rollups
+from budgetlens.store.schema import RUN_KEY
 
 #: (name, type and constraints) of a column, as a CREATE TABLE writes it.
 _Column = tuple[str, str]
@@ -202,6 +203,12 @@ _V8_RUN_MODEL_ROLLUP = rollups.CREATE + ";\n" + rollups.INSERT_ALL
 # issue 23: the content fingerprint of a call's span (signed 64-bit BLAKE2b prefix, NULL when
 # not from OTLP), so the loader reports a resend with other content instead of dropping it.
 _V9_CONTENT_DIGEST = "ALTER TABLE model_calls ADD COLUMN content_digest BIGINT"
+# issue 25: the run's integer key (``schema.RUN_KEY``) on calls and events, so that the what-if
+# reads the few runs it walks by an integer instead of comparing every call's run id; back-filled.
+_V10_RUN_KEY = f"""ALTER TABLE model_calls ADD COLUMN run_key UBIGINT;
+UPDATE model_calls SET run_key = {RUN_KEY};
+ALTER TABLE budget_events ADD COLUMN run_key UBIGINT;
+UPDATE budget_events SET run_key = {RUN_KEY}"""
 
 #: Ordered migrations: (version, SQL script). Append only; never edit an applied one.
 MIGRATIONS: tuple[tuple[int, str], ...] = (
@@ -214,6 +221,7 @@ MIGRATIONS: tuple[tuple[int, str], ...] = (
     (7, _V7_PARENT_RUN),  # issue 21: sub-agent runs name their parent run
     (8, _V8_RUN_MODEL_ROLLUP),  # issue 25: per run x model rollup with a latency sketch
     (9, _V9_CONTENT_DIGEST),  # issue 23: a conflicting resend is reported, not lost to the key
+    (10, _V10_RUN_KEY),  # issue 25: integer run key on calls and events
 )
 
 SCHEMA_VERSION = MIGRATIONS[-1][0]

@@ -31,6 +31,11 @@ naive ``TIMESTAMP`` values in UTC):
 - ``run_model_rollup`` (issue 25): one row per run and model (tokens, cost, calls, unpriced and
   unknown-usage calls, a latency sketch), kept by the writer with ``runs``
   (``budgetlens.store.rollups``); the pages read it instead of ``model_calls``.
+- ``run_key`` (issue 25) on ``model_calls`` and ``budget_events``: the run's integer key,
+  ``RUN_KEY`` of its ``run_id`` (the upper 64 bits of its MD5: the same in every store and
+  process, no lookup when a row is written), filled by every insert and back-filled by schema
+  version 10. The what-if reads the calls of the runs it walks by it; a key two run ids share is
+  caught there (a walked run's rows then outnumber its counts) and read by run id instead.
 - ``schema_migrations``: the versions applied, in order (the migrations: ``budgetlens.store.migrations``).
 """
 
@@ -52,6 +57,17 @@ TOKEN_COLUMNS: tuple[str, ...] = (
 CALL_SUMS: tuple[str, ...] = (*TOKEN_COLUMNS, "cost_usd", "unpriced_calls", "unknown_usage_calls")
 #: The event counts of ``run_totals`` (``budgetlens.warning``, ... ``budgetlens.tool_call``).
 EVENT_COUNTS: tuple[str, ...] = ("e_warnings", "e_downgrades", "e_summaries", "e_tool_calls")
+
+
+def run_key_of(run_id: str) -> str:
+    """SQL of the integer key (UBIGINT) of the run id expression ``run_id`` (a column name)."""
+    return f"md5_number_upper({run_id})"
+
+
+#: The integer key of a run, from its ``run_id`` (SQL over a relation with a ``run_id`` column).
+RUN_KEY = run_key_of("run_id")
+#: Every column of a relation but ``run_key``, then its ``run_key`` (an insert's select list).
+WITH_RUN_KEY = f"COLUMNS(c -> c <> 'run_key'), {RUN_KEY} AS run_key"
 
 #: The ``limit_*`` columns of ``run_records`` and ``runs``, from the guard's one limit table.
 LIMIT_COLUMNS: tuple[str, ...] = tuple(spec.store_column for spec in LIMITS)

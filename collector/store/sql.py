@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from budgetlens.attribution import ATTRIBUTION_COLUMNS
 from budgetlens.store.run_totals import RECORD_VALUES, merged_totals_sets, runs_from, totals_from
-from budgetlens.store.schema import LIMIT_COLUMNS, RUN_COLUMNS, TOKEN_COLUMNS
+from budgetlens.store.schema import LIMIT_COLUMNS, RUN_COLUMNS, TOKEN_COLUMNS, WITH_RUN_KEY
 
 CREATE_MIGRATIONS_TABLE = """
 CREATE TABLE IF NOT EXISTS schema_migrations (
@@ -75,7 +75,7 @@ _DIGEST_DIFFERS = (
     "AND excluded.content_digest <> model_calls.content_digest"
 )
 INSERT_CALLS = (
-    "INSERT INTO model_calls BY NAME SELECT * FROM batch_calls b WHERE "
+    f"INSERT INTO model_calls BY NAME SELECT {WITH_RUN_KEY} FROM batch_calls b WHERE "
     + _NOT_A_STORED_RESPONSE
     + f" ON CONFLICT (call_id) DO UPDATE SET quality = {_WITH_REJECTED_SPAN} WHERE {_DIGEST_DIFFERS}"
     + " RETURNING "
@@ -98,7 +98,7 @@ def _upsert_records() -> str:
 #: record of the same run (a session imported again after it grew) replaces the stored one.
 INSERT_RECORDS = _upsert_records()
 INSERT_EVENTS = (
-    "INSERT INTO budget_events BY NAME SELECT * FROM batch_events ON CONFLICT DO NOTHING "
+    f"INSERT INTO budget_events BY NAME SELECT {WITH_RUN_KEY} FROM batch_events ON CONFLICT DO NOTHING "
     "RETURNING run_id, name, tool_cost_usd"
 )
 
@@ -191,12 +191,12 @@ LAKE_NEW_CALLS = (
     "SELECT b.* FROM batch_calls b WHERE NOT EXISTS (SELECT 1 FROM model_calls m WHERE m.call_id = b.call_id) "
     "AND " + _NOT_A_STORED_RESPONSE
 )
-LAKE_INSERT_CALLS = "INSERT INTO model_calls BY NAME SELECT * FROM new_calls"
+LAKE_INSERT_CALLS = f"INSERT INTO model_calls BY NAME SELECT {WITH_RUN_KEY} FROM new_calls"
 LAKE_NEW_EVENTS = (
     "SELECT b.* FROM batch_events b WHERE NOT EXISTS "
     "(SELECT 1 FROM budget_events e WHERE e.event_id = b.event_id)"
 )
-LAKE_INSERT_EVENTS = "INSERT INTO budget_events BY NAME SELECT * FROM new_events"
+LAKE_INSERT_EVENTS = f"INSERT INTO budget_events BY NAME SELECT {WITH_RUN_KEY} FROM new_events"
 
 
 def _lake_new_records() -> str:

@@ -1,0 +1,175 @@
+"""The call-by-call walk of the fast what-if (``budgetlens.analysis.whatif_peaks``, issue 25): the
+calls and tool-call events of the runs some budget may stop, read once by integer run key
+(``replay_queries.WALK_CALLS``; by run id when two runs share a key), and per-run thresholds.
+
+The running counts and token sums along each run (calls made, tool calls before each call,
+tokens, input and output) are summed here, in the replay's order; the USD before each call comes
+from the store's own running sum, as the reference replay sums it. Then, for each check of the
+guard and each task type, the distinct limits the budgets set are sorted, each call is given the
+number of them it passes, and, as every check's measure grows along a run, the first call that
+fails a limit is the count of the calls before it that pass it (a running maximum makes this
+exact for any series): ``first_failures`` reads a budget's first failing call per run and check
+from those counts, for every budget without reading the calls again.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+
+from budgetlens.analysis import replay_queries as rq
+from budgetlens.analysis.filters import used_params
+
+__all__ = ["CHECKS", "NEVER", "Walk", "fetch"]
+
+#: (limit key, walk series, stops at series >= limit (else >), reason): the guard's checks in its
+#: order (``replay_queries._FLAGGED``), one per limit key.
+CHECKS = (
+    ("max_duration_s", "time_s", True, "budget_time"),
+    ("max_turns", "k", False, "budget_turns"),
+    ("max_tool_calls", "tools_before", False, "budget_tools"),
+    ("max_cost_usd", "cost_before", True, "budget_cost"),
+    ("max_total_tokens", "cum_tok", False, "budget_tokens"),
+    ("max_input_tokens", "cum_in", False, "budget_tokens"),
+    ("max_output_tokens", "cum_out", False, "budget_tokens"),
+)
+#: "Never" for a first failing call (an offset within a run).
+NEVER = np.iinfo(np.int64).max
+
+
+def fetch(conn, statement: str, params: dict) -> tuple[dict[str, np.ndarray], pa.Table]:
+    """``statement`` as Arrow, and its number columns as numpy arrays (NULL = NaN); text and
+    time columns stay in the Arrow table (no Python object per row)."""
+    table = conn.execute(statement, used_params(statement, params)).to_arrow_table()
+    numbers = {
+        name: table.column(name).to_numpy(zero_copy_only=False)
+        for name, kind in zip(table.column_names, table.schema.types, strict=True)
+        if pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_boolean(kind)
+    }
+    return numbers, table
+
+
+def _running(values: np.ndarray, first: np.ndarray, segment: np.ndarray) -> np.ndarray:
+    """Running sums of ``values`` (int64) restarting at each segment's ``first`` row."""
+    total = np.cumsum(values)
+    before = (total - values)[first]
+    return total - before[segment]
+
+
+@dataclass(frozen=True)
+class _Thresholds:
+    """One check of one task type over its walked runs: the distinct limits (``limits``,
+    ascending) and, per walked run (``runs``: walk indices) and limit, the offset of the first
+    call that fails it (``first``; the run's call count when none does)."""
+
+    limits: np.ndarray
+    runs: np.ndarray
+    first: np.ndarray
+
+
+class Walk:
+    """The walked runs (``under`` rows with ``walked``; ``rows``: the same rows' text in Arrow)
+    and their calls: ``calls`` (per call in the replay's order: ui, k, time_s, tools_before,
+    cum_tok, cum_in, cum_out, cost_before, tok, cost), per walked run ``n_rows``, ``row_start``,
+    ``spent_tok``, ``spent_cost``; thresholds for the ``limits`` ({(task index, key): distinct
+    limits ascending}) over the runs' ``task_index``."""
+
+    def __init__(self, conn, under: dict, rows: pa.Table, task_index: np.ndarray, limits: dict):
+        self.walked = under["walked"].astype(bool)
+        self.walk_ui = np.flatnonzero(self.walked)
+        self.calls = self._read(conn, under, rows)
+        n_walk = len(self.walk_ui)
+        self.w_of_row = np.searchsorted(self.walk_ui, self.calls["ui"])
+        self.n_rows = np.bincount(self.w_of_row, minlength=n_walk)
+        self.row_start = np.concatenate(([0], np.cumsum(self.n_rows)[:-1])).astype(np.int64)
+        self.spent_tok = np.bincount(self.w_of_row, weights=self.calls["tok"], minlength=n_walk).astype(
+            np.int64
+        )
+        self.spent_cost = np.bincount(self.w_of_row, weights=self.calls["cost"], minlength=n_walk)
+        self.thresholds = self._thresholds(task_index, limits)
+
+    def _read(self, conn, under: dict, rows: pa.Table) -> dict[str, np.ndarray]:
+        at = pa.array(self.walk_ui, type=pa.int64())
+        starts = rows.column("start_utc").take(at).cast(pa.timestamp("us")).cast(pa.int64())
+        params = {
+            "walk_keys": [int(k) for k in under["run_key"][self.walk_ui]],
+            "walk_idx": [int(i) for i in self.walk_ui],
+            "walk_start_us": starts.to_pylist(),
+        }
+        stream, _ = fetch(conn, rq.WALK_CALLS, params)
+        #: How the calls were read: "run_key", or "run_id" when some walked run's rows did not
+        #: match its counts (a key two run ids share, rows written without a key).
+        self.read_by = "run_key"
+        if not self._complete(stream, under):
+            params["walk_keys"] = rows.column("run_id").take(at).to_pylist()
+            stream, _ = fetch(conn, rq.WALK_CALLS_BY_ID, params)
+            self.read_by = "run_id"
+        ui = stream["ui"].astype(np.int64)
+        new = np.ones(ui.size, dtype=bool)
+        new[1:] = ui[1:] != ui[:-1]
+        first = np.flatnonzero(new)
+        segment = np.cumsum(new) - 1
+        is_call = stream["is_call"].astype(np.int64)
+        sums = {
+            "k": _running(is_call, first, segment),
+            "tools_before": _running(1 - is_call, first, segment),
+            "cum_tok": _running(stream["tok"], first, segment),
+            "cum_in": _running(stream["inp"], first, segment),
+            "cum_out": _running(stream["outp"], first, segment),
+        }
+        calls = is_call == 1
+        out = {name: values[calls] for name, values in sums.items()}
+        out.update({name: stream[name][calls] for name in ("time_s", "cost_before", "tok", "cost")})
+        out["ui"] = ui[calls]
+        return out
+
+    def _complete(self, stream: dict, under: dict) -> bool:
+        """Whether every walked run got exactly its calls and tool-call events (by its counts)."""
+        n_walk = len(self.walk_ui)
+        w = np.searchsorted(self.walk_ui, stream["ui"].astype(np.int64))
+        is_call = stream["is_call"] == 1
+        calls = np.bincount(w[is_call], minlength=n_walk)
+        events = np.bincount(w[~is_call], minlength=n_walk)
+        expected_calls = np.nan_to_num(under["calls"][self.walk_ui]).astype(np.int64)
+        expected_events = np.nan_to_num(under["tool_events"][self.walk_ui]).astype(np.int64)
+        return bool(np.array_equal(calls, expected_calls) and np.array_equal(events, expected_events))
+
+    def _thresholds(self, task_index: np.ndarray, limits: dict) -> dict[tuple[int, str], _Thresholds]:
+        out: dict[tuple[int, str], _Thresholds] = {}
+        walk_task = task_index[self.walk_ui]
+        row_task = walk_task[self.w_of_row]
+        for t in np.unique(walk_task):
+            runs = np.flatnonzero(walk_task == t)
+            in_task = row_task == t
+            local = np.searchsorted(runs, self.w_of_row[in_task])
+            for key, series, at_or_above, _reason in CHECKS:
+                known = limits.get((int(t), key))
+                if known is None:
+                    continue
+                measure = self.calls[series][in_task].astype(float)
+                passed = np.searchsorted(known, measure, side="right" if at_or_above else "left")
+                passed[np.isnan(measure)] = 0  # NULL fails no check (SQL's CASE)
+                width = known.size + 1
+                offset = local * width
+                worst = np.maximum.accumulate(offset + passed) - offset  # running max within a run
+                counts = np.bincount(offset + worst, minlength=runs.size * width).reshape(runs.size, width)
+                out[(int(t), key)] = _Thresholds(known, runs, np.cumsum(counts, axis=1)[:, : known.size])
+        return out
+
+    def first_failures(self, table: np.ndarray, key_column: dict[str, int]) -> dict[str, np.ndarray]:
+        """Per check key, per walked run, the offset of the first call that fails the limit of
+        ``table`` (task types x limit keys, NaN = none; every limit among the thresholds'),
+        ``NEVER`` when none does."""
+        out = {}
+        for key, _series, _ge, _reason in CHECKS:
+            offsets = np.full(len(self.walk_ui), NEVER, dtype=np.int64)
+            for (t, name), found in self.thresholds.items():
+                value = table[t, key_column[key]]
+                if name != key or np.isnan(value):
+                    continue
+                at = found.first[:, int(np.searchsorted(found.limits, value))]
+                offsets[found.runs] = np.where(at < self.n_rows[found.runs], at, NEVER)
+            out[key] = offsets
+        return out
