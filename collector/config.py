@@ -21,6 +21,9 @@ ENV_BENCH_DIR = "BUDGETLENS_BENCH_DIR"
 
 #: Bearer token the collector requires on /v1/traces (``--token`` wins over it; unset = no auth).
 ENV_COLLECTOR_TOKEN = "BUDGETLENS_COLLECTOR_TOKEN"
+#: Bearer token of the collector's read endpoint /v1/store/* (``--read-token`` wins over it;
+#: unset = the ingest token, else a random one published next to the store for local readers).
+ENV_COLLECTOR_READ_TOKEN = "BUDGETLENS_COLLECTOR_READ_TOKEN"
 
 #: Port and bind address of the dashboard (``budgetlens dashboard`` / ``demo``; flags win).
 ENV_DASHBOARD_PORT = "BUDGETLENS_DASHBOARD_PORT"

@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
+from budgetlens.limits import MAX_TOKENS
 from budgetlens.usage_types import Usage, including_parts
 
 log = logging.getLogger(__name__)
@@ -63,6 +64,16 @@ def sub_mapping(mapping: Mapping[str, Any], key: str) -> Mapping[str, Any]:
     return as_mapping(mapping.get(key)) or {}
 
 
+def summed(source: str, **counts: int) -> int:
+    """The sum of a payload's ``counts`` (field name -> tokens) that make up one total; raises
+    ``ValueError`` naming the fields when it exceeds ``MAX_TOKENS`` (the one token bound)."""
+    total = sum(counts.values())
+    if total > MAX_TOKENS:
+        named = " + ".join(f"{field} {value}" for field, value in counts.items())
+        raise ValueError(f"{source} usage exceeds the one token bound {MAX_TOKENS:.0e}: {named} = {total}")
+    return total
+
+
 def _clamped(inp: int, out: int, cr: int, cw: int, rs: int, source: str) -> Usage:
     """Build a Usage; a part larger than its total is clamped (logged), never added on top."""
     if cr + cw > inp:
@@ -84,7 +95,9 @@ def _gemini(u: Mapping[str, Any]) -> Usage:
     candidates = get("candidatesTokenCount", "candidates_token_count")
     thoughts = get("thoughtsTokenCount", "thoughts_token_count")
     cached = get("cachedContentTokenCount", "cached_content_token_count")
-    return _clamped(prompt + tool_prompt, candidates + thoughts, cached, 0, thoughts, "gemini")
+    inp = summed("gemini", promptTokenCount=prompt, toolUsePromptTokenCount=tool_prompt)
+    out = summed("gemini", candidatesTokenCount=candidates, thoughtsTokenCount=thoughts)
+    return _clamped(inp, out, cached, 0, thoughts, "gemini")
 
 
 #: Bedrock spellings per part: Converse ``usage`` (``inputTokens``...) first, then the
@@ -117,14 +130,17 @@ def _bedrock(u: Mapping[str, Any]) -> Usage:
             f"Bedrock usage field(s) {unknown} are not understood; known: {sorted(_BEDROCK_KNOWN)}"
         )
     cr, cw = _bedrock_part(u, "cache_read"), _bedrock_part(u, "cache_write")
-    inp = _bedrock_part(u, "input") + cr + cw
+    inp = summed(
+        "bedrock", inputTokens=_bedrock_part(u, "input"), cacheReadInputTokens=cr, cacheWriteInputTokens=cw
+    )
     return Usage(inp, _bedrock_part(u, "output"), cr, cw, 0)
 
 
 def _anthropic(u: Mapping[str, Any]) -> Usage:
     cr = token_count(u.get("cache_read_input_tokens"), "cache_read_input_tokens")
     cw = token_count(u.get("cache_creation_input_tokens"), "cache_creation_input_tokens")
-    inp = token_count(u.get("input_tokens"), "input_tokens") + cr + cw
+    inp = token_count(u.get("input_tokens"), "input_tokens")
+    inp = summed("anthropic", input_tokens=inp, cache_read_input_tokens=cr, cache_creation_input_tokens=cw)
     return Usage(inp, token_count(u.get("output_tokens"), "output_tokens"), cr, cw, 0)
 
 

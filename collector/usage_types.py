@@ -186,10 +186,21 @@ def normalize_counts(counts: TokenCounts) -> tuple[TokenCounts, bool, int | None
     cache read + write, and the output with reasoning), and the reported total when it disagrees
     with the parts (None when it agrees with input + output before or after that, or there is
     none). The parts are the usage: the total is then input + output, the provider's own kept
-    beside it by the caller (flag ``total_mismatch``), never used in their place."""
+    beside it by the caller (flag ``total_mismatch``), never used in their place. Raises
+    ``ValueError`` when a normalized input or output exceeds ``MAX_TOKENS`` (the one token bound)."""
     inp, outp, total, cache_read, cache_write, reasoning = counts
     fixed_inp = None if inp is None else including_parts(inp, (cache_read or 0) + (cache_write or 0))
     fixed_out = None if outp is None else including_parts(outp, reasoning or 0)
+    if fixed_inp is not None and fixed_inp > MAX_TOKENS:
+        raise ValueError(
+            f"input {inp} + cache read {cache_read or 0} + cache write {cache_write or 0} = {fixed_inp} "
+            f"exceeds the one token bound {MAX_TOKENS:.0e} (the input must include its cache)"
+        )
+    if fixed_out is not None and fixed_out > MAX_TOKENS:
+        raise ValueError(
+            f"output {outp} + reasoning {reasoning} = {fixed_out} exceeds the one token bound "
+            f"{MAX_TOKENS:.0e} (the output must include its reasoning)"
+        )
     normalized = (fixed_inp, fixed_out) != (inp, outp)
     disagreeing = None
     if total is not None and inp is not None and outp is not None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 
 from budgetlens.analysis.views import is_missing
+from budgetlens.unsafe_text import UNSAFE
 
 #: What a table cell or a label shows for a missing value (never ``None``, ``nan`` or ``<NA>``).
 MISSING = "—"
@@ -144,6 +145,25 @@ _WORD_JOINER = "\u2060"
 SAFE_TEXT_MAX_CHARS = 200
 
 
+#: Characters ``safe_text`` shows as a space: line breaks and tabs (a value is one line).
+_LINE_BREAKS = frozenset("\n\r\t\v\f\u2028\u2029")
+
+
+def _escaped(ch: str) -> str:
+    """One unsafe character as the CLI shows it: ``\\x1b``, ``\\u202e``."""
+    code = ord(ch)
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def visible_text(value):
+    """``value`` with every control character and bidi control (``budgetlens.unsafe_text``)
+    escaped as the CLI shows it (``"a\\u202eb"`` -> ``"a\\\\u202eb"``) when it is a string, for
+    plain-text outputs (table cells, chart text); anything else is returned unchanged."""
+    if not isinstance(value, str):
+        return value
+    return UNSAFE.sub(lambda match: _escaped(match.group()), value)
+
+
 def safe_text(value, *, max_chars: int = SAFE_TEXT_MAX_CHARS) -> str:
     """A stored or URL-supplied value (task type, model, service, run id, tool name, stop
     reason, tag) as markdown that shows exactly its characters and nothing else.
@@ -153,8 +173,11 @@ def safe_text(value, *, max_chars: int = SAFE_TEXT_MAX_CHARS) -> str:
     goes through here before it meets an f-string of markdown. Each ASCII punctuation
     character is backslash-escaped (so ``![x](http://a)``, ``[t](u)``, ``<img>`` stay text) and an
     invisible word joiner (U+2060) goes before each ``:``, ``@`` and the dot of ``www.`` (GFM
-    links bare URLs and e-mail addresses even when escaped); line breaks and other control
-    characters become spaces (no block syntax, no header); longer than ``max_chars`` characters
+    links bare URLs and e-mail addresses even when escaped) and between two ``-`` or ``.`` in a
+    row (no smart dash or ellipsis); line breaks and tabs become spaces
+    (no block syntax, no header); any other control character or bidi
+    control (``budgetlens.unsafe_text``, the CLI's set) is shown escaped as the CLI shows it
+    (``\\u202e``: no override reverses what follows); longer than ``max_chars`` characters
     is cut with ``…``. ``MISSING`` for None/NaN/NA. Returns str; never raises.
     """
     if value is None or _missing(value):
@@ -168,10 +191,16 @@ def safe_text(value, *, max_chars: int = SAFE_TEXT_MAX_CHARS) -> str:
             # GFM finds bare URLs and e-mail addresses after escapes are resolved: a word joiner
             # before the scheme's colon, the ``@`` and the dot of ``www.`` breaks the match.
             out.append(_WORD_JOINER)
+        elif ch in "-." and index and raw[index - 1] == ch:
+            # Streamlit's markdown turns ``--`` into an en/em dash and ``...`` into an ellipsis
+            # (smartypants, after escapes are resolved): a word joiner between them keeps them.
+            out.append(_WORD_JOINER)
         if ch in _MARKDOWN_PUNCTUATION:
             out.append("\\" + ch)
-        elif ch < " " or ch == "\x7f" or ch in "\u2028\u2029":
+        elif ch in _LINE_BREAKS:
             out.append(" ")
+        elif UNSAFE.match(ch):
+            out.append("\\" + _escaped(ch))
         else:
             out.append(ch)
     return "".join(out)

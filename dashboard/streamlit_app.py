@@ -20,7 +20,7 @@ from pathlib import Path
 
 import streamlit as st
 
-from budgetlens.dashboard import data
+from budgetlens.dashboard import data, url_params
 from budgetlens.dashboard.formatting import safe_text
 from budgetlens.dashboard.zones import local_midnight_utc, to_local, zones
 
@@ -151,8 +151,11 @@ def _load_url(options: dict[str, list[str]]) -> None:
     values are dropped: a filter never names a task type the store lacks."""
     current = _shared_params()
     first = _URL_WRITTEN_KEY not in st.session_state
+    refresh = url_params.refresh_ignored(st.query_params.get("refresh"), [s for s in REFRESH.values() if s])
     if not current or (not first and current == st.session_state.get(_URL_WRITTEN_KEY)):
         st.session_state.setdefault(_URL_WRITTEN_KEY, {})
+        if first and refresh:
+            st.session_state[_URL_IGNORED_KEY] = refresh
         return
     params = st.query_params
     ignored: list[
@@ -172,16 +175,14 @@ def _load_url(options: dict[str, list[str]]) -> None:
             (f"{param}={v}", "not in the store") for v in params.get_all(param) if v not in options[option]
         ]
     st.session_state[_URL_IGNORED_KEY] = ignored
+    ignored += refresh if first else []
     if st.session_state["app_window"] == "Custom range":
-        try:
-            lo = dt.date.fromisoformat(params.get("from", ""))
-            hi = dt.date.fromisoformat(params.get("to", ""))
-        except ValueError:
-            ignored.append(
-                (f"from={params.get('from', '')}&to={params.get('to', '')}", "dates are YYYY-MM-DD")
-            )
-            return
-        st.session_state["app_range"] = (min(lo, hi), max(lo, hi))
+        days, problems = url_params.custom_range(
+            params.get("from", ""), params.get("to", ""), dt.date.today()
+        )
+        ignored += problems
+        if days is not None:
+            st.session_state["app_range"] = days
 
 
 _URL_IGNORED_KEY = "app_url_ignored"
@@ -194,7 +195,7 @@ def url_note() -> None:
     if ignored:
         st.warning(
             "**Ignored in the address:** "
-            + "; ".join(f"**{safe_text(item, max_chars=200)}** ({why})" for item, why in ignored),
+            + "; ".join(f"{url_params.param_markdown(item)} ({why})" for item, why in ignored),
             icon=":material/link_off:",
         )
 

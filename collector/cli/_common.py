@@ -47,7 +47,8 @@ def _number(
     noun = "an integer" if kind is int else "a finite number"
     rule = f"must be {noun} {'>' if strict else '>='} {minimum:g}"
     if maximum is not None:
-        rule += f" and <= {maximum:.0f}" if float(maximum).is_integer() else f" and <= {maximum}"
+        whole = isinstance(maximum, int) or float(maximum).is_integer()
+        rule += f" and <= {int(maximum)}" if whole else f" and <= {maximum}"
 
     def parse(text: str):
         try:

@@ -83,6 +83,21 @@ def register(subparsers) -> None:
         "blank token is refused)",
     )
     parser.add_argument(
+        "--read-token",
+        default=None,
+        help="require 'Authorization: Bearer TOKEN' on the read endpoint /v1/store/* (whole-store "
+        "SQL; default: $BUDGETLENS_COLLECTOR_READ_TOKEN, else the --token, else a random one "
+        "local readers find next to the store); give senders --token and readers this one",
+    )
+    parser.add_argument(
+        "--read-timeout",
+        type=positive_float,
+        default=30.0,
+        metavar="SECONDS",
+        help="stop a read query (/v1/store/query) still running after this long and answer 504 "
+        "(default 30), so no query holds one of the 4 read slots for longer",
+    )
+    parser.add_argument(
         "--max-body-mib",
         type=positive_float,
         default=16.0,
@@ -188,7 +203,7 @@ def run(args) -> int:
     import pyarrow as pa
     import uvicorn
 
-    from budgetlens.config import is_lake_location, resolve_db_path
+    from budgetlens.config import ENV_COLLECTOR_READ_TOKEN, is_lake_location, resolve_db_path
     from budgetlens.ingest.app import DEFAULT_MAX_JSON_BODY_BYTES, create_app
     from budgetlens.ingest.connections import ConnectionGuard, guarded_protocol
     from budgetlens.ingest.journal import JournalError
@@ -199,9 +214,17 @@ def run(args) -> int:
     pa.set_memory_pool(pa.system_memory_pool())
     db_path = resolve_db_path(args.db)
     token, problem = _token(args.token)
-    if problem:
-        print(f"budgetlens collector: {problem}", file=sys.stderr)
+    read_token, read_problem = _token(args.read_token, "--read-token", ENV_COLLECTOR_READ_TOKEN)
+    if problem or read_problem:
+        print(f"budgetlens collector: {problem or read_problem}", file=sys.stderr)
         return 2
+    if token is not None and read_token in (None, token) and not is_loopback(args.host):
+        print(
+            f"budgetlens collector: warning: the ingest token also reads the whole store "
+            f"(/v1/store/query) on {args.host}: set --read-token (or ${ENV_COLLECTOR_READ_TOKEN}) "
+            "to a different token so that senders cannot read it",
+            file=sys.stderr,
+        )
     if token is None and not is_loopback(args.host):
         if not args.allow_unauthenticated:
             print(
@@ -266,6 +289,8 @@ def run(args) -> int:
         app = create_app(
             db_path,
             token=token,
+            read_token=read_token,
+            read_timeout_s=args.read_timeout,
             max_body_bytes=max_body_bytes,
             max_json_body_bytes=max_json_body_bytes,
             max_queue_spans=args.max_queue_spans,
@@ -303,17 +328,21 @@ def run(args) -> int:
     return 0 if server.started else 1
 
 
-def _token(argument: str | None) -> tuple[str | None, str | None]:
-    """(token, problem): the bearer token from ``--token`` or ``$BUDGETLENS_COLLECTOR_TOKEN``
-    (the flag wins), None when neither is set. A set but empty or blank token is a problem,
-    never "no authentication": unset the variable (or omit the flag) to run without a token."""
+def _token(
+    argument: str | None, flag: str = "--token", env: str | None = None
+) -> tuple[str | None, str | None]:
+    """(token, problem): the bearer token from ``flag`` (``argument``) or the variable ``env``
+    (default ``$BUDGETLENS_COLLECTOR_TOKEN``; the flag wins), None when neither is set. A set but
+    empty or blank token is a problem, never "no authentication": unset the variable (or omit
+    the flag) to run without a token."""
     from budgetlens.config import ENV_COLLECTOR_TOKEN, env_value
 
-    configured = env_value(ENV_COLLECTOR_TOKEN)
+    env = env or ENV_COLLECTOR_TOKEN
+    configured = env_value(env)
     if argument is not None:
-        source, token = "--token", argument
+        source, token = flag, argument
     elif configured is not None:
-        source, token = ENV_COLLECTOR_TOKEN, configured
+        source, token = env, configured
     else:
         return None, None
     if not token.strip():

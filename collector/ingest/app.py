@@ -65,7 +65,7 @@ from budgetlens.ingest.queue import (
     IngestQueue,
     QueueFull,
 )
-from budgetlens.ingest.store_api import StoreApi
+from budgetlens.ingest.store_api import DEFAULT_READ_TIMEOUT_S, StoreApi
 from budgetlens.otlp import DEFAULT_MAX_BODY_BYTES, JSON, PROTOBUF, OtlpError, SpanMemory, encode_response
 from budgetlens.otlp.decode import media_type
 from budgetlens.store.host import DEFAULT_CHECKPOINT_INTERVAL_S, DEFAULT_CHECKPOINT_WAL_BYTES
@@ -288,6 +288,7 @@ def create_app(
     decode_pool: DecodePool | None = None,
     ledger: Ledger | None = None,
     read_token: str | None = None,
+    read_timeout_s: float = DEFAULT_READ_TIMEOUT_S,
     checkpoint_interval_s: float = DEFAULT_CHECKPOINT_INTERVAL_S,
     checkpoint_wal_bytes: int = DEFAULT_CHECKPOINT_WAL_BYTES,
     connections: ConnectionGuard | None = None,
@@ -308,7 +309,8 @@ def create_app(
     ``collector`` command keeps it in a file next to the journal).
     ``read_token``: the bearer token of the read endpoint ``/v1/store/*``
     (``budgetlens.ingest.store_api``; default ``token``, else a random one, in
-    ``app.state.read_token``). ``checkpoint_interval_s`` / ``checkpoint_wal_bytes``: when the
+    ``app.state.read_token``); ``read_timeout_s``: a read statement running longer is
+    stopped (504). ``checkpoint_interval_s`` / ``checkpoint_wal_bytes``: when the
     store file is checkpointed (``budgetlens.store.host``). ``connections``: the server's
     connection guard (``budgetlens.ingest.connections``), whose open count ``/healthz`` reports.
     ``metrics``/``ingest``/``decode_pool`` may be injected (tests); the app starts the ingest
@@ -348,7 +350,7 @@ def create_app(
         checkpoint_wal_bytes=checkpoint_wal_bytes,
     )
     read_token = read_token or token or secrets.token_urlsafe(32)
-    store_api = StoreApi(ingest.store_host, read_token)
+    store_api = StoreApi(ingest.store_host, read_token, read_timeout_s)
     receiver = _Receiver(
         ingest,
         decode_pool or DecodePool(memory=SpanMemory()),

@@ -13,12 +13,14 @@ readers (the dashboard, the CLI, a notebook) query through it:
   (``budgetlens.store.wire``).
 - ``POST /v1/store/session`` → ``{"session": "<id>"}``; ``DELETE /v1/store/session/<id>``.
 
-Every route needs ``Authorization: Bearer <token>``: the collector's ``--token`` when set,
-else the read token the collector generates at start and writes, readable only by its owner,
+Every route needs ``Authorization: Bearer <token>``: the collector's ``--read-token`` when
+set, else its ``--token`` (one token for both, as before), else the read token the collector generates at start and writes, readable only by its owner,
 next to the store (``budgetlens.store.readers``). Errors are JSON ``{"error": "..."}``: 400
 for a refused or failing statement (the reason names the rule), 401 for a missing or wrong
 token, 404 for an unknown session, 503 when the store cannot be opened or no store is held (a
-DuckLake: read it directly).
+DuckLake: read it directly), 504 for a statement stopped after the read timeout
+(``--read-timeout``, default ``DEFAULT_READ_TIMEOUT_S``: no query holds one of the
+``MAX_CONCURRENT_QUERIES`` slots for longer).
 """
 
 from __future__ import annotations
@@ -35,13 +37,15 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from budgetlens.store.host import NotReadOnly, StoreHost
+from budgetlens.store.host import NotReadOnly, QueryTimeout, StoreHost
 from budgetlens.store.wire import ARROW_STREAM, decode_params, to_ipc
 
 log = logging.getLogger(__name__)
 
 #: Queries running at once (each holds a thread and one DuckDB thread's worth of CPU).
 MAX_CONCURRENT_QUERIES = 4
+#: Seconds a read statement may run before it is interrupted (``--read-timeout``).
+DEFAULT_READ_TIMEOUT_S = 30.0
 #: Largest request body of the read endpoint (bytes).
 MAX_QUERY_BYTES = 1024 * 1024
 
@@ -52,12 +56,16 @@ def _refuse(status: int, message: str, headers: dict | None = None) -> JSONRespo
 
 class StoreApi:
     """The read routes over ``host`` (None: no file store is held, every query answers 503),
-    guarded by the bearer ``token`` (required, non-empty)."""
+    guarded by the bearer ``token`` (required, non-empty); a statement running past
+    ``timeout_s`` seconds is stopped and answered 504."""
 
-    def __init__(self, host: StoreHost | None, token: str):
+    def __init__(self, host: StoreHost | None, token: str, timeout_s: float = DEFAULT_READ_TIMEOUT_S):
         if not token:
             raise ValueError("the read endpoint needs a token")
+        if not timeout_s > 0:
+            raise ValueError(f"the read timeout must be > 0 seconds, got {timeout_s!r}")
         self.host = host
+        self.timeout_s = timeout_s
         self.expected = token.encode("utf-8")
         self._running: asyncio.Semaphore | None = None
 
@@ -105,7 +113,11 @@ class StoreApi:
             return _refuse(400, f"bad request: {error}")
         host = self.host
         try:
-            table = await self._run(lambda: host.query(sql, params, session=session))
+            table = await self._run(
+                lambda: host.query(sql, params, session=session, timeout_s=self.timeout_s)
+            )
+        except QueryTimeout as error:
+            return _refuse(504, f"{error} (the collector's --read-timeout)")
         except NotReadOnly as error:
             return _refuse(400, str(error))
         except KeyError as error:

@@ -170,6 +170,9 @@ class _Mapper:
         except SpanRejected:
             self._mark_rejected(span, ids, attrs, service)
             raise
+        except ValueError as error:  # usage normalisation, validation or pricing: this span alone
+            self._mark_rejected(span, ids, attrs, service)
+            raise SpanRejected(_usage_problem(attrs, error)) from error
 
     def _mark_rejected(self, span: Any, ids: tuple[str, str, str], attrs: dict, service: str | None) -> None:
         """Keep a rejected span's place with stub rows flagged ``rejected_span`` (its values
@@ -344,6 +347,13 @@ class _Mapper:
                 rows[index]["quality"] = ",".join(sorted(flags))
                 for flag in flags:
                     counts[flag] = counts.get(flag, 0) + 1
+
+
+def _usage_problem(attrs: dict, error: ValueError) -> str:
+    """The rejection reason of a span whose row could not be built: ``error`` (the rule),
+    then the usage attributes it carried (name=value)."""
+    usage = ", ".join(f"{key}={attrs[key]!r}" for key in sorted(USAGE_KEYS.intersection(attrs)))
+    return f"{error} (usage attributes {usage})" if usage else str(error)
 
 
 def map_request(

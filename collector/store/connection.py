@@ -34,7 +34,7 @@ import duckdb
 
 from budgetlens.store import lake, sql
 from budgetlens.store.location import LakeLocation, store_location
-from budgetlens.store.lock_holder import lock_message
+from budgetlens.store.lock_holder import collector_holder, collector_message, lock_message, running_collector
 from budgetlens.store.migrations import MIGRATIONS, SCHEMA_VERSION
 
 log = logging.getLogger(__name__)
@@ -61,7 +61,12 @@ def is_lock_conflict(error: BaseException) -> bool:
     return isinstance(error, duckdb.Error) and ("Could not set lock" in text or "Conflicting lock" in text)
 
 
-def _connect_with_retry(path: Path, read_only: bool, timeout_s: float) -> duckdb.DuckDBPyConnection:
+def _connect_with_retry(
+    path: Path, read_only: bool, timeout_s: float, *, collector_is_final: bool = False
+) -> duckdb.DuckDBPyConnection:
+    """``duckdb.connect`` retried while another process holds the file, for up to
+    ``timeout_s``; ``collector_is_final``: a running collector holding it (it holds the file
+    for its whole life) is a StoreError at once, naming it and what to do."""
     deadline = time.monotonic() + timeout_s
     delay = 0.005
     while True:
@@ -70,6 +75,9 @@ def _connect_with_retry(path: Path, read_only: bool, timeout_s: float) -> duckdb
         except duckdb.Error as error:
             if not is_lock_conflict(error):
                 raise _cannot_open(path, read_only, error) from error
+            holder = collector_holder(path, error) if collector_is_final else None
+            if holder is not None:
+                raise StoreError(collector_message(path, holder)) from error
             if time.monotonic() >= deadline:
                 raise StoreError(
                     f"still locked after {timeout_s:.0f} s: {lock_message(path, error)}"
@@ -179,8 +187,9 @@ def write_connection(
 
     The caller runs its statements inside one transaction (see ``budgetlens.store.writer``).
     Raises StoreError when DuckDB cannot open ``path`` (a directory, not a DuckDB file, no
-    permission) or another process holds the file for longer than ``timeout_s`` seconds, OSError
-    when the parent directory cannot be created.
+    permission), another process holds the file for longer than ``timeout_s`` seconds, or a
+    running collector holds it (at once: it would hold it for its whole life), OSError when the
+    parent directory cannot be created.
     """
     location = store_location(path)
     if isinstance(location, LakeLocation):
@@ -190,7 +199,10 @@ def write_connection(
     path = location
     if path.parent and not path.parent.exists():
         path.parent.mkdir(parents=True, exist_ok=True)
-    conn = _connect_with_retry(path, read_only=False, timeout_s=timeout_s)
+    collector = running_collector(path)
+    if collector is not None:
+        raise StoreError(collector_message(path, collector))
+    conn = _connect_with_retry(path, read_only=False, timeout_s=timeout_s, collector_is_final=True)
     try:
         migrate(conn)
         yield conn

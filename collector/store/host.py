@@ -58,6 +58,10 @@ _SESSION_TYPES = _READ_TYPES | {duckdb.StatementType.CREATE, duckdb.StatementTyp
 Params = Sequence[Any] | dict[str, Any] | None
 
 
+class QueryTimeout(TimeoutError):
+    """A reader's statement ran past its time limit and was interrupted (``StoreHost.query``)."""
+
+
 class NotReadOnly(ValueError):
     """A statement sent to ``StoreHost.query`` is not one read-only statement (the message
     names the rule and the statement types seen)."""
@@ -194,11 +198,15 @@ class StoreHost:
             self._last_checkpoint = time.monotonic()
             return True
 
-    def query(self, sql: str, params: Params = None, *, session: str | None = None) -> pa.Table:
+    def query(
+        self, sql: str, params: Params = None, *, session: str | None = None, timeout_s: float | None = None
+    ) -> pa.Table:
         """Run one read-only statement (``check_read_only``) on the last committed data; its
         result as a pyarrow table (empty, no columns, for CREATE/DROP in a session).
 
         ``session``: an id from ``open_session``; its cursor keeps temp tables between calls.
+        ``timeout_s``: a statement still running (or fetching) after that many seconds is
+        interrupted (DuckDB's ``interrupt``) and QueryTimeout raised; None: no limit.
         Raises NotReadOnly for a refused statement, KeyError for an unknown session,
         StoreError/duckdb.Error when the store cannot be opened or the statement fails.
         """
@@ -206,14 +214,40 @@ class StoreHost:
         if session is not None:
             cursor, lock, _ = self._session(session)
             with lock:
-                return self._run(cursor, sql, params)
+                return self._timed(cursor, sql, params, timeout_s)
         with self._write_lock:
             conn = self._open()  # opened under the writer's lock; cursors need no lock
         cursor = conn.cursor()
         try:
-            return self._run(cursor, sql, params)
+            return self._timed(cursor, sql, params, timeout_s)
         finally:
             cursor.close()
+
+    @classmethod
+    def _timed(
+        cls, cursor: duckdb.DuckDBPyConnection, sql: str, params: Params, timeout_s: float | None
+    ) -> pa.Table:
+        if timeout_s is None:
+            return cls._run(cursor, sql, params)
+        fired = threading.Event()
+
+        def interrupt() -> None:
+            fired.set()
+            cursor.interrupt()
+
+        timer = threading.Timer(timeout_s, interrupt)
+        timer.daemon = True
+        timer.start()
+        try:
+            return cls._run(cursor, sql, params)
+        except duckdb.InterruptException:
+            if fired.is_set():
+                raise QueryTimeout(
+                    f"the query ran past the read timeout of {timeout_s:g} s and was stopped"
+                ) from None
+            raise
+        finally:
+            timer.cancel()
 
     @staticmethod
     def _run(cursor: duckdb.DuckDBPyConnection, sql: str, params: Params) -> pa.Table:

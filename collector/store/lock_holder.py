@@ -12,7 +12,14 @@ import os
 import re
 from pathlib import Path
 
-__all__ = ["LockHolder", "lock_holder", "lock_message"]
+__all__ = [
+    "LockHolder",
+    "collector_holder",
+    "collector_message",
+    "lock_holder",
+    "lock_message",
+    "running_collector",
+]
 
 _DUCKDB_HOLDER = re.compile(r"lock is held in (?P<program>.+?) \(PID (?P<pid>\d+)\)")
 
@@ -80,4 +87,52 @@ def lock_message(path: str | os.PathLike, error: BaseException | None = None) ->
         "time: wait for it to finish (readers retry), stop it if it should not run (a second "
         "collector, an import or `budgetlens sample` on the same file), or point --db / "
         "BUDGETLENS_DB at another file."
+    )
+
+
+def _published_collector(path: str | os.PathLike) -> int | None:
+    """The PID of the live collector that published its read endpoint next to ``path``
+    (``<path>.collector.json``, ``budgetlens.store.readers``), else None."""
+    import json
+
+    try:
+        pid = int(json.loads(Path(f"{os.fspath(path)}.collector.json").read_text())["pid"])
+        os.kill(pid, 0)
+    except PermissionError:
+        return pid  # alive, another user's
+    except (OSError, ValueError, KeyError, TypeError):
+        return None  # none published, or its process is gone (kill -9)
+    return pid
+
+
+def running_collector(path: str | os.PathLike) -> LockHolder | None:
+    """The collector running on the store file ``path`` (it holds the file for its whole life,
+    from its first write), another process than this one; None when there is none."""
+    pid = _published_collector(path)
+    if pid is None or pid == os.getpid():
+        return None
+    return LockHolder(pid, _command(pid))
+
+
+def collector_holder(path: str | os.PathLike, error: BaseException | None = None) -> LockHolder | None:
+    """The holder of ``path``'s lock when it is a running collector (the PID it published, or a
+    ``budgetlens ... collector`` command line) other than this process, else None."""
+    holder = lock_holder(path, error)
+    if holder.pid is None or holder.pid == os.getpid():
+        return None
+    words = (holder.command or "").split()
+    if holder.pid == _published_collector(path) or (
+        "collector" in words and any("budgetlens" in word for word in words)
+    ):
+        return holder
+    return None
+
+
+def collector_message(path: str | os.PathLike, holder: LockHolder) -> str:
+    """``"<file> is held by a running collector, PID <n> (<command>) ..."`` with what to do."""
+    return (
+        f"{os.fspath(path)} is held by a running collector, {holder}, for as long as it runs, so "
+        "waiting would not help. Stop the collector first, or write into another store "
+        "(--db OTHER.duckdb or BUDGETLENS_DB), or send the data through the collector "
+        "(OTLP to its /v1/traces)."
     )

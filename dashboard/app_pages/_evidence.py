@@ -7,7 +7,7 @@ import pandas as pd
 import streamlit as st
 
 from budgetlens.analysis.drift import DEFAULT_RECENT_DAYS, DRIFT_THRESHOLD
-from budgetlens.dashboard.formatting import column_label, format_percent, safe_text
+from budgetlens.dashboard.formatting import column_label, format_percent, safe_text, visible_text
 
 
 def _change(value) -> str:
@@ -54,7 +54,7 @@ def km_table(frame: pd.DataFrame) -> pd.DataFrame:
     rows = []
     for row in frame.itertuples():
         out = {
-            "Task type": row.task_type,
+            "Task type": visible_text(row.task_type),
             "Runs": row.n,
             "Stopped by a budget": f"{row.censored_runs:,} ({format_percent(row.censored_share)})",
             "Material": "yes" if row.material else "no",

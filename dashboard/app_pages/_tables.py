@@ -17,6 +17,7 @@ from budgetlens.dashboard.formatting import (
     format_usd,
     is_missing,
     number_format,
+    visible_text,
 )
 
 #: The link of a run id: the Runs page with ``?run=<id>`` (relative, so it works under any
@@ -126,6 +127,8 @@ def display_frame(
         elif numeric and pd.api.types.is_integer_dtype(series):
             config[column] = st.column_config.NumberColumn(label, format="%,d")
         else:
+            if series.dtype.kind == "O":  # stored text: no control character or bidi override
+                shown[column] = series.map(visible_text)
             config[column] = label
     return shown, config
 

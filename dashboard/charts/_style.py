@@ -10,7 +10,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from budgetlens.analysis.views import HIT_RATE_ALARM, is_missing
-from budgetlens.dashboard.formatting import format_compact
+from budgetlens.dashboard.formatting import format_compact, visible_text
 
 TEMPLATE = "plotly_white"
 #: Colors per task type of the seeds, in their usual order; other keys take PALETTE colors that
@@ -104,8 +104,9 @@ def plot_text(value) -> str:
     """A stored or URL-supplied string (task type, model, stop reason, run id, tool name, service)
     as Plotly text that shows exactly its characters: ``&``, ``<``, ``>`` and ``%`` become
     entities, so no planted ``<a href>`` is a link and no ``%{...}`` is a hover substitution
-    (the chart's counterpart of ``formatting.safe_text``). Returns str; never raises."""
-    return "".join(_PLOT_ENTITIES.get(ch, ch) for ch in str(value))
+    (the chart's counterpart of ``formatting.safe_text``); control characters and bidi
+    controls are shown escaped (``formatting.visible_text``). Returns str; never raises."""
+    return "".join(_PLOT_ENTITIES.get(ch, ch) for ch in visible_text(str(value)))
 
 
 def _number(value) -> float | None:
