@@ -272,6 +272,10 @@ def _without_window(arg: Any) -> Any:
 
 
 # --- the typed loaders (one per analysis view; shapes as documented there) -----------------------
+#: Rows the Runs page lists (the newest; its CSV download has them all).
+RUNS_PAGE_SIZE = 500
+#: The replay's run rows the What-if page lists (the store returns only these; a count says how many).
+WHATIF_SHOWN_RUNS = 500
 #: (oldest run start, newest run start, runs) of the whole store (naive UTC).
 data_extent = cached(views.data_extent)
 #: The values the sidebar filters can take: ``task_types``, ``models``, ``services``, ``teams``,

@@ -15,14 +15,13 @@ shared: ``?window=7d&tz=Europe/Berlin&task_type=research&model=gpt-4.1``; ``wind
 from __future__ import annotations
 
 import datetime as dt
-import zoneinfo
 from pathlib import Path
 
 import streamlit as st
 
-from budgetlens.dashboard import data, url_params
+from budgetlens.dashboard import data, served, url_params
 from budgetlens.dashboard.formatting import safe_text
-from budgetlens.dashboard.zones import local_midnight_utc, to_local, zones
+from budgetlens.dashboard.zones import local_midnight_utc, to_local, zone_names, zones
 
 HERE = Path(__file__).resolve().parent
 
@@ -166,7 +165,7 @@ def _load_url(options: dict[str, list[str]]) -> None:
         codes = ", ".join(code for code, _ in WINDOWS.values())
         ignored.append((f"window={params.get('window')}", f"not one of {codes}; {DEFAULT_WINDOW} shown"))
     wanted_tz = params.get("tz") or "UTC"
-    st.session_state["app_tz"] = wanted_tz if wanted_tz in zoneinfo.available_timezones() else "UTC"
+    st.session_state["app_tz"] = wanted_tz if wanted_tz in zone_names() else "UTC"
     if wanted_tz != st.session_state["app_tz"]:
         ignored.append((f"tz={wanted_tz}", "not an IANA time zone; UTC shown"))
     for param, key, option, _ in _CHOICES:
@@ -278,7 +277,7 @@ def sidebar_filters():
                 start_utc = local_midnight_utc(chosen[0], tz)
                 end_utc = local_midnight_utc(chosen[1] + dt.timedelta(days=1), tz)
         elif isinstance(days, (int, float)):
-            windowed = window_filters(days)
+            windowed = window_filters(days, now_utc=served.window_now())
             start_utc, end_utc = windowed.start_utc, windowed.end_utc
         picked = {
             option: tuple(

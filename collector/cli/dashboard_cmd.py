@@ -12,10 +12,11 @@ from pathlib import Path
 from budgetlens import config
 from budgetlens.cli._common import add_db_argument
 
-#: The Streamlit entrypoint the command serves (found without importing the dashboard).
+#: The file the command runs with ``streamlit run`` (found without importing the dashboard): the
+#: launcher that serves ``streamlit_app.py`` and warms it up at start.
 _DASHBOARD_SPEC = importlib.util.find_spec("budgetlens.dashboard")
 assert _DASHBOARD_SPEC is not None and _DASHBOARD_SPEC.origin is not None
-ENTRYPOINT = Path(_DASHBOARD_SPEC.origin).resolve().parent / "streamlit_app.py"
+ENTRYPOINT = Path(_DASHBOARD_SPEC.origin).resolve().parent / "serve.py"
 
 
 def add_server_arguments(parser: argparse.ArgumentParser, port_flag: str = "--port") -> None:

@@ -22,13 +22,11 @@ def render() -> None:
         f"(quantile_cont; fewer than {analysis.LOW_SAMPLE_RUNS} runs = low sample).",
         f,
     )
-    _evidence.drift_flag(data.drift(f))
+    drift_slot = st.container()  # filled after the table: the table's numbers come first
     by_model = st.toggle("Split by model", key="baselines_by_model")
     multiplier = float(st.session_state.get("presets_multiplier", analysis.DEFAULT_MULTIPLIER))
     table = data.baselines(f, by_model=by_model)
     per_task = table if not by_model else data.baselines(f, by_model=False)
-    distribution = data.token_distribution(f)
-    limits = data.current_limits(f)
 
     if table.empty:
         _ui.no_runs(f)
@@ -49,6 +47,11 @@ def render() -> None:
             unpriced=MISSING,
             first=(*BASELINE_HEADLINE_COLUMNS, "max_cost_usd"),
         )
+    with drift_slot:
+        _evidence.drift_flag(data.drift(f))
+    if not table.empty:
+        distribution = data.token_distribution(f)
+        limits = data.current_limits(f)
         # the one recommendation (as Presets, What-if and `budgetlens presets`)
         presets = analysis.recommended_presets(per_task, data.censored_baselines(f), multiplier).set_index(
             "task_type"
@@ -79,8 +82,6 @@ def render() -> None:
             )
             with columns[index % 2]:
                 _ui.chart(fig, f"baselines_dist_{index}")
-
-    if not table.empty:
         _evidence.limits_in_force(limits, data.limit_history(f), f.tz)
         st.subheader("Cache and reasoning tokens per run")
         st.caption(

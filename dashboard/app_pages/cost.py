@@ -37,11 +37,7 @@ def render() -> None:
         key="cost_period",
         format_func=lambda p: f"per {p}",
     )
-    ov = data.overview(f)
-    by_model = data.cost_by_period(f, period=period, by="model")
-    by_task = data.cost_by_period(f, period=period, by="task_type")
-    per_run = data.cost_per_run(f)
-    top = data.top_runs(f, limit=20)
+    ov = data.overview(f)  # the tiles' one read: they show before the charts' reads
 
     no_runs = ov.runs == 0
     mean = ov.cost_usd / ov.priced_runs if ov.cost_usd is not None and ov.priced_runs else None
@@ -75,6 +71,7 @@ def render() -> None:
             ),
         ]
     )
+    by_model = data.cost_by_period(f, period=period, by="model")
     notes = []
     if ov.cost_is_lower_bound:
         if ov.unpriced_calls:
@@ -100,6 +97,8 @@ def render() -> None:
     if no_runs:
         _ui.no_runs(f)
     else:
+        by_task = data.cost_by_period(f, period=period, by="task_type")
+        per_run = data.cost_per_run(f)
         left, right = st.columns(2)
         with left:
             _ui.chart(
@@ -115,7 +114,7 @@ def render() -> None:
         _who_spent_it(f)
         st.subheader("Most expensive runs")
         _tables.table(
-            top,
+            data.top_runs(f, limit=20),
             tz=f.tz,
             first=("run_id", "cost_usd", "task_type", "total_tokens", "stop_reason", "models", "start_utc"),
         )

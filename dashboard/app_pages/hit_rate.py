@@ -19,7 +19,6 @@ def render() -> None:
     ov = data.overview(f)
     bucket = "hour" if _ui.period(f) == "hour" else "day"  # the module's rule: hours up to 48 h
     daily = data.hit_rate_daily(f, period=bucket)
-    reasons = data.stop_reasons(f)
 
     _ui.header(
         "Budget hit rate",
@@ -77,7 +76,7 @@ def render() -> None:
             )
         left, right = st.columns(2)
         with left:
-            _ui.chart(charts.stop_reasons(reasons), "hit_rate_reasons")
+            _ui.chart(charts.stop_reasons(data.stop_reasons(f)), "hit_rate_reasons")
         with right:
             _ui.chart(charts.rate_by_task(ov.per_task), "hit_rate_by_task")
         if buckets > 1:

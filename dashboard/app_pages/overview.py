@@ -27,8 +27,6 @@ def render() -> None:
     ov = data.overview(f)
     previous_f = _ui.previous_window(f, data.data_extent()[0])
     before = data.overview(previous_f) if previous_f else None
-    daily = data.hit_rate_daily(f)
-    cost_daily = data.cost_by_period(f, period=period, by="task_type")
 
     _ui.header("Overview", "What the agents cost and how often their budgets stop them.", f)
     _ui.alarm_banner(ov.per_task)
@@ -142,6 +140,9 @@ def render() -> None:
     if no_runs:
         _ui.no_runs(f)
     else:
+        # The tiles above are on screen by now; the charts read and draw after them.
+        daily = data.hit_rate_daily(f)
+        cost_daily = data.cost_by_period(f, period=period, by="task_type")
         left, right = st.columns(2)
         with left:
             _ui.chart(charts.rate_by_task(ov.per_task), "overview_rates")

@@ -25,7 +25,7 @@ def render() -> None:
         "counts to 1, seconds to 5, USD to 2 significant figures).",
         f,
     )
-    _evidence.drift_flag(data.drift(f))
+    drift_slot = st.container()  # filled after the tables: their numbers come first
     multiplier = st.slider(
         "Multiplier (preset = P95 × multiplier)",
         min_value=1.0,
@@ -39,6 +39,8 @@ def render() -> None:
     first, last, _ = data.data_extent()
 
     if baselines.empty:
+        with drift_slot:
+            _evidence.drift_flag(data.drift(f))
         _ui.no_runs(f)
         return
 
@@ -59,6 +61,8 @@ def render() -> None:
     document = presets_export.build_document(recommended, multiplier, window_days, baselines)
     _downloads(document)
     _recommended_table(recommended)
+    with drift_slot:
+        _evidence.drift_flag(data.drift(f))
     _changes(changes)
     _evidence.limits_in_force(limits, data.limit_history(f), f.tz)
     with st.expander("Preview of the preset file (YAML)"):

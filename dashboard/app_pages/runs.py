@@ -12,7 +12,7 @@ from budgetlens.dashboard import charts, data
 from budgetlens.dashboard.app_pages import _tables, _ui
 from budgetlens.dashboard.formatting import MISSING, is_missing, safe_text
 
-PAGE_SIZE = 500
+PAGE_SIZE = data.RUNS_PAGE_SIZE
 #: The most runs one CSV download carries (every column, costs as numbers in USD).
 CSV_MAX_RUNS = 1_000_000
 #: Badge text of a run whose stop reason was not recorded (imports, foreign traces).

@@ -14,7 +14,7 @@ from budgetlens.dashboard.formatting import MISSING, column_label, safe_text
 from budgetlens.limits import LIMIT_KEYS
 
 #: The replay's run rows the page lists (the store returns only these; the count says how many).
-SHOWN_RUNS = 500
+SHOWN_RUNS = data.WHATIF_SHOWN_RUNS
 
 METHOD_LABELS = {
     "auto": "Auto: Kaplan–Meier where > 5 % of runs were stopped",
