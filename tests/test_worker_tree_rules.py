@@ -81,7 +81,7 @@ def _both_ways(bodies: list[bytes]) -> tuple[list[tuple], list[tuple], int]:
     """(answers in-process, answers on the worker path, mappings done on the worker path)."""
     memory = SpanMemory()
     inline = [_answer(prepare(body, PROTOBUF, None, 1 << 24, memory)) for body in bodies]
-    pool = DecodePool(workers=1, memory=SpanMemory())
+    pool = DecodePool(workers=1, inline_bytes=0, memory=SpanMemory())  # every body: the worker path
 
     async def run():
         with _CountingExecutor() as executor:

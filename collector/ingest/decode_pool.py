@@ -3,10 +3,12 @@
 ``json.loads`` of a 15 MB body holds the interpreter for about a second, and the span mapping
 takes about 25 µs a span (25 ms for a 1,000-span body), so on the event loop (or in a thread,
 under the GIL) it would stall ``/healthz`` and every other request, and use one core.
-``DecodePool`` runs every body (larger than ``inline_bytes``, default 0) in a small
+``DecodePool`` maps a body of at most ``inline_bytes`` (default 64 KiB: an exporter's small
+batch, about a hundred spans, a few ms) in the collector, and every larger one in a small
 ``concurrent.futures.ProcessPoolExecutor`` (``workers`` processes, started by ``spawn`` so they
-inherit no threads and no open files such as the journal's lock; bodies over ``large_bytes``
-one at a time, each in a fresh worker of its own that exits after it) and returns a
+inherit no threads and no open files such as the journal's lock, when the first body needs
+them; bodies over ``large_bytes`` one at a time, each in a fresh worker of its own that exits
+after it) and returns a
 ``Prepared``: the counts the receiver answers with and the rows already encoded as a journal
 record payload
 (``budgetlens.ingest.journal.encode_batch``), so the collector process never holds the decoded
@@ -33,6 +35,7 @@ body; a fresh worker per large body peaks at one body's size however many come i
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import multiprocessing
 import os
@@ -41,7 +44,7 @@ from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from typing import cast
 
-from budgetlens.ingest.heap import release_free_memory, use_system_memory_pool
+from budgetlens.ingest.heap import TRIM_AFTER_BYTES, release_free_memory, use_system_memory_pool
 from budgetlens.ingest.journal import Encoded, encode_batch
 from budgetlens.otlp import OtlpError, SpanMemory, decode, map_spans
 from budgetlens.otlp.asked import AskedMemory, questions, seed_keys
@@ -49,8 +52,12 @@ from budgetlens.otlp.memory import Excerpt, Key, Memory, Remembered
 
 log = logging.getLogger(__name__)
 
-#: Bodies up to this size (bytes) are mapped in the collector process (0: none but empty ones).
-DEFAULT_INLINE_BYTES = 0
+#: Bodies up to this size (bytes) are mapped in the collector process, on the event loop: about
+#: a hundred guard spans, a few ms. A worker would cost more for them: the round trip, and for
+#: the first body a worker started then (seconds on a busy machine: the first small body waited
+#: 8-10 s, past the exporters' 10 s timeout, when every body went to a worker). Larger bodies
+#: are mapped in the workers, on both cores.
+DEFAULT_INLINE_BYTES = 64 * 1024
 #: Worker processes (one a core of a 2-core machine).
 DEFAULT_WORKERS = 2
 #: Bodies over this size (bytes) are decoded one at a time: a worker's memory while decoding
@@ -61,9 +68,9 @@ DEFAULT_LARGE_BYTES = 4 * 1024 * 1024
 #: exporters timed out); the event loop still answers at once (it mostly sleeps, and the
 #: scheduler runs a waking sleeper first). The loader thread keeps its +10.
 WORKER_NICENESS = 0
-#: A worker hands the heap a body freed back to the OS after bodies over this size (bytes);
-#: a smaller one leaves little behind, and the trim would delay its answer (up to a few ms).
-TRIM_AFTER_BYTES = 1024 * 1024
+#: Tasks a large-body worker runs before it exits: the warm-up it gets when it starts (so it is
+#: known to work, and is ready, before its body arrives), then one body.
+_LARGE_WORKER_TASKS = 2
 #: What a worker is given of the collector's memory for a second mapping: the excerpt its tree
 #: rules read and the earlier fingerprints of its span id collisions (``SpanMemory.from_excerpt``).
 Seed = tuple[Excerpt, dict[Key, int]]
@@ -215,8 +222,8 @@ def _init_worker(collector_pid: int) -> None:
 
 
 class DecodePool:
-    """Runs ``prepare`` for bodies over ``inline_bytes`` (default: every body) in ``workers``
-    processes.
+    """Runs ``prepare`` for bodies over ``inline_bytes`` in ``workers`` processes, smaller ones
+    in-process.
 
     ``start`` creates the workers (and waits until one answers), ``close`` stops them.
     Raises ValueError for ``workers`` < 1 or a negative ``inline_bytes``.
@@ -255,14 +262,17 @@ class DecodePool:
             # pool had); the others start with the first body between the two sizes
             self._executor = self._new_executor()
             self._large_executor = self._new_executor(large=True)
-            self._large_executor.submit(_warm_up).result()
+            self._large_executor.submit(_warm_up).result()  # its first task (see _new_executor)
         return self
 
     def _new_executor(self, large: bool = False) -> ProcessPoolExecutor:
         """``workers`` processes, started when first needed; ``large``: one process that exits
         after each body, its replacement started at once (issue 23: a worker's heap after a
         15 MB body keeps much of that body's peak resident, and a few such bodies in a row left
-        it larger than any one body needs; a fresh worker peaks at one body's size)."""
+        it larger than any one body needs; a fresh worker peaks at one body's size). Each
+        large-body worker's first task is a warm-up (``start``, ``_in_worker``), so the warm-up
+        does not use up the life of the worker started with the pool (it would be replaced at
+        once: a second worker start, a second or two of CPU, with every collector start)."""
         # "spawn": each worker is the collector's own child. A forkserver would be a second,
         # long-lived process that outlives a collector killed with -9 (the workers watch the
         # collector's pid and exit with it; a forkserver does not).
@@ -272,7 +282,7 @@ class DecodePool:
             mp_context=context,
             initializer=_init_worker,
             initargs=(os.getpid(),),
-            max_tasks_per_child=1 if large else None,
+            max_tasks_per_child=_LARGE_WORKER_TASKS if large else None,
         )
 
     async def prepare(
@@ -331,6 +341,9 @@ class DecodePool:
                 async with self._large:
                     executor = self._large_executor or executor
                     result = await loop.run_in_executor(executor, _prepare_in_worker, *args)
+                    # the worker exits now; its replacement's first task (before the next body)
+                    with contextlib.suppress(RuntimeError):  # the pool is closing
+                        executor.submit(_warm_up)
             else:
                 result = await loop.run_in_executor(executor, _prepare_in_worker, *args)
         except BrokenProcessPool:
@@ -340,6 +353,7 @@ class DecodePool:
                 executor.shutdown(wait=False, cancel_futures=True)
             elif self._large_executor is executor:
                 self._large_executor = self._new_executor(large=True)
+                self._large_executor.submit(_warm_up)
                 executor.shutdown(wait=False, cancel_futures=True)
             raise DecodeUnavailable("a decode worker died; retry") from None
         if isinstance(result, tuple):

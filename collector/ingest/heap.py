@@ -8,8 +8,8 @@ in a row and the resident size is their sum's high-water mark, not one body's. S
 
 - the collector and its decode workers allocate Arrow buffers from the system allocator
   (``use_system_memory_pool``), not from a pool of Arrow's own that keeps what it freed;
-- after each large body a worker decoded, and after each group the loader committed,
-  ``release_free_memory`` returns the free pages (glibc ``malloc_trim``; a no-op without glibc).
+- after each body a worker decoded, and each group the loader committed, over
+  ``TRIM_AFTER_BYTES``, ``release_free_memory`` returns the free pages (glibc ``malloc_trim``; a no-op without glibc).
 """
 
 from __future__ import annotations
@@ -21,6 +21,10 @@ from typing import Any
 log = logging.getLogger(__name__)
 
 _MALLOC_TRIM: Any = None  # glibc's malloc_trim, False where there is none
+#: Free memory is handed back after a body (a worker) or a committed group (the loader) over
+#: this many bytes; a smaller one leaves little behind, and ``malloc_trim`` walks every arena,
+#: locking each (up to a few ms, the event loop's allocations waiting).
+TRIM_AFTER_BYTES = 1024 * 1024
 
 
 def use_system_memory_pool() -> None:
