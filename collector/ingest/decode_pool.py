@@ -195,6 +195,11 @@ def _warm_up() -> int:
     return 0
 
 
+def _log_failed_start(warm) -> None:
+    if not warm.cancelled() and warm.exception() is not None:
+        log.error("a decode worker did not start: %s", warm.exception())
+
+
 def _warm_prices() -> int:
     """A large-body worker's first task after the first one's: load the price data while it
     waits for its body. (Not in the initializer: the worker started with the pool would load
@@ -229,7 +234,7 @@ class DecodePool:
     """Runs ``prepare`` for bodies over ``inline_bytes`` in ``workers`` processes, smaller ones
     in-process.
 
-    ``start`` creates the workers (and waits until one answers), ``close`` stops them.
+    ``start`` creates the workers (without waiting for them), ``close`` stops them.
     Raises ValueError for ``workers`` < 1 or a negative ``inline_bytes``.
     """
 
@@ -260,13 +265,17 @@ class DecodePool:
         self._large: asyncio.Semaphore | None = None  # created on the serving event loop
 
     def start(self) -> DecodePool:
-        """Start the worker processes (idempotent); return self."""
+        """Start the worker processes (idempotent); return self without waiting for them: a
+        body under ``inline_bytes`` never needs one, and a larger one waits for its worker
+        (under load a worker takes seconds to start, and the collector would listen that much
+        later). A worker that cannot start is logged, and its body answered 503."""
         if self._executor is None:
             # the large-body worker is the one started now (as many processes at rest as one
             # pool had); the others start with the first body between the two sizes
             self._executor = self._new_executor()
             self._large_executor = self._new_executor(large=True)
-            self._large_executor.submit(_warm_up).result()  # its first task (see _new_executor)
+            warm = self._large_executor.submit(_warm_up)  # its first task (see _new_executor)
+            warm.add_done_callback(_log_failed_start)
         return self
 
     def _new_executor(self, large: bool = False) -> ProcessPoolExecutor:
