@@ -330,8 +330,8 @@ def _markdown(args, r: dict) -> str:
         "",
         "**Durable** = acknowledged: the collector answers 200 only after the request's rows are "
         "appended to its write-ahead journal (`<db>.journal/`) and fsynced (one fsync per group "
-        "of concurrent requests). Bodies over 1 MiB are decoded and mapped in the collector's "
-        "decode worker processes, smaller ones in-process. A loader thread (CPU priority nice +10, one DuckDB thread) commits journaled "
+        "of concurrent requests). Every body over 64 KiB is decoded and mapped in one of the "
+        "collector's two decode worker processes, smaller ones on its event loop. A loader thread (CPU priority nice +10, one DuckDB thread) commits journaled "
         "rows in groups every 0.25 s on the collector's one long-lived connection (checkpoints "
         "by timer or WAL size, not per commit); "
         "**end-to-end** runs until every span is queryable in DuckDB.",

@@ -10,6 +10,7 @@ analysis import this module; it imports only :mod:`budgetlens.semconv`, never th
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
@@ -175,6 +176,9 @@ def model_name_problem(name: str) -> str | None:
     characters, or holding a control character (NUL, newline, ... : U+0000-U+001F, U+007F)."""
     if len(name) > MAX_MODEL_CHARS:
         return f"of at most {MAX_MODEL_CHARS} characters (got {len(name)})"
-    if any(ch < " " or ch == "\x7f" for ch in name):
+    if _CONTROL_CHARACTER.search(name):
         return "without control characters (got one, e.g. NUL or a newline)"
     return None
+
+
+_CONTROL_CHARACTER = re.compile("[\x00-\x1f\x7f]")

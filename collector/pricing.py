@@ -55,8 +55,10 @@ from budgetlens.billing_parts import unpriced_audio, unpriced_fields, without_pa
 from budgetlens.config import ENV_PRICES_FILE, resolve
 from budgetlens.price_columns import usage_details, usage_from_details
 from budgetlens.price_file import UserModel, genai_usage, load_price_file, user_table
-from budgetlens.price_names import clear_names, genai_model, name_variants, warn_unpriced
+from budgetlens.price_names import clear_names, name_variants, warn_unpriced
 from budgetlens.price_rates import Rates, derive_rates
+from budgetlens.price_resolve import by_day as _by_day
+from budgetlens.price_resolve import resolve_genai as _resolve
 from budgetlens.usage import Usage
 
 log = logging.getLogger(__name__)
@@ -174,12 +176,24 @@ def price_call(
     raises for a price: an unpriced call has ``cost_usd`` None and says why in
     ``unpriced_reason`` (a price file or calculation that fails is logged at WARNING).
     """
+    return _price_one(model, usage, provider, at, prices_file, None)
+
+
+def _price_one(
+    model: str | None,
+    usage: Usage | None,
+    provider: str | None,
+    at: dt.datetime | None,
+    prices_file: str | os.PathLike | None,
+    batch: _Batch | None,
+) -> CallPrice:
+    """:func:`price_call`, sharing lookups with the other calls of ``batch`` (when given)."""
     if not model:
         return CallPrice(None, unpriced_reason="no model")
     if usage is None:
         return CallPrice(None, unpriced_reason="usage unknown")
     try:
-        return _price(model, usage, provider, at, prices_file)
+        return _price(model, usage, provider, at, prices_file, batch)
     except _PRICE_ERRORS as error:
         log.warning("could not price a call of %r: %s; the call counts as unpriced", model, error)
         return CallPrice(None, unpriced_reason=f"could not price: {error}")
@@ -191,9 +205,11 @@ def _price(
     provider: str | None,
     at: dt.datetime | None,
     prices_file: str | os.PathLike | None,
+    batch: _Batch | None = None,
 ) -> CallPrice:
-    """:func:`price_call` for a model and a usage; raises ``_PRICE_ERRORS``."""
-    path = _configured(prices_file)
+    """:func:`price_call` for a model and a usage; raises ``_PRICE_ERRORS``. ``batch``: the
+    lookups the calls of one :func:`price_calls` share."""
+    path = _configured(prices_file) if batch is None else batch.path
     if path:
         user = _user_model(model, path)
         if user is not None:
@@ -236,60 +252,6 @@ def _price(
 _UNSET: Any = object()
 #: Rates of each resolved price (None: tiered or not linear: priced call by call).
 _rates: dict[tuple[Any, ...], Rates | None] = {}
-
-
-#: (model, provider, tier, UTC date) -> what :func:`_resolve` found, for models whose prices in
-#: force change only with the UTC date (every constraint a ``StartDateConstraint`` or none).
-_by_day: dict[tuple[Any, ...], tuple[Any, Any, tuple[Any, ...], str]] = {}
-
-
-def _resolve(
-    model: str, provider: str | None, tier: str | None, when: dt.datetime
-) -> tuple[Any, Any, tuple[Any, ...], str] | None:
-    """(genai-prices Provider, ModelInfo, the ``_rates`` key of the price in force at ``when``, the
-    source) of a model; None when it has no entry. Kept per UTC date for a model whose prices in
-    force depend on the date only (the common case: start dates), so a call of such a model does
-    not re-read its constraints; a time-of-day price is resolved at each call."""
-    day = (when if when.tzinfo is dt.UTC else when.astimezone(dt.UTC)).date()
-    memo = (model, provider, tier, day)
-    found = _by_day.get(memo)
-    if found is not None:
-        return found
-    named = genai_model(model, provider)
-    if named is None:
-        return None
-    genai_provider, info = named
-    key = ("genai", genai_provider.id, info.id, tier, _in_force(info, when))
-    found = (genai_provider, info, key, f"genai-prices:{genai_provider.id}/{info.id}")
-    if _by_date_only(info):
-        if len(_by_day) > 4096:
-            _by_day.clear()
-        _by_day[memo] = found
-    return found
-
-
-def _by_date_only(info: Any) -> bool:
-    """True when every conditional price and price variant of a genai-prices model is
-    unconditional or starts on a date (its price in force changes only with the UTC date)."""
-    from genai_prices.types import StartDateConstraint
-
-    prices = info.prices if isinstance(info.prices, list) else ()
-    constraints = [c.constraint for c in prices] + [v.constraint for v in info.price_variants or ()]
-    return all(c is None or type(c) is StartDateConstraint for c in constraints)
-
-
-def _in_force(info: Any, when: dt.datetime) -> tuple[tuple[bool, ...], tuple[bool, ...]]:
-    """Which of a genai-prices model's conditional prices and price variants are in force at
-    ``when`` (their own ``constraint.active``): two calls with the same answer have the same
-    price (genai-prices picks among the ones in force)."""
-    prices = info.prices
-    conditions = (
-        tuple(c.constraint is None or c.constraint.active(when) for c in prices)
-        if isinstance(prices, list)
-        else ()
-    )
-    variants = tuple(v.constraint is None or v.constraint.active(when) for v in info.price_variants or ())
-    return conditions, variants
 
 
 def _genai_calc(
@@ -365,7 +327,16 @@ def price_calls(
     :class:`CallPrice` per request, in order, each equal to :func:`price_call`'s. Each
     (provider, model, price in force, tier) is resolved once and its calls priced by rates x
     counts where the price is linear (see the module docstring). Never raises for a price."""
-    return [price_call(c.model, c.usage, c.provider, at=c.at, prices_file=prices_file) for c in calls]
+    batch = _Batch(_configured(prices_file))
+    return [_price_one(c.model, c.usage, c.provider, c.at, prices_file, batch) for c in calls]
+
+
+class _Batch:
+    """What the calls of one :func:`price_calls` batch share: the user price file in effect (each
+    model's genai-prices entry and prices in force are kept per UTC date by ``_resolve``)."""
+
+    def __init__(self, path: str | None) -> None:
+        self.path = path
 
 
 def cost_usd(

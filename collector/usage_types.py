@@ -50,17 +50,8 @@ class Usage:
     provider_total_tokens: int | None = None
 
     def __post_init__(self) -> None:
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if f.name == "provider_total_tokens" and value is None:
-                continue
-            if f.name == "service_tier":
-                if value is not None and not isinstance(value, str):
-                    raise ValueError(f"Usage.service_tier must be a str or None, got {value!r}")
-                continue
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise ValueError(f"Usage.{f.name} must be an int >= 0, got {value!r}")
-            check_tokens(value, f"Usage.{f.name}")
+        if not self._plain():
+            self._check_fields()
         if self.cache_read_tokens + self.cache_write_tokens > self.input_tokens:
             raise ValueError(
                 "Usage.cache_read_tokens + cache_write_tokens must not exceed input_tokens "
@@ -72,7 +63,57 @@ class Usage:
                 "Usage.reasoning_tokens must not exceed output_tokens (output includes reasoning): "
                 f"{self.reasoning_tokens} > {self.output_tokens}"
             )
-        self._check_billing_parts()
+        if (
+            self.cache_write_1h_tokens
+            or self.input_audio_tokens
+            or self.input_image_tokens
+            or self.input_video_tokens
+            or self.cache_read_audio_tokens
+            or self.output_audio_tokens
+            or self.output_image_tokens
+        ):  # all zero: every part is within its total
+            self._check_billing_parts()
+
+    def _plain(self) -> bool:
+        """True when every count is an int from 0 to ``MAX_TOKENS`` (not a bool), the service
+        tier None or a str and the provider total None or such an int: what ``_check_fields``
+        accepts, asked without naming a field (the usual case, fast)."""
+        for value in (
+            self.input_tokens,
+            self.output_tokens,
+            self.cache_read_tokens,
+            self.cache_write_tokens,
+            self.reasoning_tokens,
+            self.cache_write_1h_tokens,
+            self.input_audio_tokens,
+            self.input_image_tokens,
+            self.input_video_tokens,
+            self.cache_read_audio_tokens,
+            self.output_audio_tokens,
+            self.output_image_tokens,
+            self.web_search_requests,
+            self.code_executions,
+        ):
+            if type(value) is not int or not 0 <= value <= MAX_TOKENS:
+                return False
+        total, tier = self.provider_total_tokens, self.service_tier
+        if total is not None and (type(total) is not int or not 0 <= total <= MAX_TOKENS):
+            return False
+        return tier is None or isinstance(tier, str)
+
+    def _check_fields(self) -> None:
+        """Each field of the right type and range, in field order (raises ValueError naming it)."""
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name == "provider_total_tokens" and value is None:
+                continue
+            if f.name == "service_tier":
+                if value is not None and not isinstance(value, str):
+                    raise ValueError(f"Usage.service_tier must be a str or None, got {value!r}")
+                continue
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"Usage.{f.name} must be an int >= 0, got {value!r}")
+            check_tokens(value, f"Usage.{f.name}")
 
     def _check_billing_parts(self) -> None:
         """Each billing part within its total (raises ValueError naming the fields)."""

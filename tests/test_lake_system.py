@@ -242,12 +242,14 @@ def test_stages_never_conflict_and_of_two_folds_at_once_one_commits(postgres, tm
 
 
 def _healthz(url: str) -> dict:
-    """/healthz's body: 200 while the store is written, 503 with the reason while it cannot be
-    (issue 24), never another status."""
+    """/healthz's body: 200 while the store is written, 503 with the reason from the first
+    failed load on (issue 24: never ok beside a store error), never another status."""
     response = requests.get(f"{url}/healthz", timeout=5)
     assert response.status_code in (200, 503), response.text
     body = response.json()
     assert (response.status_code == 503) == (body["status"] != "ok"), response.text
+    if body["store_error"] is not None:
+        assert body["status"] == f"store unavailable: {body['store_error']}", response.text
     return body
 
 
@@ -275,6 +277,7 @@ def test_a_collector_journals_while_postgres_is_down_and_after_kill_9_and_loads_
                 time.sleep(0.2)
             health = _healthz(collector.url)
             assert health["store_error"] and health["backlog_spans"] > 0
+            assert health["status"].startswith("store unavailable"), health  # answered 503
             collector.kill()
             collector = Collector(lake, tmp_path / "journal")  # replays once the lake is back
             assert _healthz(collector.url)["backlog_spans"] > 0

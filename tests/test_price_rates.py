@@ -13,6 +13,7 @@ from genai_prices.types import ModelPrice
 
 from budgetlens import pricing
 from budgetlens.price_file import genai_usage
+from budgetlens.price_names import genai_model
 from budgetlens.price_rates import is_tiered
 from budgetlens.pricing import PriceRequest, clear_price_cache, price_call, price_calls
 from budgetlens.usage import Usage
@@ -93,7 +94,7 @@ def test_a_service_tier_resolves_its_own_rates():
     rng = random.Random(7)
     usages = [_usage(rng, tier) for tier in (None, "flex", "priority", "batch") for _ in range(5)]
     for usage in usages:
-        found = pricing.genai_model("gpt-5", "openai")
+        found = genai_model("gpt-5", "openai")
         assert found is not None
         expected = _reference(*found, usage) if usage.service_tier != "batch" else None
         got = price_call("gpt-5", usage, "openai", at=AT)

@@ -4,10 +4,9 @@ them is shown escaped (``\\x1b``, ``\\x00``, ``\\u202e``) instead of reaching th
 ``ESC[2J`` would clear the screen and U+202E reverse what follows. JSON needs no step: its
 encoder escapes these already.
 
-Escaped: the C0 and C1 control characters and DEL (Unicode category Cc, newline and tab too: a
-cell is one line), the bidi controls (U+061C, U+200E, U+200F, U+202A-U+202E, U+2066-U+2069) and
-the line and paragraph separators (U+2028, U+2029). Everything else, other non-ASCII text
-included, is shown as it is.
+Escaped: the characters of ``budgetlens.unsafe_text`` (the C0 and C1 control characters and DEL,
+newline and tab too: a cell is one line; the bidi controls; the line and paragraph separators).
+Everything else, other non-ASCII text included, is shown as it is.
 """
 
 from __future__ import annotations
@@ -15,8 +14,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-#: The characters shown escaped (see the module docstring).
-_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\u2028\u2029]")
+from budgetlens.unsafe_text import UNSAFE as _UNSAFE
 
 
 def _escape(match: re.Match[str]) -> str:

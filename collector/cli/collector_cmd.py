@@ -35,7 +35,7 @@ publishes <db>.collector.json: the dashboard and the CLI then query through
 it; other tools use `budgetlens store sql "SELECT ..."` or /v1/store/query.
 If another process holds the file at start, the journal keeps acknowledging
 (up to --max-journal-mib) and the loader retries; /healthz shows the backlog
-and its age. Bodies over 1 MiB are decoded in worker processes.
+and its age. Bodies over 64 KiB are decoded in worker processes.
 
 Connections: a request's line and headers must arrive within --header-timeout
 (10 s, pausing at most --idle-timeout); at most --max-connections (1024) are

@@ -6,8 +6,8 @@ Routes:
   ``Content-Encoding: gzip``. Answers 200 with an ``ExportTraceServiceResponse`` (in the request's
   encoding; ``partial_success`` when some spans were invalid) only after the valid spans are
   durable: appended to the collector's journal and fsynced (``budgetlens.ingest.queue``; they are
-  queryable in DuckDB about 0.25 s later). Bodies over 1 MiB are decoded and mapped in worker
-  processes (``budgetlens.ingest.decode_pool``), so the event loop keeps answering. 400 malformed
+  queryable in DuckDB about 0.25 s later). Every body over 64 KiB is decoded and mapped in a
+  worker process (``budgetlens.ingest.decode_pool``), so the event loop keeps answering. 400 malformed
   body, 401 missing/wrong bearer token (when one is configured; the scheme ``Bearer`` is
   case-insensitive), 408 body not received within ``body_timeout_s``, 413 body over
   ``max_body_bytes`` (compressed or inflated), 415 wrong content type or encoding, 503 +

@@ -7,8 +7,10 @@ from budgetlens.ingest.queue import IngestQueue
 
 def health(ingest: IngestQueue, inflight_bytes: int = 0, connections: int | None = None) -> tuple[dict, int]:
     """(body, HTTP status) of ``/healthz`` for ``ingest``: 200 ``ok``; 503 ``writer stopped``
-    when a thread has stopped; 503 ``store unavailable: <reason>`` while the last load failed
-    for another reason than readers holding the file (a lock the journal absorbs: still 200).
+    when a thread has stopped; 503 ``store unavailable: <reason>`` from the first failed load
+    (or fold) until one succeeds: whenever ``store_error`` is set, whatever the reason (another
+    process holding the file too: the journal absorbs the backlog, but nothing new becomes
+    queryable), so the status and ``store_error`` never disagree.
     ``journal_used_pct`` is the backlog's share of the journal's disk budget (percent); at 100 %
     new spans are refused (503). ``refused_in_s`` (only while the store is unavailable) estimates
     when: the free budget at the rate the backlog grew since its oldest batch (None when it is
@@ -24,7 +26,7 @@ def health(ingest: IngestQueue, inflight_bytes: int = 0, connections: int | None
     backlog, budget, lag = ingest.backlog_bytes, ingest.max_journal_bytes, ingest.lag_s
     if not ingest.alive:
         status = "writer stopped"
-    elif error is not None and ingest.store_unwritable:
+    elif error is not None:
         status = f"store unavailable: {error}"
     else:
         status = "ok"

@@ -45,6 +45,7 @@ from budgetlens.config import is_lake_location
 from budgetlens.ingest.backlog import Backlog, Pending
 from budgetlens.ingest.dead_letter import DEAD_LETTER_FILE, is_data_error, load_around_bad_rows
 from budgetlens.ingest.fold import Folder
+from budgetlens.ingest.heap import TRIM_AFTER_BYTES, release_free_memory
 from budgetlens.ingest.journal import Batch, Journal
 from budgetlens.ingest.metrics import CollectorMetrics
 from budgetlens.store import write_batch, write_connection
@@ -231,6 +232,10 @@ class Loader:
             with self.backlog.cond:
                 self.backlog.put_back()
             raise
+        loaded = sum(pending.nbytes for pending in group)
+        del group
+        if loaded > TRIM_AFTER_BYTES:
+            release_free_memory()  # the insert's working memory: one group's, not the largest's
 
     def _load(self, group: list[Pending]) -> None:
         """Commit ``group`` to the store, count metrics, mark it loaded in the journal.

@@ -19,6 +19,7 @@ rest fold into ``other`` meanwhile). A run id is never a label. Counters are pro
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 
 import pyarrow as pa
@@ -28,6 +29,7 @@ from budgetlens import semconv as sc
 from budgetlens.ingest.series import DEFAULT_MAX_SERIES, DEFAULT_QUIET_S, CappedFamily, SeriesCap
 from budgetlens.store.schema import LIMIT_COLUMNS
 from budgetlens.store.sql import METRIC_RUN_COLUMNS
+from budgetlens.unsafe_text import UNSAFE_CHARS
 
 #: Run-token buckets: powers of 4 from 1 to 4**13 (≈ 67 M), as the GenAI semconv advises for
 #: ``gen_ai.client.token.usage``.
@@ -38,6 +40,10 @@ COMMIT_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 
 MAX_LABEL_CHARS = 100
 OTHER = "other"
 UNKNOWN = "unknown"
+#: What an unsafe character of a label value becomes (U+FFFD REPLACEMENT CHARACTER).
+REPLACEMENT = "\ufffd"
+#: The unsafe characters but the newline (the exposition escapes that one).
+_UNSAFE_IN_LABEL = re.compile(f"(?!\n)[{UNSAFE_CHARS}]")
 _TOKEN_TYPES = (
     ("input", "input_tokens"),
     ("output", "output_tokens"),
@@ -53,16 +59,19 @@ _INTERVENTIONS = {
 
 
 class LabelCap:
-    """Cleans label values from the wire: None or empty becomes ``unknown``, a value longer than
-    ``MAX_LABEL_CHARS`` becomes ``other``, anything else is kept as text. How many series a
-    family holds is bounded per label combination by ``SeriesCap``, never per value (a cap per
-    value was first come, first served for the life of the process). Stateless."""
+    """Cleans label values from the wire, the one step every stored or untrusted string takes
+    before it becomes a label: None or empty becomes ``unknown``, a value longer than
+    ``MAX_LABEL_CHARS`` becomes ``other``, and in anything else each control character or bidi
+    override (``budgetlens.unsafe_text``) becomes U+FFFD, except the newline, which
+    prometheus-client escapes itself (``\\n``, as it does ``\\`` and ``"``). How many series
+    a family holds is bounded per label combination by ``SeriesCap``, never per value (a cap
+    per value was first come, first served for the life of the process). Stateless."""
 
     def __call__(self, label: str, value) -> str:
         if value is None or value == "":
             return UNKNOWN
         value = str(value)
-        return OTHER if len(value) > MAX_LABEL_CHARS else value
+        return OTHER if len(value) > MAX_LABEL_CHARS else _UNSAFE_IN_LABEL.sub(REPLACEMENT, value)
 
 
 #: The families whose labels carry values from the wire (their combinations are capped).

@@ -34,6 +34,7 @@ from pathlib import Path
 
 from budgetlens.config import ENV_JOURNAL_DIR, apply_collector_settings, is_lake_location, resolve
 from budgetlens.ingest.backlog import Backlog, Pending
+from budgetlens.ingest.heap import use_system_memory_pool
 from budgetlens.ingest.journal import Batch, Encoded, Journal, decode_batch, encode_batch
 from budgetlens.ingest.loader import LOADER_WRITE_TIMEOUT_S, CommitFn, Loader, warm_up
 from budgetlens.ingest.metrics import CollectorMetrics
@@ -115,6 +116,7 @@ class IngestQueue:
             if value <= 0:
                 raise ValueError(f"{name} must be > 0 (got {value})")
         apply_collector_settings()  # before the first rollup of a journaled batch (Acero)
+        use_system_memory_pool()  # freed Arrow buffers go back to the OS (``heap``)
         self.db_path: Path | str = str(db_path) if is_lake_location(db_path) else Path(db_path)
         self.metrics = metrics or CollectorMetrics()
         self.max_queue_spans = max_queue_spans
@@ -176,18 +178,6 @@ class IngestQueue:
             error = folder.error
             return f"fold failed: {type(error).__name__}: {error}"
         return None if error is None else f"{type(error).__name__}: {error}"
-
-    @property
-    def store_unwritable(self) -> bool:
-        """True while the last load failed for a reason other than readers holding the file
-        (a DuckDB lock conflict, which the journal absorbs by design): a file that is not a
-        DuckDB store, a lake that cannot be attached, a full disk."""
-        error = self._backlog.store_error
-        if error is None:
-            return False
-        from budgetlens.store.connection import is_lock_conflict
-
-        return not (is_lock_conflict(error) or is_lock_conflict(error.__cause__ or error))
 
     # --- intake ---------------------------------------------------------------------------
     def start(self, *, replay_in_background: bool = False) -> IngestQueue:

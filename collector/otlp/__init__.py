@@ -20,11 +20,11 @@ from budgetlens.otlp.decode import (
     encode_response,
 )
 from budgetlens.otlp.mapping import ALLOWED_ATTRIBUTES, Mapped, map_otlp_json, map_request
-from budgetlens.otlp.memory import SpanMemory
+from budgetlens.otlp.memory import Memory, SpanMemory
 
 
 def map_spans(
-    decoded: Decoded, *, source: str = "otlp", price: bool = True, memory: SpanMemory | None = None
+    decoded: Decoded, *, source: str = "otlp", price: bool = True, memory: Memory | None = None
 ) -> Mapped:
     """Map a decoded request to rows; spans rejected while decoding are counted in the result.
 

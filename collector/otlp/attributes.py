@@ -13,7 +13,6 @@ import contextlib
 import math
 
 from budgetlens import semconv as sc
-from budgetlens.attribution import MAX_TAGS, MAX_VALUE_CHARS, TAG_KEY, tags_json
 from budgetlens.limits import LIMITS as GUARD_LIMITS
 from budgetlens.limits import MAX_AMOUNT, MAX_TOKENS, model_name_problem
 from budgetlens.limits import MAX_COUNT as MAX_INT32
@@ -163,32 +162,6 @@ def _shape(value) -> str:
 TAG_PREFIX = sc.BUDGET_TAG_PREFIX
 
 
-def attribution(attrs: dict, resource: dict | None = None) -> dict:
-    """The attribution columns (``service_name`` only when a ``budgetlens.service`` says so,
-    ``team``, ``user_id``, ``session_id``, ``tags`` as JSON) of a span's allow-listed
-    attributes, each from the span first, else from its resource's (``resource``); None where
-    neither has one. Tags of span and resource merge (the span's win), at most ``MAX_TAGS``
-    (the smallest keys), keys as ``budgetlens.attribution.TAG_KEY`` (others are dropped),
-    values cut to 200 characters. Raises SpanRejected for a non-scalar value."""
-    out: dict = {}
-    for column, keys in ATTRIBUTION_SOURCES:
-        value = first_text(attrs, *keys)
-        if value is None and resource:
-            value = first_text(resource, *keys)
-        out[column] = value
-    tags = {}
-    for source in (resource or {}, attrs):
-        for key, value in source.items():
-            if key.startswith(TAG_PREFIX) and type(value) is str:
-                name = key[len(TAG_PREFIX) :]
-                if TAG_KEY.fullmatch(name):
-                    tags[name] = value[:MAX_VALUE_CHARS]
-    if len(tags) > MAX_TAGS:
-        tags = {k: tags[k] for k in sorted(tags)[:MAX_TAGS]}
-    out["tags"] = tags_json(tags)
-    return out
-
-
 class SpanRejected(ValueError):
     """One span is invalid; the message names the attribute and the rule."""
 
@@ -269,12 +242,13 @@ def token_counts(attrs: dict) -> tuple:
     """Counts in ``TOKEN_SOURCES`` order (None when absent), each from its first name present."""
     if USAGE_KEYS.isdisjoint(attrs):
         return NO_TOKENS
+    get = attrs.get
     out = []
-    for _, names in TOKEN_SOURCES:
+    for names in _TOKEN_NAMES:
         found = None
         for key in names:
-            if key in attrs:
-                value = attrs[key]
+            value = get(key)  # never None when present (``read_attributes``)
+            if value is not None:
                 found = (
                     value
                     if type(value) is int and 0 <= value <= MAX_TOKENS
@@ -283,6 +257,9 @@ def token_counts(attrs: dict) -> tuple:
                 break
         out.append(found)
     return tuple(out)
+
+
+_TOKEN_NAMES = tuple(names for _, names in TOKEN_SOURCES)
 
 
 def amount(attrs: dict, key: str):
@@ -371,10 +348,16 @@ def check_models(attrs: dict) -> None:
     (``budgetlens.limits.model_name_problem``), naming the attribute, never the value."""
     for key in MODEL_KEYS:
         value = attrs.get(key)
-        if type(value) is str:
+        if type(value) is str and value not in _GOOD_MODELS:
             problem = model_name_problem(value)
             if problem is not None:
                 raise SpanRejected(f"attribute {key} must be a model name {problem}")
+            if len(_GOOD_MODELS) < 4096:
+                _GOOD_MODELS.add(value)
+
+
+#: Model names already found well formed (a few per deployment; bounded).
+_GOOD_MODELS: set[str] = set()
 
 
 def first_text(attrs: dict, *keys: str):

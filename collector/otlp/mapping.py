@@ -29,7 +29,7 @@ are priced with ``budgetlens.pricing.cost_usd`` (genai-prices); unpriced stays N
 Module layout: the allow-list, attribute readers and validators are in
 ``budgetlens.otlp.attributes``; ``Mapped`` (rows as dicts keyed by store columns, readable as
 Arrow) in ``budgetlens.otlp.rows``; the span-tree rules (run inheritance, aggregates) in
-``budgetlens.otlp.tree``. Usage conventions are normalized by ``budgetlens.usage`` and calls
+``budgetlens.otlp.tree``; span identity (ids, repeats, collisions) in ``budgetlens.otlp.identity``. Usage conventions are normalized by ``budgetlens.usage`` and calls
 priced by ``budgetlens.pricing.price_call`` (one error policy: never raises; unpriced is NULL).
 
 A span with a bad value (missing or malformed ids, negative or non-numeric token counts, an
@@ -68,14 +68,15 @@ from budgetlens.otlp.attributes import (
     MAX_ID_CHARS,
     USAGE_KEYS,
     SpanRejected,
-    attribution,
     first_text,
     read_attributes,
     text,
 )
-from budgetlens.otlp.memory import SpanMemory, span_digest
+from budgetlens.otlp.identity import SpanIds
+from budgetlens.otlp.memory import Memory
 from budgetlens.otlp.rejected import Mark, mark_of, mark_runs, stub_context, stub_rows
 from budgetlens.otlp.rows import Mapped, Row
+from budgetlens.otlp.span_attribution import attribution, names_attribution
 from budgetlens.otlp.span_rows import (
     SpanContext,
     Times,
@@ -91,8 +92,6 @@ from budgetlens.otlp.tree import PARENT_LOOP, Node, SpanTree
 
 log = logging.getLogger(__name__)
 
-_ZERO_TRACE = bytes(16)
-_ZERO_SPAN = bytes(8)
 _STATUS_OK = 1  # opentelemetry.proto.trace.v1.Status.STATUS_CODE_OK
 _STATUS_ERROR = 2  # opentelemetry.proto.trace.v1.Status.STATUS_CODE_ERROR
 _AGENT_KINDS = ("AGENT", "CHAIN")
@@ -112,7 +111,7 @@ class _Mapper:
     ``FUTURE_SKEW_S`` are clamped to it and flagged.
     """
 
-    def __init__(self, source: str, price: bool, now_ns: int, memory: SpanMemory | None = None, marks=()):
+    def __init__(self, source: str, price: bool, now_ns: int, memory: Memory | None = None, marks=()):
         self.source = source
         self.price = price
         self.now_ns = now_ns
@@ -121,9 +120,7 @@ class _Mapper:
         self.agent_by_trace: dict[str, str] = {}
         self.foreign_calls: list[int] = []  # indexes into out.call_rows
         self.tree = SpanTree(memory)
-        self.seen: dict[tuple[str, str], Any] = {}  # (trace hex, span hex) -> first span
-        self.prints: dict[tuple[str, str], int] = {}  # content fingerprints for the memory
-        self.collisions = 0  # spans rejected for a span id collision (also a flagged count)
+        self.ids = SpanIds(memory)
         self.call_flags: dict[int, set[str]] = {}
         self.to_price: list[Any] = []  # (call row, PriceRequest): priced as one batch at finish
         self.record_flags: dict[int, set[str]] = {}
@@ -137,58 +134,29 @@ class _Mapper:
                 if kv.key == sc.SERVICE_NAME:
                     service = kv.value.string_value or None
             resource = read_attributes(rs.resource.attributes)
+            try:  # the attribution of a span that names none (most)
+                shared: dict | None = attribution({}, resource)
+            except SpanRejected:  # a bad resource value: each span reads it (and is rejected)
+                shared = None
             for scope_spans in rs.scope_spans:
                 spans = scope_spans.spans
                 out.spans += len(spans)
                 for span in spans:
                     try:
-                        self.span(span, service, resource)
+                        self.span(span, service, resource, shared)
                     except SpanRejected as reason:
                         out.rejected += 1
-                        self.prints.pop((span.trace_id.hex(), span.span_id.hex()), None)
+                        self.ids.prints.pop((span.trace_id.hex(), span.span_id.hex()), None)
                         out.errors.append(f"span {span.span_id.hex() or '?'}: {reason}")
-
-    def _identity(self, span: Any) -> tuple[str, str, str] | None:
-        """(trace hex, span hex, parent hex) of a span; None for an exact repeat of a span of
-        this request (a retry: stored once). Raises SpanRejected for malformed ids and for a
-        different span under the same (trace id, span id)."""
-        trace, span_id, parent = span.trace_id, span.span_id, span.parent_span_id
-        if len(trace) != 16 or trace == _ZERO_TRACE:
-            raise SpanRejected("trace_id must be 16 bytes (32 hex digits), not all zero")
-        if len(span_id) != 8 or span_id == _ZERO_SPAN:
-            raise SpanRejected("span_id must be 8 bytes (16 hex digits), not all zero")
-        if parent and len(parent) != 8:
-            raise SpanRejected("parent_span_id must be empty or 8 bytes (16 hex digits)")
-        key = (trace.hex(), span_id.hex())
-        first = self.seen.setdefault(key, span)
-        if first is not span:
-            if first == span:
-                return None
-            self.collisions += 1
-            raise SpanRejected(
-                f"span id collision: trace {key[0]} already has a different span {key[1]} "
-                "in this request (a span is identified by trace id + span id)"
-            )
-        memory = self.tree.memory
-        if memory is not None:
-            fingerprint = span_digest(span.SerializeToString(deterministic=True))
-            earlier = memory.fingerprint(*key)
-            if earlier is not None and earlier != fingerprint:
-                del self.seen[key]
-                self.collisions += 1
-                raise SpanRejected(
-                    f"span id collision: trace {key[0]} span {key[1]} was received earlier with "
-                    "other content (a span is identified by trace id + span id); not stored"
-                )
-            self.prints[key] = fingerprint  # an exact repeat (a retry) maps as before
-        return key[0], key[1], parent.hex()
 
     def _times(self, span: Any) -> tuple[Times, list[str]]:
         return repaired_times(span.start_time_unix_nano, span.end_time_unix_nano, self.now_ns, self.latest_ns)
 
-    def span(self, span: Any, service: str | None, resource: dict | None = None) -> None:
+    def span(
+        self, span: Any, service: str | None, resource: dict | None = None, shared: dict | None = None
+    ) -> None:
         try:
-            ids = self._identity(span)
+            ids = self.ids.of(span)
         except SpanRejected:  # bad ids or a span id collision: no row; its run is marked
             mark = mark_of(span)
             if mark is not None:
@@ -198,7 +166,7 @@ class _Mapper:
             return  # the same span twice in one request: stored once
         attrs = read_attributes(span.attributes)
         try:
-            self._span(span, ids, attrs, service, resource)
+            self._span(span, ids, attrs, service, resource, shared)
         except SpanRejected:
             self._mark_rejected(span, ids, attrs, service)
             raise
@@ -220,7 +188,13 @@ class _Mapper:
         self._append(ctx, rows, [])
 
     def _span(
-        self, span: Any, ids: tuple[str, str, str], attrs: dict, service: str | None, resource: dict | None
+        self,
+        span: Any,
+        ids: tuple[str, str, str],
+        attrs: dict,
+        service: str | None,
+        resource: dict | None,
+        shared: dict | None = None,
     ) -> None:
         trace_hex, span_hex, parent_hex = ids
         get = attrs.get
@@ -240,7 +214,11 @@ class _Mapper:
             agent = text(attrs, sc.GEN_AI_AGENT_NAME)
         if agent and not budget_run:
             self.agent_by_trace.setdefault(trace_hex, agent)
-        who = attribution(attrs, resource)
+        who = (
+            dict(shared)
+            if shared is not None and not names_attribution(attrs)
+            else attribution(attrs, resource)
+        )
         service = who.pop("service_name") or service
         times, time_flags = self._times(span)
         code = span.status.code
@@ -329,15 +307,17 @@ class _Mapper:
         aggregates = self.tree.aggregates(rows, self.call_flags)
         mark_runs(self.marks, self.tree, out, self.call_flags, self.record_flags, aggregates)
         self._write_flags()
-        if self.collisions:
-            out.flagged["span_id_collision"] = out.flagged.get("span_id_collision", 0) + self.collisions
+        collisions = self.ids.collisions
+        if collisions:
+            out.flagged["span_id_collision"] = out.flagged.get("span_id_collision", 0) + collisions
         self.tree.remember()
-        if self.prints:  # the store compares it with a stored row's (budgetlens.store.resends)
+        prints = self.ids.prints
+        if prints:  # the store compares it with a stored row's (budgetlens.store.resends)
             for row in rows:
-                row["content_digest"] = self.prints.get((row["trace_id"], row["span_id"]))
-        if self.prints and self.tree.memory is not None:
-            self.tree.memory.remember_prints(self.prints)
-        out.prints = self.prints
+                row["content_digest"] = prints.get((row["trace_id"], row["span_id"]))
+        if prints and self.tree.memory is not None:
+            self.tree.memory.remember_prints(prints)
+        out.prints = prints
         if aggregates:
             dropped = {id(rows[index]) for index in aggregates}
             self.to_price = [item for item in self.to_price if id(item[0]) not in dropped]
@@ -382,7 +362,7 @@ def map_request(
     source: str = "otlp",
     price: bool = True,
     now_ns: int | None = None,
-    memory: SpanMemory | None = None,
+    memory: Memory | None = None,
     marks: Iterable[Mark] = (),
 ) -> Mapped:
     """Map an ``ExportTraceServiceRequest`` (protobuf message) to store rows.

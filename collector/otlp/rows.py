@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import datetime as dt
 from dataclasses import dataclass, field
+from operator import itemgetter
 from typing import Any
 
 import pyarrow as pa
@@ -78,6 +79,24 @@ def _as_dicts(rows: list[Row]) -> list[dict[str, Any]]:
     ]
 
 
+def _transposed(names: tuple[str, ...], rows: list[Row]) -> dict[str, Any] | None:
+    """``{name: column}`` of rows that all carry the same columns (the usual case: one pass,
+    no lookup per value); a column they all lack is NULL. None when the rows differ in shape."""
+    if not rows:
+        return None
+    present = tuple(name for name in names if name in rows[0])
+    size = len(present)
+    if len(present) < 2 or any(len(row) != size for row in rows):
+        return None
+    try:  # every row holds the ``size`` keys of ``present``: the same keys as the first
+        columns = zip(*map(itemgetter(*present), rows), strict=True)
+        by_name: dict[str, Any] = dict(zip(present, columns, strict=True))
+    except KeyError:
+        return None
+    missing = [None] * len(rows)
+    return {name: by_name.get(name, missing) for name in names}
+
+
 def rows_table(table: str, rows: list[Row]) -> pa.Table:
     """Rows of ``table`` (dicts keyed by its columns) as a pyarrow table of the store's columns
     and types.
@@ -86,8 +105,10 @@ def rows_table(table: str, rows: list[Row]) -> pa.Table:
     Raises ValueError naming the field when a required column is NULL or empty.
     """
     schema = _schema(table)
-    # column by column (no tuple per row); a column a narrower row lacks is NULL
-    by_name = {name: [row.get(name) for row in rows] for name in _GIVEN[table]}
+    names = _GIVEN[table]
+    by_name = _transposed(names, rows)
+    if by_name is None:  # rows of different shapes: a column a row lacks is NULL
+        by_name = {name: [row.get(name) for row in rows] for name in names}
     for name in _REQUIRED[table]:
         column = by_name[name]
         if None in column or "" in column:

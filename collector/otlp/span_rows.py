@@ -48,6 +48,7 @@ _CALL_COUNTS = tuple(
     )
 )
 Times = tuple[int | None, int | None, float | None]
+_TIER_KEYS = frozenset((*sc.SERVICE_TIER_RESPONSE_ATTRIBUTES, *sc.SERVICE_TIER_REQUEST_ATTRIBUTES))
 
 
 def repaired_times(start: int, end: int, now_ns: int, latest_ns: int) -> tuple[Times, list[str]]:
@@ -325,6 +326,8 @@ def event_row(event: Any, index: int, ctx: SpanContext, now_ns: int, latest_ns: 
 def service_tier(attrs: dict[str, Any]) -> str | None:
     """The service tier a call span names (``flex``, ``priority``, ``batch``, ...; lower case):
     the response's tier, else the request's unless ``auto``; None when neither says."""
+    if _TIER_KEYS.isdisjoint(attrs):
+        return None
     tier = first_text(attrs, *sc.SERVICE_TIER_RESPONSE_ATTRIBUTES)
     if tier is None:
         tier = first_text(attrs, *sc.SERVICE_TIER_REQUEST_ATTRIBUTES)

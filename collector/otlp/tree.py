@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from budgetlens.otlp.memory import SpanMemory
+from budgetlens.otlp.memory import Memory
 from budgetlens.otlp.rows import Row
 
 #: The quality flag of a span whose parent chain led back to itself (a loop; its parent dropped).
@@ -47,7 +47,7 @@ class SpanTree:
     other's ancestors) are broken by ``break_loops`` before the rules run.
     """
 
-    def __init__(self, memory: SpanMemory | None = None) -> None:
+    def __init__(self, memory: Memory | None = None) -> None:
         self.memory = memory
         self.nodes: dict[Key, Node] = {}
 

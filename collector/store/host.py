@@ -42,8 +42,10 @@ log = logging.getLogger(__name__)
 
 #: Seconds between two timed checkpoints (when the WAL holds anything).
 DEFAULT_CHECKPOINT_INTERVAL_S = 60.0
-#: WAL size (bytes) past which DuckDB checkpoints on commit.
-DEFAULT_CHECKPOINT_WAL_BYTES = 64 * 1024 * 1024
+#: WAL size (bytes) past which DuckDB checkpoints on commit. Rows not yet checkpointed stay in
+#: memory (DuckDB's in-memory row groups), so this bounds that memory too: with 64 MiB a run of
+#: 15 MB bodies kept two bodies' rows resident at once, with 16 MiB one.
+DEFAULT_CHECKPOINT_WAL_BYTES = 16 * 1024 * 1024
 #: Reader sessions kept at once (a session holds its temp tables), and their idle expiry (s).
 MAX_SESSIONS = 32
 SESSION_IDLE_S = 120.0
