@@ -279,9 +279,7 @@ def sidebar_filters():
         elif isinstance(days, (int, float)):
             windowed = window_filters(days, now_utc=served.window_now())
             start_utc, end_utc = windowed.start_utc, windowed.end_utc
-        # The options are stored strings: Streamlit shows an option (in the list and as a chip)
-        # as plain text, so no markdown to escape; control characters and bidi overrides are
-        # shown escaped (``visible_text``, as in the tables), never acting on what follows.
+        # stored strings, shown as plain text with control and bidi characters escaped (visible_text)
         picked = {
             option: tuple(
                 st.multiselect(
