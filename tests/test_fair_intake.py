@@ -110,3 +110,65 @@ def test_twenty_stalled_uploads_without_a_token_leave_every_honest_client_served
     assert {status.split(b" ")[1] for _, status in answers} <= {b"408", b"503"}, answers[:5]
     assert {slot for slot, _ in answers} >= set(range(0, 20, 2)), answers
     assert inflight <= 32 * MIB
+
+
+def _trickle(host: str, port: int, source: str, results: dict) -> None:
+    """Declare a 1 MiB body and send 1 KiB every 0.25 s (4 KiB/s, never pausing as long as the
+    idle timeout) until answered; the answer goes to ``results[source]``."""
+    with socket.create_connection((host, port), source_address=(source, 0)) as sock:
+        sock.settimeout(0.25)
+        head = (
+            f"POST /v1/traces HTTP/1.1\r\nHost: {host}\r\nContent-Type: {PROTOBUF}\r\n"
+            f"Content-Length: {MIB}\r\n\r\n"
+        ).encode()
+        sock.sendall(head)
+        answer = b""
+        for _ in range(400):  # 100 s at most: far past the rule's deadline
+            try:
+                piece = sock.recv(4096)
+            except TimeoutError:
+                if b"\r\n\r\n" in answer:
+                    break  # answered: its body came with it or is not coming
+                try:
+                    sock.sendall(b"\n" * 1024)
+                except OSError:
+                    break
+                continue
+            if not piece:
+                break  # closed by the collector (after its answer)
+            answer += piece
+        results[source] = answer
+
+
+@pytest.mark.system
+def test_bodies_trickling_below_the_minimum_rate_from_many_addresses_are_refused(tmp_path, python):
+    """Eight addresses each trickle a body at 4 KiB/s, within the idle timeout and the (long)
+    total one: the minimum rate (16 KiB/s after a 2 s grace) answers each 408 and closes it,
+    while an honest client's body is stored."""
+    args = ("--idle-timeout", "2", "--body-timeout", "120", "--min-body-rate-kib", "16")
+    with collector_process(python, tmp_path / "store.duckdb", 0, *args) as (_, url):
+        host, port = url.removeprefix("http://").split(":")
+        results: dict = {}
+        sources = [f"127.0.0.{i}" for i in range(3, 11)]
+        threads = [threading.Thread(target=_trickle, args=(host, int(port), s, results)) for s in sources]
+        for thread in threads:
+            thread.start()
+        honest = requests.post(
+            f"{url}/v1/traces", data=make_body(0), headers={"Content-Type": PROTOBUF}, timeout=60
+        )
+        for thread in threads:
+            thread.join(120)
+    assert honest.status_code == 200
+    assert sorted(results) == sorted(sources)
+    for source, answer in results.items():
+        assert answer.startswith(b"HTTP/1.1 408"), (source, answer[:200])
+        assert b"below the minimum of 16384 bytes/s" in answer, (source, answer[:300])
+
+
+def test_a_negative_minimum_body_rate_is_refused_naming_the_field():
+    from budgetlens.ingest.body_reader import BodyTimeouts
+
+    with pytest.raises(ValueError, match="min_rate_bytes_s must be >= 0"):
+        BodyTimeouts(30.0, 5.0, -1.0)
+    with pytest.raises(ValueError, match="body_timeout_s and idle_timeout_s must be > 0"):
+        BodyTimeouts(0.0, 5.0)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 
-from budgetlens.cli._common import add_command, positive_float, positive_int, tcp_port
+from budgetlens.cli._common import add_command, non_negative_float, positive_float, positive_int, tcp_port
 from budgetlens.cli.collector_checks import connection_limits, lake_unreachable, open_ledger, store_problem
 from budgetlens.cli.collector_server import announcing_server, bind_socket, is_loopback
 
@@ -146,6 +146,15 @@ def register(subparsers) -> None:
         default=5.0,
         metavar="SECONDS",
         help="longest pause between two pieces of a request's headers or body before 408 (default 5)",
+    )
+    parser.add_argument(
+        "--min-body-rate-kib",
+        type=non_negative_float,
+        default=16.0,
+        metavar="KIB_PER_S",
+        help="slowest average a request body may arrive at once --idle-timeout has passed, in "
+        "KiB/s (default 16; 0: no minimum): a client trickling bytes gets 408 and its "
+        "connection closed, as with Apache's mod_reqtimeout MinRate",
     )
     parser.add_argument(
         "--header-timeout",
@@ -299,6 +308,7 @@ def run(args) -> int:
             body_timeout_s=args.body_timeout,
             ledger=ledger,
             idle_timeout_s=args.idle_timeout,
+            min_body_rate_bytes_s=args.min_body_rate_kib * 1024,
             checkpoint_interval_s=args.checkpoint_interval,
             checkpoint_wal_bytes=int(args.checkpoint_wal_mib * MIB),
             connections=guard,

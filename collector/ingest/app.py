@@ -9,7 +9,8 @@ Routes:
   queryable in DuckDB about 0.25 s later). Every body over 64 KiB is decoded and mapped in a
   worker process (``budgetlens.ingest.decode_pool``), so the event loop keeps answering. 400 malformed
   body, 401 missing/wrong bearer token (when one is configured; the scheme ``Bearer`` is
-  case-insensitive), 408 body not received within ``body_timeout_s``, 413 body over
+  case-insensitive), 408 body not received within ``body_timeout_s`` (or paused past
+  ``idle_timeout_s``, or slower than ``min_body_rate_bytes_s``), 413 body over
   ``max_body_bytes`` (compressed or inflated), 415 wrong content type or encoding, 503 +
   ``Retry-After`` when the journal backlog is at its disk budget, more than
   ``max_inflight_bytes`` of request bodies are held, the journal cannot be written (disk full:
@@ -52,6 +53,13 @@ from starlette.routing import Route
 
 from budgetlens.guard.ledgers.local import SqliteLedger
 from budgetlens.guard.ledgers.protocol import Ledger
+from budgetlens.ingest.body_reader import (
+    DEFAULT_BODY_TIMEOUT_S,
+    DEFAULT_IDLE_TIMEOUT_S,
+    DEFAULT_MIN_BODY_RATE,
+    BodyReader,
+    BodyTimeouts,
+)
 from budgetlens.ingest.budget import Busy, ByteBudget
 from budgetlens.ingest.connections import ConnectionGuard
 from budgetlens.ingest.decode_pool import DecodePool, DecodeUnavailable, Prepared
@@ -77,11 +85,6 @@ __all__ = ["ByteBudget", "create_app", "health"]
 RETRY_AFTER_S = 1
 #: Default cap on request body bytes held at once, read or being decoded (2 full bodies).
 DEFAULT_MAX_INFLIGHT_BYTES = 2 * DEFAULT_MAX_BODY_BYTES
-#: Default time a client has to send a whole request body (s); a stalled upload is dropped.
-DEFAULT_BODY_TIMEOUT_S = 30.0
-#: Default longest pause between two pieces of a body (s): a connection that sends nothing for
-#: this long gets 408 and is closed, however much of ``body_timeout_s`` is left.
-DEFAULT_IDLE_TIMEOUT_S = 5.0
 #: Default cap on an OTLP/JSON body (bytes, compressed and inflated): the JSON decoder is slow
 #: enough that a larger one is not acknowledged within the exporters' 10 s default timeout, so
 #: it gets an early 413 that says to lower the batch size instead of a retried timeout.
@@ -108,8 +111,7 @@ class _Receiver:
         token: str | None,
         max_body_bytes: int,
         budget: ByteBudget,
-        body_timeout_s: float,
-        idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S,
+        timeouts: BodyTimeouts,
         max_json_body_bytes: int = DEFAULT_MAX_JSON_BODY_BYTES,
         connections: ConnectionGuard | None = None,
     ):
@@ -120,8 +122,7 @@ class _Receiver:
         self.expected = token.encode("utf-8") if token else None
         self.max_body_bytes = max_body_bytes
         self.budget = budget
-        self.body_timeout_s = body_timeout_s
-        self.idle_timeout_s = idle_timeout_s
+        self.bodies = BodyReader(budget, timeouts)
         self.max_json_body_bytes = max_json_body_bytes
 
     def authorized(self, request: Request) -> bool:
@@ -145,7 +146,7 @@ class _Receiver:
             is_json = media_type(content_type) == JSON
             limit = self.max_json_body_bytes if is_json else self.max_body_bytes
             hint = BATCH_HINT if is_json else PROTOBUF_BATCH_HINT
-            body = await self._read_body(request, held, client, limit, hint)
+            body = await self.bodies.read(request, held, client, limit, hint)
             prepared = await self.pool.prepare(
                 body, content_type, request.headers.get("content-encoding"), limit
             )
@@ -154,82 +155,13 @@ class _Receiver:
             stalled = {"Connection": "close"} if error.status == 408 else None
             return _error(kind, error.status, error.reason, stalled)
         except Busy as error:
-            received = await self._discard_body(request, started=held[0] > 0)
+            received = await self.bodies.discard(request, started=held[0] > 0)
             return _retry_later(kind, f"collector busy: {error}", close=not received)
         except DecodeUnavailable as error:
             return _retry_later(kind, f"collector busy: {error}")
         finally:
             self.budget.give(held[0], client)
         return await self._store(prepared)
-
-    async def _read_body(
-        self, request: Request, held: list[int], client: str, limit: int, hint: str = BATCH_HINT
-    ) -> bytearray:
-        """The body, refusing 413 past ``limit`` (at once when ``Content-Length`` declares more),
-        408 when it takes longer than ``body_timeout_s`` or pauses longer than
-        ``idle_timeout_s``, Busy when the client's share or the whole byte budget is spent.
-        Bytes are charged as they arrive (``held`` counts them), never as declared."""
-        declared = request.headers.get("content-length")
-        if declared and declared.isdigit() and int(declared) > limit:
-            raise OtlpError(413, f"request body is {declared} bytes; the limit is {limit}: {hint}")
-        if declared and declared.isdigit() and not self.budget.fits(int(declared), client):
-            self._reserve(int(declared), [0], client)  # raises Busy: refused before a byte is read
-        body = bytearray()
-        async for chunk in self._chunks(request):
-            if len(body) + len(chunk) > limit:
-                raise OtlpError(413, f"request body exceeds the limit of {limit} bytes: {hint}")
-            self._reserve(len(chunk), held, client)
-            body += chunk
-        return body
-
-    async def _chunks(self, request: Request):
-        """The body's pieces as they arrive; OtlpError 408 past ``body_timeout_s`` in all or
-        ``idle_timeout_s`` between two pieces."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.body_timeout_s
-        stream = request.stream().__aiter__()
-        while True:
-            left = deadline - loop.time()
-            wait = min(self.idle_timeout_s, left)
-            try:
-                async with asyncio.timeout(max(wait, 0)):
-                    chunk = await anext(stream)
-            except StopAsyncIteration:
-                return
-            except TimeoutError:
-                if left <= self.idle_timeout_s:
-                    raise OtlpError(
-                        408, f"request body not received within {self.body_timeout_s:g} s"
-                    ) from None
-                raise OtlpError(
-                    408, f"request body paused for more than {self.idle_timeout_s:g} s (idle timeout)"
-                ) from None
-            if chunk:
-                yield chunk
-
-    async def _discard_body(self, request: Request, started: bool) -> bool:
-        """Read and drop the body of a request refused for the byte cap (nothing is kept), so
-        the connection stays usable for the client's retry. False when it cannot be: the body
-        was partly read already, or stalled (``body_timeout_s`` / ``idle_timeout_s``; the
-        caller closes the connection then)."""
-        if started:
-            return False
-        try:
-            async for _ in self._chunks(request):
-                pass
-        except OtlpError:
-            return False
-        return True
-
-    def _reserve(self, nbytes: int, held: list[int], client: str) -> None:
-        budget = self.budget
-        if not budget.take(nbytes, client):
-            mine = budget.by_client.get(client, 0)
-            raise Busy(
-                f"{budget.used} request bytes in flight, {mine} of them this client's (the cap is "
-                f"{budget.limit}, {budget.share} per client)"
-            )
-        held[0] += nbytes
 
     async def _store(self, prepared: Prepared) -> Response:
         """Journal the prepared rows (answering once they are durable) and build the response."""
@@ -281,6 +213,7 @@ def create_app(
     max_inflight_bytes: int = DEFAULT_MAX_INFLIGHT_BYTES,
     body_timeout_s: float = DEFAULT_BODY_TIMEOUT_S,
     idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S,
+    min_body_rate_bytes_s: float = DEFAULT_MIN_BODY_RATE,
     max_client_inflight_bytes: int | None = None,
     max_json_body_bytes: int = DEFAULT_MAX_JSON_BODY_BYTES,
     metrics: CollectorMetrics | None = None,
@@ -301,7 +234,8 @@ def create_app(
     journal backlog at which intake answers 503 (``budgetlens.ingest.queue``).
     ``max_inflight_bytes``: cap on request body bytes held at once (503 + Retry-After beyond);
     ``body_timeout_s``: time to receive a whole body, ``idle_timeout_s``: longest pause between
-    two of its pieces (408 after either; s). ``max_client_inflight_bytes``: one client's (address)
+    two of its pieces, ``min_body_rate_bytes_s``: slowest average after that grace (0: none;
+    ``budgetlens.ingest.body_reader``; 408 after any; s, bytes/s). ``max_client_inflight_bytes``: one client's (address)
     share of the in-flight cap (default ``max_body_bytes``: one body, the rest is the others').
     ``max_json_body_bytes``: cap on an OTLP/JSON body (compressed and inflated; at most
     ``max_body_bytes``), so any accepted body is acknowledged within the exporters' 10 s.
@@ -317,7 +251,8 @@ def create_app(
     writer and the decode workers on startup and, on shutdown (SIGTERM under uvicorn), commits
     what is pending before it exits.
     Raises ValueError for ``max_body_bytes`` < 1, ``max_inflight_bytes`` < ``max_body_bytes``,
-    a client share below ``max_body_bytes`` or above ``max_inflight_bytes``, a timeout <= 0, or
+    a client share below ``max_body_bytes`` or above ``max_inflight_bytes``, a timeout <= 0, a
+    minimum body rate < 0, or
     a token that is empty or has surrounding whitespace.
     """
     if max_body_bytes < 1:
@@ -326,10 +261,7 @@ def create_app(
         raise ValueError(
             f"max_inflight_bytes ({max_inflight_bytes}) must be >= max_body_bytes ({max_body_bytes})"
         )
-    if body_timeout_s <= 0 or idle_timeout_s <= 0:
-        raise ValueError(
-            f"body_timeout_s and idle_timeout_s must be > 0 (got {body_timeout_s}, {idle_timeout_s})"
-        )
+    timeouts = BodyTimeouts(body_timeout_s, idle_timeout_s, min_body_rate_bytes_s)
     share = max_body_bytes if max_client_inflight_bytes is None else max_client_inflight_bytes
     if not max_body_bytes <= share <= max_inflight_bytes:
         raise ValueError(
@@ -358,8 +290,7 @@ def create_app(
         token=token,
         max_body_bytes=max_body_bytes,
         budget=ByteBudget(max_inflight_bytes, share),
-        body_timeout_s=body_timeout_s,
-        idle_timeout_s=idle_timeout_s,
+        timeouts=timeouts,
         max_json_body_bytes=min(max_json_body_bytes, max_body_bytes),
         connections=connections,
     )
