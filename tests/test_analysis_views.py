@@ -7,6 +7,7 @@ import datetime as dt
 
 import pandas as pd
 import pytest
+from _store_rows import call_row
 
 from budgetlens.analysis import views as analysis
 from budgetlens.analysis.run_queries import RUN_TABLE_COLUMNS
@@ -34,23 +35,8 @@ def _record(run_id, start, task_type="qa", **fields):
 
 
 def _call(run_id, turn, start, model="gpt-4.1-mini", **fields):
-    row = dict(
-        span_id=f"{run_id}.c{turn}",
-        run_id=run_id,
-        source="test",
-        task_type="qa",
-        request_model=model,
-        response_model=model,
-        start_utc=start,
-        turn=turn,
-        input_tokens=900,
-        output_tokens=100,
-        total_tokens=1000,
-        cost_usd=0.01,
-        usage_status="reported",
-    )
-    row.update(fields)
-    return row
+    usage = dict(input_tokens=900, output_tokens=100, total_tokens=1000, cost_usd=0.01)
+    return call_row(run_id, turn, start, model, **{**usage, **fields})
 
 
 @pytest.fixture(scope="module")

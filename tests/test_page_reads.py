@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import datetime as dt
 
+from _store_rows import call_row
+
 from budgetlens.analysis import queries as q
 from budgetlens.analysis import run_queries as q_runs
 from budgetlens.analysis import views as analysis
@@ -38,19 +40,7 @@ ORDER BY t.path
 
 
 def _call(run_id: str, turn: int, model: str | None) -> dict:
-    return dict(
-        span_id=f"{run_id}.c{turn}",
-        run_id=run_id,
-        source="test",
-        task_type="qa",
-        request_model=model,
-        response_model=model,
-        start_utc=T0 + dt.timedelta(minutes=turn),
-        turn=turn,
-        input_tokens=10,
-        output_tokens=5,
-        usage_status="reported",
-    )
+    return call_row(run_id, turn, T0 + dt.timedelta(minutes=turn), model, input_tokens=10, output_tokens=5)
 
 
 def test_the_model_options_equal_every_runs_models_split(store_path):
