@@ -27,6 +27,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 )
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
+from budgetlens.otlp import json_reasons
 from budgetlens.otlp.attributes import MAX_ID_CHARS as _MAX_RUN_ID_CHARS
 
 PROTOBUF = "application/x-protobuf"
@@ -64,7 +65,8 @@ def media_type(content_type: str | None) -> str:
     base = (content_type or "").split(";", 1)[0].strip().lower()
     if base in (PROTOBUF, JSON):
         return base
-    raise OtlpError(415, f"Content-Type must be {PROTOBUF} or {JSON} (got {content_type or 'none'!r})")
+    given = json_reasons.quoted(content_type) if content_type else "none"
+    raise OtlpError(415, f"Content-Type must be {PROTOBUF} or {JSON} (got {given})")
 
 
 def inflate(body: bytes, content_encoding: str | None, max_bytes: int) -> bytes:
@@ -80,7 +82,9 @@ def inflate(body: bytes, content_encoding: str | None, max_bytes: int) -> bytes:
     if encoding in ("", "identity"):
         return body
     if encoding != "gzip":
-        raise OtlpError(415, f"Content-Encoding must be gzip or identity (got {encoding!r})")
+        raise OtlpError(
+            415, f"Content-Encoding must be gzip or identity (got {json_reasons.quoted(encoding)})"
+        )
     out = bytearray()
     data = body
     try:
@@ -203,21 +207,7 @@ def _parse_part(value: dict, message, where: str) -> None:
     try:
         json_format.ParseDict(value, message, ignore_unknown_fields=True)
     except (json_format.ParseError, TypeError, ValueError) as error:
-        raise OtlpError(400, f"{where}: {_parse_reason(error)}") from None
-
-
-#: The field names protobuf's JSON parser puts in its messages ("Failed to parse X field: ...").
-_PARSE_FIELD = re.compile(r"Failed to parse (\w+) field")
-
-
-def _parse_reason(error: Exception) -> str:
-    """A rejection reason naming the field path and the rule, never the value: protobuf's
-    ``ParseError`` quotes the offending value, and reasons go back in ``partial_success`` and
-    into logs (an attribute may hold a secret)."""
-    path = ".".join(_PARSE_FIELD.findall(str(error)))
-    if path:
-        return f"field {path} has a value of the wrong type for OTLP/JSON"
-    return f"a field has a value of the wrong type for OTLP/JSON ({type(error).__name__})"
+        raise OtlpError(400, f"{where}: {json_reasons.reason(error, value)}") from None
 
 
 def _hex_to_b64(value, name: str, size: int, required: bool) -> str:
@@ -257,7 +247,7 @@ def _add_json_span(span, spans) -> str | None:
         message = Span()
         json_format.ParseDict(fixed, message, ignore_unknown_fields=True)
     except json_format.ParseError as error:
-        return _parse_reason(error)
+        return json_reasons.reason(error, fixed)
     except (TypeError, ValueError, AttributeError) as error:
         return str(error)[:200]
     spans.append(message)
