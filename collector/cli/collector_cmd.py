@@ -157,6 +157,15 @@ def register(subparsers) -> None:
         "connection closed, as with Apache's mod_reqtimeout MinRate",
     )
     parser.add_argument(
+        "--answer-deadline",
+        type=positive_float,
+        default=7.0,
+        metavar="SECONDS",
+        help="a body over 4 MiB that would be answered later than this after it arrived, behind "
+        "the large bodies queued ahead (estimated at the measured decode rate), gets 503 + "
+        "Retry-After at once (default 7: within the exporters' 10 s timeout)",
+    )
+    parser.add_argument(
         "--header-timeout",
         type=positive_float,
         default=10.0,
@@ -309,6 +318,7 @@ def run(args) -> int:
             ledger=ledger,
             idle_timeout_s=args.idle_timeout,
             min_body_rate_bytes_s=args.min_body_rate_kib * 1024,
+            answer_deadline_s=args.answer_deadline,
             checkpoint_interval_s=args.checkpoint_interval,
             checkpoint_wal_bytes=int(args.checkpoint_wal_mib * MIB),
             connections=guard,

@@ -13,10 +13,14 @@ Routes:
   ``idle_timeout_s``, or slower than ``min_body_rate_bytes_s``), 413 body over
   ``max_body_bytes`` (compressed or inflated), 415 wrong content type or encoding, 503 +
   ``Retry-After`` when the journal backlog is at its disk budget, more than
-  ``max_inflight_bytes`` of request bodies are held, the journal cannot be written (disk full:
+  ``max_inflight_bytes`` of request bodies are held, a body over 4 MiB would be answered past
+  ``answer_deadline_s`` behind the large bodies queued ahead (``Retry-After``: when they are
+  done; ``budgetlens.ingest.admission``), the journal cannot be written (disk full:
   "journal unavailable"), or the collector is shutting down. A body refused for the in-flight
-  cap is read and dropped (kept nowhere) so the connection serves the retry; a stalled upload
-  (408, or that 503 when its body does not arrive in time) has its connection closed. Error bodies are a ``google.rpc.Status`` (code,
+  cap or the deadline is read and dropped (kept nowhere) so the connection serves the retry; a
+  stalled upload (408, or that 503 when its body does not arrive in time) has its connection
+  closed, and so has every 413, 415 or 408 answered before the body was read (answered from
+  the headers, the connection closed at once: not at the keep-alive timeout). Error bodies are a ``google.rpc.Status`` (code,
   message) in the request's encoding, as OTLP/HTTP asks (protobuf, or JSON
   ``{"code": N, "message": "..."}``; text/plain when the content type was not OTLP).
 - ``POST /v1/ledger/{reserve,settle,renew,balances}``: the shared ledger of spend windows and
@@ -43,6 +47,7 @@ import hmac
 import logging
 import os
 import secrets
+import time
 
 from google.rpc.status_pb2 import Status
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -53,6 +58,7 @@ from starlette.routing import Route
 
 from budgetlens.guard.ledgers.local import SqliteLedger
 from budgetlens.guard.ledgers.protocol import Ledger
+from budgetlens.ingest.admission import DEFAULT_ANSWER_DEADLINE_S, LargeBodyQueue, TooLate
 from budgetlens.ingest.body_reader import (
     DEFAULT_BODY_TIMEOUT_S,
     DEFAULT_IDLE_TIMEOUT_S,
@@ -114,8 +120,10 @@ class _Receiver:
         timeouts: BodyTimeouts,
         max_json_body_bytes: int = DEFAULT_MAX_JSON_BODY_BYTES,
         connections: ConnectionGuard | None = None,
+        answer_deadline_s: float = DEFAULT_ANSWER_DEADLINE_S,
     ):
         self.connections = connections
+        self.large = LargeBodyQueue(pool.large_bytes, answer_deadline_s)
         self.ingest = ingest
         self.pool = pool
         self.metrics = metrics
@@ -136,6 +144,7 @@ class _Receiver:
         )
 
     async def traces(self, request: Request) -> Response:
+        started = time.monotonic()  # the clock of ``self.large``
         content_type = request.headers.get("content-type")
         kind = _request_kind(content_type)
         if not self.authorized(request):
@@ -146,22 +155,41 @@ class _Receiver:
             is_json = media_type(content_type) == JSON
             limit = self.max_json_body_bytes if is_json else self.max_body_bytes
             hint = BATCH_HINT if is_json else PROTOBUF_BATCH_HINT
+            declared = request.headers.get("content-length")
+            if declared and declared.isdigit() and int(declared) <= limit:
+                self.large.check(int(declared), started)  # TooLate before a byte is read
             body = await self.bodies.read(request, held, client, limit, hint)
-            prepared = await self.pool.prepare(
-                body, content_type, request.headers.get("content-encoding"), limit
-            )
-            del body
-        except OtlpError as error:  # 408: a stalled upload, close its connection
-            stalled = {"Connection": "close"} if error.status == 408 else None
-            return _error(kind, error.status, error.reason, stalled)
+        except OtlpError as error:
+            # 415, 413 or 408 with the body not (all) read: close the connection, so the client
+            # has its answer now, not when the keep-alive timeout closes it
+            self.budget.give(held[0], client)
+            return _error(kind, error.status, error.reason, {"Connection": "close"})
         except Busy as error:
+            self.budget.give(held[0], client)
             received = await self.bodies.discard(request, started=held[0] > 0)
             return _retry_later(kind, f"collector busy: {error}", close=not received)
+        except TooLate as error:
+            received = await self.bodies.discard(request, started=False)
+            return _retry_later(kind, f"collector busy: {error}", not received, error.retry_after_s)
+        try:
+            # a large body: admitted by the deadline rule now that its size is known, then
+            # decoded and journaled in the one large-body slot (``budgetlens.ingest.admission``)
+            async with self.large.slot(len(body), started):
+                prepared = await self.pool.prepare(
+                    body, content_type, request.headers.get("content-encoding"), limit
+                )
+                del body
+                self.budget.give(held[0], client)
+                held[0] = 0
+                return await self._store(prepared)
+        except OtlpError as error:
+            return _error(kind, error.status, error.reason)
+        except TooLate as error:  # its bytes are dropped as the handler returns
+            return _retry_later(kind, f"collector busy: {error}", retry_after_s=error.retry_after_s)
         except DecodeUnavailable as error:
             return _retry_later(kind, f"collector busy: {error}")
         finally:
             self.budget.give(held[0], client)
-        return await self._store(prepared)
 
     async def _store(self, prepared: Prepared) -> Response:
         """Journal the prepared rows (answering once they are durable) and build the response."""
@@ -216,6 +244,7 @@ def create_app(
     min_body_rate_bytes_s: float = DEFAULT_MIN_BODY_RATE,
     max_client_inflight_bytes: int | None = None,
     max_json_body_bytes: int = DEFAULT_MAX_JSON_BODY_BYTES,
+    answer_deadline_s: float = DEFAULT_ANSWER_DEADLINE_S,
     metrics: CollectorMetrics | None = None,
     ingest: IngestQueue | None = None,
     decode_pool: DecodePool | None = None,
@@ -239,6 +268,9 @@ def create_app(
     share of the in-flight cap (default ``max_body_bytes``: one body, the rest is the others').
     ``max_json_body_bytes``: cap on an OTLP/JSON body (compressed and inflated; at most
     ``max_body_bytes``), so any accepted body is acknowledged within the exporters' 10 s.
+    ``answer_deadline_s``: a body over the decode pool's ``large_bytes`` estimated to be answered
+    later than this after its request arrived, behind the large bodies queued ahead, gets 503 +
+    ``Retry-After`` at once (``budgetlens.ingest.admission``; s, > 0).
     ``ledger``: the state behind ``/v1/ledger/*`` (default: a SQLite ledger in memory; the
     ``collector`` command keeps it in a file next to the journal).
     ``read_token``: the bearer token of the read endpoint ``/v1/store/*``
@@ -251,8 +283,8 @@ def create_app(
     writer and the decode workers on startup and, on shutdown (SIGTERM under uvicorn), commits
     what is pending before it exits.
     Raises ValueError for ``max_body_bytes`` < 1, ``max_inflight_bytes`` < ``max_body_bytes``,
-    a client share below ``max_body_bytes`` or above ``max_inflight_bytes``, a timeout <= 0, a
-    minimum body rate < 0, or
+    a client share below ``max_body_bytes`` or above ``max_inflight_bytes``, a timeout or answer
+    deadline <= 0, a minimum body rate < 0, or
     a token that is empty or has surrounding whitespace.
     """
     if max_body_bytes < 1:
@@ -293,6 +325,7 @@ def create_app(
         timeouts=timeouts,
         max_json_body_bytes=min(max_json_body_bytes, max_body_bytes),
         connections=connections,
+        answer_deadline_s=answer_deadline_s,
     )
     app = Starlette(
         routes=[
@@ -331,9 +364,12 @@ def _error(kind: str | None, status: int, message: str, headers: dict | None = N
     return PlainTextResponse(message, status_code=status, headers=headers)
 
 
-def _retry_later(kind: str | None, reason: str, close: bool = False) -> Response:
-    """503 + Retry-After; ``close`` also ends the connection (the request body was not read)."""
-    headers = {"Retry-After": str(RETRY_AFTER_S)}
+def _retry_later(
+    kind: str | None, reason: str, close: bool = False, retry_after_s: int = RETRY_AFTER_S
+) -> Response:
+    """503 + Retry-After (``retry_after_s``); ``close`` also ends the connection (the request
+    body was not read)."""
+    headers = {"Retry-After": str(retry_after_s)}
     if close:
         headers["Connection"] = "close"
     return _error(kind, 503, reason, headers)
