@@ -5,10 +5,15 @@ with nothing ahead is always admitted, the rate is the one measured."""
 from __future__ import annotations
 
 import asyncio
+import gzip
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+from _collector_helpers import SpanRecorder, otlp_protobuf
 
-from budgetlens.ingest.admission import LargeBodyQueue, TooLate
+from budgetlens.ingest.admission import LargeBodyQueue, TooLate, work_bytes
+from budgetlens.ingest.decode_pool import DecodePool
+from budgetlens.otlp import PROTOBUF
 
 MB = 1_000_000
 
@@ -102,3 +107,43 @@ def test_bodies_queued_for_the_slot_count_ahead_of_a_newcomer():
 def test_a_deadline_or_rate_not_above_zero_is_refused(deadline, rate):
     with pytest.raises(ValueError, match="must be > 0"):
         LargeBodyQueue(4 * MB, deadline, rate)
+
+
+def test_a_gzip_body_counts_its_inflated_size_and_an_identity_body_its_length():
+    raw = b"\0" * 3_000_000
+    packed = gzip.compress(raw)
+    assert work_bytes(packed, "gzip") == len(raw) and work_bytes(packed, " GZIP ") == len(raw)
+    assert work_bytes(raw, None) == work_bytes(raw, "identity") == len(raw)
+    assert work_bytes(b"\x1f\x8b", "gzip") == 2  # too short for a trailer: its length
+
+
+class _Recording(ThreadPoolExecutor):
+    """A decode "worker" in a thread, counting the tasks it ran."""
+
+    def __init__(self):
+        super().__init__(max_workers=1)
+        self.ran: list[str] = []
+
+    def submit(self, fn, /, *args, **kwargs):
+        self.ran.append(fn.__name__)
+        return super().submit(fn, *args, **kwargs)
+
+
+def test_a_small_gzip_body_that_inflates_past_large_bytes_is_decoded_in_the_large_body_worker():
+    recorder = SpanRecorder()
+    for index in range(30):
+        recorder.guard_run(f"run-{index}", "triage", [("gpt-4o", 100, 10)] * 3)
+    raw = otlp_protobuf(recorder.spans())
+    packed = gzip.compress(raw)
+    pool = DecodePool(workers=1, inline_bytes=100, large_bytes=len(packed) + 1)
+    workers, large = _Recording(), _Recording()
+    pool._executor, pool._large_executor = workers, large
+    try:
+        answer = asyncio.run(pool.prepare(packed, PROTOBUF, "gzip", 1 << 24, work_bytes(packed, "gzip")))
+        assert large.ran[:1] == ["_prepare_in_worker"] and workers.ran == []
+        small = asyncio.run(pool.prepare(packed, PROTOBUF, "gzip", 1 << 24))  # routed by its length
+        assert workers.ran == ["_prepare_in_worker"] and large.ran.count("_prepare_in_worker") == 1
+    finally:
+        pool.close()
+    assert (answer.spans, answer.rejected) == (small.spans, small.rejected) == (120, 0)
+    assert answer.rows == small.rows > 0

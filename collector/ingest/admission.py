@@ -1,6 +1,7 @@
 """Large bodies answered within the exporters' timeout, or refused at once (issue 23).
 
-Bodies over the decode pool's ``large_bytes`` (4 MiB) are decoded, mapped and journaled one at a
+Bodies over the decode pool's ``large_bytes`` (4 MiB; a gzip body counts inflated,
+``work_bytes``) are decoded, mapped and journaled one at a
 time: a worker needs about 15× a body's size while it decodes it, so two at once would double
 the collector's peak. A large body that arrives while others wait for that slot waits for all of
 them; an OTel exporter gives up after its 10 s timeout (``OTEL_EXPORTER_OTLP_TIMEOUT``) and sends
@@ -41,6 +42,21 @@ DEFAULT_ANSWER_DEADLINE_S = 7.0
 DEFAULT_RATE_BYTES_S = 2.0 * 1024 * 1024
 #: Weight of the newest measurement in the rate's exponential average.
 RATE_WEIGHT = 0.5
+
+
+#: The shortest gzip member (header and trailer, RFC 1952), bytes.
+_GZIP_MIN_BYTES = 18
+
+
+def work_bytes(body: bytes | bytearray, content_encoding: str | None) -> int:
+    """The bytes decoding ``body`` works through (what its time and memory follow): its length,
+    or for a gzip body the larger of that and the inflated size its trailer states (ISIZE, RFC
+    1952: the last member's, mod 2**32). A trailer that lies only misroutes its own body:
+    inflating stays capped at the body limit."""
+    size = len(body)
+    if (content_encoding or "").strip().lower() == "gzip" and size >= _GZIP_MIN_BYTES:
+        size = max(size, int.from_bytes(body[-4:], "little"))
+    return size
 
 
 class TooLate(Exception):

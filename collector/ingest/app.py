@@ -58,7 +58,7 @@ from starlette.routing import Route
 
 from budgetlens.guard.ledgers.local import SqliteLedger
 from budgetlens.guard.ledgers.protocol import Ledger
-from budgetlens.ingest.admission import DEFAULT_ANSWER_DEADLINE_S, LargeBodyQueue, TooLate
+from budgetlens.ingest.admission import DEFAULT_ANSWER_DEADLINE_S, LargeBodyQueue, TooLate, work_bytes
 from budgetlens.ingest.body_reader import (
     DEFAULT_BODY_TIMEOUT_S,
     DEFAULT_IDLE_TIMEOUT_S,
@@ -174,10 +174,10 @@ class _Receiver:
         try:
             # a large body: admitted by the deadline rule now that its size is known, then
             # decoded and journaled in the one large-body slot (``budgetlens.ingest.admission``)
-            async with self.large.slot(len(body), started):
-                prepared = await self.pool.prepare(
-                    body, content_type, request.headers.get("content-encoding"), limit
-                )
+            encoding = request.headers.get("content-encoding")
+            work = work_bytes(body, encoding)  # a gzip body counts inflated
+            async with self.large.slot(work, started):
+                prepared = await self.pool.prepare(body, content_type, encoding, limit, work)
                 del body
                 self.budget.give(held[0], client)
                 held[0] = 0

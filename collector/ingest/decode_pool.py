@@ -300,19 +300,28 @@ class DecodePool:
         )
 
     async def prepare(
-        self, body: bytes | bytearray, content_type: str | None, content_encoding: str | None, max_bytes: int
+        self,
+        body: bytes | bytearray,
+        content_type: str | None,
+        content_encoding: str | None,
+        max_bytes: int,
+        work_bytes: int | None = None,
     ) -> Prepared:
         """``prepare`` for ``body``: in a worker, or in-process when it is at most
-        ``inline_bytes`` or the pool is not started. Raises OtlpError as ``prepare`` does,
-        DecodeUnavailable when the worker died (the pool restarts)."""
+        ``inline_bytes`` or the pool is not started; one at a time in the large-body worker
+        when ``work_bytes`` (the bytes its decode works through, default its length:
+        ``budgetlens.ingest.admission.work_bytes`` counts a gzip body inflated) is over
+        ``large_bytes``. Raises OtlpError as ``prepare`` does, DecodeUnavailable when the
+        worker died (the pool restarts)."""
         executor = self._executor
         memory = self.memory
+        work = max(len(body), work_bytes or 0)
         if executor is None or len(body) <= self.inline_bytes:
             prepared = prepare(body, content_type, content_encoding, max_bytes, memory)
             prepared.prints = {}  # remembered by the mapping already
             return prepared
         args = (body, content_type, content_encoding, max_bytes)
-        result = await self._in_worker(executor, *args, None, memory is not None)
+        result = await self._in_worker(executor, *args, None, memory is not None, work)
         if memory is not None:
             # Check and remember in one step, on the event loop (no other body is checked in
             # between): a span received earlier with other content is a span id collision,
@@ -327,7 +336,7 @@ class DecodePool:
                         "%d span id collisions in a worker-mapped body; mapping it again", len(conflicts)
                     )
                 seed = (memory.excerpt(seed_keys(result.asked, result.remembered)), conflicts)
-                result = await self._in_worker(executor, *args, seed, True)
+                result = await self._in_worker(executor, *args, seed, True, work)
                 memory.remember_prints(result.prints)
             memory.remember(result.remembered)
         result.prints, result.asked, result.remembered = {}, [], []
@@ -342,14 +351,15 @@ class DecodePool:
         max_bytes: int,
         seed: Seed | None,
         remember: bool,
+        work: int = 0,
     ) -> Prepared:
-        """``_prepare_in_worker`` in ``executor``; bodies over ``large_bytes`` one at a time, in
-        the large-body worker."""
+        """``_prepare_in_worker`` in ``executor``; bodies whose ``work`` (bytes, at least their
+        length) is over ``large_bytes`` one at a time, in the large-body worker."""
         loop = asyncio.get_running_loop()
         if self._large is None:
             self._large = asyncio.Semaphore(1)
         args = (body, content_type, content_encoding, max_bytes, seed, remember)
-        large = len(body) > self.large_bytes and self._large_executor is not None
+        large = max(len(body), work) > self.large_bytes and self._large_executor is not None
         try:
             if large:
                 async with self._large:
