@@ -24,8 +24,8 @@ import time
 from pathlib import Path
 
 from benchmarks._report import machine, publish
+from budgetlens.analysis import censoring, drift, runaways, spenders, whatif
 from budgetlens.analysis import views as analysis
-from budgetlens.analysis import whatif
 from budgetlens.config import ENV_BENCH_DIR, resolve
 from budgetlens.store import read_connection, rollups, write_connection
 
@@ -158,9 +158,12 @@ WHATIF_SHOWN_RUNS = 500
 
 
 def page_calls(f: analysis.Filters, run_id: str):
-    """Each page's analysis calls, as the dashboard pages make them: {page: [callable(conn)]}.
-    Every page also draws the sidebar and the header (data extent, filter options, what the
-    window leaves out)."""
+    """Each page's analysis calls, as the dashboard pages make them with their default widgets
+    (``dashboard/app_pages/*.py``): {page: [callable(conn)]}. Every page also draws the sidebar
+    and the header (data extent, filter options, what the window leaves out). The lists before
+    issue 25's page work left out the runaways (Overview), spend by team (Cost), drift, the
+    Kaplan-Meier baselines and the limit history (Baselines, Presets): those pages' earlier
+    figures understated them."""
     shared = [
         analysis.data_extent,
         analysis.filter_options,
@@ -174,6 +177,7 @@ def page_calls(f: analysis.Filters, run_id: str):
             lambda c: analysis.overview(c, previous),  # "vs previous period"
             lambda c: analysis.hit_rate_daily(c, f),
             lambda c: analysis.cost_by_period(c, f, "day", "task_type"),
+            lambda c: runaways.runaways(c, f),
         ],
         "Cost": [
             lambda c: analysis.overview(c, f),
@@ -181,6 +185,7 @@ def page_calls(f: analysis.Filters, run_id: str):
             lambda c: analysis.cost_by_period(c, f, "day", "task_type"),
             lambda c: analysis.cost_per_run(c, f),
             lambda c: analysis.top_runs(c, f, 20),
+            lambda c: spenders.spend_by(c, f, "team"),  # "Who spent it", grouped by team
         ],
         # the Cost page's "Show latency per model" toggle (off by default): its one extra read
         "Cost: latency per model (on demand)": [lambda c: analysis.model_latency(c, f)],
@@ -191,14 +196,19 @@ def page_calls(f: analysis.Filters, run_id: str):
         ],
         "Baselines": [
             lambda c: analysis.baselines(c, f),
+            lambda c: drift.drift(c, f),
             lambda c: analysis.token_distribution(c, f),
             lambda c: analysis.current_limits(c, f),
+            lambda c: censoring.censored_baselines(c, f),  # the recommendation and the KM table
+            lambda c: analysis.limit_history(c, f),
             lambda c: analysis.token_part_baselines(c, f),
         ],
         "Presets": [
-            lambda c: analysis.presets(analysis.baselines(c, f)),
+            lambda c: whatif.evidence_presets(whatif.evidence(c, f), analysis.DEFAULT_MULTIPLIER),
             lambda c: analysis.current_limits(c, f),
             analysis.data_extent,
+            lambda c: drift.drift(c, f),
+            lambda c: analysis.limit_history(c, f),
         ],
         "Runs": [lambda c: analysis.runs_table(c, f, limit=500), lambda c: analysis.run_detail(c, run_id)],
         # the fast path (per-run peaks); its full-replay reference: benchmarks.whatif

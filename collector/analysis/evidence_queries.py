@@ -6,7 +6,13 @@ the Kaplan–Meier baselines (``censoring``), runaway runs and the spend they ar
 
 from __future__ import annotations
 
-from budgetlens.analysis.queries import BASELINE_METRICS, COST_KNOWN, FILTERED, IS_BUDGET_STOP
+from budgetlens.analysis.queries import (
+    BASELINE_METRICS,
+    COST_KNOWN,
+    FILTERED,
+    FILTERED_INLINE,
+    IS_BUDGET_STOP,
+)
 from budgetlens.analysis.spend_queries import SPEND
 
 #: The censoring input of the Kaplan–Meier baselines: per filtered run its task type, the
@@ -34,12 +40,16 @@ FROM filtered
 
 #: Runaway runs: above ``$k`` x their task type's P95 of total tokens, or with the same tool
 #: called ``$repeats`` or more times in a row (``budgetlens.tool_call`` events in time order;
-#: arguments are never stored, so "the same call" is the same tool name). Columns: run_id,
+#: arguments are never stored, so "the same call" is the same tool name; of two tools with
+#: equally long streaks, the later name in sort order is ``repeated_tool``). Columns: run_id,
 #: task_type, start_utc, total_tokens, cost_usd, stop_reason, p95_total_tokens, tokens_ratio
 #: (total / P95), longest_repeat, repeated_tool, over_p95, tool_loop, own_cost_usd (the run's own
-#: spend, ``spend_queries.SPEND``: what the runaways' share sums).
+#: spend, ``spend_queries.SPEND``: what the runaways' share sums). The tool loops are picked
+#: first (``loops``) so that the WHERE does not read the LEFT JOIN: the few runaways are found
+#: before their streaks are joined (issue 25: DuckDB built the join's hash table on every
+#: filtered run); the runs filter is inlined (``FILTERED_INLINE``: read three times).
 RUNAWAYS = f"""
-WITH {FILTERED},
+WITH {FILTERED_INLINE},
 {SPEND},
 p95 AS (
     SELECT task_type, quantile_cont(total_tokens, 0.95) AS p95_total_tokens
@@ -54,22 +64,27 @@ tools AS (
     WHERE e.name = 'budgetlens.tool_call' AND e.tool_name IS NOT NULL
 ),
 streaks AS (
-    SELECT run_id, arg_max(tool_name, n) AS repeated_tool, max(n) AS longest_repeat
+    SELECT run_id, arg_max(tool_name, (n, tool_name)) AS repeated_tool, max(n) AS longest_repeat
     FROM (SELECT run_id, tool_name, streak, count(*) AS n FROM tools GROUP BY ALL)
     GROUP BY run_id
+),
+loops AS (SELECT run_id FROM streaks WHERE longest_repeat >= $repeats),
+picked AS (
+    SELECT f.run_id, f.task_type, f.start_utc, f.total_tokens, f.cost_usd, f.stop_reason,
+           f.own_cost_usd, p.p95_total_tokens
+    FROM spend f JOIN p95 p ON p.task_type IS NOT DISTINCT FROM f.task_type
+    WHERE f.total_tokens > $k * p.p95_total_tokens OR f.run_id IN (SELECT run_id FROM loops)
 )
 SELECT f.run_id, f.task_type, f.start_utc, f.total_tokens, f.cost_usd, f.stop_reason,
-       p.p95_total_tokens,
-       f.total_tokens / nullif(p.p95_total_tokens, 0) AS tokens_ratio,
+       f.p95_total_tokens,
+       f.total_tokens / nullif(f.p95_total_tokens, 0) AS tokens_ratio,
        coalesce(s.longest_repeat, 0) AS longest_repeat,
        s.repeated_tool,
-       coalesce(f.total_tokens > $k * p.p95_total_tokens, false) AS over_p95,
+       coalesce(f.total_tokens > $k * f.p95_total_tokens, false) AS over_p95,
        coalesce(s.longest_repeat >= $repeats, false) AS tool_loop,
        f.own_cost_usd
-FROM spend f
-JOIN p95 p ON p.task_type IS NOT DISTINCT FROM f.task_type
+FROM picked f
 LEFT JOIN streaks s ON s.run_id = f.run_id
-WHERE f.total_tokens > $k * p.p95_total_tokens OR s.longest_repeat >= $repeats
 ORDER BY f.total_tokens DESC NULLS LAST, f.run_id
 """
 

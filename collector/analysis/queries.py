@@ -144,24 +144,6 @@ _TOKEN_PARTS = """
         / nullif(sum(own_output_tokens) FILTER (WHERE reasoning_tokens IS NOT NULL), 0)
         AS reasoning_share"""
 
-OVERVIEW_TOTALS = f"""
-WITH {FILTERED},
-{SPEND}
-SELECT
-    count(*) AS runs,
-    {_RATES},
-    {_TOKEN_PARTS},
-    sum(own_cost_usd) AS cost_usd,
-    count(cost_usd) AS priced_runs,
-    count(*) FILTER (WHERE cost_usd IS NOT NULL AND NOT {COST_KNOWN}) AS partially_priced_runs,
-    CAST(coalesce(sum(unpriced_calls), 0) AS BIGINT) AS unpriced_calls,
-    count(*) FILTER (WHERE usage_status = 'unknown') AS unknown_usage_runs,
-    count(*) FILTER (WHERE quality IS NOT NULL) AS flagged_runs,
-    quantile_cont(total_tokens, 0.95) AS p95_total_tokens,
-    coalesce(sum(tool_cost_usd), 0.0) AS tool_cost_usd
-FROM spend
-"""
-
 OVERVIEW_PER_TASK = f"""
 WITH {FILTERED},
 {SPEND}
@@ -175,6 +157,32 @@ SELECT
 FROM spend
 GROUP BY task_type
 ORDER BY task_type
+"""
+
+#: ``OVERVIEW_TOTALS`` and ``OVERVIEW_PER_TASK`` in one pass over the runs (issue 25: the
+#: Overview read them one after the other): a grouping set per task type and one for the whole
+#: window, ``is_total`` (the whole window's row) telling them apart. Every column of both, the
+#: same aggregates; the per-task rows by task type (NULL last), the total row last.
+OVERVIEW = f"""
+WITH {FILTERED},
+{SPEND}
+SELECT
+    grouping(task_type) = 1 AS is_total,
+    task_type,
+    count(*) AS runs,
+    {_RATES},
+    {_TOKEN_PARTS},
+    sum(own_cost_usd) AS cost_usd,
+    count(cost_usd) AS priced_runs,
+    count(*) FILTER (WHERE cost_usd IS NOT NULL AND NOT {COST_KNOWN}) AS partially_priced_runs,
+    CAST(coalesce(sum(unpriced_calls), 0) AS BIGINT) AS unpriced_calls,
+    count(*) FILTER (WHERE usage_status = 'unknown') AS unknown_usage_runs,
+    count(*) FILTER (WHERE quality IS NOT NULL) AS flagged_runs,
+    quantile_cont(total_tokens, 0.95) AS p95_total_tokens,
+    coalesce(sum(tool_cost_usd), 0.0) AS tool_cost_usd
+FROM spend
+GROUP BY GROUPING SETS ((task_type), ())
+ORDER BY is_total, task_type NULLS LAST
 """
 
 #: Metrics of a baseline, each with P50, P95 and max (units in the names).

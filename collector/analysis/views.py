@@ -164,9 +164,10 @@ def overview(conn, f: Filters) -> Overview:
     intervention_rate, cost_usd, p95_total_tokens, cache_read_share, cache_write_share,
     reasoning_share] for the filtered runs (hit_rate and intervention_rate None for a task type
     without budgeted runs; shares 0..1 as ``Overview.cache_read_share``, None when unreported)."""
-    params = f.params()
-    totals = run_query(conn, q.OVERVIEW_TOTALS, params).iloc[0]
-    per_task = run_query(conn, q.OVERVIEW_PER_TASK, params)[
+    frame = run_query(conn, q.OVERVIEW, f.params())  # per task type, then the window's total
+    is_total = frame["is_total"].astype(bool)
+    totals = frame[is_total].iloc[0]
+    per_task = frame[~is_total].reset_index(drop=True)[
         [
             "task_type",
             "runs",
