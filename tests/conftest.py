@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import importlib.util
 import os
 import re
 import shutil
@@ -199,6 +200,28 @@ _REALDATA_SKIPPED: list[str] = []
 
 def _ci() -> bool:
     return os.environ.get("CI", "").strip().lower() in {"1", "true", "yes"}
+
+
+def require(*modules: str) -> None:
+    """Called at the top of a test module of an optional framework (or in a test): without one of
+    ``modules`` installed the module (the test) is skipped, and under ``CI=true`` it fails instead, so
+    CI cannot pass without the frameworks. It imports nothing (``importlib.util.find_spec``): the
+    tests import the framework where they use it, so collection does not load every framework in
+    every pytest-xdist worker (google-adk alone takes seconds)."""
+    missing = []
+    for name in modules:
+        try:
+            found = importlib.util.find_spec(name) is not None
+        except ModuleNotFoundError:  # a parent package is missing
+            found = False
+        if not found:
+            missing.append(name)
+    if not missing:
+        return
+    reason = f"not installed: {', '.join(missing)} (pip install -e '.[test]')"
+    if _ci():
+        pytest.fail(f"CI=true and {reason}", pytrace=False)
+    pytest.skip(reason, allow_module_level=True)
 
 
 def pytest_collection_finish(session):

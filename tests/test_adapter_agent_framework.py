@@ -7,17 +7,11 @@ import asyncio
 import contextlib
 
 import pytest
-
-pytest.importorskip("agent_framework")
-pytest.importorskip("agent_framework_openai")
-
 from _adapter_helpers import CALL
-from agent_framework import Agent
-from agent_framework.openai import OpenAIChatCompletionClient
+from conftest import require
 
 from budgetlens import BudgetExceeded, RunBudget
 from budgetlens.guard.adapters._wrap_up import WRAP_UP_INSTRUCTION
-from budgetlens.guard.adapters.agent_framework import budget_middleware
 from budgetlens.semconv import (
     STOP_BUDGET_TOKENS,
     STOP_BUDGET_TOOLS,
@@ -25,6 +19,9 @@ from budgetlens.semconv import (
     USAGE_REPORTED,
     USAGE_UNKNOWN,
 )
+
+# agent-framework takes seconds to import: the tests import it where they use it, not at collection
+require("agent_framework", "agent_framework_openai")
 
 pytestmark = pytest.mark.system  # each test starts an HTTP server
 
@@ -35,10 +32,16 @@ def read_file(path: str) -> str:
 
 
 def client(server, model="gpt-4o-mini"):
+    from agent_framework.openai import OpenAIChatCompletionClient
+
     return OpenAIChatCompletionClient(model=model, base_url=server.openai_url, api_key="test")
 
 
 def agent(server, run, model="gpt-4o-mini", **kwargs):
+    from agent_framework import Agent
+
+    from budgetlens.guard.adapters.agent_framework import budget_middleware
+
     return Agent(
         client=client(server, model),
         instructions="Fix bugs.",
@@ -71,6 +74,10 @@ def test_streamed_run_is_recorded(server):
 
 
 def test_stream_without_usage_is_unknown(server):
+    from agent_framework import Agent
+
+    from budgetlens.guard.adapters.agent_framework import budget_middleware
+
     async def main(run):
         async for _ in Agent(client=client(server, "drop-stream"), middleware=budget_middleware(run)).run(
             "hi", stream=True
@@ -94,6 +101,10 @@ def test_refused_before_sending_and_parallel_tools_over_the_limit(server):
 
 
 def test_status_error_releases_and_sub_agent_is_charged(server):
+    from agent_framework import Agent
+
+    from budgetlens.guard.adapters.agent_framework import budget_middleware
+
     run = RunBudget(max_total_tokens=50_000)
     with pytest.raises(Exception):  # noqa: B017 - the framework's own error type
         asyncio.run(agent(server, run, "error-500").run("go"))

@@ -6,22 +6,11 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-
-pytest.importorskip("google.adk")
-pytest.importorskip("litellm")
-
-from google.adk.agents import LlmAgent
-from google.adk.agents.run_config import RunConfig, StreamingMode
-from google.adk.models.base_llm import BaseLlm
-from google.adk.models.lite_llm import LiteLlm
-from google.adk.runners import InMemoryRunner
-from google.adk.tools.agent_tool import AgentTool
-from google.genai import types
+from conftest import require
 from llm_server import INPUT_TOKENS, OUTPUT_TOKENS
 
 from budgetlens import BudgetExceeded, RunBudget
 from budgetlens.guard.adapters._wrap_up import WRAP_UP_INSTRUCTION
-from budgetlens.guard.adapters.google_adk import BudgetPlugin
 from budgetlens.semconv import (
     STOP_BUDGET_TOKENS,
     STOP_BUDGET_TOOLS,
@@ -29,6 +18,9 @@ from budgetlens.semconv import (
     USAGE_REPORTED,
     USAGE_UNKNOWN,
 )
+
+# google-adk takes seconds to import: the tests import it where they use it, not at collection
+require("google.adk", "litellm")
 
 pytestmark = pytest.mark.system  # each test starts an HTTP server
 
@@ -41,10 +33,18 @@ def read_file(path: str) -> str:
 
 
 def model(server, name="gpt-4o-mini"):
+    from google.adk.models.lite_llm import LiteLlm
+
     return LiteLlm(model=f"openai/{name}", api_base=server.openai_url, api_key="test")
 
 
 def run_agent(agent, run, text="Fix the failing test", streaming=False):
+    from google.adk.agents.run_config import RunConfig, StreamingMode
+    from google.adk.runners import InMemoryRunner
+    from google.genai import types
+
+    from budgetlens.guard.adapters.google_adk import BudgetPlugin
+
     async def main():
         runner = InMemoryRunner(agent, app_name="t", plugins=[BudgetPlugin(run)])  # the budget's two lines
         session = await runner.session_service.create_session(app_name="t", user_id="u")
@@ -59,6 +59,9 @@ def run_agent(agent, run, text="Fix the failing test", streaming=False):
 
 
 def test_agent_calls_are_reserved_recorded_and_tools_counted(server):
+    from google.adk.agents import LlmAgent
+    from google.genai import types
+
     agent = LlmAgent(name="fixer", model=model(server), instruction="Fix bugs.", tools=[read_file])
     with RunBudget(max_total_tokens=50_000) as run:
         run_agent(agent, run)
@@ -76,6 +79,9 @@ def test_agent_calls_are_reserved_recorded_and_tools_counted(server):
 
 
 def test_refused_before_sending_and_tool_limit(server):
+    from google.adk.agents import LlmAgent
+    from google.genai import types
+
     agent = LlmAgent(
         name="fixer",
         model=model(server),
@@ -95,6 +101,9 @@ def test_refused_before_sending_and_tool_limit(server):
 
 
 def test_streaming_mode_records_the_final_chunk_once(server):
+    from google.adk.agents import LlmAgent
+    from google.adk.models.lite_llm import LiteLlm
+
     # ADK's LiteLlm asks for no stream usage: unknown, charged its reservation, never 0
     agent = LlmAgent(name="fixer", model=model(server), instruction="Fix bugs.")
     with RunBudget(max_total_tokens=50_000) as run:
@@ -117,6 +126,9 @@ def test_streaming_mode_records_the_final_chunk_once(server):
 
 
 def test_model_error_is_settled(server):
+    from google.adk.agents import LlmAgent
+    from google.adk.models.base_llm import BaseLlm
+
     agent = LlmAgent(name="fixer", model=model(server, "error-429"), instruction="x")
     with pytest.raises(Exception), RunBudget(max_total_tokens=50_000) as run:  # noqa: B017 - ADK's own error type
         run_agent(agent, run)
@@ -137,6 +149,9 @@ def test_model_error_is_settled(server):
 
 
 def test_agent_tool_sub_agent_is_charged_to_the_run(server):
+    from google.adk.agents import LlmAgent
+    from google.adk.tools.agent_tool import AgentTool
+
     reader = LlmAgent(name="reader", model=model(server), instruction="Read files.", tools=[read_file])
     lead = LlmAgent(
         name="lead", model=model(server), instruction="Delegate.", tools=[AgentTool(agent=reader)]
@@ -150,6 +165,9 @@ def test_agent_tool_sub_agent_is_charged_to_the_run(server):
 
 
 def test_an_agent_out_of_budget_answers_from_the_wrap_up_slice(server):
+    from google.adk.agents import LlmAgent
+    from google.genai import types
+
     # max_total_tokens 3,000 with a 1,000-token slice: ordinary room 2,000. Call 1 reserves its
     # prompt + 1,000 (max_output_tokens) and uses 1,200 + 300 = 1,500; call 2 (prompt + 1,000) does
     # not fit the 500 left: it is the final call, without tools, capped at 1,000 (below the
