@@ -10,14 +10,8 @@ from conftest import require
 from llm_server import INPUT_TOKENS, OUTPUT_TOKENS
 
 from budgetlens import BudgetExceeded, RunBudget
+from budgetlens import semconv as sc
 from budgetlens.guard.adapters._wrap_up import WRAP_UP_INSTRUCTION
-from budgetlens.semconv import (
-    STOP_BUDGET_TOKENS,
-    STOP_BUDGET_TOOLS,
-    STOP_BUDGET_WRAP_UP,
-    USAGE_REPORTED,
-    USAGE_UNKNOWN,
-)
 
 # google-adk takes seconds to import: the tests import it where they use it, not at collection
 require("google.adk", "litellm")
@@ -66,7 +60,7 @@ def test_agent_calls_are_reserved_recorded_and_tools_counted(server):
     with RunBudget(max_total_tokens=50_000) as run:
         run_agent(agent, run)
     assert (run.result.turns, run.result.tool_calls, run.result.used_tokens) == (2, 1, 2 * PER_CALL)
-    assert run.result.usage_status == USAGE_REPORTED
+    assert run.result.usage_status == sc.USAGE_REPORTED
     capped = LlmAgent(
         name="fixer",
         model=model(server),
@@ -93,11 +87,11 @@ def test_refused_before_sending_and_tool_limit(server):
     with pytest.raises(RuntimeError) as info, RunBudget(max_total_tokens=1_000) as run:
         run_agent(agent, run)  # ADK re-raises the plugin's refusal as RuntimeError from it
     assert isinstance(info.value.__cause__, BudgetExceeded)
-    assert len(server.requests) == sent and run.result.stop_reason == STOP_BUDGET_TOKENS
+    assert len(server.requests) == sent and run.result.stop_reason == sc.STOP_BUDGET_TOKENS
     plain = LlmAgent(name="fixer", model=model(server), instruction="Fix bugs.", tools=[read_file])
     with pytest.raises(RuntimeError), RunBudget(max_total_tokens=50_000, max_tool_calls=0) as stopped:
         run_agent(plain, stopped)
-    assert stopped.result.stop_reason == STOP_BUDGET_TOOLS
+    assert stopped.result.stop_reason == sc.STOP_BUDGET_TOOLS
 
 
 def test_streaming_mode_records_the_final_chunk_once(server):
@@ -110,7 +104,9 @@ def test_streaming_mode_records_the_final_chunk_once(server):
         run_agent(agent, run, streaming=True)
     assert server.requests[-1][1]["stream"] is True
     assert (
-        run.result.turns == 1 and run.result.usage_status == USAGE_UNKNOWN and run.result.used_tokens > 4_000
+        run.result.turns == 1
+        and run.result.usage_status == sc.USAGE_UNKNOWN
+        and run.result.used_tokens > 4_000
     )
     # asked for, the final chunk's usage is recorded once
     asking = LiteLlm(
@@ -122,7 +118,7 @@ def test_streaming_mode_records_the_final_chunk_once(server):
     with RunBudget(max_total_tokens=50_000) as run:
         run_agent(LlmAgent(name="fixer", model=asking, instruction="Fix bugs."), run, streaming=True)
     assert run.result.turns == 1 and run.result.used_tokens == PER_CALL
-    assert run.result.usage_status == USAGE_REPORTED
+    assert run.result.usage_status == sc.USAGE_REPORTED
 
 
 def test_model_error_is_settled(server):
@@ -144,7 +140,7 @@ def test_model_error_is_settled(server):
     lost = LlmAgent(name="fixer", model=LostConnection(model="gpt-4o-mini"), instruction="x")
     with pytest.raises(ConnectionResetError), RunBudget(max_total_tokens=50_000) as unknown:
         run_agent(lost, unknown)
-    assert unknown.result.usage_status == USAGE_UNKNOWN and unknown.result.used_tokens > 0
+    assert unknown.result.usage_status == sc.USAGE_UNKNOWN and unknown.result.used_tokens > 0
     assert unknown.result.turns == 1
 
 
@@ -187,5 +183,5 @@ def test_an_agent_out_of_budget_answers_from_the_wrap_up_slice(server):
     assert [("tools" in b) for b in bodies] == [True, False]
     assert WRAP_UP_INSTRUCTION in str(bodies[-1]["messages"][-1]["content"])
     assert bodies[-1]["messages"][-1]["role"] == "user"
-    assert run.result.stop_reason == STOP_BUDGET_WRAP_UP
+    assert run.result.stop_reason == sc.STOP_BUDGET_WRAP_UP
     assert (run.result.turns, run.result.tool_calls, run.result.used_tokens) == (2, 1, 2 * PER_CALL)

@@ -9,14 +9,8 @@ from conftest import require
 from llm_server import INPUT_TOKENS, OUTPUT_TOKENS
 
 from budgetlens import RunBudget
+from budgetlens import semconv as sc
 from budgetlens.guard.adapters._wrap_up import FINAL_ANSWER_INSTRUCTION
-from budgetlens.semconv import (
-    STOP_BUDGET_TOKENS,
-    STOP_BUDGET_TOOLS,
-    STOP_BUDGET_WRAP_UP,
-    USAGE_REPORTED,
-    USAGE_UNKNOWN,
-)
 
 require("smolagents")  # its tests import it; under CI=true a missing framework fails
 
@@ -52,7 +46,7 @@ def test_tool_calling_agent_is_reserved_recorded_and_its_tools_counted(server):
     with RunBudget(max_total_tokens=50_000) as run:
         guard_smolagent(agent(server), run).run("Fix the failing test")
     assert (run.result.turns, run.result.tool_calls) == (2, 1)  # final_answer is not a tool call
-    assert run.result.usage == CALL + CALL and run.result.usage_status == USAGE_REPORTED
+    assert run.result.usage == CALL + CALL and run.result.usage_status == sc.USAGE_REPORTED
     assert server.requests[-1][1]["max_tokens"] == 4096
 
 
@@ -66,7 +60,7 @@ def test_refusal_before_the_call_is_wrapped_by_smolagents_and_still_the_budget_s
     sent = len(server.requests)
     with pytest.raises(AgentGenerationError), RunBudget(max_total_tokens=1_000) as run:
         guard_smolagent(a, run).run("go")
-    assert len(server.requests) == sent and run.result.stop_reason == STOP_BUDGET_TOKENS
+    assert len(server.requests) == sent and run.result.stop_reason == sc.STOP_BUDGET_TOKENS
     assert not run.result.retryable
 
 
@@ -79,7 +73,7 @@ def test_a_tool_refusal_smolagents_hands_to_the_model_stops_the_run_at_the_next_
     with pytest.raises(AgentGenerationError), RunBudget(max_total_tokens=50_000, max_tool_calls=0) as run:
         guard_smolagent(agent(server), run).run("go")
     assert len(server.requests) - sent == 1  # the call asking for the tool; none after the refusal
-    assert run.result.stop_reason == STOP_BUDGET_TOOLS and run.result.tool_calls == 0
+    assert run.result.stop_reason == sc.STOP_BUDGET_TOOLS and run.result.tool_calls == 0
 
 
 def test_managed_sub_agent_calls_are_charged_to_the_run(server):
@@ -115,7 +109,7 @@ def test_a_failed_call_without_status_is_unknown(server):
     a.model.client.max_retries = 0
     with pytest.raises(AgentGenerationError), RunBudget(max_total_tokens=50_000) as run:
         guard_smolagent(a, run).run("go")
-    assert run.result.usage_status == USAGE_UNKNOWN and run.result.used_tokens > 0
+    assert run.result.usage_status == sc.USAGE_UNKNOWN and run.result.used_tokens > 0
 
 
 def test_streamed_steps_are_recorded_from_the_deltas_usage(server):
@@ -124,7 +118,7 @@ def test_streamed_steps_are_recorded_from_the_deltas_usage(server):
     with RunBudget(max_total_tokens=50_000) as run:
         guard_smolagent(agent(server, stream_outputs=True), run).run("Fix the failing test")
     assert server.requests[-1][1]["stream"] is True
-    assert run.result.turns == 2 and run.result.usage_status == USAGE_REPORTED
+    assert run.result.turns == 2 and run.result.usage_status == sc.USAGE_REPORTED
     assert run.result.used_tokens == 2 * (INPUT_TOKENS + OUTPUT_TOKENS)
 
 
@@ -150,7 +144,7 @@ def _final_body(bodies):
 
 def _wrapped_up(run):
     result = run.finish()
-    assert result.stop_reason == STOP_BUDGET_WRAP_UP and result.turns == 2 and result.tool_calls == 1
+    assert result.stop_reason == sc.STOP_BUDGET_WRAP_UP and result.turns == 2 and result.tool_calls == 1
     assert result.used_tokens == 2 * (INPUT_TOKENS + OUTPUT_TOKENS) == 3_000
 
 
