@@ -175,6 +175,20 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.system)
         if item.nodeid in known:
             item.add_marker(pytest.mark.xfail(reason=known[item.nodeid], strict=False))
+    items[:] = _slow_modules_first(items)
+
+
+def _slow_modules_first(items: list) -> list:
+    """The tests in module order: modules with browser tests first, then those with other system
+    tests, then the fast ones, each group in collection order, each module's tests in theirs.
+    ``.ci/test`` hands whole modules to its two workers (``--dist loadfile``, a module's fixtures
+    start once) in this order, so the long modules start early and the short ones fill the end."""
+    rank: dict[str, int] = {}
+    for item in items:
+        module = item.nodeid.split("::")[0]
+        here = 0 if item.get_closest_marker("browser") else 1 if item.get_closest_marker("system") else 2
+        rank[module] = min(rank.get(module, 2), here)
+    return sorted(items, key=lambda item: rank[item.nodeid.split("::")[0]])
 
 
 #: System tests that failed in the merge run of 2026-12-01 and are not fixed yet: each is a
