@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import importlib.util
 import os
 import re
 import shutil
@@ -174,6 +175,20 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.system)
         if item.nodeid in known:
             item.add_marker(pytest.mark.xfail(reason=known[item.nodeid], strict=False))
+    items[:] = _slow_modules_first(items)
+
+
+def _slow_modules_first(items: list) -> list:
+    """The tests in module order: modules with browser tests first, then those with other system
+    tests, then the fast ones, each group in collection order, each module's tests in theirs.
+    ``.ci/test`` hands whole modules to its two workers (``--dist loadfile``, a module's fixtures
+    start once) in this order, so the long modules start early and the short ones fill the end."""
+    rank: dict[str, int] = {}
+    for item in items:
+        module = item.nodeid.split("::")[0]
+        here = 0 if item.get_closest_marker("browser") else 1 if item.get_closest_marker("system") else 2
+        rank[module] = min(rank.get(module, 2), here)
+    return sorted(items, key=lambda item: rank[item.nodeid.split("::")[0]])
 
 
 #: System tests that failed in the merge run of 2026-12-01 and are not fixed yet: each is a
@@ -199,6 +214,28 @@ _REALDATA_SKIPPED: list[str] = []
 
 def _ci() -> bool:
     return os.environ.get("CI", "").strip().lower() in {"1", "true", "yes"}
+
+
+def require(*modules: str) -> None:
+    """Called at the top of a test module of an optional framework (or in a test): without one of
+    ``modules`` installed the module (the test) is skipped, and under ``CI=true`` it fails instead, so
+    CI cannot pass without the frameworks. It imports nothing (``importlib.util.find_spec``): the
+    tests import the framework where they use it, so collection does not load every framework in
+    every pytest-xdist worker (google-adk alone takes seconds)."""
+    missing = []
+    for name in modules:
+        try:
+            found = importlib.util.find_spec(name) is not None
+        except ModuleNotFoundError:  # a parent package is missing
+            found = False
+        if not found:
+            missing.append(name)
+    if not missing:
+        return
+    reason = f"not installed: {', '.join(missing)} (pip install -e '.[test]')"
+    if _ci():
+        pytest.fail(f"CI=true and {reason}", pytrace=False)
+    pytest.skip(reason, allow_module_level=True)
 
 
 def pytest_collection_finish(session):

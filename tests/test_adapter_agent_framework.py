@@ -7,24 +7,15 @@ import asyncio
 import contextlib
 
 import pytest
-
-pytest.importorskip("agent_framework")
-pytest.importorskip("agent_framework_openai")
-
 from _adapter_helpers import CALL
-from agent_framework import Agent
-from agent_framework.openai import OpenAIChatCompletionClient
+from conftest import require
 
 from budgetlens import BudgetExceeded, RunBudget
+from budgetlens import semconv as sc
 from budgetlens.guard.adapters._wrap_up import WRAP_UP_INSTRUCTION
-from budgetlens.guard.adapters.agent_framework import budget_middleware
-from budgetlens.semconv import (
-    STOP_BUDGET_TOKENS,
-    STOP_BUDGET_TOOLS,
-    STOP_BUDGET_WRAP_UP,
-    USAGE_REPORTED,
-    USAGE_UNKNOWN,
-)
+
+# agent-framework takes seconds to import: the tests import it where they use it, not at collection
+require("agent_framework", "agent_framework_openai")
 
 pytestmark = pytest.mark.system  # each test starts an HTTP server
 
@@ -35,10 +26,16 @@ def read_file(path: str) -> str:
 
 
 def client(server, model="gpt-4o-mini"):
+    from agent_framework.openai import OpenAIChatCompletionClient
+
     return OpenAIChatCompletionClient(model=model, base_url=server.openai_url, api_key="test")
 
 
 def agent(server, run, model="gpt-4o-mini", **kwargs):
+    from agent_framework import Agent
+
+    from budgetlens.guard.adapters.agent_framework import budget_middleware
+
     return Agent(
         client=client(server, model),
         instructions="Fix bugs.",
@@ -53,7 +50,7 @@ def test_agent_run_is_reserved_recorded_and_its_tools_counted(server):
         reply = asyncio.run(agent(server, run).run("Fix the failing test"))
     assert reply.text == "Done."
     assert (run.result.turns, run.result.tool_calls, run.result.usage) == (2, 1, CALL + CALL)
-    assert run.result.usage_status == USAGE_REPORTED
+    assert run.result.usage_status == sc.USAGE_REPORTED
     body = server.requests[-1][1]
     assert body.get("max_tokens", body.get("max_completion_tokens")) == 4096
 
@@ -67,10 +64,14 @@ def test_streamed_run_is_recorded(server):
         asyncio.run(main(run))
     assert run.result.turns == 2 and run.result.tool_calls == 1
     assert server.requests[-1][1]["stream_options"] == {"include_usage": True}
-    assert run.result.usage == CALL + CALL and run.result.usage_status == USAGE_REPORTED
+    assert run.result.usage == CALL + CALL and run.result.usage_status == sc.USAGE_REPORTED
 
 
 def test_stream_without_usage_is_unknown(server):
+    from agent_framework import Agent
+
+    from budgetlens.guard.adapters.agent_framework import budget_middleware
+
     async def main(run):
         async for _ in Agent(client=client(server, "drop-stream"), middleware=budget_middleware(run)).run(
             "hi", stream=True
@@ -80,20 +81,26 @@ def test_stream_without_usage_is_unknown(server):
     # a cut stream may raise; either way the call is charged
     with RunBudget(max_total_tokens=50_000) as run, contextlib.suppress(Exception):
         asyncio.run(main(run))
-    assert run.result.usage_status == USAGE_UNKNOWN and run.result.used_tokens > 0 and run.result.turns == 1
+    assert (
+        run.result.usage_status == sc.USAGE_UNKNOWN and run.result.used_tokens > 0 and run.result.turns == 1
+    )
 
 
 def test_refused_before_sending_and_parallel_tools_over_the_limit(server):
     sent = len(server.requests)
     with pytest.raises(BudgetExceeded), RunBudget(max_total_tokens=1_000) as run:
         asyncio.run(agent(server, run, default_options={"max_tokens": 2_000}).run("go"))
-    assert len(server.requests) == sent and run.result.stop_reason == STOP_BUDGET_TOKENS
+    assert len(server.requests) == sent and run.result.stop_reason == sc.STOP_BUDGET_TOKENS
     with pytest.raises(BudgetExceeded), RunBudget(max_total_tokens=50_000, max_tool_calls=2) as stopped:
         asyncio.run(agent(server, stopped, "parallel-gpt").run("go"))
-    assert stopped.result.stop_reason == STOP_BUDGET_TOOLS
+    assert stopped.result.stop_reason == sc.STOP_BUDGET_TOOLS
 
 
 def test_status_error_releases_and_sub_agent_is_charged(server):
+    from agent_framework import Agent
+
+    from budgetlens.guard.adapters.agent_framework import budget_middleware
+
     run = RunBudget(max_total_tokens=50_000)
     with pytest.raises(Exception):  # noqa: B017 - the framework's own error type
         asyncio.run(agent(server, run, "error-500").run("go"))
@@ -128,5 +135,5 @@ def test_an_agent_out_of_budget_answers_from_the_wrap_up_slice(server):
     assert [("tools" in b) for b in bodies] == [True, False]
     last = bodies[-1]["messages"][-1]
     assert last["role"] == "user" and WRAP_UP_INSTRUCTION in str(last["content"])
-    assert run.result.stop_reason == STOP_BUDGET_WRAP_UP
+    assert run.result.stop_reason == sc.STOP_BUDGET_WRAP_UP
     assert (run.result.turns, run.result.tool_calls, run.result.usage) == (2, 1, CALL + CALL)

@@ -7,22 +7,10 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-
-pytest.importorskip("agents")
-
-import openai
-from agents import (
-    Agent,
-    OpenAIChatCompletionsModel,
-    OpenAIResponsesModel,
-    Runner,
-    function_tool,
-    set_tracing_disabled,
-)
+from conftest import require
 from llm_server import CACHED_TOKENS, INPUT_TOKENS, OUTPUT_TOKENS, REASONING_TOKENS
 
 from budgetlens import BudgetExceeded, RunBudget, Usage
-from budgetlens.guard.adapters import BudgetRunHooks
 from budgetlens.guard.adapters._wrap_up import WRAP_UP_INSTRUCTION
 from budgetlens.semconv import (
     STOP_BUDGET_TOOLS,
@@ -32,32 +20,54 @@ from budgetlens.semconv import (
     USAGE_UNKNOWN,
 )
 
+# openai-agents takes seconds to import: the tests import it where they use it, not at collection
+require("agents")
+
 pytestmark = pytest.mark.system  # each test starts an HTTP server
 
 CALL = Usage(INPUT_TOKENS, OUTPUT_TOKENS, cache_read_tokens=CACHED_TOKENS, reasoning_tokens=REASONING_TOKENS)
-set_tracing_disabled(True)
 
 
-@function_tool
+@pytest.fixture(scope="module", autouse=True)
+def _no_tracing():
+    from agents import set_tracing_disabled
+
+    set_tracing_disabled(True)
+
+
 def read_file(path: str) -> str:
     """Read a file of the repository."""
     return "def f(): ..."
 
 
+def read_file_tool():
+    """``read_file`` as an Agents SDK tool."""
+    from agents import function_tool
+
+    return function_tool(read_file)
+
+
 def client(server):
+    import openai
+
     return openai.AsyncOpenAI(base_url=server.openai_url, api_key="test", max_retries=0)
 
 
 def chat_model(server, name="gpt-4o-mini"):
+    from agents import OpenAIChatCompletionsModel
+
     return OpenAIChatCompletionsModel(name, client(server))
 
 
 def responses_model(server, name="gpt-4o-mini"):
+    from agents import OpenAIResponsesModel
+
     return OpenAIResponsesModel(name, client(server))
 
 
 def streamed(agent, task, **kwargs):
     """``Runner.run_streamed`` read to its end (inside a running event loop, as it needs)."""
+    from agents import Runner
 
     async def main():
         result = Runner.run_streamed(agent, task, **kwargs)
@@ -69,6 +79,10 @@ def streamed(agent, task, **kwargs):
 
 
 def test_run_streamed_chat_completions_on_another_server_asks_for_usage(server):
+    from agents import Agent
+
+    from budgetlens.guard.adapters import BudgetRunHooks
+
     agent = Agent(name="a", instructions="x", model=chat_model(server))
     with RunBudget(max_total_tokens=50_000) as run:
         hooks = BudgetRunHooks(run)
@@ -78,6 +92,10 @@ def test_run_streamed_chat_completions_on_another_server_asks_for_usage(server):
 
 
 def test_run_streamed_without_usage_is_unknown_never_zero(server):
+    from agents import Agent
+
+    from budgetlens.guard.adapters import BudgetRunHooks
+
     agent = Agent(name="a", instructions="x", model=chat_model(server))
     with RunBudget(max_total_tokens=50_000) as run:
         streamed(agent, "hi", hooks=BudgetRunHooks(run))
@@ -88,8 +106,12 @@ def test_run_streamed_without_usage_is_unknown_never_zero(server):
 def test_a_refusal_wrapped_by_the_sdk_is_a_budget_stop(server):
     # three parallel tool calls under max_tool_calls=2: the SDK runs tool hooks in tasks and wraps
     # their errors in UserError; the refusal comes out as itself and the run is a budget stop
+    from agents import Agent, Runner
+
+    from budgetlens.guard.adapters import BudgetRunHooks
+
     agent = Agent(
-        name="a", instructions="x", tools=[read_file], model=responses_model(server, "parallel-gpt")
+        name="a", instructions="x", tools=[read_file_tool()], model=responses_model(server, "parallel-gpt")
     )
     with pytest.raises(BudgetExceeded) as info, RunBudget(max_total_tokens=50_000, max_tool_calls=2) as run:
         asyncio.run(Runner.run(agent, "read", hooks=BudgetRunHooks(run)))
@@ -99,6 +121,10 @@ def test_a_refusal_wrapped_by_the_sdk_is_a_budget_stop(server):
 
 
 def test_handoffs_are_counted_as_tool_calls(server):
+    from agents import Agent, Runner
+
+    from budgetlens.guard.adapters import BudgetRunHooks
+
     target = Agent(name="reviewer", instructions="review", model=responses_model(server))
     agent = Agent(name="triage", instructions="x", handoffs=[target], model=responses_model(server))
     with RunBudget(max_total_tokens=50_000) as run:
@@ -111,7 +137,11 @@ def test_handoffs_are_counted_as_tool_calls(server):
 
 
 def test_as_tool_sub_agent_calls_are_charged_to_the_run(server):
-    sub = Agent(name="reader", instructions="read", tools=[read_file], model=responses_model(server))
+    from agents import Agent, Runner
+
+    from budgetlens.guard.adapters import BudgetRunHooks
+
+    sub = Agent(name="reader", instructions="read", tools=[read_file_tool()], model=responses_model(server))
     tool = sub.as_tool(tool_name="reader", tool_description="reads files")
     agent = Agent(name="lead", instructions="x", tools=[tool], model=responses_model(server))
     sent = len(server.requests)
@@ -124,6 +154,10 @@ def test_as_tool_sub_agent_calls_are_charged_to_the_run(server):
 
 
 def test_sub_agent_over_budget_is_refused_before_its_call(server):
+    from agents import Agent, Runner
+
+    from budgetlens.guard.adapters import BudgetRunHooks
+
     sub = Agent(name="reader", instructions="read", model=responses_model(server))
     sub.model_settings.max_tokens = 30_000
     agent = Agent(
@@ -141,6 +175,11 @@ def test_sub_agent_over_budget_is_refused_before_its_call(server):
 
 
 def test_a_model_call_that_raised_is_unknown_and_charged_its_reservation(server):
+    import openai
+    from agents import Agent, Runner
+
+    from budgetlens.guard.adapters import BudgetRunHooks
+
     agent = Agent(name="a", instructions="x", model=chat_model(server, "error-429"))
     agent.model_settings.max_tokens = 500
     with pytest.raises(openai.RateLimitError), RunBudget(max_total_tokens=50_000) as run:
@@ -150,6 +189,10 @@ def test_a_model_call_that_raised_is_unknown_and_charged_its_reservation(server)
 
 
 def test_a_cut_stream_is_unknown_and_charged_its_reservation(server):
+    from agents import Agent
+
+    from budgetlens.guard.adapters import BudgetRunHooks
+
     agent = Agent(name="a", instructions="x", model=chat_model(server, "drop-stream"))
     agent.model_settings.max_tokens = 500
     with RunBudget(max_total_tokens=50_000) as run:
@@ -160,7 +203,11 @@ def test_a_cut_stream_is_unknown_and_charged_its_reservation(server):
 
 
 def test_plain_run_still_reports_exactly(server):
-    agent = Agent(name="a", instructions="x", tools=[read_file], model=responses_model(server))
+    from agents import Agent, Runner
+
+    from budgetlens.guard.adapters import BudgetRunHooks
+
+    agent = Agent(name="a", instructions="x", tools=[read_file_tool()], model=responses_model(server))
     with RunBudget(max_total_tokens=50_000) as run:
         asyncio.run(Runner.run(agent, "read", hooks=BudgetRunHooks(run)))
     assert (run.result.stop_reason, run.result.turns, run.result.tool_calls) == (STOP_COMPLETED, 2, 1)
@@ -174,13 +221,15 @@ def test_an_agent_out_of_budget_answers_from_the_wrap_up_slice(server, api, run_
     # prompt + 1,000 (max_tokens) and uses 1,200 + 300 = 1,500, asking for read_file; call 2
     # (prompt + 1,000) does not fit the 500 left: it is the final call, sent without tools, the
     # instruction last, capped at 1,000; "Done." is the run's final_output, the stop budget_wrap_up.
-    from agents import ModelSettings
+    from agents import Agent, ModelSettings, Runner
+
+    from budgetlens.guard.adapters import BudgetRunHooks
 
     model = chat_model(server) if api == "chat" else responses_model(server)
     agent = Agent(
         name="a",
         instructions="x",
-        tools=[read_file],
+        tools=[read_file_tool()],
         model=model,
         model_settings=ModelSettings(max_tokens=1_000),
     )
@@ -207,7 +256,9 @@ def test_an_as_tool_sub_agent_does_not_take_the_wrap_up_slice(server):
     # the lead's call 1 uses 1,500 of the 2,000 ordinary tokens; the reader's call (prompt + 1,000)
     # does not fit the 500 left and its model is not wrapped: it is refused before it is sent
     # (not sent as the final call with its tools), and the run stops there, a token stop
-    from agents import ModelSettings
+    from agents import Agent, ModelSettings, Runner
+
+    from budgetlens.guard.adapters import BudgetRunHooks
 
     sub = Agent(
         name="reader",

@@ -6,20 +6,20 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-
-pytest.importorskip("claude_agent_sdk")
-
 from _adapter_helpers import ANTHROPIC_CALL
-from claude_agent_sdk import ClaudeAgentOptions, ResultMessage
+from conftest import require
 
 from budgetlens import BudgetExceeded, RunBudget, Usage
-from budgetlens.guard.adapters.claude_agent_sdk import ClaudeBudget
 from budgetlens.semconv import STOP_BUDGET_TOKENS, STOP_BUDGET_TOOLS, STOP_BUDGET_TURNS, USAGE_REPORTED
+
+require("claude_agent_sdk")  # its tests import it; under CI=true a missing framework fails
 
 pytestmark = pytest.mark.system  # each test starts an HTTP server and the Claude Code CLI
 
 
 def options(server, tmp_path, **kwargs):
+    from claude_agent_sdk import ClaudeAgentOptions
+
     (tmp_path / "a.py").write_text("def f(): ...\n")
     env = {
         "ANTHROPIC_BASE_URL": server.anthropic_url,
@@ -41,6 +41,10 @@ def session(budget, opts, prompt="Read a.py and fix it"):
 
 
 def test_session_usage_cost_and_tool_calls_are_recorded(server, tmp_path):
+    from claude_agent_sdk import ResultMessage
+
+    from budgetlens.guard.adapters.claude_agent_sdk import ClaudeBudget
+
     with RunBudget(max_total_tokens=50_000) as run:
         budget = ClaudeBudget(run)
         messages = session(budget, options(server, tmp_path))
@@ -52,6 +56,8 @@ def test_session_usage_cost_and_tool_calls_are_recorded(server, tmp_path):
 
 
 def test_max_turns_is_mapped_and_its_stop_is_a_budget_stop(server, tmp_path):
+    from budgetlens.guard.adapters.claude_agent_sdk import ClaudeBudget
+
     opts = options(server, tmp_path, max_turns=10)
     budget = ClaudeBudget(RunBudget(max_turns=1))
     assert budget.options(opts).max_turns == 1
@@ -61,12 +67,16 @@ def test_max_turns_is_mapped_and_its_stop_is_a_budget_stop(server, tmp_path):
 
 
 def test_a_tool_call_over_the_limit_is_denied_and_stops_the_session(server, tmp_path):
+    from budgetlens.guard.adapters.claude_agent_sdk import ClaudeBudget
+
     with pytest.raises(BudgetExceeded), RunBudget(max_total_tokens=50_000, max_tool_calls=0) as run:
         session(ClaudeBudget(run), options(server, tmp_path))
     assert run.result.stop_reason == STOP_BUDGET_TOOLS and run.result.tool_calls == 0
 
 
 def test_a_spent_budget_starts_no_session(server, tmp_path):
+    from budgetlens.guard.adapters.claude_agent_sdk import ClaudeBudget
+
     run = RunBudget(max_total_tokens=1_000)
     run.record(Usage(900, 200))
     sent = len(server.requests)
@@ -76,6 +86,10 @@ def test_a_spent_budget_starts_no_session(server, tmp_path):
 
 
 def test_cost_left_is_mapped_to_max_budget_usd():
+    from claude_agent_sdk import ClaudeAgentOptions
+
+    from budgetlens.guard.adapters.claude_agent_sdk import ClaudeBudget
+
     run = RunBudget(max_cost_usd=0.5)
     run.record(Usage(100_000, 10_000), "claude-haiku-4-5")
     spent = run.stats().cost_usd

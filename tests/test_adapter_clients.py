@@ -6,11 +6,6 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-
-pytest.importorskip("openai")
-pytest.importorskip("anthropic")
-
-import openai
 from _adapter_helpers import (
     ANTHROPIC_CALL,
     ANTHROPIC_TOOLS,
@@ -20,12 +15,16 @@ from _adapter_helpers import (
     anthropic_client,
     openai_client,
 )
+from conftest import require
 from llm_server import INPUT_TOKENS, OUTPUT_TOKENS
 from pydantic import BaseModel
 
 from budgetlens import BudgetExceeded, RunBudget, Usage
-from budgetlens.guard.adapters import UnguardedCallError, wrap_openai
+from budgetlens.guard.adapters import UnguardedCallError
 from budgetlens.semconv import STOP_BUDGET_TOOLS, USAGE_PARTIAL, USAGE_REPORTED
+
+# the SDKs take seconds to import: the tests import them where they use them (_adapter_helpers)
+require("openai", "anthropic")
 
 pytestmark = pytest.mark.system  # each test starts an HTTP server
 
@@ -279,6 +278,10 @@ def test_tool_calls_the_agent_counts_itself_are_not_counted_twice(server):
 
 
 def test_count_tool_calls_false_leaves_counting_to_the_agent(server):
+    import openai
+
+    from budgetlens.guard.adapters import wrap_openai
+
     run = RunBudget(max_total_tokens=50_000, max_tool_calls=1)
     client = wrap_openai(
         openai.OpenAI(base_url=server.openai_url, api_key="t", max_retries=0), run, count_tool_calls=False

@@ -6,29 +6,15 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-
-pytest.importorskip("google.adk")
-pytest.importorskip("litellm")
-
-from google.adk.agents import LlmAgent
-from google.adk.agents.run_config import RunConfig, StreamingMode
-from google.adk.models.base_llm import BaseLlm
-from google.adk.models.lite_llm import LiteLlm
-from google.adk.runners import InMemoryRunner
-from google.adk.tools.agent_tool import AgentTool
-from google.genai import types
+from conftest import require
 from llm_server import INPUT_TOKENS, OUTPUT_TOKENS
 
 from budgetlens import BudgetExceeded, RunBudget
+from budgetlens import semconv as sc
 from budgetlens.guard.adapters._wrap_up import WRAP_UP_INSTRUCTION
-from budgetlens.guard.adapters.google_adk import BudgetPlugin
-from budgetlens.semconv import (
-    STOP_BUDGET_TOKENS,
-    STOP_BUDGET_TOOLS,
-    STOP_BUDGET_WRAP_UP,
-    USAGE_REPORTED,
-    USAGE_UNKNOWN,
-)
+
+# google-adk takes seconds to import: the tests import it where they use it, not at collection
+require("google.adk", "litellm")
 
 pytestmark = pytest.mark.system  # each test starts an HTTP server
 
@@ -41,10 +27,18 @@ def read_file(path: str) -> str:
 
 
 def model(server, name="gpt-4o-mini"):
+    from google.adk.models.lite_llm import LiteLlm
+
     return LiteLlm(model=f"openai/{name}", api_base=server.openai_url, api_key="test")
 
 
 def run_agent(agent, run, text="Fix the failing test", streaming=False):
+    from google.adk.agents.run_config import RunConfig, StreamingMode
+    from google.adk.runners import InMemoryRunner
+    from google.genai import types
+
+    from budgetlens.guard.adapters.google_adk import BudgetPlugin
+
     async def main():
         runner = InMemoryRunner(agent, app_name="t", plugins=[BudgetPlugin(run)])  # the budget's two lines
         session = await runner.session_service.create_session(app_name="t", user_id="u")
@@ -59,11 +53,14 @@ def run_agent(agent, run, text="Fix the failing test", streaming=False):
 
 
 def test_agent_calls_are_reserved_recorded_and_tools_counted(server):
+    from google.adk.agents import LlmAgent
+    from google.genai import types
+
     agent = LlmAgent(name="fixer", model=model(server), instruction="Fix bugs.", tools=[read_file])
     with RunBudget(max_total_tokens=50_000) as run:
         run_agent(agent, run)
     assert (run.result.turns, run.result.tool_calls, run.result.used_tokens) == (2, 1, 2 * PER_CALL)
-    assert run.result.usage_status == USAGE_REPORTED
+    assert run.result.usage_status == sc.USAGE_REPORTED
     capped = LlmAgent(
         name="fixer",
         model=model(server),
@@ -76,6 +73,9 @@ def test_agent_calls_are_reserved_recorded_and_tools_counted(server):
 
 
 def test_refused_before_sending_and_tool_limit(server):
+    from google.adk.agents import LlmAgent
+    from google.genai import types
+
     agent = LlmAgent(
         name="fixer",
         model=model(server),
@@ -87,21 +87,26 @@ def test_refused_before_sending_and_tool_limit(server):
     with pytest.raises(RuntimeError) as info, RunBudget(max_total_tokens=1_000) as run:
         run_agent(agent, run)  # ADK re-raises the plugin's refusal as RuntimeError from it
     assert isinstance(info.value.__cause__, BudgetExceeded)
-    assert len(server.requests) == sent and run.result.stop_reason == STOP_BUDGET_TOKENS
+    assert len(server.requests) == sent and run.result.stop_reason == sc.STOP_BUDGET_TOKENS
     plain = LlmAgent(name="fixer", model=model(server), instruction="Fix bugs.", tools=[read_file])
     with pytest.raises(RuntimeError), RunBudget(max_total_tokens=50_000, max_tool_calls=0) as stopped:
         run_agent(plain, stopped)
-    assert stopped.result.stop_reason == STOP_BUDGET_TOOLS
+    assert stopped.result.stop_reason == sc.STOP_BUDGET_TOOLS
 
 
 def test_streaming_mode_records_the_final_chunk_once(server):
+    from google.adk.agents import LlmAgent
+    from google.adk.models.lite_llm import LiteLlm
+
     # ADK's LiteLlm asks for no stream usage: unknown, charged its reservation, never 0
     agent = LlmAgent(name="fixer", model=model(server), instruction="Fix bugs.")
     with RunBudget(max_total_tokens=50_000) as run:
         run_agent(agent, run, streaming=True)
     assert server.requests[-1][1]["stream"] is True
     assert (
-        run.result.turns == 1 and run.result.usage_status == USAGE_UNKNOWN and run.result.used_tokens > 4_000
+        run.result.turns == 1
+        and run.result.usage_status == sc.USAGE_UNKNOWN
+        and run.result.used_tokens > 4_000
     )
     # asked for, the final chunk's usage is recorded once
     asking = LiteLlm(
@@ -113,10 +118,13 @@ def test_streaming_mode_records_the_final_chunk_once(server):
     with RunBudget(max_total_tokens=50_000) as run:
         run_agent(LlmAgent(name="fixer", model=asking, instruction="Fix bugs."), run, streaming=True)
     assert run.result.turns == 1 and run.result.used_tokens == PER_CALL
-    assert run.result.usage_status == USAGE_REPORTED
+    assert run.result.usage_status == sc.USAGE_REPORTED
 
 
 def test_model_error_is_settled(server):
+    from google.adk.agents import LlmAgent
+    from google.adk.models.base_llm import BaseLlm
+
     agent = LlmAgent(name="fixer", model=model(server, "error-429"), instruction="x")
     with pytest.raises(Exception), RunBudget(max_total_tokens=50_000) as run:  # noqa: B017 - ADK's own error type
         run_agent(agent, run)
@@ -132,11 +140,14 @@ def test_model_error_is_settled(server):
     lost = LlmAgent(name="fixer", model=LostConnection(model="gpt-4o-mini"), instruction="x")
     with pytest.raises(ConnectionResetError), RunBudget(max_total_tokens=50_000) as unknown:
         run_agent(lost, unknown)
-    assert unknown.result.usage_status == USAGE_UNKNOWN and unknown.result.used_tokens > 0
+    assert unknown.result.usage_status == sc.USAGE_UNKNOWN and unknown.result.used_tokens > 0
     assert unknown.result.turns == 1
 
 
 def test_agent_tool_sub_agent_is_charged_to_the_run(server):
+    from google.adk.agents import LlmAgent
+    from google.adk.tools.agent_tool import AgentTool
+
     reader = LlmAgent(name="reader", model=model(server), instruction="Read files.", tools=[read_file])
     lead = LlmAgent(
         name="lead", model=model(server), instruction="Delegate.", tools=[AgentTool(agent=reader)]
@@ -150,6 +161,9 @@ def test_agent_tool_sub_agent_is_charged_to_the_run(server):
 
 
 def test_an_agent_out_of_budget_answers_from_the_wrap_up_slice(server):
+    from google.adk.agents import LlmAgent
+    from google.genai import types
+
     # max_total_tokens 3,000 with a 1,000-token slice: ordinary room 2,000. Call 1 reserves its
     # prompt + 1,000 (max_output_tokens) and uses 1,200 + 300 = 1,500; call 2 (prompt + 1,000) does
     # not fit the 500 left: it is the final call, without tools, capped at 1,000 (below the
@@ -169,5 +183,5 @@ def test_an_agent_out_of_budget_answers_from_the_wrap_up_slice(server):
     assert [("tools" in b) for b in bodies] == [True, False]
     assert WRAP_UP_INSTRUCTION in str(bodies[-1]["messages"][-1]["content"])
     assert bodies[-1]["messages"][-1]["role"] == "user"
-    assert run.result.stop_reason == STOP_BUDGET_WRAP_UP
+    assert run.result.stop_reason == sc.STOP_BUDGET_WRAP_UP
     assert (run.result.turns, run.result.tool_calls, run.result.used_tokens) == (2, 1, 2 * PER_CALL)

@@ -7,27 +7,18 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-
-pytest.importorskip("langchain_openai")
-pytest.importorskip("langgraph")
-
 from _adapter_helpers import CALL
-from langchain_core.language_models import BaseChatModel
-from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
-from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
-from langchain_core.outputs import ChatGeneration, ChatResult
-from langchain_core.tools import tool
-from langchain_openai import ChatOpenAI
-from langgraph.prebuilt import create_react_agent
+from conftest import require
 from llm_server import INPUT_TOKENS, OUTPUT_TOKENS
 
 from budgetlens import BudgetExceeded, RunBudget, Usage
-from budgetlens.guard.adapters import BudgetCallbackHandler, guard_chat_model
 from budgetlens.guard.adapters._wrap_up import WRAP_UP_INSTRUCTION
-from budgetlens.guard.adapters.langchain import langchain_usage
 from budgetlens.semconv import STOP_BUDGET_TOOLS, STOP_BUDGET_WRAP_UP, USAGE_REPORTED, USAGE_UNKNOWN
 
-pytestmark = pytest.mark.system  # imports langchain-openai and langgraph (seconds); most tests start a server
+# langchain-openai and langgraph take seconds to import: the tests import them where they use them
+require("langchain_openai", "langgraph")
+
+pytestmark = pytest.mark.system  # most tests start a server
 
 #: langchain-aws's usage_metadata for a Bedrock call that read 16,000 tokens from the cache.
 BEDROCK_METADATA = {
@@ -38,13 +29,21 @@ BEDROCK_METADATA = {
 }
 
 
-@tool
 def read_file(path: str) -> str:
     """Read a file of the repository."""
     return "def f(): ..."
 
 
+def read_file_tool():
+    """``read_file`` as a LangChain tool."""
+    from langchain_core.tools import tool
+
+    return tool(read_file)
+
+
 def llm(server, model="gpt-4o-mini", **kwargs):
+    from langchain_openai import ChatOpenAI
+
     return ChatOpenAI(model=model, base_url=server.openai_url, api_key="test", max_retries=0, **kwargs)
 
 
@@ -64,10 +63,17 @@ def llm(server, model="gpt-4o-mini", **kwargs):
     ],
 )
 def test_usage_metadata_with_or_without_the_cache_inside_input(metadata, expected):
+    from budgetlens.guard.adapters.langchain import langchain_usage
+
     assert langchain_usage(metadata) == expected
 
 
 def test_cache_left_out_of_input_is_recorded_not_raised_and_priced_by_the_response_model():
+    from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+    from langchain_core.messages import AIMessage
+
+    from budgetlens.guard.adapters import BudgetCallbackHandler
+
     reply = AIMessage(
         "Done.", usage_metadata=BEDROCK_METADATA, response_metadata={"model_name": "gpt-4o-mini"}
     )
@@ -82,6 +88,8 @@ def test_cache_left_out_of_input_is_recorded_not_raised_and_priced_by_the_respon
 # --- streams ask for usage -----------------------------------------------------------------------
 @pytest.mark.system
 def test_streaming_chat_openai_on_another_base_url_gets_stream_usage_when_guarded(server):
+    from budgetlens.guard.adapters import guard_chat_model
+
     run = RunBudget(max_total_tokens=50_000)
     guarded = guard_chat_model(llm(server, streaming=True), run)
     assert guarded.invoke("hi").content == "Done."
@@ -93,6 +101,8 @@ def test_streaming_chat_openai_on_another_base_url_gets_stream_usage_when_guarde
 
 @pytest.mark.system
 def test_streaming_without_usage_through_the_handler_alone_is_unknown(server):
+    from budgetlens.guard.adapters import BudgetCallbackHandler
+
     run = RunBudget(max_total_tokens=50_000)
     llm(server, streaming=True).invoke("hi", config={"callbacks": [BudgetCallbackHandler(run)]})
     assert "stream_options" not in server.requests[-1][1]
@@ -101,8 +111,12 @@ def test_streaming_without_usage_through_the_handler_alone_is_unknown(server):
 
 @pytest.mark.system
 def test_guarded_model_refuses_before_sending_inside_a_graph(server):
+    from langgraph.prebuilt import create_react_agent
+
+    from budgetlens.guard.adapters import guard_chat_model
+
     run = RunBudget(max_total_tokens=1_000)
-    graph = create_react_agent(guard_chat_model(llm(server, max_tokens=2_000), run), [read_file])
+    graph = create_react_agent(guard_chat_model(llm(server, max_tokens=2_000), run), [read_file_tool()])
     sent = len(server.requests)
     with pytest.raises(BudgetExceeded):
         graph.invoke({"messages": [("user", "go")]})
@@ -110,6 +124,8 @@ def test_guarded_model_refuses_before_sending_inside_a_graph(server):
 
 
 def test_guard_chat_model_rejects_other_objects():
+    from budgetlens.guard.adapters import guard_chat_model
+
     with pytest.raises(ValueError, match="chat model"):
         guard_chat_model(object(), RunBudget())
 
@@ -117,7 +133,11 @@ def test_guard_chat_model_rejects_other_objects():
 # --- tools and sub-agents ------------------------------------------------------------------------
 @pytest.mark.system
 def test_three_parallel_tool_calls_over_max_tool_calls_stop_the_graph(server):
-    graph = create_react_agent(llm(server, "parallel-gpt"), [read_file])
+    from langgraph.prebuilt import create_react_agent
+
+    from budgetlens.guard.adapters import BudgetCallbackHandler
+
+    graph = create_react_agent(llm(server, "parallel-gpt"), [read_file_tool()])
     with pytest.raises(BudgetExceeded) as info, RunBudget(max_total_tokens=50_000, max_tool_calls=2) as run:
         graph.invoke({"messages": [("user", "go")]}, config={"callbacks": [BudgetCallbackHandler(run)]})
     assert info.value.reason == STOP_BUDGET_TOOLS and run.result.stop_reason == STOP_BUDGET_TOOLS
@@ -125,7 +145,12 @@ def test_three_parallel_tool_calls_over_max_tool_calls_stop_the_graph(server):
 
 @pytest.mark.system
 def test_a_sub_agent_run_inside_a_tool_is_charged_to_the_run(server):
-    sub_agent = create_react_agent(llm(server), [read_file])
+    from langchain_core.tools import tool
+    from langgraph.prebuilt import create_react_agent
+
+    from budgetlens.guard.adapters import BudgetCallbackHandler
+
+    sub_agent = create_react_agent(llm(server), [read_file_tool()])
 
     @tool
     def delegate(task: str) -> str:
@@ -144,6 +169,9 @@ def test_a_sub_agent_run_inside_a_tool_is_charged_to_the_run(server):
 @pytest.mark.system
 def test_a_status_error_is_released_and_a_lost_connection_is_unknown(server):
     import openai
+    from langchain_openai import ChatOpenAI
+
+    from budgetlens.guard.adapters import BudgetCallbackHandler
 
     run = RunBudget(max_total_tokens=50_000)
     handler = BudgetCallbackHandler(run)
@@ -166,8 +194,12 @@ def test_a_graph_out_of_budget_answers_from_the_wrap_up_slice(server, mode):
     # (prompt + 1,000) does not fit the 500 left: it is the final call, sent without tools, the
     # instruction last, capped at 1,000 (< the 1,500 - prompt the slice leaves); its "Done." is
     # the graph's last message and the run stops with budget_wrap_up at 3,000 tokens.
+    from langgraph.prebuilt import create_react_agent
+
+    from budgetlens.guard.adapters import guard_chat_model
+
     run = RunBudget(max_total_tokens=3_000, wrap_up_tokens=1_000)
-    graph = create_react_agent(guard_chat_model(llm(server, max_tokens=1_000), run), [read_file])
+    graph = create_react_agent(guard_chat_model(llm(server, max_tokens=1_000), run), [read_file_tool()])
     before = len(server.requests)
     task = {"messages": [("user", "go")]}
     if mode == "stream":
@@ -189,8 +221,10 @@ def test_a_graph_out_of_budget_answers_from_the_wrap_up_slice(server, mode):
 @pytest.mark.system
 def test_a_streamed_model_call_out_of_budget_answers_from_the_wrap_up_slice(server):
     # .stream() does not hand its run manager to _stream: the pending final call is found all the same
+    from budgetlens.guard.adapters import guard_chat_model
+
     run = RunBudget(max_total_tokens=3_000, wrap_up_tokens=1_000)
-    model = guard_chat_model(llm(server, max_tokens=1_000), run).bind_tools([read_file])
+    model = guard_chat_model(llm(server, max_tokens=1_000), run).bind_tools([read_file_tool()])
     assert model.invoke("go").tool_calls  # 1,500 used: the next call is the final one
     text = "".join(str(c.content) for c in model.stream("go on"))
     body = server.requests[-1][1]
@@ -200,20 +234,26 @@ def test_a_streamed_model_call_out_of_budget_answers_from_the_wrap_up_slice(serv
     assert result.stop_reason == STOP_BUDGET_WRAP_UP and result.used_tokens == 3_000
 
 
-class _AnthropicShaped(BaseChatModel):
+def anthropic_shaped():
     """A chat model of the Anthropic type (``_llm_type``) that keeps each call's messages and
     options and answers "Done." with 1,200 + 300 tokens (langchain-anthropic is not installed)."""
+    from langchain_core.language_models import BaseChatModel
+    from langchain_core.messages import AIMessage
+    from langchain_core.outputs import ChatGeneration, ChatResult
 
-    seen: list = []
+    class _AnthropicShaped(BaseChatModel):
+        seen: list = []
 
-    @property
-    def _llm_type(self) -> str:
-        return "anthropic-chat"
+        @property
+        def _llm_type(self) -> str:
+            return "anthropic-chat"
 
-    def _generate(self, messages, stop=None, run_manager=None, **kwargs):
-        self.seen.append((list(messages), dict(kwargs)))
-        usage = {"input_tokens": INPUT_TOKENS, "output_tokens": OUTPUT_TOKENS, "total_tokens": 1_500}
-        return ChatResult(generations=[ChatGeneration(message=AIMessage("Done.", usage_metadata=usage))])
+        def _generate(self, messages, stop=None, run_manager=None, **kwargs):
+            self.seen.append((list(messages), dict(kwargs)))
+            usage = {"input_tokens": INPUT_TOKENS, "output_tokens": OUTPUT_TOKENS, "total_tokens": 1_500}
+            return ChatResult(generations=[ChatGeneration(message=AIMessage("Done.", usage_metadata=usage))])
+
+    return _AnthropicShaped(seen=[])
 
 
 def test_an_anthropic_final_call_keeps_the_tool_definitions_its_tool_blocks_need():
@@ -221,9 +261,13 @@ def test_an_anthropic_final_call_keeps_the_tool_definitions_its_tool_blocks_need
     # keeps them with tool_choice none. Prompts count 500: call 1 (500 + 1,000) fits the 2,000
     # ordinary tokens and uses 1,500; call 2 (1,500) does not fit the 500 left: the final call,
     # capped at 1,000 (= 3,000 - 1,500 - 500), the instruction as the last human message.
+    from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+
+    from budgetlens.guard.adapters import guard_chat_model
+
     run = RunBudget(max_total_tokens=3_000, wrap_up_tokens=1_000)
     tools = [{"name": "read_file", "input_schema": {"type": "object"}}]
-    model = guard_chat_model(_AnthropicShaped(seen=[]), run, count_tokens=lambda messages: 500)
+    model = guard_chat_model(anthropic_shaped(), run, count_tokens=lambda messages: 500)
     model = model.bind(tools=tools, max_tokens=1_000)
     model.invoke("go")
     history = [

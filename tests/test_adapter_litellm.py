@@ -7,15 +7,14 @@ import asyncio
 import contextlib
 
 import pytest
-
-pytest.importorskip("litellm")
-
-import litellm
 from _adapter_helpers import ANTHROPIC_CALL, CALL, MESSAGES, TOOLS
+from conftest import require
 
 from budgetlens import BudgetExceeded, RunBudget
-from budgetlens.guard.adapters.litellm_sdk import GuardedLiteLLM
 from budgetlens.semconv import STOP_BUDGET_TOKENS, STOP_BUDGET_TOOLS, USAGE_REPORTED, USAGE_UNKNOWN
+
+# LiteLLM takes seconds to import: the tests import it where they use it, not at collection
+require("litellm")
 
 pytestmark = pytest.mark.system  # each test starts an HTTP server
 
@@ -25,6 +24,8 @@ def kw(server, model="openai/gpt-4o-mini", **extra):
 
 
 def test_completion_is_reserved_with_a_cap_and_recorded(server):
+    from budgetlens.guard.adapters.litellm_sdk import GuardedLiteLLM
+
     run = RunBudget(max_total_tokens=50_000)
     llm = GuardedLiteLLM(run)
     assert llm.completion(**kw(server)).choices[0].message.content == "Done."
@@ -34,6 +35,8 @@ def test_completion_is_reserved_with_a_cap_and_recorded(server):
 
 
 def test_anthropic_through_litellm_counts_the_cache_once(server):
+    from budgetlens.guard.adapters.litellm_sdk import GuardedLiteLLM
+
     run = RunBudget(max_total_tokens=50_000)
     GuardedLiteLLM(run).completion(
         model="anthropic/claude-haiku-4-5", api_base=server.anthropic_url, api_key="t", messages=MESSAGES
@@ -43,6 +46,8 @@ def test_anthropic_through_litellm_counts_the_cache_once(server):
 
 
 def test_streams_sync_and_async_ask_for_usage_and_record_it(server):
+    from budgetlens.guard.adapters.litellm_sdk import GuardedLiteLLM
+
     run = RunBudget(max_total_tokens=50_000)
     llm = GuardedLiteLLM(run)
     chunks = list(llm.completion(**kw(server, stream=True)))
@@ -60,6 +65,8 @@ def test_streams_sync_and_async_ask_for_usage_and_record_it(server):
 
 
 def test_call_that_does_not_fit_is_never_sent(server):
+    from budgetlens.guard.adapters.litellm_sdk import GuardedLiteLLM
+
     run = RunBudget(max_total_tokens=1_000)
     sent = len(server.requests)
     with pytest.raises(BudgetExceeded) as info:
@@ -68,6 +75,8 @@ def test_call_that_does_not_fit_is_never_sent(server):
 
 
 def test_a_logger_hook_cannot_stop_litellm_but_the_wrapper_does(server):
+    import litellm
+
     class Refuse(litellm.integrations.custom_logger.CustomLogger):
         def log_pre_api_call(self, model, messages, kwargs):
             raise BudgetExceeded(STOP_BUDGET_TOKENS, 1, 1)
@@ -82,6 +91,10 @@ def test_a_logger_hook_cannot_stop_litellm_but_the_wrapper_does(server):
 
 
 def test_rate_limit_releases_and_cut_stream_is_unknown(server):
+    import litellm
+
+    from budgetlens.guard.adapters.litellm_sdk import GuardedLiteLLM
+
     run = RunBudget(max_total_tokens=50_000)
     llm = GuardedLiteLLM(run)
     with pytest.raises(litellm.RateLimitError):
@@ -98,6 +111,8 @@ def test_rate_limit_releases_and_cut_stream_is_unknown(server):
 
 
 def test_parallel_tool_calls_count_against_max_tool_calls(server):
+    from budgetlens.guard.adapters.litellm_sdk import GuardedLiteLLM
+
     run = RunBudget(max_total_tokens=50_000, max_tool_calls=2)
     with pytest.raises(BudgetExceeded) as info:
         GuardedLiteLLM(run).completion(**kw(server, "openai/parallel-gpt", tools=TOOLS))

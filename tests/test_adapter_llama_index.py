@@ -10,26 +10,26 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("llama_index.core")
-pytest.importorskip("llama_index.llms.litellm")
-
-from llama_index.core.agent.workflow import FunctionAgent
-from llama_index.core.llms import ChatMessage
-from llama_index.core.tools import FunctionTool
-from llama_index.llms.litellm import LiteLLM
-
 from budgetlens import BudgetExceeded, RunBudget
 from budgetlens.guard.adapters._wrap_up import WRAP_UP_INSTRUCTION
-from budgetlens.guard.adapters.llama_index import guard_llama_agent, guard_llm
 from budgetlens.semconv import STOP_BUDGET_TOKENS, STOP_BUDGET_TOOLS, STOP_BUDGET_WRAP_UP, USAGE_REPORTED
 
 sys.path.insert(0, str(Path(__file__).parent / "examples"))
 from _adapter_helpers import CALL
+from conftest import require
 from llm_server import INPUT_TOKENS, OUTPUT_TOKENS, LLMServer
+
+# llama-index and LiteLLM take seconds to import: the tests import them where they use them
+require("llama_index.core", "llama_index.llms.litellm")
 
 pytestmark = pytest.mark.system  # each test starts an HTTP server
 
-HI = [ChatMessage(role="user", content="Fix the failing test")]
+
+def hi():
+    """The conversation a chat sends."""
+    from llama_index.core.llms import ChatMessage
+
+    return [ChatMessage(role="user", content="Fix the failing test")]
 
 
 @pytest.fixture(scope="module")
@@ -39,6 +39,8 @@ def server():
 
 
 def llm(server, name="gpt-4o-mini", **kwargs):
+    from llama_index.llms.litellm import LiteLLM
+
     return LiteLLM(model=f"openai/{name}", api_base=server.openai_url, api_key="test", **kwargs)
 
 
@@ -48,16 +50,18 @@ def read_file(path: str) -> str:
 
 
 def test_chat_sync_async_and_streamed_are_reserved_and_recorded(server):
+    from budgetlens.guard.adapters.llama_index import guard_llm
+
     run = RunBudget(max_total_tokens=50_000)
     guarded = guard_llm(llm(server), run)
-    assert guarded.chat(HI).message.content == "Done."
+    assert guarded.chat(hi()).message.content == "Done."
     assert server.requests[-1][1]["max_tokens"] == 4096
-    assert "".join(c.delta or "" for c in guarded.stream_chat(HI)) == "Done."
+    assert "".join(c.delta or "" for c in guarded.stream_chat(hi())) == "Done."
     assert server.requests[-1][1]["stream_options"] == {"include_usage": True}
 
     async def main():
-        await guarded.achat(HI)
-        async for _ in await guarded.astream_chat(HI):
+        await guarded.achat(hi())
+        async for _ in await guarded.astream_chat(hi()):
             pass
 
     asyncio.run(main())
@@ -68,6 +72,8 @@ def test_chat_sync_async_and_streamed_are_reserved_and_recorded(server):
 
 def test_complete_and_its_stream_and_async_forms_are_guarded_like_chat(server):
     # LiteLLM's complete goes through its private _chat, past a guarded chat: guarded all the same
+    from budgetlens.guard.adapters.llama_index import guard_llm
+
     run = RunBudget(max_total_tokens=50_000)
     guarded = guard_llm(llm(server), run)
     sent = len(server.requests)
@@ -91,23 +97,30 @@ def test_complete_and_its_stream_and_async_forms_are_guarded_like_chat(server):
 
 
 def test_refused_before_sending_and_failures_settled(server):
+    from budgetlens.guard.adapters.llama_index import guard_llm
+
     run = RunBudget(max_total_tokens=1_000)
     sent = len(server.requests)
     with pytest.raises(BudgetExceeded) as info:
-        guard_llm(llm(server, max_tokens=2_000), run).chat(HI)
+        guard_llm(llm(server, max_tokens=2_000), run).chat(hi())
     assert info.value.reason == STOP_BUDGET_TOKENS and len(server.requests) == sent
     other = RunBudget(max_total_tokens=50_000)
     with pytest.raises(Exception):  # noqa: B017 - LiteLLM's RateLimitError
-        guard_llm(llm(server, "error-429", max_retries=0), other).chat(HI)
+        guard_llm(llm(server, "error-429", max_retries=0), other).chat(hi())
     assert other.stats().turns == 0 and other.stats().reserved_tokens == 0
     with contextlib.suppress(Exception):  # LiteLLM may raise at the cut; either way it is charged
-        for _ in guard_llm(llm(server, "drop-stream"), other).stream_chat(HI):
+        for _ in guard_llm(llm(server, "drop-stream"), other).stream_chat(hi()):
             pass
     result = other.finish()  # settled, never left open (LiteLLM may count a cut stream itself)
     assert result.turns == 1 and result.used_tokens > 0 and other.stats().reserved_tokens == 0
 
 
 def test_function_agent_calls_and_tools_are_guarded(server):
+    from llama_index.core.agent.workflow import FunctionAgent
+    from llama_index.core.tools import FunctionTool
+
+    from budgetlens.guard.adapters.llama_index import guard_llama_agent
+
     async def main(run, model="gpt-4o-mini"):
         agent = FunctionAgent(tools=[FunctionTool.from_defaults(read_file)], llm=llm(server, model))
         guard_llama_agent(agent, run)
@@ -129,6 +142,11 @@ def test_a_function_agent_out_of_budget_answers_from_the_wrap_up_slice(server):
     # prompt + 1,000 (the LLM's max_tokens) and uses 1,200 + 300 = 1,500; call 2 (prompt + 1,000)
     # no longer fits the 500 left: it is the final call, without tools, capped at 1,000 (< the
     # 1,500 - prompt the slice leaves), and the run stops with budget_wrap_up after it.
+    from llama_index.core.agent.workflow import FunctionAgent
+    from llama_index.core.tools import FunctionTool
+
+    from budgetlens.guard.adapters.llama_index import guard_llama_agent
+
     async def main(run):
         agent = FunctionAgent(
             tools=[FunctionTool.from_defaults(read_file)], llm=llm(server, max_tokens=1_000)

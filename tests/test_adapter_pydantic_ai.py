@@ -6,20 +6,15 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-
-pytest.importorskip("pydantic_ai")
-
+from conftest import require
 from llm_server import CACHED_TOKENS, INPUT_TOKENS, OUTPUT_TOKENS, REASONING_TOKENS
-from pydantic_ai import Agent
-from pydantic_ai.exceptions import ModelHTTPError, UsageLimitExceeded
-from pydantic_ai.models.openai import OpenAIChatModel
-from pydantic_ai.providers.openai import OpenAIProvider
-from pydantic_ai.usage import UsageLimits
 
 from budgetlens import BudgetExceeded, RunBudget, Usage
 from budgetlens.guard.adapters._wrap_up import WRAP_UP_INSTRUCTION
-from budgetlens.guard.adapters.pydantic_ai import BudgetModel
 from budgetlens.semconv import STOP_BUDGET_TOKENS, STOP_BUDGET_TOOLS, STOP_BUDGET_WRAP_UP, USAGE_REPORTED
+
+# pydantic-ai takes a second to import: the tests import it where they use it, not at collection
+require("pydantic_ai")
 
 pytestmark = pytest.mark.system  # each test starts an HTTP server
 
@@ -27,10 +22,15 @@ CALL = Usage(INPUT_TOKENS, OUTPUT_TOKENS, cache_read_tokens=CACHED_TOKENS, reaso
 
 
 def model(server, name="gpt-4o-mini"):
+    from pydantic_ai.models.openai import OpenAIChatModel
+    from pydantic_ai.providers.openai import OpenAIProvider
+
     return OpenAIChatModel(name, provider=OpenAIProvider(base_url=server.openai_url, api_key="test"))
 
 
 def agent_with_tool(m, **kwargs):
+    from pydantic_ai import Agent
+
     agent = Agent(m, **kwargs)
 
     @agent.tool_plain
@@ -42,6 +42,8 @@ def agent_with_tool(m, **kwargs):
 
 
 def test_agent_run_is_reserved_recorded_and_tools_counted(server):
+    from budgetlens.guard.adapters.pydantic_ai import BudgetModel
+
     with RunBudget(max_total_tokens=50_000) as run:
         result = agent_with_tool(BudgetModel(model(server), run)).run_sync("Fix the failing test")
     assert result.output == "Done."
@@ -52,6 +54,11 @@ def test_agent_run_is_reserved_recorded_and_tools_counted(server):
 
 
 def test_usage_limits_let_a_second_call_through_but_the_budget_refuses_before_sending(server):
+    from pydantic_ai.exceptions import UsageLimitExceeded
+    from pydantic_ai.usage import UsageLimits
+
+    from budgetlens.guard.adapters.pydantic_ai import BudgetModel
+
     settings = {"max_tokens": 1_000}
     sent = len(server.requests)
     with pytest.raises(UsageLimitExceeded):  # pydantic-ai checks tokens only after the response
@@ -67,6 +74,10 @@ def test_usage_limits_let_a_second_call_through_but_the_budget_refuses_before_se
 
 
 def test_streamed_run_is_recorded(server):
+    from pydantic_ai import Agent
+
+    from budgetlens.guard.adapters.pydantic_ai import BudgetModel
+
     async def main(run):
         agent = Agent(BudgetModel(model(server), run))
         async with agent.run_stream("hi") as result:
@@ -79,6 +90,11 @@ def test_streamed_run_is_recorded(server):
 
 
 def test_http_error_releases_and_parallel_tool_calls_over_the_limit_stop(server):
+    from pydantic_ai import Agent
+    from pydantic_ai.exceptions import ModelHTTPError
+
+    from budgetlens.guard.adapters.pydantic_ai import BudgetModel
+
     run = RunBudget(max_total_tokens=50_000)
     with pytest.raises(ModelHTTPError):
         Agent(BudgetModel(model(server, "error-500"), run), retries=0).run_sync("hi")
@@ -92,6 +108,10 @@ def test_http_error_releases_and_parallel_tool_calls_over_the_limit_stop(server)
 
 
 def test_a_sub_agent_with_a_budget_model_of_the_same_run_is_charged(server):
+    from pydantic_ai import Agent
+
+    from budgetlens.guard.adapters.pydantic_ai import BudgetModel
+
     with RunBudget(max_total_tokens=50_000) as run:
         sub = Agent(BudgetModel(model(server), run))
         lead = Agent(BudgetModel(model(server), run))
@@ -110,6 +130,8 @@ def test_an_agent_out_of_budget_answers_from_the_wrap_up_slice(server):
     # Call 1 reserves 100 + 1,000 (max_tokens) and uses 1,200 + 300 = 1,500; call 2 (100 + 1,000)
     # does not fit the 0 left: it is the final call, without the function tool, capped at
     # 2,500 - 1,500 - 100 = 900, and the run stops with budget_wrap_up after it.
+    from budgetlens.guard.adapters.pydantic_ai import BudgetModel
+
     run = RunBudget(max_total_tokens=2_500, wrap_up_tokens=1_000)
     before = len(server.requests)
     guarded = BudgetModel(model(server), run, count_tokens=lambda messages: 100)

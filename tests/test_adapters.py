@@ -8,17 +8,14 @@ import socket
 from pathlib import Path
 
 import pytest
-
-pytest.importorskip("openai")
-pytest.importorskip("anthropic")
-
-import anthropic
-import openai
 from _adapter_helpers import ANTHROPIC_CALL, CALL, MESSAGES, anthropic_client, openai_client
+from conftest import require
 
 from budgetlens import BudgetExceeded, RunBudget
-from budgetlens.guard.adapters import wrap_openai
 from budgetlens.semconv import STOP_BUDGET_TOKENS, STOP_COMPLETED, USAGE_REPORTED, USAGE_UNKNOWN
+
+# the SDKs take seconds to import: the tests import them where they use them
+require("openai", "anthropic")
 
 pytestmark = pytest.mark.system  # each test starts an HTTP server
 
@@ -111,6 +108,8 @@ def test_request_without_a_cap_gets_the_output_left_after_its_prompt(server):
 
 
 def test_api_error_releases_the_reservation(server):
+    import openai
+
     run = RunBudget(max_total_tokens=50_000)
     with pytest.raises(openai.InternalServerError):
         openai_client(server, run).chat.completions.create(model="error-500", messages=MESSAGES)
@@ -119,6 +118,10 @@ def test_api_error_releases_the_reservation(server):
 
 
 def test_lost_connection_is_recorded_as_unknown_usage(server):
+    import openai
+
+    from budgetlens.guard.adapters import wrap_openai
+
     run = RunBudget(max_total_tokens=50_000)
     client = wrap_openai(openai.OpenAI(base_url=closed_port_url(), api_key="test", max_retries=0), run)
     with pytest.raises(openai.APIConnectionError):
@@ -128,6 +131,8 @@ def test_lost_connection_is_recorded_as_unknown_usage(server):
 
 
 def test_wrap_openai_rejects_another_client():
+    from budgetlens.guard.adapters import wrap_openai
+
     with pytest.raises(ValueError, match="openai.OpenAI"):
         wrap_openai(object(), RunBudget())
 
@@ -165,6 +170,8 @@ def test_anthropic_async_create_and_stream(server):
 
 
 def test_anthropic_max_tokens_over_budget_raises_before_the_call_and_429_releases(server):
+    import anthropic
+
     run = RunBudget(max_output_tokens=1_000)
     client = anthropic_client(server, run)
     sent = len(server.requests)
@@ -201,7 +208,7 @@ def test_anthropic_sdk_agent_example_is_stopped_before_the_call_that_does_not_fi
 
 
 def test_agents_sdk_hooks_reserve_record_and_count_tools(server):
-    pytest.importorskip("agents")
+    require("agents")
     from agents import set_tracing_disabled
 
     set_tracing_disabled(True)
@@ -212,7 +219,9 @@ def test_agents_sdk_hooks_reserve_record_and_count_tools(server):
 
 
 def test_agents_sdk_budget_exceeded_propagates_out_of_the_runner(server):
-    pytest.importorskip("agents")
+    import openai
+
+    require("agents")
     from agents import Agent, OpenAIResponsesModel, Runner, set_tracing_disabled
 
     from budgetlens.guard.adapters import BudgetRunHooks
@@ -229,15 +238,15 @@ def test_agents_sdk_budget_exceeded_propagates_out_of_the_runner(server):
 
 
 def test_langgraph_callback_handler_reserves_records_and_counts_tools(server):
-    pytest.importorskip("langgraph")
-    pytest.importorskip("langchain_openai")
+    require("langgraph")
+    require("langchain_openai")
     result = load("langgraph_agent").run_agent(server.openai_url, "Fix the failing test")
     assert (result.stop_reason, result.turns, result.tool_calls) == (STOP_COMPLETED, 2, 1)
     assert result.usage == CALL + CALL
 
 
 def test_langchain_budget_exceeded_reaches_the_caller_before_the_call(server):
-    pytest.importorskip("langchain_openai")
+    require("langchain_openai")
     from langchain_openai import ChatOpenAI
 
     from budgetlens.guard.adapters import BudgetCallbackHandler
@@ -300,6 +309,10 @@ CONVERSATION = [
 
 @pytest.mark.parametrize("wrapped", [False, True])
 def test_compress_with_a_client_is_budgeted_and_uses_the_cheapest_model(server, wrapped):
+    import openai
+
+    from budgetlens.guard.adapters import wrap_openai
+
     run = RunBudget(max_total_tokens=50_000, model_chain=["gpt-4o", "gpt-4o-mini"], provider="openai")
     client = openai.OpenAI(base_url=server.openai_url, api_key="test", max_retries=0)
     if wrapped:
@@ -313,7 +326,7 @@ def test_compress_with_a_client_is_budgeted_and_uses_the_cheapest_model(server, 
 
 
 def test_langchain_async_invoke_is_budgeted(server):
-    pytest.importorskip("langchain_openai")
+    require("langchain_openai")
     from langchain_openai import ChatOpenAI
 
     from budgetlens.guard.adapters import BudgetCallbackHandler
@@ -326,7 +339,9 @@ def test_langchain_async_invoke_is_budgeted(server):
 
 
 def test_agents_sdk_effect_tools_are_confirmed_when_the_tool_returns(server):
-    pytest.importorskip("agents")
+    import openai
+
+    require("agents")
     from agents import Agent, OpenAIResponsesModel, Runner, function_tool, set_tracing_disabled
 
     from budgetlens.guard.adapters import BudgetRunHooks

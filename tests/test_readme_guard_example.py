@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import require
 
 from budgetlens import Action
 from budgetlens.cli._common import non_negative_int
@@ -18,7 +19,7 @@ README = Path(__file__).resolve().parent.parent / "README.md"
 
 @pytest.mark.system  # runs the README's example in a fresh interpreter: seconds
 def test_the_ten_line_guard_example_runs_as_written(monkeypatch):
-    pytest.importorskip("openai")  # the example says it needs it: pip install "budgetlens[openai]"
+    require("openai")  # the example says it needs it: pip install "budgetlens[openai]"
     sys.path.insert(0, str(Path(__file__).parent / "examples"))
     from llm_server import LLMServer
 

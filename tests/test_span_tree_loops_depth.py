@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import functools
 import os
 
 import pytest
+from _otlp_spans import chat_attrs, span
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.trace.v1 import trace_pb2
 
@@ -12,34 +14,8 @@ from budgetlens import semconv as sc
 from budgetlens.otlp import SpanMemory, map_request
 from budgetlens.otlp.memory import span_digest
 
-
-def _span(trace: bytes, span_id: bytes, parent: bytes | None, attrs: dict, name: str = "step"):
-    span = trace_pb2.Span(trace_id=trace, span_id=span_id, name=name, kind=trace_pb2.Span.SPAN_KIND_INTERNAL)
-    if parent:
-        span.parent_span_id = parent
-    span.start_time_unix_nano = 1_700_000_000_000_000_000
-    span.end_time_unix_nano = 1_700_000_001_000_000_000
-    for key, value in attrs.items():
-        kv = span.attributes.add()
-        kv.key = key
-        if isinstance(value, int):
-            kv.value.int_value = value
-        else:
-            kv.value.string_value = value
-    return span
-
-
-def _chat(run_id: str | None = None, inp: int = 100) -> dict:
-    attrs: dict = {
-        sc.GEN_AI_OPERATION_NAME: sc.OPERATION_CHAT,
-        sc.GEN_AI_REQUEST_MODEL: "gpt-4o",
-        sc.GEN_AI_PROVIDER_NAME: "openai",
-        sc.GEN_AI_USAGE_INPUT_TOKENS: inp,
-        sc.GEN_AI_USAGE_OUTPUT_TOKENS: 20,
-    }
-    if run_id:
-        attrs[sc.BUDGET_RUN_ID] = run_id
-    return attrs
+#: the agent-step spans of these trees are INTERNAL (the mapper reads attributes, not the kind)
+_span = functools.partial(span, kind=trace_pb2.Span.SPAN_KIND_INTERNAL)
 
 
 def _request(spans) -> ExportTraceServiceRequest:
@@ -54,7 +30,7 @@ def _map(spans, memory=None):
 
 def test_a_call_that_is_its_own_parent_is_stored_as_a_root_and_flagged():
     trace, me = os.urandom(16), os.urandom(8)
-    mapped = _map([_span(trace, me, me, _chat("selfp"))], SpanMemory())
+    mapped = _map([_span(trace, me, me, chat_attrs(run_id="selfp"))], SpanMemory())
     assert mapped.rejected == 0
     assert [(c["run_id"], c["input_tokens"], c["parent_span_id"]) for c in mapped.calls] == [
         ("selfp", 100, None)
@@ -66,7 +42,7 @@ def test_a_call_that_is_its_own_parent_is_stored_as_a_root_and_flagged():
 @pytest.mark.parametrize("named", [True, False])
 def test_spans_that_are_each_others_parent_keep_their_call_flagged(named):
     trace, x, y = os.urandom(16), os.urandom(8), os.urandom(8)
-    spans = [_span(trace, x, y, _chat("cyc" if named else None)), _span(trace, y, x, {}, "agent")]
+    spans = [_span(trace, x, y, chat_attrs(run_id="cyc" if named else None)), _span(trace, y, x, {}, "agent")]
     mapped = _map(spans, SpanMemory())
     assert mapped.rejected == 0 and len(mapped.calls) == 1
     call = mapped.calls[0]
@@ -76,7 +52,7 @@ def test_spans_that_are_each_others_parent_keep_their_call_flagged(named):
 
 def test_two_calls_on_a_loop_are_both_calls_not_each_others_aggregate():
     trace, x, y = os.urandom(16), os.urandom(8), os.urandom(8)
-    mapped = _map([_span(trace, x, y, _chat("r", 100)), _span(trace, y, x, _chat("r", 300))])
+    mapped = _map([_span(trace, x, y, chat_attrs(100, "r")), _span(trace, y, x, chat_attrs(300, "r"))])
     assert sorted(c["input_tokens"] for c in mapped.calls) == [100, 300]
     assert mapped.flagged == {"parent_loop": 2}
 
@@ -89,7 +65,7 @@ def test_a_call_below_a_loop_keeps_its_parent_and_is_not_flagged():
     spans = [
         _span(trace, x, y, {sc.BUDGET_RUN_ID: "loop-run"}, "agent"),
         _span(trace, y, x, {}, "inner"),
-        _span(trace, child, y, _chat()),
+        _span(trace, child, y, chat_attrs()),
     ]
     mapped = _map(spans, SpanMemory())
     assert [(c["run_id"], c["quality"]) for c in mapped.calls] == [(trace.hex(), None)]
@@ -101,15 +77,15 @@ def test_a_loop_across_requests_ends_the_walk_through_the_memory():
     memory = SpanMemory()
     _map([_span(trace, x, y, {}, "a")], memory)
     _map([_span(trace, y, x, {}, "b")], memory)
-    mapped = _map([_span(trace, z, x, _chat())], memory)  # x -> y -> x: no named run above
+    mapped = _map([_span(trace, z, x, chat_attrs())], memory)  # x -> y -> x: no named run above
     assert [c["run_id"] for c in mapped.calls] == [trace.hex()]
 
 
 def test_two_calls_on_a_loop_closed_across_requests_are_both_calls():
     trace, x, y = os.urandom(16), os.urandom(8), os.urandom(8)
     memory = SpanMemory()
-    first = _map([_span(trace, x, y, _chat("r", 100))], memory)
-    second = _map([_span(trace, y, x, _chat("r", 300))], memory)  # y's "call below" is x, its parent
+    first = _map([_span(trace, x, y, chat_attrs(100, "r"))], memory)
+    second = _map([_span(trace, y, x, chat_attrs(300, "r"))], memory)  # y's "call below" is x, its parent
     assert [c["input_tokens"] for c in first.calls + second.calls] == [100, 300]
     assert second.calls[0]["quality"] == "parent_loop"
 
@@ -119,7 +95,7 @@ def _chain(depth: int, run: str) -> list:
     trace, parent, spans = os.urandom(16), None, []
     for level in range(depth):
         span_id = os.urandom(8)
-        attrs = {sc.BUDGET_RUN_ID: run} if level == 0 else _chat() if level == depth - 1 else {}
+        attrs = {sc.BUDGET_RUN_ID: run} if level == 0 else chat_attrs() if level == depth - 1 else {}
         spans.append(_span(trace, span_id, parent, attrs, f"n{level}"))
         parent = span_id
     return spans
@@ -143,7 +119,7 @@ def test_a_deep_chain_split_over_two_requests_inherits_through_the_memory():
 def test_an_aggregate_deep_above_its_calls_is_still_an_aggregate():
     spans = _chain(3_000, "agg-run")
     top = spans[0]
-    for kv in _span(b"\1" * 16, b"\1" * 8, None, _chat("agg-run", 100)).attributes:
+    for kv in _span(b"\1" * 16, b"\1" * 8, None, chat_attrs(100, "agg-run")).attributes:
         top.attributes.add().CopyFrom(kv)  # the top span also carries the calls' sum
     mapped = _map(spans)
     assert [c["span_id"] for c in mapped.calls] == [spans[-1].span_id.hex()]

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from _adapter_helpers import MESSAGES
+from conftest import require
 
 from budgetlens import RunBudget, Usage
 from budgetlens.guard.task_budget import (
@@ -43,7 +44,9 @@ def test_a_request_keeps_its_own_task_budget_and_other_betas():
 
 @pytest.mark.system
 def test_wrap_anthropic_sends_the_task_budget_through_the_real_sdk():
-    anthropic = pytest.importorskip("anthropic")
+    require("anthropic")
+    import anthropic
+
     from budgetlens.guard.adapters import wrap_anthropic
 
     sys.path.insert(0, str(Path(__file__).parent / "examples"))

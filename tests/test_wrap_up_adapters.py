@@ -4,19 +4,16 @@ budget gets a final answer from the slice and a stop reason, against a local HTT
 from __future__ import annotations
 
 import pytest
-
-pytest.importorskip("openai")
-pytest.importorskip("anthropic")
-
-import anthropic
-import openai
 from _adapter_helpers import ANTHROPIC_TOOLS, TOOLS
+from conftest import require
 from llm_server import INPUT_TOKENS, OUTPUT_TOKENS
 
 from budgetlens import BudgetExceeded, RunBudget
 from budgetlens import semconv as sc
-from budgetlens.guard.adapters import wrap_anthropic, wrap_openai
 from budgetlens.guard.adapters._wrap_up import WRAP_UP_INSTRUCTION
+
+# the SDKs take seconds to import: the tests import them where they use them
+require("openai", "anthropic")
 
 pytestmark = pytest.mark.system  # each test starts an HTTP server
 
@@ -48,6 +45,10 @@ def _expected_calls():
 
 
 def test_openai_agent_out_of_budget_answers_from_the_slice(server):
+    import openai
+
+    from budgetlens.guard.adapters import wrap_openai
+
     run = RunBudget(max_total_tokens=4_000, wrap_up_tokens=1_000)
     client = wrap_openai(
         openai.OpenAI(base_url=server.openai_url, api_key="test", max_retries=0),
@@ -70,6 +71,10 @@ def test_openai_agent_out_of_budget_answers_from_the_slice(server):
 
 
 def test_anthropic_agent_out_of_budget_answers_from_the_slice(server):
+    import anthropic
+
+    from budgetlens.guard.adapters import wrap_anthropic
+
     run = RunBudget(max_total_tokens=4_000, wrap_up_tokens=1_000)
     client = wrap_anthropic(
         anthropic.Anthropic(base_url=server.anthropic_url, api_key="test", max_retries=0),
@@ -96,7 +101,7 @@ def test_anthropic_agent_out_of_budget_answers_from_the_slice(server):
 
 
 def test_litellm_agent_out_of_budget_answers_from_the_slice(server):
-    pytest.importorskip("litellm")
+    require("litellm")
     from budgetlens.guard.adapters.litellm_sdk import GuardedLiteLLM
 
     run = RunBudget(max_total_tokens=4_000, wrap_up_tokens=1_000)
@@ -126,6 +131,10 @@ def test_litellm_agent_out_of_budget_answers_from_the_slice(server):
 
 def test_the_countdown_notice_reaches_the_next_request(server):
     # 1,500 tokens per call under 3,000: after call 1, 50 % left, 1,500 // 1,500 = 1 turn
+    import anthropic
+
+    from budgetlens.guard.adapters import wrap_anthropic
+
     run = RunBudget(max_total_tokens=3_000, countdown_at=(0.5,))
     client = wrap_anthropic(
         anthropic.Anthropic(base_url=server.anthropic_url, api_key="test", max_retries=0), run
