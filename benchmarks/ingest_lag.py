@@ -109,15 +109,15 @@ def _busy_reader(db_path: Path, stop: threading.Event, queries: list) -> None:
         time.sleep(0.05)
 
 
-def lag_at_rate(rate_spans_s: float, seconds: float, busy_readers: int = 0) -> dict:
+def lag_at_rate(rate_spans_s: float, seconds: float, busy_readers: int = 0, stated_cost: bool = True) -> dict:
     """Offer ``rate_spans_s`` spans/s for ``seconds`` to a fresh collector (with
-    ``busy_readers`` readers busy meanwhile); p50/p95 of the time from sending a body to its
+    ``busy_readers`` readers busy meanwhile; ``stated_cost``: as ``make_body``'s); p50/p95 of the time from sending a body to its
     spans being queryable in DuckDB (s), refused requests, and the busy readers' queries."""
     import statistics
 
     count = max(4, round(rate_spans_s * seconds / SPANS_PER_BODY))
     first_seed = 2 * 10**5
-    bodies = [make_body(first_seed + i) for i in range(count)]
+    bodies = [make_body(first_seed + i, stated_cost=stated_cost) for i in range(count)]
     sent_at: dict = {}
     seen_at: dict = {}
     failures: list = []

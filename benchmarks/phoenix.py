@@ -6,7 +6,7 @@ Phoenix is not a dependency: it runs from a separate virtualenv whose interprete
 when it is not usable. ``persisted_spans_per_s`` starts ``phoenix serve`` on a free port with a
 fresh working directory (its SQLite database there), posts the bodies to its OTLP/HTTP endpoint
 with ``clients`` keep-alive clients, and counts the rows of its ``spans`` table until all are
-persisted.
+persisted or the wait ends (the rate then comes from the partial count).
 """
 
 from __future__ import annotations
@@ -24,6 +24,8 @@ import requests
 
 #: The interpreter of a virtualenv with ``arize-phoenix`` installed.
 ENV_PHOENIX_PYTHON = "BUDGETLENS_BENCH_PHOENIX_PYTHON"
+#: Seconds after the first post the persisted spans are counted for, at most.
+DEFAULT_WAIT_S = 120.0
 
 
 def post_bodies(url: str, bodies: list[bytes], clients: int) -> list[int]:
@@ -84,10 +86,15 @@ def _count_spans(database: Path) -> int:
         return 0
 
 
-def persisted_spans_per_s(python: str, bodies: list[bytes], spans: int, clients: int = 4) -> dict:
-    """Post ``bodies`` (``spans`` spans in all) to a fresh Phoenix; persisted spans/s (until its
-    ``spans`` table holds them all, at most 600 s) and acknowledged spans/s. Raises
-    RuntimeError when Phoenix does not start or does not persist them."""
+def persisted_spans_per_s(
+    python: str, bodies: list[bytes], spans: int, clients: int = 4, wait_s: float = DEFAULT_WAIT_S
+) -> dict:
+    """Post ``bodies`` (``spans`` spans in all) to a fresh Phoenix; persisted spans/s and
+    acknowledged spans/s. The persisted rate is the rows of its ``spans`` table over the time
+    from the first post until it holds them all or ``wait_s`` seconds have passed, whichever
+    comes first: from the partial count when Phoenix is still behind (``persisted`` says how
+    many of ``spans``; a slow machine persisted 21,607 of 40,000 within 120 s). Raises
+    RuntimeError when Phoenix does not start, refuses requests or persists none."""
     with tempfile.TemporaryDirectory() as tmp:
         port = _free_port()
         env = {
@@ -118,15 +125,22 @@ def persisted_spans_per_s(python: str, bodies: list[bytes], spans: int, clients:
             failures = post_bodies(url, bodies, clients)
             acknowledged = time.perf_counter() - started
             database = Path(tmp) / "phoenix.db"
-            deadline = time.monotonic() + 600
-            while _count_spans(database) < spans:
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"Phoenix persisted {_count_spans(database)} of {spans} spans")
+            deadline = time.monotonic() + wait_s
+            persisted_spans = _count_spans(database)
+            while persisted_spans < spans and time.monotonic() < deadline:
                 time.sleep(0.2)
+                persisted_spans = _count_spans(database)
             persisted = time.perf_counter() - started
         finally:
             process.terminate()
             process.wait(60)
     if failures:
         raise RuntimeError(f"Phoenix refused {len(failures)} requests: {sorted(set(failures))}")
-    return {"spans_per_s": spans / persisted, "acknowledged_spans_per_s": spans / acknowledged}
+    if not persisted_spans:
+        raise RuntimeError(f"Phoenix persisted none of {spans} spans within {wait_s:g} s")
+    return {
+        "spans_per_s": persisted_spans / persisted,
+        "acknowledged_spans_per_s": spans / acknowledged,
+        "persisted": persisted_spans,
+        "spans": spans,
+    }
