@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import time
 from typing import Any
 
 from budgetlens.price_names import genai_model
@@ -36,6 +37,32 @@ def resolve_genai(
         if len(by_day) > 4096:
             by_day.clear()
         by_day[memo] = found
+    return found
+
+
+#: (model, provider, tier) -> (end of the UTC day in epoch seconds, what :func:`resolve_genai`
+#: found for that day): the same answer as ``by_day``, looked up without building a datetime.
+today: dict[tuple[Any, ...], tuple[float, tuple[Any, Any, tuple[Any, ...], str]]] = {}
+_DAY_S = 86_400
+
+
+def resolve_now(
+    model: str, provider: str | None, tier: str | None
+) -> tuple[Any, Any, tuple[Any, ...], str] | None:
+    """:func:`resolve_genai` at the current time (the guard prices a call when it is recorded):
+    for a model whose price in force changes only with the UTC date, kept until the end of the
+    current UTC day; otherwise (a time-of-day price, no entry) resolved at each call."""
+    memo = (model, provider, tier)
+    kept = today.get(memo)
+    now_s = time.time()
+    if kept is not None and now_s < kept[0]:
+        return kept[1]
+    when = dt.datetime.fromtimestamp(now_s, tz=dt.UTC)
+    found = resolve_genai(model, provider, tier, when)
+    if found is not None and (model, provider, tier, when.date()) in by_day:
+        if len(today) > 4096:
+            today.clear()
+        today[memo] = ((now_s // _DAY_S + 1) * _DAY_S, found)
     return found
 
 

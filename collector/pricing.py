@@ -59,6 +59,8 @@ from budgetlens.price_names import clear_names, name_variants, warn_unpriced
 from budgetlens.price_rates import Rates, derive_rates
 from budgetlens.price_resolve import by_day as _by_day
 from budgetlens.price_resolve import resolve_genai as _resolve
+from budgetlens.price_resolve import resolve_now as _resolve_now
+from budgetlens.price_resolve import today as _today
 from budgetlens.usage import Usage
 
 log = logging.getLogger(__name__)
@@ -369,7 +371,10 @@ def _linear_cost(
     try:
         if _configured(prices_file):
             return None
-        resolved = _resolve(model, provider, usage.service_tier, _as_utc(at))
+        if at is None:  # now (the guard): the price in force today, looked up once a day
+            resolved = _resolve_now(model, provider, usage.service_tier)
+        else:
+            resolved = _resolve(model, provider, usage.service_tier, _as_utc(at))
         rates = None if resolved is None else _rates.get(resolved[2])
         priced = None if rates is None else rates.cost(usage)
     except _PRICE_ERRORS:
@@ -453,4 +458,5 @@ def clear_price_cache() -> None:
     user_table.cache_clear()
     _rates.clear()
     _by_day.clear()
+    _today.clear()
     _warned_partly.clear()
