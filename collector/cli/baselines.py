@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from budgetlens.analysis.defaults import BASELINE_HEADLINE_COLUMNS
 from budgetlens.analysis.thresholds import LOW_SAMPLE_RUNS
-from budgetlens.cli._analysis import add_analysis_parser, analysis_session, write_frame
+from budgetlens.cli._analysis import add_analysis_parser, analysis_session, note, write_frame
 
 #: Columns of the table format (json and csv carry every column); the censoring-aware
 #: (Kaplan–Meier) P50/P95 of total tokens and the censored share follow the plain ones.
@@ -43,11 +43,25 @@ def run(args) -> int:
         frame = analysis.baselines(conn, filters, by_model=args.by_model)
         if not args.by_model and not frame.empty:
             frame = with_censoring(frame, censored_baselines(conn, filters))
+    bounded = _has_lower_bound(frame)
     if args.format == "table":
         frame = _bounds_as_text(frame)
         frame = frame[[c for c in TABLE_COLUMNS if c in frame.columns]]
     write_frame(frame, args.format)
+    if bounded:
+        note(
+            "km_p50/km_p95 are Kaplan-Meier percentiles that count runs a budget stopped as "
+            "censored (they would have gone on); '≥ N' (json/csv: *_lower_bound true) is a lower "
+            "bound: too many runs were stopped below that percentile to know it, so the true "
+            "value is at least N"
+        )
     return 0
+
+
+def _has_lower_bound(frame) -> bool:
+    """True when any Kaplan–Meier P50/P95 of total tokens in ``frame`` is a lower bound."""
+    columns = [f"{c}_lower_bound" for c in ("km_p50_total_tokens", "km_p95_total_tokens")]
+    return any(bool(frame[c].fillna(False).astype(bool).any()) for c in columns if c in frame.columns)
 
 
 def with_censoring(frame, censoring):

@@ -40,6 +40,7 @@ def run(args) -> int:
             frame = analysis.hit_rate_by_task(conn, filters)
     write_frame(frame, args.format)
     if not args.daily and "budgeted_runs" in frame:
+        _alarm_notes(frame)
         for task_type in frame.loc[frame["budgeted_runs"] == 0, "task_type"]:
             # the blank rate cell is "no budget", not a missing figure
             note(
@@ -47,3 +48,25 @@ def run(args) -> int:
                 "set a preset to measure it"
             )
     return 0
+
+
+def _alarm_notes(per_task) -> None:
+    """A note per task type whose hit rate is above the alarm line (``analysis.split_alarms``,
+    the rule the dashboard's banner uses), and one for those above it on a low sample."""
+    from budgetlens.analysis.thresholds import HIT_RATE_ALARM, LOW_SAMPLE_RUNS
+    from budgetlens.analysis.values import format_rate
+    from budgetlens.analysis.views import split_alarms
+
+    hot, low = split_alarms(per_task)
+    line = f"{HIT_RATE_ALARM * 100:g} %"
+    for _, row in hot.iterrows():
+        note(
+            f"{row['task_type']}: hit rate {format_rate(row['hit_rate'])} is above the {line} alarm "
+            "line: the budget is too tight or the agent has a bug (compare `budgetlens baselines` "
+            "and `budgetlens presets`)"
+        )
+    for _, row in low.iterrows():
+        note(
+            f"{row['task_type']}: hit rate {format_rate(row['hit_rate'])} is above {line} on "
+            f"{int(row['budgeted_runs'])} budgeted runs (< {LOW_SAMPLE_RUNS}): too few to call an alarm"
+        )

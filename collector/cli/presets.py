@@ -128,17 +128,18 @@ def _note_evidence(table) -> None:
     """Notes on stderr: presets resting on the Kaplan–Meier P95, lower bounds, missed targets."""
     from budgetlens.analysis.values import format_rate, format_rate_range
 
+    km = [r for r in table.itertuples() if r.method == "kaplan-meier"]
+    if km:
+        shares = ", ".join(f"{r.task_type} {format_rate(r.censored_share)}" for r in km)
+        note(
+            "presets on the censoring-aware (Kaplan-Meier) P95, as some runs were stopped by a "
+            f"budget: {shares}"
+        )
     for row in table.itertuples():
-        if row.method == "kaplan-meier":
-            note(
-                f"{row.task_type}: {format_rate(row.censored_share)} of the runs were stopped by a "
-                "budget; the preset rests on the censoring-aware (Kaplan-Meier) P95"
-            )
         if row.lower_bound_keys:
             keys = ", ".join(row.lower_bound_keys)
             note(
-                f"{row.task_type}: the P95 behind {keys} is only a lower bound; raise "
-                f"{keys} for a while to learn the real tail"
+                f"{row.task_type}: P95 only a lower bound for {keys}: raise these limits a while to learn the tail"
             )
         verdict = getattr(row, "verdict", "met")
         if verdict == "not met":

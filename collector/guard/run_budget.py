@@ -144,6 +144,20 @@ class RunBudget:
         self.parent_run_id: str | None = None  # set on a child run (see child)
         self.authorizations: tuple[dict[str, Any], ...] = ()  # raises of a resumed run (see resume)
 
+    def __repr__(self) -> str:
+        """``RunBudget(run_id='…', task_type='code_generation', limits={'max_total_tokens': 60000},
+        used_tokens=1234, turns=2, tool_calls=1, cost_usd=0.0123, stop_reason=None)``: the limits
+        set (unset ones left out) and the use so far; ``stop_reason`` once finished."""
+        stats = self.stats()
+        limits = {name: value for name, value in self.limits.items() if value is not None}
+        finished = self.result
+        return (
+            f"RunBudget(run_id={self.run_id!r}, task_type={self._state.options.task_type!r}, "
+            f"limits={limits!r}, used_tokens={stats.used_tokens}, turns={stats.turns}, "
+            f"tool_calls={stats.tool_calls}, cost_usd={stats.cost_usd!r}, "
+            f"stop_reason={finished.stop_reason if finished else None!r})"
+        )
+
     @property
     def limits(self) -> dict[str, float | None]:
         """The current limits, keyed by constructor argument name."""
