@@ -7,7 +7,8 @@ tests) opens every page by its URL, each load a fresh Streamlit session. Per pag
 
 - **first numbers**: seconds from the request until the page shows a number of its own: a KPI
   tile's value with a digit in it, a table, or a drawn Plotly chart (whichever comes first);
-- **settled**: seconds until nothing is running any more (no running indicator, no skeleton).
+- **settled**: seconds until the page is complete: nothing running (no running indicator, no
+  skeleton) and no placeholder of a first paint left (``dashboard/app_pages/_paint.py``).
 
 Round 1 meets cold caches (the first visit of each page after the server started); the later
 rounds' median is the warm figure. The target is first numbers within 1 s on a quiet machine.
@@ -52,7 +53,8 @@ return Boolean(tile || table || chart);
 """
 SETTLED_JS = """
 return document.querySelector('h1') !== null && document.querySelector(
-  '[data-testid="stStatusWidgetRunningIcon"], [data-testid="stSkeleton"]') === null;
+  '[data-testid="stStatusWidgetRunningIcon"], [data-testid="stSkeleton"], '
+  + '[class*="st-key-paint_pending_"]') === null;
 """
 
 

@@ -20,6 +20,7 @@ from pathlib import Path
 import streamlit as st
 
 from budgetlens.dashboard import data, served, url_params
+from budgetlens.dashboard.app_pages import _paint
 from budgetlens.dashboard.formatting import safe_text, visible_text
 from budgetlens.dashboard.zones import local_midnight_utc, to_local, zone_names, zones
 
@@ -157,9 +158,7 @@ def _load_url(options: dict[str, list[str]]) -> None:
             st.session_state[_URL_IGNORED_KEY] = refresh
         return
     params = st.query_params
-    ignored: list[
-        tuple[str, str]
-    ] = []  # (param=value, why), shown once above the page (``url_note``): never dropped silently
+    ignored: list[tuple[str, str]] = []  # (param=value, why), shown once above the page: url_note
     st.session_state["app_window"] = _window_label(params.get("window")) or DEFAULT_WINDOW
     if params.get("window") and _window_label(params.get("window")) is None:
         codes = ", ".join(code for code, _ in WINDOWS.values())
@@ -189,8 +188,9 @@ _URL_IGNORED_KEY = "app_url_ignored"
 
 def url_note() -> None:
     """One warning naming the URL parameters the last link carried that the dashboard could not
-    use (an unknown window code or time zone, a task type the store lacks), then forgotten."""
-    ignored = st.session_state.pop(_URL_IGNORED_KEY, None)
+    use (an unknown window code or time zone, a task type the store lacks), then forgotten (after
+    the rerun of a first paint, ``_paint``, which shows it again)."""
+    ignored = (st.session_state.get if _paint.deferring() else st.session_state.pop)(_URL_IGNORED_KEY, None)
     if ignored:
         st.warning(
             "**Ignored in the address:** "
@@ -365,6 +365,8 @@ def main() -> None:
 def _page_run() -> None:
     st.session_state["app_version"] = data.data_version()
     page = st.navigation([*PAGES, OVERVIEW_ALIAS])
+    _paint.begin(page.url_path)  # tiles first, charts a run later (``finish`` below)
+    completed = False  # the page ran to its end
     try:
         # The filters first, also on the alias's pass: a run that draws no sidebar would drop
         # the widgets' state (and with it the window a shared link asked for).
@@ -373,20 +375,15 @@ def _page_run() -> None:
             st.switch_page(OVERVIEW, query_params=dict(st.query_params))
         url_note()
         page.run()
+        completed = True
     except data.DataUnavailable as error:
         st.session_state[data.UNAVAILABLE_KEY] = error.state
-        if error.missing:
-            st.info(f"**No data yet.** {safe_text(error, max_chars=500)}", icon=":material/database:")
-        elif error.invalid:
-            st.error(
-                f"**This file is not a budgetlens store:** {safe_text(error, max_chars=500)}",
-                icon=":material/error:",
-            )
-        else:
-            st.warning(
-                f"**Data unavailable, retrying…** {safe_text(error, max_chars=500)}",
-                icon=":material/hourglass_top:",
-            )
+        shown, why = safe_text(error, max_chars=500), error.state  # missing, invalid or busy
+        notice, title, icon = {
+            "missing": (st.info, "No data yet.", "database"),
+            "invalid": (st.error, "This file is not a budgetlens store:", "error"),
+        }.get(why, (st.warning, "Data unavailable, retrying…", "hourglass_top"))
+        notice(f"**{title}** {shown}", icon=f":material/{icon}:")
     stale_since = data.stale()
     if stale_since:
         st.session_state[data.UNAVAILABLE_KEY] = "busy"  # retry soon, refresh on or off
@@ -395,6 +392,7 @@ def _page_run() -> None:
             f"{dt.datetime.fromtimestamp(stale_since):%H:%M:%S}; retrying."
         )
     refresh_control()
+    _paint.finish(completed)
 
 
 main()

@@ -11,6 +11,7 @@ import streamlit as st
 
 from budgetlens.analysis.values import is_rate_column
 from budgetlens.analysis.views import LOW_SAMPLE_RUNS
+from budgetlens.dashboard.app_pages import _paint
 from budgetlens.dashboard.formatting import (
     MISSING,
     column_label,
@@ -157,6 +158,8 @@ def table(
     The layout rule at any width (1280 px included): a table wider than its frame scrolls inside
     the frame, never the page; its key columns (``first``) come first and the first of them is
     pinned, so it stays in view while the rest scroll past."""
+    if _paint.hold_table(len(frame), kwargs.get("height")):
+        return None  # a page's first run: a frame of its height, the table a run later
     shown, config = display_frame(frame, unpriced=unpriced, tz=tz)
     config.update(column_config or {})
     order = [c for c in first if c in shown.columns]

@@ -18,6 +18,7 @@ from budgetlens.analysis import preset_export
 from budgetlens.analysis import views as analysis
 from budgetlens.analysis.views import HIT_RATE_ALARM, LOW_SAMPLE_RUNS, Filters
 from budgetlens.dashboard import charts, data
+from budgetlens.dashboard.app_pages import _paint
 from budgetlens.dashboard.formatting import is_missing, safe_text
 
 #: Plotly's own toolbar is hidden: it covered the chart titles, and Streamlit's element toolbar
@@ -149,6 +150,7 @@ def tiles(items: Sequence[tuple]) -> None:
     """A row of KPI tiles: (label, value text, help text or None[, change text or None]); the
     change against the previous period shows under the value (``"+12 % vs previous"``)."""
     columns = st.columns(len(items), border=True)
+    _paint.numbers_drawn()
     for column, (label, value, help_text, *rest) in zip(columns, items):
         change = rest[0] if rest else None
         column.metric(label, value, delta=change, delta_color="off", help=help_text)
@@ -179,8 +181,13 @@ def change_text(current: float | None, previous: float | None) -> str | None:
 
 
 def chart(fig, key: str) -> None:
-    """Render a Plotly figure full-width."""
-    st.plotly_chart(fig, key=key, config=PLOTLY_CONFIG)
+    """Render a Plotly figure full-width (in a page's first run: a frame of its height, ``_paint``)."""
+    if not _paint.hold_chart(fig.layout.height or CHART_HEIGHT_PX):
+        st.plotly_chart(fig, key=key, config=PLOTLY_CONFIG)
+
+
+#: Plotly's height of a figure that sets none (px).
+CHART_HEIGHT_PX = 450
 
 
 #: Figures kept built (the most recently used ones), for at most the data cache's lifetime.

@@ -10,7 +10,7 @@ import streamlit as st
 from budgetlens.analysis import views as analysis
 from budgetlens.analysis.defaults import BASELINE_HEADLINE_COLUMNS
 from budgetlens.dashboard import charts, data
-from budgetlens.dashboard.app_pages import _evidence, _tables, _ui
+from budgetlens.dashboard.app_pages import _evidence, _paint, _tables, _ui
 from budgetlens.dashboard.formatting import MISSING, is_missing, safe_text
 
 
@@ -116,8 +116,11 @@ def render() -> None:
             "stopped): raise that limit for a while to learn the real tail. Material = more than 5 % "
             "of the runs were stopped; their presets use these figures."
         )
+        km = _evidence.km_table(data.censored_baselines(f))
+        if _paint.hold_table(len(km)):
+            return
         st.dataframe(
-            _evidence.km_table(data.censored_baselines(f)),
+            km,
             hide_index=True,
             placeholder=MISSING,
             column_config={"Task type": st.column_config.Column("Task type", pinned=True)},
