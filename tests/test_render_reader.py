@@ -92,12 +92,15 @@ def test_a_failing_query_drops_the_shared_reader_and_the_next_loader_reopens(cou
 
 @pytest.mark.system  # Streamlit AppTest
 def test_a_whatif_page_render_opens_one_reader(counted, sample_store):
+    """A page's first visit in a session is two script runs (``_paint``: the numbers first,
+    then at once the run that draws the held charts); each run opens one reader, closed when it
+    ends."""
     at = AppTest.from_file(str(APP), default_timeout=60)
     at.run()
     assert not at.exception, [e.value for e in at.exception]
-    assert counted.opened == counted.closed == 1  # the Overview and the sidebar: one reader
+    assert counted.opened == counted.closed == 2  # the Overview and the sidebar: one reader a run
     at.switch_page("app_pages/whatif.py")
     at.run()
     assert not at.exception, [e.value for e in at.exception]
     assert len(at.get("plotly_chart")) >= 1  # the trade-off curve rendered
-    assert counted.opened == counted.closed == 2  # the What-if render: one more reader, closed
+    assert counted.opened == counted.closed == 4  # the What-if visit: one more reader a run
