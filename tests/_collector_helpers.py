@@ -39,11 +39,16 @@ class SpanRecorder:
         return list(self.memory.get_finished_spans())
 
     def chat_calls(
-        self, count: int, first_input_tokens: int = 0, run_id: str | None = None
+        self,
+        count: int,
+        first_input_tokens: int = 0,
+        run_id: str | None = None,
+        extra: dict | None = None,
     ) -> list[ReadableSpan]:
         """Emit ``count`` chat spans of gpt-4o, one output token each and input tokens counting up
         from ``first_input_tokens`` (so that every span differs); with ``run_id``, spans of that
-        guard run, turns 1 to ``count``. Returns every finished span."""
+        guard run, turns 1 to ``count``; ``extra`` attributes on every span. Returns every finished
+        span."""
         for index in range(count):
             with self.tracer.start_as_current_span("chat gpt-4o") as span:
                 span.set_attributes(
@@ -56,6 +61,8 @@ class SpanRecorder:
                 )
                 if run_id is not None:
                     span.set_attributes({sc.BUDGET_RUN_ID: run_id, sc.BUDGET_TURN: index + 1})
+                if extra:
+                    span.set_attributes(extra)
         return self.spans()
 
     @contextlib.contextmanager

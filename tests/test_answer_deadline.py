@@ -15,7 +15,6 @@ from google.rpc.status_pb2 import Status
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.trace.export import SpanExportResult
 
-from budgetlens import semconv as sc
 from budgetlens.otlp import PROTOBUF
 from budgetlens.store import read_connection
 
@@ -68,18 +67,7 @@ def test_a_long_content_type_is_quoted_short_in_the_415(db_path, free_port):
 
 def _big_batch(recorder: SpanRecorder, first: int, count: int) -> list:
     """``count`` chat spans of ~2.6 KB each (a filler attribute the mapping does not keep)."""
-    for index in range(count):
-        with recorder.tracer.start_as_current_span("chat gpt-4o") as span:
-            span.set_attributes(
-                {
-                    sc.GEN_AI_OPERATION_NAME: sc.OPERATION_CHAT,
-                    sc.GEN_AI_REQUEST_MODEL: "gpt-4o",
-                    sc.GEN_AI_USAGE_INPUT_TOKENS: first + index,
-                    sc.GEN_AI_USAGE_OUTPUT_TOKENS: 1,
-                    "app.filler": "f" * 2500,
-                }
-            )
-    return recorder.spans()
+    return recorder.chat_calls(count, first, extra={"app.filler": "f" * 2500})
 
 
 @pytest.mark.system  # a collector subprocess, three 5 MB bodies at once, decode workers
