@@ -83,13 +83,34 @@ ACERO_ALIGNMENT_VARIABLE = "ACERO_ALIGNMENT_HANDLING"
 ACERO_ALIGNMENT = "reallocate"
 
 
+_ENVIRON = os.environ
+_ENVIRON_DATA = getattr(os.environ, "_data", None)
+#: Encoded keys of ``os.environ``'s own dict, by variable name (see :func:`environ_get`).
+_ENCODED_KEYS: dict[str, object] = {}
+
+
+def environ_get(env_name: str) -> str | None:
+    """``os.environ.get(env_name)``, read from ``os.environ``'s own dict when it has one (CPython's
+    ``os._Environ``): an unset variable then costs one dict lookup, not two raised KeyErrors (the
+    guard prices each call with a cost limit and checks the price file variable each time)."""
+    environ = os.environ
+    data = _ENVIRON_DATA
+    if environ is not _ENVIRON or data.__class__ is not dict:
+        return environ.get(env_name)  # os.environ replaced (by a plain mapping), or not CPython's
+    key = _ENCODED_KEYS.get(env_name)
+    if key is None:
+        key = _ENCODED_KEYS[env_name] = environ.encodekey(env_name)
+    raw = data.get(key)
+    return None if raw is None else environ.decodevalue(raw)
+
+
 def resolve(argument, env_name: str, default):
     """Return ``argument`` if given (not None), else the environment variable, else ``default``.
 
     An environment variable set to the empty string counts as unset."""
     if argument is not None:
         return argument
-    value = os.environ.get(env_name)
+    value = environ_get(env_name)
     if value not in (None, ""):
         return value
     return default
@@ -98,7 +119,7 @@ def resolve(argument, env_name: str, default):
 def env_value(env_name: str) -> str | None:
     """The environment variable ``env_name`` as set (the empty string kept), None when unset:
     for settings where "set but empty" is a mistake to report, not a default to take."""
-    return os.environ.get(env_name)
+    return environ_get(env_name)
 
 
 def child_environment(**overrides: str) -> dict[str, str]:

@@ -43,7 +43,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from budgetlens.config import load_document
+from budgetlens.config import ENV_PRICES_FILE, environ_get, load_document, resolve
+from budgetlens.price_names import name_variants
 from budgetlens.usage import Usage
 
 log = logging.getLogger(__name__)
@@ -281,3 +282,44 @@ def user_table(path: str) -> dict[str, Any]:
 
 
 __all__ = ["USAGE_KEYS", "UserModel", "genai_usage", "load_price_file", "user_table"]
+
+
+# --- the configured file ------------------------------------------------------------------------
+
+
+def configured_file(prices_file: str | os.PathLike | None) -> str | None:
+    """The user price file in effect: ``prices_file``, else ``BUDGETLENS_PRICES_FILE``; None
+    when neither is set (genai-prices alone prices)."""
+    if prices_file is None:  # the common case (the guard asks at each priced call)
+        return environ_get(ENV_PRICES_FILE) or None
+    path = resolve(prices_file, ENV_PRICES_FILE, None)
+    return str(path) if path else None
+
+
+def user_model(model: str, path: str) -> UserModel | None:
+    """The entry of the price file ``path`` for ``model`` (name variants tried in order, see
+    ``budgetlens.price_names``); None when the file does not name it."""
+    table = user_table(path)
+    for name in name_variants(model):
+        if name in table:
+            return table[name]
+    return None
+
+
+def check_prices_file(prices_file: str | os.PathLike | None = None) -> None:
+    """Read (and cache) the user price file now, so a bad one fails before any call is paid for.
+
+    ``prices_file`` defaults to ``BUDGETLENS_PRICES_FILE``; nothing to do when neither is set.
+    Raises ValueError naming the file (and the variable when it came from there) when it is
+    missing, unreadable or invalid.
+    """
+    path = configured_file(prices_file)
+    if not path:
+        return
+    origin = f" (from {ENV_PRICES_FILE})" if prices_file is None else ""
+    try:
+        user_table(path)
+    except OSError as error:
+        raise ValueError(f"price file {path}{origin} cannot be read: {error}") from error
+    except ValueError as error:
+        raise ValueError(f"{error}{origin}") from error

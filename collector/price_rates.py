@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from decimal import Decimal, getcontext
 from itertools import compress
-from operator import attrgetter
+from operator import attrgetter, mul
 from typing import Any, NamedTuple
 
 from budgetlens.billing_parts import unpriced_audio, unpriced_fields
@@ -55,13 +55,15 @@ class _Plan(NamedTuple):
     the text token counts (the unpriced parts are looked up); ``rates``: the rate of each field of
     the shape; ``leaves``: the signed leaves as (position in the shape, coefficient) pairs;
     ``scaled``: the fee and the rates as whole numbers of ``1 / scale`` USD, (fee, scale, rates),
-    when no sum of any usage can pass the ``Decimal`` precision (None: summed in ``Decimal``)."""
+    when no sum of any usage can pass the ``Decimal`` precision (None: summed in ``Decimal``);
+    ``forms``: the leaves again as (positions, coefficients) pairs (summed by ``map``)."""
 
     ok: bool
     beyond_text: bool
     rates: tuple[Decimal, ...]
     leaves: tuple[tuple[tuple[int, int], ...], ...]
     scaled: tuple[int, int, tuple[int, ...]] | None
+    forms: tuple[tuple[tuple[int, ...], tuple[int, ...]], ...] = ()
 
 
 @dataclass(slots=True)
@@ -95,17 +97,12 @@ class Rates:
         if not plan.ok:
             return None
         counts = tuple(compress(values, values))
-        for leaf in plan.leaves:
-            count = 0
-            for i, coefficient in leaf:
-                count += coefficient * counts[i]
-            if count < 0:
+        for positions, coefficients in plan.forms:
+            if sum(map(mul, coefficients, map(counts.__getitem__, positions))) < 0:
                 return None
-        if plan.scaled is not None:
-            whole, scale, rates = plan.scaled
-            for rate, value in zip(rates, counts):
-                whole += rate * value
-            return whole / scale, unpriced
+        scaled = plan.scaled
+        if scaled is not None:  # whole numbers (Python ints): exact, divided once
+            return (scaled[0] + sum(map(mul, scaled[2], counts))) / scaled[1], unpriced
         total = self.fee
         for decimal_rate, value in zip(plan.rates, counts):  # in _FIELDS order, as genai-prices adds
             total += decimal_rate * value
@@ -125,6 +122,7 @@ class Rates:
             rates,
             leaves,
             _scaled(self.fee, rates),
+            tuple((tuple(i for i, _ in leaf), tuple(c for _, c in leaf)) for leaf in leaves),
         )
 
 

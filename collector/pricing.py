@@ -29,15 +29,15 @@ Resolved once, applied to many calls (issue 25): the price in force for a (provi
 conditional price and variant in force at the call's time, service tier), or a user price
 file's model, is resolved once per process and kept. When it is linear in every usage field
 (no ``TieredPrices``), its per-call fee and per-field rates come from genai-prices' own
-calculation on unit usages (``budgetlens.price_rates``), and calls are priced by rates x counts
-in ``Decimal``; a tiered price, or a call genai-prices would treat otherwise (an audio part
+calculation on unit usages (``budgetlens.price_rates``; kept in ``budgetlens.price_linear``), and
+calls are priced by rates x counts in ``Decimal``; a tiered price, or a call genai-prices would treat otherwise (an audio part
 without an audio rate, a usage it refuses), keeps the per-call ``calc_price``. Both give the
 same figure (the tests compare them on random usages). :func:`price_calls` prices a batch (the
 collector's span mapping) through the same path.
 
 User price file (YAML, JSON or TOML; path from the argument, else the environment variable
-``BUDGETLENS_PRICES_FILE``): its format and checks are in ``budgetlens.price_file``; its prices
-win over genai-prices for the models it names.
+``BUDGETLENS_PRICES_FILE``): its format, checks and lookup are in ``budgetlens.price_file``; its
+prices win over genai-prices for the models it names.
 """
 
 from __future__ import annotations
@@ -48,18 +48,22 @@ import os
 import warnings
 from collections.abc import Iterable
 from dataclasses import dataclass
-from decimal import Decimal
 from typing import Any
 
 from budgetlens.billing_parts import unpriced_audio, unpriced_fields, without_parts
-from budgetlens.config import ENV_PRICES_FILE, resolve
 from budgetlens.price_columns import usage_details, usage_from_details
-from budgetlens.price_file import UserModel, genai_usage, load_price_file, user_table
-from budgetlens.price_names import clear_names, name_variants, warn_unpriced
-from budgetlens.price_rates import Rates, derive_rates
+from budgetlens.price_file import UserModel, check_prices_file, genai_usage, load_price_file, user_table
+from budgetlens.price_file import configured_file as _configured
+from budgetlens.price_file import user_model as _user_model
+from budgetlens.price_linear import PRICE_ERRORS as _PRICE_ERRORS
+from budgetlens.price_linear import UNSET as _UNSET
+from budgetlens.price_linear import genai_calc as _genai_calc
+from budgetlens.price_linear import linear_cost as _linear_cost
+from budgetlens.price_linear import rates as _rates
+from budgetlens.price_linear import remember as _remember
+from budgetlens.price_names import clear_names, warn_unpriced
 from budgetlens.price_resolve import by_day as _by_day
 from budgetlens.price_resolve import resolve_genai as _resolve
-from budgetlens.price_resolve import resolve_now as _resolve_now
 from budgetlens.price_resolve import today as _today
 from budgetlens.usage import Usage
 
@@ -102,10 +106,6 @@ class CallPrice:
     source: str | None = None
     price_version: str | None = None
     unpriced_reason: str | None = None
-
-
-#: What genai-prices or a user price file can raise while a call is priced (all mean: unpriced).
-_PRICE_ERRORS = (OSError, ValueError, ArithmeticError, LookupError, TypeError)
 
 
 _warm = False
@@ -249,33 +249,6 @@ def _price(
     )
 
 
-# --- resolved prices (once per provider, model, price in force, tier) ---------------------------
-
-_UNSET: Any = object()
-#: Rates of each resolved price (None: tiered or not linear: priced call by call).
-_rates: dict[tuple[Any, ...], Rates | None] = {}
-
-
-def _genai_calc(
-    info: Any, provider: Any, usage: Any, when: dt.datetime, context: dict[str, str] | None
-) -> tuple[Decimal, Any]:
-    calc = info.calc_price(usage, provider, genai_request_timestamp=when, price_context=context)
-    return calc.total_price, calc.model_price
-
-
-def _remember(key: tuple[Any, ...], calc: Any) -> Rates | None:
-    """Derive (once) and keep the rates of a resolved price; None when it is priced call by call."""
-    try:
-        rates = derive_rates(calc)
-    except _PRICE_ERRORS as error:  # the per-call path reports it for each call
-        log.debug("no rates for %s: %s", key, error)
-        rates = None
-    if len(_rates) > 4096:
-        _rates.clear()
-    _rates[key] = rates
-    return rates
-
-
 _warned_partly: set[tuple[str, tuple[str, ...]]] = set()
 
 
@@ -355,31 +328,10 @@ def cost_usd(
     unpriced call gives its priced part; use :func:`price_call` to see what was left out.
     """
     if model and usage is not None:
-        fast = _linear_cost(model, usage, provider, at, prices_file)
+        fast = _linear_cost(model, usage, provider, None if at is None else _as_utc(at), prices_file)
         if fast is not None:
             return fast
     return price_call(model, usage, provider, at=at, prices_file=prices_file).cost_usd
-
-
-def _linear_cost(
-    model: str, usage: Usage, provider: str | None, at: dt.datetime | None, prices_file: Any
-) -> float | None:
-    """:func:`cost_usd` of a call :func:`price_call` prices by genai-prices rates with no part left
-    unpriced, without building its :class:`CallPrice` (the guard prices each call at record with a
-    cost limit); None when the full path must decide (a user price file, no rates yet, a part
-    unpriced, a price error: it logs and says why)."""
-    try:
-        if _configured(prices_file):
-            return None
-        if at is None:  # now (the guard): the price in force today, looked up once a day
-            resolved = _resolve_now(model, provider, usage.service_tier)
-        else:
-            resolved = _resolve(model, provider, usage.service_tier, _as_utc(at))
-        rates = None if resolved is None else _rates.get(resolved[2])
-        priced = None if rates is None else rates.cost(usage)
-    except _PRICE_ERRORS:
-        return None
-    return priced[0] if priced is not None and not priced[1] else None
 
 
 def estimate_cost_usd(
@@ -414,41 +366,6 @@ def price_columns(
         "usage_details": usage_details(usage),
         "unpriced_parts": ",".join(priced.unpriced) or None,
     }
-
-
-# --- user price file ----------------------------------------------------------------------------
-
-
-def _user_model(model: str, path: str) -> UserModel | None:
-    table = user_table(path)
-    for name in name_variants(model):
-        if name in table:
-            return table[name]
-    return None
-
-
-def _configured(prices_file: str | os.PathLike | None) -> str | None:
-    path = resolve(prices_file, ENV_PRICES_FILE, None)
-    return str(path) if path else None
-
-
-def check_prices_file(prices_file: str | os.PathLike | None = None) -> None:
-    """Read (and cache) the user price file now, so a bad one fails before any call is paid for.
-
-    ``prices_file`` defaults to ``BUDGETLENS_PRICES_FILE``; nothing to do when neither is set.
-    Raises ValueError naming the file (and the variable when it came from there) when it is
-    missing, unreadable or invalid.
-    """
-    path = _configured(prices_file)
-    if not path:
-        return
-    origin = f" (from {ENV_PRICES_FILE})" if prices_file is None else ""
-    try:
-        user_table(path)
-    except OSError as error:
-        raise ValueError(f"price file {path}{origin} cannot be read: {error}") from error
-    except ValueError as error:
-        raise ValueError(f"{error}{origin}") from error
 
 
 def clear_price_cache() -> None:

@@ -24,12 +24,12 @@ PriceCall = Callable[[str | None, Usage, str | None], float | None]
 PROBE_USAGE = Usage(0, 0)  # prices nothing: tells whether a model has a price (not None)
 
 
-def paid_cost(model: str | None, usage: Usage, provider: str | None) -> float | None:
-    """USD of a call already paid for, priced now through :func:`budgetlens.pricing.cost_usd`
-    (``price_call``'s figure: every billed dimension: tokens by kind and modality, cache writes by
-    duration, web searches, service tier). It never raises for a price: a price file that fails
-    only now is logged there and the call counts as unpriced, so it is never dropped."""
-    return cost_usd(model, usage, provider)
+#: USD of a call already paid for, ``paid_cost(model, usage, provider)``: priced now by
+#: :func:`budgetlens.pricing.cost_usd` itself (``price_call``'s figure: every billed dimension: tokens
+#: by kind and modality, cache writes by duration, web searches, service tier; no wrapper on the hot
+#: path). It never raises for a price: a price file that fails only now is logged there and the call
+#: counts as unpriced, so it is never dropped.
+paid_cost: PriceCall = cost_usd
 
 
 def prepare_call(

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from budgetlens import semconv as sc
-from budgetlens.guard import calls
+from budgetlens.guard import calls, plain
 from budgetlens.guard import options as opt
 from budgetlens.guard import stops as lim
 from budgetlens.guard.calls import PROBE_USAGE, PriceCall, RecordedCall, paid_cost
@@ -84,6 +84,7 @@ class RunState:
         self.countdown_fired: set[float] = set()  # countdown_at thresholds already shown
         # A share of the limits below this crosses no threshold and advises nothing (hot path).
         self._quiet_below = min(options.warn_at, options.downgrade_at, options.summarize_at, 1.0)
+        self._plain = plain.plain_run(options, self.alert_limits, self.shared, price)  # fixed for the run
         self.children: list[Any] = []  # RunBudget.child's runs (budgetlens.guard.children)
 
     def elapsed_s(self) -> float:
@@ -207,6 +208,14 @@ class RunState:
             estimate = estimate_cost_usd(model, tokens, output, self.options.provider)
             cost, priced = (0.0, False) if estimate is None else (estimate, True)
         with self.lock:
+            if (
+                self._plain
+                and priced
+                and not final
+                and self.use.unknown_at is None
+                and not self.shared.parent
+            ):
+                return plain.reserve(self, tokens, output, model, cost)
             return self._reserve_locked(tokens, output, model, cost, priced, final)
 
     def _reserve_locked(
@@ -284,6 +293,11 @@ class RunState:
         """``RunBudget.record``: normalize ``usage``, price it outside the lock when the model is
         known without settling, record it under the lock, then emit the model call span."""
         provider = provider or self.options.provider
+        if usage.__class__ is Usage and self._plain and self.shared.parent is None:
+            call = plain.record(self, usage, model, reservation, provider, response_model)
+            if self.telemetry.recording:
+                self.telemetry.model_call(call, response_model, provider, None, error_type)
+            return call.action
         needs_cost = self.needs_cost
         normalized, missing, early = calls.prepare_call(
             usage, model, reservation, provider, response_model, self._price, needs_cost

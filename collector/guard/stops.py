@@ -17,28 +17,11 @@ from budgetlens import semconv as sc
 from budgetlens.guard.results import Action, BudgetExceeded
 
 __all__ = [
-    "DEFAULT_UNKNOWN_CALL_TOKENS",
-    "DETAIL_UNKNOWN_BLOCK",
-    "DETAIL_UNKNOWN_RESIDUAL",
-    "UNKNOWN_USAGE_DETAILS",
-    "Stop",
-    "advice",
-    "alerts_reached",
-    "cost_stop",
-    "count_stop",
-    "cross_thresholds",
-    "final_stop_reason",
-    "limit_share",
-    "most_used_limit",
-    "output_budget",
-    "reserve_stop",
-    "retryable",
-    "spent_stop",
-    "time_stop",
-    "token_stop",
-    "tool_cost_stop",
-    "unknown_usage_stop",
-]
+    "DEFAULT_UNKNOWN_CALL_TOKENS", "DETAIL_UNKNOWN_BLOCK", "DETAIL_UNKNOWN_RESIDUAL", "UNKNOWN_USAGE_DETAILS",
+    "Stop", "advice", "alerts_reached", "cost_stop", "count_stop", "cross_thresholds",
+    "final_stop_reason", "limit_share", "most_used_limit", "output_budget", "reserve_stop", "retryable",
+    "spent_stop", "time_stop", "token_stop", "tool_cost_stop", "unknown_usage_stop",
+]  # fmt: skip
 
 #: ``BudgetExceeded.detail`` of a refusal by the unknown-usage policy (``block`` / ``residual``).
 DETAIL_UNKNOWN_BLOCK = "a previous call's usage is unknown; unknown_usage='block'"
