@@ -244,11 +244,14 @@ def target_presets(
     choice = smallest_multiplier(curve, target)
     largest = float(curve["multiplier"].max()) if len(curve) else CURVE_MULTIPLIERS[-1]
     rows = []
+    tables: dict[float, pd.DataFrame] = {}  # the presets at each multiplier picked, built once
     for _, pick in choice.iterrows():
-        multiplier = (
+        multiplier = float(
             largest if pick["multiplier"] is None or pd.isna(pick["multiplier"]) else pick["multiplier"]
         )
-        table = evidence_presets(ev, float(multiplier), method)
+        if multiplier not in tables:
+            tables[multiplier] = evidence_presets(ev, multiplier, method)
+        table = tables[multiplier]
         mine = table[
             table["task_type"].eq(pick["task_type"])
             | (table["task_type"].isna() & (pick["task_type"] is None))

@@ -45,7 +45,7 @@ from budgetlens.analysis.replay import (
     summarize,
     task_types_of,
 )
-from budgetlens.analysis.whatif_walk import CHECKS, NEVER, Walk, fetch
+from budgetlens.analysis.whatif_walk import NEVER, Walk, fetch
 from budgetlens.limits import LIMIT_KEYS
 
 __all__ = ["Replays", "prepare", "replay_fast", "replay_many", "summaries"]
@@ -107,7 +107,7 @@ class Replays:
             if at.size:
                 old_limits = {name: self.under[f"limit_{name}"][at] for name in names}
                 any_set = np.logical_or.reduce([~np.isnan(v) for v in old_limits.values()])
-                self.old_stops.append((at, any_set, old_limits))
+                self.old_stops.append((at, any_set, old_limits, self.task_index[at]))
         tables = np.stack([_limit_table(b, task_types) for b in self.budgets or [Budget()]])
         #: (task index, key) -> the distinct limits the budgets set, ascending.
         self.limits: dict[tuple[int, str], np.ndarray] = {}
@@ -117,6 +117,22 @@ class Replays:
                 if (~np.isnan(values)).any():
                     self.limits[(t, key)] = np.unique(values[~np.isnan(values)])
         self.walk = Walk(conn, self.under, self.rows, self.task_index, self.limits)
+        # budget-independent parts of every verdict
+        self.has_calls = ~self.no_calls
+        self.tool_count = self.under["run_tool_calls"]
+        self.no_calls_task = self.task_index[self.no_calls_at]
+        self.no_calls_totals = {
+            name: self.under[name][self.no_calls_at]
+            for name in (
+                "run_duration_s",
+                "run_turns",
+                "run_cost_usd",
+                "run_total_tokens",
+                "run_input_tokens",
+                "run_output_tokens",
+            )
+        }
+        self.kept_always = self.walk.walked | self.old_stop | self.no_calls
 
     def covers(self, budget: Budget) -> bool:
         """True when every limit of ``budget`` (per task type and key) is one of the prepared
@@ -136,65 +152,63 @@ class Replays:
         avoided_cost_usd."""
         table = _limit_table(budget, self.task_types)
         n, walk = len(self.task_index), self.walk
-        first = walk.first_failures(table, _KEY_COLUMN)
-        by_reason = {
-            reason: np.minimum.reduce([first[key] for key, _s, _g, r in CHECKS if r == reason])
-            for reason in _REASONS
-        }
-        stop_at = np.minimum.reduce(list(by_reason.values()))
-        walk_stops = stop_at < NEVER
-        code_w = np.select([by_reason[r] == stop_at for r in _REASONS], list(range(1, 6)), 0)
-        code_w[~walk_stops] = 0
-        stopping = np.flatnonzero(walk_stops)
-        row = walk.row_start[stopping] + stop_at[stopping]
-        walk_code = np.zeros(n, dtype=np.int64)  # becomes the replay's stop code below
-        walk_code[walk.walk_ui] = code_w
-        walk_turn = np.full(n, np.nan)
-        walk_turn[walk.walk_ui[stopping]] = walk.calls["k"][row]
+        by_reason = walk.first_failures(table, _KEY_COLUMN)
+        firsts = [by_reason[r] for r in _REASONS]
+        stop_at = np.minimum.reduce(firsts)
+        stopping = np.flatnonzero(stop_at < NEVER)
+        at = stop_at[stopping]
+        code_s = np.zeros(stopping.size, dtype=np.int64)  # the first reason, in the guard's order
+        for code, first in zip(range(len(_REASONS), 0, -1), reversed(firsts), strict=True):
+            code_s[first[stopping] == at] = code
+        row = walk.row_start[stopping] + at
+        stopped_ui = walk.walk_ui[stopping]
+        replay_code = np.zeros(n, dtype=np.int64)  # the replay's stop code, 0 = none
+        replay_code[stopped_ui] = code_s
         avoided_tok = np.zeros(n, dtype=np.int64)
-        avoided_tok[walk.walk_ui[stopping]] = walk.spent_tok[stopping] - (
+        avoided_tok[stopped_ui] = walk.spent_tok[stopping] - (
             walk.calls["cum_tok"][row].astype(np.int64) - walk.calls["tok"][row].astype(np.int64)
         )
         avoided_cost = np.zeros(n)
-        avoided_cost[walk.walk_ui[stopping]] = walk.spent_cost[stopping] - walk.calls["cost_before"][row]
+        avoided_cost[stopped_ui] = walk.spent_cost[stopping] - walk.calls["cost_before"][row]
 
-        u, task = self.under, self.task_index
-        tools_over = _gt(u["run_tool_calls"], table[:, _KEY_COLUMN["max_tool_calls"]][task])
-        replay_code = walk_code
+        task = self.task_index
+        tools_over = _gt(self.tool_count, table[:, _KEY_COLUMN["max_tool_calls"]][task])
         nc = self.no_calls_at
         if nc.size:  # runs without call records: judged on their totals
-            lim = {key: table[:, j][task[nc]] for key, j in _KEY_COLUMN.items()}
+            lim = {key: table[:, j][self.no_calls_task] for key, j in _KEY_COLUMN.items()}
+            totals = self.no_calls_totals
             replay_code[nc] = np.select(
                 [
-                    _gt(u["run_duration_s"][nc], lim["max_duration_s"]),
-                    _gt(u["run_turns"][nc], lim["max_turns"]),
+                    _gt(totals["run_duration_s"], lim["max_duration_s"]),
+                    _gt(totals["run_turns"], lim["max_turns"]),
                     tools_over[nc],
-                    _gt(u["run_cost_usd"][nc], lim["max_cost_usd"]),
-                    _gt(u["run_total_tokens"][nc], lim["max_total_tokens"])
-                    | _gt(u["run_input_tokens"][nc], lim["max_input_tokens"])
-                    | _gt(u["run_output_tokens"][nc], lim["max_output_tokens"]),
+                    _gt(totals["run_cost_usd"], lim["max_cost_usd"]),
+                    _gt(totals["run_total_tokens"], lim["max_total_tokens"])
+                    | _gt(totals["run_input_tokens"], lim["max_input_tokens"])
+                    | _gt(totals["run_output_tokens"], lim["max_output_tokens"]),
                 ],
                 list(range(1, 6)),
                 0,
             )
         # A run whose counted tool calls pass the limit, not stopped by its calls' walk.
-        replay_code[(replay_code == 0) & ~self.no_calls & tools_over] = _CODE["budget_tools"]
+        replay_code[(replay_code == 0) & self.has_calls & tools_over] = _CODE["budget_tools"]
         old_kept = np.zeros(n, dtype=bool)  # stopped by the old budget, the new one not larger
-        for at, any_set, old_limits in self.old_stops:
-            each = np.ones(at.size, dtype=bool)
+        for at_old, any_set, old_limits, old_task in self.old_stops:
+            each = any_set.copy()
             for name, old in old_limits.items():
-                new = table[:, _KEY_COLUMN[f"max_{name}"]][task[at]]
+                new = table[:, _KEY_COLUMN[f"max_{name}"]][old_task]
                 with np.errstate(invalid="ignore"):
                     each &= np.isnan(old) | (new <= old)
-            old_kept[at] = any_set & each
-        kept = walk.walked | self.old_stop | self.no_calls | tools_over
+            old_kept[at_old] = each
+        kept = self.kept_always | tools_over
         has_replay = replay_code > 0
         stopped = kept & (has_replay | old_kept)
         by_old = ~has_replay & old_kept
         stop_code = replay_code
         stop_code[by_old] = self.recorded_code[by_old]
         stop_turn = np.full(n, np.nan)
-        stop_turn[has_replay] = np.where(np.isnan(walk_turn), self.calls_or_nan, walk_turn)[has_replay]
+        stop_turn[has_replay] = self.calls_or_nan[has_replay]  # judged on totals: at the last call
+        stop_turn[stopped_ui] = walk.calls["k"][row]
         stop_turn[by_old] = self.calls_or_nan[by_old]
         return {  # what the walk avoided: only for runs it stops, all of them stopped
             "stopped": stopped,
@@ -214,22 +228,21 @@ class Replays:
         columns: dict[str, list] = {name: [] for name in ("stopped", "censored", *rq.STOP_COUNTS)}
         columns.update(avoided_tokens=[], avoided_cost_usd=[])
         task = self.task_index
+        width = len(_NAMES)
         for verdict in verdicts:
-            stopped, counted = verdict["stopped"], verdict["stopped"] | verdict["censored"]
-            width = len(_NAMES)
+            stopped, censored = verdict["stopped"], verdict["censored"]
+            # per task type and stop code (0 = not stopped: code 0 is never a stopped run's)
             by_code = np.bincount(
-                task[stopped] * width + verdict["stop_code"][stopped], minlength=n_tasks * width
+                task * width + np.where(stopped, verdict["stop_code"], 0), minlength=n_tasks * width
             ).reshape(n_tasks, width)
             sums = {
-                "stopped": np.bincount(task[stopped], minlength=n_tasks),
-                "censored": np.bincount(task[verdict["censored"]], minlength=n_tasks),
+                "stopped": by_code[:, 1:].sum(axis=1),
+                "censored": np.bincount(task, weights=censored, minlength=n_tasks).astype(np.int64),
                 **{name: by_code[:, _CODE[reason]] for name, reason in rq.STOP_COUNTS.items()},
-                "avoided_tokens": np.bincount(
-                    task[counted], weights=verdict["avoided_tokens"][counted], minlength=n_tasks
-                ),
-                "avoided_cost_usd": np.bincount(
-                    task[counted], weights=verdict["avoided_cost_usd"][counted], minlength=n_tasks
-                ),
+                # avoided is 0 outside the runs the walk stops (all of them counted): a sum over
+                # every run adds only zeros more, in the same order
+                "avoided_tokens": np.bincount(task, weights=verdict["avoided_tokens"], minlength=n_tasks),
+                "avoided_cost_usd": np.bincount(task, weights=verdict["avoided_cost_usd"], minlength=n_tasks),
             }
             for name, values in sums.items():
                 columns[name].append(values[order])

@@ -35,6 +35,8 @@ CHECKS = (
     ("max_input_tokens", "cum_in", False, "budget_tokens"),
     ("max_output_tokens", "cum_out", False, "budget_tokens"),
 )
+#: The stop reason of each check's limit key.
+_REASON_OF = {key: reason for key, _series, _ge, reason in CHECKS}
 #: "Never" for a first failing call (an offset within a run).
 NEVER = np.iinfo(np.int64).max
 
@@ -61,8 +63,8 @@ def _running(values: np.ndarray, first: np.ndarray, segment: np.ndarray) -> np.n
 @dataclass(frozen=True)
 class _Thresholds:
     """One check of one task type over its walked runs: the distinct limits (``limits``,
-    ascending) and, per walked run (``runs``: walk indices) and limit, the offset of the first
-    call that fails it (``first``; the run's call count when none does)."""
+    ascending) and, per limit and walked run (``runs``: walk indices), the offset of the first
+    call that fails it (``first``, limits x runs; ``NEVER`` when none does)."""
 
     limits: np.ndarray
     runs: np.ndarray
@@ -155,21 +157,21 @@ class Walk:
                 offset = local * width
                 worst = np.maximum.accumulate(offset + passed) - offset  # running max within a run
                 counts = np.bincount(offset + worst, minlength=runs.size * width).reshape(runs.size, width)
-                out[(int(t), key)] = _Thresholds(known, runs, np.cumsum(counts, axis=1)[:, : known.size])
+                first = np.cumsum(counts, axis=1)[:, : known.size]
+                first = np.where(first < self.n_rows[runs][:, None], first, NEVER)
+                out[(int(t), key)] = _Thresholds(known, runs, np.ascontiguousarray(first.T))
         return out
 
     def first_failures(self, table: np.ndarray, key_column: dict[str, int]) -> dict[str, np.ndarray]:
-        """Per check key, per walked run, the offset of the first call that fails the limit of
-        ``table`` (task types x limit keys, NaN = none; every limit among the thresholds'),
-        ``NEVER`` when none does."""
-        out = {}
-        for key, _series, _ge, _reason in CHECKS:
-            offsets = np.full(len(self.walk_ui), NEVER, dtype=np.int64)
-            for (t, name), found in self.thresholds.items():
-                value = table[t, key_column[key]]
-                if name != key or np.isnan(value):
-                    continue
-                at = found.first[:, int(np.searchsorted(found.limits, value))]
-                offsets[found.runs] = np.where(at < self.n_rows[found.runs], at, NEVER)
-            out[key] = offsets
+        """Per stop reason of ``CHECKS``, per walked run, the offset of the first call that fails
+        a limit of that reason in ``table`` (task types x limit keys, NaN = none; every limit
+        among the thresholds'), ``NEVER`` when none does."""
+        out = {reason: np.full(len(self.walk_ui), NEVER, dtype=np.int64) for reason in _REASON_OF.values()}
+        for (t, name), found in self.thresholds.items():
+            value = table[t, key_column[name]]
+            if np.isnan(value):
+                continue
+            at = found.first[int(np.searchsorted(found.limits, value))]
+            target = out[_REASON_OF[name]]
+            target[found.runs] = np.minimum(target[found.runs], at)
         return out
