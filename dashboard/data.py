@@ -291,10 +291,23 @@ baselines = cached(views.baselines)
 token_part_baselines = cached(views.token_part_baselines)
 #: Calls and P50/P95/max call duration (s) per model.
 model_latency = cached(views.model_latency)
-#: The limits in force now (the latest, with the date they took effect), per task type.
-current_limits = cached(views.current_limits)
-#: Every change of limits per task type (periods of unchanged limits, oldest first).
-limit_history = cached(views.limit_history)
+#: The periods of unchanged limits and the limits in force now, in one read (``views.limit_periods``).
+limit_periods = cached(views.limit_periods)
+
+
+def current_limits(f: Filters):
+    """The limits in force now (the latest, with the date they took effect), per task type
+    (``views.current_limits``), from the cached ``limit_periods``: a page that shows the
+    history too reads the limits once per render (issue 25)."""
+    return views.current_limits_of(limit_periods(f))
+
+
+def limit_history(f: Filters):
+    """Every change of limits per task type (periods of unchanged limits, oldest first;
+    ``views.limit_history``), from the cached ``limit_periods``."""
+    return views.limit_history_of(limit_periods(f))
+
+
 #: Hit and intervention rate per local day and task type.
 hit_rate_daily = cached(views.hit_rate_daily)
 #: Runs per task type and stop reason.

@@ -83,6 +83,7 @@ from budgetlens.analysis.run_views import (  # noqa: F401
 # The low-sample cutoff and the alarm line live in budgetlens.analysis.thresholds; re-exported.
 from budgetlens.analysis.thresholds import HIT_RATE_ALARM, LOW_SAMPLE_RUNS
 from budgetlens.analysis.values import is_missing, scalar  # noqa: F401  (re-exported)
+from budgetlens.store.schema import LIMIT_COLUMNS as LIMIT_COLUMNS_STORE
 
 log = logging.getLogger(__name__)
 
@@ -251,25 +252,50 @@ def model_latency(conn, f: Filters) -> pd.DataFrame:
     return rollup_queries.model_latency(conn, f.params())
 
 
+#: Columns of ``limit_history`` and of ``current_limits`` (from ``limit_periods``).
+LIMIT_HISTORY_COLUMNS = ("task_type", "since_utc", "last_run_utc", "runs", *LIMIT_COLUMNS_STORE)
+CURRENT_LIMITS_COLUMNS = ("task_type", *LIMIT_COLUMNS_STORE, "since_utc", "runs_since", "changes")
+
+
+def limit_periods(conn, f: Filters) -> pd.DataFrame:
+    """Both readings of the limits the filtered runs ran under, in one pass
+    (``limit_queries.LIMIT_PERIODS``): the periods of unchanged limits, ``is_current`` on each
+    task type's latest, ``changes``, and a row per task type without any limit. Read it once
+    for both pages' sections: ``limit_history_of`` and ``current_limits_of`` read it."""
+    from budgetlens.analysis import limit_queries
+
+    return run_query(conn, limit_queries.LIMIT_PERIODS, f.params())
+
+
 def current_limits(conn, f: Filters) -> pd.DataFrame:
     """The limits in force now: per task type those of the latest budgeted run's period of
     unchanged limits (``budgetlens.analysis.limit_queries``; NULL when no run had that limit),
     not the most common ones. Columns: task_type, limit_total_tokens, limit_input_tokens,
     limit_output_tokens, limit_turns, limit_tool_calls, limit_duration_s, limit_cost_usd,
     since_utc (the first run under them, naive UTC), runs_since (runs under them), changes
-    (earlier periods: ``limit_history``)."""
-    from budgetlens.analysis import limit_queries
-
-    return run_query(conn, limit_queries.CURRENT_LIMITS, f.params())
+    (earlier periods: ``limit_history``). ``current_limits_of(limit_periods(conn, f))``."""
+    return current_limits_of(limit_periods(conn, f))
 
 
 def limit_history(conn, f: Filters) -> pd.DataFrame:
     """Every change of limits per task type, oldest first: one row per period of unchanged
     ``limit_*`` values. Columns: task_type, since_utc, last_run_utc (naive UTC), runs, the
-    ``limit_*`` columns (NULL = no such limit). Runs without any limit are left out."""
-    from budgetlens.analysis import limit_queries
+    ``limit_*`` columns (NULL = no such limit). Runs without any limit are left out.
+    ``limit_history_of(limit_periods(conn, f))``."""
+    return limit_history_of(limit_periods(conn, f))
 
-    return run_query(conn, limit_queries.LIMIT_HISTORY, f.params())
+
+def current_limits_of(periods: pd.DataFrame) -> pd.DataFrame:
+    """``current_limits`` from a ``limit_periods`` frame (pure)."""
+    current = periods[periods["is_current"].astype(bool)].rename(columns={"runs": "runs_since"})
+    return current[list(CURRENT_LIMITS_COLUMNS)].reset_index(drop=True)
+
+
+def limit_history_of(periods: pd.DataFrame) -> pd.DataFrame:
+    """``limit_history`` from a ``limit_periods`` frame (pure): its periods, without the rows of
+    task types that ran under no limit."""
+    history = periods[periods["since_utc"].notna()][list(LIMIT_HISTORY_COLUMNS)].reset_index(drop=True)
+    return history.astype({"runs": "int64"})
 
 
 #: Columns of ``hit_rate_by_task`` (and of ``budgetlens hit-rate``).
