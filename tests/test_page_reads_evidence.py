@@ -17,7 +17,7 @@ from budgetlens.analysis import queries as q
 from budgetlens.analysis import runaways as runaway_analysis
 from budgetlens.analysis import views as analysis
 from budgetlens.analysis.filters import run_query
-from budgetlens.analysis.spend_queries import SPEND
+from budgetlens.analysis.spend_queries import HAS_CHILD_RUNS, SPEND, SPEND_FLAT, for_store
 from budgetlens.sample.generator import default_end_utc, write_sample
 from budgetlens.store import read_connection, write_batch, write_connection
 
@@ -319,3 +319,40 @@ def test_drift_per_window_groups_equals_four_filtered_quantiles(store):
                 got = run_query(conn, eq.DRIFT, params)
                 expected = run_query(conn, _DRIFT_FILTERED, params)
                 pd.testing.assert_frame_equal(got, expected, check_dtype=False)
+
+
+@pytest.fixture(scope="module")
+def childless_store(tmp_path_factory):
+    path = tmp_path_factory.mktemp("childless") / "store.duckdb"
+    write_sample(path, days=5, seed=11, runs_per_day=30, end_utc=default_end_utc())
+    return path
+
+
+def _spend_statements() -> list[str]:
+    from budgetlens.analysis import rollup_queries, spenders
+
+    return [
+        q.OVERVIEW,
+        q.OVERVIEW_PER_TASK,
+        q.COST_BY_PERIOD_TASK,
+        rollup_queries.COST_BY_PERIOD_MODEL,
+        eq.RUNAWAYS,
+        eq.SPEND_TOTAL,
+        *spenders._STATEMENTS.values(),
+    ]
+
+
+def test_spend_without_child_runs_reads_each_run_whole_with_the_same_values(childless_store, store):
+    params = {"period": "day", "k": 1.5, "repeats": 3, "none": "(none)"}
+    with read_connection(childless_store) as conn:
+        assert not conn.execute(HAS_CHILD_RUNS).fetchone()[0]
+        for f in _windows(childless_store):
+            for statement in _spend_statements():
+                fast = for_store(conn, statement)
+                assert SPEND_FLAT in fast and SPEND not in fast
+                expected = run_query(conn, statement, {**f.params(), **params})
+                pd.testing.assert_frame_equal(run_query(conn, fast, {**f.params(), **params}), expected)
+    with read_connection(store) as conn:  # a parent with children: the join stays
+        assert all(for_store(conn, s) == s for s in _spend_statements())
+    with pytest.raises(ValueError, match="SPEND"):
+        for_store(None, q.BASELINES_BY_TASK)

@@ -79,6 +79,7 @@ from budgetlens.analysis.run_views import (  # noqa: F401
     runs_table,
     top_runs,
 )
+from budgetlens.analysis.spend_queries import for_store
 
 # The low-sample cutoff and the alarm line live in budgetlens.analysis.thresholds; re-exported.
 from budgetlens.analysis.thresholds import HIT_RATE_ALARM, LOW_SAMPLE_RUNS
@@ -165,7 +166,7 @@ def overview(conn, f: Filters) -> Overview:
     intervention_rate, cost_usd, p95_total_tokens, cache_read_share, cache_write_share,
     reasoning_share] for the filtered runs (hit_rate and intervention_rate None for a task type
     without budgeted runs; shares 0..1 as ``Overview.cache_read_share``, None when unreported)."""
-    frame = run_query(conn, q.OVERVIEW, f.params())  # per task type, then the window's total
+    frame = run_query(conn, for_store(conn, q.OVERVIEW), f.params())  # per task type, then the total
     is_total = frame["is_total"].astype(bool)
     totals = frame[is_total].iloc[0]
     per_task = frame[~is_total].reset_index(drop=True)[
@@ -346,7 +347,7 @@ def cost_by_period(conn, f: Filters, period: str = "day", by: str = "model") -> 
     from budgetlens.analysis import rollup_queries
 
     statement = rollup_queries.COST_BY_PERIOD_MODEL if by == "model" else q.COST_BY_PERIOD_TASK
-    return run_query(conn, statement, {**f.params(), "period": period})
+    return run_query(conn, for_store(conn, statement), {**f.params(), "period": period})
 
 
 def cost_per_run(conn, f: Filters, per_decade: int = 4) -> pd.DataFrame:
@@ -367,4 +368,4 @@ def hit_rate_by_task(conn, f: Filters) -> pd.DataFrame:
     hit_rate, intervention_rate (0..1; None for a task type without budgeted runs), answered_stops
     (budget stops whose final call used the wrap-up slice: ``budget_wrap_up``) and answered_share
     (answered_stops / budget_stops, 0..1; None without a budget stop)."""
-    return run_query(conn, q.OVERVIEW_PER_TASK, f.params())[list(HIT_RATE_COLUMNS)]
+    return run_query(conn, for_store(conn, q.OVERVIEW_PER_TASK), f.params())[list(HIT_RATE_COLUMNS)]
