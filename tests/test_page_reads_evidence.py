@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 
+import numpy as np
 import pandas as pd
 import pytest
 from _store_rows import call_row
@@ -356,3 +357,26 @@ def test_spend_without_child_runs_reads_each_run_whole_with_the_same_values(chil
         assert all(for_store(conn, s) == s for s in _spend_statements())
     with pytest.raises(ValueError, match="SPEND"):
         for_store(None, q.BASELINES_BY_TASK)
+
+
+def test_plain_baselines_from_the_kaplan_meier_read_equal_the_sql_baselines(store, childless_store):
+    from budgetlens.analysis import censoring, evidence_arrays
+
+    for path in (store, childless_store):
+        with read_connection(path) as conn:
+            for f in _windows(path):
+                plain, km = censoring.evidence_frames(conn, f)
+                expected = analysis.baselines(conn, f)
+                if expected.empty:
+                    assert plain.empty and list(plain.columns) == list(expected.columns)
+                else:
+                    pd.testing.assert_frame_equal(plain, expected, check_exact=True)
+                pd.testing.assert_frame_equal(km, censoring.censored_baselines(conn, f))
+    # the quantile formula is DuckDB's to the last bit, integer columns too
+    rng = np.random.default_rng(5)
+    with read_connection(store) as conn:
+        for n in (1, 2, 3, 10, 57, 1001):
+            values = np.round(rng.lognormal(9, 2, n))
+            got = evidence_arrays.quantile_cont(values, (0.5, 0.95))
+            sql = "SELECT quantile_cont(CAST(v AS BIGINT), [0.5, 0.95]) FROM (SELECT unnest($v) AS v)"
+            assert got == conn.execute(sql, {"v": values.tolist()}).fetchone()[0]

@@ -28,9 +28,9 @@ import duckdb
 import numpy as np
 import pandas as pd
 
-from budgetlens.analysis import evidence_queries as eq
-from budgetlens.analysis.filters import Filters, used_params
-from budgetlens.analysis.queries import BASELINE_METRICS, OPTION_TASK_TYPES
+from budgetlens.analysis.evidence_arrays import EvidenceArrays, plain_baselines, read_arrays
+from budgetlens.analysis.filters import Filters
+from budgetlens.analysis.queries import BASELINE_METRICS
 
 __all__ = [
     "MATERIAL_CENSORED_SHARE",
@@ -39,6 +39,8 @@ __all__ = [
     "METHOD_PLAIN",
     "Percentile",
     "censored_baselines",
+    "evidence_frames",
+    "km_baselines",
     "km_percentile",
     "km_percentiles",
 ]
@@ -146,17 +148,23 @@ def censored_baselines(conn: duckdb.DuckDBPyConnection, f: Filters, probability:
     ``km_p50_<metric>_lower_bound`` / ``km_p95_<metric>_lower_bound`` (bool). Cost uses only runs whose cost is fully known (as the plain cost baseline). With
     another ``probability`` the columns still say ``p95`` (use ``km_percentile`` directly).
     """
-    # One group per task type (sorted, NULL last), by a small code from SQL: no text per row.
-    known = [r[0] for r in conn.execute(OPTION_TASK_TYPES).fetchall()]
-    params = {**f.params(), "task_types_known": known}
-    table = conn.execute(eq.CENSORING_ARRAYS, used_params(eq.CENSORING_ARRAYS, params)).to_arrow_table()
-    arrays = {name: table.column(name).to_numpy(zero_copy_only=False) for name in table.column_names}
-    codes = arrays["task_code"]
-    per_code = np.bincount(codes, minlength=len(known) + 1)
-    groups = [(i + 1, t) for i, t in enumerate(known) if per_code[i + 1]] + [(0, None)] * bool(per_code[0])
+    return km_baselines(read_arrays(conn, f), probability)
+
+
+def evidence_frames(conn: duckdb.DuckDBPyConnection, f: Filters, probability: float = 0.95):
+    """(``views.baselines(conn, f)``, ``censored_baselines(conn, f, probability)``) from one read
+    of the filtered runs (``evidence_arrays``; issue 25: a page showing both read the runs
+    twice, the plain quantiles in SQL): the same frames."""
+    ev = read_arrays(conn, f)
+    return plain_baselines(ev), km_baselines(ev, probability)
+
+
+def km_baselines(ev: EvidenceArrays, probability: float = 0.95) -> pd.DataFrame:
+    """``censored_baselines`` from the arrays of one read (``evidence_arrays.read_arrays``)."""
+    arrays = ev.arrays
     rows = []
-    for index, task_type in groups:
-        at = np.flatnonzero(codes == index)
+    for code, task_type in ev.groups:
+        at = ev.rows_of(code)
         stopped_all = arrays["censored"][at].astype(bool)
         cost_known = arrays["cost_known"][at].astype(bool)
         n = int(at.size)
