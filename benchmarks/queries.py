@@ -157,6 +157,13 @@ def bare_scan(conn, f: analysis.Filters) -> None:
 WHATIF_SHOWN_RUNS = 500
 
 
+def _limits(conn, f: analysis.Filters):
+    """The limits in force and their history as a page reads them (``dashboard.data``: one
+    ``limit_periods`` read, both sections from it)."""
+    periods = analysis.limit_periods(conn, f)
+    return analysis.current_limits_of(periods), analysis.limit_history_of(periods)
+
+
 def page_calls(f: analysis.Filters, run_id: str):
     """Each page's analysis calls, as the dashboard pages make them with their default widgets
     (``dashboard/app_pages/*.py``): {page: [callable(conn)]}. Every page also draws the sidebar
@@ -195,20 +202,19 @@ def page_calls(f: analysis.Filters, run_id: str):
             lambda c: analysis.stop_reasons(c, f),
         ],
         "Baselines": [
-            lambda c: analysis.baselines(c, f),
+            lambda c: censoring.evidence_frames(c, f),  # baselines + the KM table: one read
             lambda c: drift.drift(c, f),
             lambda c: analysis.token_distribution(c, f),
-            lambda c: analysis.current_limits(c, f),
-            lambda c: censoring.censored_baselines(c, f),  # the recommendation and the KM table
-            lambda c: analysis.limit_history(c, f),
+            lambda c: _limits(c, f),  # the limits in force and their history: one read
             lambda c: analysis.token_part_baselines(c, f),
         ],
         "Presets": [
-            lambda c: whatif.evidence_presets(whatif.evidence(c, f), analysis.DEFAULT_MULTIPLIER),
-            lambda c: analysis.current_limits(c, f),
+            lambda c: whatif.evidence_presets(
+                whatif.Evidence(*censoring.evidence_frames(c, f)), analysis.DEFAULT_MULTIPLIER
+            ),  # dashboard.data.evidence: the baselines and the KM table from one read
+            lambda c: _limits(c, f),
             analysis.data_extent,
             lambda c: drift.drift(c, f),
-            lambda c: analysis.limit_history(c, f),
         ],
         "Runs": [lambda c: analysis.runs_table(c, f, limit=500), lambda c: analysis.run_detail(c, run_id)],
         # the fast path (per-run peaks); its full-replay reference: benchmarks.whatif

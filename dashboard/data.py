@@ -5,10 +5,10 @@ Pages call what they mean: ``data.overview(filters)``, ``data.baselines(filters,
 ``data.run_detail(run_id)``. A page render opens one reader of the store, shared by all its
 loaders and closed when the render ends (``begin_run`` / ``end_run``, ``RenderReader``:
 ``budgetlens.store.connect``, through the collector when one runs on the file, which holds it;
-else the file itself; outside a render, one reader per call), caches the result with ``st.cache_data`` keyed by the arguments and
-the store's *data version* (size and mtime of the DuckDB file and its WAL, so a commit by the
-collector invalidates the cache at once), and returns what the analysis function it wraps
-returns. Each loader names its function by reference (``overview = cached(views.overview)``),
+else the file itself; outside a render, one reader per call), caches the result with
+``st.cache_data`` keyed by the arguments and the store's *data version* (size and mtime of the
+DuckDB file and its WAL: a commit by the collector invalidates the cache at once), and returns
+what the analysis function it wraps returns. Each loader names its function by reference (``overview = cached(views.overview)``),
 so grep and mypy follow a page's call down to the SQL.
 
 When the store is momentarily unavailable (the writer holds the file past the short read
@@ -60,8 +60,7 @@ CACHE_TTL_S = 60
 LAST_GOOD_ENTRIES = 256
 #: Session-state key of the filters chosen in the sidebar (set by the entrypoint).
 FILTERS_KEY = "app_filters"
-#: Session-state key of the store's state in this run: None (read fine), "busy", "missing" or
-#: "invalid" (not a budgetlens store: shown as an error, never retried in a loop).
+#: Session-state key of the store's state this run: None, "busy", "missing", "invalid" (never retried).
 UNAVAILABLE_KEY = "app_unavailable"
 _STALE_KEY = "app_stale_since"
 
@@ -176,8 +175,7 @@ def _cached_call(
         raise
 
 
-#: The render reader of the script run on this thread (Streamlit runs each session's script on
-#: its own thread), set by ``begin_run`` and closed by ``end_run``.
+#: The render reader of this thread's script run (one thread per session), set by ``begin_run``.
 class _RenderState(threading.local):
     reader: RenderReader | None = None
 
@@ -278,23 +276,39 @@ RUNS_PAGE_SIZE = 500
 WHATIF_SHOWN_RUNS = 500
 #: (oldest run start, newest run start, runs) of the whole store (naive UTC).
 data_extent = cached(views.data_extent)
-#: The values the sidebar filters can take: ``task_types``, ``models``, ``services``, ``teams``,
-#: ``users``, ``tags``.
+#: The values the sidebar filters can take: task_types, models, services, teams, users, tags.
 filter_options = cached(views.filter_options)
 #: What the window of ``f`` keeps and leaves out of its scope.
 window_coverage = cached(views.window_coverage)
-#: Headline figures and per-task rates of ``f`` (``views.Overview``).
-overview = cached(views.overview)
-#: n, P50, P95 and max per task type (and model).
-baselines = cached(views.baselines)
+overview = cached(views.overview)  # headline figures and per-task rates (``views.Overview``)
+_baselines = cached(views.baselines)
+#: The plain and the Kaplan–Meier baselines per task type from one read of the runs (issue 25).
+evidence_frames = cached(censoring.evidence_frames)
+
+
+def baselines(f: Filters, by_model: bool = False):
+    """``views.baselines``: per task type from the cached ``evidence_frames``, by model read."""
+    return _baselines(f, by_model=True) if by_model else evidence_frames(f)[0]
+
+
 #: P50, P95 and max of cache read, cache write and reasoning tokens per task type.
 token_part_baselines = cached(views.token_part_baselines)
 #: Calls and P50/P95/max call duration (s) per model.
 model_latency = cached(views.model_latency)
-#: The limits in force now (the latest, with the date they took effect), per task type.
-current_limits = cached(views.current_limits)
-#: Every change of limits per task type (periods of unchanged limits, oldest first).
-limit_history = cached(views.limit_history)
+#: The periods of unchanged limits and the limits in force now, in one read (issue 25).
+limit_periods = cached(views.limit_periods)
+
+
+def current_limits(f: Filters):
+    """The limits in force now per task type (``views.current_limits``), from ``limit_periods``."""
+    return views.current_limits_of(limit_periods(f))
+
+
+def limit_history(f: Filters):
+    """Every change of limits per task type (``views.limit_history``), from ``limit_periods``."""
+    return views.limit_history_of(limit_periods(f))
+
+
 #: Hit and intervention rate per local day and task type.
 hit_rate_daily = cached(views.hit_rate_daily)
 #: Runs per task type and stop reason.
@@ -319,17 +333,18 @@ run_detail = cached(views.run_detail)
 whatif_plan = cached(whatif.plan_for_target)
 #: The runaway runs of ``f`` (``Runaways``).
 runaways = cached(runaways_analysis.runaways)
-#: P95 of the last week against the week before, per task type.
-drift = cached(drift_analysis.drift)
-#: Kaplan–Meier P95 per task type with lower-bound flags.
-censored_baselines = cached(censoring.censored_baselines)
+drift = cached(drift_analysis.drift)  # P95 of the last week against the week before, per task type
+
+
+def censored_baselines(f: Filters):
+    """Kaplan–Meier P95 per task type (``censoring.censored_baselines``), from ``evidence_frames``."""
+    return evidence_frames(f)[1]
 
 
 def evidence(f: Filters) -> whatif.Evidence:
     """The plain and Kaplan–Meier baselines presets rest on (``whatif.Evidence`` of ``f``), from
-    the cached ``baselines`` and ``censored_baselines`` loaders: a page that shows the baselines
-    too reads each once per render (issue 25)."""
-    return whatif.Evidence(baselines(f), censored_baselines(f))
+    the cached ``evidence_frames``: the runs are read once per render for both (issue 25)."""
+    return whatif.Evidence(*evidence_frames(f))
 
 
 def _fallback(view: str, key: tuple, error: BaseException) -> Any:
@@ -359,9 +374,8 @@ def stale() -> float | None:
 
 
 def begin_run() -> None:
-    """Reset the per-run stale marker and open this run's shared reader scope (called by the
-    entrypoint at the start of every run; ``end_run`` closes it): the page's loaders share one
-    reader of the store (``RenderReader``)."""
+    """Reset the per-run stale marker and open this run's one store reader (``RenderReader``,
+    shared by the page's loaders; called by the entrypoint at each run's start; ``end_run``)."""
     st.session_state[_STALE_KEY] = None
     st.session_state[UNAVAILABLE_KEY] = None
     end_run()  # a run that stopped before its end (a rerun, switch_page) left its reader open
@@ -369,8 +383,7 @@ def begin_run() -> None:
 
 
 def end_run() -> None:
-    """Close this run's shared reader (idempotent; called by the entrypoint when the run ends,
-    however it ends)."""
+    """Close this run's shared reader (idempotent; the entrypoint calls it however a run ends)."""
     reader = _render.reader
     _render.reader = None
     if reader is not None:

@@ -29,7 +29,7 @@ SETS = (
 def _records(seed: int, runs: int) -> list[dict]:
     rng = random.Random(seed)
     out = []
-    for task in ("steady", "changed", "flapping", "ties"):
+    for task in ("steady", "changed", "flapping", "ties", "free"):  # free: never under a limit
         minute, current = 0, 0
         for i in range(runs):
             if task == "changed" and i in (runs // 3, 2 * runs // 3):
@@ -37,7 +37,7 @@ def _records(seed: int, runs: int) -> list[dict]:
             elif task in ("flapping", "ties") and rng.random() < 0.2:
                 current = rng.randrange(len(SETS))  # sets change back: the sorted path
             minute += 0 if task == "ties" and rng.random() < 0.5 else 1  # same instants
-            limits = {} if rng.random() < 0.1 else SETS[current % len(SETS)]
+            limits = {} if task == "free" or rng.random() < 0.1 else SETS[current % len(SETS)]
             out.append(
                 dict(
                     run_id=f"{task}-{rng.randrange(10**6):06d}-{i}",
@@ -143,3 +143,4 @@ def test_the_periods_store_has_both_paths(periods_store):
     per_task = pd.DataFrame(history).groupby("task_type").size().to_dict()
     assert per_task["steady"] == 1 and per_task["changed"] == 3  # one stretch per set
     assert per_task["flapping"] > len(SETS) and per_task["ties"] > len(SETS)  # sets change back
+    assert "free" not in per_task  # a task type without limits: in the current limits only

@@ -27,11 +27,9 @@ from dataclasses import dataclass
 import duckdb
 import numpy as np
 import pandas as pd
-import pyarrow as pa
-import pyarrow.compute as pc
 
-from budgetlens.analysis import evidence_queries as eq
-from budgetlens.analysis.filters import Filters, used_params
+from budgetlens.analysis.evidence_arrays import EvidenceArrays, plain_baselines, read_arrays
+from budgetlens.analysis.filters import Filters
 from budgetlens.analysis.queries import BASELINE_METRICS
 
 __all__ = [
@@ -41,6 +39,8 @@ __all__ = [
     "METHOD_PLAIN",
     "Percentile",
     "censored_baselines",
+    "evidence_frames",
+    "km_baselines",
     "km_percentile",
     "km_percentiles",
 ]
@@ -85,9 +85,9 @@ def _kaplan_meier(x: np.ndarray, censored: np.ndarray) -> tuple[np.ndarray, np.n
     starts = np.flatnonzero(new)
     times = ordered[starts]
     events = np.diff(np.append(starts, n))
-    if censored.any():
-        stopped = np.sort(x[censored])
-        events = events - (np.searchsorted(stopped, times, "right") - np.searchsorted(stopped, times, "left"))
+    if censored.any():  # each censored value is one of the times: count them there (sorted
+        # first: a binary search per value in order is several times faster than in any order)
+        events = events - np.bincount(np.searchsorted(times, np.sort(x[censored])), minlength=times.size)
     at_risk = n - starts
     survival = np.cumprod(1.0 - events / at_risk)
     return times, 1.0 - survival, at_risk
@@ -148,19 +148,25 @@ def censored_baselines(conn: duckdb.DuckDBPyConnection, f: Filters, probability:
     ``km_p50_<metric>_lower_bound`` / ``km_p95_<metric>_lower_bound`` (bool). Cost uses only runs whose cost is fully known (as the plain cost baseline). With
     another ``probability`` the columns still say ``p95`` (use ``km_percentile`` directly).
     """
-    table = conn.execute(eq.CENSORING_ARRAYS, used_params(eq.CENSORING_ARRAYS, f.params())).to_arrow_table()
-    arrays = {name: table.column(name).to_numpy(zero_copy_only=False) for name in table.column_names[1:]}
-    # One group per task type (sorted, NULL last), found in numpy: no per-row Python text.
-    names = table.column("task_type")
-    found = pc.unique(names).to_pylist()
-    task_types = sorted(t for t in found if t is not None) + [None] * (None in found)
-    code = pc.index_in(names, value_set=pa.array(task_types, type=pa.string()), skip_nulls=False)
-    codes = code.to_numpy(zero_copy_only=False)
+    return km_baselines(read_arrays(conn, f), probability)
+
+
+def evidence_frames(conn: duckdb.DuckDBPyConnection, f: Filters, probability: float = 0.95):
+    """(``views.baselines(conn, f)``, ``censored_baselines(conn, f, probability)``) from one read
+    of the filtered runs (``evidence_arrays``; issue 25: a page showing both read the runs
+    twice, the plain quantiles in SQL): the same frames."""
+    ev = read_arrays(conn, f)
+    return plain_baselines(ev), km_baselines(ev, probability)
+
+
+def km_baselines(ev: EvidenceArrays, probability: float = 0.95) -> pd.DataFrame:
+    """``censored_baselines`` from the arrays of one read (``evidence_arrays.read_arrays``)."""
+    arrays = ev.arrays
     rows = []
-    for index, task_type in enumerate(task_types):
-        at = np.flatnonzero(codes == index)
+    for code, task_type in ev.groups:
+        at = ev.rows_of(code)
         stopped_all = arrays["censored"][at].astype(bool)
-        known = arrays["cost_known"][at].astype(bool)
+        cost_known = arrays["cost_known"][at].astype(bool)
         n = int(at.size)
         censored = int(stopped_all.sum())
         row: dict = {
@@ -174,7 +180,7 @@ def censored_baselines(conn: duckdb.DuckDBPyConnection, f: Filters, probability:
             values = np.asarray(arrays[metric][at], dtype=float)
             stopped = stopped_all
             if metric == "cost_usd":
-                values, stopped = values[known], stopped_all[known]
+                values, stopped = values[cost_known], stopped_all[cost_known]
             p50, p95 = km_percentiles(values, stopped, (0.5, probability))
             for name, estimate in (("p50", p50), ("p95", p95)):
                 row[f"km_{name}_{metric}"] = estimate.value

@@ -1,8 +1,9 @@
 """Named SQL of the limits the runs ran under (design §6): per task type the periods during which
-one set of limits was in force (``LIMIT_HISTORY``: a new period starts at the first run whose
-``limit_*`` values differ from the previous budgeted run's) and the latest of them
-(``CURRENT_LIMITS``: the limits in force now, with the date they took effect). Runs without any
-limit are left out (they ran under no budget). Filtered by ``budgetlens.analysis.queries.FILTERED``.
+one set of limits was in force (a new period starts at the first run whose ``limit_*`` values
+differ from the previous budgeted run's) and the latest of them (the limits in force now, with
+the date they took effect), both in one statement (``LIMIT_PERIODS``). Runs without any limit
+are left out of the periods (they ran under no budget). Filtered by
+``budgetlens.analysis.queries.FILTERED``.
 """
 
 from __future__ import annotations
@@ -61,24 +62,21 @@ periods AS (
     WHERE NOT EXISTS (SELECT 1 FROM mixed m WHERE m.task_type IS NOT DISTINCT FROM sets.task_type)
 )"""
 
-#: One row per task type and period of unchanged limits, oldest first: task_type, since_utc (the
-#: first run under them), last_run_utc, runs, the ``limit_*`` columns.
-LIMIT_HISTORY = f"""{_PERIODS}
-SELECT task_type, since_utc, last_run_utc, runs, {", ".join(LIMIT_COLUMNS)}
-FROM periods ORDER BY task_type, since_utc, period
-"""
-
-#: One row per task type of the filtered runs: the latest period's limits (NULL when no run of
-#: the task type had a limit), since_utc (when they took effect), runs under them, changes
-#: (periods before it).
-CURRENT_LIMITS = f"""{_PERIODS},
-latest AS (
-    SELECT *, count(*) OVER (PARTITION BY task_type) - 1 AS changes FROM periods
-    QUALIFY row_number() OVER (PARTITION BY task_type ORDER BY period DESC) = 1
+#: Every period and the limits in force now in one read (issue 25: the Baselines and Presets
+#: pages read both; each had its own pass over the runs): one row per task type and period of
+#: unchanged limits, oldest first (task_type, since_utc, last_run_utc, runs, the ``limit_*``
+#: columns), ``is_current`` on each task type's latest, ``changes`` (its periods less one), plus
+#: one row per task type of the filtered runs without any limit (since_utc NULL, is_current,
+#: changes 0). ``views.limit_history`` and ``views.current_limits`` are its two readings.
+LIMIT_PERIODS = f"""{_PERIODS},
+numbered AS (
+    SELECT *, count(*) OVER (PARTITION BY task_type) - 1 AS changes,
+           row_number() OVER (PARTITION BY task_type ORDER BY period DESC) = 1 AS is_current
+    FROM periods
 )
-SELECT t.task_type, {", ".join(f"l.{c}" for c in LIMIT_COLUMNS)},
-       l.since_utc, l.runs AS runs_since, coalesce(l.changes, 0) AS changes
+SELECT t.task_type, n.since_utc, n.last_run_utc, n.runs, {", ".join(f"n.{c}" for c in LIMIT_COLUMNS)},
+       coalesce(n.is_current, true) AS is_current, coalesce(n.changes, 0) AS changes
 FROM (SELECT DISTINCT task_type FROM filtered) t
-LEFT JOIN latest l ON l.task_type IS NOT DISTINCT FROM t.task_type
-ORDER BY t.task_type
+LEFT JOIN numbered n ON n.task_type IS NOT DISTINCT FROM t.task_type
+ORDER BY t.task_type, n.since_utc, n.period
 """

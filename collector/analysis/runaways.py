@@ -17,6 +17,7 @@ import pandas as pd
 
 from budgetlens.analysis import evidence_queries as eq
 from budgetlens.analysis.filters import Filters, run_query
+from budgetlens.analysis.spend_queries import for_store
 from budgetlens.analysis.values import scalar
 
 __all__ = ["DEFAULT_K", "DEFAULT_REPEATS", "Runaways", "runaways"]
@@ -54,8 +55,9 @@ def runaways(
         raise ValueError(f"k must be a finite number > 0, got {k!r}")
     if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 2:
         raise ValueError(f"repeats must be an integer >= 2, got {repeats!r}")
-    frame = run_query(conn, eq.RUNAWAYS, {**f.params(), "k": float(k), "repeats": int(repeats)})
-    totals = run_query(conn, eq.SPEND_TOTAL, f.params()).iloc[0]
+    params = {**f.params(), "k": float(k), "repeats": int(repeats)}
+    frame = run_query(conn, for_store(conn, eq.RUNAWAYS), params)
+    totals = run_query(conn, for_store(conn, eq.SPEND_TOTAL), f.params()).iloc[0]
     total_cost = scalar(totals["cost_usd"])
     # each dollar once: a parent's cost includes its children's (issue 21), so the own spend is summed
     cost = scalar(frame["own_cost_usd"].sum(min_count=1)) if len(frame) else None

@@ -10,8 +10,8 @@ from __future__ import annotations
 import pandas as pd
 
 from budgetlens.analysis.filters import Filters, run_query
-from budgetlens.analysis.queries import FILTERED, IS_BUDGET_STOP
-from budgetlens.analysis.spend_queries import SPEND
+from budgetlens.analysis.queries import FILTERED, IS_BUDGET_STOP, count_where
+from budgetlens.analysis.spend_queries import SPEND, for_store
 
 __all__ = ["GROUPINGS", "SPEND_BY_COLUMNS", "UNATTRIBUTED", "spend_by"]
 
@@ -38,8 +38,8 @@ SELECT coalesce({column}, $none) AS key,
        count(*) AS runs,
        sum(own_cost_usd) AS cost_usd,
        sum(own_total_tokens) AS total_tokens,
-       count(*) FILTER (WHERE unpriced_calls > 0 OR unknown_usage_calls > 0) AS partial_cost_runs,
-       count(*) FILTER (WHERE {IS_BUDGET_STOP}) AS budget_stops
+       {count_where("unpriced_calls > 0 OR unknown_usage_calls > 0")} AS partial_cost_runs,
+       {count_where(IS_BUDGET_STOP)} AS budget_stops
 FROM spend
 GROUP BY 1
 ORDER BY cost_usd DESC NULLS LAST, runs DESC, key
@@ -58,7 +58,7 @@ def spend_by(conn, f: Filters, by: str = "team") -> pd.DataFrame:
     budget_stops. Raises ValueError for another ``by``."""
     if by not in _STATEMENTS:
         raise ValueError(f"by must be one of {', '.join(GROUPINGS)}, got {by!r}")
-    frame = run_query(conn, _STATEMENTS[by], {**f.params(), "none": UNATTRIBUTED})
+    frame = run_query(conn, for_store(conn, _STATEMENTS[by]), {**f.params(), "none": UNATTRIBUTED})
     total = frame["cost_usd"].sum(min_count=1)
     frame["cost_share"] = frame["cost_usd"] / total if pd.notna(total) and total > 0 else None
     frame = frame.rename(columns={"key": by})

@@ -79,10 +79,12 @@ from budgetlens.analysis.run_views import (  # noqa: F401
     runs_table,
     top_runs,
 )
+from budgetlens.analysis.spend_queries import for_store
 
 # The low-sample cutoff and the alarm line live in budgetlens.analysis.thresholds; re-exported.
 from budgetlens.analysis.thresholds import HIT_RATE_ALARM, LOW_SAMPLE_RUNS
 from budgetlens.analysis.values import is_missing, scalar  # noqa: F401  (re-exported)
+from budgetlens.store.schema import LIMIT_COLUMNS as LIMIT_COLUMNS_STORE
 
 log = logging.getLogger(__name__)
 
@@ -164,7 +166,7 @@ def overview(conn, f: Filters) -> Overview:
     intervention_rate, cost_usd, p95_total_tokens, cache_read_share, cache_write_share,
     reasoning_share] for the filtered runs (hit_rate and intervention_rate None for a task type
     without budgeted runs; shares 0..1 as ``Overview.cache_read_share``, None when unreported)."""
-    frame = run_query(conn, q.OVERVIEW, f.params())  # per task type, then the window's total
+    frame = run_query(conn, for_store(conn, q.OVERVIEW), f.params())  # per task type, then the total
     is_total = frame["is_total"].astype(bool)
     totals = frame[is_total].iloc[0]
     per_task = frame[~is_total].reset_index(drop=True)[
@@ -251,25 +253,50 @@ def model_latency(conn, f: Filters) -> pd.DataFrame:
     return rollup_queries.model_latency(conn, f.params())
 
 
+#: Columns of ``limit_history`` and of ``current_limits`` (from ``limit_periods``).
+LIMIT_HISTORY_COLUMNS = ("task_type", "since_utc", "last_run_utc", "runs", *LIMIT_COLUMNS_STORE)
+CURRENT_LIMITS_COLUMNS = ("task_type", *LIMIT_COLUMNS_STORE, "since_utc", "runs_since", "changes")
+
+
+def limit_periods(conn, f: Filters) -> pd.DataFrame:
+    """Both readings of the limits the filtered runs ran under, in one pass
+    (``limit_queries.LIMIT_PERIODS``): the periods of unchanged limits, ``is_current`` on each
+    task type's latest, ``changes``, and a row per task type without any limit. Read it once
+    for both pages' sections: ``limit_history_of`` and ``current_limits_of`` read it."""
+    from budgetlens.analysis import limit_queries
+
+    return run_query(conn, limit_queries.LIMIT_PERIODS, f.params())
+
+
 def current_limits(conn, f: Filters) -> pd.DataFrame:
     """The limits in force now: per task type those of the latest budgeted run's period of
     unchanged limits (``budgetlens.analysis.limit_queries``; NULL when no run had that limit),
     not the most common ones. Columns: task_type, limit_total_tokens, limit_input_tokens,
     limit_output_tokens, limit_turns, limit_tool_calls, limit_duration_s, limit_cost_usd,
     since_utc (the first run under them, naive UTC), runs_since (runs under them), changes
-    (earlier periods: ``limit_history``)."""
-    from budgetlens.analysis import limit_queries
-
-    return run_query(conn, limit_queries.CURRENT_LIMITS, f.params())
+    (earlier periods: ``limit_history``). ``current_limits_of(limit_periods(conn, f))``."""
+    return current_limits_of(limit_periods(conn, f))
 
 
 def limit_history(conn, f: Filters) -> pd.DataFrame:
     """Every change of limits per task type, oldest first: one row per period of unchanged
     ``limit_*`` values. Columns: task_type, since_utc, last_run_utc (naive UTC), runs, the
-    ``limit_*`` columns (NULL = no such limit). Runs without any limit are left out."""
-    from budgetlens.analysis import limit_queries
+    ``limit_*`` columns (NULL = no such limit). Runs without any limit are left out.
+    ``limit_history_of(limit_periods(conn, f))``."""
+    return limit_history_of(limit_periods(conn, f))
 
-    return run_query(conn, limit_queries.LIMIT_HISTORY, f.params())
+
+def current_limits_of(periods: pd.DataFrame) -> pd.DataFrame:
+    """``current_limits`` from a ``limit_periods`` frame (pure)."""
+    current = periods[periods["is_current"].astype(bool)].rename(columns={"runs": "runs_since"})
+    return current[list(CURRENT_LIMITS_COLUMNS)].reset_index(drop=True)
+
+
+def limit_history_of(periods: pd.DataFrame) -> pd.DataFrame:
+    """``limit_history`` from a ``limit_periods`` frame (pure): its periods, without the rows of
+    task types that ran under no limit."""
+    history = periods[periods["since_utc"].notna()][list(LIMIT_HISTORY_COLUMNS)].reset_index(drop=True)
+    return history.astype({"runs": "int64"})
 
 
 #: Columns of ``hit_rate_by_task`` (and of ``budgetlens hit-rate``).
@@ -320,7 +347,7 @@ def cost_by_period(conn, f: Filters, period: str = "day", by: str = "model") -> 
     from budgetlens.analysis import rollup_queries
 
     statement = rollup_queries.COST_BY_PERIOD_MODEL if by == "model" else q.COST_BY_PERIOD_TASK
-    return run_query(conn, statement, {**f.params(), "period": period})
+    return run_query(conn, for_store(conn, statement), {**f.params(), "period": period})
 
 
 def cost_per_run(conn, f: Filters, per_decade: int = 4) -> pd.DataFrame:
@@ -341,4 +368,4 @@ def hit_rate_by_task(conn, f: Filters) -> pd.DataFrame:
     hit_rate, intervention_rate (0..1; None for a task type without budgeted runs), answered_stops
     (budget stops whose final call used the wrap-up slice: ``budget_wrap_up``) and answered_share
     (answered_stops / budget_stops, 0..1; None without a budget stop)."""
-    return run_query(conn, q.OVERVIEW_PER_TASK, f.params())[list(HIT_RATE_COLUMNS)]
+    return run_query(conn, for_store(conn, q.OVERVIEW_PER_TASK), f.params())[list(HIT_RATE_COLUMNS)]
