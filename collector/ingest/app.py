@@ -7,7 +7,8 @@ Routes:
   encoding; ``partial_success`` when some spans were invalid) only after the valid spans are
   durable: appended to the collector's journal and fsynced (``budgetlens.ingest.queue``; they are
   queryable in DuckDB about 0.25 s later). Every body over 64 KiB is decoded and mapped in a
-  worker process (``budgetlens.ingest.decode_pool``), so the event loop keeps answering. 400 malformed
+  worker process (``budgetlens.ingest.decode_pool``; a protobuf body that finds the workers idle
+  in both, by trace), so the event loop keeps answering. 400 malformed
   body, 401 missing/wrong bearer token (when one is configured; the scheme ``Bearer`` is
   case-insensitive), 408 body not received within ``body_timeout_s`` (or paused past
   ``idle_timeout_s``, or slower than ``min_body_rate_bytes_s``), 413 body over
@@ -42,6 +43,7 @@ Routes:
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import hmac
 import logging
@@ -201,7 +203,7 @@ class _Receiver:
                 return _error(kind, 400, f"no valid span in the request: {prepared.error_message}")
         if prepared.encoded is not None:
             try:
-                await asyncio.wrap_future(self.ingest.submit(prepared.encoded))
+                await _journaled([self.ingest.submit(payload) for payload in prepared.payloads])
             except QueueFull as error:
                 return _retry_later(kind, f"collector busy: {error}")
             except IngestClosed as error:
@@ -229,6 +231,17 @@ class _Receiver:
         finally:
             await loop.run_in_executor(None, self.pool.close)
             await loop.run_in_executor(None, self.ingest.close)
+
+
+async def _journaled(futures: list[concurrent.futures.Future]) -> None:
+    """Wait for every payload of a body to be journaled; raise the first failure."""
+    if len(futures) == 1:
+        await asyncio.wrap_future(futures[0])
+        return
+    done = await asyncio.gather(*map(asyncio.wrap_future, futures), return_exceptions=True)
+    for result in done:
+        if isinstance(result, BaseException):
+            raise result
 
 
 def create_app(

@@ -1,19 +1,18 @@
 """Decode and map OTLP bodies off the event loop, in worker processes (both cores).
 
-``json.loads`` of a 15 MB body holds the interpreter for about a second, and the span mapping
-takes about 25 µs a span (25 ms for a 1,000-span body), so on the event loop (or in a thread,
-under the GIL) it would stall ``/healthz`` and every other request, and use one core.
-``DecodePool`` maps a body of at most ``inline_bytes`` (default 64 KiB: an exporter's small
-batch, about a hundred spans, a few ms) in the collector, and every larger one in a small
-``concurrent.futures.ProcessPoolExecutor`` (``workers`` processes, started by ``spawn`` so they
-inherit no threads and no open files such as the journal's lock, when the first body needs
-them; bodies over ``large_bytes`` one at a time, each in a fresh worker of its own that exits
-after it) and returns a
-``Prepared``: the counts the receiver answers with and the rows already encoded as a journal
-record payload
-(``budgetlens.ingest.journal.encode_batch``), so the collector process never holds the decoded
-protobuf or the row objects of a body. The receiver journals that payload and answers only after
-the fsync, as for a body mapped in-process.
+The span mapping takes about 90 µs a span on this machine, and ``json.loads`` of a 15 MB body
+holds the interpreter for about a second: on the event loop (or in a thread, under the GIL) they
+would stall ``/healthz`` and every other request, and use one core. ``DecodePool`` maps a body
+of at most ``inline_bytes`` (default 64 KiB: about a hundred spans, a few ms) in the collector,
+and every larger one in a ``concurrent.futures.ProcessPoolExecutor`` (``workers`` processes,
+started by ``spawn`` so they inherit no threads and no open files such as the journal's lock;
+bodies over ``large_bytes`` one at a time, each in a fresh worker that exits after it). A
+protobuf body that arrives while no other is in the workers is mapped by all of them at once,
+each the traces of its shard (``budgetlens.ingest.shards``: one client's bodies use both cores).
+It returns a ``Prepared``: the counts the receiver answers with and the rows already encoded as
+journal record payloads (``budgetlens.ingest.journal.encode_batch``), so the collector never
+holds the decoded protobuf or the row objects of a body; the receiver journals them and answers
+only after the fsync, as for a body mapped in-process.
 
 The collector's ``SpanMemory`` (the tree rules and span identity across requests) stays in the
 collector: a worker maps with a stand-in that records what the mapping asked of it
@@ -23,13 +22,11 @@ knows something the stand-in did not (a span id collision, a run named by an anc
 earlier, a call below that came earlier) has the body mapped again with the part of its
 memory the body's rules read. Either way the rows are those an in-process mapping gives.
 
-Where a large body's memory goes (15 MB of protobuf, about 200 MB when decoded in-process):
-the parsed ``ExportTraceServiceRequest`` (the upb arena, about 3× the wire size), the mapped
-rows as Python objects (the largest part: one object per value), the Arrow tables and their IPC
-encoding. In a worker all of that lives and dies in the worker; the collector keeps the body
-and the encoded payload (about the size of the Arrow tables). A worker's heap keeps much of a
-freed peak resident (``malloc_trim`` returns only whole free pages), and it grew with each large
-body; a fresh worker per large body peaks at one body's size however many come in a row.
+A large body's memory (15 MB of protobuf, about 200 MB decoded): the parsed request (about 3×
+the wire size), the rows as Python objects (the largest part), the Arrow tables and their IPC
+encoding, all in the worker; the collector keeps the body and the payload. A worker's heap keeps
+much of a freed peak resident (``malloc_trim`` returns only whole free pages), so each large body
+gets a fresh worker: it peaks at one body's size however many come in a row.
 """
 
 from __future__ import annotations
@@ -44,8 +41,15 @@ from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from typing import cast
 
-from budgetlens.ingest.heap import TRIM_AFTER_BYTES, release_free_memory, use_system_memory_pool
+from budgetlens.ingest.heap import TRIM_AFTER_BYTES, release_free_memory
 from budgetlens.ingest.journal import Encoded, encode_batch
+from budgetlens.ingest.shards import is_protobuf, map_in_shards
+from budgetlens.ingest.worker_process import (
+    init_worker,
+    load_prices,
+    log_failed_start,
+    warm_up,
+)
 from budgetlens.otlp import OtlpError, SpanMemory, decode, map_spans
 from budgetlens.otlp.asked import AskedMemory, questions, seed_keys
 from budgetlens.otlp.memory import Excerpt, Key, Memory, Remembered
@@ -63,11 +67,6 @@ DEFAULT_WORKERS = 2
 #: Bodies over this size (bytes) are decoded one at a time: a worker's memory while decoding
 #: one is about 15× its size, so two at once would double the collector's peak.
 DEFAULT_LARGE_BYTES = 4 * 1024 * 1024
-#: How much lower than the collector's the workers' CPU priority is (nice steps). 0: every body
-#: is mapped there, so they are the request path (at +10, a busy machine starved them until the
-#: exporters timed out); the event loop still answers at once (it mostly sleeps, and the
-#: scheduler runs a waking sleeper first). The loader thread keeps its +10.
-WORKER_NICENESS = 0
 #: Tasks a large-body worker runs before it exits: the warm-up it gets when it starts (so it is
 #: known to work, and is ready, before its body arrives), then one body.
 _LARGE_WORKER_TASKS = 2
@@ -92,7 +91,9 @@ class Prepared:
     content fingerprints of the accepted spans (``budgetlens.otlp.Mapped.prints``), filled by a
     worker only: the collector checks them against its ``SpanMemory`` before it acknowledges;
     ``asked`` and ``remembered``: what a worker's mapping asked of its memory and would have
-    remembered (``budgetlens.otlp.asked.AskedMemory``), for the collector's memory.
+    remembered (``budgetlens.otlp.asked.AskedMemory``), for the collector's memory;
+    ``more_encoded``: the further journal payloads of the same body (its other shards' rows:
+    ``budgetlens.ingest.shards``); ``record_runs``: a shard's run ids of its run records.
     """
 
     kind: str
@@ -106,6 +107,13 @@ class Prepared:
     prints: dict[tuple[str, str], int] = field(default_factory=dict, repr=False)
     asked: list[Key] = field(default_factory=list, repr=False)
     remembered: list[Remembered] = field(default_factory=list, repr=False)
+    more_encoded: list[Encoded] = field(default_factory=list, repr=False)
+    record_runs: frozenset[str] = field(default_factory=frozenset, repr=False)
+
+    @property
+    def payloads(self) -> list[Encoded]:
+        """Every journal payload of the body (none when it has no rows)."""
+        return [] if self.encoded is None else [self.encoded, *self.more_encoded]
 
 
 def prepare(
@@ -114,8 +122,11 @@ def prepare(
     content_encoding: str | None,
     max_bytes: int,
     memory: Memory | None = None,
+    now_ns: int | None = None,
+    shard: tuple[int, int] | None = None,
 ) -> Prepared:
-    """Inflate, decode, map and encode one request body (pure; runs in any process).
+    """Inflate, decode, map and encode one request body (pure; runs in any process); ``now_ns``
+    and ``shard`` (only the spans of the traces of shard k of n): as for ``map_request``.
 
     Raises ``budgetlens.otlp.OtlpError`` (415, 413 or 400) for a body refused as a whole.
     """
@@ -123,7 +134,7 @@ def prepare(
     kind, decoded = decode(cast(bytes, body), content_type, content_encoding, max_bytes)
     del body
     try:
-        mapped = map_spans(decoded, memory=memory)
+        mapped = map_spans(decoded, memory=memory, now_ns=now_ns, shard=shard)
     except RecursionError:
         raise OtlpError(400, "request is nested too deeply") from None
     del decoded
@@ -132,6 +143,7 @@ def prepare(
         encoded = Encoded(encode_batch(*mapped.tables()), mapped.rows)
     message = mapped.error_message() if mapped.rejected else ""
     short = mapped.error_message(2) if mapped.rejected else ""
+    runs = frozenset(row["run_id"] for row in mapped.record_rows) if shard is not None else frozenset()
     return Prepared(
         kind,
         mapped.spans,
@@ -142,11 +154,19 @@ def prepare(
         encoded,
         mapped.flagged,
         mapped.prints,
+        record_runs=runs,
     )
 
 
 def _prepare_in_worker(
-    body, content_type, content_encoding, max_bytes, seed: Seed | None = None, remember: bool = True
+    body,
+    content_type,
+    content_encoding,
+    max_bytes,
+    seed: Seed | None = None,
+    remember: bool = True,
+    now_ns: int | None = None,
+    shard: tuple[int, int] | None = None,
 ) -> Prepared | tuple[int, str]:
     """``prepare`` in a worker; an OtlpError comes back as ``(status, reason)`` (it does not
     pickle with its two arguments). With ``remember`` the body is mapped against an
@@ -157,7 +177,9 @@ def _prepare_in_worker(
         memory = AskedMemory(None if seed is None else SpanMemory.from_excerpt(*seed))
     large = len(body) > TRIM_AFTER_BYTES
     try:
-        result: Prepared | tuple[int, str] = prepare(body, content_type, content_encoding, max_bytes, memory)
+        result: Prepared | tuple[int, str] = prepare(
+            body, content_type, content_encoding, max_bytes, memory, now_ns, shard
+        )
     except OtlpError as error:
         result = error.status, error.reason
     del body
@@ -166,68 +188,6 @@ def _prepare_in_worker(
     if large:
         release_free_memory()
     return result
-
-
-def _exit_with(pid: int) -> None:
-    """Block until process ``pid`` ends, then end this process. A pool's workers hold the
-    write end of their own task pipe, so they never see it close when the collector is
-    killed; without this they (and the forkserver) would outlive it."""
-    import os
-    import select
-    import time
-
-    try:
-        fd = os.pidfd_open(pid)
-    except (AttributeError, OSError):  # no pidfd (not Linux >= 5.3): poll
-        while True:
-            try:
-                os.kill(pid, 0)
-            except ProcessLookupError:
-                os._exit(0)
-            except PermissionError:
-                pass
-            time.sleep(1.0)
-    select.select([fd], [], [])
-    os._exit(0)
-
-
-def _warm_up() -> int:
-    return 0
-
-
-def _log_failed_start(warm) -> None:
-    if not warm.cancelled() and warm.exception() is not None:
-        log.error("a decode worker did not start: %s", warm.exception())
-
-
-def _warm_prices() -> int:
-    """A large-body worker's first task after the first one's: load the price data while it
-    waits for its body. (Not in the initializer: the worker started with the pool would load
-    it while the collector loads it for its first in-process body, the two on a 2-core machine;
-    the first small body waited 1.9-2.2 s instead of 0.8-1.1 s. That first worker loads it with
-    its first body.)"""
-    from budgetlens.pricing import warm_prices
-
-    warm_prices()
-    return 0
-
-
-def _init_worker(collector_pid: int) -> None:
-    """In each worker: ignore SIGINT (a Ctrl-C reaches the whole process group; the collector
-    handles it and stops the workers itself), exit with the collector (even after ``kill -9``),
-    lower the CPU priority (``WORKER_NICENESS``), let Arrow hand freed memory back to the OS."""
-    import os
-    import signal
-    import threading
-
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    threading.Thread(target=_exit_with, args=(collector_pid,), daemon=True).start()
-    use_system_memory_pool()
-    try:
-        if WORKER_NICENESS:
-            os.nice(WORKER_NICENESS)
-    except OSError as error:  # not permitted: keep the priority
-        log.debug("decode worker priority unchanged: %s", error)
 
 
 class DecodePool:
@@ -263,6 +223,8 @@ class DecodePool:
         #: bodies over ``large_bytes``: one worker, a fresh one for each body (see ``_new_executor``)
         self._large_executor: ProcessPoolExecutor | None = None
         self._large: asyncio.Semaphore | None = None  # created on the serving event loop
+        #: bodies (or shards) in the workers now; a body arriving when none is gets sharded
+        self._busy = 0
 
     def start(self) -> DecodePool:
         """Start the worker processes (idempotent); return self without waiting for them: a
@@ -274,8 +236,8 @@ class DecodePool:
             # pool had); the others start with the first body between the two sizes
             self._executor = self._new_executor()
             self._large_executor = self._new_executor(large=True)
-            warm = self._large_executor.submit(_warm_up)  # its first task (see _new_executor)
-            warm.add_done_callback(_log_failed_start)
+            warm = self._large_executor.submit(warm_up)  # its first task (see _new_executor)
+            warm.add_done_callback(log_failed_start)
         return self
 
     def _new_executor(self, large: bool = False) -> ProcessPoolExecutor:
@@ -283,8 +245,8 @@ class DecodePool:
         after each body, its replacement started at once (issue 23: a worker's heap after a
         15 MB body keeps much of that body's peak resident, and a few such bodies in a row left
         it larger than any one body needs; a fresh worker peaks at one body's size). Each
-        large-body worker's first task is a warm-up (``start``: ``_warm_up``; its replacements:
-        ``_warm_prices``), so the warm-up
+        large-body worker's first task is a warm-up (``start``: ``warm_up``; its replacements:
+        ``load_prices``), so the warm-up
         does not use up the life of the worker started with the pool (it would be replaced at
         once: a second worker start, a second or two of CPU, with every collector start)."""
         # "spawn": each worker is the collector's own child. A forkserver would be a second,
@@ -294,7 +256,7 @@ class DecodePool:
         return ProcessPoolExecutor(
             max_workers=1 if large else self.workers,
             mp_context=context,
-            initializer=_init_worker,
+            initializer=init_worker,
             initargs=(os.getpid(),),
             max_tasks_per_child=_LARGE_WORKER_TASKS if large else None,
         )
@@ -321,6 +283,16 @@ class DecodePool:
             prepared.prints = {}  # remembered by the mapping already
             return prepared
         args = (body, content_type, content_encoding, max_bytes)
+        if self.workers > 1 and not self._busy and work <= self.large_bytes and is_protobuf(content_type):
+            joined = await map_in_shards(
+                lambda now_ns, shard: self._in_worker(
+                    executor, *args, None, memory is not None, work, now_ns, shard
+                ),
+                self.workers,
+                memory,
+            )
+            if joined is not None:
+                return joined
         result = await self._in_worker(executor, *args, None, memory is not None, work)
         if memory is not None:
             # Check and remember in one step, on the event loop (no other body is checked in
@@ -352,14 +324,17 @@ class DecodePool:
         seed: Seed | None,
         remember: bool,
         work: int = 0,
+        now_ns: int | None = None,
+        shard: tuple[int, int] | None = None,
     ) -> Prepared:
         """``_prepare_in_worker`` in ``executor``; bodies whose ``work`` (bytes, at least their
         length) is over ``large_bytes`` one at a time, in the large-body worker."""
         loop = asyncio.get_running_loop()
         if self._large is None:
             self._large = asyncio.Semaphore(1)
-        args = (body, content_type, content_encoding, max_bytes, seed, remember)
+        args = (body, content_type, content_encoding, max_bytes, seed, remember, now_ns, shard)
         large = max(len(body), work) > self.large_bytes and self._large_executor is not None
+        self._busy += 1
         try:
             if large:
                 async with self._large:
@@ -367,7 +342,7 @@ class DecodePool:
                     result = await loop.run_in_executor(executor, _prepare_in_worker, *args)
                     # the worker exits now; its replacement's first task (before the next body)
                     with contextlib.suppress(RuntimeError):  # the pool is closing
-                        executor.submit(_warm_prices)
+                        executor.submit(load_prices)
             else:
                 result = await loop.run_in_executor(executor, _prepare_in_worker, *args)
         except BrokenProcessPool:
@@ -377,9 +352,11 @@ class DecodePool:
                 executor.shutdown(wait=False, cancel_futures=True)
             elif self._large_executor is executor:
                 self._large_executor = self._new_executor(large=True)
-                self._large_executor.submit(_warm_prices)
+                self._large_executor.submit(load_prices)
                 executor.shutdown(wait=False, cancel_futures=True)
             raise DecodeUnavailable("a decode worker died; retry") from None
+        finally:
+            self._busy -= 1
         if isinstance(result, tuple):
             raise OtlpError(*result)
         return result

@@ -24,14 +24,29 @@ from budgetlens.otlp.memory import Memory, SpanMemory
 
 
 def map_spans(
-    decoded: Decoded, *, source: str = "otlp", price: bool = True, memory: Memory | None = None
+    decoded: Decoded,
+    *,
+    source: str = "otlp",
+    price: bool = True,
+    memory: Memory | None = None,
+    now_ns: int | None = None,
+    shard: tuple[int, int] | None = None,
 ) -> Mapped:
     """Map a decoded request to rows; spans rejected while decoding are counted in the result.
+    ``now_ns`` and ``shard``: as for ``map_request``.
 
     Returns ``Mapped`` (``calls``, ``records``, ``events``: lists of dicts keyed by store columns;
     ``spans`` seen; ``rejected`` count and ``errors`` reasons). Never raises for span content.
     """
-    mapped = map_request(decoded.request, source=source, price=price, memory=memory, marks=decoded.marks)
+    mapped = map_request(
+        decoded.request,
+        source=source,
+        price=price,
+        memory=memory,
+        marks=decoded.marks,
+        now_ns=now_ns,
+        shard=shard,
+    )
     if decoded.rejected:
         mapped.spans += decoded.rejected
         mapped.rejected += decoded.rejected

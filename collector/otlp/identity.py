@@ -14,7 +14,7 @@ from typing import Any
 from budgetlens.otlp.attributes import SpanRejected
 from budgetlens.otlp.memory import Memory, span_digest
 
-__all__ = ["SpanIds"]
+__all__ = ["SpanIds", "trace_shard"]
 
 _ZERO_TRACE = bytes(16)
 _ZERO_SPAN = bytes(8)
@@ -65,3 +65,10 @@ class SpanIds:
                 )
             self.prints[key] = fingerprint  # an exact repeat (a retry) maps as before
         return key[0], key[1], parent.hex()
+
+
+def trace_shard(trace_id: bytes, shards: int) -> int:
+    """The shard (0 to ``shards`` - 1) of a span's trace: its trace id's last byte modulo
+    ``shards`` (0 for an empty id). Every rule of the mapping but a rejected span's mark on its
+    run stays within one trace, so a body's shards map to the rows the whole body maps to."""
+    return trace_id[-1] % shards if trace_id else 0

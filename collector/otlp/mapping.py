@@ -72,7 +72,7 @@ from budgetlens.otlp.attributes import (
     read_attributes,
     text,
 )
-from budgetlens.otlp.identity import SpanIds
+from budgetlens.otlp.identity import SpanIds, trace_shard
 from budgetlens.otlp.memory import Memory
 from budgetlens.otlp.rejected import Mark, mark_of, mark_runs, stub_context, stub_rows
 from budgetlens.otlp.rows import Mapped, Row
@@ -111,7 +111,10 @@ class _Mapper:
     ``FUTURE_SKEW_S`` are clamped to it and flagged.
     """
 
-    def __init__(self, source: str, price: bool, now_ns: int, memory: Memory | None = None, marks=()):
+    def __init__(
+        self, source: str, price: bool, now_ns: int, memory: Memory | None = None, marks=(), shard=None
+    ):
+        self.shard = shard  # (k, n): map only the spans of the traces in shard k of n
         self.source = source
         self.price = price
         self.now_ns = now_ns
@@ -140,6 +143,9 @@ class _Mapper:
                 shared = None
             for scope_spans in rs.scope_spans:
                 spans = scope_spans.spans
+                if self.shard is not None:
+                    k, n = self.shard
+                    spans = [span for span in spans if trace_shard(span.trace_id, n) == k]
                 out.spans += len(spans)
                 for span in spans:
                     try:
@@ -364,6 +370,7 @@ def map_request(
     now_ns: int | None = None,
     memory: Memory | None = None,
     marks: Iterable[Mark] = (),
+    shard: tuple[int, int] | None = None,
 ) -> Mapped:
     """Map an ``ExportTraceServiceRequest`` (protobuf message) to store rows.
 
@@ -373,8 +380,11 @@ def map_request(
     (inherited runs, aggregates) hold across requests. Never raises for span content: invalid
     spans are counted in ``Mapped.rejected``, repaired ones in ``Mapped.flagged`` (by quality flag).
     ``marks``: spans rejected before mapping (``Decoded.marks``) whose runs are marked.
+    ``shard``: ``(k, n)`` maps only the spans whose trace is in shard ``k`` of ``n``
+    (``trace_shard``; ``Mapped.spans`` counts those).
     """
-    mapper = _Mapper(source, price, time.time_ns() if now_ns is None else now_ns, memory, marks)
+    now = time.time_ns() if now_ns is None else now_ns
+    mapper = _Mapper(source, price, now, memory, marks, shard)
     mapper.resource_spans(request.resource_spans)
     return mapper.finish()
 
@@ -397,4 +407,4 @@ def map_otlp_json(
     return mapped
 
 
-__all__ = ["ALLOWED_ATTRIBUTES", "Mapped", "map_otlp_json", "map_request"]
+__all__ = ["ALLOWED_ATTRIBUTES", "Mapped", "map_otlp_json", "map_request", "trace_shard"]
