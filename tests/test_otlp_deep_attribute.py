@@ -83,3 +83,27 @@ def test_the_collector_keeps_the_good_spans_of_a_request_with_a_too_deep_attribu
     stored = {span_id for span_id, _ in rows}
     assert set(spans[1:]) <= stored  # the good spans
     assert "rejected_span" in {quality for _, quality in rows}  # the run is marked incomplete
+
+
+def test_a_too_deep_json_attribute_is_rejected_for_its_depth_not_its_type():
+    from budgetlens.otlp.decode import decode_json_document
+
+    value: dict = {"stringValue": "x"}
+    for _ in range(60):
+        value = {"kvlistValue": {"values": [{"key": "k", "value": value}]}}
+    span = {
+        "traceId": "0b" * 16,
+        "spanId": "0c" * 8,
+        "name": "chat",
+        "attributes": [
+            {"key": "gen_ai.operation.name", "value": {"stringValue": "chat"}},
+            {"key": "x", "value": value},
+        ],
+    }
+    good = dict(span, spanId="0d" * 8, attributes=span["attributes"][:1])
+    decoded = decode_json_document({"resourceSpans": [{"scopeSpans": [{"spans": [span, good]}]}]})
+    assert decoded.rejected == 1 and len(decoded.request.resource_spans[0].scope_spans[0].spans) == 1
+    (reason,) = decoded.errors
+    assert (
+        "attribute 'x'" in reason and "limit of 100 message levels" in reason and "wrong type" not in reason
+    )

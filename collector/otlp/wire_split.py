@@ -18,10 +18,10 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from opentelemetry.proto.common.v1.common_pb2 import KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Span
 
+from budgetlens.otlp.json_reasons import RECURSION_LIMIT
+
 __all__ = ["WireError", "salvage"]
 
-#: protobuf's default recursion limit (message levels), named in the rejection reason.
-RECURSION_LIMIT = 100
 _RUN_ID_KEY = "budgetlens.run_id"
 # field numbers (opentelemetry-proto trace.proto / common.proto)
 _RESOURCE_SPANS, _SCOPE_SPANS, _SPANS = 1, 2, 2
