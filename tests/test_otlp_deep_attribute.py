@@ -7,6 +7,7 @@ import signal
 
 import httpx
 import pytest
+from google.protobuf.message import DecodeError
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
     ExportTraceServiceResponse,
@@ -107,3 +108,15 @@ def test_a_too_deep_json_attribute_is_rejected_for_its_depth_not_its_type():
     assert (
         "attribute 'x'" in reason and "limit of 100 message levels" in reason and "wrong type" not in reason
     )
+
+
+def test_invalid_utf8_in_one_span_name_rejects_that_span_alone():
+    request = _request("utf8-run")
+    spans = request.resource_spans[0].scope_spans[0].spans
+    spans[0].name = "NAMEMARK"
+    body = request.SerializeToString().replace(b"NAMEMARK", b"NAME\xff\xfeRK")
+    with pytest.raises(DecodeError):  # the whole parse refuses it
+        ExportTraceServiceRequest.FromString(body)
+    decoded = decode_protobuf(body)
+    assert decoded.rejected == 1 and len(decoded.request.resource_spans[0].scope_spans[0].spans) == 2
+    assert decoded.errors[0].startswith(f"span {spans[0].span_id.hex()}: a field (its name")

@@ -100,9 +100,9 @@ def _span_reason(raw: bytes) -> tuple[str, tuple[str, str, str | None] | None]:
             continue
         if attribute.key == _RUN_ID_KEY and attribute.value.HasField("string_value"):
             run = attribute.value.string_value or None
-    where = f"attribute {bad_key!r}" if bad_key is not None else "a field (events, links or status)"
+    where = f"attribute {bad_key!r}" if bad_key is not None else "a field (its name, events, links or status)"
     reason = (
-        f"span {name}: {where} does not parse as protobuf: malformed, or nested deeper than protobuf's "
+        f"span {name}: {where} does not parse as protobuf: malformed (invalid UTF-8 in a string, say), or nested deeper than protobuf's "
         f"limit of {RECURSION_LIMIT} message levels (an AnyValue array or kvlist takes two a level)"
     )
     trace = ids.get(_SPAN_TRACE_ID, b"")
