@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import re
 
 from budgetlens.dashboard.formatting import safe_text
 
@@ -12,6 +13,9 @@ from budgetlens.dashboard.formatting import safe_text
 Ignored = tuple[str, str]
 #: A value's leading or trailing space, shown (U+2420 SYMBOL FOR SPACE) so it is not lost.
 _SPACE_SHOWN = "\u2420"
+#: The one date form ``?from=`` / ``?to=`` take (``date.fromisoformat`` alone also reads
+#: ``20261101`` and, in other Pythons, more).
+_DATE = re.compile(r"\d{4}-\d{2}-\d{2}", re.ASCII)
 
 
 def custom_range(
@@ -23,6 +27,8 @@ def custom_range(
     a window never ends in the future."""
     item = f"from={from_text}&to={to_text}"
     try:
+        if not (_DATE.fullmatch(from_text) and _DATE.fullmatch(to_text)):
+            raise ValueError("not YYYY-MM-DD")
         lo, hi = dt.date.fromisoformat(from_text), dt.date.fromisoformat(to_text)
     except ValueError:
         return None, [(item, "dates are YYYY-MM-DD")]

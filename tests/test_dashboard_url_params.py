@@ -93,3 +93,12 @@ def test_the_app_shows_a_nul_model_and_a_dashed_run_id_as_they_are(store, monkey
     at.run()
     (warning,) = [w.value for w in at.warning if "is not in this store" in w.value]
     assert "\\-\u2060\\-" in warning and "—" not in warning and "–" not in warning
+
+
+@pytest.mark.parametrize(
+    ("lo", "hi"), [("20261101", "2026-11-30"), ("2026-11-01", "20261130"), ("２０２６-11-01", "2026-11-30")]
+)
+def test_a_date_not_written_yyyy_mm_dd_is_ignored_and_named(lo, hi):
+    days, ignored = url_params.custom_range(lo, hi, TODAY)
+    assert days is None
+    assert ignored == [(f"from={lo}&to={hi}", "dates are YYYY-MM-DD")]

@@ -328,3 +328,15 @@ def test_a_document_over_the_line_limit_says_why_nothing_was_imported(tmp_path, 
     err = capsys.readouterr().err
     assert "found no otlp-json run in 1 file(s)" in err
     assert "export.json:1: line too long (more than 1048576 bytes); skipped" in err
+
+
+def test_a_directory_with_no_file_of_the_format_is_an_error_naming_the_patterns(tmp_path, capsys):
+    folder = tmp_path / "logs"
+    folder.mkdir()
+    (folder / "notes.txt").write_text("not a session\n")
+    db_path = tmp_path / "store.duckdb"
+    assert main(["import", "claude-code", str(folder), "--db", str(db_path), "--no-progress"]) == 1
+    err = capsys.readouterr().err
+    assert f"found no claude-code file under {folder}" in err
+    assert ", ".join(get_format("claude-code").patterns) in err
+    assert not db_path.exists()

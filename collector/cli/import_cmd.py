@@ -109,7 +109,17 @@ def run(args: argparse.Namespace) -> int:
     finally:
         for bar in bars:
             bar.close()
-    if report.files and report.runs == 0:
+    if not report.files:
+        from budgetlens.importers import get_format
+
+        patterns = ", ".join(get_format(args.format).patterns)
+        print(
+            f"found no {args.format} file under {', '.join(map(str, args.paths))} (a directory is searched "
+            f"for {patterns}): nothing imported into {db_path}",
+            file=sys.stderr,
+        )
+        return 1
+    if report.runs == 0:
         print(
             f"found no {args.format} run in {report.files} file(s): nothing imported into {db_path}",
             file=sys.stderr,

@@ -32,12 +32,15 @@ Routes:
 - ``GET /metrics``: Prometheus text exposition of ``CollectorMetrics``.
 - ``GET /healthz``: ``{"status": "ok", "queue_rows": N, "backlog_rows": N, "backlog_spans": N,
   "backlog_bytes": B, "journal_budget_bytes": B, "journal_used_pct": P, "refused_in_s": S|null,
-  "loader_lag_s": S, "store_error": null, "inflight_bytes": B, "connections": N}`` (``health``;
+  "loader_lag_s": S, "store_error": null, "journal_error": null, "inflight_bytes": B,
+  "connections": N}`` (``health``;
   ``connections`` only when served by the ``collector`` command, which counts them: backlog = store
   rows acknowledged, not yet in DuckDB, not spans; ``backlog_spans`` is its former name; lag = age of the oldest of them, s; store_error = why the last load attempt
   failed); 503 with the reason in ``status`` while the store cannot be written
   (``"store unavailable: ..."``, with ``refused_in_s``: when, at the backlog's growth so far,
-  new spans will be refused) or when the journal or loader thread has stopped.
+  new spans will be refused), while the journal cannot be written (``"journal unavailable:
+  OSError ENOSPC (No space left on device)"``, cleared by the next write that succeeds) or when
+  the journal or loader thread has stopped.
 """
 
 from __future__ import annotations
@@ -71,7 +74,7 @@ from budgetlens.ingest.body_reader import (
 from budgetlens.ingest.budget import Busy, ByteBudget
 from budgetlens.ingest.connections import ConnectionGuard
 from budgetlens.ingest.decode_pool import DecodePool, DecodeUnavailable, Prepared
-from budgetlens.ingest.health import health
+from budgetlens.ingest.health import health, journal_failure
 from budgetlens.ingest.ledger_api import ledger_routes
 from budgetlens.ingest.metrics import CollectorMetrics
 from budgetlens.ingest.queue import (
@@ -134,6 +137,8 @@ class _Receiver:
         self.budget = budget
         self.bodies = BodyReader(budget, timeouts)
         self.max_json_body_bytes = max_json_body_bytes
+        #: why the last journal write failed (``journal_failure``), None once one succeeds
+        self.journal_error: str | None = None
 
     def authorized(self, request: Request) -> bool:
         if self.expected is None:
@@ -209,7 +214,9 @@ class _Receiver:
             except IngestClosed as error:
                 return _retry_later(kind, str(error))
             except Exception as error:  # the journal failed; the exporter retries, PK dedupes
-                return _retry_later(kind, f"journal unavailable: {type(error).__name__}")
+                self.journal_error = journal_failure(error)
+                return _retry_later(kind, f"journal unavailable: {self.journal_error}")
+            self.journal_error = None
         return Response(encode_response(kind, prepared.rejected, prepared.error_message), media_type=kind)
 
     async def metrics_endpoint(self, request: Request) -> Response:
@@ -219,7 +226,9 @@ class _Receiver:
 
     async def healthz(self, request: Request) -> Response:
         guard = self.connections
-        return JSONResponse(*health(self.ingest, self.budget.used, guard.open if guard else None))
+        return JSONResponse(
+            *health(self.ingest, self.budget.used, guard.open if guard else None, self.journal_error)
+        )
 
     @contextlib.asynccontextmanager
     async def lifespan(self, app):

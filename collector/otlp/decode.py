@@ -27,7 +27,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 )
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
-from budgetlens.otlp import json_reasons
+from budgetlens.otlp import json_reasons, wire_split
 from budgetlens.otlp.attributes import MAX_ID_CHARS as _MAX_RUN_ID_CHARS
 
 PROTOBUF = "application/x-protobuf"
@@ -102,11 +102,20 @@ def inflate(body: bytes, content_encoding: str | None, max_bytes: int) -> bytes:
 
 
 def decode_protobuf(body: bytes) -> Decoded:
-    """Parse an OTLP protobuf ``ExportTraceServiceRequest``; raise OtlpError(400) when malformed."""
+    """Parse an OTLP protobuf ``ExportTraceServiceRequest``; when it does not parse as a whole,
+    span by span (``wire_split.salvage``: a span that does not parse is rejected alone, with a
+    reason); raise OtlpError(400) when its framing, a resource or a scope is malformed."""
     try:
         return Decoded(ExportTraceServiceRequest.FromString(body))
     except (DecodeError, ValueError) as error:
-        raise OtlpError(400, f"malformed protobuf ExportTraceServiceRequest: {error}") from None
+        whole = f"malformed protobuf ExportTraceServiceRequest: {error}"
+    try:  # one bad span (an attribute nested too deeply) must not lose the others
+        request, errors, marks = wire_split.salvage(body)
+    except wire_split.WireError as error:
+        raise OtlpError(400, f"{whole} ({error})") from None
+    if not errors:
+        raise OtlpError(400, whole)
+    return Decoded(request, rejected=len(errors), errors=errors, marks=marks)
 
 
 def decode_json(body: bytes) -> Decoded:

@@ -24,6 +24,10 @@ _PARSE_FIELD = re.compile(r"Failed to parse (\w+) field")
 _AT_PATH = re.compile(r" at \w+((?:\.\w+|\[\d+\])+)")
 #: What its messages say when a number does not fit the field (int64 or double).
 _OUT_OF_RANGE = ("Value out of range", "value too large")
+#: What its messages say when a value is nested past protobuf's recursion limit.
+_TOO_DEEP = "Message too deep"
+#: protobuf's default recursion limit (message levels), named in the reason.
+RECURSION_LIMIT = 100
 #: The value fields of an OTLP ``AnyValue`` and what each one takes in OTLP/JSON.
 _VALUE_RULES = {
     "intValue": "an int64 (a JSON integer or a decimal string)",
@@ -53,7 +57,12 @@ def reason(error: Exception, span: dict) -> str:
     path = re.sub(r"\[\d+\]", "", at.group(1)[1:]) if at else ".".join(fields)
     leaf = next((name for name in reversed(re.split(r"[.\[\]]+", path)) if name in _VALUE_RULES), None)
     out_of_range = any(marker in text for marker in _OUT_OF_RANGE)
-    if out_of_range:
+    if _TOO_DEEP in text:
+        rule = (
+            f"a value nested deeper than protobuf's limit of {RECURSION_LIMIT} message levels "
+            "(an AnyValue array or kvlist takes two a level)"
+        )
+    elif out_of_range:
         rule = f"a number out of range for {'int64' if leaf == 'intValue' else 'a double'}"
     elif leaf is not None:
         rule = f"a value of the wrong type ({leaf} takes {_VALUE_RULES[leaf]})"

@@ -12,6 +12,8 @@ import os
 import re
 from pathlib import Path
 
+from budgetlens.store.publisher_pid import publisher_alive
+
 __all__ = [
     "LockHolder",
     "collector_holder",
@@ -95,14 +97,14 @@ def _published_collector(path: str | os.PathLike) -> int | None:
     (``<path>.collector.json``, ``budgetlens.store.readers``), else None."""
     import json
 
+    info = Path(f"{os.fspath(path)}.collector.json")
     try:
-        pid = int(json.loads(Path(f"{os.fspath(path)}.collector.json").read_text())["pid"])
-        os.kill(pid, 0)
-    except PermissionError:
-        return pid  # alive, another user's
+        pid = int(json.loads(info.read_text())["pid"])
+        published_at = info.stat().st_mtime
     except (OSError, ValueError, KeyError, TypeError):
-        return None  # none published, or its process is gone (kill -9)
-    return pid
+        return None  # none published
+    # its process gone (kill -9), a zombie, or the PID now someone else's: no collector
+    return pid if publisher_alive(pid, published_at) else None
 
 
 def running_collector(path: str | os.PathLike) -> LockHolder | None:

@@ -31,6 +31,7 @@ import pyarrow.compute as pc
 
 from budgetlens.store.connection import DEFAULT_READ_TIMEOUT_S, StoreError, read_connection
 from budgetlens.store.location import LakeLocation, store_location
+from budgetlens.store.publisher_pid import publisher_alive
 from budgetlens.store.wire import encode_params
 
 log = logging.getLogger(__name__)
@@ -93,11 +94,11 @@ def discover(db_path: str | os.PathLike) -> Endpoint | None:
     except (OSError, ValueError, KeyError, TypeError):
         return None
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return None  # a collector killed with -9 left it behind
-    except PermissionError:
-        pass  # alive, another user's
+        published_at = info.stat().st_mtime
+    except OSError:
+        return None
+    if not publisher_alive(pid, published_at):
+        return None  # a collector killed with -9 left it behind (gone, a zombie, its PID reused)
     try:
         token = token_path.read_text().strip()
     except OSError as error:
