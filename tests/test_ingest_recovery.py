@@ -78,6 +78,39 @@ def test_records_acknowledged_after_a_journal_failure_survive_replay(tmp_path):
     assert {b.calls["run_id"][0].as_py() for b in replayed} >= {"r1", "r2"}
 
 
+def test_a_segment_whose_first_append_finds_the_disk_full_is_not_left_empty(tmp_path, monkeypatch):
+    import budgetlens.ingest.journal as journal_module
+
+    journal = Journal(tmp_path / "j")
+    kept = journal.append(encode_batch(*_calls("r1", 1).tables()))
+    journal.sync()
+    journal.abandon_segment()  # the next append starts a segment of its own
+    real_open = open
+
+    class _Full:
+        def __init__(self, file):
+            self._file = file
+
+        def write(self, data):
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+        def __getattr__(self, name):
+            return getattr(self._file, name)
+
+    monkeypatch.setattr(journal_module, "open", lambda *a, **k: _Full(real_open(*a, **k)), raising=False)
+    for _ in range(3):  # three refused batches
+        with pytest.raises(OSError, match="No space left"):
+            journal.append(encode_batch(*_calls("r2", 1).tables()))
+        journal.abandon_segment()
+    monkeypatch.undo()
+    segments = sorted(p for p in (tmp_path / "j").iterdir() if p.suffix == ".seg")
+    assert [p.stat().st_size > 0 for p in segments] == [True]  # only the one with r1's record
+    later = journal.append(encode_batch(*_calls("r3", 1).tables()))
+    journal.sync()
+    journal.close()
+    assert [b.seq for b in Journal(tmp_path / "j").unloaded()] == [kept, later]
+
+
 def test_a_replay_that_fails_at_start_is_retried_and_nothing_acknowledged_is_lost(db_path):
     journal = Journal(journal_dir(db_path))
     for run in ("run-1", "run-2", "run-3"):

@@ -280,6 +280,20 @@ class Journal:
             except OSError as error:
                 log.warning("closing journal segment %s after an error: %s", self._current, error)
             self._next_seq += 1  # a fresh segment name even if nothing was written
+            self._drop_if_empty(self._current)
+
+    def _drop_if_empty(self, path: Path | None) -> None:
+        """Delete an abandoned segment that holds no byte (its first append failed: nothing in it
+        was acknowledged), so a full disk does not leave one empty file per refused batch."""
+        try:
+            if path is None or path.stat().st_size:
+                return
+            path.unlink()
+        except OSError:
+            return  # gone already, or the directory is unwritable: replay skips it either way
+        self._segments.pop(path, None)
+        for seq in [seq for seq, where in self._where.items() if where[0] == path]:
+            del self._where[seq]
 
     def mark_loaded(self, seq: int) -> None:
         """Record that every batch up to ``seq`` is committed to the store; delete the segments

@@ -34,7 +34,7 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
-from budgetlens.store import open_hosts
+from budgetlens.store import lake, open_hosts
 from budgetlens.store.connection import _connect_with_retry, migrate
 from budgetlens.store.open_hosts import host_in_process as host_in_process  # the old home
 
@@ -258,7 +258,7 @@ class StoreHost:
             result = cursor.execute(sql, params) if params else cursor.execute(sql)
             table = result.to_arrow_table() if result.description else pa.table({})
         except BaseException:
-            cursor.execute("ROLLBACK")
+            lake.rollback(cursor)
             raise
         cursor.execute("COMMIT")
         return table

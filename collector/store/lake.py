@@ -226,10 +226,14 @@ def is_conflict(error: BaseException) -> bool:
 
 
 def rollback(conn: duckdb.DuckDBPyConnection) -> None:
-    """Roll back the open transaction, if any: a DuckLake COMMIT that lost a conflict has
-    already ended it, and that conflict (not "no transaction is active") must reach the caller."""
-    with contextlib.suppress(duckdb.TransactionException):
+    """Roll back the open transaction, if any, on the way out of a failed one: the error that
+    failed it (a DuckLake COMMIT that lost a conflict, a COMMIT that found the disk full) must
+    reach the caller, not the ROLLBACK's own ("no transaction is active", since DuckDB has
+    already ended a transaction whose COMMIT failed). The ROLLBACK's error is logged at debug."""
+    try:
         conn.execute("ROLLBACK")
+    except duckdb.Error as error:
+        log.debug("rollback after a failed transaction: %s", error)
 
 
 def retry_on_conflict(

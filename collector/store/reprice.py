@@ -16,7 +16,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from budgetlens.store import sql
+from budgetlens.store import lake, sql
 from budgetlens.store.connection import write_connection
 from budgetlens.store.writer import rebuild_runs
 
@@ -79,7 +79,7 @@ def reprice(path: str | os.PathLike, *, dry_run: bool = False) -> RepriceResult:
                 conn.executemany(sql.UPDATE_CALL_PRICE, changed)
                 conn.execute("COMMIT")
             except Exception:
-                conn.execute("ROLLBACK")
+                lake.rollback(conn)
                 raise
             rebuild_runs(conn)
             log.info("re-priced %d calls with %s", len(changed), current)

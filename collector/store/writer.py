@@ -224,7 +224,7 @@ def write_batch(
             runs_rows = _returned(conn, sql.UPSERT_TOUCHED_RUNS)
         conn.execute("COMMIT")
     except Exception:
-        conn.execute("ROLLBACK")
+        lake.rollback(conn)  # the error that failed the batch reaches the caller
         raise
     finally:
         for name in registered:

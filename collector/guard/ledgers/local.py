@@ -96,7 +96,8 @@ class SqliteLedger:
             try:
                 result = body(db, self._clock())
             except BaseException:
-                db.execute("ROLLBACK")
+                if db.in_transaction:  # SQLite ends a transaction itself on some errors (full disk)
+                    db.execute("ROLLBACK")
                 raise
             db.execute("COMMIT")
             return result
