@@ -108,3 +108,14 @@ def test_overview_counts_the_runaways_and_links_to_them(sample_store, monkeypatc
     if expected.count:
         links = at.dataframe[-1].value["link"].tolist()
         assert links[0] == f"/runs?run={expected.runs['run_id'].iloc[0]}"
+
+
+def test_the_replayed_hit_rate_says_what_it_divides_by(sample_store, monkeypatch):
+    at = _page(sample_store, monkeypatch, "whatif")
+    assert not at.exception, [e.value for e in at.exception]
+    summary = _expected_plan(sample_store, whatif.DEFAULT_TARGET_HIT_RATE).replay.summary
+    for row in summary.itertuples():  # stopped ÷ every run of the window, as the caption says
+        assert row.hit_rate == pytest.approx(row.stopped / row.runs), row.task_type
+    captions = "\n".join(str(c.value) for c in at.caption)
+    assert "divides by every run of the window" in captions
+    assert "divides today's budget stops by the runs that ran under one" in captions

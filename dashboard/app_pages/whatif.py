@@ -115,10 +115,16 @@ def render() -> None:
     _tables.table(
         plan.replay.summary,
         first=("task_type", "runs", "stopped", "censored", "hit_rate", "avoided_tokens", "avoided_cost_usd"),
+        column_config={
+            "hit_rate": st.column_config.TextColumn("Hit rate (stopped ÷ runs)", alignment="right")
+        },
     )
     st.caption(
         "Stopped: the preset stops the run (first limit crossed, call by call). Censored: the old "
-        "budget stopped it and this one is larger, so what it would have used is unknown."
+        "budget stopped it and this one is larger, so what it would have used is unknown. The hit "
+        "rate here divides by every run of the window, since under this preset every run has a "
+        "budget; the Hit rate page divides today's budget stops by the runs that ran under one, "
+        "and Baselines' censored share divides the censored runs by every run."
     )
     count = plan.replay.run_count if plan.replay.run_count is not None else len(plan.replay.runs)
     with st.expander(f"Runs it would stop or leave censored ({count:,})"):
