@@ -35,11 +35,10 @@ PAGES = {  # page file -> the fewest Plotly charts it draws on a sample store
 
 
 @pytest.fixture(scope="module")
-def sample_store(tmp_path_factory) -> Path:
+def sample_store(tmp_path_factory, sample_store_copy) -> Path:
     path = tmp_path_factory.mktemp("sample") / "sample.duckdb"
     # ends today: the dashboard's default window (the last 14 days up to now) keeps most of it
-    write_sample(path, days=14, seed=11, runs_per_day=25, end_utc=default_end_utc())
-    return path
+    return sample_store_copy(path, days=14, seed=11, runs_per_day=25, end_utc=default_end_utc())
 
 
 @pytest.fixture(scope="module")
