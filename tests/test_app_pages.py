@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from _apptest import APP, run_app
-from browser.live_writer import null_heavy_batches, run_rows
+from browser.live_writer import null_heavy_batches, run_rows, write_runs
 from streamlit.testing.v1 import AppTest
 
 from budgetlens.analysis import views as analysis
@@ -59,8 +59,7 @@ def controlled_store(tmp_path_factory) -> Path:
                 )
             )
     with write_connection(path) as conn:
-        for calls, records, events in batches:
-            write_batch(conn, calls, records, events)
+        write_runs(conn, batches)  # one commit (as one write_batch per run would store them)
     return path
 
 
@@ -70,8 +69,7 @@ def null_heavy_store(tmp_path_factory) -> Path:
     turns, unpriced runs, a low-sample task type at 25 % (see ``null_heavy_batches``)."""
     path = tmp_path_factory.mktemp("nulls") / "nulls.duckdb"
     with write_connection(path) as conn:
-        for calls, records, events in null_heavy_batches():
-            write_batch(conn, calls, records, events)
+        write_runs(conn, null_heavy_batches())
     return path
 
 
@@ -627,13 +625,16 @@ def _periods_store(path: Path, *, cover_previous: bool) -> Path:
     """4 runs 3 days ago, 2 runs 10 days ago (in the 7 days before a 7-day window); with
     ``cover_previous`` one more run 15 days ago, so the data covers that previous window fully."""
     now = analysis.utc_now()
+    batches = [
+        run_rows(f"new-{index}", start_utc=now - dt.timedelta(days=3, minutes=index)) for index in range(4)
+    ]
+    batches += [
+        run_rows(f"old-{index}", start_utc=now - dt.timedelta(days=10, minutes=index)) for index in range(2)
+    ]
+    if cover_previous:
+        batches.append(run_rows("oldest", start_utc=now - dt.timedelta(days=15)))
     with write_connection(path) as conn:
-        for index in range(4):
-            write_batch(conn, *run_rows(f"new-{index}", start_utc=now - dt.timedelta(days=3, minutes=index)))
-        for index in range(2):
-            write_batch(conn, *run_rows(f"old-{index}", start_utc=now - dt.timedelta(days=10, minutes=index)))
-        if cover_previous:
-            write_batch(conn, *run_rows("oldest", start_utc=now - dt.timedelta(days=15)))
+        write_runs(conn, batches)
     return path
 
 

@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 from _apptest import APP, run_app
-from browser.live_writer import run_rows
+from browser.live_writer import run_rows, write_runs
 from streamlit.testing.v1 import AppTest
 
 from budgetlens.analysis import views as analysis
 from budgetlens.config import ENV_DB
-from budgetlens.store import write_batch, write_connection
+from budgetlens.store import write_connection
 
 pytestmark = pytest.mark.system  # Streamlit AppTests: seconds each
 
@@ -30,18 +30,18 @@ def store(tmp_path_factory) -> Path:
     """hot: 10 runs, 4 stopped by the budget; calm: 10 runs, 1 stopped, three days ago."""
     path = tmp_path_factory.mktemp("pages") / "pages.duckdb"
     start = (analysis.utc_now() - dt.timedelta(days=3)).replace(hour=9, minute=0, second=0, microsecond=0)
+    batches = [
+        run_rows(
+            f"{task}-{index:04d}",
+            task_type=task,
+            start_utc=start + dt.timedelta(minutes=7 * index),
+            stop_reason="budget_tokens" if index < stops else "completed",
+        )
+        for task, stops in (("hot", 4), ("calm", 1))
+        for index in range(10)
+    ]
     with write_connection(path) as conn:
-        for task, stops in (("hot", 4), ("calm", 1)):
-            for index in range(10):
-                write_batch(
-                    conn,
-                    *run_rows(
-                        f"{task}-{index:04d}",
-                        task_type=task,
-                        start_utc=start + dt.timedelta(minutes=7 * index),
-                        stop_reason="budget_tokens" if index < stops else "completed",
-                    ),
-                )
+        write_runs(conn, batches)
     return path
 
 
