@@ -127,9 +127,14 @@ def sample_store_copy(tmp_path_factory):
     """``copy(dest, days=, seed=, runs_per_day=, end_utc=None)``: ``dest`` holding what
     ``budgetlens.sample.write_sample`` writes with those arguments (``end_utc`` None: today's
     ``default_end_utc()``, as ``write_sample`` takes it). Each set of arguments is written once per
-    run, shared by the pytest-xdist workers (under a file lock, in the run's temporary directory)
-    and copied: writing a sample takes seconds (one store commit per day), a copy milliseconds."""
-    from budgetlens.sample import default_end_utc, write_sample
+    run, shared by the pytest-xdist workers (under a file lock, in the run's temporary directory),
+    in one commit (``write_runs``; ``write_sample`` commits once per day, each commit a large
+    fraction of a second) and copied. ``tests/test_write_runs.py`` checks the stores are equal (the
+    costs summed per run up to the last bit: a sum in another order)."""
+    from browser.live_writer import write_runs
+
+    from budgetlens.sample import default_end_utc, generate_sample
+    from budgetlens.store import write_connection
 
     root = tmp_path_factory.getbasetemp()
     if os.environ.get("PYTEST_XDIST_WORKER"):
@@ -146,7 +151,8 @@ def sample_store_copy(tmp_path_factory):
             if not built.exists():
                 partial = cache / f"{name}.partial"
                 partial.unlink(missing_ok=True)
-                write_sample(partial, days=days, seed=seed, runs_per_day=runs_per_day, end_utc=end)
+                with write_connection(partial) as conn:
+                    write_runs(conn, generate_sample(days, seed, runs_per_day, end))
                 partial.rename(built)
         shutil.copyfile(built, dest)
         return dest

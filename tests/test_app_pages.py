@@ -19,7 +19,7 @@ from budgetlens.analysis import views as analysis
 from budgetlens.config import ENV_DB
 from budgetlens.dashboard import charts, data
 from budgetlens.importers import import_paths
-from budgetlens.sample import default_end_utc, write_sample
+from budgetlens.sample import default_end_utc
 from budgetlens.store import read_connection, write_batch, write_connection
 
 pytestmark = pytest.mark.system  # Streamlit AppTests: seconds each
@@ -455,9 +455,12 @@ def null_heavy_tasks() -> tuple[str, ...]:
 
 
 # --- review fixes: the default window, a file that is not a store, formats and labels -----------
-def test_the_default_window_is_the_clis_last_14_days_so_both_show_the_same_numbers(tmp_path, monkeypatch):
-    path = tmp_path / "long.duckdb"
-    write_sample(path, days=30, seed=5, runs_per_day=6, end_utc=default_end_utc())
+def test_the_default_window_is_the_clis_last_14_days_so_both_show_the_same_numbers(
+    tmp_path, monkeypatch, sample_store_copy
+):
+    path = sample_store_copy(
+        tmp_path / "long.duckdb", days=30, seed=5, runs_per_day=6, end_utc=default_end_utc()
+    )
     at = _app(path, monkeypatch)
     assert at.selectbox(key="app_window").value == "Last 14 days"
     with read_connection(path) as conn:
