@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import functools
 import hashlib
 import importlib.util
@@ -119,6 +120,44 @@ def committed_sample_store(tmp_path_factory) -> Path:
     path = tmp_path_factory.mktemp("sample") / "sample.duckdb"
     assert sample.ensure_demo_store(path) is True
     return path
+
+
+@pytest.fixture(scope="session")
+def sample_store_copy(tmp_path_factory):
+    """``copy(dest, days=, seed=, runs_per_day=, end_utc=None)``: ``dest`` holding what
+    ``budgetlens.sample.write_sample`` writes with those arguments (``end_utc`` None: today's
+    ``default_end_utc()``, as ``write_sample`` takes it). Each set of arguments is written once per
+    run, shared by the pytest-xdist workers (under a file lock, in the run's temporary directory),
+    in one commit (``write_runs``; ``write_sample`` commits once per day, each commit a large
+    fraction of a second) and copied. ``tests/test_write_runs.py`` checks the stores are equal (the
+    costs summed per run up to the last bit: a sum in another order)."""
+    from browser.live_writer import write_runs
+
+    from budgetlens.sample import default_end_utc, generate_sample
+    from budgetlens.store import write_connection
+
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent  # the run's directory, shared by its workers (not by other runs)
+    cache = root / "sample-stores"
+    cache.mkdir(exist_ok=True)
+
+    def copy(dest: Path, *, days: int, seed: int, runs_per_day: int, end_utc=None) -> Path:
+        end = end_utc or default_end_utc()
+        name = f"d{days}-s{seed}-r{runs_per_day}-{end:%Y%m%dT%H%M%S%f}.duckdb"
+        built = cache / name
+        with open(cache / f"{name}.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # another worker writing the same sample: wait for it
+            if not built.exists():
+                partial = cache / f"{name}.partial"
+                partial.unlink(missing_ok=True)
+                with write_connection(partial) as conn:
+                    write_runs(conn, generate_sample(days, seed, runs_per_day, end))
+                partial.rename(built)
+        shutil.copyfile(built, dest)
+        return dest
+
+    return copy
 
 
 @pytest.fixture

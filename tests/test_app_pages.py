@@ -12,14 +12,14 @@ from pathlib import Path
 
 import pytest
 from _apptest import APP, run_app
-from browser.live_writer import null_heavy_batches, run_rows
+from browser.live_writer import null_heavy_batches, run_rows, write_runs
 from streamlit.testing.v1 import AppTest
 
 from budgetlens.analysis import views as analysis
 from budgetlens.config import ENV_DB
 from budgetlens.dashboard import charts, data
 from budgetlens.importers import import_paths
-from budgetlens.sample import default_end_utc, write_sample
+from budgetlens.sample import default_end_utc
 from budgetlens.store import read_connection, write_batch, write_connection
 
 pytestmark = pytest.mark.system  # Streamlit AppTests: seconds each
@@ -35,11 +35,10 @@ PAGES = {  # page file -> the fewest Plotly charts it draws on a sample store
 
 
 @pytest.fixture(scope="module")
-def sample_store(tmp_path_factory) -> Path:
+def sample_store(tmp_path_factory, sample_store_copy) -> Path:
     path = tmp_path_factory.mktemp("sample") / "sample.duckdb"
     # ends today: the dashboard's default window (the last 14 days up to now) keeps most of it
-    write_sample(path, days=14, seed=11, runs_per_day=25, end_utc=default_end_utc())
-    return path
+    return sample_store_copy(path, days=14, seed=11, runs_per_day=25, end_utc=default_end_utc())
 
 
 @pytest.fixture(scope="module")
@@ -60,8 +59,7 @@ def controlled_store(tmp_path_factory) -> Path:
                 )
             )
     with write_connection(path) as conn:
-        for calls, records, events in batches:
-            write_batch(conn, calls, records, events)
+        write_runs(conn, batches)  # one commit (as one write_batch per run would store them)
     return path
 
 
@@ -71,8 +69,7 @@ def null_heavy_store(tmp_path_factory) -> Path:
     turns, unpriced runs, a low-sample task type at 25 % (see ``null_heavy_batches``)."""
     path = tmp_path_factory.mktemp("nulls") / "nulls.duckdb"
     with write_connection(path) as conn:
-        for calls, records, events in null_heavy_batches():
-            write_batch(conn, calls, records, events)
+        write_runs(conn, null_heavy_batches())
     return path
 
 
@@ -458,9 +455,12 @@ def null_heavy_tasks() -> tuple[str, ...]:
 
 
 # --- review fixes: the default window, a file that is not a store, formats and labels -----------
-def test_the_default_window_is_the_clis_last_14_days_so_both_show_the_same_numbers(tmp_path, monkeypatch):
-    path = tmp_path / "long.duckdb"
-    write_sample(path, days=30, seed=5, runs_per_day=6, end_utc=default_end_utc())
+def test_the_default_window_is_the_clis_last_14_days_so_both_show_the_same_numbers(
+    tmp_path, monkeypatch, sample_store_copy
+):
+    path = sample_store_copy(
+        tmp_path / "long.duckdb", days=30, seed=5, runs_per_day=6, end_utc=default_end_utc()
+    )
     at = _app(path, monkeypatch)
     assert at.selectbox(key="app_window").value == "Last 14 days"
     with read_connection(path) as conn:
@@ -628,13 +628,16 @@ def _periods_store(path: Path, *, cover_previous: bool) -> Path:
     """4 runs 3 days ago, 2 runs 10 days ago (in the 7 days before a 7-day window); with
     ``cover_previous`` one more run 15 days ago, so the data covers that previous window fully."""
     now = analysis.utc_now()
+    batches = [
+        run_rows(f"new-{index}", start_utc=now - dt.timedelta(days=3, minutes=index)) for index in range(4)
+    ]
+    batches += [
+        run_rows(f"old-{index}", start_utc=now - dt.timedelta(days=10, minutes=index)) for index in range(2)
+    ]
+    if cover_previous:
+        batches.append(run_rows("oldest", start_utc=now - dt.timedelta(days=15)))
     with write_connection(path) as conn:
-        for index in range(4):
-            write_batch(conn, *run_rows(f"new-{index}", start_utc=now - dt.timedelta(days=3, minutes=index)))
-        for index in range(2):
-            write_batch(conn, *run_rows(f"old-{index}", start_utc=now - dt.timedelta(days=10, minutes=index)))
-        if cover_previous:
-            write_batch(conn, *run_rows("oldest", start_utc=now - dt.timedelta(days=15)))
+        write_runs(conn, batches)
     return path
 
 

@@ -59,8 +59,7 @@ def planted_store(tmp_path_factory) -> Path:
 def _app(db: Path, monkeypatch, page: str, **params: str) -> AppTest:
     monkeypatch.setenv(ENV_DB, str(db))
     at = AppTest.from_file(str(APP), default_timeout=30)
-    at.run()
-    at.switch_page(f"app_pages/{page}.py")
+    at.switch_page(f"app_pages/{page}.py")  # the first run on the page (see _apptest.run_app)
     for key, value in params.items():
         at.query_params[key] = value
     at.run()

@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 from _apptest import open_app as _app
-from browser.live_writer import run_rows
+from browser.live_writer import run_rows, write_runs
 from streamlit.testing.v1 import AppTest
 
 from budgetlens.analysis import views as analysis
 from budgetlens.dashboard import formatting, url_params
-from budgetlens.store import write_batch, write_connection
+from budgetlens.store import write_connection
 
 APP = Path(__file__).resolve().parent.parent / "dashboard" / "streamlit_app.py"
 TODAY = dt.date(2026, 12, 2)
@@ -62,8 +62,13 @@ def store(tmp_path_factory) -> Path:
     path = tmp_path_factory.mktemp("params") / "params.duckdb"
     now = analysis.utc_now()
     with write_connection(path) as conn:
-        for index in range(4):
-            write_batch(conn, *run_rows(f"r-{index:04d}", start_utc=now - dt.timedelta(hours=6 * index + 1)))
+        write_runs(
+            conn,
+            [
+                run_rows(f"r-{index:04d}", start_utc=now - dt.timedelta(hours=6 * index + 1))
+                for index in range(4)
+            ],
+        )
     return path
 
 

@@ -15,11 +15,11 @@ import numpy as np
 import pandas as pd
 import pytest
 from _apptest import open_app as _app
-from browser.live_writer import run_rows
+from browser.live_writer import run_rows, write_runs
 from streamlit.testing.v1 import AppTest
 
 from budgetlens.analysis import views as analysis
-from budgetlens.store import write_batch, write_connection
+from budgetlens.store import write_connection
 
 pytestmark = pytest.mark.system  # Streamlit AppTests: seconds each
 
@@ -30,16 +30,17 @@ def _store(path: Path, days: float, unpriced_model: str | None = None) -> Path:
     """Two runs a day over the last ``days`` days (one stopped by its budget every other day);
     ``unpriced_model``: one more run on a model with no price."""
     now = analysis.utc_now()
+    batches = []
+    for index in range(int(days * 2)):
+        start = now - dt.timedelta(hours=12 * index + 1)
+        stop = "budget_tokens" if index % 4 == 0 else "completed"
+        batches.append(run_rows(f"r-{index:04d}", start_utc=start, stop_reason=stop))
+    if unpriced_model:
+        batches.append(
+            run_rows("r-unpriced", start_utc=now - dt.timedelta(hours=2), model=unpriced_model, priced=False)
+        )
     with write_connection(path) as conn:
-        for index in range(int(days * 2)):
-            start = now - dt.timedelta(hours=12 * index + 1)
-            stop = "budget_tokens" if index % 4 == 0 else "completed"
-            write_batch(conn, *run_rows(f"r-{index:04d}", start_utc=start, stop_reason=stop))
-        if unpriced_model:
-            rows = run_rows(
-                "r-unpriced", start_utc=now - dt.timedelta(hours=2), model=unpriced_model, priced=False
-            )
-            write_batch(conn, *rows)
+        write_runs(conn, batches)  # one commit (as one write_batch per run would store them)
     return path
 
 
@@ -105,11 +106,13 @@ def _hit_rate_figure(at: AppTest) -> dict | None:
 def test_a_window_of_48_hours_or_less_draws_the_hit_rate_per_hour(tmp_path, monkeypatch):
     now = analysis.utc_now().replace(minute=30, second=0, microsecond=0) - dt.timedelta(hours=1)
     db = tmp_path / "s.duckdb"
-    with write_connection(db) as conn:  # two runs in each of 4 hours before this one, one stopped
-        for index in range(8):
-            start = now - dt.timedelta(hours=index // 2, minutes=10 * (index % 2) + 1)
-            stop = "budget_tokens" if index % 2 else "completed"
-            write_batch(conn, *run_rows(f"d-{index}", start_utc=start, stop_reason=stop))
+    batches = []  # two runs in each of 4 hours before this one, one stopped
+    for index in range(8):
+        start = now - dt.timedelta(hours=index // 2, minutes=10 * (index % 2) + 1)
+        stop = "budget_tokens" if index % 2 else "completed"
+        batches.append(run_rows(f"d-{index}", start_utc=start, stop_reason=stop))
+    with write_connection(db) as conn:
+        write_runs(conn, batches)
     today = now.date()
     two_days = {
         "window": "custom",
@@ -134,8 +137,10 @@ def test_a_window_whose_runs_fall_in_one_hour_says_so_instead_of_a_dot(tmp_path,
     now = analysis.utc_now().replace(minute=40, second=0, microsecond=0) - dt.timedelta(hours=1)
     db = tmp_path / "s.duckdb"
     with write_connection(db) as conn:
-        for index in range(3):
-            write_batch(conn, *run_rows(f"d-{index}", start_utc=now - dt.timedelta(minutes=10 + index)))
+        write_runs(
+            conn,
+            [run_rows(f"d-{index}", start_utc=now - dt.timedelta(minutes=10 + index)) for index in range(3)],
+        )
     at = _app(db, monkeypatch, page="hit_rate", window="24h")
     assert _hit_rate_figure(at) is None
     assert "All runs of this window fall in one hour" in " ".join(c.value for c in at.caption)

@@ -14,7 +14,6 @@ from streamlit.testing.v1 import AppTest
 from budgetlens.analysis import views
 from budgetlens.config import ENV_DB
 from budgetlens.dashboard import data
-from budgetlens.sample import write_sample
 
 pytestmark = pytest.mark.system  # Streamlit AppTests on a generated sample store: seconds each
 
@@ -40,10 +39,9 @@ class _Counter:
 
 
 @pytest.fixture(scope="module")
-def sample_store(tmp_path_factory) -> Path:
+def sample_store(tmp_path_factory, sample_store_copy) -> Path:
     path = tmp_path_factory.mktemp("render") / "sample.duckdb"
-    write_sample(path, days=5, seed=4, runs_per_day=12)
-    return path
+    return sample_store_copy(path, days=5, seed=4, runs_per_day=12)
 
 
 @pytest.fixture

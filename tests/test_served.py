@@ -27,10 +27,9 @@ PAGES = ("overview", "cost", "hit_rate", "baselines", "presets", "whatif", "runs
 
 
 @pytest.fixture(scope="module")
-def sample_store(tmp_path_factory) -> Path:
+def sample_store(tmp_path_factory, sample_store_copy) -> Path:
     path = tmp_path_factory.mktemp("served") / "sample.duckdb"
-    write_sample(path, days=14, seed=5, runs_per_day=12, end_utc=default_end_utc())
-    return path
+    return sample_store_copy(path, days=14, seed=5, runs_per_day=12, end_utc=default_end_utc())
 
 
 @pytest.fixture

@@ -13,7 +13,6 @@ from streamlit.testing.v1 import AppTest
 from budgetlens.analysis import views as analysis
 from budgetlens.analysis import whatif
 from budgetlens.config import ENV_DB
-from budgetlens.sample import write_sample
 from budgetlens.store import read_connection
 
 pytestmark = pytest.mark.system  # Streamlit AppTests: seconds each
@@ -22,17 +21,15 @@ APP = Path(__file__).resolve().parent.parent / "dashboard" / "streamlit_app.py"
 
 
 @pytest.fixture(scope="module")
-def sample_store(tmp_path_factory) -> Path:
+def sample_store(tmp_path_factory, sample_store_copy) -> Path:
     path = tmp_path_factory.mktemp("sample") / "sample.duckdb"
-    write_sample(path, days=14, seed=11, runs_per_day=25)
-    return path
+    return sample_store_copy(path, days=14, seed=11, runs_per_day=25)
 
 
 def _page(db: Path, monkeypatch, page: str) -> AppTest:
     monkeypatch.setenv(ENV_DB, str(db))
     at = AppTest.from_file(str(APP), default_timeout=60)
-    at.run()
-    at.switch_page(f"app_pages/{page}.py")
+    at.switch_page(f"app_pages/{page}.py")  # the first run on the page (see _apptest.run_app)
     at.run()
     return at
 

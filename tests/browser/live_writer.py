@@ -211,6 +211,16 @@ def null_heavy_batches(start_utc: dt.datetime | None = None):
     return batches
 
 
+def write_runs(conn, batches) -> None:
+    """Write ``batches`` ((calls, records, events) of distinct runs, as ``run_rows`` gives them) in
+    one ``write_batch``: the store holds what one ``write_batch`` per run leaves in it
+    (``tests/test_write_runs.py``), in one commit instead of one per run (each commit of the store
+    takes a large fraction of a second)."""
+    batches = list(batches)
+    if batches:
+        write_batch(conn, *([row for batch in batches for row in batch[part]] for part in range(3)))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("db")

@@ -23,10 +23,11 @@ import pytest
 from conftest import find_free_port
 
 from browser.chromium import HEADLESS_FLAGS, stop, wait_healthy
-from browser.live_writer import null_heavy_batches, run_rows
+from browser.live_writer import null_heavy_batches, run_rows, write_runs
+from browser.quiet import until_quiet
 from budgetlens.config import ENV_DB
 from budgetlens.sample import default_end_utc, write_sample
-from budgetlens.store import write_batch, write_connection
+from budgetlens.store import write_connection
 
 pytestmark = pytest.mark.browser
 log = logging.getLogger(__name__)
@@ -101,7 +102,7 @@ def _settled(driver, timeout_s: float = READY_TIMEOUT_S) -> None:
         lambda d: d.find_elements(By.CSS_SELECTOR, CHART) or d.find_elements(By.CSS_SELECTOR, EXCEPTION)
     )
     wait.until(lambda d: not d.find_elements(By.CSS_SELECTOR, RUNNING))
-    time.sleep(1.0)  # let Plotly finish drawing the last chart before the screenshot
+    until_quiet(driver)  # let Plotly finish drawing the last chart before the screenshot
 
 
 @pytest.fixture(scope="module")
@@ -149,8 +150,7 @@ def test_overview_also_answers_at_slash_overview(browser, sample_dashboard):
 def null_heavy_dashboard(tmp_path_factory):
     db = tmp_path_factory.mktemp("browser") / "nulls.duckdb"
     with write_connection(db) as conn:
-        for batch in null_heavy_batches():
-            write_batch(conn, *batch)
+        write_runs(conn, null_heavy_batches())  # one commit (as one write_batch per run would store them)
     with dashboard(db) as base:
         yield base
 
@@ -188,8 +188,7 @@ def test_live_overview_shows_new_runs_while_another_process_writes(browser, tmp_
     db = tmp_path / "live.duckdb"
     start = dt.datetime.now(dt.UTC).replace(tzinfo=None) - dt.timedelta(hours=1)
     with write_connection(db) as conn:
-        for index in range(5):
-            write_batch(conn, *run_rows(f"seed-{index}", start_utc=start))
+        write_runs(conn, [run_rows(f"seed-{index}", start_utc=start) for index in range(5)])
     writer = subprocess.Popen(
         [sys.executable, str(HERE / "live_writer.py"), str(db), "--count", "400", "--interval", "0.25"],
         stdout=subprocess.PIPE,

@@ -16,12 +16,12 @@ from pathlib import Path
 
 import pytest
 
-from browser.live_writer import run_rows
+from browser.live_writer import run_rows, write_runs
 from browser.test_dashboard_browser import PAGES, browser, dashboard  # noqa: F401 (fixture)
 from browser.test_dashboard_views_browser import _settled
 from budgetlens.attribution import tags_json
 from budgetlens.dashboard.formatting import visible_text
-from budgetlens.store import write_batch, write_connection
+from budgetlens.store import write_connection
 
 pytestmark = [pytest.mark.system, pytest.mark.browser]
 
@@ -91,8 +91,7 @@ def hostile_dashboard(tmp_path_factory, attacker):
     host, _ = attacker
     db = Path(tmp_path_factory.mktemp("hostile")) / "hostile.duckdb"
     with write_connection(db) as conn:
-        for batch in _hostile_batches(host):
-            write_batch(conn, *batch)
+        write_runs(conn, _hostile_batches(host))  # one commit (as one write_batch per run would store them)
     with dashboard(db) as base:
         yield base
 

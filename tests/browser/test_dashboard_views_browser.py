@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from browser.chromium import HEADLESS_FLAGS
-from browser.live_writer import run_rows
+from browser.live_writer import run_rows, write_runs
+from browser.quiet import until_quiet
 from browser.test_dashboard_browser import (
     CHART,
     CHROMEDRIVER,
@@ -27,7 +28,7 @@ from browser.test_dashboard_browser import (
     RUNNING,
     dashboard,
 )
-from budgetlens.store import write_batch, write_connection
+from budgetlens.store import write_connection
 
 pytestmark = [pytest.mark.browser, pytest.mark.system]
 
@@ -68,7 +69,7 @@ def _settled(driver, chart: bool = True) -> None:
             lambda d: d.find_elements(By.CSS_SELECTOR, CHART) or d.find_elements(By.CSS_SELECTOR, EXCEPTION)
         )
     wait.until(lambda d: not d.find_elements(By.CSS_SELECTOR, RUNNING))
-    time.sleep(1.0)
+    until_quiet(driver)
     assert not [e.text for e in driver.find_elements(By.CSS_SELECTOR, EXCEPTION)]
 
 
@@ -80,8 +81,7 @@ def _body(driver) -> str:
 
 def _write(db: Path, batches) -> Path:
     with write_connection(db) as conn:
-        for batch in batches:
-            write_batch(conn, *batch)
+        write_runs(conn, batches)  # one commit (as one write_batch per run would store them)
     return db
 
 
@@ -221,13 +221,18 @@ def test_a_window_that_leaves_runs_out_says_so_and_shows_them_in_one_click(brows
     assert "window=all" in browser.current_url
 
 
-def test_kpi_tiles_are_not_cut_off_at_1280_px(browser, one_day_dashboard):
+@pytest.fixture(scope="module")
+def every_page(browser, one_day_dashboard) -> dict:
+    """Every page opened once at 1280 px (the KPI tile and the network tests read the same visit):
+    per page the tile texts cut off and whether it shows tiles, and every host any page asked."""
     from selenium.webdriver.common.by import By
 
+    browser.get_log("performance")  # drop what earlier tests logged
+    cut, tiles = {}, {}
     for page in PAGES:
         browser.get(f"{one_day_dashboard}/{'' if page == 'overview' else page}?run=hot-0001")
         _settled(browser, chart=page != "presets")
-        cut = browser.execute_script(
+        cut[page] = browser.execute_script(
             """
             return [...document.querySelectorAll(
                 '[data-testid="stMetricLabel"] p, [data-testid="stMetricValue"] div, [data-testid="stMetricValue"]')]
@@ -235,9 +240,23 @@ def test_kpi_tiles_are_not_cut_off_at_1280_px(browser, one_day_dashboard):
               .map(e => e.textContent);
             """
         )
-        assert cut == [], (page, cut)
+        tiles[page] = bool(browser.find_elements(By.CSS_SELECTOR, '[data-testid="stMetric"]'))
+    time.sleep(2)
+    hosts = set()
+    for entry in browser.get_log("performance"):
+        message = json.loads(entry["message"])["message"]
+        if message["method"] == "Network.requestWillBeSent":
+            url = urllib.parse.urlparse(message["params"]["request"]["url"])
+            if url.scheme in ("http", "https", "ws", "wss"):
+                hosts.add(url.hostname)
+    return {"cut": cut, "tiles": tiles, "hosts": hosts}
+
+
+def test_kpi_tiles_are_not_cut_off_at_1280_px(every_page):
+    for page in PAGES:
+        assert every_page["cut"][page] == [], (page, every_page["cut"][page])
         if page in ("overview", "cost", "hit_rate", "runs"):  # the pages with KPI tiles
-            assert browser.find_elements(By.CSS_SELECTOR, '[data-testid="stMetric"]'), page
+            assert every_page["tiles"][page], page
 
 
 def test_an_empty_store_says_how_to_send_data(browser, tmp_path):
@@ -250,17 +269,5 @@ def test_an_empty_store_says_how_to_send_data(browser, tmp_path):
     assert "clear a filter" not in body.lower()
 
 
-def test_no_page_requests_anything_from_a_host_other_than_127_0_0_1(browser, one_day_dashboard):
-    browser.get_log("performance")  # drop what earlier tests logged
-    for page in PAGES:
-        browser.get(f"{one_day_dashboard}/{'' if page == 'overview' else page}?run=hot-0001")
-        _settled(browser, chart=page != "presets")
-    time.sleep(2)
-    hosts = set()
-    for entry in browser.get_log("performance"):
-        message = json.loads(entry["message"])["message"]
-        if message["method"] == "Network.requestWillBeSent":
-            url = urllib.parse.urlparse(message["params"]["request"]["url"])
-            if url.scheme in ("http", "https", "ws", "wss"):
-                hosts.add(url.hostname)
-    assert hosts == {"127.0.0.1"}, hosts
+def test_no_page_requests_anything_from_a_host_other_than_127_0_0_1(every_page):
+    assert every_page["hosts"] == {"127.0.0.1"}, every_page["hosts"]

@@ -34,6 +34,7 @@ import pytest
 
 from browser import test_dashboard_views_browser as views_browser
 from browser.live_writer import run_rows
+from browser.quiet import until_quiet
 from browser.test_dashboard_browser import PAGES, dashboard
 from browser.test_dashboard_views_browser import WIDTH_PX, _body, _settled, _write
 from budgetlens.analysis import views as analysis
@@ -130,7 +131,7 @@ def _open_expanders(driver) -> None:
         "for (const s of document.querySelectorAll("
         "'[data-testid=\"stExpander\"] details:not([open]) summary')) s.click();"
     )
-    time.sleep(2.0)
+    until_quiet(driver)  # the tables inside mounted
 
 
 #: Every table on the page: frame box, scroller sizes, visible header texts by column index,
@@ -163,7 +164,7 @@ def _grids(driver, scroll_right: bool = False) -> list[dict]:
             "for (const s of document.querySelectorAll('[data-testid=\"stDataFrame\"] .dvn-scroller'))"
             " s.scrollLeft = s.scrollWidth;"
         )
-        time.sleep(1.0)
+        until_quiet(driver)  # the grids drew their scrolled columns
     return driver.execute_script(_GRIDS_JS)
 
 
