@@ -21,6 +21,7 @@ from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExport
 from opentelemetry.sdk.trace.export import SpanExportResult
 
 from budgetlens import semconv as sc
+from budgetlens.ingest.metrics import TOKEN_BUCKETS
 
 MONITORING = Path(__file__).resolve().parents[1] / "docs" / "monitoring"
 RULES = MONITORING / "budgetlens-alerts.yml"
@@ -30,6 +31,27 @@ DASHBOARD = MONITORING / "budgetlens-grafana.json"
 HIT_RATE = (
     "sum by (task_type) (budgetlens_budget_hits_total) / sum by (task_type) (budgetlens_budgeted_runs_total)"
 )
+
+
+def test_the_hit_rate_alert_uses_the_products_alarm_line_and_minimum_sample():
+    """BudgetlensHitRateHigh is the product's alarm (``split_alarms``): above HIT_RATE_ALARM
+    with at least LOW_SAMPLE_RUNS budgeted finished runs; promtool's tests cover both sides."""
+    import re
+
+    import yaml
+
+    from budgetlens.analysis.thresholds import HIT_RATE_ALARM, LOW_SAMPLE_RUNS
+
+    rules = [r for g in yaml.safe_load(RULES.read_text())["groups"] for r in g["rules"]]
+    alert = next(r for r in rules if r.get("alert") == "BudgetlensHitRateHigh")
+    found = re.search(
+        r"budgetlens:hit_rate:ratio_1h > ([0-9.]+)\s+and on \(task_type\) budgetlens:budgeted_runs:increase_1h >= (\d+)",
+        alert["expr"],
+    )
+    assert found, alert["expr"]
+    assert float(found.group(1)) == HIT_RATE_ALARM and int(found.group(2)) == LOW_SAMPLE_RUNS
+    recorded = {r["record"]: r["expr"] for r in rules if "record" in r}
+    assert "budgetlens_budgeted_runs_total[1h]" in recorded["budgetlens:budgeted_runs:increase_1h"]
 
 
 def _builder():
@@ -127,5 +149,22 @@ def test_promql_hit_rate_equals_the_cli_and_every_grafana_panel_returns_data(tmp
                 time.sleep(1)
                 empty = [q for q in empty if not _query(base, q)]
             assert not empty, f"panels without data: {empty}"
+            # the histogram P95 is an estimate within the bucket of the exact P95 (the Baselines')
+            baselines = run_cli(
+                python, "baselines", "--db", str(db), "--window-days", "0", "--format", "json", timeout=300
+            )
+            assert baselines.returncode == 0, baselines.stderr
+            exact = {row["task_type"]: row["p95_total_tokens"] for row in json.loads(baselines.stdout)}
+            estimate = {
+                r["metric"]["task_type"]: float(r["value"][1])
+                for r in _query(
+                    base, "histogram_quantile(0.95, sum by (task_type, le) (budgetlens_run_tokens_bucket))"
+                )
+            }
+            assert set(estimate) == set(exact) == {"triage", "code_generation"}
+            for task_type, value in exact.items():
+                bucket = next(i for i, b in enumerate(TOKEN_BUCKETS) if value <= b)
+                low = TOKEN_BUCKETS[bucket - 1] if bucket else 0.0
+                assert low <= estimate[task_type] <= TOKEN_BUCKETS[bucket], (task_type, value, estimate)
             service = _query(base, "sum by (service) (budgetlens_budgeted_runs_total)")
             assert [r["metric"]["service"] for r in service] == ["triage-bot"]

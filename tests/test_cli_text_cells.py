@@ -20,3 +20,33 @@ def test_missing_text_prints_empty_not_none():
     out = io.StringIO()
     write_frame(frame, "json", out=out)
     assert json.loads(out.getvalue())[0]["quality"] is None
+
+
+def test_count_columns_print_as_integers_with_blanks_even_once_one_value_is_missing():
+    # a run without a tool-call count makes pandas store tool_calls (and turns) as float
+    frame = pd.DataFrame(
+        {
+            "run_id": ["r1", "r2", "r3"],
+            "turns": [3.0, None, 12.0],
+            "tool_calls": [0.0, 1234.0, None],
+            "total_tokens": [1200.0, None, 900.0],
+            "p50_turns": [2.5, 3.0, 1.0],  # an interpolated percentile keeps its decimals
+        }
+    )
+    out = io.StringIO()
+    write_frame(frame, "table", out=out)
+    lines = out.getvalue().splitlines()
+    assert lines[0].split() == ["run_id", "turns", "tool_calls", "total_tokens", "p50_turns"]
+    assert lines[1].split() == ["r1", "3", "0", "1,200", "2.50"]
+    assert lines[2].split() == ["r2", "1,234", "3.00"]
+    assert lines[3].split() == ["r3", "12", "900", "1.00"]
+    assert "0.00" not in lines[1] and ".0 " not in out.getvalue()
+    for fmt in ("json", "csv"):
+        out = io.StringIO()
+        write_frame(frame, fmt, out=out)
+        if fmt == "json":
+            rows = json.loads(out.getvalue())
+            assert [r["tool_calls"] for r in rows] == [0, 1234, None]
+            assert [r["turns"] for r in rows] == [3, None, 12]
+        else:
+            assert out.getvalue().splitlines()[1].startswith("r1,3,0,")

@@ -22,6 +22,7 @@ from budgetlens import config
 from budgetlens import semconv as sc
 from budgetlens.analysis import views as analysis
 from budgetlens.cli import build_parser, dashboard_cmd
+from budgetlens.cli.demo import METRICS_NOTE
 from budgetlens.store import connect
 
 pytestmark = pytest.mark.system
@@ -76,6 +77,13 @@ def test_a_bad_dashboard_port_is_named(monkeypatch, value, message):
         dashboard_cmd.resolve_server(_server_args())
 
 
+def test_port_zero_is_a_free_port_for_the_demo_only(monkeypatch):
+    monkeypatch.delenv(config.ENV_DASHBOARD_PORT, raising=False)
+    assert dashboard_cmd.resolve_server(_server_args(port=0), free_port=True)[1] == 0
+    with pytest.raises(ValueError, match="dashboard port must be in 1..65535, got 0"):
+        dashboard_cmd.resolve_server(_server_args(port=0))
+
+
 def test_streamlit_runs_the_entrypoint_headless_with_the_store_in_the_environment(tmp_path):
     argv, env = dashboard_cmd.streamlit_command(tmp_path / "x.duckdb", "127.0.0.1", 8765)
     assert argv[1:4] == ["-m", "streamlit", "run"]
@@ -100,7 +108,7 @@ def _lines(process) -> queue.Queue:
 
 def _addresses(lines: queue.Queue, process) -> dict[str, str]:
     found, deadline = {}, time.monotonic() + READY_S
-    while len(found) < 2:
+    while len(found) < 3:
         assert process.poll() is None, f"demo exited with {process.returncode}"
         assert time.monotonic() < deadline, f"demo printed no addresses: {found}"
         try:
@@ -110,6 +118,8 @@ def _addresses(lines: queue.Queue, process) -> dict[str, str]:
         for label in ("Dashboard:", "Collector:"):
             if line.strip().startswith(label):
                 found[label.rstrip(":").lower()] = line.split(label, 1)[1].split()[0]
+        if line.strip().startswith("/metrics"):
+            found["metrics_note"] = line.strip()
     return found
 
 
@@ -161,7 +171,8 @@ def _port_open(port: int) -> bool:
         return sock.connect_ex(("127.0.0.1", port)) == 0
 
 
-def test_demo_serves_the_sample_and_a_collector_an_agent_can_send_to(tmp_path, free_port):
+def test_demo_serves_the_sample_and_a_collector_an_agent_can_send_to(tmp_path):
+    # --port 0 and --collector-port 0: both pick a free port and print it
     db = tmp_path / "demo.duckdb"
     process = subprocess.Popen(
         [
@@ -172,7 +183,7 @@ def test_demo_serves_the_sample_and_a_collector_an_agent_can_send_to(tmp_path, f
             "--db",
             str(db),
             "--port",
-            str(free_port),
+            "0",
             "--collector-port",
             "0",
         ],
@@ -185,7 +196,10 @@ def test_demo_serves_the_sample_and_a_collector_an_agent_can_send_to(tmp_path, f
     )
     try:
         found = _addresses(_lines(process), process)
-        assert found["dashboard"] == f"http://127.0.0.1:{free_port}"
+        free_port = int(found["dashboard"].rsplit(":", 1)[1])
+        assert found["dashboard"] == f"http://127.0.0.1:{free_port}" and free_port > 0
+        # the sample is in the store, not in the collector's counters: the demo says so
+        assert found["metrics_note"] == METRICS_NOTE
         assert _get(found["dashboard"] + "/_stcore/health") == (200, b"ok")
         assert _get(found["collector"] + "/healthz")[0] == 200
         with connect(db) as conn:

@@ -52,7 +52,7 @@ def test_budget_metrics_count_committed_runs_calls_tokens_and_hits(db_path):
     )
     assert value("budgetlens_interventions_total", {"task_type": "triage", "kind": "warning"}) == 1
     assert value("budgetlens_run_tokens_count", {"task_type": "triage", **_NO_TEAM}) == 2
-    assert value("budgetlens_run_tokens_bucket", {"task_type": "triage", "le": "256.0", **_NO_TEAM}) == 1
+    assert value("budgetlens_run_tokens_bucket", {"task_type": "triage", "le": "200.0", **_NO_TEAM}) == 1
     assert value("budgetlens_commit_duration_seconds_count") == 1
 
 
@@ -73,13 +73,42 @@ def test_budgeted_runs_count_only_runs_under_a_budget_by_a_capped_service(db_pat
     _commit(db_path, metrics, third.spans())
     value = metrics.registry.get_sample_value
     budgeted = "budgetlens_budgeted_runs_total"
-    assert value(budgeted, {"task_type": "triage", "service": "triage-bot", "stop_reason": "completed"}) == 1
     assert (
-        value(budgeted, {"task_type": "triage", "service": "triage-bot", "stop_reason": "budget_tokens"}) == 1
+        value(
+            budgeted,
+            {"task_type": "triage", "service": "triage-bot", "stop_reason": "completed", "team": "unknown"},
+        )
+        == 1
     )
-    assert value(budgeted, {"task_type": "other", "service": "other", "stop_reason": "completed"}) == 1
     assert (
-        value(budgeted, {"task_type": "triage", "service": "second-service", "stop_reason": "completed"}) == 1
+        value(
+            budgeted,
+            {
+                "task_type": "triage",
+                "service": "triage-bot",
+                "stop_reason": "budget_tokens",
+                "team": "unknown",
+            },
+        )
+        == 1
+    )
+    assert (
+        value(
+            budgeted, {"task_type": "other", "service": "other", "stop_reason": "completed", "team": "other"}
+        )
+        == 1
+    )
+    assert (
+        value(
+            budgeted,
+            {
+                "task_type": "triage",
+                "service": "second-service",
+                "stop_reason": "completed",
+                "team": "unknown",
+            },
+        )
+        == 1
     )
     runs = [
         sample.value
@@ -89,6 +118,30 @@ def test_budgeted_runs_count_only_runs_under_a_budget_by_a_capped_service(db_pat
         if sample.name == "budgetlens_runs_total" and sample.labels["stop_reason"] == "completed"
     ]
     assert sum(runs) == 4  # every finished run, whatever series the cap put it in
+
+
+def test_budgeted_runs_carry_the_team_so_promql_gets_a_hit_rate_per_team():
+    metrics = CollectorMetrics(CollectorRegistry())
+    limit = {"limit_total_tokens": 1000}
+    runs = [
+        {"task_type": "qa", "stop_reason": "completed", "team": "infra", "service_name": "s", **limit},
+        {"task_type": "qa", "stop_reason": "budget_tokens", "team": "infra", "service_name": "s", **limit},
+        {"task_type": "qa", "stop_reason": "completed", "team": "search", "service_name": "s", **limit},
+        {"task_type": "qa", "stop_reason": "completed", "team": "search", "service_name": "s"},  # no budget
+    ]
+    metrics.observe_commit([], [], runs)
+
+    def per_team(name: str) -> dict[str, float]:
+        out: dict[str, float] = {}
+        for family in metrics.registry.collect():
+            for sample in family.samples:
+                if sample.name == name:
+                    out[sample.labels["team"]] = out.get(sample.labels["team"], 0) + sample.value
+        return out
+
+    hits, budgeted = per_team("budgetlens_budget_hits_total"), per_team("budgetlens_budgeted_runs_total")
+    assert budgeted == {"infra": 2, "search": 1}
+    assert {team: hits.get(team, 0) / n for team, n in budgeted.items()} == {"infra": 0.5, "search": 0.0}
 
 
 @pytest.mark.system  # store writes: seconds
@@ -142,8 +195,10 @@ def test_label_cap_maps_empty_to_unknown_and_long_values_to_other():
         CollectorMetrics(CollectorRegistry(), max_series=0)
 
 
-def test_token_buckets_are_powers_of_four():
-    assert TOKEN_BUCKETS[:4] == (1.0, 4.0, 16.0, 64.0) and TOKEN_BUCKETS[-1] == 4.0**13
+def test_token_buckets_are_one_two_five_per_decade_and_bounded():
+    assert TOKEN_BUCKETS[:4] == (100.0, 200.0, 500.0, 1000.0) and TOKEN_BUCKETS[-1] == 5e7
+    assert len(TOKEN_BUCKETS) == 18
+    assert all(b / a <= 2.5 for a, b in zip(TOKEN_BUCKETS, TOKEN_BUCKETS[1:], strict=False))
 
 
 @pytest.mark.prometheus

@@ -160,3 +160,22 @@ def test_basis_keeps_six_significant_digits_of_a_cheap_cost_and_one_decimal_of_t
     assert basis["p95_cost_usd"] == 0.00574916  # not 0.005749: 6 figures, not 6 decimals
     assert basis["p95_duration_s"] == 35.85  # no float noise
     assert (basis["p50_total_tokens"], basis["p95_total_tokens"]) == (3189.2, 5738.9)
+
+
+@pytest.mark.parametrize("fmt", ["yaml", "toml", "json"])
+def test_a_low_sample_preset_loads_with_a_warning_naming_the_task_type_and_runs(
+    document, tmp_path, fmt, caplog
+):
+    from budgetlens import RunBudget
+
+    path = tmp_path / f"presets{presets_export.FORMATS[fmt]}"
+    path.write_text(presets_export.render(document, fmt))
+    with caplog.at_level("WARNING", logger="budgetlens.guard.preset_file"):
+        guard = RunBudget.from_preset("simple_qa", str(path))
+    assert guard.limits["max_total_tokens"] == document["presets"]["simple_qa"]["max_total_tokens"]
+    warned = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warned) == 1 and "'simple_qa'" in warned[0] and "7 runs" in warned[0], warned
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="budgetlens.guard.preset_file"):
+        RunBudget.from_preset("code_generation", str(path))  # 212 runs: no warning
+    assert not caplog.records

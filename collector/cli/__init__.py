@@ -68,7 +68,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extras = parser.parse_known_args(argv)
+    if extras:  # the subcommand's own usage, not the top-level one (argparse's default)
+        _parser_of(parser, args).error(f"unrecognized arguments: {' '.join(extras)}")
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.WARNING,
         format="%(levelname)s %(name)s: %(message)s",
@@ -94,6 +96,16 @@ def main(argv: list[str] | None = None) -> int:
             print(f"budgetlens {args.command}: error: {terminal_safe(_describe(error))}", file=sys.stderr)
             return 1
         raise
+
+
+def _parser_of(parser: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.ArgumentParser:
+    """The innermost (sub)parser that ``args`` chose (``store copy`` -> ``copy``'s parser)."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            chosen = getattr(args, action.dest, None)
+            if chosen in action.choices:
+                return _parser_of(action.choices[chosen], args)
+    return parser
 
 
 def _describe(error: Exception) -> str:

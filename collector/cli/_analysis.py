@@ -14,8 +14,8 @@ Output conventions (every format):
   bidi overrides escaped (``\\x1b``, ``\\u202e``) in the table, the CSV and the notes, through
   :mod:`budgetlens.cli._terminal`; JSON escapes them itself;
 - the table shows tokens with thousands separators (no decimals when a column has none), costs
-  (USD) with 4 significant figures (``0.009165``, never ``0.00``), other numbers with 2
-  decimals.
+  (USD) with 4 significant figures (``0.009165``, never ``0.00``), counts (turns, tool calls,
+  runs) as integers with a blank for a missing one, other numbers with 2 decimals.
 """
 
 from __future__ import annotations
@@ -240,6 +240,15 @@ def _is_tokens(column: str) -> bool:
     return column.endswith("_tokens")
 
 
+def _is_count(column: str) -> bool:
+    """A count column (turns, tool calls, runs): whole numbers even when a missing value made
+    pandas store it as float (``tool_calls`` of a run without a count)."""
+    from budgetlens.limits import LIMITS
+
+    counts = {spec.metric for spec in LIMITS if spec.unit == "count"} | {"runs"}
+    return column == "n" or any(column == c or column.endswith("_" + c) for c in counts)
+
+
 def _missing(value) -> bool:
     from budgetlens.analysis.views import is_missing
 
@@ -261,6 +270,8 @@ def _for_machines(frame):
         kind = out[column].dtype.kind
         if kind == "M":
             out[column] = out[column].map(_iso_z).astype(object)
+        elif kind == "f" and _is_count(column) and _whole(out[column]):
+            out[column] = out[column].astype("Int64")
         elif kind == "f" and _is_tokens(column):
             out[column] = out[column].round(1)
         elif kind == "f":
@@ -295,6 +306,8 @@ def _for_reading(frame, float_format: str):
         elif kind in "iuf" and _is_tokens(column):
             pattern = "{:,.0f}" if kind in "iu" or _whole(series) else "{:,.1f}"
             shown[column] = series.map(lambda v, p=pattern: "" if _missing(v) else p.format(v))
+        elif kind == "f" and _is_count(column) and _whole(series):
+            shown[column] = series.map(lambda v: "" if _missing(v) else f"{v:,.0f}")
         elif kind in "iuf" and is_rate_column(column):
             shown[column] = series.map(format_rate)
         elif kind == "f" and _is_cost(column):

@@ -19,14 +19,18 @@ assert _DASHBOARD_SPEC is not None and _DASHBOARD_SPEC.origin is not None
 ENTRYPOINT = Path(_DASHBOARD_SPEC.origin).resolve().parent / "serve.py"
 
 
-def add_server_arguments(parser: argparse.ArgumentParser, port_flag: str = "--port") -> None:
-    """``--port`` and ``--host`` of the dashboard (shared with ``budgetlens demo``)."""
+def add_server_arguments(
+    parser: argparse.ArgumentParser, port_flag: str = "--port", free_port: bool = False
+) -> None:
+    """``--port`` and ``--host`` of the dashboard (shared with ``budgetlens demo``, whose
+    ``free_port`` lets ``--port 0`` pick a free port)."""
+    free = "; 0 = a free one" if free_port else ""
     parser.add_argument(
         port_flag,
         dest="port",
         type=int,
         default=None,
-        help=f"dashboard port (default: ${config.ENV_DASHBOARD_PORT}, else {config.DEFAULT_DASHBOARD_PORT})",
+        help=f"dashboard port (default: ${config.ENV_DASHBOARD_PORT}, else {config.DEFAULT_DASHBOARD_PORT}{free})",
     )
     parser.add_argument(
         "--host",
@@ -36,10 +40,12 @@ def add_server_arguments(parser: argparse.ArgumentParser, port_flag: str = "--po
     )
 
 
-def resolve_server(args: argparse.Namespace) -> tuple[str, int]:
-    """Return (host, port) from the arguments, the environment, or the defaults.
+def resolve_server(args: argparse.Namespace, free_port: bool = False) -> tuple[str, int]:
+    """Return (host, port) from the arguments, the environment, or the defaults; with
+    ``free_port`` a port of 0 is returned as 0 (the caller picks a free one).
 
-    Raises ValueError naming the setting when the port is not an integer in 1..65535.
+    Raises ValueError naming the setting when the port is not an integer in 1..65535 (0..65535
+    with ``free_port``).
     """
     host = str(config.resolve(args.host, config.ENV_DASHBOARD_HOST, config.DEFAULT_DASHBOARD_HOST))
     raw = config.resolve(args.port, config.ENV_DASHBOARD_PORT, config.DEFAULT_DASHBOARD_PORT)
@@ -47,8 +53,8 @@ def resolve_server(args: argparse.Namespace) -> tuple[str, int]:
         port = int(raw)
     except (TypeError, ValueError):
         raise ValueError(f"dashboard port must be an integer, got {raw!r}") from None
-    if not 0 < port < 65536:
-        raise ValueError(f"dashboard port must be in 1..65535, got {port}")
+    if not (0 if free_port else 1) <= port < 65536:
+        raise ValueError(f"dashboard port must be in {0 if free_port else 1}..65535, got {port}")
     return host, port
 
 

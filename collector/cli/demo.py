@@ -25,6 +25,11 @@ from budgetlens.cli.dashboard_cmd import (
 )
 
 DEFAULT_COLLECTOR_PORT = 4318
+#: The demo's one line on /metrics: its counters count what the collector receives from now on.
+METRICS_NOTE = (
+    "/metrics counts only runs the collector receives from now on (the sample is in the store, "
+    "not in the counters): send runs to see series, e.g. python tests/examples/openai_loop.py"
+)
 READY_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 10.0
 
@@ -50,7 +55,7 @@ def register(subparsers) -> None:
         help="sample store + collector + dashboard in one command",
         description=DESCRIPTION,
     )
-    add_server_arguments(parser)
+    add_server_arguments(parser, free_port=True)
     parser.add_argument(
         "--collector-port",
         type=int,
@@ -194,8 +199,8 @@ def run(args: argparse.Namespace) -> int:
 
     db = config.resolve_db_path(args.db)
     db = db.resolve() if isinstance(db, Path) else db
-    host, port = resolve_server(args)
-    port = port or _free_port(host)
+    host, port = resolve_server(args, free_port=True)
+    port = port or _free_port(host)  # --port 0: a free one, printed below with the collector's
     for name, number, flag in (
         ("collector", args.collector_port, "--collector-port"),
         ("dashboard", port, "--port"),
@@ -228,6 +233,7 @@ def run(args: argparse.Namespace) -> int:
             f"  Collector:  {endpoint}   (POST /v1/traces, GET /metrics, GET /healthz)\n"
             f"  Point an agent at it:  export OTEL_EXPORTER_OTLP_ENDPOINT={endpoint}\n"
             f"  Store:      {db}\n"
+            f"  {METRICS_NOTE}\n"
             "  Turn on Auto-refresh in the sidebar to watch new runs arrive. Ctrl-C stops both.\n",
             flush=True,
         )

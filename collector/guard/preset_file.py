@@ -42,12 +42,16 @@ Shape::
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 from typing import Any
 
+from budgetlens.analysis.thresholds import LOW_SAMPLE_RUNS
 from budgetlens.config import load_document
 from budgetlens.limits import LIMIT_KEYS, WHOLE_NUMBER_LIMITS, check_fraction, check_limit
+
+logger = logging.getLogger(__name__)
 
 FORMAT_KEY = "budgetlens_presets"
 FORMAT_VERSION = 1
@@ -135,6 +139,9 @@ def load_preset(task_type: str, path: str | os.PathLike) -> dict[str, Any]:
     the preset's thresholds (``warn_at``, ``downgrade_at``, ``summarize_at``) and
     ``alert_limits`` when it has them.
 
+    Logs a warning (``budgetlens.guard.preset_file``) naming the task type and its number of runs
+    when the preset's ``basis`` marks it low-sample (fewer than 20 runs: its P95 is a rough guess).
+
     Raises KeyError naming the task type and the ones available; ValueError as
     :func:`read_preset_document`, and for a preset that sets no limit (a guard built from it would
     silently fall back to the 64,000-token default).
@@ -143,6 +150,7 @@ def load_preset(task_type: str, path: str | os.PathLike) -> dict[str, Any]:
     if task_type not in presets:
         raise KeyError(f"no preset for task type {task_type!r} in {path}; available: {sorted(presets)}")
     preset = presets[task_type]
+    _warn_low_sample(task_type, preset.get(BASIS_KEY), path)
     limits = {k: preset[k] for k in LIMIT_KEYS if preset.get(k) is not None}
     alerts = {k: v for k, v in (preset.get(ALERT_LIMITS_KEY) or {}).items() if v is not None}
     if not limits and not alerts:
@@ -163,3 +171,16 @@ def load_preset(task_type: str, path: str | os.PathLike) -> dict[str, Any]:
     if alerts:
         options[ALERT_LIMITS_KEY] = alerts
     return options
+
+
+def _warn_low_sample(task_type: str, basis: Any, path: str | os.PathLike) -> None:
+    """Log once per load that ``task_type``'s preset rests on a low-sample basis."""
+    if isinstance(basis, dict) and basis.get("low_sample") is True:
+        logger.warning(
+            "preset %r in %s is low-sample: it rests on %s runs (fewer than %d), so its P95 is a rough "
+            "guess; collect more runs and export the presets again",
+            task_type,
+            path,
+            basis.get("n_runs", "an unknown number of"),
+            LOW_SAMPLE_RUNS,
+        )

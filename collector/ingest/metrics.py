@@ -31,9 +31,10 @@ from budgetlens.store.schema import LIMIT_COLUMNS
 from budgetlens.store.sql import METRIC_RUN_COLUMNS
 from budgetlens.unsafe_text import UNSAFE_CHARS
 
-#: Run-token buckets: powers of 4 from 1 to 4**13 (≈ 67 M), as the GenAI semconv advises for
-#: ``gen_ai.client.token.usage``.
-TOKEN_BUCKETS = tuple(float(4**i) for i in range(14))
+#: Run-token buckets: 1-2-5 per decade from 100 to 50 M (18 buckets plus +Inf), so a PromQL
+#: ``histogram_quantile`` lands within one bucket (at most x2.5) of the exact percentile; the
+#: GenAI semconv's powers of 4 put a run's P95 anywhere within x4.
+TOKEN_BUCKETS = tuple(float(m * 10**e) for e in range(2, 8) for m in (1, 2, 5))
 #: Commit latency buckets in seconds.
 COMMIT_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 #: Longest label value kept (characters); a longer one is counted under ``other``.
@@ -95,7 +96,7 @@ class CollectorMetrics:
     Names (all ``budgetlens_``, units and ``_total`` as Prometheus asks):
     ``runs_total{task_type,stop_reason,team,service}``,
     ``budget_hits_total{task_type,stop_reason,team,service}``,
-    ``budgeted_runs_total{task_type,service,stop_reason}`` (finished runs under a budget: the
+    ``budgeted_runs_total{task_type,stop_reason,team,service}`` (finished runs under a budget: the
     hit rate's denominator, so ``budget_hits_total / budgeted_runs_total`` is the dashboard's hit
     rate),
     ``run_tokens{task_type,team,service}`` (histogram, tokens), ``model_calls_total{task_type,model,usage_status}``,
@@ -149,7 +150,7 @@ class CollectorMetrics:
             "budgetlens_budgeted_runs",
             "Finished runs that ran under a budget (a limit was set, or a budget stopped them): "
             "the dashboard's hit-rate denominator; budget_hits_total / this = its hit rate.",
-            ["task_type", "service", "stop_reason"],
+            ["task_type", "stop_reason", "team", "service"],
             registry=r,
         )
         self.run_tokens = Histogram(
@@ -367,7 +368,7 @@ class CollectorMetrics:
             if row.get("stop_reason") in sc.BUDGET_STOP_REASONS:
                 self.budget_hits.labels(task, stop, team, service).inc()
             if _budgeted_finished(row):
-                self.budgeted_runs.labels(task, service, stop).inc()
+                self.budgeted_runs.labels(task, stop, team, service).inc()
             if row.get("total_tokens") is not None:
                 self.run_tokens.labels(task, team, service).observe(row["total_tokens"])
 

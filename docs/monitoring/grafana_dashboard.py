@@ -22,7 +22,7 @@ DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
 #: queries run unchanged in Prometheus (the tests) and in Grafana.
 PANELS: tuple[tuple[str, str, tuple[tuple[str, str], ...]], ...] = (
     (
-        "Budget hit rate by task type (1 h; alarm at 20 %)",
+        "Budget hit rate by task type (1 h; alarm above 20 % with at least 20 budgeted runs)",
         "percentunit",
         (
             (
@@ -31,6 +31,11 @@ PANELS: tuple[tuple[str, str, tuple[tuple[str, str], ...]], ...] = (
                 "{{task_type}}",
             ),
         ),
+    ),
+    (
+        "Budgeted finished runs by task type (1 h; under 20 = low sample, no alarm)",
+        "short",
+        (("sum by (task_type) (increase(budgetlens_budgeted_runs_total[1h]))", "{{task_type}}"),),
     ),
     (
         "Budget hit rate by service (1 h)",
@@ -59,7 +64,7 @@ PANELS: tuple[tuple[str, str, tuple[tuple[str, str], ...]], ...] = (
         (("sum by (token_type) (increase(budgetlens_tokens_total[1h]))", "{{token_type}}"),),
     ),
     (
-        "P95 tokens per run by task type (1 h)",
+        "P95 tokens per run by task type (1 h; histogram estimate within one bucket, not the Baselines P95)",
         "short",
         (
             (
