@@ -194,8 +194,8 @@ def test_a_partly_priced_run_shows_its_cost_as_known_spend_plus_unpriced_usage(t
     at = _app(path, monkeypatch, window="all")
     assert _metrics(at)["Cost"] == charts.format_usd(0.006 + 0.004)  # known spend only
     note = "\n".join(c.value for c in at.caption)
-    assert "+ unpriced usage" in note
-    assert "1 call with no known price, 1 partly priced run" in note
+    assert "is the known spend only: the unpriced usage" in note
+    assert "(1 call with no known price, 1 partly priced run) is not in it" in note
     at = _app(path, monkeypatch, "cost", window="all")
     assert "Partly priced runs: 1" in _texts(at) and "+ unpriced usage" in _texts(at)
 
@@ -622,6 +622,7 @@ def test_a_hit_rate_over_few_budgeted_runs_is_marked_low_sample(tmp_path, monkey
     assert _metrics(at)["Budget hit rate"] == "100.0 % (low sample)"
     at = _app(path, monkeypatch, "hit_rate")
     assert _metrics(at)["Hit rate"] == "100.0 % (low sample)"
+    assert _metrics(at)["Budgeted runs (of 1)"] == "1"  # the count alone: it fits its tile
 
 
 def _periods_store(path: Path, *, cover_previous: bool) -> Path:

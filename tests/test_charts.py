@@ -178,6 +178,36 @@ def test_run_turns_show_cumulative_tokens_reservations_limit_and_events():
     assert list(marks.x) == [2] and list(marks.text) == ["downgrade: gpt-4.1-mini"]
 
 
+def test_events_of_the_stop_turn_are_drawn_beside_the_stop_not_under_it():
+    start = dt.datetime(2026, 11, 20, 10, 0, 0)
+    calls = pd.DataFrame(
+        {
+            "turn": [1, 2],
+            "start_utc": [start, start + dt.timedelta(seconds=10)],
+            "reserved_tokens": [1500, 2500],
+            "cumulative_tokens": [1000, 7000],
+            "usage_status": ["reported", "reported"],
+        }
+    )
+    at = start + dt.timedelta(seconds=11)  # a warning, a summary and the stop, all on turn 2
+    events = pd.DataFrame(
+        {
+            "ts_utc": [at, at + dt.timedelta(milliseconds=1), at + dt.timedelta(milliseconds=2)],
+            "name": ["budgetlens.warning", "budgetlens.summarize", "budgetlens.stop"],
+            "reason": ["80 %", None, "budget_tokens"],
+            "used_tokens": [6400, 6400, 7000],
+        }
+    )
+    fig = charts.run_turns(calls, events)
+    marks = {trace.name: list(trace.x) for trace in fig.data[2:]}
+    spread = charts.runs.EVENT_SPREAD_TURNS
+    assert marks == {
+        "warning": [pytest.approx(2 - spread)],
+        "summary": [pytest.approx(2.0)],
+        "budget stop": [pytest.approx(2 + spread)],
+    }  # side by side around turn 2, in the order they happened: the X covers neither
+
+
 def test_preset_comparison_puts_current_limit_next_to_the_recommendation():
     changes = pd.DataFrame(
         {

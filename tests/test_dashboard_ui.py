@@ -83,3 +83,34 @@ def test_a_figure_is_built_once_for_the_same_data_and_again_for_new_data():
         assert changed is not first and built == [1, 1]
     finally:
         _ui._built.clear()
+
+
+def test_a_large_frame_changed_in_one_row_and_list_cells_get_their_own_figure(caplog):
+    """Streamlit's own key hashes a sample of a frame of 50,000 rows or more and warns on list
+    cells; the figure cache's key (``_ui.frame_key``) reads every cell, lists as tuples."""
+    import pandas as pd
+
+    built = []
+
+    def count(frame):
+        built.append(len(frame))
+        return len(frame)
+
+    big = pd.DataFrame({"run": range(60_000), "tokens": [100] * 60_000})
+    changed = big.copy()
+    changed.loc[12_345, "tokens"] = 101
+    listed = pd.DataFrame({"task_type": ["qa", "code"], "lower_bound_keys": [["max_turns"], []]})
+    _ui._built.clear()
+    try:
+        with caplog.at_level("WARNING"):
+            _ui.figure(count, big)
+            _ui.figure(count, changed)
+            _ui.figure(count, listed)
+            _ui.figure(count, listed.assign(lower_bound_keys=[["max_turns"], []]))  # equal: cached
+            _ui.figure(count, listed.assign(lower_bound_keys=[[], ["max_turns"]]))
+        assert built == [60_000, 60_000, 2, 2]
+        assert "hashing method failed" not in caplog.text
+    finally:
+        _ui._built.clear()
+    assert _ui.frame_key(big) != _ui.frame_key(changed)
+    assert _ui.frame_key(big) == _ui.frame_key(big.copy())

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import hashlib
 import zoneinfo
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -194,7 +195,32 @@ CHART_HEIGHT_PX = 450
 FIGURE_ENTRIES = 256
 
 
-@st.cache_resource(max_entries=FIGURE_ENTRIES, ttl=data.CACHE_TTL_S, show_spinner=False)
+def frame_key(frame: pd.DataFrame) -> bytes:
+    """A digest of every cell, column name, dtype and index label of ``frame`` (16 bytes): the
+    figure cache's key for a frame argument. Streamlit's own key hashes a sample of a frame of
+    50,000 rows or more (two frames that differ outside it would share a figure) and logs a
+    warning for cells it cannot hash (lists: a preset's lower-bound keys); here list cells hash
+    as tuples."""
+    digest = hashlib.blake2b(digest_size=16)
+    digest.update(
+        repr((frame.shape, [str(c) for c in frame.columns], [str(t) for t in frame.dtypes])).encode()
+    )
+    try:
+        cells = pd.util.hash_pandas_object(frame, index=True)
+    except TypeError:  # unhashable cells
+        cells = pd.util.hash_pandas_object(
+            frame.map(lambda v: tuple(v) if isinstance(v, list) else v), index=True
+        )
+    digest.update(cells.to_numpy().tobytes())
+    return digest.digest()
+
+
+@st.cache_resource(
+    max_entries=FIGURE_ENTRIES,
+    ttl=data.CACHE_TTL_S,
+    show_spinner=False,
+    hash_funcs={pd.DataFrame: frame_key},
+)
 def _built(name: str, args: tuple, kwargs: tuple, _builder: Callable[..., go.Figure]) -> go.Figure:
     return _builder(*args, **dict(kwargs))
 

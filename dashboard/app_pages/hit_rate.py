@@ -56,9 +56,10 @@ def render() -> None:
                 "Runs a budget stopped, downgraded or summarized (a count; the share is the Intervention rate)",
             ),
             (
-                "Budgeted runs",
-                f"{ov.budgeted_runs:,} of {ov.finished_runs:,}",
-                "Finished runs that ran under a budget (at least one limit): the rates' denominator",
+                f"Budgeted runs (of {ov.finished_runs:,})",
+                f"{ov.budgeted_runs:,}",
+                f"{ov.budgeted_runs:,} of the {ov.finished_runs:,} finished runs ran under a budget "
+                "(at least one limit): the rates' denominator",
             ),
         ]
     )

@@ -134,8 +134,8 @@ def render() -> None:
             if n
         ]
         st.caption(
-            f"Cost {charts.format_usd(ov.cost_usd)} is known spend **+ unpriced usage** "
-            f"({', '.join(parts)}): the unpriced part is not in the sum, never counted as $0."
+            f"Cost {charts.format_usd(ov.cost_usd)} is the known spend only: the unpriced usage "
+            f"({', '.join(parts)}) is not in it, and never counted as $0."
         )
     if no_runs:
         _ui.no_runs(f)

@@ -3,6 +3,8 @@ and finished runs per day by task type."""
 
 from __future__ import annotations
 
+from collections import Counter
+
 import pandas as pd
 import plotly.graph_objects as go
 
@@ -118,19 +120,23 @@ EVENT_STYLES = {
 }
 
 
+#: How far apart (in turns) markers of one turn are drawn, so none hides another.
+EVENT_SPREAD_TURNS = 0.22
+
+
 def _add_events(fig: go.Figure, calls: pd.DataFrame, turns: pd.Series, events: pd.DataFrame) -> None:
+    """Markers of the budget events at the turn they happened in. Events of one turn (a warning
+    and the stop it led to) are drawn side by side, ``EVENT_SPREAD_TURNS`` apart around the
+    turn, in the order they happened, so the stop's X covers none of them."""
     starts = pd.to_datetime(calls["start_utc"]).tolist()
-    drawn: dict[str, tuple[list, list, list]] = {}
+    placed: list[tuple[str, int, float, str]] = []  # (event name, call index, tokens, hover text)
     for _, event in events.sort_values("ts_utc").iterrows():
         name = str(event["name"])
         if name not in EVENT_STYLES:  # tool calls and unknown names: not budget events
             continue
         ts = pd.to_datetime(event["ts_utc"])
         index = max(0, sum(1 for s in starts if pd.notna(s) and s <= ts) - 1)
-        xs, ys, texts = drawn.setdefault(name, ([], [], []))
-        xs.append(turns.iloc[index])
         used = event.get("used_tokens")
-        ys.append(used if pd.notna(used) else calls["cumulative_tokens"].iloc[index])
         detail = next(
             (
                 str(event[c])
@@ -140,7 +146,18 @@ def _add_events(fig: go.Figure, calls: pd.DataFrame, turns: pd.Series, events: p
             "",
         )
         label = EVENT_STYLES[name][0]
-        texts.append(f"{label}: {plot_text(detail)}" if detail else label)
+        tokens = used if pd.notna(used) else calls["cumulative_tokens"].iloc[index]
+        placed.append((name, index, tokens, f"{label}: {plot_text(detail)}" if detail else label))
+    per_turn = Counter(index for _, index, _, _ in placed)
+    seen: Counter = Counter()
+    drawn: dict[str, tuple[list, list, list]] = {}
+    for name, index, tokens, text in placed:
+        offset = (seen[index] - (per_turn[index] - 1) / 2) * EVENT_SPREAD_TURNS
+        seen[index] += 1
+        xs, ys, texts = drawn.setdefault(name, ([], [], []))
+        xs.append(turns.iloc[index] + offset)
+        ys.append(tokens)
+        texts.append(text)
     for name, (xs, ys, texts) in drawn.items():
         label, symbol, color, size = EVENT_STYLES[name]
         fig.add_trace(
