@@ -80,7 +80,7 @@ def render() -> None:
     if notes:
         st.warning(" ".join(notes), icon=":material/warning:")
 
-    st.subheader("Multiplier and limits that meet the target")
+    st.subheader("Smallest multiplier per task type for the target, and its limits")
     st.caption(
         "Met = the upper bound (stopped + censored runs) is at most the target; unknown = only the "
         "lower bound is; the projected hit rate is that range."
