@@ -238,7 +238,9 @@ def test_whatif_shows_met_only_on_the_upper_bound_in_one_unit_above_the_fold(bro
     from selenium.webdriver.common.by import By
 
     heading = next(
-        h for h in browser.find_elements(By.CSS_SELECTOR, "h3") if h.text.startswith("Smallest multiplier per task type")
+        h
+        for h in browser.find_elements(By.CSS_SELECTOR, "h3")
+        if h.text.startswith("Smallest multiplier per task type")
     )
     presets = _grid_with(browser, "Verdict")
     fold = browser.execute_script("return window.innerHeight;")
