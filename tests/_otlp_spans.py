@@ -3,6 +3,9 @@ attributes, and a chat call's GenAI attributes."""
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
 from budgetlens import semconv as sc
@@ -43,3 +46,22 @@ def chat_attrs(inp: int = 100, run_id: str | None = None) -> dict:
     if run_id:
         attrs[sc.BUDGET_RUN_ID] = run_id
     return attrs
+
+
+def protobuf_body(*spans: Span) -> bytes:
+    """An OTLP/HTTP protobuf body: ``spans`` in one resource and one scope."""
+    request = ExportTraceServiceRequest()
+    request.resource_spans.add().scope_spans.add().spans.extend(spans)
+    return request.SerializeToString()
+
+
+class CountingExecutor(ThreadPoolExecutor):
+    """A thread pool of ``workers`` that counts the tasks submitted to it (``mapped``)."""
+
+    def __init__(self, workers: int) -> None:
+        super().__init__(workers)
+        self.mapped = 0
+
+    def submit(self, fn, /, *args, **kwargs):
+        self.mapped += 1
+        return super().submit(fn, *args, **kwargs)

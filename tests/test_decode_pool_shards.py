@@ -11,13 +11,11 @@ from __future__ import annotations
 
 import asyncio
 import os
-from concurrent.futures import ThreadPoolExecutor
 
 import duckdb
 import pyarrow as pa
 import pytest
-from _otlp_spans import chat_attrs, span
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from _otlp_spans import CountingExecutor, chat_attrs, protobuf_body, span
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
 from budgetlens import semconv as sc
@@ -27,22 +25,6 @@ from budgetlens.ingest.shards import join_shards
 from budgetlens.otlp import PROTOBUF, SpanMemory
 from budgetlens.otlp.identity import trace_shard
 from budgetlens.store import write_batch, write_connection
-
-
-class _CountingExecutor(ThreadPoolExecutor):
-    def __init__(self) -> None:
-        super().__init__(2)
-        self.mapped = 0
-
-    def submit(self, fn, /, *args, **kwargs):
-        self.mapped += 1
-        return super().submit(fn, *args, **kwargs)
-
-
-def _body(*spans: Span) -> bytes:
-    request = ExportTraceServiceRequest()
-    request.resource_spans.add().scope_spans.add().spans.extend(spans)
-    return request.SerializeToString()
 
 
 def _trace(shard: int, salt: int = 0) -> bytes:
@@ -74,7 +56,7 @@ def _both_ways(bodies: list[bytes], busy: int = 0):
     pool = DecodePool(workers=2, inline_bytes=0, memory=SpanMemory())
 
     async def run():
-        with _CountingExecutor() as executor:
+        with CountingExecutor(2) as executor:
             pool._executor = executor  # type: ignore[assignment]
             pool._busy = busy
             answers = [await pool.prepare(body, PROTOBUF, None, 1 << 24) for body in bodies]
@@ -119,7 +101,7 @@ def _mixed_body(salt: int) -> bytes:
     for index in range(6):
         trace = _trace(index % 2, salt + index)
         spans += _guard_run(trace, f"run-{salt}-{index}", 3) if index < 4 else _foreign_trace(trace)
-    return _body(*spans)
+    return protobuf_body(*spans)
 
 
 def _stored(path, prepared_list) -> dict[str, list[str]]:
@@ -167,7 +149,7 @@ def test_a_body_with_a_rejected_span_is_mapped_whole_with_the_same_answer():
     bad = {**chat_attrs(), sc.GEN_AI_USAGE_OUTPUT_TOKENS: "many"}
     spans = _guard_run(_trace(0), "run-a", 2) + _guard_run(_trace(1), "run-b", 2)
     spans.append(span(_trace(1), os.urandom(8), None, bad, "chat gpt-4o"))
-    inline, worker, mapped = _both_ways([_body(*spans)])
+    inline, worker, mapped = _both_ways([protobuf_body(*spans)])
     assert [_answer(p) for p in worker] == [_answer(p) for p in inline]
     assert mapped == 3 and inline[0].rejected == 1  # two shards, then the whole body
     assert worker[0].error_message == inline[0].error_message
@@ -175,19 +157,19 @@ def test_a_body_with_a_rejected_span_is_mapped_whole_with_the_same_answer():
 
 def test_a_run_named_in_two_traces_of_different_shards_is_mapped_whole():
     spans = _guard_run(_trace(0), "run-shared", 2) + _guard_run(_trace(1), "run-shared", 2)
-    inline, worker, mapped = _both_ways([_body(*spans)])
+    inline, worker, mapped = _both_ways([protobuf_body(*spans)])
     assert [_answer(p) for p in worker] == [_answer(p) for p in inline]
     assert mapped == 3  # the store keeps the first record of a run in a batch: the body's order
 
 
 def test_a_body_whose_traces_the_memory_knows_is_mapped_whole_with_its_seed():
     trace, top, a, b = _trace(1), os.urandom(8), os.urandom(8), os.urandom(8)
-    calls = _body(
+    calls = protobuf_body(
         span(trace, a, top, chat_attrs(800), "chat gpt-4o"),
         span(trace, b, top, chat_attrs(100), "chat gpt-4o"),
         *_guard_run(_trace(0), "run-c", 2),
     )
-    aggregate = _body(
+    aggregate = protobuf_body(
         span(trace, top, None, {**chat_attrs(900), sc.GEN_AI_OPERATION_NAME: "chat"}, "wrapper"),
         *_guard_run(_trace(0), "run-d", 2),
     )
@@ -208,9 +190,11 @@ def test_a_body_arriving_while_another_is_mapped_is_not_sharded():
 
 
 def test_shards_without_rows_join_to_the_other_shards_rows():
-    whole = prepare(_body(*_guard_run(_trace(1), "run-e", 2)), PROTOBUF, None, 1 << 24)
+    whole = prepare(protobuf_body(*_guard_run(_trace(1), "run-e", 2)), PROTOBUF, None, 1 << 24)
     parts = [
-        prepare(_body(*_guard_run(_trace(1), "run-e", 2)), PROTOBUF, None, 1 << 24, None, None, (k, 2))
+        prepare(
+            protobuf_body(*_guard_run(_trace(1), "run-e", 2)), PROTOBUF, None, 1 << 24, None, None, (k, 2)
+        )
         for k in (0, 1)
     ]
     joined = join_shards(parts)

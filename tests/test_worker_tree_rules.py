@@ -12,33 +12,14 @@ from __future__ import annotations
 
 import asyncio
 import os
-from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from _otlp_spans import chat_attrs, span
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
-from opentelemetry.proto.trace.v1.trace_pb2 import Span
+from _otlp_spans import CountingExecutor, chat_attrs, protobuf_body, span
 
 from budgetlens import semconv as sc
 from budgetlens.ingest.decode_pool import DecodePool, prepare
 from budgetlens.ingest.journal import decode_batch
 from budgetlens.otlp import PROTOBUF, SpanMemory
-
-
-class _CountingExecutor(ThreadPoolExecutor):
-    def __init__(self) -> None:
-        super().__init__(1)
-        self.mapped = 0
-
-    def submit(self, fn, /, *args, **kwargs):
-        self.mapped += 1
-        return super().submit(fn, *args, **kwargs)
-
-
-def _body(*spans: Span) -> bytes:
-    request = ExportTraceServiceRequest()
-    request.resource_spans.add().scope_spans.add().spans.extend(spans)
-    return request.SerializeToString()
 
 
 def _answer(prepared) -> tuple:
@@ -58,7 +39,7 @@ def _both_ways(bodies: list[bytes]) -> tuple[list[tuple], list[tuple], int]:
     pool = DecodePool(workers=1, inline_bytes=0, memory=SpanMemory())  # every body: the worker path
 
     async def run():
-        with _CountingExecutor() as executor:
+        with CountingExecutor(1) as executor:
             pool._executor = executor  # type: ignore[assignment]
             answers = [_answer(await pool.prepare(body, PROTOBUF, None, 1 << 24)) for body in bodies]
         pool._executor = None
@@ -74,22 +55,22 @@ def _ids(count: int) -> list[bytes]:
 
 def test_bodies_the_memory_knows_nothing_about_are_mapped_once():
     trace, (run, a, b) = os.urandom(16), _ids(3)
-    first = _body(
+    first = protobuf_body(
         span(trace, a, run, chat_attrs(100, "run-1"), "chat gpt-4o"),
         span(trace, b, run, chat_attrs(200, "run-1"), "chat gpt-4o"),
     )
-    second = _body(span(os.urandom(16), os.urandom(8), None, chat_attrs(300), "chat gpt-4o"))
+    second = protobuf_body(span(os.urandom(16), os.urandom(8), None, chat_attrs(300), "chat gpt-4o"))
     inline, worker, mapped = _both_ways([first, second])
     assert worker == inline and mapped == 2
 
 
 def test_an_aggregate_sent_after_its_calls_is_dropped_on_the_worker_path_too():
     trace, (top, a, b) = os.urandom(16), _ids(3)
-    calls = _body(
+    calls = protobuf_body(
         span(trace, a, top, chat_attrs(800), "chat gpt-4o"),
         span(trace, b, top, chat_attrs(100), "chat gpt-4o"),
     )
-    aggregate = _body(
+    aggregate = protobuf_body(
         span(trace, top, None, {**chat_attrs(900), sc.GEN_AI_OPERATION_NAME: "chat"}, "wrapper")
     )
     inline, worker, mapped = _both_ways([calls, aggregate])
@@ -99,7 +80,7 @@ def test_an_aggregate_sent_after_its_calls_is_dropped_on_the_worker_path_too():
 
 def test_calls_sent_after_their_named_run_span_join_that_run_on_the_worker_path_too():
     trace, (root, step, call) = os.urandom(16), _ids(3)
-    rest = _body(
+    rest = protobuf_body(
         span(
             trace,
             root,
@@ -109,7 +90,7 @@ def test_calls_sent_after_their_named_run_span_join_that_run_on_the_worker_path_
         ),
         span(trace, step, root, {}, "step"),
     )
-    later = _body(span(trace, call, step, chat_attrs(70), "chat gpt-4o"))
+    later = protobuf_body(span(trace, call, step, chat_attrs(70), "chat gpt-4o"))
     inline, worker, mapped = _both_ways([rest, later])
     assert worker == inline and mapped == 3
     assert [row["run_id"] for row in inline[1][2][0]] == ["run-7"]
@@ -120,14 +101,14 @@ def test_loops_closed_across_requests_map_as_in_process(shape):
     trace, (x, y, z) = os.urandom(16), _ids(3)
     if shape == "loop without a named run":
         bodies = [
-            _body(span(trace, x, y, {}, "a")),
-            _body(span(trace, y, x, {}, "b")),
-            _body(span(trace, z, x, chat_attrs(), "chat gpt-4o")),
+            protobuf_body(span(trace, x, y, {}, "a")),
+            protobuf_body(span(trace, y, x, {}, "b")),
+            protobuf_body(span(trace, z, x, chat_attrs(), "chat gpt-4o")),
         ]
     else:
         bodies = [
-            _body(span(trace, x, y, chat_attrs(100, "r"), "chat gpt-4o")),
-            _body(span(trace, y, x, chat_attrs(300, "r"), "chat gpt-4o")),
+            protobuf_body(span(trace, x, y, chat_attrs(100, "r"), "chat gpt-4o")),
+            protobuf_body(span(trace, y, x, chat_attrs(300, "r"), "chat gpt-4o")),
         ]
     inline, worker, _ = _both_ways(bodies)
     assert worker == inline
@@ -135,7 +116,7 @@ def test_loops_closed_across_requests_map_as_in_process(shape):
 
 def test_a_rejected_span_marks_the_run_named_in_an_earlier_body_on_the_worker_path_too():
     trace, (root, step, good, bad) = os.urandom(16), _ids(4)
-    first = _body(
+    first = protobuf_body(
         span(
             trace,
             root,
@@ -146,7 +127,7 @@ def test_a_rejected_span_marks_the_run_named_in_an_earlier_body_on_the_worker_pa
         span(trace, step, root, {}, "step"),
     )
     bad_call = {**chat_attrs(), sc.GEN_AI_USAGE_OUTPUT_TOKENS: "many"}
-    second = _body(
+    second = protobuf_body(
         span(trace, good, step, chat_attrs(50), "chat gpt-4o"), span(trace, bad, step, bad_call, "tool")
     )
     inline, worker, mapped = _both_ways([first, second])
@@ -156,11 +137,11 @@ def test_a_rejected_span_marks_the_run_named_in_an_earlier_body_on_the_worker_pa
 
 def test_a_collision_and_a_retry_answer_as_in_process():
     trace, (a, b) = os.urandom(16), _ids(2)
-    first = _body(
+    first = protobuf_body(
         span(trace, a, None, chat_attrs(100), "chat gpt-4o"),
         span(trace, b, None, chat_attrs(200), "chat gpt-4o"),
     )
-    conflicting = _body(
+    conflicting = protobuf_body(
         span(trace, a, None, chat_attrs(999), "chat gpt-4o"),
         span(trace, b, None, chat_attrs(200), "chat gpt-4o"),
     )
