@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from _apptest import APP, run_app
-from browser.live_writer import run_rows, write_runs
+from browser.live_writer import task_runs, write_runs
 from streamlit.testing.v1 import AppTest
 
 from budgetlens.analysis import views as analysis
@@ -30,16 +30,7 @@ def store(tmp_path_factory) -> Path:
     """hot: 10 runs, 4 stopped by the budget; calm: 10 runs, 1 stopped, three days ago."""
     path = tmp_path_factory.mktemp("pages") / "pages.duckdb"
     start = (analysis.utc_now() - dt.timedelta(days=3)).replace(hour=9, minute=0, second=0, microsecond=0)
-    batches = [
-        run_rows(
-            f"{task}-{index:04d}",
-            task_type=task,
-            start_utc=start + dt.timedelta(minutes=7 * index),
-            stop_reason="budget_tokens" if index < stops else "completed",
-        )
-        for task, stops in (("hot", 4), ("calm", 1))
-        for index in range(10)
-    ]
+    batches = task_runs(start, dt.timedelta(minutes=7), {"hot": (10, 4), "calm": (10, 1)})
     with write_connection(path) as conn:
         write_runs(conn, batches)
     return path

@@ -11,7 +11,7 @@ import datetime as dt
 from pathlib import Path
 
 import pytest
-from browser.live_writer import null_heavy_batches, run_rows, write_runs
+from browser.live_writer import null_heavy_batches, task_runs, write_runs
 
 from budgetlens.sample import write_sample
 from budgetlens.store import read_connection, write_batch, write_connection
@@ -23,16 +23,7 @@ def _batches() -> list:
     """A few runs of each kind the fixtures write: guarded runs stopped or completed, imported runs
     without limits, foreign traces without run records, unpriced runs, events without a reason."""
     start = dt.datetime(2026, 11, 20, 9, 0)
-    guarded = [
-        run_rows(
-            f"{task}-{index:04d}",
-            task_type=task,
-            start_utc=start + dt.timedelta(minutes=7 * index),
-            stop_reason="budget_tokens" if index < stops else "completed",
-        )
-        for task, stops in (("hot", 1), ("calm", 0))
-        for index in range(2 if task == "hot" else 1)
-    ]
+    guarded = task_runs(start, dt.timedelta(minutes=7), {"hot": (2, 1), "calm": (1, 0)})
     nulls = null_heavy_batches(start)
     return guarded + [nulls[0], nulls[25], nulls[28], nulls[32], nulls[-1]]
 

@@ -15,6 +15,22 @@ import time
 from budgetlens.store import write_batch, write_connection
 
 
+def task_runs(start: dt.datetime, step: dt.timedelta, tasks: dict[str, tuple[int, int]]) -> list:
+    """``run_rows`` batches per task type: ``tasks`` maps a task type to (runs, stopped); run
+    ``index`` of a task (id ``<task>-<index:04d>``) starts ``index`` steps after ``start``, and
+    its first ``stopped`` runs end with a budget stop (budget_tokens), the rest completed."""
+    return [
+        run_rows(
+            f"{task}-{index:04d}",
+            task_type=task,
+            start_utc=start + step * index,
+            stop_reason="budget_tokens" if index < stopped else "completed",
+        )
+        for task, (runs, stopped) in tasks.items()
+        for index in range(runs)
+    ]
+
+
 def run_rows(
     run_id: str,
     *,

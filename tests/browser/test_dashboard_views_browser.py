@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from browser.chromium import HEADLESS_FLAGS
-from browser.live_writer import run_rows, write_runs
+from browser.live_writer import run_rows, task_runs, write_runs
 from browser.quiet import until_quiet
 from browser.test_dashboard_browser import (
     CHART,
@@ -89,16 +89,7 @@ def _write(db: Path, batches) -> Path:
 def one_day_dashboard(tmp_path_factory):
     """Every run on one day, an hour ago: hot (6 of 20 stopped: 30 %) and calm (2 of 20)."""
     start = dt.datetime.now(dt.UTC).replace(tzinfo=None) - dt.timedelta(hours=1)
-    batches = [
-        run_rows(
-            f"{task}-{index:04d}",
-            task_type=task,
-            start_utc=start + dt.timedelta(seconds=20 * index),
-            stop_reason="budget_tokens" if index < stops else "completed",
-        )
-        for task, stops in (("hot", 6), ("calm", 2))
-        for index in range(20)
-    ]
+    batches = task_runs(start, dt.timedelta(seconds=20), {"hot": (20, 6), "calm": (20, 2)})
     db = _write(tmp_path_factory.mktemp("oneday") / "oneday.duckdb", batches)
     with dashboard(db) as base:
         yield base
