@@ -21,8 +21,10 @@ from budgetlens.store import write_connection
 pytestmark = pytest.mark.system  # Streamlit AppTests: seconds each
 
 PAGES = ("cost", "hit_rate", "baselines", "presets", "whatif", "runs")
-#: The one value that differs between two renders: the time a preset file was generated.
+#: The values that differ between two renders: the time a preset file was generated, and the
+#: window's start ("now" minus the window), which moves on when the two renders straddle a minute.
 _GENERATED = re.compile(r"generated_utc[^\n]*")
+_WINDOW_START = re.compile(r"\d{4}-\d{2}-\d{2} \d{2}:\d{2} → now")
 
 
 @pytest.fixture(scope="module")
@@ -52,7 +54,8 @@ def _shown(at: AppTest) -> list[tuple[str, str]]:
         value = (
             "" if kind in ("PlotlyChart", "Dataframe", "UnknownElement") else repr(getattr(node, "value", ""))
         )
-        out.append((f"{area}:{kind}", _GENERATED.sub("generated_utc", value)))
+        value = _WINDOW_START.sub("(window start) → now", _GENERATED.sub("generated_utc", value))
+        out.append((f"{area}:{kind}", value))
 
     walk("main", at.main)
     walk("sidebar", at.sidebar)
