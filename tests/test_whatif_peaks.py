@@ -342,3 +342,18 @@ def test_a_budget_made_of_the_curves_presets_replays_from_the_curves_walk(varied
     _same(mine.summary, full.summary, summed=True)
     _same(mine.runs, full.runs.head(7))
     assert mine.run_count == len(full.runs)
+
+
+def test_the_evidence_from_one_read_equals_the_plain_and_kaplan_meier_references(varied_store):
+    from budgetlens.analysis.censoring import censored_baselines
+    from budgetlens.analysis.views import baselines
+
+    with read_connection(varied_store) as conn:
+        for f in (Filters(), Filters(task_types=("unknown",)), Filters(task_types=("no-such-task",))):
+            ev = whatif.evidence(conn, f)
+            expected = baselines(conn, f)
+            if expected.empty:
+                assert ev.baselines.empty and list(ev.baselines.columns) == list(expected.columns)
+            else:
+                pd.testing.assert_frame_equal(ev.baselines, expected, check_exact=True)
+            pd.testing.assert_frame_equal(ev.censoring, censored_baselines(conn, f), check_exact=True)

@@ -34,9 +34,7 @@ import pandas as pd
 
 from budgetlens.analysis import replay_queries as rq
 from budgetlens.analysis import whatif_peaks
-from budgetlens.analysis.censoring import (
-    censored_baselines,
-)
+from budgetlens.analysis.censoring import evidence_frames
 from budgetlens.analysis.filters import Filters, run_query
 from budgetlens.analysis.presets import METHODS, PRESET_RULES, preset_grid, recommended_presets
 from budgetlens.analysis.replay import (  # noqa: F401  (re-exported)
@@ -49,7 +47,6 @@ from budgetlens.analysis.replay import (  # noqa: F401  (re-exported)
     summarize,
     task_types_of,
 )
-from budgetlens.analysis.views import baselines
 
 __all__ = [
     "CURVE_MULTIPLIERS",
@@ -89,8 +86,10 @@ class Evidence:
 
 
 def evidence(conn, f: Filters) -> Evidence:
-    """The plain and the censoring-aware baselines of ``f``."""
-    return Evidence(baselines(conn, f), censored_baselines(conn, f))
+    """The plain and the censoring-aware baselines of ``f``, from one read of its runs
+    (``censoring.evidence_frames``: the frames of ``views.baselines`` and
+    ``censoring.censored_baselines``, the same values)."""
+    return Evidence(*evidence_frames(conn, f))
 
 
 def evidence_presets(ev: Evidence, multiplier: float, method: str = "auto") -> pd.DataFrame:
