@@ -14,6 +14,7 @@ shared: ``?window=7d&tz=Europe/Berlin&task_type=research&model=gpt-4.1``; ``wind
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 from pathlib import Path
 
@@ -237,9 +238,11 @@ def _save_url(f, window: str) -> None:
         st.query_params.from_dict(merged)
 
 
-def sidebar_filters():
+def sidebar_filters(draw: bool = True):
     """Draw the shared filters (seeded from and written back to the URL); return a ``Filters``
-    (raises data.DataUnavailable)."""
+    (raises data.DataUnavailable). With ``draw`` False nothing is drawn: each filter's value is
+    the one its widget would return, from session state (set from the URL or a former run) or
+    the widget's default (``_paint.hold_controls``: a session's first run)."""
     from budgetlens.analysis.views import Filters, window_filters
 
     first, last, n_runs = data.data_extent()
@@ -247,22 +250,35 @@ def sidebar_filters():
     _load_url(options)
     _restore_widgets()
     st.session_state.setdefault("app_window", DEFAULT_WINDOW)
-    with st.sidebar:
-        st.markdown("### budgetlens")
-        st.caption(f"Store {safe_text(data.store_name())} · {n_runs:,} runs")
-        tz = st.selectbox(
-            "Time zone",
-            zones(),
-            key="app_tz",
-            help="Days and hours are bucketed in this zone; stored times are UTC.",
+
+    def widget(key: str, default, make):
+        return make() if draw else st.session_state.get(key, default)
+
+    with st.sidebar if draw else contextlib.nullcontext():
+        if draw:
+            st.markdown("### budgetlens")
+            st.caption(f"Store {safe_text(data.store_name())} · {n_runs:,} runs")
+        tz = widget(
+            "app_tz",
+            zones()[0],
+            lambda: st.selectbox(
+                "Time zone",
+                zones(),
+                key="app_tz",
+                help="Days and hours are bucketed in this zone; stored times are UTC.",
+            ),
         )
-        window = st.selectbox(
-            "Time window",
-            list(WINDOWS),
-            key="app_window",
-            help="The last N days up to now (as the CLI's --window-days), not up to the newest "
-            "run: a collector that stopped sending shows as such. 'All data' spans the data's "
-            "whole extent.",
+        window = widget(
+            "app_window",
+            DEFAULT_WINDOW,
+            lambda: st.selectbox(
+                "Time window",
+                list(WINDOWS),
+                key="app_window",
+                help="The last N days up to now (as the CLI's --window-days), not up to the newest "
+                "run: a collector that stopped sending shows as such. 'All data' spans the data's "
+                "whole extent.",
+            ),
         )
         start_utc = end_utc = None
         days = WINDOWS[window][1]
@@ -272,7 +288,7 @@ def sidebar_filters():
             hi = to_local(last, tz).date() if last else today
             if "app_range" not in st.session_state:
                 st.session_state["app_range"] = (lo, hi)
-            chosen = st.date_input("Days (inclusive)", key="app_range")
+            chosen = widget("app_range", (lo, hi), lambda: st.date_input("Days (inclusive)", key="app_range"))
             if isinstance(chosen, (tuple, list)) and len(chosen) == 2:
                 start_utc = local_midnight_utc(chosen[0], tz)
                 end_utc = local_midnight_utc(chosen[1] + dt.timedelta(days=1), tz)
@@ -282,12 +298,16 @@ def sidebar_filters():
         # stored strings, shown as plain text with control and bidi characters escaped (visible_text)
         picked = {
             option: tuple(
-                st.multiselect(
-                    label,
-                    options[option],
-                    key=key,
-                    placeholder=f"All {label.lower()}s",
-                    format_func=visible_text,
+                widget(
+                    key,
+                    [],
+                    lambda key=key, option=option, label=label: st.multiselect(
+                        label,
+                        options[option],
+                        key=key,
+                        placeholder=f"All {label.lower()}s",
+                        format_func=visible_text,
+                    ),
                 )
             )
             for _, key, option, label in _CHOICES
@@ -367,10 +387,11 @@ def _page_run() -> None:
     page = st.navigation([*PAGES, OVERVIEW_ALIAS])
     _paint.begin(page.url_path)  # tiles first, charts a run later (``finish`` below)
     completed = False  # the page ran to its end
+    controls_held = _paint.hold_controls()  # a session's first run: its numbers before the widgets
     try:
         # The filters first, also on the alias's pass: a run that draws no sidebar would drop
         # the widgets' state (and with it the window a shared link asked for).
-        st.session_state[data.FILTERS_KEY] = sidebar_filters()
+        st.session_state[data.FILTERS_KEY] = sidebar_filters(draw=not controls_held)
         if page.url_path == OVERVIEW_ALIAS.url_path:
             st.switch_page(OVERVIEW, query_params=dict(st.query_params))
         url_note()
@@ -391,7 +412,11 @@ def _page_run() -> None:
             f"Store busy: showing results read at "
             f"{dt.datetime.fromtimestamp(stale_since):%H:%M:%S}; retrying."
         )
-    refresh_control()
+    if controls_held and not completed:  # no rerun follows a page that did not finish
+        with contextlib.suppress(data.DataUnavailable):  # shown above already
+            sidebar_filters()
+    if not (controls_held and completed):
+        refresh_control()
     _paint.finish(completed)
 
 

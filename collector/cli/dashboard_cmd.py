@@ -58,8 +58,11 @@ def resolve_server(args: argparse.Namespace, free_port: bool = False) -> tuple[s
     return host, port
 
 
-def streamlit_command(db: Path | str, host: str, port: int) -> tuple[list[str], dict[str, str]]:
-    """Return (argv, env) that run ``streamlit run`` on the entrypoint for store ``db``.
+def streamlit_command(
+    db: Path | str, host: str, port: int, entrypoint: Path = ENTRYPOINT
+) -> tuple[list[str], dict[str, str]]:
+    """Return (argv, env) that run ``streamlit run`` on ``entrypoint`` (the dashboard's launcher;
+    the first-paint benchmark passes its floor app) for store ``db``.
 
     Headless (no browser is opened, no e-mail prompt), no usage statistics; the store path
     reaches the app as ``BUDGETLENS_DB`` (absolute).
@@ -69,7 +72,7 @@ def streamlit_command(db: Path | str, host: str, port: int) -> tuple[list[str], 
         "-m",
         "streamlit",
         "run",
-        str(ENTRYPOINT),
+        str(entrypoint),
         "--server.port",
         str(port),
         "--server.address",

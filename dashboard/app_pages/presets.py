@@ -12,7 +12,7 @@ from budgetlens.analysis import preset_export as presets_export
 from budgetlens.analysis import views as analysis
 from budgetlens.analysis import whatif
 from budgetlens.dashboard import charts, data
-from budgetlens.dashboard.app_pages import _evidence, _tables, _ui
+from budgetlens.dashboard.app_pages import _evidence, _paint, _tables, _ui
 from budgetlens.dashboard.formatting import MISSING, column_label, safe_text
 from budgetlens.guard.preset_file import LIMIT_KEYS
 
@@ -68,7 +68,9 @@ def render() -> None:
     _changes(changes)
     _evidence.limits_in_force(limits, data.limit_history(f), f.tz)
     with st.expander("Preview of the preset file (YAML)"):
-        st.code(presets_export.to_yaml(document), language="yaml")
+        # the code block's highlighter loads and draws before the table beside it: held as a chart
+        if not _paint.hold_chart(300):
+            st.code(presets_export.to_yaml(document), language="yaml")
 
 
 def _downloads(document: dict) -> None:
