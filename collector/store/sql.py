@@ -74,14 +74,21 @@ _DIGEST_DIFFERS = (
     "excluded.content_digest IS NOT NULL AND model_calls.content_digest IS NOT NULL "
     "AND excluded.content_digest <> model_calls.content_digest"
 )
-INSERT_CALLS = (
-    f"INSERT INTO model_calls BY NAME SELECT {WITH_RUN_KEY} FROM batch_calls b WHERE "
-    + _NOT_A_STORED_RESPONSE
-    + f" ON CONFLICT (call_id) DO UPDATE SET quality = {_WITH_REJECTED_SPAN} WHERE {_DIGEST_DIFFERS}"
-    + " RETURNING "
-    + ", ".join(INSERTED_CALL_COLUMNS)
-    + ", content_digest"
-)
+
+
+def _insert_calls(condition: str) -> str:
+    return (
+        f"INSERT INTO model_calls BY NAME SELECT {WITH_RUN_KEY} FROM batch_calls b WHERE {condition}"
+        f" ON CONFLICT (call_id) DO UPDATE SET quality = {_WITH_REJECTED_SPAN} WHERE {_DIGEST_DIFFERS}"
+        " RETURNING " + ", ".join(INSERTED_CALL_COLUMNS) + ", content_digest"
+    )
+
+
+INSERT_CALLS = _insert_calls(_NOT_A_STORED_RESPONSE)
+#: ``INSERT_CALLS`` for a batch without any ``response_id`` (every OTLP span): the same rows
+#: inserted and returned, without the anti-join on stored response ids (a third of the
+#: statement's time on a 1,000-span body).
+INSERT_CALLS_WITHOUT_RESPONSE_IDS = _insert_calls("true")
 
 
 def _upsert_records() -> str:

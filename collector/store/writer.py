@@ -192,7 +192,8 @@ def write_batch(
     registered = list(batches)
     conn.execute("BEGIN TRANSACTION")
     try:
-        inserted, resent = resends.split_returned(_returned(conn, sql.INSERT_CALLS), batches["batch_calls"])
+        calls = batches["batch_calls"]
+        inserted, resent = resends.split_returned(_returned(conn, _insert_calls_for(calls)), calls)
         new = {
             "new_calls": inserted,
             "new_records": _returned(conn, sql.INSERT_RECORDS),
@@ -240,6 +241,14 @@ def write_batch(
         runs_rows=runs_rows,
         resent=resent if len(resent) else None,
     )
+
+
+def _insert_calls_for(calls: pa.Table) -> str:
+    """The insert of ``calls``: without the check of stored response ids when none has one."""
+    names = calls.column_names
+    if "response_id" in names and calls.column("response_id").null_count == len(calls):
+        return sql.INSERT_CALLS_WITHOUT_RESPONSE_IDS
+    return sql.INSERT_CALLS
 
 
 def _drop_aggregates(

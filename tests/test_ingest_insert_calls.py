@@ -1,0 +1,77 @@
+"""The calls insert of a batch without response ids (every OTLP body) skips the anti-join on
+stored response ids (``sql.INSERT_CALLS_WITHOUT_RESPONSE_IDS``): the same rows stored and
+returned as the reference ``sql.INSERT_CALLS``, on the same batches."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+from _collector_helpers import SpanRecorder
+from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+
+from budgetlens.otlp.mapping import map_request
+from budgetlens.otlp.memory import SpanMemory
+from budgetlens.store import sql, write_batch, write_connection, writer
+
+_TABLES = ("model_calls", "run_records", "budget_events", "run_totals", "runs")
+
+
+def _batch(run_id: str, output_tokens: int = 10):
+    recorder = SpanRecorder()
+    recorder.guard_run(run_id, "insert-task", [("gpt-4o", 100, output_tokens), ("gpt-4o-mini", 50, 5)])
+    return map_request(encode_spans(recorder.spans()), price=False, memory=SpanMemory()).tables()
+
+
+def _with_call_ids_of(tables, other):
+    """``tables``' calls under the ids of ``other``'s calls (a resend with other content)."""
+    calls = tables[0]
+    for name in ("call_id", "span_id", "trace_id", "run_id"):
+        calls = calls.set_column(calls.schema.get_field_index(name), name, other[0].column(name))
+    return (calls, *tables[1:])
+
+
+def _stored(conn) -> dict[str, list[tuple]]:
+    return {name: conn.execute(f"SELECT * FROM {name} ORDER BY ALL").fetchall() for name in _TABLES}
+
+
+def _results(db_path, batches) -> tuple[list, dict]:
+    results = []
+    with write_connection(db_path) as conn:
+        for batch in batches:
+            result = write_batch(conn, *batch)
+            resent = None if result.resent is None else sorted(result.resent.column("call_id").to_pylist())
+            results.append((result.calls, result.records, result.events, result.runs, resent))
+        return results, _stored(conn)
+
+
+@pytest.mark.system  # store writes: seconds
+def test_the_insert_without_response_ids_stores_and_returns_what_the_reference_does(tmp_path, monkeypatch):
+    first = _batch("run-a")
+    batches = [
+        first,
+        _batch("run-b"),
+        first,  # an identical resend
+        _with_call_ids_of(_batch("run-c", output_tokens=999), first),  # other content, same ids
+    ]
+    assert all(batch[0].column("response_id").null_count == len(batch[0]) for batch in batches)
+    fast = _results(tmp_path / "fast.duckdb", batches)
+    monkeypatch.setattr(writer, "_insert_calls_for", lambda calls: sql.INSERT_CALLS)
+    reference = _results(tmp_path / "reference.duckdb", batches)
+    assert fast == reference
+    assert fast[0][3][4] is not None  # the resend with other content was reported
+
+
+@pytest.mark.system  # store writes: seconds
+def test_a_batch_with_a_response_id_still_skips_a_stored_response(db_path):
+    calls, records, events = _batch("run-a")
+    calls = calls.set_column(
+        calls.schema.get_field_index("response_id"), "response_id", pa.array(["resp-1"] * len(calls))
+    )
+    assert writer._insert_calls_for(calls) == sql.INSERT_CALLS
+    later = _batch("run-b")[0]  # other call ids, the same response id
+    later = later.set_column(
+        later.schema.get_field_index("response_id"), "response_id", calls.column("response_id")
+    )
+    with write_connection(db_path) as conn:
+        write_batch(conn, calls.slice(0, 1), records, events)
+        assert write_batch(conn, later.slice(0, 1)).calls == 0
