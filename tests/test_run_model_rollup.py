@@ -8,6 +8,7 @@ import datetime as dt
 import random
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from budgetlens.analysis.queries import FILTERED, MULTI_MODEL_RUNS, cost_by_period_model
@@ -249,9 +250,44 @@ def test_the_pages_rollup_queries_equal_their_model_calls_references(tmp_path, s
             new = run_query(conn, rollup_queries.COST_BY_PERIOD_MODEL, params)
             old = run_query(conn, REFERENCE_COST_BY_PERIOD_MODEL, params)
             assert new.to_dict("records") == old.to_dict("records")
-            fast = rollup_queries.model_latency(conn, f.params())
+            fast = rollup_queries.model_latency(conn, f)
             exact = run_query(conn, REFERENCE_MODEL_LATENCY, f.params())
             cols = ["model", "calls", "timed_calls", "max_duration_s"]
             assert fast[cols].to_dict("records") == exact[cols].to_dict("records")
             for a, b in zip(fast["p95_duration_s"], exact["p95_duration_s"]):
                 assert (np.isnan(a) and np.isnan(b)) or b / 1.34 - 1e-9 <= a <= b * 1.34 + 1e-9
+
+
+def test_the_latency_of_filters_keeping_every_run_reads_every_rollup_row_with_the_same_result(tmp_path):
+    from budgetlens.analysis import rollup_queries
+    from budgetlens.analysis.filters import Filters, data_extent, run_query
+    from budgetlens.sample.generator import default_end_utc, write_sample
+
+    path = tmp_path / "sample.duckdb"
+    write_sample(path, days=3, seed=4, runs_per_day=25, end_utc=default_end_utc())
+    with read_connection(path) as conn:
+        first, last, _ = data_extent(conn)
+        every = [
+            Filters(),
+            Filters(start_utc=first, end_utc=last + dt.timedelta(microseconds=1), tz="Europe/Berlin"),
+        ]
+        some = [
+            Filters(start_utc=first + dt.timedelta(microseconds=1)),  # leaves the oldest run out
+            Filters(end_utc=last),  # leaves the newest out
+            Filters(task_types=("no-such-task",)),
+            Filters(models=("gpt-4.1",)),
+        ]
+        assert all(rollup_queries.keeps_every_run(conn, f) for f in every)
+        assert not any(rollup_queries.keeps_every_run(conn, f) for f in some)
+        reference = run_query(conn, rollup_queries.MODEL_LATENCY_SKETCH, every[0].params())
+        assert len(reference) > 1 and reference["calls"].sum() > 100
+        for f in every:
+            got = run_query(conn, rollup_queries.MODEL_LATENCY_SKETCH_ALL, f.params())
+            pd.testing.assert_frame_equal(
+                got, run_query(conn, rollup_queries.MODEL_LATENCY_SKETCH, f.params())
+            )
+        for f in every + some:  # the page's function takes the fast statement only where it holds
+            via_join = run_query(conn, rollup_queries.MODEL_LATENCY_SKETCH, f.params())
+            frame = rollup_queries.model_latency(conn, f)
+            assert frame["calls"].tolist() == via_join["calls"].tolist()
+            assert frame["model"].tolist() == via_join["model"].tolist()

@@ -43,6 +43,7 @@ __all__ = [
     "km_baselines",
     "km_percentile",
     "km_percentiles",
+    "km_percentiles_sorted",
 ]
 
 #: A Kaplan–Meier percentile of censored data counts only where at least this many runs are
@@ -72,12 +73,13 @@ class Percentile:
         return ("≥ " if self.lower_bound else "") + fmt.format(self.value)
 
 
-def _kaplan_meier(x: np.ndarray, censored: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(times, CDF, at risk): every distinct value of ``x`` ascending, the Kaplan–Meier estimate
-    of the CDF there (1 - prod(1 - events / at risk) over the times up to it; censored values
-    count at risk, not as events) and the values >= it. One sort of ``x`` and one of its
-    censored values: events at a time = its values less its censored ones."""
-    ordered = np.sort(x)
+def _kaplan_meier(ordered: np.ndarray, censored: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(times, CDF, at risk): every distinct value of ``ordered`` (the values, sorted ascending)
+    ascending, the Kaplan–Meier estimate of the CDF there (1 - prod(1 - events / at risk) over
+    the times up to it; censored values count at risk, not as events) and the values >= it.
+    ``censored``: the censored values among them, sorted ascending (a binary search per value in
+    order is several times faster than in any order). Events at a time = its values less its
+    censored ones."""
     n = ordered.size
     new = np.empty(n, dtype=bool)
     new[:1] = True
@@ -85,9 +87,8 @@ def _kaplan_meier(x: np.ndarray, censored: np.ndarray) -> tuple[np.ndarray, np.n
     starts = np.flatnonzero(new)
     times = ordered[starts]
     events = np.diff(np.append(starts, n))
-    if censored.any():  # each censored value is one of the times: count them there (sorted
-        # first: a binary search per value in order is several times faster than in any order)
-        events = events - np.bincount(np.searchsorted(times, np.sort(x[censored])), minlength=times.size)
+    if censored.size:  # each censored value is one of the times: count them there
+        events = events - np.bincount(np.searchsorted(times, censored), minlength=times.size)
     at_risk = n - starts
     survival = np.cumprod(1.0 - events / at_risk)
     return times, 1.0 - survival, at_risk
@@ -120,12 +121,23 @@ def km_percentiles(values, censored, probabilities) -> list[Percentile]:
     keep = np.isfinite(x)
     if not keep.all():
         x, c = x[keep], c[keep]
+    return km_percentiles_sorted(np.sort(x), np.sort(x[c]), probabilities)
+
+
+def km_percentiles_sorted(ordered, censored, probabilities) -> list[Percentile]:
+    """``km_percentiles`` of values already sorted: ``ordered`` every value ascending (no NaN),
+    ``censored`` the censored ones among them, ascending (``evidence_arrays.SortedValues``: the
+    plain baselines of the same read sort them once for both). Infinite values are left out, as
+    ``km_percentiles`` leaves them out. Probabilities are not checked here."""
+    x, c = np.asarray(ordered, dtype=float), np.asarray(censored, dtype=float)
+    if x.size and not (np.isfinite(x[0]) and np.isfinite(x[-1])):
+        x, c = x[np.isfinite(x)], c[np.isfinite(c)]
     if x.size == 0:
         return [Percentile(None) for _ in probabilities]
-    if c.all():  # every run stopped: nothing is known beyond the largest
-        return [Percentile(float(x.max()), lower_bound=True) for _ in probabilities]
+    if c.size == x.size:  # every run stopped: nothing is known beyond the largest
+        return [Percentile(float(x[-1]), lower_bound=True) for _ in probabilities]
     quantiles, cdf, at_risk = _kaplan_meier(x, c)
-    any_censored = bool(c.any())
+    any_censored = bool(c.size)
     supported = np.flatnonzero(at_risk >= MIN_AT_RISK)
     # Not reached, or reached on too few runs: at least the last value still seen by MIN_AT_RISK.
     bound = float(quantiles[supported[-1]]) if supported.size else float(quantiles[0])
@@ -165,10 +177,8 @@ def km_baselines(ev: EvidenceArrays, probability: float = 0.95) -> pd.DataFrame:
     rows = []
     for code, task_type in ev.groups:
         at = ev.rows_of(code)
-        stopped_all = arrays["censored"][at].astype(bool)
-        cost_known = arrays["cost_known"][at].astype(bool)
-        n = int(at.size)
-        censored = int(stopped_all.sum())
+        n = at.stop - at.start
+        censored = int(np.count_nonzero(arrays["censored"][at]))
         row: dict = {
             "task_type": task_type,
             "n": n,
@@ -177,11 +187,10 @@ def km_baselines(ev: EvidenceArrays, probability: float = 0.95) -> pd.DataFrame:
             "material": bool(n and censored / n > MATERIAL_CENSORED_SHARE),
         }
         for metric in BASELINE_METRICS:
-            values = np.asarray(arrays[metric][at], dtype=float)
-            stopped = stopped_all
-            if metric == "cost_usd":
-                values, stopped = values[cost_known], stopped_all[cost_known]
-            p50, p95 = km_percentiles(values, stopped, (0.5, probability))
+            sorted_values = ev.sorted_values(code, metric)
+            p50, p95 = km_percentiles_sorted(
+                sorted_values.ordered, sorted_values.censored, (0.5, probability)
+            )
             for name, estimate in (("p50", p50), ("p95", p95)):
                 row[f"km_{name}_{metric}"] = estimate.value
                 row[f"km_{name}_{metric}_lower_bound"] = estimate.lower_bound

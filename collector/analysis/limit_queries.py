@@ -15,7 +15,12 @@ _ANY_LIMIT = " OR ".join(f"{c} IS NOT NULL" for c in LIMIT_COLUMNS)
 _CHANGED = " OR ".join(f"lag({c}) OVER w IS DISTINCT FROM {c}" for c in LIMIT_COLUMNS)
 
 _LIMITS = ", ".join(LIMIT_COLUMNS)
-_IS_MIXED = "EXISTS (SELECT 1 FROM mixed m WHERE m.task_type IS NOT DISTINCT FROM filtered.task_type)"
+#: A run of a ``mixed`` task type (NULL is a task type here): an uncorrelated ``IN`` on a key
+#: that is never NULL, a hash semi join, which ends at once when no task type is mixed (issue 25:
+#: the correlated ``EXISTS`` with ``IS NOT DISTINCT FROM`` was planned as a delim join that read
+#: every budgeted run, ``run_id`` included, even then: most of the statement at 1M runs).
+_MIXED_KEY = "coalesce(task_type, chr(0))"
+_IS_MIXED = f"{_MIXED_KEY} IN (SELECT {_MIXED_KEY} FROM mixed)"
 
 #: Periods (issue 25). Usually each set of limits of a task type was in force over one stretch of
 #: time, the stretches one after another: then a period is a set (``sets``: one hash aggregate,

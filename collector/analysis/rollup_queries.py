@@ -9,24 +9,47 @@ from __future__ import annotations
 
 import pandas as pd
 
-from budgetlens.analysis.filters import run_query
+from budgetlens.analysis.filters import Filters, data_extent, run_query
 from budgetlens.analysis.queries import FILTERED, MULTI_MODEL_RUNS, cost_by_period_model
 from budgetlens.store import rollups
 
 _MODEL_FILTER = "(len(CAST($models AS VARCHAR[])) = 0 OR list_contains(CAST($models AS VARCHAR[]), model))"
 
-#: Per model: calls, timed_calls, min/max duration (s) and the summed latency sketch of the
-#: filtered runs' rollup rows (with a model filter, those models' rows only).
-MODEL_LATENCY_SKETCH = f"""
-WITH {FILTERED}
+
+def _latency_sketch(runs: str) -> str:
+    """Per model of the rollup rows of the runs ``runs`` (a constant condition on
+    ``run_model_rollup``): the columns of ``MODEL_LATENCY_SKETCH``."""
+    return f"""
 SELECT model, CAST(sum(calls) AS BIGINT) AS calls, CAST(sum(timed_calls) AS BIGINT) AS timed_calls,
        min(min_duration_s) AS min_duration_s, max(max_duration_s) AS max_duration_s,
        {", ".join(f"CAST(sum({c}) AS BIGINT) AS {c}" for c in rollups.LATENCY_COLUMNS)}
 FROM {rollups.TABLE}
-WHERE run_id IN (SELECT run_id FROM filtered) AND {_MODEL_FILTER}
+WHERE {runs} AND {_MODEL_FILTER}
 GROUP BY model
 ORDER BY calls DESC, model
 """
+
+
+#: Per model: calls, timed_calls, min/max duration (s) and the summed latency sketch of the
+#: filtered runs' rollup rows (with a model filter, those models' rows only).
+MODEL_LATENCY_SKETCH = f"WITH {FILTERED}" + _latency_sketch("run_id IN (SELECT run_id FROM filtered)")
+#: ``MODEL_LATENCY_SKETCH`` of filters that keep every stored run (``keeps_every_run``): every
+#: rollup row, without the semi join of the rollup's run ids with the runs' (issue 25: most of
+#: the latency toggle's read at 1M runs). The writer keeps a rollup row only for a stored run.
+MODEL_LATENCY_SKETCH_ALL = _latency_sketch("true")
+
+
+def keeps_every_run(conn, f: Filters) -> bool:
+    """True when ``f`` keeps every stored run: no filter but a window, and the window holds the
+    oldest and the newest run start (``data_extent``: a few ms). Then a statement over the
+    rollup needs no join with the filtered runs."""
+    if f.scope() != Filters(tz=f.tz):
+        return False
+    first, last, _ = data_extent(conn)
+    if first is None or last is None:
+        return True
+    return (f.start_utc is None or f.start_utc <= first) and (f.end_utc is None or f.end_utc > last)
+
 
 #: Cost per model (``queries.cost_by_period_model``) with the multi-model runs split by their
 #: rollup rows (not by their calls). Its unpriced count per model is the rollup's
@@ -38,10 +61,11 @@ COST_BY_PERIOD_MODEL = cost_by_period_model(f"""
 """)
 
 
-def model_latency(conn, params: dict) -> pd.DataFrame:
+def model_latency(conn, f: Filters) -> pd.DataFrame:
     """Columns model, calls, timed_calls, p50_duration_s, p95_duration_s (approximate: the
     sketch, ``rollups.sketch_quantiles``), max_duration_s (exact; NULL without a timed call)."""
-    frame = run_query(conn, MODEL_LATENCY_SKETCH, params)
+    statement = MODEL_LATENCY_SKETCH_ALL if keeps_every_run(conn, f) else MODEL_LATENCY_SKETCH
+    frame = run_query(conn, statement, f.params())
     p50, p95 = [], []
     for row in frame.itertuples(index=False):
         counts = [int(getattr(row, c)) for c in rollups.LATENCY_COLUMNS]

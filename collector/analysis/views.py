@@ -250,7 +250,7 @@ def model_latency(conn, f: Filters) -> pd.DataFrame:
     quantiles over ``model_calls``)."""
     from budgetlens.analysis import rollup_queries
 
-    return rollup_queries.model_latency(conn, f.params())
+    return rollup_queries.model_latency(conn, f)
 
 
 #: Columns of ``limit_history`` and of ``current_limits`` (from ``limit_periods``).
