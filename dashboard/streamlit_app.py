@@ -20,7 +20,7 @@ from pathlib import Path
 
 import streamlit as st
 
-from budgetlens.dashboard import data, served, url_params
+from budgetlens.dashboard import chrome, data, served, url_params
 from budgetlens.dashboard.app_pages import _paint
 from budgetlens.dashboard.formatting import safe_text, visible_text
 from budgetlens.dashboard.zones import local_midnight_utc, to_local, zone_names, zones
@@ -66,22 +66,6 @@ RETRY_S = 2
 #: While no store file exists the app checks this often (seconds) whether one appeared.
 MISSING_CHECK_S = 5
 
-#: Less empty space above the page title than Streamlit's default (a denser, tool-like layout);
-#: KPI tiles wrap their label and scale their value with the width instead of cutting them off
-#: with an ellipsis ("Intervention r…" at 1280 px).
-COMPACT_CSS = """<style>
-[data-testid="stMainBlockContainer"], .block-container { padding-top: 2.2rem; }
-@media (max-width: 1440px) {  /* a 1280 px screen: tables and charts get the width, not padding */
-  [data-testid="stMainBlockContainer"], .block-container { padding-left: 2rem; padding-right: 2rem; }
-}
-[data-testid="stMetricValue"] { font-size: clamp(1.1rem, 1.7vw, 1.9rem); }
-[data-testid="stMetricValue"], [data-testid="stMetricValue"] div,
-[data-testid="stMetricLabel"], [data-testid="stMetricLabel"] p, [data-testid="stMetricLabel"] div {
-  white-space: normal !important; overflow: visible !important; text-overflow: clip !important;
-  overflow-wrap: anywhere;
-}
-</style>"""
-
 #: The default page lives at ``/`` (Streamlit gives the default page the empty pathname; its
 #: ``url_path`` only names it internally). ``/overview`` reaches it through OVERVIEW_ALIAS.
 OVERVIEW = st.Page(
@@ -123,14 +107,6 @@ PAGES = [
     ),
     st.Page(str(HERE / "app_pages" / "runs.py"), title="Runs", icon=":material/list:", url_path="runs"),
 ]
-
-
-def _initial_refresh() -> str:
-    wanted = st.query_params.get("refresh")
-    for label, seconds in REFRESH.items():
-        if seconds is not None and str(seconds) == wanted:
-            return label
-    return "Off"
 
 
 def _window_label(code: str | None) -> str | None:
@@ -354,7 +330,7 @@ def refresh_control() -> None:
             list(REFRESH),
             horizontal=True,
             key="app_refresh",
-            index=list(REFRESH).index(_initial_refresh()),
+            index=list(REFRESH).index(chrome.initial_refresh(st.query_params.get("refresh"), REFRESH)),
             help="Re-read the store when the collector commits new runs.",
         )
         if st.button("Reload now", key="app_reload", icon=":material/refresh:"):
@@ -374,7 +350,7 @@ def refresh_control() -> None:
 def main() -> None:
     # A local file: the favicon never comes from an outside host (the dashboard works offline).
     st.set_page_config(page_title="budgetlens", page_icon=str(FAVICON), layout="wide")
-    st.html(COMPACT_CSS)
+    st.html(chrome.COMPACT_CSS)
     data.begin_run()
     try:
         _page_run()

@@ -309,3 +309,14 @@ def pytest_runtest_setup(item):
 def pytest_terminal_summary(terminalreporter):
     for line in _REALDATA_SKIPPED:
         terminalreporter.write_sep("=", line, yellow=True)
+
+
+@pytest.fixture(autouse=True)
+def _keep_main_module():
+    """A Streamlit AppTest runs its script as ``__main__`` and leaves it in ``sys.modules``; a
+    decode pool started later in the same worker spawns processes that re-run that script (spawn
+    re-imports ``__main__`` by its path) and die. Each test gets the worker's own ``__main__`` back."""
+    main = sys.modules.get("__main__")
+    yield
+    if main is not None:
+        sys.modules["__main__"] = main
