@@ -50,39 +50,56 @@ WHERE r.walked OR {MAY_STOP}
 """
 
 
+#: Stream rows of a run up to which its running USD is summed by the caller (``whatif_walk``):
+#: DuckDB's window sum adds a frame that lies within one leaf block of its segment tree (16 rows)
+#: left to right, as numpy's ``cumsum`` does, so both give the same bits there
+#: (``test_whatif_walk`` pins this); a longer run's running USD comes from the window itself.
+SHORT_STREAM_ROWS = 16
+
+
 def _walk_calls(key: str, kind: str) -> str:
     # ``key``/``kind``: run_key UBIGINT or run_id VARCHAR (constants of this module)
     stream = STREAM_CTES.replace("c.run_id", f"c.{key}").replace("e.run_id", f"e.{key}")
     stream = stream.replace("k.run_id", "k.run_key")
     stream = stream.split("),\ncum AS (")[0] + ")"
+    stream_key = key.replace("run_id", "run_id AS run_key") if key == "run_id" else key
     return f"""
 WITH candidates AS (
     SELECT unnest(CAST($walk_keys AS {kind}[])) AS run_key, unnest(CAST($walk_idx AS INTEGER[])) AS ui,
-           make_timestamp(unnest(CAST($walk_start_us AS BIGINT[]))) AS run_start
+           make_timestamp(unnest(CAST($walk_start_us AS BIGINT[]))) AS run_start,
+           unnest(CAST($walk_long AS BOOLEAN[])) AS long
 ),
 {stream},
+tagged AS (
+    SELECT k.ui, k.run_start, k.long, s.ts, s.is_call, s.turn, s.tok, s.inp, s.outp, s.cost
+    FROM (SELECT {stream_key}, ts, is_call, turn, tok, inp, outp, cost FROM stream) s
+    JOIN candidates k ON k.run_key = s.run_key
+),
 cum AS (
-    SELECT {key.replace("run_id", "run_id AS run_key") if key == "run_id" else key}, ts, is_call, turn,
-           tok, inp, outp, cost, sum(cost) OVER w - cost AS cost_before
-    FROM stream
-    WINDOW w AS (PARTITION BY {key} ORDER BY ts, is_call, turn ROWS UNBOUNDED PRECEDING)
+    SELECT ui, run_start, ts, is_call, turn, tok, inp, outp, cost, sum(cost) OVER w - cost AS cost_before
+    FROM tagged WHERE long
+    WINDOW w AS (PARTITION BY ui ORDER BY ts, is_call, turn ROWS UNBOUNDED PRECEDING)
+    UNION ALL
+    SELECT ui, run_start, ts, is_call, turn, tok, inp, outp, cost, NULL FROM tagged WHERE NOT long
 )
-SELECT k.ui, CAST(cum.is_call AS BIGINT) AS is_call, epoch(cum.ts - k.run_start) AS time_s,
-       CAST(cum.tok AS BIGINT) AS tok, CAST(cum.inp AS BIGINT) AS inp, CAST(cum.outp AS BIGINT) AS outp,
-       CAST(cum.cost AS DOUBLE) AS cost, CAST(cum.cost_before AS DOUBLE) AS cost_before
-FROM cum JOIN candidates k ON k.run_key = cum.run_key
-ORDER BY k.ui, cum.ts, cum.is_call, cum.turn
+SELECT ui, CAST(is_call AS BIGINT) AS is_call, epoch(ts - run_start) AS time_s,
+       CAST(tok AS BIGINT) AS tok, CAST(inp AS BIGINT) AS inp, CAST(outp AS BIGINT) AS outp,
+       CAST(cost AS DOUBLE) AS cost, CAST(cost_before AS DOUBLE) AS cost_before
+FROM cum
+ORDER BY ui, ts, is_call, turn
 """
 
 
 #: The call-by-call stream of the walked runs ``$walk_keys`` (their ``run_key``s; ``$walk_idx``:
-#: their positions in the caller's list; ``$walk_start_us``: their starts, epoch microseconds),
-#: their model calls and ``budgetlens.tool_call`` events in the replay's order (``REPLAY_RUNS``'
-#: ``cum``): ui, is_call (1 = a model call, 0 = a tool call), time_s (seconds since the run's
-#: start), tok, inp, outp, cost (a call's charge, as ``STREAM_CTES``; 0 for a tool call) and
-#: cost_before (USD of the run's calls before it, summed as the reference sums). The running
-#: counts and token sums are the caller's (integers: exact in any order). Reads the calls and
-#: events by integer key only.
+#: their positions in the caller's list; ``$walk_start_us``: their starts, epoch microseconds;
+#: ``$walk_long``: whether a run has more than ``SHORT_STREAM_ROWS`` calls and tool-call
+#: events), their model calls and ``budgetlens.tool_call`` events in the replay's order
+#: (``REPLAY_RUNS``' ``cum``): ui, is_call (1 = a model call, 0 = a tool call), time_s (seconds
+#: since the run's start), tok, inp, outp, cost (a call's charge, as ``STREAM_CTES``; 0 for a
+#: tool call) and cost_before (USD of the run's calls before it, summed as the reference sums
+#: it; NULL for a short run, whose running USD the caller sums). The running counts and token
+#: sums are the caller's (integers: exact in any order). Reads the calls and events by integer
+#: key only; only the long runs' rows go through a window.
 WALK_CALLS = _walk_calls("run_key", "UBIGINT")
 #: ``WALK_CALLS`` by run id (``$walk_keys``: the run ids): for keys two run ids share.
 WALK_CALLS_BY_ID = _walk_calls("run_id", "VARCHAR")

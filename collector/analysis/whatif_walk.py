@@ -60,6 +60,31 @@ def _running(values: np.ndarray, first: np.ndarray, segment: np.ndarray) -> np.n
     return total - before[segment]
 
 
+def _segments(ui: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The first row of each run of equal ``ui`` (sorted) and each row's run number."""
+    new = np.ones(ui.size, dtype=bool)
+    new[1:] = ui[1:] != ui[:-1]
+    return np.flatnonzero(new), np.cumsum(new) - 1
+
+
+def _cost_before(cost: np.ndarray, window: np.ndarray, first: np.ndarray, segment: np.ndarray) -> np.ndarray:
+    """The USD of a run's stream rows before each row: ``window`` (the SQL window's) where it is
+    set (the long runs), else each run's own ``cost`` added left to right from its first row, as
+    the window adds a frame of at most ``SHORT_STREAM_ROWS`` rows (``peak_queries``), minus the
+    row's own cost, as the window's ``sum(cost) OVER w - cost``."""
+    out = window.copy()
+    short = np.isnan(window)
+    if not short.any():
+        return out
+    position = np.arange(cost.size) - first[segment]
+    rows = np.flatnonzero(short)
+    runs, local = np.unique(segment[rows], return_inverse=True)
+    table = np.zeros((runs.size, pq.SHORT_STREAM_ROWS))
+    table[local, position[rows]] = cost[rows]
+    out[rows] = np.cumsum(table, axis=1)[local, position[rows]] - cost[rows]
+    return out
+
+
 @dataclass(frozen=True)
 class _Thresholds:
     """One check of one task type over its walked runs: the distinct limits (``limits``,
@@ -99,6 +124,7 @@ class Walk:
             "walk_keys": [int(k) for k in under["run_key"][self.walk_ui]],
             "walk_idx": [int(i) for i in self.walk_ui],
             "walk_start_us": starts.to_pylist(),
+            "walk_long": self._long(under).tolist(),
         }
         stream, _ = fetch(conn, pq.WALK_CALLS, params)
         #: How the calls were read: "run_key", or "run_id" when some walked run's rows did not
@@ -108,11 +134,17 @@ class Walk:
             params["walk_keys"] = rows.column("run_id").take(at).to_pylist()
             stream, _ = fetch(conn, pq.WALK_CALLS_BY_ID, params)
             self.read_by = "run_id"
+        first, segment = _segments(stream["ui"])
+        if (np.arange(segment.size) - first[segment] >= pq.SHORT_STREAM_ROWS)[
+            np.isnan(stream["cost_before"])
+        ].any():
+            # rows its counts did not announce: every run's running USD from the window
+            params["walk_long"] = [True] * len(self.walk_ui)
+            stream, _ = fetch(
+                conn, pq.WALK_CALLS_BY_ID if self.read_by == "run_id" else pq.WALK_CALLS, params
+            )
+            first, segment = _segments(stream["ui"])
         ui = stream["ui"].astype(np.int64)
-        new = np.ones(ui.size, dtype=bool)
-        new[1:] = ui[1:] != ui[:-1]
-        first = np.flatnonzero(new)
-        segment = np.cumsum(new) - 1
         is_call = stream["is_call"].astype(np.int64)
         sums = {
             "k": _running(is_call, first, segment),
@@ -121,11 +153,18 @@ class Walk:
             "cum_in": _running(stream["inp"], first, segment),
             "cum_out": _running(stream["outp"], first, segment),
         }
+        sums["cost_before"] = _cost_before(stream["cost"], stream["cost_before"], first, segment)
         calls = is_call == 1
         out = {name: values[calls] for name, values in sums.items()}
-        out.update({name: stream[name][calls] for name in ("time_s", "cost_before", "tok", "cost")})
+        out.update({name: stream[name][calls] for name in ("time_s", "tok", "cost")})
         out["ui"] = ui[calls]
         return out
+
+    def _long(self, under: dict) -> np.ndarray:
+        """Per walked run, whether its stream (calls and tool-call events, by its counts) is
+        longer than ``SHORT_STREAM_ROWS`` (its running USD then comes from the SQL window)."""
+        rows = np.nan_to_num(under["calls"][self.walk_ui]) + np.nan_to_num(under["tool_events"][self.walk_ui])
+        return rows > pq.SHORT_STREAM_ROWS
 
     def _complete(self, stream: dict, under: dict) -> bool:
         """Whether every walked run got exactly its calls and tool-call events (by its counts)."""
