@@ -5,6 +5,7 @@ missing, by run id, with the full replay's values either way."""
 
 from __future__ import annotations
 
+import duckdb
 import pytest
 from test_store_rollup import _stream
 from test_whatif_peaks import _budgets, _same, _varied_rows
@@ -14,7 +15,7 @@ from budgetlens.analysis.views import Filters
 from budgetlens.store import read_connection, write_batch, write_connection
 from budgetlens.store.lake import close_all
 from budgetlens.store.migrations import MIGRATIONS, SCHEMA_VERSION
-from budgetlens.store.schema import RUN_KEY
+from budgetlens.store.schema import RUN_KEY, run_key, run_key_of
 
 #: The migration that adds the run key (its number may change when migrations are merged).
 RUN_KEY_VERSION = next(version for version, script in MIGRATIONS if "ADD COLUMN run_key" in script)
@@ -104,3 +105,11 @@ def test_the_fast_replay_equals_the_full_one_when_keys_are_shared_or_missing(var
             full = whatif.replay(conn, Filters(), budget)
             _same(mine.summary, full.summary, summed=True)
             _same(mine.runs, full.runs)
+
+
+@pytest.mark.parametrize("run_id", ["bench-0", "run-1-0001", "", "é€ run 🙂", "x" * 300])
+def test_the_python_run_key_equals_the_sql_one(run_id):
+    conn = duckdb.connect()
+    assert (
+        run_key(run_id) == conn.execute(f"SELECT {run_key_of('$run_id')}", {"run_id": run_id}).fetchone()[0]
+    )

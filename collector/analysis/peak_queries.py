@@ -19,14 +19,13 @@ from budgetlens.analysis.replay_queries import (
     UNDER_CTES,
     WALKED_RUNS,
 )
-from budgetlens.store.schema import run_key_of
 
 #: The filtered runs some budget of ``$b_*`` may stop (the ``under`` runs of ``REPLAY_RUNS``, once
-#: each, not once per budget), in no particular order: what the ``runs`` rollup says about them (calls,
-#: totals, stop reason, the limits they ran under) and ``walked`` (a candidate of ``REPLAY_RUNS``:
-#: its calls are read and replayed; ``run_key``: its integer key, 0 when not walked;
-#: ``tool_events``: its ``budgetlens.tool_call`` events). One pass over the runs (their call
-#: peaks are on their ``runs`` rows: no join with ``run_totals``), whatever the number of
+#: each, not once per budget), in no particular order: what the ``runs`` rollup says about them
+#: (calls, totals, stop reason, the limits they ran under) and ``walked`` (a candidate of
+#: ``REPLAY_RUNS``: its calls are read and replayed, by its integer key, which the caller computes
+#: for these runs only: ``schema.run_key``; ``tool_events``: its ``budgetlens.tool_call``
+#: events). One pass over the runs (their call peaks are on their ``runs`` rows: no join with ``run_totals``), whatever the number of
 #: budgets; every run not listed completes under every budget.
 UNDER_RUNS = f"""
 WITH {FILTERED},
@@ -43,7 +42,6 @@ SELECT r.run_id, r.run_task_type AS task_type, r.run_start AS start_utc, r.recor
        CAST(r.run_turns AS DOUBLE) AS run_turns, r.run_cost_usd, r.run_duration_s,
        {", ".join(f"CAST(r.{c} AS DOUBLE) AS {c}" for c in LIMIT_COLUMNS)},
        r.walked,
-       CASE WHEN r.walked THEN {run_key_of("r.run_id")} ELSE 0 END AS run_key,
        CASE WHEN r.walked THEN coalesce(r.tool_events, 0) ELSE 0 END AS tool_events
 FROM flagged r
 WHERE r.walked OR {MAY_STOP}

@@ -21,6 +21,7 @@ import pyarrow as pa
 
 from budgetlens.analysis import peak_queries as pq
 from budgetlens.analysis.filters import used_params
+from budgetlens.store.schema import run_key
 
 __all__ = ["CHECKS", "NEVER", "Walk", "fetch"]
 
@@ -121,7 +122,7 @@ class Walk:
         at = pa.array(self.walk_ui, type=pa.int64())
         starts = rows.column("start_utc").take(at).cast(pa.timestamp("us")).cast(pa.int64())
         params = {
-            "walk_keys": [int(k) for k in under["run_key"][self.walk_ui]],
+            "walk_keys": [run_key(run_id) for run_id in rows.column("run_id").take(at).to_pylist()],
             "walk_idx": [int(i) for i in self.walk_ui],
             "walk_start_us": starts.to_pylist(),
             "walk_long": self._long(under).tolist(),

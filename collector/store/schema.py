@@ -47,6 +47,8 @@ naive ``TIMESTAMP`` values in UTC):
 
 from __future__ import annotations
 
+import hashlib
+
 from budgetlens.attribution import ATTRIBUTION_COLUMNS
 from budgetlens.limits import LIMITS
 
@@ -68,6 +70,13 @@ EVENT_COUNTS: tuple[str, ...] = ("e_warnings", "e_downgrades", "e_summaries", "e
 def run_key_of(run_id: str) -> str:
     """SQL of the integer key (UBIGINT) of the run id expression ``run_id`` (a column name)."""
     return f"md5_number_upper({run_id})"
+
+
+def run_key(run_id: str) -> int:
+    """The integer key (0 <= key < 2**64) of ``run_id`` as ``run_key_of`` computes it in SQL:
+    DuckDB's ``md5_number_upper``, the first 8 bytes of the MD5 of its UTF-8, little-endian (a
+    test compares both). For the few keys a reader needs without a DuckDB pass over its rows."""
+    return int.from_bytes(hashlib.md5(run_id.encode("utf-8"), usedforsecurity=False).digest()[:8], "little")
 
 
 #: The integer key of a run, from its ``run_id`` (SQL over a relation with a ``run_id`` column).
