@@ -28,7 +28,6 @@ from budgetlens.analysis import censoring, drift, runaways, spenders, whatif
 from budgetlens.analysis import views as analysis
 from budgetlens.config import ENV_BENCH_DIR, resolve
 from budgetlens.store import read_connection, rollups, write_connection
-from budgetlens.store.run_totals import FILL_RUN_FLAGS
 
 log = logging.getLogger(__name__)
 
@@ -137,7 +136,6 @@ def build_store(n_runs: int, directory: Path = BENCH_DIR) -> Path:
             params = {"n": n_runs} if "$n" in statement else {}
             conn.execute(statement, params)
         conn.execute(rollups.INSERT_ALL)  # the per run x model rollup the writer keeps
-        conn.execute(FILL_RUN_FLAGS)  # the run's flags the writer keeps (written as a bulk load)
         conn.execute("CHECKPOINT")
     log.info("built %s in %.1f s", path, time.perf_counter() - started)
     return path

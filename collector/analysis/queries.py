@@ -22,6 +22,7 @@ Percentiles are ``quantile_cont`` (linear interpolation between closest ranks, a
 from __future__ import annotations
 
 from budgetlens.analysis.spend_queries import SPEND
+from budgetlens.store.schema import RUN_COLUMNS
 
 #: The run filter as a CTE named ``filtered`` (one row per run of ``runs``).
 FILTERED = """
@@ -62,21 +63,18 @@ def count_where(condition: str) -> str:
     return f"CAST(coalesce(count_if({condition}), 0) AS BIGINT)"
 
 
-#: Run-level predicates: the run's flags the writer stores on ``runs`` (issue 25; their rules:
-#: ``budgetlens.store.schema.RUN_FLAG_COLUMNS``), counted as stored booleans instead of evaluating
-#: the rules on every run a page reads. A budget stopped the run (stop reason ``budget_*``; NULL
-#: when the run has no stop reason yet):
-IS_BUDGET_STOP = "budget_stop"
-#: A finished run (a stop reason): ``budget_stop`` is NULL exactly when ``stop_reason`` is.
-_IS_FINISHED = "budget_stop IS NOT NULL"
+#: Run-level predicates (stop reasons from ``budgetlens.semconv``: budget stops start 'budget_').
+IS_BUDGET_STOP = "starts_with(stop_reason, 'budget_')"
 _IS_INTERVENTION = f"({IS_BUDGET_STOP} OR downgrades > 0 OR summaries > 0)"
+#: The limit columns of ``runs`` (the preset keys' ``limit_*``), from the store schema.
+_LIMIT_COLUMNS = tuple(c for c in RUN_COLUMNS if c.startswith("limit_"))
 #: A run that ran under a budget: at least one ``limit_*`` is set, or a budget stopped it (an
 #: imported run stopped at the source's own limit, e.g. OpenHands' max iterations, whose limit
 #: value the source does not record). Runs without one (imported history, foreign traces, days
 #: before limits existed) cannot be stopped by a budget and are left out of the rates.
-IS_BUDGETED = "budgeted"
+IS_BUDGETED = "(" + " OR ".join(f"{c} IS NOT NULL" for c in _LIMIT_COLUMNS) + f" OR {IS_BUDGET_STOP})"
 #: The rates' denominator: finished runs (a stop reason) that ran under a budget.
-_IS_BUDGETED_FINISHED = f"({_IS_FINISHED} AND {IS_BUDGETED})"
+_IS_BUDGETED_FINISHED = f"(stop_reason IS NOT NULL AND {IS_BUDGETED})"
 #: A budget stop that still returned an answer: the run's final call used its wrap-up slice.
 IS_ANSWERED_STOP = "stop_reason = 'budget_wrap_up'"
 #: Hit rate = budget stops / budgeted finished runs; intervention rate = budgeted finished runs
@@ -84,7 +82,7 @@ IS_ANSWERED_STOP = "stop_reason = 'budget_wrap_up'"
 #: answered_share = budget stops that still answered (``budget_wrap_up``) / budget stops (NULL
 #: without a budget stop).
 _RATES = f"""
-    count({IS_BUDGET_STOP}) AS finished_runs,
+    count(stop_reason) AS finished_runs,
     {count_where(_IS_BUDGETED_FINISHED)} AS budgeted_runs,
     {count_where(IS_BUDGET_STOP)} AS budget_stops,
     {count_where(_IS_BUDGETED_FINISHED + " AND " + _IS_INTERVENTION)} AS interventions,
@@ -96,8 +94,7 @@ _RATES = f"""
 #: A run whose cost is fully known: it has a cost, every call with reported usage was priced and
 #: no call's usage was unknown. ``runs.cost_usd`` of any other run is the sum of its priced calls
 #: (known spend, a lower bound), so cost percentiles use only these runs (``n_cost`` of them).
-#: The stored flag ``runs.cost_known`` (its rule: ``budgetlens.store.schema.RUN_FLAG_COLUMNS``).
-COST_KNOWN = "cost_known"
+COST_KNOWN = "(cost_usd IS NOT NULL AND coalesce(unpriced_calls, 0) = 0 AND usage_status = 'reported')"
 
 DATA_EXTENT = "SELECT min(start_utc), max(start_utc), count(*) FROM runs"
 
@@ -197,7 +194,7 @@ ORDER BY task_type
 #: the window's total of each is the sum of the task types' (counts: 0 over no run).
 _OVERVIEW_ADDITIVE: tuple[tuple[str, str], ...] = (
     ("runs", "count(*)"),
-    ("finished_runs", f"count({IS_BUDGET_STOP})"),
+    ("finished_runs", "count(stop_reason)"),
     ("budgeted_runs", count_where(_IS_BUDGETED_FINISHED)),
     ("budget_stops", count_where(IS_BUDGET_STOP)),
     ("interventions", count_where(f"{_IS_BUDGETED_FINISHED} AND {_IS_INTERVENTION}")),
@@ -334,7 +331,7 @@ _HIT_RATE_BY_PERIOD = f"""
 WITH {FILTERED},
 b AS (
     SELECT {BUCKET} AS bucket, task_type,
-           count({IS_BUDGET_STOP}) AS finished,
+           count(stop_reason) AS finished,
            {count_where(_IS_BUDGETED_FINISHED)} AS budgeted,
            {count_where(IS_BUDGET_STOP)} AS stops,
            {count_where(_IS_BUDGETED_FINISHED + " AND " + _IS_INTERVENTION)} AS intervened,

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from budgetlens.attribution import ATTRIBUTION_COLUMNS
 from budgetlens.store import rollups
-from budgetlens.store.run_totals import FILL_RUN_FLAGS, FILL_RUN_PEAKS
-from budgetlens.store.schema import RUN_FLAG_COLUMNS, RUN_KEY, RUN_PEAK_COLUMNS
+from budgetlens.store.run_totals import FILL_RUN_PEAKS
+from budgetlens.store.schema import RUN_KEY, RUN_PEAK_COLUMNS
 
 #: (name, type and constraints) of a column, as a CREATE TABLE writes it.
 _Column = tuple[str, str]
@@ -220,12 +220,6 @@ _V11_RUN_PEAKS = ";\n".join(
     + [FILL_RUN_PEAKS]
 )
 
-# issue 25: the run's flags on runs (schema.RUN_FLAG_COLUMNS: budget stop, budgeted, cost fully
-# known), so the pages count a stored boolean instead of evaluating each rule per run; back-filled.
-_V12_RUN_FLAGS = ";\n".join(
-    [f"ALTER TABLE runs ADD COLUMN {flag} BOOLEAN" for flag in RUN_FLAG_COLUMNS] + [FILL_RUN_FLAGS]
-)
-
 #: Ordered migrations: (version, SQL script). Append only; never edit an applied one.
 MIGRATIONS: tuple[tuple[int, str], ...] = (
     (1, _V1),
@@ -239,7 +233,6 @@ MIGRATIONS: tuple[tuple[int, str], ...] = (
     (9, _V9_CONTENT_DIGEST),  # issue 23: a conflicting resend is reported, not lost to the key
     (10, _V10_RUN_KEY),  # issue 25: integer run key on calls and events
     (11, _V11_RUN_PEAKS),  # issue 25: a run's call peaks on runs (the what-if's candidate test)
-    (12, _V12_RUN_FLAGS),  # issue 25: a run's flags on runs (the pages' counts)
 )
 
 SCHEMA_VERSION = MIGRATIONS[-1][0]

@@ -19,7 +19,6 @@ from budgetlens.attribution import ATTRIBUTION_COLUMNS
 from budgetlens.store.schema import (
     CALL_SUMS,
     EVENT_COUNTS,
-    RUN_FLAG_COLUMNS,
     RUN_PEAK_COLUMNS,
     RUN_RECORD_COLUMNS,
     TOKEN_COLUMNS,
@@ -149,13 +148,6 @@ FILL_RUN_PEAKS = (
     + " FROM run_totals t WHERE t.run_id = runs.run_id"
 )
 
-#: The run's flags (``schema.RUN_FLAG_COLUMNS``) over a relation of ``runs`` rows.
-_RUN_FLAGS = ", ".join(f"{rule} AS {flag}" for flag, rule in RUN_FLAG_COLUMNS.items())
-
-#: Set every run's flags from the rest of its row (schema version 12's back-fill; a bulk load
-#: that writes ``runs`` itself, as ``benchmarks.queries``).
-FILL_RUN_FLAGS = "UPDATE runs SET " + ", ".join(f"{flag} = {rule}" for flag, rule in RUN_FLAG_COLUMNS.items())
-
 _RUNS_FROM_TOTALS = """
 WITH t AS (SELECT * EXCLUDE (record), record.* FROM {totals})
 SELECT
@@ -214,8 +206,5 @@ FROM (
 
 
 def runs_from(totals: str) -> str:
-    """SELECT of the ``runs`` row of each ``run_totals`` row of the relation ``totals``, its flags
-    (``schema.RUN_FLAG_COLUMNS``) computed from the row's final values (an outer select: inside,
-    a name such as ``stop_reason`` is the record's, not the row's)."""
-    row = _RUNS_FROM_TOTALS.format(totals=totals, attribution=_RUN_ATTRIBUTION, peaks=_RUN_PEAKS)
-    return f"SELECT *, {_RUN_FLAGS} FROM ({row})"
+    """SELECT of the ``runs`` row of each ``run_totals`` row of the relation ``totals``."""
+    return _RUNS_FROM_TOTALS.format(totals=totals, attribution=_RUN_ATTRIBUTION, peaks=_RUN_PEAKS)

@@ -42,10 +42,6 @@ naive ``TIMESTAMP`` values in UTC):
   ``budgetlens.tool_call`` events; NULL when none), so the what-if finds the runs a budget may stop from ``runs`` alone, without joining
   ``run_totals``. Written with the rest of the row (``budgetlens.store.run_totals.runs_from``);
   schema version 11 adds and back-fills them. Not part of ``RUN_COLUMNS`` (the exported run).
-- The run's flags on ``runs`` (issue 25, ``RUN_FLAG_COLUMNS``): ``budget_stop``, ``budgeted`` and
-  ``cost_known``, booleans derived from the row's stop reason, limits, cost and usage status, so
-  the pages count them instead of evaluating their rules per run; written with the rest of the
-  row (``runs_from``), schema version 12 adds and back-fills them.
 - ``schema_migrations``: the versions applied, in order (the migrations: ``budgetlens.store.migrations``).
 """
 
@@ -200,24 +196,6 @@ RUN_PEAK_COLUMNS: dict[str, str] = {
     "calls_output_tokens": "c_output_tokens",
     "calls_unknown_usage": "c_unknown_usage_calls",
     "tool_events": "e_tool_calls",
-}
-
-_ANY_LIMIT = " OR ".join(f"{c} IS NOT NULL" for c in LIMIT_COLUMNS)
-#: The per-run flags the pages count (issue 25), each the SQL of its value over the row's other
-#: ``runs`` columns: the one definition, written with the rest of the row
-#: (``budgetlens.store.run_totals.runs_from``) and read by ``budgetlens.analysis.queries``, so a
-#: page counts a stored boolean instead of evaluating the rule on every run it reads. The values
-#: keep the rules' NULLs (a run without a stop reason has no ``budget_stop``), so a read of the
-#: column equals a read of its rule. Not part of ``RUN_COLUMNS`` (the exported run).
-RUN_FLAG_COLUMNS: dict[str, str] = {
-    # a budget stopped the run (stop reasons from budgetlens.semconv: budget stops start 'budget_')
-    "budget_stop": "starts_with(stop_reason, 'budget_')",
-    # the run ran under a budget: a limit is set, or a budget stopped it (an imported run stopped
-    # at the source's own limit, whose value the source does not record)
-    "budgeted": f"({_ANY_LIMIT} OR starts_with(stop_reason, 'budget_'))",
-    # its cost is fully known: priced, no unpriced call, usage reported (cost_usd of any other
-    # run is the sum of its priced calls, a lower bound)
-    "cost_known": "(cost_usd IS NOT NULL AND coalesce(unpriced_calls, 0) = 0 AND usage_status = 'reported')",
 }
 
 #: Columns of ``run_totals`` (see the module docstring); ``record`` holds a run_records row.

@@ -16,14 +16,7 @@ from __future__ import annotations
 
 from budgetlens.attribution import ATTRIBUTION_COLUMNS
 from budgetlens.store.run_totals import RECORD_VALUES, merged_totals_sets, runs_from, totals_from
-from budgetlens.store.schema import (
-    LIMIT_COLUMNS,
-    RUN_COLUMNS,
-    RUN_FLAG_COLUMNS,
-    RUN_PEAK_COLUMNS,
-    TOKEN_COLUMNS,
-    WITH_RUN_KEY,
-)
+from budgetlens.store.schema import LIMIT_COLUMNS, RUN_COLUMNS, RUN_PEAK_COLUMNS, TOKEN_COLUMNS, WITH_RUN_KEY
 
 CREATE_MIGRATIONS_TABLE = """
 CREATE TABLE IF NOT EXISTS schema_migrations (
@@ -144,7 +137,7 @@ METRIC_RUN_COLUMNS: tuple[str, ...] = (
 
 
 def _upsert_runs() -> str:
-    updated = [c for c in (*RUN_COLUMNS, *RUN_PEAK_COLUMNS, *RUN_FLAG_COLUMNS) if c != "run_id"]
+    updated = [c for c in (*RUN_COLUMNS, *RUN_PEAK_COLUMNS) if c != "run_id"]
     assignments = ", ".join(f"{c} = excluded.{c}" for c in updated)
     return (
         "INSERT INTO runs BY NAME "
