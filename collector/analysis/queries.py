@@ -50,9 +50,9 @@ FILTERED_INLINE = FILTERED.replace("filtered AS (", "filtered AS NOT MATERIALIZE
 #: of a daily chart (ICU per row), so runs are first counted per 15-minute UTC bucket and only
 #: the buckets are converted: every current IANA zone's offset is a multiple of 15 minutes, so
 #: a 15-minute UTC bucket lies inside one local hour and one local day (exact, not an estimate).
-_BUCKET = "time_bucket(INTERVAL 15 minutes, start_utc)"
-_LOCAL_BUCKET = "timezone($tz, timezone('UTC', bucket))"
-_LOCAL_DAY = f"CAST(date_trunc('day', {_LOCAL_BUCKET}) AS DATE)"
+BUCKET = "time_bucket(INTERVAL 15 minutes, start_utc)"
+LOCAL_BUCKET = "timezone($tz, timezone('UTC', bucket))"
+_LOCAL_DAY = f"CAST(date_trunc('day', {LOCAL_BUCKET}) AS DATE)"
 
 
 def count_where(condition: str) -> str:
@@ -330,7 +330,7 @@ ORDER BY task_type
 _HIT_RATE_BY_PERIOD = f"""
 WITH {FILTERED},
 b AS (
-    SELECT {_BUCKET} AS bucket, task_type,
+    SELECT {BUCKET} AS bucket, task_type,
            count(stop_reason) AS finished,
            {count_where(_IS_BUDGETED_FINISHED)} AS budgeted,
            {count_where(IS_BUDGET_STOP)} AS stops,
@@ -355,7 +355,7 @@ ORDER BY day, task_type
 """
 HIT_RATE_DAILY = _HIT_RATE_BY_PERIOD.replace("{period}", _LOCAL_DAY)
 #: As ``HIT_RATE_DAILY`` per local hour: ``day`` is the hour's start (naive local timestamp).
-HIT_RATE_HOURLY = _HIT_RATE_BY_PERIOD.replace("{period}", f"date_trunc('hour', {_LOCAL_BUCKET})")
+HIT_RATE_HOURLY = _HIT_RATE_BY_PERIOD.replace("{period}", f"date_trunc('hour', {LOCAL_BUCKET})")
 
 STOP_REASONS = f"""
 WITH {FILTERED}
@@ -370,7 +370,7 @@ ORDER BY task_type, runs DESC, stop_reason
 #: unpriced) summed per local period.
 _PERIOD_TOTALS = f"""
 SELECT
-    date_trunc($period, {_LOCAL_BUCKET}) AS period_start,
+    date_trunc($period, {LOCAL_BUCKET}) AS period_start,
     key,
     sum(cost_usd) AS cost_usd,
     CAST(sum(runs) AS BIGINT) AS runs,
@@ -385,7 +385,7 @@ COST_BY_PERIOD_TASK = f"""
 WITH {FILTERED},
 {SPEND},
 b AS (
-    SELECT {_BUCKET} AS bucket, task_type AS key, sum(own_cost_usd) AS cost_usd, count(*) AS runs,
+    SELECT {BUCKET} AS bucket, task_type AS key, sum(own_cost_usd) AS cost_usd, count(*) AS runs,
            sum(unpriced_calls) AS unpriced
     FROM spend GROUP BY ALL
 )
@@ -411,7 +411,7 @@ single AS (
 multi AS ({multi}),
 per_run AS (SELECT * FROM single UNION ALL SELECT * FROM multi),
 b AS (
-    SELECT {_BUCKET} AS bucket, key, sum(cost_usd) AS cost_usd, count(*) AS runs,
+    SELECT {BUCKET} AS bucket, key, sum(cost_usd) AS cost_usd, count(*) AS runs,
            sum(unpriced) AS unpriced
     FROM per_run GROUP BY ALL
 )

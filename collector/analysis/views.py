@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
+from budgetlens.analysis import local_periods
 from budgetlens.analysis import queries as q
 from budgetlens.analysis.filters import (  # noqa: F401  (re-exported)
     DEFAULT_WINDOW_DAYS,
@@ -323,7 +324,10 @@ def hit_rate_daily(conn, f: Filters, period: str = "day") -> pd.DataFrame:
     another period."""
     if period not in ("day", "hour"):
         raise ValueError(f"period must be 'day' or 'hour', got {period!r}")
-    frame = run_query(conn, q.HIT_RATE_HOURLY if period == "hour" else q.HIT_RATE_DAILY, f.params())
+    statement, bucket = local_periods.for_window(
+        conn, q.HIT_RATE_HOURLY if period == "hour" else q.HIT_RATE_DAILY, f, period
+    )
+    frame = run_query(conn, statement, {**f.params(), **bucket})
     stamps = pd.to_datetime(frame["day"])
     frame["day"] = stamps if period == "hour" else stamps.dt.date  # DuckDB DATE -> datetime.date
     return frame[["day", *HIT_RATE_COLUMNS]]
@@ -347,7 +351,8 @@ def cost_by_period(conn, f: Filters, period: str = "day", by: str = "model") -> 
     from budgetlens.analysis import rollup_queries
 
     statement = rollup_queries.COST_BY_PERIOD_MODEL if by == "model" else q.COST_BY_PERIOD_TASK
-    return run_query(conn, for_store(conn, statement), {**f.params(), "period": period})
+    statement, bucket = local_periods.for_window(conn, for_store(conn, statement), f, period)
+    return run_query(conn, statement, {**f.params(), "period": period, **bucket})
 
 
 def cost_per_run(conn, f: Filters, per_decade: int = 4) -> pd.DataFrame:
