@@ -350,7 +350,6 @@ def refresh_control() -> None:
 def main() -> None:
     # A local file: the favicon never comes from an outside host (the dashboard works offline).
     st.set_page_config(page_title="budgetlens", page_icon=str(FAVICON), layout="wide")
-    st.html(chrome.COMPACT_CSS)
     data.begin_run()
     try:
         _page_run()
@@ -391,7 +390,8 @@ def _page_run() -> None:
     if controls_held and not completed:  # no rerun follows a page that did not finish
         with contextlib.suppress(data.DataUnavailable):  # shown above already
             sidebar_filters()
-    if not (controls_held and completed):
+    if not (controls_held and completed):  # a first run's come after its numbers (_paint)
+        st.html(chrome.COMPACT_CSS)  # style only: Streamlit puts it out of the page's flow
         refresh_control()
     _paint.finish(completed)
 

@@ -131,3 +131,14 @@ def test_the_filters_read_without_the_sidebar_widgets_equal_the_widgets(sidebar_
     held, drawn = at.session_state["pair"]
     assert held == drawn
     assert len(at.sidebar.selectbox) == 2 and len(at.sidebar.multiselect) == 6  # drawn once, by the second
+
+
+@pytest.mark.system  # reason: a Streamlit AppTest of the app on a store
+def test_a_first_visit_ends_with_the_compact_css_drawn_once(sidebar_store, monkeypatch):
+    from budgetlens.dashboard import chrome
+
+    monkeypatch.setenv(ENV_DB, str(sidebar_store))
+    at = AppTest.from_file(str(APP), default_timeout=60).run()  # the first run, then its rerun
+    assert not at.exception, [e.value for e in at.exception]
+    styles = [element for element in at.get("html") if chrome.COMPACT_CSS in element.proto.body]
+    assert len(styles) == 1
