@@ -182,3 +182,20 @@ def model_name_problem(name: str) -> str | None:
 
 
 _CONTROL_CHARACTER = re.compile("[\x00-\x1f\x7f]")
+
+#: Longest run id (``budgetlens.run_id``, characters); it is the store's primary key.
+MAX_RUN_ID_CHARS = 256
+
+
+def run_id_problem(value: object) -> str | None:
+    """What is wrong with a run id (None: nothing), as a rule to name after the field: a
+    string of 1-:data:`MAX_RUN_ID_CHARS` characters, not only whitespace, without control
+    characters. The guard refuses such an id at construction and the collector rejects the span
+    that carries it, so nothing the guard accepts is refused by the collector."""
+    if type(value) is not str or not value or len(value) > MAX_RUN_ID_CHARS:
+        return f"a non-empty string of at most {MAX_RUN_ID_CHARS} characters"
+    if value.isspace():
+        return "a string with at least one character that is not whitespace"
+    if _CONTROL_CHARACTER.search(value):
+        return "a string without control characters (NUL, newline, ...)"
+    return None

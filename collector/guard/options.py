@@ -30,6 +30,7 @@ from budgetlens.limits import (
     check_tokens,
     model_name_problem,
     resolve_limits,
+    run_id_problem,
 )
 
 if TYPE_CHECKING:
@@ -251,6 +252,9 @@ class RunOptions:
             unknown_usage_residual_tokens=given["unknown_usage_residual_tokens"],
             model_chain=model_chain,
         )
+        run_id = given["run_id"]
+        if run_id is not None and (problem := run_id_problem(run_id)):
+            raise ValueError(f"run_id must be {problem} or None, got {str(run_id)[:40]!r}")
         callbacks = as_callbacks(on_event)
         alerts = check_alert_limits(alert_limits)
         pool, retry_policy = given["pool"], given["retry_policy"]

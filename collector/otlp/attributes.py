@@ -20,8 +20,6 @@ from budgetlens.limits import MAX_COUNT as MAX_INT32
 # MAX_TOKENS (token counts, token limits / reserved / used / remaining), MAX_INT32 (turns, tool
 # calls and their limits) and MAX_AMOUNT (cost, duration, percent) are the shared contract's
 # bounds (budgetlens.limits), the same the guard, the preset file and the importers check.
-#: Longest ``budgetlens.run_id`` (characters); it is a primary key.
-MAX_ID_CHARS = 256
 
 #: (row field, attribute names in precedence order).
 TOKEN_SOURCES = (

@@ -28,7 +28,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
 from budgetlens.otlp import json_reasons, wire_split
-from budgetlens.otlp.attributes import MAX_ID_CHARS as _MAX_RUN_ID_CHARS
+from budgetlens.otlp.rejected import named_run
 
 PROTOBUF = "application/x-protobuf"
 JSON = "application/json"
@@ -208,7 +208,7 @@ def _json_mark(span) -> tuple[str, str, str | None] | None:
             continue
         value = attribute.get("value")
         named = value.get("stringValue") if isinstance(value, dict) else None
-        run = named if isinstance(named, str) and 0 < len(named) <= _MAX_RUN_ID_CHARS else None
+        run = named_run(named)
     return trace.lower(), parent.lower() if isinstance(parent, str) and ok_parent else "", run
 
 

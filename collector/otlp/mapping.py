@@ -63,9 +63,9 @@ from collections.abc import Iterable
 from typing import Any
 
 from budgetlens import semconv as sc
+from budgetlens.limits import run_id_problem
 from budgetlens.otlp.attributes import (
     ALLOWED_ATTRIBUTES,
-    MAX_ID_CHARS,
     USAGE_KEYS,
     SpanRejected,
     first_text,
@@ -207,13 +207,8 @@ class _Mapper:
         op = get(sc.GEN_AI_OPERATION_NAME)
         kind = get(sc.OPENINFERENCE_SPAN_KIND)
         budget_run = get(sc.BUDGET_RUN_ID)
-        if budget_run is not None and (
-            type(budget_run) is not str or not budget_run or len(budget_run) > MAX_ID_CHARS
-        ):
-            raise SpanRejected(
-                f"attribute {sc.BUDGET_RUN_ID} must be a non-empty string of at "
-                f"most {MAX_ID_CHARS} characters"
-            )
+        if budget_run is not None and (problem := run_id_problem(budget_run)):
+            raise SpanRejected(f"attribute {sc.BUDGET_RUN_ID} must be {problem}")
         run_id = budget_run or trace_hex
         agent = get(sc.GEN_AI_AGENT_NAME)
         if agent is not None and not is_text(agent):

@@ -25,7 +25,8 @@ from collections.abc import Iterable
 from typing import Any
 
 from budgetlens import semconv as sc
-from budgetlens.otlp.attributes import MAX_ID_CHARS, USAGE_KEYS
+from budgetlens.limits import run_id_problem
+from budgetlens.otlp.attributes import USAGE_KEYS
 from budgetlens.otlp.rows import CALL_KEYS, ROOT_RECORD_KEYS, Mapped, Row
 from budgetlens.otlp.span_rows import SpanContext, is_text
 from budgetlens.otlp.tree import SpanTree
@@ -105,9 +106,9 @@ Mark = tuple[str, str, str | None]
 
 
 def named_run(value: Any) -> str | None:
-    """``value`` when it is a valid ``budgetlens.run_id`` (a non-empty string of at most
-    ``MAX_ID_CHARS``), else None."""
-    return value if isinstance(value, str) and 0 < len(value) <= MAX_ID_CHARS else None
+    """``value`` when it is a valid ``budgetlens.run_id`` (:func:`budgetlens.limits.run_id_problem`
+    finds nothing wrong), else None."""
+    return value if run_id_problem(value) is None else None
 
 
 def mark_of(span: Any) -> Mark | None:
