@@ -14,7 +14,9 @@ a *lower bound*, the largest recorded value (``Percentile.lower_bound``), shown 
 never as a number that looks exact. The same holds when the CDF reaches the probability only
 where fewer than ``MIN_AT_RISK`` (10) runs are left at risk (recorded at or above the value): a
 handful of completed runs past every censoring point would otherwise carry the censored runs'
-whole weight; the lower bound is then the largest value that at least 10 runs reached.
+whole weight; the lower bound is then the largest value that at least 10 runs reached, or the
+plain percentile of the recorded values when that is larger (a stopped run's real size is at least
+what it recorded), so a censoring-aware preset is never below the plain one.
 
 A task type's censoring is *material* when more than ``MATERIAL_CENSORED_SHARE`` (5 %) of its
 runs in the window were stopped by a budget; its preset then rests on the Kaplan–Meier P95.
@@ -100,8 +102,9 @@ def km_percentile(values, censored, probability: float) -> Percentile:
 
     Returns the smallest value whose estimated CDF is >= ``probability`` (0 < p < 1), or a lower
     bound when the estimate never reaches it, or (with censoring) reaches it where fewer than
-    ``MIN_AT_RISK`` runs are at risk: the largest value at least that many runs reached (every
-    value censored: the largest). NaN values are left out; no
+    ``MIN_AT_RISK`` runs are at risk: the largest value at least that many runs reached, or the
+    plain percentile of the recorded values when that is larger (every value censored: the
+    largest), so a lower bound is never below the plain percentile. NaN values are left out; no
     value gives ``Percentile(None)``. Raises ValueError for a probability outside (0, 1) or
     arrays of different lengths. The estimate is numpy's (one sort; the same curve as
     ``scipy.stats.ecdf`` on ``scipy.stats.CensoredData``, which the tests compare it with).
@@ -146,8 +149,10 @@ def km_percentiles_sorted(ordered, censored, probabilities) -> list[Percentile]:
         reached = np.flatnonzero(cdf >= probability - 1e-12)
         if reached.size and (not any_censored or at_risk[reached[0]] >= MIN_AT_RISK):
             out.append(Percentile(float(quantiles[reached[0]])))
-        else:
-            out.append(Percentile(bound, lower_bound=True))
+        else:  # the recorded values' own percentile is a lower bound too (a stopped run's real
+            # size is at least what it recorded): never below the plain percentile
+            plain = float(np.quantile(x, probability))
+            out.append(Percentile(max(bound, plain), lower_bound=True))
     return out
 
 
