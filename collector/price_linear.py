@@ -11,17 +11,18 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import time
 from decimal import Decimal
 from typing import Any
 
 from budgetlens.price_file import configured_file
 from budgetlens.price_rates import Rates, derive_rates
-from budgetlens.price_resolve import resolve_genai, resolve_now
+from budgetlens.price_resolve import resolve_genai, resolve_now, today
 from budgetlens.usage import Usage
 
 log = logging.getLogger(__name__)
 
-__all__ = ["PRICE_ERRORS", "UNSET", "genai_calc", "linear_cost", "rates", "remember"]
+__all__ = ["PRICE_ERRORS", "UNSET", "genai_calc", "linear_cost", "now_rates", "rates", "remember"]
 
 #: What genai-prices or a user price file can raise while a call is priced (all mean: unpriced).
 PRICE_ERRORS = (OSError, ValueError, ArithmeticError, LookupError, TypeError)
@@ -29,6 +30,10 @@ PRICE_ERRORS = (OSError, ValueError, ArithmeticError, LookupError, TypeError)
 UNSET: Any = object()
 #: Rates of each resolved price, by its key (None: tiered or not linear: priced call by call).
 rates: dict[tuple[Any, ...], Rates | None] = {}
+#: (model, provider, tier) -> (end of the UTC day in epoch seconds, the rates of the price in
+#: force today): what :func:`budgetlens.price_resolve.resolve_now` keeps for the day
+#: (``price_resolve.today``) with its rates, read by :func:`linear_cost` in one lookup.
+now_rates: dict[tuple[Any, ...], tuple[float, Rates]] = {}
 
 
 def genai_calc(
@@ -64,11 +69,27 @@ def linear_cost(
         if configured_file(prices_file):
             return None
         if at is None:
-            resolved = resolve_now(model, provider, usage.service_tier)
+            memo = (model, provider, usage.service_tier)
+            kept = now_rates.get(memo)
+            found = kept[1] if kept is not None and time.time() < kept[0] else _rates_now(memo)
         else:
             resolved = resolve_genai(model, provider, usage.service_tier, at)
-        found = None if resolved is None else rates.get(resolved[2])
+            found = None if resolved is None else rates.get(resolved[2])
         priced = None if found is None else found.cost(usage)
     except PRICE_ERRORS:
         return None
     return priced[0] if priced is not None and not priced[1] else None
+
+
+def _rates_now(memo: tuple[Any, ...]) -> Rates | None:
+    """The rates of the price in force now for ``memo`` (model, provider, tier), by
+    :func:`budgetlens.price_resolve.resolve_now`; kept in :data:`now_rates` until the end of
+    the UTC day when ``resolve_now`` keeps its answer that long (a date-only price)."""
+    resolved = resolve_now(*memo)
+    found = None if resolved is None else rates.get(resolved[2])
+    day = today.get(memo)
+    if found is not None and day is not None and day[1] is resolved:
+        if len(now_rates) > 4096:
+            now_rates.clear()
+        now_rates[memo] = (day[0], found)
+    return found

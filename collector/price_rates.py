@@ -80,13 +80,40 @@ class Rates:
     priced_keys: tuple[str, ...]
     model_price: Any
     _plans: dict[tuple[str, ...], _Plan] = field(default_factory=dict)
+    _text: tuple[Any, ...] | None = None  # the text plan (see _text_plan); () when there is none
 
     def cost(self, usage: Usage) -> tuple[float, tuple[str, ...]] | None:
         """(USD of ``usage`` as float, the parts left unpriced) by rates x counts, or None when the
         call must be priced call by call to match genai-prices (see the module docstring). The sum
         is exact, so the float is the ``Decimal`` sum's: in whole ``1 / scale`` USD (Python ints,
         divided once, correctly rounded) when the plan has them, else in ``Decimal``."""
-        values = _COUNTS(usage)
+        text = self._text
+        if text is None:
+            text = self._text = self._text_plan()
+        if text and not (
+            usage.cache_write_1h_tokens
+            or usage.input_audio_tokens
+            or usage.input_image_tokens
+            or usage.input_video_tokens
+            or usage.cache_read_audio_tokens
+            or usage.output_audio_tokens
+            or usage.output_image_tokens
+            or usage.web_search_requests
+            or usage.code_executions
+        ):  # text tokens only (every field of _PART_FIELDS is 0): the common call, one sum
+            fee, scale, inp, out, cache_read, cache_write = text
+            return (
+                fee
+                + inp * usage.input_tokens
+                + out * usage.output_tokens
+                + cache_read * usage.cache_read_tokens
+                + cache_write * usage.cache_write_tokens
+            ) / scale, ()
+        return self.plan_cost(usage, _COUNTS(usage))
+
+    def plan_cost(self, usage: Usage, values: tuple[int, ...]) -> tuple[float, tuple[str, ...]] | None:
+        """:meth:`cost` by the plan of the usage's shape (``values``: its :data:`_COUNTS`): the
+        reference of the text plan's figure (the tests compare the two), and every other usage's."""
         shape = tuple(compress(_FIELDS, values))
         plan = self._plans.get(shape)
         if plan is None:
@@ -107,6 +134,32 @@ class Rates:
         for decimal_rate, value in zip(plan.rates, counts):  # in _FIELDS order, as genai-prices adds
             total += decimal_rate * value
         return float(total), unpriced
+
+    def _text_plan(self) -> tuple[Any, ...]:
+        """How :meth:`cost` prices a usage that reports text tokens only (every field of
+        :data:`_PART_FIELDS` 0), whatever its shape among them: (fee, scale, the rates of the
+        :data:`_TEXT_FIELDS`), as whole numbers of ``1 / scale`` USD; () when a text shape a Usage
+        can have is one genai-prices refuses, a signed leaf could go below 0 for one, or the whole
+        numbers of the text fields could pass the ``Decimal`` precision (then each shape takes its
+        own plan). Otherwise any text shape's own plan is accepted, has no leaf below 0 and has
+        whole numbers at a scale that divides this one (a subset of these rates), so both give
+        the same exact sum and the same float."""
+        shapes = [
+            tuple(name for i, name in enumerate(_TEXT_FIELDS) if mask >> i & 1)
+            for mask in range(1 << len(_TEXT_FIELDS))
+        ]
+        # A Usage reports a cache read or write only with its input (they are parts of it).
+        possible = [s for s in shapes if "input_tokens" in s or not _INPUT_PARTS.intersection(s)]
+        if not all(_shape_accepted(shape, self.priced_keys) for shape in possible):
+            return ()
+        if not all(
+            _never_negative(tuple(dict(leaf).get(name, 0) for name in _TEXT_FIELDS)) for leaf in self.leaves
+        ):
+            return ()
+        scaled = _scaled(self.fee, tuple(self.rates[name] for name in _TEXT_FIELDS))
+        if scaled is None:
+            return ()
+        return (scaled[0], scaled[1], *scaled[2])
 
     def _plan(self, shape: tuple[str, ...]) -> _Plan:
         position = {name: i for i, name in enumerate(shape)}
@@ -144,7 +197,25 @@ def _scaled(fee: Decimal, rates: tuple[Decimal, ...]) -> tuple[int, int, tuple[i
 
 #: The counts of a Usage in ``_FIELDS`` order (one C call).
 _COUNTS = attrgetter(*_FIELDS)
-_TEXT_TOKENS = frozenset(("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens"))
+#: The text token fields (they lead ``_FIELDS``) and the billing parts and tool counts after them
+#: (:meth:`Rates.cost` reads each of these by name: a usage with all of them 0 is priced by the
+#: text plan).
+_TEXT_FIELDS = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens")
+_TEXT_TOKENS = frozenset(_TEXT_FIELDS)
+_PART_FIELDS = _FIELDS[len(_TEXT_FIELDS) :]
+if _FIELDS[: len(_TEXT_FIELDS)] != _TEXT_FIELDS:
+    raise ImportError("budgetlens.price_rates: _FIELDS must lead with the text token fields")
+_INPUT_PARTS = frozenset(("cache_read_tokens", "cache_write_tokens"))
+
+
+def _never_negative(form: tuple[int, ...]) -> bool:
+    """Whether a linear form over the text fields (input, output, cache read, cache write) is
+    >= 0 for every Usage reporting text tokens only: those usages are the sums, with counts >= 0,
+    of an uncached input token, an output token, and a cache read or a cache write with its
+    input token (cache reads and writes are parts of the input), so the form is >= 0 on all of
+    them iff it is >= 0 on each of these four."""
+    inp, out, cache_read, cache_write = form
+    return inp >= 0 and out >= 0 and inp + cache_read >= 0 and inp + cache_write >= 0
 
 
 def _shape_accepted(shape: tuple[str, ...], priced_keys: tuple[str, ...]) -> bool:

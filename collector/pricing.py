@@ -59,6 +59,7 @@ from budgetlens.price_linear import PRICE_ERRORS as _PRICE_ERRORS
 from budgetlens.price_linear import UNSET as _UNSET
 from budgetlens.price_linear import genai_calc as _genai_calc
 from budgetlens.price_linear import linear_cost as _linear_cost
+from budgetlens.price_linear import now_rates as _now_rates
 from budgetlens.price_linear import rates as _rates
 from budgetlens.price_linear import remember as _remember
 from budgetlens.price_names import clear_names, warn_unpriced
@@ -374,6 +375,7 @@ def clear_price_cache() -> None:
     clear_names()
     user_table.cache_clear()
     _rates.clear()
+    _now_rates.clear()
     _by_day.clear()
     _today.clear()
     _warned_partly.clear()

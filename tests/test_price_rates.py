@@ -185,7 +185,7 @@ def test_the_whole_number_sum_is_the_decimal_sum_exactly_on_random_usages():
                 if got is None:
                     continue
                 values = _COUNTS(usage)
-                plan = rates._plans[tuple(compress(_FIELDS, values))]
+                plan = rates._plan(tuple(compress(_FIELDS, values)))  # the shape's own plan
                 total = rates.fee
                 for rate, count in zip(plan.rates, compress(values, values), strict=True):
                     total += rate * count
@@ -204,3 +204,51 @@ def test_a_price_that_starts_on_a_date_is_resolved_once_a_day_and_applies_from_t
     assert before.cost_usd != after.cost_usd  # the price changed on 2026-08-21
     assert again == before
     assert len(pricing._by_day) == 2  # one resolution per UTC day, not per call
+
+
+def _text_usage(rng: random.Random, part: str | None = None) -> Usage:
+    """A random usage of text tokens (any shape a Usage can have among them), with ``part`` (a
+    billing part or tool count) set too when given."""
+    inp = rng.randrange(0, 10 ** rng.randrange(0, 13)) if rng.random() < 0.9 else 0
+    cache_read = rng.randrange(0, inp + 1) if rng.random() < 0.6 else 0
+    cache_write = rng.randrange(0, inp - cache_read + 1) if rng.random() < 0.4 else 0
+    out = rng.randrange(0, 10 ** rng.randrange(0, 13)) if rng.random() < 0.9 else 0
+    extra: dict[str, int] = {}
+    if part == "cache_write_1h_tokens":
+        cache_write = max(cache_write, 1)
+        inp = max(inp, cache_read + cache_write)
+    if part in ("input_audio_tokens", "input_image_tokens", "input_video_tokens", "cache_read_audio_tokens"):
+        inp = max(inp, 1)
+        if part == "cache_read_audio_tokens":
+            extra["input_audio_tokens"] = 1
+            cache_read = max(cache_read, 1)
+            inp = max(inp, cache_read + cache_write + 1)
+    if part in ("output_audio_tokens", "output_image_tokens"):
+        out = max(out, 1)
+    if part is not None:
+        extra[part] = 1
+    reasoning = rng.randrange(0, out + 1) if rng.random() < 0.3 else 0
+    return Usage(inp, out, cache_read, cache_write, reasoning, **extra)
+
+
+def test_the_text_plan_equals_the_plan_of_each_shape_on_random_usages():
+    """Rates.cost prices a usage of text tokens only by one sum over the text fields (the text
+    plan); the figure is the one the plan of the usage's own shape gives, bit for bit, and a usage
+    with any billing part or tool count is priced by its shape's plan."""
+    from budgetlens.price_rates import _COUNTS, _PART_FIELDS
+
+    clear_price_cache()
+    rng = random.Random(2512)
+    compared = by_text = 0
+    for provider, info in rng.sample(_models(tiered=False), 40):
+        price_call(info.id, Usage(1, 1), provider.id, at=AT)
+        for key, rates in list(pricing._rates.items()):
+            if rates is None or key[1:3] != (provider.id, info.id):
+                continue
+            for part in (None, None, None, *_PART_FIELDS):
+                usage = _text_usage(rng, part)
+                got = rates.cost(usage)
+                assert got == rates.plan_cost(usage, _COUNTS(usage))
+                compared += 1
+            by_text += bool(rates._text)
+    assert compared > 400 and by_text > 30
