@@ -83,3 +83,19 @@ def test_the_cli_explains_bounds_and_alarms_on_the_sample(committed_sample_store
     _, err = capsys.readouterr()
     km_notes = [line for line in err.splitlines() if "Kaplan-Meier" in line]
     assert len(km_notes) <= 1  # one note names every task type on the censoring-aware P95
+
+
+@pytest.mark.system
+def test_daily_hit_rates_in_json_name_their_local_day_as_csv_does(committed_sample_store, capsys):
+    """Breaker round of 2026-12-03: ``hit-rate --daily --format json`` wrote ``"day"`` as epoch
+    milliseconds of the local day's midnight UTC (a day earlier read back west of UTC)."""
+    import json
+
+    db = str(committed_sample_store)
+    args = ["hit-rate", "--db", db, "--window-days", "0", "--daily", "--tz", "America/Los_Angeles"]
+    assert main([*args, "--format", "json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert main([*args, "--format", "csv"]) == 0
+    csv_days = [line.split(",")[0] for line in capsys.readouterr().out.splitlines()[1:]]
+    assert rows and [row["day"] for row in rows] == csv_days
+    assert all(len(day) == 10 and day[4] == "-" for day in csv_days)

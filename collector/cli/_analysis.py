@@ -261,7 +261,7 @@ def _whole(series) -> bool:
 
 
 def _for_machines(frame):
-    """A copy of ``frame`` for JSON/CSV: ISO-8601 "Z" times, token percentiles to 1 decimal,
+    """A copy of ``frame`` for JSON/CSV: ISO-8601 "Z" times, local days as "YYYY-MM-DD", token percentiles to 1 decimal,
     other floats to ``CSV_DIGITS`` significant digits (NaN stays missing)."""
     from budgetlens.analysis.presets import round_significant
 
@@ -276,7 +276,18 @@ def _for_machines(frame):
             out[column] = out[column].round(1)
         elif kind == "f":
             out[column] = out[column].map(lambda v: round_significant(v, CSV_DIGITS))
+        elif kind == "O" and _holds_dates(out[column]):  # a local day: "2026-11-19", as in CSV
+            out[column] = out[column].map(lambda v: None if _missing(v) else v.isoformat())
     return out
+
+
+def _holds_dates(column) -> bool:
+    """True when every value of an object ``column`` is a ``datetime.date`` (not a datetime) or
+    missing, and one is not: pandas' JSON writer would give such days as epoch milliseconds."""
+    import datetime as dt
+
+    values = [v for v in column if not _missing(v)]
+    return bool(values) and all(type(v) is dt.date for v in values)
 
 
 def _iso_z(value):
