@@ -283,3 +283,22 @@ def test_writer_and_reader_processes_share_one_file_without_errors(db_path, pyth
     assert len(seen) > 1, "the reader read while the writer was writing"
     with read_connection(db_path) as conn:
         assert conn.execute("SELECT count(*) FROM model_calls").fetchone()[0] == batches * per_batch
+
+
+@pytest.mark.parametrize("opener", ["read", "write"])
+def test_a_fifo_or_a_path_without_a_name_is_refused_at_once(tmp_path, opener):
+    """Breaker round of 2026-12-03: a FIFO as --db hung ``runs``, ``sample`` and ``collector``."""
+    import os
+
+    from budgetlens.store import read_connection as read
+    from budgetlens.store import write_connection as write
+
+    fifo = tmp_path / "store.duckdb"
+    os.mkfifo(fifo)
+    open_store = read if opener == "read" else write
+    with pytest.raises(StoreError, match="not a regular file"):
+        with open_store(fifo):
+            pass
+    with pytest.raises(StoreError, match="names no file"):
+        with open_store(tmp_path / ".."):
+            pass

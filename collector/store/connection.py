@@ -25,6 +25,7 @@ from __future__ import annotations
 import logging
 import os
 import random
+import stat
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -196,7 +197,7 @@ def write_connection(
         with _lake_connection(location, write=True) as conn:
             yield conn
         return
-    path = location
+    path = _checked_file(location)
     if path.parent and not path.parent.exists():
         path.parent.mkdir(parents=True, exist_ok=True)
     collector = running_collector(path)
@@ -208,6 +209,22 @@ def write_connection(
         yield conn
     finally:
         conn.close()
+
+
+def _checked_file(path: Path) -> Path:
+    """``path`` when it can name a store file: it has a name and is a regular file, a directory
+    (DuckDB refuses it with its own message) or nothing yet. Raises StoreError for an empty name
+    and for a FIFO, socket or device, which DuckDB would block on or misread (breaker round of
+    2026-12-03: a FIFO as --db hung every command)."""
+    if not path.name or path.name in (".", ".."):
+        raise StoreError(f"store path {str(path)!r} names no file: give a file such as budgetlens.duckdb")
+    try:
+        mode = path.stat().st_mode
+    except OSError:
+        return path  # missing (created on write, StoreMissing on read) or unreadable (DuckDB says)
+    if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+        raise StoreError(f"store {path} is not a regular file (a FIFO, socket or device): give a DuckDB file")
+    return path
 
 
 @contextmanager
@@ -229,7 +246,7 @@ def read_connection(
         with _lake_connection(location, write=False) as conn:
             yield conn
         return
-    path = location
+    path = _checked_file(location)
     from budgetlens.store.open_hosts import host_in_process
 
     host = host_in_process(path)
