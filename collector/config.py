@@ -192,8 +192,9 @@ def load_document(path: str | os.PathLike, what: str) -> object:
     ``what`` names the file in errors ("preset file", "price file"). The file is UTF-8 text; a
     leading byte-order mark is ignored. Raises ValueError naming the file for an extension other
     than .yaml, .yml, .toml or .json, a path that is not a regular file (a FIFO is refused, never
-    waited on), text that is not UTF-8, or a document that does not parse; FileNotFoundError when
-    the file is missing.
+    waited on), text that is not UTF-8, or a document that does not parse, including a mapping
+    that gives one key twice (YAML and JSON parsers would keep the last silently; TOML refuses it);
+    FileNotFoundError when the file is missing.
     """
     p = Path(path)
     suffix = p.suffix.lower()
@@ -205,16 +206,47 @@ def load_document(path: str | os.PathLike, what: str) -> object:
         raise ValueError(f"{p}: a {what} must be UTF-8 text: {error}") from error
     try:
         if suffix in (".yaml", ".yml"):
-            import yaml
-
-            return yaml.safe_load(text)
-        if suffix == ".toml":
+            return _yaml_without_duplicate_keys(text)
+        if suffix == ".toml":  # TOML itself refuses a key given twice
             import tomllib
 
             return tomllib.loads(text)
-        return json.loads(text)
+        return json.loads(text, object_pairs_hook=_json_object_without_duplicate_keys)
     except Exception as error:  # JSONDecodeError, TOMLDecodeError, yaml.YAMLError, ...
         raise ValueError(f"{p}: not a valid {what}: {error}") from error
+
+
+def _json_object_without_duplicate_keys(pairs: list[tuple[str, object]]) -> dict:
+    """A JSON object as a dict; ValueError naming a key given twice."""
+    out: dict = {}
+    for key, value in pairs:
+        if key in out:
+            raise ValueError(f"duplicate key {key!r} in one object (each key once)")
+        out[key] = value
+    return out
+
+
+def _yaml_without_duplicate_keys(text: str) -> object:
+    """``yaml.safe_load(text)`` that refuses a mapping giving one key twice (a ConstructorError
+    naming the key and its line); keys merged in with ``<<`` may still be overridden."""
+    import yaml
+
+    class UniqueKeyLoader(yaml.SafeLoader):
+        def construct_mapping(self, node, deep=False):
+            seen: set = set()
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    continue
+                key = self.construct_object(key_node, deep=True)
+                if key in seen:
+                    line = key_node.start_mark.line + 1
+                    raise yaml.constructor.ConstructorError(
+                        problem=f"duplicate key {key!r} at line {line} (each key once)"
+                    )
+                seen.add(key)
+            return super().construct_mapping(node, deep=deep)
+
+    return yaml.load(text, Loader=UniqueKeyLoader)
 
 
 #: The shared ledger of spend windows and token pools (``ledger=`` wins): empty or ``memory``
