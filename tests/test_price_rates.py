@@ -21,6 +21,16 @@ from budgetlens.usage import Usage
 AT = dt.datetime(2026, 6, 1, 12, 0, tzinfo=dt.UTC)
 
 
+def _sampled_rates(rng: random.Random, count: int):
+    """The Rates of ``count`` linear (untiered) genai-prices models picked by ``rng``, each price
+    the cache resolved for it (a model may have several: one per price version)."""
+    for provider, info in rng.sample(_models(tiered=False), count):
+        price_call(info.id, Usage(1, 1), provider.id, at=AT)
+        for key, rates in list(pricing._rates.items()):
+            if rates is not None and key[1:3] == (provider.id, info.id):
+                yield rates
+
+
 def _models(tiered: bool) -> list[tuple[object, object]]:
     """(provider, model info) pairs of genai-prices with one price (tiered or not)."""
     out = []
@@ -171,27 +181,23 @@ def test_the_whole_number_sum_is_the_decimal_sum_exactly_on_random_usages():
     clear_price_cache()
     rng = random.Random(2025)
     compared = scaled = 0
-    for provider, info in rng.sample(_models(tiered=False), 120):
-        price_call(info.id, Usage(1, 1), provider.id, at=AT)
-        for key, rates in list(pricing._rates.items()):
-            if rates is None or key[1:3] != (provider.id, info.id):
+    for rates in _sampled_rates(rng, 120):
+        for _ in range(10):
+            inp = rng.randrange(0, 10 ** rng.randrange(1, 13))
+            cache_read = rng.randrange(0, inp + 1)
+            out = rng.randrange(0, 10 ** rng.randrange(1, 13))
+            usage = Usage(inp, out, cache_read, rng.randrange(0, inp - cache_read + 1))
+            got = rates.cost(usage)
+            if got is None:
                 continue
-            for _ in range(10):
-                inp = rng.randrange(0, 10 ** rng.randrange(1, 13))
-                cache_read = rng.randrange(0, inp + 1)
-                out = rng.randrange(0, 10 ** rng.randrange(1, 13))
-                usage = Usage(inp, out, cache_read, rng.randrange(0, inp - cache_read + 1))
-                got = rates.cost(usage)
-                if got is None:
-                    continue
-                values = _COUNTS(usage)
-                plan = rates._plan(tuple(compress(_FIELDS, values)))  # the shape's own plan
-                total = rates.fee
-                for rate, count in zip(plan.rates, compress(values, values), strict=True):
-                    total += rate * count
-                assert got[0] == float(total)  # the same float, not approximately
-                compared += 1
-                scaled += plan.scaled is not None
+            values = _COUNTS(usage)
+            plan = rates._plan(tuple(compress(_FIELDS, values)))  # the shape's own plan
+            total = rates.fee
+            for rate, count in zip(plan.rates, compress(values, values), strict=True):
+                total += rate * count
+            assert got[0] == float(total)  # the same float, not approximately
+            compared += 1
+            scaled += plan.scaled is not None
     assert compared > 300 and scaled > 300
 
 
@@ -240,15 +246,11 @@ def test_the_text_plan_equals_the_plan_of_each_shape_on_random_usages():
     clear_price_cache()
     rng = random.Random(2512)
     compared = by_text = 0
-    for provider, info in rng.sample(_models(tiered=False), 40):
-        price_call(info.id, Usage(1, 1), provider.id, at=AT)
-        for key, rates in list(pricing._rates.items()):
-            if rates is None or key[1:3] != (provider.id, info.id):
-                continue
-            for part in (None, None, None, *_PART_FIELDS):
-                usage = _text_usage(rng, part)
-                got = rates.cost(usage)
-                assert got == rates.plan_cost(usage, _COUNTS(usage))
-                compared += 1
-            by_text += bool(rates._text)
+    for rates in _sampled_rates(rng, 40):
+        for part in (None, None, None, *_PART_FIELDS):
+            usage = _text_usage(rng, part)
+            got = rates.cost(usage)
+            assert got == rates.plan_cost(usage, _COUNTS(usage))
+            compared += 1
+        by_text += bool(rates._text)
     assert compared > 400 and by_text > 30
