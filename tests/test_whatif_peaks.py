@@ -357,3 +357,22 @@ def test_the_evidence_from_one_read_equals_the_plain_and_kaplan_meier_references
             else:
                 pd.testing.assert_frame_equal(ev.baselines, expected, check_exact=True)
             pd.testing.assert_frame_equal(ev.censoring, censored_baselines(conn, f), check_exact=True)
+
+
+def test_the_kept_runs_are_put_in_rowid_order_and_their_table_is_dropped(varied_store):
+    import pyarrow as pa
+
+    from budgetlens.analysis import peak_queries as pq
+
+    ui = np.array([2, 0, 1])
+    numbers, table = whatif_peaks._in_rowid_order(
+        {"ui": ui, "calls": np.array([30.0, 10.0, 20.0])}, pa.table({"run_id": ["c", "a", "b"]})
+    )
+    assert numbers["calls"].tolist() == [10.0, 20.0, 30.0] and "ui" not in numbers
+    assert table.column("run_id").to_pylist() == ["a", "b", "c"]
+    with read_connection(varied_store) as conn:
+        whatif_peaks.replay_many(conn, Filters(), _budgets())
+        kept = conn.execute(
+            "SELECT count(*) FROM duckdb_tables() WHERE table_name = $name", {"name": pq.UNDER_TABLE}
+        ).fetchone()[0]
+    assert kept == 0

@@ -19,13 +19,13 @@ from budgetlens.analysis.replay_queries import (
     UNDER_CTES,
     WALKED_RUNS,
 )
+from budgetlens.store.schema import RUN_KEY
 
 #: The filtered runs some budget of ``$b_*`` may stop (the ``under`` runs of ``REPLAY_RUNS``, once
 #: each, not once per budget), in no particular order: what the ``runs`` rollup says about them
 #: (calls, totals, stop reason, the limits they ran under) and ``walked`` (a candidate of
-#: ``REPLAY_RUNS``: its calls are read and replayed, by its integer key, which the caller computes
-#: for these runs only: ``schema.run_key``; ``tool_events``: its ``budgetlens.tool_call``
-#: events). One pass over the runs (their call peaks are on their ``runs`` rows: no join with ``run_totals``), whatever the number of
+#: ``REPLAY_RUNS``: its calls are read and replayed, by its integer key, ``WALK_CALLS`` from
+#: ``UNDER_TABLE``; ``tool_events``: its ``budgetlens.tool_call`` events). One pass over the runs (their call peaks are on their ``runs`` rows: no join with ``run_totals``), whatever the number of
 #: budgets; every run not listed completes under every budget.
 UNDER_RUNS = f"""
 WITH {FILTERED},
@@ -55,17 +55,30 @@ WHERE r.walked OR {MAY_STOP}
 SHORT_STREAM_ROWS = 16
 
 
-def _walk_calls(key: str, kind: str) -> str:
-    # ``key``/``kind``: run_key UBIGINT or run_id VARCHAR (constants of this module)
+#: ``UNDER_RUNS`` kept for the walk that follows (a temporary table of the read connection, in
+#: memory, as the full replay's ``REPLAY_TABLE``; through a collector's endpoint, in its session):
+#: the walk reads the walked runs' keys, starts and lengths from it, so nothing per run goes
+#: back to SQL as a parameter and no run id is hashed in Python. Its ``rowid`` is a run's
+#: position (``ui``) in the caller's arrays.
+UNDER_TABLE = "whatif_under"
+CREATE_UNDER_TABLE = f"CREATE OR REPLACE TEMP TABLE {UNDER_TABLE} AS {UNDER_RUNS}"
+#: The kept runs with their position ``ui`` (the caller orders by it: a scan's order is not relied on).
+READ_UNDER_TABLE = f"SELECT rowid AS ui, * FROM {UNDER_TABLE}"
+DROP_UNDER_TABLE = f"DROP TABLE IF EXISTS {UNDER_TABLE}"
+
+
+def _walk_calls(key: str) -> str:
+    # ``key``: run_key (UBIGINT, computed here from the run id) or run_id (constants of this module)
     stream = STREAM_CTES.replace("c.run_id", f"c.{key}").replace("e.run_id", f"e.{key}")
     stream = stream.replace("k.run_id", "k.run_key")
     stream = stream.split("),\ncum AS (")[0] + ")"
     stream_key = key.replace("run_id", "run_id AS run_key") if key == "run_id" else key
+    candidate_key = RUN_KEY if key == "run_key" else "run_id"
     return f"""
 WITH candidates AS (
-    SELECT unnest(CAST($walk_keys AS {kind}[])) AS run_key, unnest(CAST($walk_idx AS INTEGER[])) AS ui,
-           make_timestamp(unnest(CAST($walk_start_us AS BIGINT[]))) AS run_start,
-           unnest(CAST($walk_long AS BOOLEAN[])) AS long
+    SELECT {candidate_key} AS run_key, CAST(rowid AS INTEGER) AS ui, start_utc AS run_start,
+           $all_long OR coalesce(calls, 0) + coalesce(tool_events, 0) > {SHORT_STREAM_ROWS} AS long
+    FROM {UNDER_TABLE} WHERE walked
 ),
 {stream},
 tagged AS (
@@ -88,19 +101,19 @@ ORDER BY ui, ts, is_call, turn
 """
 
 
-#: The call-by-call stream of the walked runs ``$walk_keys`` (their ``run_key``s; ``$walk_idx``:
-#: their positions in the caller's list; ``$walk_start_us``: their starts, epoch microseconds;
-#: ``$walk_long``: whether a run has more than ``SHORT_STREAM_ROWS`` calls and tool-call
-#: events), their model calls and ``budgetlens.tool_call`` events in the replay's order
-#: (``REPLAY_RUNS``' ``cum``): ui, is_call (1 = a model call, 0 = a tool call), time_s (seconds
-#: since the run's start), tok, inp, outp, cost (a call's charge, as ``STREAM_CTES``; 0 for a
-#: tool call) and cost_before (USD of the run's calls before it, summed as the reference sums
-#: it; NULL for a short run, whose running USD the caller sums). The running counts and token
-#: sums are the caller's (integers: exact in any order). Reads the calls and events by integer
-#: key only; only the long runs' rows go through a window.
-WALK_CALLS = _walk_calls("run_key", "UBIGINT")
-#: ``WALK_CALLS`` by run id (``$walk_keys``: the run ids): for keys two run ids share.
-WALK_CALLS_BY_ID = _walk_calls("run_id", "VARCHAR")
+#: The call-by-call stream of the walked runs of ``UNDER_TABLE`` (``ui``: their ``rowid``s there),
+#: their model calls and ``budgetlens.tool_call`` events in the replay's order (``REPLAY_RUNS``'
+#: ``cum``): ui, is_call (1 = a model call, 0 = a tool call), time_s (seconds since the run's
+#: start), tok, inp, outp, cost (a call's charge, as ``STREAM_CTES``; 0 for a tool call) and
+#: cost_before (USD of the run's calls before it, summed as the reference sums it; NULL for a
+#: short run, one of at most ``SHORT_STREAM_ROWS`` calls and tool-call events by its counts,
+#: whose running USD the caller sums; ``$all_long``: every run through the window). The
+#: running counts and token sums are the caller's (integers: exact in any order). Reads the
+#: calls and events by integer key only (``schema.RUN_KEY`` of the walked runs' ids); only the
+#: long runs' rows go through a window.
+WALK_CALLS = _walk_calls("run_key")
+#: ``WALK_CALLS`` by run id: for keys two run ids share.
+WALK_CALLS_BY_ID = _walk_calls("run_id")
 
 #: Per task type of the filtered runs: runs, runs_without_calls, spent_tokens, spent_cost_usd
 #: (the replay summary's budget-independent columns), NULL task type last.

@@ -72,6 +72,18 @@ def _limit_table(budget: Budget, task_types: list) -> np.ndarray:
 _KEY_COLUMN = {key: i for i, key in enumerate(LIMIT_KEYS)}
 
 
+def _in_rowid_order(
+    numbers: dict[str, np.ndarray], table: pa.Table
+) -> tuple[dict[str, np.ndarray], pa.Table]:
+    """``fetch``'s arrays and table of ``READ_UNDER_TABLE`` in ``ui`` (rowid) order, the positions
+    the walk's rows name (a scan's order is not relied on)."""
+    ui = numbers.pop("ui")
+    if np.array_equal(ui, np.arange(ui.size)):
+        return numbers, table
+    order = np.argsort(ui, kind="stable")
+    return {name: values[order] for name, values in numbers.items()}, table.take(pa.array(order))
+
+
 class Replays:
     """The walk of the runs that ``budgets`` may stop (``prepare``), from which any budget whose
     limits are among theirs (per task type and key, or none) is replayed without reading again."""
@@ -80,8 +92,15 @@ class Replays:
         self.task_types = task_types
         self.budgets = list(budgets)
         params = {**f.params(), **budget_params(self.budgets, task_types)}
-        self.under, self.rows = fetch(conn, pq.UNDER_RUNS, params)
         self.totals = conn.execute(pq.TASK_TOTALS, used_params(pq.TASK_TOTALS, params)).df()
+        conn.execute(pq.CREATE_UNDER_TABLE, used_params(pq.CREATE_UNDER_TABLE, params))
+        try:
+            self.under, self.rows = _in_rowid_order(*fetch(conn, pq.READ_UNDER_TABLE, {}))
+            self._prepare(conn, task_types)
+        finally:
+            conn.execute(pq.DROP_UNDER_TABLE)
+
+    def _prepare(self, conn, task_types: list) -> None:
         task_index = pc.index_in(
             self.rows.column("task_type"), value_set=pa.array(task_types), skip_nulls=False
         )
@@ -116,7 +135,7 @@ class Replays:
                 values = tables[:, t, j]
                 if (~np.isnan(values)).any():
                     self.limits[(t, key)] = np.unique(values[~np.isnan(values)])
-        self.walk = Walk(conn, self.under, self.rows, self.task_index, self.limits)
+        self.walk = Walk(conn, self.under, self.task_index, self.limits)
         # budget-independent parts of every verdict
         self.has_calls = ~self.no_calls
         self.tool_count = self.under["run_tool_calls"]

@@ -21,7 +21,6 @@ import pyarrow as pa
 
 from budgetlens.analysis import peak_queries as pq
 from budgetlens.analysis.filters import used_params
-from budgetlens.store.schema import run_key
 
 __all__ = ["CHECKS", "NEVER", "Walk", "fetch"]
 
@@ -98,16 +97,16 @@ class _Thresholds:
 
 
 class Walk:
-    """The walked runs (``under`` rows with ``walked``; ``rows``: the same rows' text in Arrow)
-    and their calls: ``calls`` (per call in the replay's order: ui, k, time_s, tools_before,
+    """The walked runs (``under`` rows with ``walked``: ``peak_queries.UNDER_TABLE``'s rows, in its
+    ``rowid`` order, which the walk reads) and their calls: ``calls`` (per call in the replay's order: ui, k, time_s, tools_before,
     cum_tok, cum_in, cum_out, cost_before, tok, cost), per walked run ``n_rows``, ``row_start``,
     ``spent_tok``, ``spent_cost``; thresholds for the ``limits`` ({(task index, key): distinct
     limits ascending}) over the runs' ``task_index``."""
 
-    def __init__(self, conn, under: dict, rows: pa.Table, task_index: np.ndarray, limits: dict):
+    def __init__(self, conn, under: dict, task_index: np.ndarray, limits: dict):
         self.walked = under["walked"].astype(bool)
         self.walk_ui = np.flatnonzero(self.walked)
-        self.calls = self._read(conn, under, rows)
+        self.calls = self._read(conn, under)
         n_walk = len(self.walk_ui)
         self.w_of_row = np.searchsorted(self.walk_ui, self.calls["ui"])
         self.n_rows = np.bincount(self.w_of_row, minlength=n_walk)
@@ -118,21 +117,14 @@ class Walk:
         self.spent_cost = np.bincount(self.w_of_row, weights=self.calls["cost"], minlength=n_walk)
         self.thresholds = self._thresholds(task_index, limits)
 
-    def _read(self, conn, under: dict, rows: pa.Table) -> dict[str, np.ndarray]:
-        at = pa.array(self.walk_ui, type=pa.int64())
-        starts = rows.column("start_utc").take(at).cast(pa.timestamp("us")).cast(pa.int64())
-        params = {
-            "walk_keys": [run_key(run_id) for run_id in rows.column("run_id").take(at).to_pylist()],
-            "walk_idx": [int(i) for i in self.walk_ui],
-            "walk_start_us": starts.to_pylist(),
-            "walk_long": self._long(under).tolist(),
-        }
+    def _read(self, conn, under: dict) -> dict[str, np.ndarray]:
+        # the walked runs are those of ``pq.UNDER_TABLE`` (the caller's ``under``)
+        params = {"all_long": False}
         stream, _ = fetch(conn, pq.WALK_CALLS, params)
         #: How the calls were read: "run_key", or "run_id" when some walked run's rows did not
         #: match its counts (a key two run ids share, rows written without a key).
         self.read_by = "run_key"
         if not self._complete(stream, under):
-            params["walk_keys"] = rows.column("run_id").take(at).to_pylist()
             stream, _ = fetch(conn, pq.WALK_CALLS_BY_ID, params)
             self.read_by = "run_id"
         first, segment = _segments(stream["ui"])
@@ -140,7 +132,7 @@ class Walk:
             np.isnan(stream["cost_before"])
         ].any():
             # rows its counts did not announce: every run's running USD from the window
-            params["walk_long"] = [True] * len(self.walk_ui)
+            params["all_long"] = True
             stream, _ = fetch(
                 conn, pq.WALK_CALLS_BY_ID if self.read_by == "run_id" else pq.WALK_CALLS, params
             )
@@ -160,12 +152,6 @@ class Walk:
         out.update({name: stream[name][calls] for name in ("time_s", "tok", "cost")})
         out["ui"] = ui[calls]
         return out
-
-    def _long(self, under: dict) -> np.ndarray:
-        """Per walked run, whether its stream (calls and tool-call events, by its counts) is
-        longer than ``SHORT_STREAM_ROWS`` (its running USD then comes from the SQL window)."""
-        rows = np.nan_to_num(under["calls"][self.walk_ui]) + np.nan_to_num(under["tool_events"][self.walk_ui])
-        return rows > pq.SHORT_STREAM_ROWS
 
     def _complete(self, stream: dict, under: dict) -> bool:
         """Whether every walked run got exactly its calls and tool-call events (by its counts)."""
