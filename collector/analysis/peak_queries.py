@@ -25,14 +25,18 @@ from budgetlens.store.schema import RUN_KEY
 #: each, not once per budget), in no particular order: what the ``runs`` rollup says about them
 #: (calls, totals, stop reason, the limits they ran under) and ``walked`` (a candidate of
 #: ``REPLAY_RUNS``: its calls are read and replayed, by its integer key, ``WALK_CALLS`` from
-#: ``UNDER_TABLE``; ``tool_events``: its ``budgetlens.tool_call`` events). One pass over the runs (their call peaks are on their ``runs`` rows: no join with ``run_totals``), whatever the number of
-#: budgets; every run not listed completes under every budget.
+#: ``UNDER_TABLE``; ``tool_events``: its ``budgetlens.tool_call`` events). One pass over the runs (their call peaks are on their ``runs`` rows: no join with
+#: ``run_totals``), whatever the number of budgets; every run not listed completes under every
+#: budget.
 UNDER_RUNS = f"""
 WITH {FILTERED},
 {BUDGET_CTE},
 {UNDER_CTES},
+kept AS (  -- a NULL test (no such limit) keeps no run: no coalesce over 1M rows
+    SELECT u.* FROM probe u WHERE {WALKED_RUNS} OR {MAY_STOP}
+),
 flagged AS (
-    SELECT u.*, coalesce({WALKED_RUNS}, false) AS walked FROM probe u
+    SELECT u.*, coalesce({WALKED_RUNS}, false) AS walked FROM kept u
 )
 SELECT r.run_id, r.run_task_type AS task_type, r.run_start AS start_utc, r.recorded_stop_reason,
        CAST(r.calls AS DOUBLE) AS calls, CAST(r.run_tool_calls AS DOUBLE) AS run_tool_calls,
@@ -44,7 +48,6 @@ SELECT r.run_id, r.run_task_type AS task_type, r.run_start AS start_utc, r.recor
        r.walked,
        CASE WHEN r.walked THEN coalesce(r.tool_events, 0) ELSE 0 END AS tool_events
 FROM flagged r
-WHERE r.walked OR {MAY_STOP}
 """
 
 
