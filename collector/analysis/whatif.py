@@ -169,7 +169,7 @@ def _fast_curve(
     replays = whatif_peaks.prepare(conn, f, budgets)
     if replays is None:
         return pd.DataFrame(columns=columns), None
-    return _curve_frame(replays.summaries([replays.verdict(b) for b in budgets]), grid), replays
+    return _curve_frame(replays.summaries([replays.verdict(b, turns=False) for b in budgets]), grid), replays
 
 
 #: ``smallest_multiplier`` verdicts: ``met`` when the upper bound (stopped + censored runs) meets

@@ -165,10 +165,10 @@ class Replays:
             for key, j in _KEY_COLUMN.items()
         )
 
-    def verdict(self, budget: Budget) -> dict[str, np.ndarray]:
+    def verdict(self, budget: Budget, *, turns: bool = True) -> dict[str, np.ndarray]:
         """The replay of ``budget`` (``covers`` it) over the prepared runs: per run stopped,
-        censored, stop_code (``_REASONS`` index + 1, 0 = none), stop_turn, avoided_tokens,
-        avoided_cost_usd."""
+        censored, stop_code (``_REASONS`` index + 1, 0 = none), stop_turn (left out with
+        ``turns=False``: a summary does not count it), avoided_tokens, avoided_cost_usd."""
         table = _limit_table(budget, self.task_types)
         n, walk = len(self.task_index), self.walk
         by_reason = walk.first_failures(table, _KEY_COLUMN)
@@ -225,18 +225,20 @@ class Replays:
         by_old = ~has_replay & old_kept
         stop_code = replay_code
         stop_code[by_old] = self.recorded_code[by_old]
-        stop_turn = np.full(n, np.nan)
-        stop_turn[has_replay] = self.calls_or_nan[has_replay]  # judged on totals: at the last call
-        stop_turn[stopped_ui] = walk.calls["k"][row]
-        stop_turn[by_old] = self.calls_or_nan[by_old]
-        return {  # what the walk avoided: only for runs it stops, all of them stopped
+        out = {  # what the walk avoided: only for runs it stops, all of them stopped
             "stopped": stopped,
             "censored": kept & ~stopped & self.old_stop,
             "stop_code": stop_code,
-            "stop_turn": stop_turn,
             "avoided_tokens": avoided_tok,
             "avoided_cost_usd": avoided_cost,
         }
+        if turns:
+            stop_turn = np.full(n, np.nan)
+            stop_turn[has_replay] = self.calls_or_nan[has_replay]  # judged on totals: at the last call
+            stop_turn[stopped_ui] = walk.calls["k"][row]
+            stop_turn[by_old] = self.calls_or_nan[by_old]
+            out["stop_turn"] = stop_turn
+        return out
 
     def summaries(self, verdicts: Sequence[dict[str, np.ndarray]]) -> pd.DataFrame:
         """budget_id (the index in ``verdicts``), then ``SUMMARY_COLUMNS``: per verdict and task
@@ -351,7 +353,7 @@ def summaries(conn, f: Filters, budgets: Sequence[Budget]) -> pd.DataFrame:
     replays = prepare(conn, f, budgets)
     if replays is None:
         return pd.DataFrame(columns=["budget_id", *SUMMARY_COLUMNS])
-    return replays.summaries([replays.verdict(b) for b in budgets])
+    return replays.summaries([replays.verdict(b, turns=False) for b in budgets])
 
 
 def _empty(budget: Budget) -> WhatIf:
