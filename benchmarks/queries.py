@@ -180,11 +180,12 @@ def page_calls(f: analysis.Filters, run_id: str):
     previous = analysis.Filters(start_utc=(f.start_utc or f.end_utc) - length, end_utc=f.start_utc, tz=f.tz)
     pages = {
         "Overview": [
-            lambda c: analysis.overview(c, f),
             lambda c: analysis.overview(c, previous),  # "vs previous period"
             lambda c: analysis.hit_rate_daily(c, f),
             lambda c: analysis.cost_by_period(c, f, "day", "task_type"),
-            lambda c: runaways.runaways(c, f),
+            # the Overview's figures, then the runaways against its P95s and spend, as
+            # dashboard.data.runaways takes them from the cached overview (no second read)
+            lambda c: runaways.runaways(c, f, basis=runaways.basis_of(analysis.overview(c, f))),
         ],
         "Cost": [
             lambda c: analysis.overview(c, f),

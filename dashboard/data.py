@@ -331,8 +331,18 @@ run_detail = cached(views.run_detail)
 # --- the evidence tools (issue 10) ----------------------------------------------------------------
 #: The trade-off curve, the presets meeting ``target`` (0..1) and their replay (``TargetPlan``).
 whatif_plan = cached(whatif.plan_for_target)
-#: The runaway runs of ``f`` (``Runaways``).
-runaways = cached(runaways_analysis.runaways)
+_runaways = cached(runaways_analysis.runaways)
+
+
+def runaways(
+    f: Filters, k: float = runaways_analysis.DEFAULT_K, repeats: int = runaways_analysis.DEFAULT_REPEATS
+) -> runaways_analysis.Runaways:
+    """The runaway runs of ``f`` (``runaways.runaways``, ``Runaways``), measured against the
+    P95s and the spend of the cached ``overview(f)`` (``runaways.basis_of``: the Overview page
+    reads them once, issue 25)."""
+    return _runaways(f, k, repeats, basis=runaways_analysis.basis_of(overview(f)))
+
+
 drift = cached(drift_analysis.drift)  # P95 of the last week against the week before, per task type
 
 
