@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 from benchmarks._report import machine, publish
-from budgetlens.analysis import censoring, drift, runaways, spenders, whatif
+from budgetlens.analysis import censoring, cost_totals, drift, runaways, spenders, whatif
 from budgetlens.analysis import views as analysis
 from budgetlens.config import ENV_BENCH_DIR, resolve
 from budgetlens.store import read_connection, rollups, write_connection
@@ -188,7 +188,7 @@ def page_calls(f: analysis.Filters, run_id: str):
             lambda c: runaways.runaways(c, f, basis=runaways.basis_of(analysis.overview(c, f))),
         ],
         "Cost": [
-            lambda c: analysis.overview(c, f),
+            lambda c: cost_totals.cost_totals(c, f),  # the tiles: the spend figures alone
             lambda c: analysis.cost_by_period(c, f, "day", "model"),
             lambda c: analysis.cost_by_period(c, f, "day", "task_type"),
             lambda c: analysis.cost_per_run(c, f),

@@ -38,6 +38,7 @@ import duckdb
 import streamlit as st
 
 from budgetlens.analysis import censoring, spenders, views, whatif
+from budgetlens.analysis import cost_totals as cost_totals_analysis
 from budgetlens.analysis import drift as drift_analysis
 from budgetlens.analysis import runaways as runaways_analysis
 from budgetlens.analysis.views import Filters
@@ -281,6 +282,8 @@ filter_options = cached(views.filter_options)
 #: What the window of ``f`` keeps and leaves out of its scope.
 window_coverage = cached(views.window_coverage)
 overview = cached(views.overview)  # headline figures and per-task rates (``views.Overview``)
+#: The Cost page's tiles: the spend figures of the window alone (``cost_totals.CostTotals``).
+cost_totals = cached(cost_totals_analysis.cost_totals)
 _baselines = cached(views.baselines)
 #: The plain and the Kaplan–Meier baselines per task type from one read of the runs (issue 25).
 evidence_frames = cached(censoring.evidence_frames)

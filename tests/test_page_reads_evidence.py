@@ -242,6 +242,34 @@ def test_runaways_picked_before_their_streaks_equal_every_run_joined_first(store
     assert {"huge", "lead-3"} <= set(found.runs["run_id"])  # both kinds are in the comparison
 
 
+def test_the_cost_tiles_equal_the_overviews_spend_figures(store, childless_store):
+    from budgetlens.analysis import cost_totals
+
+    for path in (store, childless_store):
+        with read_connection(path) as conn:
+            for f in _windows(path):
+                ov = analysis.overview(conn, f)
+                got = cost_totals.cost_totals(conn, f)
+                for name in (
+                    "runs",
+                    "priced_runs",
+                    "partially_priced_runs",
+                    "unpriced_calls",
+                    "unknown_usage_runs",
+                ):
+                    assert getattr(got, name) == getattr(ov, name), name
+                assert got.tool_cost_usd == pytest.approx(ov.tool_cost_usd, rel=1e-12)
+                assert got.cost_usd == (
+                    None if ov.cost_usd is None else pytest.approx(ov.cost_usd, rel=1e-12)
+                )
+                assert got.cost_is_lower_bound == ov.cost_is_lower_bound
+    with read_connection(store) as conn:  # the comparison covers every figure
+        whole = cost_totals.cost_totals(conn, analysis.Filters())
+    assert (
+        whole.partially_priced_runs and whole.unpriced_calls and whole.unknown_usage_runs and whole.cost_usd
+    )
+
+
 #: The runaways' share's denominator as it was read before the basis (issue 25): runs, cost_usd.
 _SPEND_TOTAL = f"WITH {q.FILTERED}, {SPEND} SELECT count(*) AS runs, sum(own_cost_usd) AS cost_usd FROM spend"
 
