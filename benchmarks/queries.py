@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 from benchmarks._report import machine, publish
-from budgetlens.analysis import censoring, drift, runaways, spenders, whatif
+from budgetlens.analysis import censoring, cost_totals, drift, runaways, spenders, whatif
 from budgetlens.analysis import views as analysis
 from budgetlens.config import ENV_BENCH_DIR, resolve
 from budgetlens.store import read_connection, rollups, write_connection
@@ -180,14 +180,15 @@ def page_calls(f: analysis.Filters, run_id: str):
     previous = analysis.Filters(start_utc=(f.start_utc or f.end_utc) - length, end_utc=f.start_utc, tz=f.tz)
     pages = {
         "Overview": [
-            lambda c: analysis.overview(c, f),
             lambda c: analysis.overview(c, previous),  # "vs previous period"
             lambda c: analysis.hit_rate_daily(c, f),
             lambda c: analysis.cost_by_period(c, f, "day", "task_type"),
-            lambda c: runaways.runaways(c, f),
+            # the Overview's figures, then the runaways against its P95s and spend, as
+            # dashboard.data.runaways takes them from the cached overview (no second read)
+            lambda c: runaways.runaways(c, f, basis=runaways.basis_of(analysis.overview(c, f))),
         ],
         "Cost": [
-            lambda c: analysis.overview(c, f),
+            lambda c: cost_totals.cost_totals(c, f),  # the tiles: the spend figures alone
             lambda c: analysis.cost_by_period(c, f, "day", "model"),
             lambda c: analysis.cost_by_period(c, f, "day", "task_type"),
             lambda c: analysis.cost_per_run(c, f),
@@ -232,17 +233,19 @@ def page_calls(f: analysis.Filters, run_id: str):
 PER_CALL = " [reader per call]"
 
 
-def time_pages(path: Path, repeat: int) -> dict[str, float]:
+def time_pages(path: Path, repeat: int, only: tuple[str, ...] = ()) -> dict[str, float]:
     """Median seconds per page: all its calls on one read-only connection, as a dashboard render
     reads (``dashboard.data``: one reader per render); beside it, ``page + PER_CALL``, each call
-    on its own connection (the reference), interleaved round by round."""
+    on its own connection (the reference), interleaved round by round. ``only``: these pages
+    (and the bare scan) alone, every page when empty."""
     with read_connection(path) as conn:
         first, last, _ = analysis.data_extent(conn)
         run_id = analysis.top_runs(conn, analysis.Filters(), 1)["run_id"].iloc[0]
     end = last + dt.timedelta(microseconds=1)  # the newest run included
     f = analysis.Filters(start_utc=first, end_utc=end, tz="Europe/Berlin")
     results = {}
-    pages = {**page_calls(f, run_id), BARE: [lambda c: bare_scan(c, f)]}
+    pages = {p: c for p, c in page_calls(f, run_id).items() if not only or p in only}
+    pages[BARE] = [lambda c: bare_scan(c, f)]
     for page, calls in pages.items():
         shared, per_call = [], []
         for _ in range(repeat):
@@ -316,6 +319,7 @@ def main(argv=None) -> int:
     parser.add_argument("--sizes", type=int, nargs="+", default=list(SIZES))
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--no-write", action="store_true", help="print, do not edit BENCHMARKS.md")
+    parser.add_argument("--pages", nargs="+", default=[], help="time these pages only (implies --no-write)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     figures = {}
@@ -323,10 +327,10 @@ def main(argv=None) -> int:
         from benchmarks.whatif import with_run_totals  # (benchmarks.whatif imports this module)
 
         path = with_run_totals(build_store(n))  # the what-if reads the writer's run_totals
-        figures[n] = time_pages(path, args.repeat)
+        figures[n] = time_pages(path, args.repeat, tuple(args.pages))
         log.info("%s runs: %s", f"{n:,}", {k: round(v, 3) for k, v in figures[n].items()})
     text = report(figures, args.repeat)
-    publish("queries", text, write=not args.no_write)
+    publish("queries", text, write=not (args.no_write or args.pages))
     return 0
 
 

@@ -38,6 +38,7 @@ import duckdb
 import streamlit as st
 
 from budgetlens.analysis import censoring, spenders, views, whatif
+from budgetlens.analysis import cost_totals as cost_totals_analysis
 from budgetlens.analysis import drift as drift_analysis
 from budgetlens.analysis import runaways as runaways_analysis
 from budgetlens.analysis.views import Filters
@@ -281,6 +282,8 @@ filter_options = cached(views.filter_options)
 #: What the window of ``f`` keeps and leaves out of its scope.
 window_coverage = cached(views.window_coverage)
 overview = cached(views.overview)  # headline figures and per-task rates (``views.Overview``)
+#: The Cost page's tiles: the spend figures of the window alone (``cost_totals.CostTotals``).
+cost_totals = cached(cost_totals_analysis.cost_totals)
 _baselines = cached(views.baselines)
 #: The plain and the Kaplan–Meier baselines per task type from one read of the runs (issue 25).
 evidence_frames = cached(censoring.evidence_frames)
@@ -331,8 +334,18 @@ run_detail = cached(views.run_detail)
 # --- the evidence tools (issue 10) ----------------------------------------------------------------
 #: The trade-off curve, the presets meeting ``target`` (0..1) and their replay (``TargetPlan``).
 whatif_plan = cached(whatif.plan_for_target)
-#: The runaway runs of ``f`` (``Runaways``).
-runaways = cached(runaways_analysis.runaways)
+_runaways = cached(runaways_analysis.runaways)
+
+
+def runaways(
+    f: Filters, k: float = runaways_analysis.DEFAULT_K, repeats: int = runaways_analysis.DEFAULT_REPEATS
+) -> runaways_analysis.Runaways:
+    """The runaway runs of ``f`` (``runaways.runaways``, ``Runaways``), measured against the
+    P95s and the spend of the cached ``overview(f)`` (``runaways.basis_of``: the Overview page
+    reads them once, issue 25)."""
+    return _runaways(f, k, repeats, basis=runaways_analysis.basis_of(overview(f)))
+
+
 drift = cached(drift_analysis.drift)  # P95 of the last week against the week before, per task type
 
 

@@ -96,6 +96,7 @@ def first_visit_reads(f: Filters) -> None:
     data.cost_by_period(f, period=period, by="task_type")
     data.runaways(f)
     # Cost
+    data.cost_totals(f)
     data.cost_by_period(f, period=period, by="model")
     data.cost_per_run(f)
     data.top_runs(f, limit=20)

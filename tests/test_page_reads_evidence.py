@@ -242,6 +242,68 @@ def test_runaways_picked_before_their_streaks_equal_every_run_joined_first(store
     assert {"huge", "lead-3"} <= set(found.runs["run_id"])  # both kinds are in the comparison
 
 
+def test_the_cost_tiles_equal_the_overviews_spend_figures(store, childless_store):
+    from budgetlens.analysis import cost_totals
+
+    for path in (store, childless_store):
+        with read_connection(path) as conn:
+            for f in _windows(path):
+                ov = analysis.overview(conn, f)
+                got = cost_totals.cost_totals(conn, f)
+                for name in (
+                    "runs",
+                    "priced_runs",
+                    "partially_priced_runs",
+                    "unpriced_calls",
+                    "unknown_usage_runs",
+                ):
+                    assert getattr(got, name) == getattr(ov, name), name
+                assert got.tool_cost_usd == pytest.approx(ov.tool_cost_usd, rel=1e-12)
+                assert got.cost_usd == (
+                    None if ov.cost_usd is None else pytest.approx(ov.cost_usd, rel=1e-12)
+                )
+                assert got.cost_is_lower_bound == ov.cost_is_lower_bound
+    with read_connection(store) as conn:  # the comparison covers every figure
+        whole = cost_totals.cost_totals(conn, analysis.Filters())
+    assert (
+        whole.partially_priced_runs and whole.unpriced_calls and whole.unknown_usage_runs and whole.cost_usd
+    )
+
+
+#: The runaways' share's denominator as it was read before the basis (issue 25): runs, cost_usd.
+_SPEND_TOTAL = f"WITH {q.FILTERED}, {SPEND} SELECT count(*) AS runs, sum(own_cost_usd) AS cost_usd FROM spend"
+
+
+def test_runaways_from_a_given_basis_equal_the_one_statement_that_computes_its_p95(store, childless_store):
+    assert "quantile_cont" in eq.RUNAWAYS and "quantile_cont" not in eq.RUNAWAYS_GIVEN_P95
+    for path in (store, childless_store):
+        with read_connection(path) as conn:
+            for f in _windows(path):
+                ov = analysis.overview(conn, f)
+                totals = run_query(conn, _SPEND_TOTAL, f.params()).iloc[0]
+                for k, repeats in ((3.0, 10), (1.5, 3), (1e-9, 2)):
+                    expected = run_query(conn, eq.RUNAWAYS, {**f.params(), "k": k, "repeats": repeats})
+                    read = runaway_analysis.runaways(conn, f, k=k, repeats=repeats)
+                    given = runaway_analysis.runaways(
+                        conn, f, k=k, repeats=repeats, basis=runaway_analysis.basis_of(ov)
+                    )
+                    for found in (read, given):
+                        pd.testing.assert_frame_equal(found.runs, expected.drop(columns=["own_cost_usd"]))
+                        assert found.total_runs == int(totals["runs"]) == ov.runs
+                        own = expected["own_cost_usd"].sum(min_count=1)
+                        assert found.cost_usd == (None if pd.isna(own) else pytest.approx(own, rel=1e-12))
+                        if pd.isna(totals["cost_usd"]) or not totals["cost_usd"]:
+                            assert found.cost_share is None
+                        else:
+                            assert found.cost_share == pytest.approx(
+                                (found.cost_usd or 0.0) / totals["cost_usd"], rel=1e-12
+                            )
+    with read_connection(store) as conn:  # the comparison covers both kinds and a run without a type
+        found = runaway_analysis.runaways(conn, analysis.Filters(), k=3.0, repeats=10)
+        assert {"huge", "lead-3"} <= set(found.runs["run_id"])
+        assert len(runaway_analysis.basis_of(analysis.overview(conn, analysis.Filters())).task_types) >= 3
+
+
 #: The references of the statements issue 25 rewrote without ``FILTER`` clauses: the same
 #: statements with them (hit rate per period, baselines, window coverage, drift).
 
@@ -338,7 +400,7 @@ def _spend_statements() -> list[str]:
         q.COST_BY_PERIOD_TASK,
         rollup_queries.COST_BY_PERIOD_MODEL,
         eq.RUNAWAYS,
-        eq.SPEND_TOTAL,
+        eq.RUNAWAY_BASIS,
         *spenders._STATEMENTS.values(),
     ]
 

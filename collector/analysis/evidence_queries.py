@@ -92,8 +92,32 @@ LEFT JOIN streaks s ON s.run_id = f.run_id
 ORDER BY f.total_tokens DESC NULLS LAST, f.run_id
 """
 
-#: Spend of the filtered runs (the denominator of the runaways' share): runs, cost_usd.
-SPEND_TOTAL = f"WITH {FILTERED}, {SPEND} SELECT count(*) AS runs, sum(own_cost_usd) AS cost_usd FROM spend"
+#: What ``RUNAWAYS_GIVEN_P95`` takes from the filtered runs, per task type: task_type,
+#: p95_total_tokens (as ``RUNAWAYS``' ``p95``), runs, cost_usd (the own spend summed: the
+#: share's denominator). The Overview's per-task rows hold the same figures
+#: (``runaways.basis_of``), so the Overview page does not read them twice.
+RUNAWAY_BASIS = f"""
+WITH {FILTERED},
+{SPEND}
+SELECT task_type, quantile_cont(total_tokens, 0.95) AS p95_total_tokens, count(*) AS runs,
+       sum(own_cost_usd) AS cost_usd
+FROM spend GROUP BY task_type
+"""
+
+#: ``RUNAWAYS`` with each task type's P95 given (``$basis_task_types``, ``$basis_tokens``: lists
+#: of the same length, a NULL task type and a NULL P95 allowed) instead of computed from the
+#: runs: the same rows and columns, without the pass over the runs for the P95 (issue 25).
+RUNAWAYS_GIVEN_P95 = RUNAWAYS.replace(
+    """p95 AS (
+    SELECT task_type, quantile_cont(total_tokens, 0.95) AS p95_total_tokens
+    FROM filtered GROUP BY task_type
+)""",
+    """p95 AS (
+    SELECT unnest(CAST($basis_task_types AS VARCHAR[])) AS task_type,
+           unnest(CAST($basis_tokens AS DOUBLE[])) AS p95_total_tokens
+)""",
+    1,
+)
 
 #: Drift: per task type, the P95 of total tokens and of known cost in the recent window
 #: [$split_utc, $end_utc) against the previous one [$start_utc, $split_utc). Columns: task_type,

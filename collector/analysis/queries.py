@@ -259,6 +259,25 @@ FROM rows
 ORDER BY is_total, task_type NULLS LAST
 """
 
+#: The spend figures of the Cost page's tiles (``cost_totals``), with the Overview's own
+#: aggregates (``_OVERVIEW_ADDITIVE``) over every filtered run at once.
+COST_TOTAL_COLUMNS = (
+    "runs",
+    "cost_usd",
+    "priced_runs",
+    "partially_priced_runs",
+    "unpriced_calls",
+    "unknown_usage_runs",
+    "tool_cost_usd",
+)
+_ADDITIVE = dict(_OVERVIEW_ADDITIVE)
+COST_TOTALS = f"""
+WITH {FILTERED},
+{SPEND}
+SELECT {", ".join(f"{_ADDITIVE[c]} AS {c}" for c in COST_TOTAL_COLUMNS)}
+FROM spend
+"""
+
 #: Metrics of a baseline, each with P50, P95 and max (units in the names).
 BASELINE_METRICS = (
     "total_tokens",

@@ -42,6 +42,7 @@ import pandas as pd
 
 from budgetlens.analysis import local_periods
 from budgetlens.analysis import queries as q
+from budgetlens.analysis.cost_totals import cost_is_lower_bound
 from budgetlens.analysis.filters import (  # noqa: F401  (re-exported)
     DEFAULT_WINDOW_DAYS,
     Filters,
@@ -137,7 +138,7 @@ class Overview:
     def cost_is_lower_bound(self) -> bool:
         """True when ``cost_usd`` leaves out usage of unknown cost (unpriced calls, partly priced
         runs, or calls with unknown usage): show it as known spend "+ unpriced usage"."""
-        return bool(self.unpriced_calls or self.partially_priced_runs or self.unknown_usage_runs)
+        return cost_is_lower_bound(self.unpriced_calls, self.partially_priced_runs, self.unknown_usage_runs)
 
     def alarms(self, threshold: float = HIT_RATE_ALARM) -> list[str]:
         """Task types whose hit rate is above ``threshold``, whatever their sample, in

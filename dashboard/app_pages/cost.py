@@ -37,7 +37,9 @@ def render() -> None:
         key="cost_period",
         format_func=lambda p: f"per {p}",
     )
-    ov = data.overview(f)  # the tiles' one read: they show before the charts' reads
+    ov = data.cost_totals(
+        f
+    )  # the tiles' one read (the spend figures alone): they show before the charts' reads
 
     no_runs = ov.runs == 0
     mean = ov.cost_usd / ov.priced_runs if ov.cost_usd is not None and ov.priced_runs else None
