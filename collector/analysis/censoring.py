@@ -30,7 +30,13 @@ import duckdb
 import numpy as np
 import pandas as pd
 
-from budgetlens.analysis.evidence_arrays import EvidenceArrays, plain_baselines, read_arrays
+from budgetlens.analysis.evidence_arrays import (
+    EvidenceArrays,
+    in_parallel,
+    plain_baselines,
+    read_arrays,
+    sort_flagged,
+)
 from budgetlens.analysis.filters import Filters
 from budgetlens.analysis.queries import BASELINE_METRICS
 
@@ -45,6 +51,7 @@ __all__ = [
     "km_baselines",
     "km_percentile",
     "km_percentiles",
+    "km_percentiles_flagged",
     "km_percentiles_sorted",
 ]
 
@@ -82,18 +89,45 @@ def _kaplan_meier(ordered: np.ndarray, censored: np.ndarray) -> tuple[np.ndarray
     ``censored``: the censored values among them, sorted ascending (a binary search per value in
     order is several times faster than in any order). Events at a time = its values less its
     censored ones."""
+    starts, counts = _distinct(ordered)
+    events = counts
+    if censored.size:  # each censored value is one of the times: count them there
+        events = counts - np.bincount(np.searchsorted(ordered[starts], censored), minlength=starts.size)
+    return _curve(ordered, starts, events)
+
+
+def _kaplan_meier_flagged(
+    ordered: np.ndarray, flags: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``_kaplan_meier`` of ``ordered`` where ``flags[i]`` (bool) says whether ``ordered[i]``
+    is censored (``evidence_arrays.sort_flagged``): a time's censored values are its flags'
+    count, a difference of one running sum (the same integers, so the same curve)."""
+    starts, counts = _distinct(ordered)
+    # (a running sum of bools into int32 costs a quarter of one into int64)
+    running = np.zeros(ordered.size + 1, dtype=np.int32 if ordered.size < 2**31 else np.int64)
+    np.cumsum(flags, out=running[1:])
+    bounds = np.append(starts, ordered.size)
+    return _curve(ordered, starts, counts - np.diff(running[bounds]))
+
+
+def _distinct(ordered: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(starts, counts) of the runs of equal values of ``ordered`` (sorted): the position of
+    each distinct value's first copy and its number of copies."""
     n = ordered.size
     new = np.empty(n, dtype=bool)
     new[:1] = True
     np.not_equal(ordered[1:], ordered[:-1], out=new[1:])
     starts = np.flatnonzero(new)
-    times = ordered[starts]
-    events = np.diff(np.append(starts, n))
-    if censored.size:  # each censored value is one of the times: count them there
-        events = events - np.bincount(np.searchsorted(times, censored), minlength=times.size)
-    at_risk = n - starts
+    return starts, np.diff(np.append(starts, n))
+
+
+def _curve(
+    ordered: np.ndarray, starts: np.ndarray, events: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(times, CDF, at risk) of the distinct values at ``starts`` with ``events`` there."""
+    at_risk = ordered.size - starts
     survival = np.cumprod(1.0 - events / at_risk)
-    return times, 1.0 - survival, at_risk
+    return ordered[starts], 1.0 - survival, at_risk
 
 
 def km_percentile(values, censored, probability: float) -> Percentile:
@@ -124,13 +158,13 @@ def km_percentiles(values, censored, probabilities) -> list[Percentile]:
     keep = np.isfinite(x)
     if not keep.all():
         x, c = x[keep], c[keep]
-    return km_percentiles_sorted(np.sort(x), np.sort(x[c]), probabilities)
+    both = sort_flagged(x, c)
+    return km_percentiles_flagged(both.ordered, both.censored, probabilities)
 
 
 def km_percentiles_sorted(ordered, censored, probabilities) -> list[Percentile]:
     """``km_percentiles`` of values already sorted: ``ordered`` every value ascending (no NaN),
-    ``censored`` the censored ones among them, ascending (``evidence_arrays.SortedValues``: the
-    plain baselines of the same read sort them once for both). Infinite values are left out, as
+    ``censored`` the censored ones among them, ascending. Infinite values are left out, as
     ``km_percentiles`` leaves them out. Probabilities are not checked here."""
     x, c = np.asarray(ordered, dtype=float), np.asarray(censored, dtype=float)
     if x.size and not (np.isfinite(x[0]) and np.isfinite(x[-1])):
@@ -139,8 +173,32 @@ def km_percentiles_sorted(ordered, censored, probabilities) -> list[Percentile]:
         return [Percentile(None) for _ in probabilities]
     if c.size == x.size:  # every run stopped: nothing is known beyond the largest
         return [Percentile(float(x[-1]), lower_bound=True) for _ in probabilities]
-    quantiles, cdf, at_risk = _kaplan_meier(x, c)
-    any_censored = bool(c.size)
+    return _read_curve(x, _kaplan_meier(x, c), bool(c.size), probabilities)
+
+
+def km_percentiles_flagged(ordered, flags, probabilities) -> list[Percentile]:
+    """``km_percentiles`` of values already sorted with their flags (``evidence_arrays.
+    SortedValues``, whose one sort the plain baselines of the same read share): ``ordered``
+    every value ascending (no NaN), ``flags[i]`` True when ``ordered[i]`` is censored.
+    Infinite values are left out, as ``km_percentiles`` leaves them out. Probabilities are not
+    checked here."""
+    x, c = np.asarray(ordered, dtype=float), np.asarray(flags, dtype=bool)
+    if x.size and not (np.isfinite(x[0]) and np.isfinite(x[-1])):
+        finite = np.isfinite(x)
+        x, c = x[finite], c[finite]
+    if x.size == 0:
+        return [Percentile(None) for _ in probabilities]
+    n_censored = int(np.count_nonzero(c))
+    if n_censored == x.size:  # every run stopped: nothing is known beyond the largest
+        return [Percentile(float(x[-1]), lower_bound=True) for _ in probabilities]
+    curve = _kaplan_meier_flagged(x, c) if n_censored else _kaplan_meier(x, x[:0])
+    return _read_curve(x, curve, bool(n_censored), probabilities)
+
+
+def _read_curve(x: np.ndarray, curve, any_censored: bool, probabilities) -> list[Percentile]:
+    """The percentiles of ``km_percentile`` from the curve (times, CDF, at risk) of ``x`` (the
+    finite values, sorted) with at least one uncensored value."""
+    quantiles, cdf, at_risk = curve
     supported = np.flatnonzero(at_risk >= MIN_AT_RISK)
     # Not reached, or reached on too few runs: at least the last value still seen by MIN_AT_RISK.
     bound = float(quantiles[supported[-1]]) if supported.size else float(quantiles[0])
@@ -177,13 +235,29 @@ def evidence_frames(conn: duckdb.DuckDBPyConnection, f: Filters, probability: fl
 
 
 def km_baselines(ev: EvidenceArrays, probability: float = 0.95) -> pd.DataFrame:
-    """``censored_baselines`` from the arrays of one read (``evidence_arrays.read_arrays``)."""
-    arrays = ev.arrays
+    """``censored_baselines`` from the arrays of one read (``evidence_arrays.read_arrays``); the
+    metrics' curves side by side (``evidence_arrays.in_parallel``)."""
+
+    def estimate(metric: str) -> dict:
+        row = {}
+        for code, _task_type in ev.groups:
+            values = ev.sorted_values(code, metric)
+            p50, p95 = km_percentiles_flagged(values.ordered, values.censored, (0.5, probability))
+            for name, percentile in (("p50", p50), ("p95", p95)):
+                row[(code, f"km_{name}_{metric}")] = percentile.value
+                row[(code, f"km_{name}_{metric}_lower_bound")] = percentile.lower_bound
+        return row
+
+    estimates: dict = {}
+    for part in in_parallel(estimate, BASELINE_METRICS):
+        estimates.update(part)
+    columns = ["task_type", "n", "censored_runs", "censored_share", "material"]
+    for metric in BASELINE_METRICS:
+        for name in ("p50", "p95"):
+            columns += [f"km_{name}_{metric}", f"km_{name}_{metric}_lower_bound"]
     rows = []
     for code, task_type in ev.groups:
-        at = ev.rows_of(code)
-        n = at.stop - at.start
-        censored = int(np.count_nonzero(arrays["censored"][at]))
+        n, censored = ev.runs[code], ev.censored_runs[code]
         row: dict = {
             "task_type": task_type,
             "n": n,
@@ -191,17 +265,6 @@ def km_baselines(ev: EvidenceArrays, probability: float = 0.95) -> pd.DataFrame:
             "censored_share": censored / n if n else 0.0,
             "material": bool(n and censored / n > MATERIAL_CENSORED_SHARE),
         }
-        for metric in BASELINE_METRICS:
-            sorted_values = ev.sorted_values(code, metric)
-            p50, p95 = km_percentiles_sorted(
-                sorted_values.ordered, sorted_values.censored, (0.5, probability)
-            )
-            for name, estimate in (("p50", p50), ("p95", p95)):
-                row[f"km_{name}_{metric}"] = estimate.value
-                row[f"km_{name}_{metric}_lower_bound"] = estimate.lower_bound
+        row.update({column: estimates[(code, column)] for column in columns[5:]})
         rows.append(row)
-    columns = ["task_type", "n", "censored_runs", "censored_share", "material"]
-    for metric in BASELINE_METRICS:
-        for name in ("p50", "p95"):
-            columns += [f"km_{name}_{metric}", f"km_{name}_{metric}_lower_bound"]
     return pd.DataFrame(rows, columns=columns)

@@ -8,7 +8,11 @@ same float operations; tests compare the two frames).
 from __future__ import annotations
 
 import math
+import os
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import numpy as np
 import pandas as pd
@@ -19,13 +23,21 @@ from budgetlens.analysis.queries import BASELINE_METRICS, OPTION_TASK_TYPES
 from budgetlens.analysis.thresholds import LOW_SAMPLE_RUNS
 
 __all__ = [
+    "CENSORED_FLAG",
+    "COST_KNOWN_FLAG",
     "EvidenceArrays",
     "SortedValues",
+    "in_parallel",
     "plain_baselines",
     "quantile_cont",
     "quantile_cont_sorted",
     "read_arrays",
+    "sort_flagged",
 ]
+
+#: The bits of ``CENSORING_ARRAYS``' ``flags``: a budget stopped the run; its cost is fully known.
+CENSORED_FLAG = 1
+COST_KNOWN_FLAG = 2
 
 #: The integer metrics of ``runs`` and the dtype ``views.baselines`` gives their max (DuckDB's
 #: BIGINT -> int64, INTEGER -> int32; Int64 / Int32 with a NULL); the others' max is float64.
@@ -37,81 +49,124 @@ _INTEGER_MAX = {
     "tool_calls": "int32",
 }
 
+#: The smallest sort key (``sort_flagged``) of a NaN: a positive NaN's bits (exponent all ones,
+#: mantissa not 0) shifted left once; +inf's key is 0xFFE0000000000000 or 1 more.
+_NAN_KEY = np.uint64(0xFFE0000000000002)
+_ONE = np.uint64(1)
+_T = TypeVar("_T")
+_R = TypeVar("_R")
+#: Threads of ``in_parallel``: the cores DuckDB also uses, at most 4.
+WORKERS = min(4, os.cpu_count() or 1)
+
 
 @dataclass(frozen=True)
 class SortedValues:
     """One metric of one task type's runs, sorted once for both baselines (issue 25: the plain
     quantiles and the Kaplan–Meier curve each ordered the same values): ``ordered`` the values
-    that are not NULL (NaN) ascending, ``censored`` those of them whose run a budget stopped,
-    ascending. For cost, only the runs whose cost is fully known."""
+    that are not NULL (NaN) ascending (float64), ``censored`` (bool, the same length) True where
+    the run of that value was stopped by a budget. For cost, only the runs whose cost is fully
+    known."""
 
     ordered: np.ndarray
     censored: np.ndarray
 
 
-def _sorted_without_nan(values: np.ndarray) -> np.ndarray:
-    """``values`` ascending without NaN (numpy sorts NaN last)."""
-    ordered = np.sort(values)
-    missing = int(np.count_nonzero(np.isnan(ordered))) if ordered.dtype.kind == "f" else 0
-    return ordered[: ordered.size - missing] if missing else ordered
+def sort_flagged(values: np.ndarray, censored: np.ndarray) -> SortedValues:
+    """``values`` (float64, 1-D, any order, NaN = no value) ascending without NaN, with the
+    ``censored`` flag (bool, the same length) of each value carried along.
+
+    Values without a sign bit (>= 0: every metric of a sane store) sort as one array of uint64
+    keys, the value's bits shifted left once with the flag in the last bit: for such doubles
+    the bits order as the values do, so one sort orders both and keeps each value's bits (the
+    same doubles back; issue 25: a sort of the values, a gather and a sort of the censored ones
+    and a binary search per censored value before). Others (a negative value or -0.0) take a
+    stable argsort. Ties keep no particular order of their flags (the Kaplan–Meier curve
+    counts them per value)."""
+    values = np.ascontiguousarray(values, dtype=np.float64)
+    flags = np.asarray(censored, dtype=bool)
+    if np.signbit(values).any():
+        order = np.argsort(values, kind="stable")  # NaN last
+        kept = values.size - int(np.count_nonzero(np.isnan(values)))
+        order = order[:kept]
+        return SortedValues(values[order], flags[order])
+    keys = values.view(np.uint64) << _ONE
+    keys |= flags
+    keys.sort()
+    keys = keys[: int(np.searchsorted(keys, _NAN_KEY))]
+    return SortedValues((keys >> _ONE).view(np.float64), (keys & _ONE).astype(bool))
 
 
 @dataclass(frozen=True)
 class EvidenceArrays:
-    """The filtered runs, one entry per run, grouped by task type: ``arrays`` by column of
-    ``CENSORING_ARRAYS`` (task_code, censored, cost_known, the ``BASELINE_METRICS`` as float,
-    NaN = NULL), the runs of one task type next to each other (``rows_of``), and ``groups``:
-    (code, task type) of each task type present, sorted, NULL (code 0) last. ``sorted_values``
-    keeps what it computed, so the plain and the Kaplan–Meier baselines of one read share their
-    sorts."""
+    """The filtered runs of one read, per task type: ``groups``: (code, task type) of each task
+    type present, sorted, NULL (code 0) last; per code ``runs``, ``censored_runs`` (stopped by a
+    budget) and ``cost_known_runs`` (cost fully known); per (code, metric of
+    ``BASELINE_METRICS``) the ``SortedValues`` both baselines read (``sorted_values``)."""
 
-    arrays: dict[str, np.ndarray]
     groups: list[tuple[int, str | None]]
-    #: code -> the slice of ``arrays`` holding that task type's runs
-    spans: dict[int, slice] = field(default_factory=dict)
-    _memo: dict = field(default_factory=dict, compare=False, repr=False)
-
-    def rows_of(self, code: int) -> slice:
-        """The runs of the task type with ``code``: a slice of every array of ``arrays``."""
-        return self.spans.get(code, slice(0, 0))
+    runs: dict[int, int]
+    censored_runs: dict[int, int]
+    cost_known_runs: dict[int, int]
+    values: dict[tuple[int, str], SortedValues] = field(repr=False)
 
     def sorted_values(self, code: int, metric: str) -> SortedValues:
         """``metric`` (one of ``BASELINE_METRICS``) of the runs of the task type with ``code``,
         sorted (``SortedValues``; cost: the runs whose cost is fully known only)."""
-        key = (code, metric)
-        if key not in self._memo:
-            at = self.rows_of(code)
-            values = self.arrays[metric][at]
-            stopped = self.arrays["censored"][at]
-            if metric == "cost_usd":
-                known = self.arrays["cost_known"][at]
-                values, stopped = values[known], stopped[known]
-            self._memo[key] = SortedValues(_sorted_without_nan(values), _sorted_without_nan(values[stopped]))
-        return self._memo[key]
+        return self.values[(code, metric)]
+
+
+def in_parallel(work: Callable[[_T], _R], items: Iterable[_T]) -> list[_R]:
+    """``[work(item) for item in items]`` on up to ``WORKERS`` threads (numpy's sorts, gathers
+    and element-wise passes release the GIL: the metrics of one read sort side by side)."""
+    items = list(items)
+    if WORKERS < 2 or len(items) < 2:
+        return [work(item) for item in items]
+    with ThreadPoolExecutor(max_workers=WORKERS) as pool:
+        return list(pool.map(work, items))
 
 
 def read_arrays(conn, f: Filters) -> EvidenceArrays:
     """One read of the runs ``f`` keeps into numpy arrays (the task type as a small code from
-    SQL: no text per row; issue 25: the text column was half of the read at 1M runs), ordered by
-    that code (one stable sort of the codes; each task type's runs are then a slice)."""
+    SQL: no text per row; issue 25: the text column was half of the read at 1M runs), grouped by
+    that code (one stable sort of the codes; each task type's runs are then a slice), each
+    metric of each task type sorted (``sort_flagged``)."""
     known = [r[0] for r in conn.execute(OPTION_TASK_TYPES).fetchall()]
     params = {**f.params(), "task_types_known": known}
     table = conn.execute(eq.CENSORING_ARRAYS, used_params(eq.CENSORING_ARRAYS, params)).to_arrow_table()
-    arrays = {name: table.column(name).to_numpy(zero_copy_only=False) for name in table.column_names}
-    for flag in ("censored", "cost_known"):
-        arrays[flag] = arrays[flag].astype(bool, copy=False)
-    codes = arrays["task_code"]
+    codes = table.column("task_code").to_numpy()
+    flags = table.column("flags").to_numpy()
     per_code = np.bincount(codes, minlength=len(known) + 1)
+    order = None
     if np.any(codes[1:] < codes[:-1]):  # (a stable sort of 16-bit keys is a radix sort in numpy)
         keys = codes.astype(np.uint16) if len(known) < np.iinfo(np.uint16).max else codes
         order = np.argsort(keys, kind="stable")
-        arrays = {name: column[order] for name, column in arrays.items()}
+        flags = flags[order]
     ends = np.cumsum(per_code)
     spans = {code: slice(int(ends[code] - per_code[code]), int(ends[code])) for code in range(per_code.size)}
+    present = [code for code in range(per_code.size) if per_code[code]]
+    censored = (flags & CENSORED_FLAG).astype(bool)
+
+    def sort_metric(metric: str) -> list[tuple[tuple[int, str], SortedValues]]:
+        column = table.column(metric).to_numpy(zero_copy_only=False)
+        if order is not None:
+            column = column[order]
+        return [
+            ((code, metric), sort_flagged(column[spans[code]], censored[spans[code]])) for code in present
+        ]
+
+    out = dict(pair for pairs in in_parallel(sort_metric, BASELINE_METRICS) for pair in pairs)
     groups: list[tuple[int, str | None]] = [(i + 1, t) for i, t in enumerate(known) if per_code[i + 1]]
     if per_code[0]:
         groups.append((0, None))
-    return EvidenceArrays(arrays, groups, spans)
+    return EvidenceArrays(
+        groups,
+        runs={code: int(per_code[code]) for code in present},
+        censored_runs={code: int(np.count_nonzero(censored[spans[code]])) for code in present},
+        cost_known_runs={
+            code: int(np.count_nonzero(flags[spans[code]] & COST_KNOWN_FLAG)) for code in present
+        },
+        values=out,
+    )
 
 
 def quantile_cont(values: np.ndarray, quantiles: tuple[float, ...]) -> list[float | None]:
@@ -145,12 +200,11 @@ def plain_baselines(ev: EvidenceArrays) -> pd.DataFrame:
     is fully known), the same values and dtypes."""
     rows = []
     for code, task_type in ev.groups:
-        at = ev.rows_of(code)
-        n = at.stop - at.start
+        n = ev.runs[code]
         row: dict = {"task_type": task_type, "n": n, "low_sample": n < LOW_SAMPLE_RUNS}
         for metric in BASELINE_METRICS:
             if metric == "cost_usd":
-                row["n_cost"] = int(np.count_nonzero(ev.arrays["cost_known"][at]))
+                row["n_cost"] = ev.cost_known_runs[code]
             ordered = ev.sorted_values(code, metric).ordered
             row[f"p50_{metric}"], row[f"p95_{metric}"] = quantile_cont_sorted(ordered, (0.5, 0.95))
             row[f"max_{metric}"] = float(ordered[-1]) if ordered.size else None

@@ -29,16 +29,18 @@ FROM filtered
 
 #: ``CENSORING_INPUT`` as the Kaplan–Meier baselines read it, straight into numpy arrays: no
 #: run_id, the task type as its 1-based position in ``$task_types_known`` (0: not in it, or
-#: NULL; issue 25: the text column was half of the read at 1M runs), the metrics as DOUBLE
-#: (NULL = NaN); the caller groups the rows by that code. Columns: task_code, censored,
-#: cost_known, then ``BASELINE_METRICS``.
+#: NULL; issue 25: the text column was half of the read at 1M runs), ``flags``: 1 when a budget
+#: stopped the run (censored) plus 2 when its cost is fully known (one byte instead of two
+#: columns), the metrics as DOUBLE (NULL = NaN), cost NULL unless fully known (the runs the
+#: cost baselines use, as ``BASELINES_BY_TASK``). The caller groups the rows by the code. Columns:
+#: task_code, flags, then ``BASELINE_METRICS``.
 CENSORING_ARRAYS = f"""
 WITH {FILTERED}
 SELECT CAST(coalesce(list_position(CAST($task_types_known AS VARCHAR[]), task_type), 0) AS INTEGER)
            AS task_code,
-       coalesce({IS_BUDGET_STOP}, false) AS censored,
-       coalesce({COST_KNOWN}, false) AS cost_known,
-       {", ".join(f"CAST({m} AS DOUBLE) AS {m}" for m in BASELINE_METRICS)}
+       CAST(CASE WHEN coalesce({IS_BUDGET_STOP}, false) THEN 1 ELSE 0 END
+            + CASE WHEN coalesce({COST_KNOWN}, false) THEN 2 ELSE 0 END AS UTINYINT) AS flags,
+       {", ".join(f"CAST(CASE WHEN {COST_KNOWN} THEN {m} END AS DOUBLE) AS {m}" if m == "cost_usd" else f"CAST({m} AS DOUBLE) AS {m}" for m in BASELINE_METRICS)}
 FROM filtered
 """
 
