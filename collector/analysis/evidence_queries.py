@@ -103,7 +103,7 @@ WITH {FILTERED},
 {SPEND}
 SELECT task_type, quantile_cont(total_tokens, 0.95) AS p95_total_tokens, count(*) AS runs,
        sum(own_cost_usd) AS cost_usd
-FROM spend GROUP BY task_type
+FROM spend GROUP BY task_type ORDER BY task_type NULLS LAST
 """
 
 #: ``RUNAWAYS`` with each task type's P95 given (``$basis_task_types``, ``$basis_tokens``: lists
