@@ -76,19 +76,24 @@ _DIGEST_DIFFERS = (
 )
 
 
-def _insert_calls(condition: str) -> str:
+def _insert_calls(condition: str, on_conflict: str) -> str:
     return (
         f"INSERT INTO model_calls BY NAME SELECT {WITH_RUN_KEY} FROM batch_calls b WHERE {condition}"
-        f" ON CONFLICT (call_id) DO UPDATE SET quality = {_WITH_REJECTED_SPAN} WHERE {_DIGEST_DIFFERS}"
-        " RETURNING " + ", ".join(INSERTED_CALL_COLUMNS) + ", content_digest"
+        f" ON CONFLICT {on_conflict} RETURNING " + ", ".join(INSERTED_CALL_COLUMNS) + ", content_digest"
     )
 
 
-INSERT_CALLS = _insert_calls(_NOT_A_STORED_RESPONSE)
+INSERT_CALLS = _insert_calls(
+    _NOT_A_STORED_RESPONSE,
+    f"(call_id) DO UPDATE SET quality = {_WITH_REJECTED_SPAN} WHERE {_DIGEST_DIFFERS}",
+)
 #: ``INSERT_CALLS`` for a batch without any ``response_id`` (every OTLP span): the same rows
-#: inserted and returned, without the anti-join on stored response ids (a third of the
-#: statement's time on a 1,000-span body).
-INSERT_CALLS_WITHOUT_RESPONSE_IDS = _insert_calls("true")
+#: inserted, without the anti-join on stored response ids (a third of the statement's time on a
+#: 1,000-span body), and ``DO NOTHING`` on a stored call id (a third less CPU than the ``DO
+#: UPDATE`` branch, which DuckDB plans on every commit): it returns only the inserted rows, and
+#: the writer finds and flags the stored calls re-sent with another digest by
+#: ``budgetlens.store.resends.flag_stored`` only when fewer rows came back than the batch held.
+INSERT_CALLS_WITHOUT_RESPONSE_IDS = _insert_calls("true", "DO NOTHING")
 
 
 def _upsert_records() -> str:
