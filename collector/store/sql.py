@@ -159,17 +159,22 @@ UPSERT_TOUCHED_RUNS = _upsert_runs()
 #: stored call that is the parent of a new call, or a new call that is the parent of a stored one,
 #: sums the calls below it; it is deleted (``FIND_AGGREGATES`` into ``aggregates``, then
 #: ``DELETE_AGGREGATES``, returning (call_id, run_id) of each).
-#: Only the traces of the batch are read.
+#: Only the traces of the batch are read. The registered ``new_calls`` (Arrow) is scanned once
+#: (``n``): each reference to a registered Arrow table costs ~1-2 ms CPU to set up (its scan
+#: setup, not its rows), three per commit before (14 -> 9 ms CPU for a 1-row commit).
 FIND_AGGREGATES = """
-WITH stored AS (
+WITH n AS MATERIALIZED (
+    SELECT call_id, trace_id, span_id, parent_span_id FROM new_calls WHERE trace_id IS NOT NULL
+),
+stored AS MATERIALIZED (
     SELECT call_id, trace_id, span_id, parent_span_id FROM model_calls
-    WHERE trace_id IN (SELECT trace_id FROM new_calls WHERE trace_id IS NOT NULL)
+    WHERE trace_id IN (SELECT trace_id FROM n)
 )
-SELECT stored.call_id FROM stored JOIN new_calls
-    ON stored.trace_id = new_calls.trace_id AND stored.span_id = new_calls.parent_span_id
+SELECT stored.call_id FROM stored JOIN n
+    ON stored.trace_id = n.trace_id AND stored.span_id = n.parent_span_id
 UNION
-SELECT new_calls.call_id FROM new_calls JOIN stored
-    ON stored.trace_id = new_calls.trace_id AND stored.parent_span_id = new_calls.span_id
+SELECT n.call_id FROM n JOIN stored
+    ON stored.trace_id = n.trace_id AND stored.parent_span_id = n.span_id
 """
 DELETE_AGGREGATES = (
     "DELETE FROM model_calls WHERE call_id IN (SELECT call_id FROM aggregates) RETURNING call_id, run_id"
