@@ -1,6 +1,8 @@
 """The calls insert of a batch without response ids (every OTLP body) skips the anti-join on
 stored response ids (``sql.INSERT_CALLS_WITHOUT_RESPONSE_IDS``): the same rows stored and
-returned as the reference ``sql.INSERT_CALLS``, on the same batches."""
+returned as the reference ``sql.INSERT_CALLS``, on the same batches; it inserts with ``DO
+NOTHING``, and the stored calls re-sent with another digest are flagged and reported as the
+reference's ``DO UPDATE`` branch does (``resends.flag_stored``)."""
 
 from __future__ import annotations
 
@@ -30,6 +32,11 @@ def _with_call_ids_of(tables, other):
     return (calls, *tables[1:])
 
 
+def _joined(a, b):
+    """One batch of the rows of batches ``a`` and ``b``."""
+    return tuple(pa.concat_tables([x, y]) for x, y in zip(a, b))
+
+
 def _stored(conn) -> dict[str, list[tuple]]:
     return {name: conn.execute(f"SELECT * FROM {name} ORDER BY ALL").fetchall() for name in _TABLES}
 
@@ -46,19 +53,23 @@ def _results(db_path, batches) -> tuple[list, dict]:
 
 @pytest.mark.system  # store writes: seconds
 def test_the_insert_without_response_ids_stores_and_returns_what_the_reference_does(tmp_path, monkeypatch):
-    first = _batch("run-a")
+    first, second = _batch("run-a"), _batch("run-b")
     batches = [
         first,
-        _batch("run-b"),
+        second,
         first,  # an identical resend
         _with_call_ids_of(_batch("run-c", output_tokens=999), first),  # other content, same ids
+        _with_call_ids_of(_batch("run-c", output_tokens=998), first),  # again: already flagged
+        # new calls and a resend of run-b's with other content in one batch
+        _joined(_batch("run-d"), _with_call_ids_of(_batch("run-e", output_tokens=77), second)),
     ]
     assert all(batch[0].column("response_id").null_count == len(batch[0]) for batch in batches)
     fast = _results(tmp_path / "fast.duckdb", batches)
     monkeypatch.setattr(writer, "_insert_calls_for", lambda calls: sql.INSERT_CALLS)
     reference = _results(tmp_path / "reference.duckdb", batches)
     assert fast == reference
-    assert fast[0][3][4] is not None  # the resend with other content was reported
+    assert all(fast[0][i][4] is not None for i in (3, 4, 5))  # each resend with other content reported
+    assert fast[0][5][0] > 0  # beside the new calls of its batch
 
 
 @pytest.mark.system  # store writes: seconds

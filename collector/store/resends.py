@@ -110,6 +110,25 @@ def split_returned(returned: pa.Table, batch: pa.Table) -> tuple[pa.Table, pa.Ta
     return returned.drop_columns(["content_digest"]), resent
 
 
+def flag_stored(conn: duckdb.DuckDBPyConnection, batch: pa.Table) -> pa.Table:
+    """Inside the file store's writer's transaction, after ``sql.INSERT_CALLS_WITHOUT_RESPONSE_IDS``
+    left some batch calls out (stored call ids): the stored calls of the registered
+    ``batch_calls`` (``batch``) with another content digest get ``rejected_span`` (whether or not they had
+    it, as ``sql.INSERT_CALLS``' ``DO UPDATE`` branch does); returns those resends
+    (``RESENT_SCHEMA``: the batch's ids, the stored call's run), as ``split_returned`` does for
+    ``sql.INSERT_CALLS``. The calls just inserted carry the batch's digest, so they never match."""
+    if "content_digest" not in batch.column_names:
+        return RESENT_SCHEMA.empty_table()
+    resent = as_resent(conn.sql(FIND_STORED).to_arrow_table())
+    if len(resent):
+        conn.register("marked", resent)
+        try:
+            conn.execute(_MARK)
+        finally:
+            conn.unregister("marked")
+    return resent
+
+
 def mark(conn: duckdb.DuckDBPyConnection, resent: pa.Table) -> pa.Table:
     """Inside the writer's transaction, after the inserts: add ``rejected_span`` to the stored
     call of each resend; returns the runs whose totals must be recounted (a table of

@@ -73,23 +73,27 @@ def _bucket_sql(column: str) -> str:
 
 def _aggregates(calls: str) -> str:
     """SELECT of rollup rows aggregated from ``calls`` (a relation with model_calls columns)."""
-    # the bucket is computed once a call (``_bucket``, NULL without a duration), not once per
-    # sketch column: the 50 FILTERs each held the whole expression, and binding and running
-    # them was about a third of a commit's rollup merge (CPU time, same rows)
+    # the bucket is computed once a call (``_bucket``, NULL without a duration) and counted by
+    # one ``histogram`` (a map bucket -> calls; NULLs are skipped, as the FILTERs did), read out
+    # into the sketch columns after the grouping: 50 ``count(*) FILTER`` aggregates were about
+    # 40 % of a commit's rollup merge, mostly fixed cost (CPU ms, 1-row and 1-body commits)
     sketch = ",\n    ".join(
-        f"count(*) FILTER (WHERE _bucket = {i}) AS {c}" for i, c in enumerate(LATENCY_COLUMNS)
+        f"CAST(coalesce(_sketch[{i}], 0) AS BIGINT) AS {c}" for i, c in enumerate(LATENCY_COLUMNS)
     )
     bucket = _bucket_sql("duration_s")
     return f"""
+SELECT * EXCLUDE (_sketch),
+    {sketch}
+FROM (
 SELECT run_id, coalesce(response_model, request_model, 'unknown') AS model,
     count(*) AS calls,
     {call_sums("")},
     count(duration_s) AS timed_calls,
     min(duration_s) AS min_duration_s,
     max(duration_s) AS max_duration_s,
-    {sketch}
+    histogram(_bucket) AS _sketch
 FROM (SELECT *, CASE WHEN duration_s IS NOT NULL THEN {bucket} END AS _bucket FROM {calls})
-GROUP BY ALL"""
+GROUP BY ALL)"""
 
 
 def _merged(old: str, new: str) -> list[tuple[str, str]]:

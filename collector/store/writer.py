@@ -193,7 +193,7 @@ def write_batch(
     conn.execute("BEGIN TRANSACTION")
     try:
         calls = batches["batch_calls"]
-        inserted, resent = resends.split_returned(_returned(conn, _insert_calls_for(calls)), calls)
+        inserted, resent = _insert_calls(conn, calls)
         new = {
             "new_calls": inserted,
             "new_records": _returned(conn, sql.INSERT_RECORDS),
@@ -241,6 +241,21 @@ def write_batch(
         runs_rows=runs_rows,
         resent=resent if len(resent) else None,
     )
+
+
+def _insert_calls(conn: duckdb.DuckDBPyConnection, calls: pa.Table) -> tuple[pa.Table, pa.Table]:
+    """Insert the registered ``batch_calls`` (``calls``): (the inserted rows, the resends of
+    stored calls with another digest, flagged), by ``resends.split_returned`` after
+    ``sql.INSERT_CALLS``, by ``resends.flag_stored`` after the ``DO NOTHING`` insert when a call
+    id was stored already."""
+    statement = _insert_calls_for(calls)
+    returned = _returned(conn, statement)
+    if statement != sql.INSERT_CALLS_WITHOUT_RESPONSE_IDS:
+        return resends.split_returned(returned, calls)
+    inserted = returned.drop_columns(["content_digest"])
+    if len(returned) == len(calls):
+        return inserted, resends.RESENT_SCHEMA.empty_table()
+    return inserted, resends.flag_stored(conn, calls)
 
 
 def _insert_calls_for(calls: pa.Table) -> str:
