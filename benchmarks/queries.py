@@ -203,15 +203,15 @@ def page_calls(f: analysis.Filters, run_id: str):
             lambda c: analysis.stop_reasons(c, f),
         ],
         "Baselines": [
-            lambda c: censoring.evidence_frames(c, f),  # baselines + the KM table: one read
+            # baselines + the KM table + the distribution of total tokens: one read
+            lambda c: censoring.baselines_evidence(c, f),
             lambda c: drift.drift(c, f),
-            lambda c: analysis.token_distribution(c, f),
             lambda c: _limits(c, f),  # the limits in force and their history: one read
             lambda c: analysis.token_part_baselines(c, f),
         ],
         "Presets": [
             lambda c: whatif.evidence_presets(
-                whatif.Evidence(*censoring.evidence_frames(c, f)), analysis.DEFAULT_MULTIPLIER
+                whatif.Evidence(*censoring.baselines_evidence(c, f)[:2]), analysis.DEFAULT_MULTIPLIER
             ),  # dashboard.data.evidence: the baselines and the KM table from one read
             lambda c: _limits(c, f),
             analysis.data_extent,

@@ -253,8 +253,9 @@ overview = cached(views.overview)  # headline figures and per-task rates (``view
 #: The Cost page's tiles: the spend figures of the window alone (``cost_totals.CostTotals``).
 cost_totals = cached(cost_totals_analysis.cost_totals)
 _baselines = cached(views.baselines)
-#: The plain and the Kaplan–Meier baselines per task type from one read of the runs (issue 25).
-evidence_frames = cached(censoring.evidence_frames)
+#: The plain and the Kaplan–Meier baselines per task type and the distribution of total tokens
+#: from one read of the runs (issue 25; ``censoring.baselines_evidence``).
+evidence_frames = cached(censoring.baselines_evidence)
 
 
 def baselines(f: Filters, by_model: bool = False):
@@ -288,8 +289,15 @@ stop_reasons = cached(views.stop_reasons)
 cost_by_period = cached(views.cost_by_period)
 #: Runs per log-spaced cost bucket and task type.
 cost_per_run = cached(views.cost_per_run)
-#: Runs per log-spaced total-token bucket and task type.
-token_distribution = cached(views.token_distribution)
+_token_distribution = cached(views.token_distribution)
+
+
+def token_distribution(f: Filters, per_decade: int = 10):
+    """Runs per log-spaced total-token bucket and task type (``views.token_distribution``): from
+    the cached ``evidence_frames`` at its buckets per decade, else read."""
+    return evidence_frames(f)[2] if per_decade == 10 else _token_distribution(f, per_decade)
+
+
 #: The ``limit`` most expensive priced runs.
 top_runs = cached(views.top_runs)
 #: Who spent it: spend and runs per team, user or service.
@@ -325,7 +333,7 @@ def censored_baselines(f: Filters):
 def evidence(f: Filters) -> whatif.Evidence:
     """The plain and Kaplan–Meier baselines presets rest on (``whatif.Evidence`` of ``f``), from
     the cached ``evidence_frames``: the runs are read once per render for both (issue 25)."""
-    return whatif.Evidence(*evidence_frames(f))
+    return whatif.Evidence(*evidence_frames(f)[:2])
 
 
 def _fallback(view: str, key: tuple, error: BaseException) -> Any:

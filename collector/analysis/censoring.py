@@ -37,6 +37,7 @@ from budgetlens.analysis.evidence_arrays import (
     read_arrays,
     sort_flagged,
 )
+from budgetlens.analysis.evidence_histogram import token_distribution
 from budgetlens.analysis.filters import Filters
 from budgetlens.analysis.queries import BASELINE_METRICS
 
@@ -46,6 +47,7 @@ __all__ = [
     "METHOD_CENSORING_AWARE",
     "METHOD_PLAIN",
     "Percentile",
+    "baselines_evidence",
     "censored_baselines",
     "evidence_frames",
     "km_baselines",
@@ -232,6 +234,16 @@ def evidence_frames(conn: duckdb.DuckDBPyConnection, f: Filters, probability: fl
     twice, the plain quantiles in SQL): the same frames."""
     ev = read_arrays(conn, f)
     return plain_baselines(ev), km_baselines(ev, probability)
+
+
+def baselines_evidence(
+    conn: duckdb.DuckDBPyConnection, f: Filters, probability: float = 0.95, per_decade: int = 10
+):
+    """``evidence_frames(conn, f, probability)`` and ``views.token_distribution(conn, f,
+    per_decade)`` from the same one read (``evidence_histogram``; issue 25: the Baselines page
+    read the runs again for the distribution): the same three frames."""
+    ev = read_arrays(conn, f)
+    return plain_baselines(ev), km_baselines(ev, probability), token_distribution(ev, per_decade)
 
 
 def km_baselines(ev: EvidenceArrays, probability: float = 0.95) -> pd.DataFrame:
