@@ -6,7 +6,8 @@ directly, a few budget events) and cached under ``$BUDGETLENS_BENCH_DIR`` (defau
 on a cold cache: open the store read-only once (``read_connection``; the dashboard's one reader
 per render), run every analysis call of the page, close; beside it the same calls each on its
 own connection (the reference); the figures are medians of ``--repeat`` interleaved rounds.
-Filters: the whole extent of the data, time zone Europe/Berlin (day buckets converted).
+Filters: the whole extent of the data, time zone Europe/Berlin (day buckets converted); the
+Overview reads the previous period by the dashboard's own rule (``page_calls``), so not here.
 
 Usage: ``python -m benchmarks.queries [--sizes 10000 100000 1000000] [--repeat 5]``; writes the
 "queries" section of BENCHMARKS.md. Target (issue 25): every dashboard page at 1M runs in at most
@@ -164,23 +165,28 @@ def _limits(conn, f: analysis.Filters):
     return analysis.current_limits_of(periods), analysis.limit_history_of(periods)
 
 
-def page_calls(f: analysis.Filters, run_id: str):
+def page_calls(f: analysis.Filters, run_id: str, first_utc: dt.datetime | None):
     """Each page's analysis calls, as the dashboard pages make them with their default widgets
     (``dashboard/app_pages/*.py``): {page: [callable(conn)]}. Every page also draws the sidebar
     and the header (data extent, filter options, what the window leaves out). The lists before
     issue 25's page work left out the runaways (Overview), spend by team (Cost), drift, the
     Kaplan-Meier baselines and the limit history (Baselines, Presets): those pages' earlier
-    figures understated them."""
+    figures understated them. The Overview reads the previous period by the dashboard's own rule
+    (``dashboard.app_pages._ui.previous_window`` of ``f`` and ``first_utc``, the first stored
+    run's start): not for a window the data covers only in part, such as the whole extent timed
+    here (before, it was always read: the page's figure overstated it by one Overview read)."""
+    from budgetlens.dashboard.app_pages._ui import previous_window
+
     shared = [
         analysis.data_extent,
         analysis.filter_options,
         lambda c: analysis.window_coverage(c, f),
     ]
-    length = (f.end_utc - f.start_utc) if f.start_utc and f.end_utc else dt.timedelta(days=14)
-    previous = analysis.Filters(start_utc=(f.start_utc or f.end_utc) - length, end_utc=f.start_utc, tz=f.tz)
+    previous = previous_window(f, first_utc)
     pages = {
         "Overview": [
-            lambda c: analysis.overview(c, previous),  # "vs previous period"
+            # "vs previous period", when the dashboard shows it
+            *([lambda c: analysis.overview(c, previous)] if previous else []),
             lambda c: analysis.hit_rate_daily(c, f),
             lambda c: analysis.cost_by_period(c, f, "day", "task_type"),
             # the Overview's figures, then the runaways against its P95s and spend, as
@@ -244,7 +250,7 @@ def time_pages(path: Path, repeat: int, only: tuple[str, ...] = ()) -> dict[str,
     end = last + dt.timedelta(microseconds=1)  # the newest run included
     f = analysis.Filters(start_utc=first, end_utc=end, tz="Europe/Berlin")
     results = {}
-    pages = {p: c for p, c in page_calls(f, run_id).items() if not only or p in only}
+    pages = {p: c for p, c in page_calls(f, run_id, first).items() if not only or p in only}
     pages[BARE] = [lambda c: bare_scan(c, f)]
     for page, calls in pages.items():
         shared, per_call = [], []

@@ -442,3 +442,38 @@ def test_plain_baselines_from_the_kaplan_meier_read_equal_the_sql_baselines(stor
             got = evidence_arrays.quantile_cont(values, (0.5, 0.95))
             sql = "SELECT quantile_cont(CAST(v AS BIGINT), [0.5, 0.95]) FROM (SELECT unnest($v) AS v)"
             assert got == conn.execute(sql, {"v": values.tolist()}).fetchone()[0]
+
+
+def test_runaways_without_tool_loops_equal_the_statement_with_its_or(store, childless_store):
+    """Where no stored run may be a tool loop, the runs over their P95 alone (no ``OR``, the scan
+    filtered by the smallest P95) are ``RUNAWAYS``' rows; ``runaways`` takes either statement
+    and equals ``RUNAWAYS`` on a store with a tool loop (12 calls of one tool) and one without."""
+    paths_taken = set()
+    for path in (store, childless_store):
+        with read_connection(path) as conn:
+            for f in _windows(path):
+                basis = runaway_analysis.basis_of(analysis.overview(conn, f))
+                for k, repeats in ((3.0, 10), (1.5, 3), (3.0, 13), (1e-9, 2), (100.0, 50)):
+                    params = {**f.params(), "k": k, "repeats": repeats}
+                    expected = run_query(conn, eq.RUNAWAYS, params)
+                    may_loop = bool(run_query(conn, eq.MAY_HAVE_TOOL_LOOPS, params).iloc[0, 0])
+                    paths_taken.add(may_loop)
+                    if not may_loop:
+                        given = {
+                            **params,
+                            "basis_task_types": list(basis.task_types),
+                            "basis_tokens": list(basis.p95_total_tokens),
+                            "least_given": min(
+                                (p for p in basis.p95_total_tokens if p is not None), default=None
+                            ),
+                        }
+                        fast = run_query(conn, for_store(conn, eq.RUNAWAYS_OVER_P95_GIVEN), given)
+                        pd.testing.assert_frame_equal(fast, expected)
+                    found = runaway_analysis.runaways(conn, f, k=k, repeats=repeats, basis=basis)
+                    pd.testing.assert_frame_equal(found.runs, expected.drop(columns=["own_cost_usd"]))
+                    own = expected["own_cost_usd"].sum(min_count=1)
+                    assert found.cost_usd == (None if pd.isna(own) else pytest.approx(own, rel=1e-12))
+    assert paths_taken == {True, False}  # both statements were compared
+    with read_connection(store) as conn:  # the store without loops still has tool streaks
+        fast = runaway_analysis.runaways(conn, analysis.Filters(), k=1e-9, repeats=13)
+    assert fast.runs["longest_repeat"].max() == 12

@@ -44,6 +44,40 @@ SELECT CAST(coalesce(list_position(CAST($task_types_known AS VARCHAR[]), task_ty
 FROM filtered
 """
 
+
+def _streaks_of(runs: str) -> str:
+    """The ``tools`` and ``streaks`` CTEs of the runs of the CTE ``runs`` (a fixed name): each
+    run's longest streak of one tool and that tool (``RUNAWAYS``' columns)."""
+    return f"""tools AS (
+    SELECT e.run_id, e.tool_name, e.ts_utc, e.event_id,
+           row_number() OVER (PARTITION BY e.run_id ORDER BY e.ts_utc, e.event_id)
+         - row_number() OVER (PARTITION BY e.run_id, e.tool_name ORDER BY e.ts_utc, e.event_id)
+               AS streak
+    FROM budget_events e JOIN {runs} f ON f.run_id = e.run_id
+    WHERE e.name = 'budgetlens.tool_call' AND e.tool_name IS NOT NULL
+),
+streaks AS (
+    SELECT run_id, arg_max(tool_name, (n, tool_name)) AS repeated_tool, max(n) AS longest_repeat
+    FROM (SELECT run_id, tool_name, streak, count(*) AS n FROM tools GROUP BY ALL)
+    GROUP BY run_id
+)"""
+
+
+#: The rows of the runaways ``picked`` (with ``streaks``), as ``RUNAWAYS`` returns them.
+_RUNAWAY_ROWS = """
+SELECT f.run_id, f.task_type, f.start_utc, f.total_tokens, f.cost_usd, f.stop_reason,
+       f.p95_total_tokens,
+       f.total_tokens / nullif(f.p95_total_tokens, 0) AS tokens_ratio,
+       coalesce(s.longest_repeat, 0) AS longest_repeat,
+       s.repeated_tool,
+       coalesce(f.total_tokens > $k * f.p95_total_tokens, false) AS over_p95,
+       coalesce(s.longest_repeat >= $repeats, false) AS tool_loop,
+       f.own_cost_usd
+FROM picked f
+LEFT JOIN streaks s ON s.run_id = f.run_id
+ORDER BY f.total_tokens DESC NULLS LAST, f.run_id
+"""
+
 #: Runaway runs: above ``$k`` x their task type's P95 of total tokens, or with the same tool
 #: called ``$repeats`` or more times in a row (``budgetlens.tool_call`` events in time order;
 #: arguments are never stored, so "the same call" is the same tool name; of two tools with
@@ -61,19 +95,7 @@ p95 AS (
     SELECT task_type, quantile_cont(total_tokens, 0.95) AS p95_total_tokens
     FROM filtered GROUP BY task_type
 ),
-tools AS (
-    SELECT e.run_id, e.tool_name, e.ts_utc, e.event_id,
-           row_number() OVER (PARTITION BY e.run_id ORDER BY e.ts_utc, e.event_id)
-         - row_number() OVER (PARTITION BY e.run_id, e.tool_name ORDER BY e.ts_utc, e.event_id)
-               AS streak
-    FROM budget_events e JOIN filtered f ON f.run_id = e.run_id
-    WHERE e.name = 'budgetlens.tool_call' AND e.tool_name IS NOT NULL
-),
-streaks AS (
-    SELECT run_id, arg_max(tool_name, (n, tool_name)) AS repeated_tool, max(n) AS longest_repeat
-    FROM (SELECT run_id, tool_name, streak, count(*) AS n FROM tools GROUP BY ALL)
-    GROUP BY run_id
-),
+{_streaks_of("filtered")},
 loops AS (SELECT run_id FROM streaks WHERE longest_repeat >= $repeats),
 picked AS (
     SELECT f.run_id, f.task_type, f.start_utc, f.total_tokens, f.cost_usd, f.stop_reason,
@@ -81,18 +103,7 @@ picked AS (
     FROM spend f JOIN p95 p ON p.task_type IS NOT DISTINCT FROM f.task_type
     WHERE f.total_tokens > $k * p.p95_total_tokens OR f.run_id IN (SELECT run_id FROM loops)
 )
-SELECT f.run_id, f.task_type, f.start_utc, f.total_tokens, f.cost_usd, f.stop_reason,
-       f.p95_total_tokens,
-       f.total_tokens / nullif(f.p95_total_tokens, 0) AS tokens_ratio,
-       coalesce(s.longest_repeat, 0) AS longest_repeat,
-       s.repeated_tool,
-       coalesce(f.total_tokens > $k * f.p95_total_tokens, false) AS over_p95,
-       coalesce(s.longest_repeat >= $repeats, false) AS tool_loop,
-       f.own_cost_usd
-FROM picked f
-LEFT JOIN streaks s ON s.run_id = f.run_id
-ORDER BY f.total_tokens DESC NULLS LAST, f.run_id
-"""
+{_RUNAWAY_ROWS}"""
 
 #: What ``RUNAWAYS_GIVEN_P95`` takes from the filtered runs, per task type: task_type,
 #: p95_total_tokens (as ``RUNAWAYS``' ``p95``), runs, cost_usd (the own spend summed: the
@@ -120,6 +131,37 @@ RUNAWAYS_GIVEN_P95 = RUNAWAYS.replace(
 )""",
     1,
 )
+
+#: Whether some stored run may be a tool loop (``$repeats`` or more ``budgetlens.tool_call``
+#: events naming a tool): when not, no run of any window is, and its runaways are the runs over
+#: their P95 alone (``RUNAWAYS_OVER_P95_GIVEN``). Reads the events only (~20 ms at 1M runs).
+MAY_HAVE_TOOL_LOOPS = """
+SELECT EXISTS (
+    SELECT run_id FROM budget_events
+    WHERE name = 'budgetlens.tool_call' AND tool_name IS NOT NULL
+    GROUP BY run_id HAVING count(*) >= $repeats
+)
+"""
+
+#: ``RUNAWAYS_GIVEN_P95`` where no filtered run is a tool loop (``MAY_HAVE_TOOL_LOOPS`` false):
+#: the same rows and columns from the runs over ``$k`` x their P95 alone, without the ``OR``;
+#: ``$least_given`` (the smallest given P95; NULL: none) filters the runs' scan before the P95s
+#: are joined, and only the picked runs' tool streaks are read (issue 25).
+RUNAWAYS_OVER_P95_GIVEN = f"""
+WITH {FILTERED_INLINE},
+{SPEND},
+p95 AS (
+    SELECT unnest(CAST($basis_task_types AS VARCHAR[])) AS task_type,
+           unnest(CAST($basis_tokens AS DOUBLE[])) AS p95_total_tokens
+),
+picked AS MATERIALIZED (
+    SELECT f.run_id, f.task_type, f.start_utc, f.total_tokens, f.cost_usd, f.stop_reason,
+           f.own_cost_usd, p.p95_total_tokens
+    FROM spend f JOIN p95 p ON p.task_type IS NOT DISTINCT FROM f.task_type
+    WHERE f.total_tokens > $k * CAST($least_given AS DOUBLE) AND f.total_tokens > $k * p.p95_total_tokens
+),
+{_streaks_of("picked")}
+{_RUNAWAY_ROWS}"""
 
 #: Drift: per task type, the P95 of total tokens and of known cost in the recent window
 #: [$split_utc, $end_utc) against the previous one [$start_utc, $split_utc). Columns: task_type,

@@ -67,6 +67,15 @@ def _read_basis(conn: duckdb.DuckDBPyConnection, f: Filters) -> RunawayBasis:
     )
 
 
+def _statement(conn: duckdb.DuckDBPyConnection, repeats: int) -> str:
+    """The statement of the runaways with their P95s given: ``RUNAWAYS_GIVEN_P95``, or, when no
+    stored run may be a tool loop (``MAY_HAVE_TOOL_LOOPS``, one read of the events),
+    ``RUNAWAYS_OVER_P95_GIVEN``: the same rows at less cost (issue 25)."""
+    if bool(run_query(conn, eq.MAY_HAVE_TOOL_LOOPS, {"repeats": repeats}).iloc[0, 0]):
+        return eq.RUNAWAYS_GIVEN_P95
+    return eq.RUNAWAYS_OVER_P95_GIVEN
+
+
 @dataclass(frozen=True)
 class Runaways:
     """The runaway runs of a window. ``runs``: run_id, task_type, start_utc, total_tokens,
@@ -108,8 +117,9 @@ def runaways(
         "repeats": int(repeats),
         "basis_task_types": list(basis.task_types),
         "basis_tokens": list(basis.p95_total_tokens),
+        "least_given": min((p for p in basis.p95_total_tokens if p is not None), default=None),
     }
-    frame = run_query(conn, for_store(conn, eq.RUNAWAYS_GIVEN_P95), params)
+    frame = run_query(conn, for_store(conn, _statement(conn, int(repeats))), params)
     total_cost = basis.cost_usd
     # each dollar once: a parent's cost includes its children's (issue 21), so the own spend is summed
     cost = scalar(frame["own_cost_usd"].sum(min_count=1)) if len(frame) else None
