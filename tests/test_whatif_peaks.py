@@ -192,6 +192,28 @@ def test_fast_replay_equals_the_full_replay_for_every_budget(varied_store, f):
             assert mine.run_count == full.run_count == len(full.runs)
 
 
+def test_limits_that_differ_per_task_type_replay_as_the_full_replay(varied_store):
+    # The old stops are compared per task type's slice and the tool-call limit only over the
+    # runs past the task type's smallest one: each task type its own limits, one with none.
+    budgets = [
+        whatif.Budget(
+            limits={
+                "qa": {"max_tool_calls": tools, "max_total_tokens": 2_000 + 1_000 * i, "max_turns": 3},
+                "code": {"max_tool_calls": 3 - tools, "max_cost_usd": 0.02 * (i + 1), "max_duration_s": 30.0},
+                None: {"max_input_tokens": 1_500 * (i + 1), "max_output_tokens": 600},
+            }
+        )
+        for i, tools in enumerate((1, 2, 3))
+    ]
+    with read_connection(varied_store) as conn:
+        fast = whatif_peaks.replay_many(conn, Filters(), budgets)
+        for budget, mine in zip(budgets, fast, strict=True):
+            full = whatif.replay(conn, Filters(), budget)
+            _same(mine.summary, full.summary, summed=True)
+            _same(mine.runs, full.runs)
+            assert full.summary["stopped"].sum() > 0
+
+
 def test_the_varied_store_has_what_the_comparison_is_about(varied_store):
     with read_connection(varied_store) as conn:
         full = [whatif.replay(conn, Filters(), b) for b in _budgets()]
