@@ -264,34 +264,36 @@ class Replays:
         n_tasks = len(self.task_types)
         names = self.totals["task_type"].where(self.totals["task_type"].notna(), None)
         order = [self.task_types.index(t) for t in names]
+        task, width, k = self.task_index, len(_NAMES), len(verdicts)
+        # a censored run is one the old budget stopped; avoided is 0 outside the walked runs
+        # (those the walk stops): the sums over those runs add the same values in the same order
+        old, walked = np.flatnonzero(self.old_stop), self.walk.walk_ui
+        old_task, walked_task = task[old], task[walked]
         columns: dict[str, list] = {name: [] for name in ("stopped", "censored", *rq.STOP_COUNTS)}
         columns.update(avoided_tokens=[], avoided_cost_usd=[])
-        task = self.task_index
-        width = len(_NAMES)
         for verdict in verdicts:
-            stopped, censored = verdict["stopped"], verdict["censored"]
-            # per task type and stop code (0 = not stopped: code 0 is never a stopped run's)
+            at = np.flatnonzero(verdict["stopped"])  # per task type and stop code of the stopped
             by_code = np.bincount(
-                task * width + np.where(stopped, verdict["stop_code"], 0), minlength=n_tasks * width
+                task[at] * width + verdict["stop_code"][at], minlength=n_tasks * width
             ).reshape(n_tasks, width)
             sums = {
-                "stopped": by_code[:, 1:].sum(axis=1),
-                "censored": np.bincount(task, weights=censored, minlength=n_tasks).astype(np.int64),
+                "stopped": by_code.sum(axis=1),
+                "censored": np.bincount(old_task[verdict["censored"][old]], minlength=n_tasks),
                 **{name: by_code[:, _CODE[reason]] for name, reason in rq.STOP_COUNTS.items()},
-                # avoided is 0 outside the runs the walk stops (all of them counted): a sum over
-                # every run adds only zeros more, in the same order
-                "avoided_tokens": np.bincount(task, weights=verdict["avoided_tokens"], minlength=n_tasks),
-                "avoided_cost_usd": np.bincount(task, weights=verdict["avoided_cost_usd"], minlength=n_tasks),
+                **{
+                    name: np.bincount(walked_task, weights=verdict[name][walked], minlength=n_tasks)
+                    for name in ("avoided_tokens", "avoided_cost_usd")
+                },
             }
             for name, values in sums.items():
                 columns[name].append(values[order])
-        k = len(verdicts)
+        columns = {name: np.concatenate(parts) for name, parts in columns.items()}
         frame = pd.DataFrame(
             {
                 "budget_id": np.repeat(np.arange(k), len(order)),
                 "task_type": list(self.totals["task_type"]) * k,
                 "runs": np.tile(self.totals["runs"].to_numpy(), k),
-                **{name: np.concatenate(parts) for name, parts in columns.items()},
+                **columns,
                 **{
                     name: np.tile(self.totals[name].to_numpy(), k)
                     for name in ("runs_without_calls", "spent_tokens", "spent_cost_usd")
