@@ -398,3 +398,25 @@ def test_the_kept_runs_are_put_in_rowid_order_and_their_table_is_dropped(varied_
             "SELECT count(*) FROM duckdb_tables() WHERE table_name = $name", {"name": pq.UNDER_TABLE}
         ).fetchone()[0]
     assert kept == 0
+
+
+def test_the_target_presets_are_each_task_types_evidence_presets_at_its_multiplier(varied_store):
+    # target_presets chooses the P95s once for every task type's multiplier; the reference is
+    # evidence_presets at each chosen multiplier, row by row.
+    with read_connection(varied_store) as conn:
+        ev = whatif.evidence(conn, Filters())
+        curve = whatif.tradeoff(conn, Filters(), ev)
+    seen = set()
+    for method in ("auto", "plain", "kaplan-meier"):
+        for target in (0.0, 0.05, 0.2, 1.0):
+            chosen = whatif.target_presets(ev, curve, target, method)
+            assert len(chosen) == curve["task_type"].nunique(dropna=False)
+            for _, row in chosen.iterrows():
+                table = whatif.evidence_presets(ev, row["multiplier"], method)
+                same_task = table["task_type"].eq(row["task_type"]) | (
+                    table["task_type"].isna() & pd.isna(row["task_type"])
+                )
+                expected = table[same_task].iloc[0]
+                _same(pd.DataFrame([row[table.columns]]), pd.DataFrame([expected]))
+                seen.add(row["multiplier"])
+    assert len(seen) > 1  # task types at different multipliers
