@@ -287,13 +287,12 @@ class Replays:
             }
             for name, values in sums.items():
                 columns[name].append(values[order])
-        columns = {name: np.concatenate(parts) for name, parts in columns.items()}
         frame = pd.DataFrame(
             {
                 "budget_id": np.repeat(np.arange(k), len(order)),
                 "task_type": list(self.totals["task_type"]) * k,
                 "runs": np.tile(self.totals["runs"].to_numpy(), k),
-                **columns,
+                **{name: np.concatenate(parts) for name, parts in columns.items()},
                 **{
                     name: np.tile(self.totals[name].to_numpy(), k)
                     for name in ("runs_without_calls", "spent_tokens", "spent_cost_usd")
