@@ -192,6 +192,28 @@ def test_fast_replay_equals_the_full_replay_for_every_budget(varied_store, f):
             assert mine.run_count == full.run_count == len(full.runs)
 
 
+def test_limits_that_differ_per_task_type_replay_as_the_full_replay(varied_store):
+    # The old stops are compared per task type's slice and the tool-call limit only over the
+    # runs past the task type's smallest one: each task type its own limits, one with none.
+    budgets = [
+        whatif.Budget(
+            limits={
+                "qa": {"max_tool_calls": tools, "max_total_tokens": 2_000 + 1_000 * i, "max_turns": 3},
+                "code": {"max_tool_calls": 3 - tools, "max_cost_usd": 0.02 * (i + 1), "max_duration_s": 30.0},
+                None: {"max_input_tokens": 1_500 * (i + 1), "max_output_tokens": 600},
+            }
+        )
+        for i, tools in enumerate((1, 2, 3))
+    ]
+    with read_connection(varied_store) as conn:
+        fast = whatif_peaks.replay_many(conn, Filters(), budgets)
+        for budget, mine in zip(budgets, fast, strict=True):
+            full = whatif.replay(conn, Filters(), budget)
+            _same(mine.summary, full.summary, summed=True)
+            _same(mine.runs, full.runs)
+            assert full.summary["stopped"].sum() > 0
+
+
 def test_the_varied_store_has_what_the_comparison_is_about(varied_store):
     with read_connection(varied_store) as conn:
         full = [whatif.replay(conn, Filters(), b) for b in _budgets()]
@@ -376,3 +398,25 @@ def test_the_kept_runs_are_put_in_rowid_order_and_their_table_is_dropped(varied_
             "SELECT count(*) FROM duckdb_tables() WHERE table_name = $name", {"name": pq.UNDER_TABLE}
         ).fetchone()[0]
     assert kept == 0
+
+
+def test_the_target_presets_are_each_task_types_evidence_presets_at_its_multiplier(varied_store):
+    # target_presets chooses the P95s once for every task type's multiplier; the reference is
+    # evidence_presets at each chosen multiplier, row by row.
+    with read_connection(varied_store) as conn:
+        ev = whatif.evidence(conn, Filters())
+        curve = whatif.tradeoff(conn, Filters(), ev)
+    seen = set()
+    for method in ("auto", "plain", "kaplan-meier"):
+        for target in (0.0, 0.05, 0.2, 1.0):
+            chosen = whatif.target_presets(ev, curve, target, method)
+            assert len(chosen) == curve["task_type"].nunique(dropna=False)
+            for _, row in chosen.iterrows():
+                table = whatif.evidence_presets(ev, row["multiplier"], method)
+                same_task = table["task_type"].eq(row["task_type"]) | (
+                    table["task_type"].isna() & pd.isna(row["task_type"])
+                )
+                expected = table[same_task].iloc[0]
+                _same(pd.DataFrame([row[table.columns]]), pd.DataFrame([expected]))
+                seen.add(row["multiplier"])
+    assert len(seen) > 1  # task types at different multipliers

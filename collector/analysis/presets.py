@@ -40,6 +40,7 @@ __all__ = [
     "preset_limit",
     "presets",
     "recommended_presets",
+    "recommended_presets_each",
     "round_significant",
     "round_up",
     "round_up_significant",
@@ -186,6 +187,40 @@ def recommended_presets(
     out["km_p95_total_tokens"] = km_p95
     out["multiplier"] = float(multiplier)
     return out
+
+
+def recommended_presets_each(
+    baselines_df: pd.DataFrame,
+    censoring_df: pd.DataFrame | None,
+    multipliers: dict[Any, float],
+    method: str = "auto",
+) -> pd.DataFrame:
+    """The rows of ``recommended_presets`` of each task type of ``multipliers`` ({task type (None:
+    none): its multiplier}) at its own multiplier, in the baselines' order, as one frame: the P95
+    each rests on chosen once, however many multipliers (the What-if page's chosen presets).
+    Task types not in ``multipliers`` are left out. Raises ValueError as ``recommended_presets``."""
+    base, methods, shares, bounds, km_p95 = _chosen_p95(baselines_df, censoring_df, method)
+    rows = []
+    for i, (_, row) in enumerate(base.iterrows()):
+        task_type = None if pd.isna(row["task_type"]) else row["task_type"]
+        if task_type not in multipliers:
+            continue
+        multiplier = multipliers[task_type]
+        _check_multiplier(multiplier)
+        out = {"task_type": row["task_type"], "n": int(row["n"]), "low_sample": bool(row["low_sample"])}
+        for key, (metric, _rounding) in PRESET_RULES.items():
+            out[key] = preset_limit(key, scalar(row.get(f"p95_{metric}")), multiplier)
+        out.update(
+            method=methods[i],
+            censored_share=shares[i],
+            lower_bound_keys=bounds[i],
+            km_p95_total_tokens=km_p95[i],
+            multiplier=float(multiplier),
+        )
+        rows.append(out)
+    columns = ["task_type", "n", "low_sample", *PRESET_RULES]
+    columns += ["method", "censored_share", "lower_bound_keys", "km_p95_total_tokens", "multiplier"]
+    return pd.DataFrame(rows, columns=columns).astype({k: object for k in PRESET_RULES})
 
 
 def preset_grid(

@@ -36,7 +36,13 @@ from budgetlens.analysis import replay_queries as rq
 from budgetlens.analysis import whatif_peaks
 from budgetlens.analysis.censoring import evidence_frames
 from budgetlens.analysis.filters import Filters, run_query
-from budgetlens.analysis.presets import METHODS, PRESET_RULES, preset_grid, recommended_presets
+from budgetlens.analysis.presets import (
+    METHODS,
+    PRESET_RULES,
+    preset_grid,
+    recommended_presets,
+    recommended_presets_each,
+)
 from budgetlens.analysis.replay import (  # noqa: F401  (re-exported)
     RUN_COLUMNS,
     SUMMARY_COLUMNS,
@@ -242,22 +248,20 @@ def target_presets(
     """
     choice = smallest_multiplier(curve, target)
     largest = float(curve["multiplier"].max()) if len(curve) else CURVE_MULTIPLIERS[-1]
-    rows = []
-    tables: dict[float, pd.DataFrame] = {}  # the presets at each multiplier picked, built once
+    picks = {}
     for _, pick in choice.iterrows():
-        multiplier = float(
-            largest if pick["multiplier"] is None or pd.isna(pick["multiplier"]) else pick["multiplier"]
-        )
-        if multiplier not in tables:
-            tables[multiplier] = evidence_presets(ev, multiplier, method)
-        table = tables[multiplier]
-        mine = table[
-            table["task_type"].eq(pick["task_type"])
-            | (table["task_type"].isna() & (pick["task_type"] is None))
-        ]
-        if mine.empty:
+        unset = pick["multiplier"] is None or pd.isna(pick["multiplier"])
+        picks[pick["task_type"]] = (float(largest if unset else pick["multiplier"]), pick)
+    # every task type's preset at its own multiplier, from one choice of the P95s
+    table = recommended_presets_each(
+        ev.baselines, ev.censoring, {t: m for t, (m, _) in picks.items()}, method
+    )
+    mine = {None if pd.isna(row["task_type"]) else row["task_type"]: row for row in table.to_dict("records")}
+    rows = []
+    for task_type, (_multiplier, pick) in picks.items():  # the curve's order
+        if task_type not in mine:
             continue
-        row = mine.iloc[0].to_dict()
+        row = dict(mine[task_type])
         row.update(
             projected_hit_rate=pick["hit_rate"],
             projected_hit_rate_upper=pick["hit_rate_upper"],

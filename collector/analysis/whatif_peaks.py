@@ -118,15 +118,21 @@ class Replays:
         self.no_calls = np.isnan(self.under["calls"])
         self.calls_or_nan = np.where(self.under["calls"] == 0, np.nan, self.under["calls"])
         self.no_calls_at = np.flatnonzero(self.no_calls)
-        #: Per stop reason of ``NOT_LARGER``: the runs the old budget stopped for it, whether it
-        #: recorded any limit of that kind, and those limits (NaN = none).
+        #: Per stop reason of ``NOT_LARGER``: the runs the old budget stopped for it (grouped by
+        #: task type), whether it recorded any limit of that kind, and per limit whether none was
+        #: recorded and the recorded one (NaN = none); a budget's limit of a task type is one
+        #: number, compared with a slice (no gather per budget).
         self.old_stops = []
         for reason, names in rq.NOT_LARGER.items():
             at = np.flatnonzero(self.recorded_code == _CODE[reason])
             if at.size:
+                at = at[np.argsort(self.task_index[at], kind="stable")]
+                old_task = self.task_index[at]
+                bounds = np.searchsorted(old_task, np.arange(len(task_types) + 1))
                 old_limits = {name: self.under[f"limit_{name}"][at] for name in names}
                 any_set = np.logical_or.reduce([~np.isnan(v) for v in old_limits.values()])
-                self.old_stops.append((at, any_set, old_limits, self.task_index[at]))
+                unset = {name: np.isnan(v) for name, v in old_limits.items()}
+                self.old_stops.append((at, any_set, old_limits, unset, bounds))
         tables = np.stack([_limit_table(b, task_types) for b in self.budgets or [Budget()]])
         #: (task index, key) -> the distinct limits the budgets set, ascending.
         self.limits: dict[tuple[int, str], np.ndarray] = {}
@@ -139,6 +145,13 @@ class Replays:
         # budget-independent parts of every verdict
         self.has_calls = ~self.no_calls
         self.tool_count = self.under["run_tool_calls"]
+        #: The runs whose counted tool calls pass their task type's smallest tool-call limit
+        #: of the budgets: the only ones any budget's tool-call limit can stop.
+        lowest = np.full(len(task_types) + 1, np.nan)  # last: the no-such-task guard
+        for (t, key), values in self.limits.items():
+            if key == "max_tool_calls":
+                lowest[t] = values[0]
+        self.tool_runs = np.flatnonzero(_gt(self.tool_count, lowest[self.task_index]))
         self.no_calls_task = self.task_index[self.no_calls_at]
         self.no_calls_totals = {
             name: self.under[name][self.no_calls_at]
@@ -184,14 +197,15 @@ class Replays:
         replay_code = np.zeros(n, dtype=np.int64)  # the replay's stop code, 0 = none
         replay_code[stopped_ui] = code_s
         avoided_tok = np.zeros(n, dtype=np.int64)
-        avoided_tok[stopped_ui] = walk.spent_tok[stopping] - (
-            walk.calls["cum_tok"][row].astype(np.int64) - walk.calls["tok"][row].astype(np.int64)
-        )
+        avoided_tok[stopped_ui] = walk.avoided_tok[row]
         avoided_cost = np.zeros(n)
-        avoided_cost[stopped_ui] = walk.spent_cost[stopping] - walk.calls["cost_before"][row]
+        avoided_cost[stopped_ui] = walk.avoided_cost[row]
 
-        task = self.task_index
-        tools_over = _gt(self.tool_count, table[:, _KEY_COLUMN["max_tool_calls"]][task])
+        tools_over = np.zeros(n, dtype=bool)
+        tr = self.tool_runs
+        tools_over[tr] = _gt(
+            self.tool_count[tr], table[:, _KEY_COLUMN["max_tool_calls"]][self.task_index[tr]]
+        )
         nc = self.no_calls_at
         if nc.size:  # runs without call records: judged on their totals
             lim = {key: table[:, j][self.no_calls_task] for key, j in _KEY_COLUMN.items()}
@@ -212,12 +226,16 @@ class Replays:
         # A run whose counted tool calls pass the limit, not stopped by its calls' walk.
         replay_code[(replay_code == 0) & self.has_calls & tools_over] = _CODE["budget_tools"]
         old_kept = np.zeros(n, dtype=bool)  # stopped by the old budget, the new one not larger
-        for at_old, any_set, old_limits, old_task in self.old_stops:
+        for at_old, any_set, old_limits, unset, bounds in self.old_stops:
             each = any_set.copy()
             for name, old in old_limits.items():
-                new = table[:, _KEY_COLUMN[f"max_{name}"]][old_task]
-                with np.errstate(invalid="ignore"):
-                    each &= np.isnan(old) | (new <= old)
+                column = table[:, _KEY_COLUMN[f"max_{name}"]]
+                for t in range(len(column)):
+                    part = slice(bounds[t], bounds[t + 1])
+                    if part.start == part.stop:
+                        continue
+                    with np.errstate(invalid="ignore"):  # no new limit (NaN): only an unset old one
+                        each[part] &= unset[name][part] | (column[t] <= old[part])
             old_kept[at_old] = each
         kept = self.kept_always | tools_over
         has_replay = replay_code > 0
@@ -246,28 +264,29 @@ class Replays:
         n_tasks = len(self.task_types)
         names = self.totals["task_type"].where(self.totals["task_type"].notna(), None)
         order = [self.task_types.index(t) for t in names]
+        task, width, k = self.task_index, len(_NAMES), len(verdicts)
+        # a censored run is one the old budget stopped; avoided is 0 outside the walked runs
+        # (those the walk stops): the sums over those runs add the same values in the same order
+        old, walked = np.flatnonzero(self.old_stop), self.walk.walk_ui
+        old_task, walked_task = task[old], task[walked]
         columns: dict[str, list] = {name: [] for name in ("stopped", "censored", *rq.STOP_COUNTS)}
         columns.update(avoided_tokens=[], avoided_cost_usd=[])
-        task = self.task_index
-        width = len(_NAMES)
         for verdict in verdicts:
-            stopped, censored = verdict["stopped"], verdict["censored"]
-            # per task type and stop code (0 = not stopped: code 0 is never a stopped run's)
+            at = np.flatnonzero(verdict["stopped"])  # per task type and stop code of the stopped
             by_code = np.bincount(
-                task * width + np.where(stopped, verdict["stop_code"], 0), minlength=n_tasks * width
+                task[at] * width + verdict["stop_code"][at], minlength=n_tasks * width
             ).reshape(n_tasks, width)
             sums = {
-                "stopped": by_code[:, 1:].sum(axis=1),
-                "censored": np.bincount(task, weights=censored, minlength=n_tasks).astype(np.int64),
+                "stopped": by_code.sum(axis=1),
+                "censored": np.bincount(old_task[verdict["censored"][old]], minlength=n_tasks),
                 **{name: by_code[:, _CODE[reason]] for name, reason in rq.STOP_COUNTS.items()},
-                # avoided is 0 outside the runs the walk stops (all of them counted): a sum over
-                # every run adds only zeros more, in the same order
-                "avoided_tokens": np.bincount(task, weights=verdict["avoided_tokens"], minlength=n_tasks),
-                "avoided_cost_usd": np.bincount(task, weights=verdict["avoided_cost_usd"], minlength=n_tasks),
+                **{
+                    name: np.bincount(walked_task, weights=verdict[name][walked], minlength=n_tasks)
+                    for name in ("avoided_tokens", "avoided_cost_usd")
+                },
             }
             for name, values in sums.items():
                 columns[name].append(values[order])
-        k = len(verdicts)
         frame = pd.DataFrame(
             {
                 "budget_id": np.repeat(np.arange(k), len(order)),

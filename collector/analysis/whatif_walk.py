@@ -115,6 +115,11 @@ class Walk:
             np.int64
         )
         self.spent_cost = np.bincount(self.w_of_row, weights=self.calls["cost"], minlength=n_walk)
+        #: Per call, what its run spends from it on (tokens, USD): what a stop there avoids.
+        self.avoided_tok = self.spent_tok[self.w_of_row] - (
+            self.calls["cum_tok"].astype(np.int64) - self.calls["tok"].astype(np.int64)
+        )
+        self.avoided_cost = self.spent_cost[self.w_of_row] - self.calls["cost_before"]
         self.thresholds = self._thresholds(task_index, limits)
 
     def _read(self, conn, under: dict) -> dict[str, np.ndarray]:
