@@ -120,13 +120,18 @@ def flag_stored(conn: duckdb.DuckDBPyConnection, batch: pa.Table) -> pa.Table:
     if "content_digest" not in batch.column_names:
         return RESENT_SCHEMA.empty_table()
     resent = as_resent(conn.sql(FIND_STORED).to_arrow_table())
-    if len(resent):
-        conn.register("marked", resent)
+    _mark_calls(conn, resent)
+    return resent
+
+
+def _mark_calls(conn: duckdb.DuckDBPyConnection, marked: pa.Table) -> None:
+    """``_MARK`` for the calls of ``marked`` (registered while it runs; nothing when empty)."""
+    if len(marked):
+        conn.register("marked", marked)
         try:
             conn.execute(_MARK)
         finally:
             conn.unregister("marked")
-    return resent
 
 
 def mark(conn: duckdb.DuckDBPyConnection, resent: pa.Table) -> pa.Table:
@@ -138,12 +143,7 @@ def mark(conn: duckdb.DuckDBPyConnection, resent: pa.Table) -> pa.Table:
     conn.register("resent", resent)
     try:
         marked = conn.sql(_UNMARKED).to_arrow_table()
-        if len(marked):
-            conn.register("marked", marked)
-            try:
-                conn.execute(_MARK)
-            finally:
-                conn.unregister("marked")
+        _mark_calls(conn, marked)
     finally:
         conn.unregister("resent")
     return pa.table({"run_id": pc.unique(marked.column("run_id")).cast(pa.string())})
