@@ -36,7 +36,7 @@ __all__ = [
 
 DEFAULT_WINDOW_DAYS = 14
 
-_PARAM = re.compile(r"\$([a-z_]+)")
+_PARAM = re.compile(r"\$([A-Za-z_][A-Za-z0-9_]*)")
 
 
 @dataclass(frozen=True)
