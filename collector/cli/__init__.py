@@ -42,6 +42,10 @@ def _version() -> str:
         return "unknown"
 
 
+#: The top-level flag that is also taken after the command (``budgetlens baselines -v``).
+_VERBOSE = ("-v", "--verbose")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="budgetlens",
@@ -57,7 +61,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"budgetlens {_version()}")
     parser.add_argument(
-        "-v", "--verbose", action="store_true", help="log debug details (and show the traceback of an error)"
+        *_VERBOSE,
+        action="store_true",
+        help="log debug details (and show the traceback of an error); also taken after the command",
     )
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMANDS:
@@ -69,6 +75,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args, extras = parser.parse_known_args(argv)
+    if any(extra in _VERBOSE for extra in extras):  # -v after the command means the same
+        args.verbose = True
+        extras = [extra for extra in extras if extra not in _VERBOSE]
     if extras:  # the subcommand's own usage, not the top-level one (argparse's default)
         _parser_of(parser, args).error(f"unrecognized arguments: {' '.join(extras)}")
     logging.basicConfig(

@@ -146,10 +146,11 @@ def register(subparsers) -> None:
         "dashboard",
         help="serve the dashboard (Streamlit) on a store",
         description=(
-            "Serve the budgetlens dashboard: Overview, Cost, Hit rate, Baselines, Presets and "
-            "Runs, with shared filters (time window, task type, model, service, time zone) and "
-            "an auto-refresh control. The store is opened read-only per query, so the dashboard "
-            "runs next to a collector that keeps writing the same file."
+            "Serve the budgetlens dashboard: Overview, Cost, Hit rate, Baselines, Presets, "
+            "What-if and Runs, with shared filters (time window, task type, model, service, "
+            "team, user, tag, time zone) and an auto-refresh control (off by default). It reads "
+            "through the running collector of the store, else opens the file read-only per "
+            "render, so it runs next to a collector that keeps writing the same store."
         ),
     )
     add_db_argument(parser)

@@ -41,8 +41,8 @@ Try budgetlens in one command.
 - Starts the OTLP/HTTP collector on that store (budgetlens collector) and the
   dashboard (budgetlens dashboard), and prints both addresses.
 - Open the dashboard in a browser; point an agent at the collector with
-  OTEL_EXPORTER_OTLP_ENDPOINT. New runs show in the dashboard (auto-refresh
-  on).
+  OTEL_EXPORTER_OTLP_ENDPOINT. New runs show in the dashboard once you turn
+  on Auto-refresh in its sidebar (off by default).
 
 Ctrl-C stops both.
 """

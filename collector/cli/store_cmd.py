@@ -18,7 +18,8 @@ def register(subparsers) -> None:
             "Maintain the store. `copy` moves every row of one store into an empty other one (a "
             "DuckDB file into a DuckLake and back) and checks the counts on both sides; `compact` "
             "merges a DuckLake's small Parquet files, rewrites files with many deleted rows, "
-            "expires old snapshots and deletes the files no snapshot needs."
+            "expires old snapshots and deletes the files no snapshot needs; `sql` runs one read-only "
+            "SELECT (through the running collector, else on the file) and prints CSV."
         ),
     )
     actions = parser.add_subparsers(dest="store_command", metavar="ACTION", required=True)
@@ -39,7 +40,7 @@ def register(subparsers) -> None:
         "compact",
         help="compact a DuckLake store and expire its old snapshots",
         description=(
-            "Compact the DuckLake store of --db: merge small Parquet files, rewrite files with >= 10 %% "
+            "Compact the DuckLake store of --db: merge small Parquet files, rewrite files with >= 10 % "
             "deleted rows, expire snapshots older than --expire-older-than-s and delete the files they held."
         ),
     )

@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from budgetlens import semconv as sc
 from budgetlens.guard import children as sub_agents
 from budgetlens.guard import effects
 from budgetlens.guard import snapshot as pause
@@ -174,6 +175,23 @@ class RunBudget:
         ``(WARN, DOWNGRADE, SUMMARIZE)`` for one call from 0 to 90 %), plus a pending DOWNGRADE reported by
         ``before_turn``; () when it crossed none. The method itself returns only the most severe."""
         return self._state.last_actions
+
+    @property
+    def stop_reason(self) -> str | None:
+        """The stop reason the next ``before_turn`` would raise: ``budget_time``,
+        ``budget_wrap_up``, ``budget_cost``, ``budget_tokens`` (spend windows, pools and parents
+        included) or ``budget_turns``, in that order; None while the run may go on; after
+        :meth:`finish`, the run's own. A loop that ends because ``record`` returned STOP passes it:
+        ``run.finish(stop_reason=run.stop_reason)``. It only reads: nothing is emitted."""
+        state = self._state
+        with state.lock:
+            if state.finished is not None:
+                return state.finished.stop_reason
+            stop = state.spent()
+            if stop is None:
+                turns = state.use.turns + state.use.open_calls
+                stop = lim.count_stop(sc.STOP_BUDGET_TURNS, state.limits["max_turns"], turns)
+        return stop.reason if stop is not None else None
 
     @property
     def limit_changes(self) -> tuple[LimitChange, ...]:

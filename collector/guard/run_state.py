@@ -128,16 +128,22 @@ class RunState:
     def _check_spent(self) -> None:
         if self.finished is not None:
             self.check_open()
-        if self.limits["max_duration_s"] is not None:
-            self._check_time()
+        self.stop_on(self.spent())
+
+    def spent(self) -> lim.Stop | None:
+        """The first spent budget, in the order ``before_turn`` checks them (time, the wrap-up's
+        final call made, cost and spend windows, tokens, the shared pool or parent); None while
+        each has room. Checks only: nothing is emitted or kept."""
+        limit = self.limits["max_duration_s"]
+        if limit is not None and (stop := lim.time_stop(limit, self.elapsed_s())) is not None:
+            return stop
         if self.wrap_up.done:
-            self.stop_on(self.wrap_up.stop())
+            return self.wrap_up.stop()
         shared = self.shared
         stop = lim.spent_stop(self.limits, self.use, shared.spend_stop if shared.spend else None)
-        if stop is not None:
-            self.stop_on(stop)
-        if shared.pool is not None or shared.parent is not None:
-            self.stop_on(shared.pool_stop())
+        if stop is None and (shared.pool is not None or shared.parent is not None):
+            stop = shared.pool_stop()
+        return stop
 
     def _thresholds(self) -> tuple[Action, tuple[Action, ...]]:
         o, use, limits, wrap = self.options, self.use, self.limits, self.wrap_up
