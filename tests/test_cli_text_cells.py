@@ -50,3 +50,23 @@ def test_count_columns_print_as_integers_with_blanks_even_once_one_value_is_miss
             assert [r["turns"] for r in rows] == [3, None, 12]
         else:
             assert out.getvalue().splitlines()[1].startswith("r1,3,0,")
+
+
+def test_a_nullable_integer_count_prints_blank_not_na():
+    # an imported run without a tool-call count comes out of DuckDB as pandas' nullable Int64
+    # (new-user report: `budgetlens runs` showed <NA> where every other empty cell is blank)
+    frame = pd.DataFrame(
+        {
+            "run_id": ["r1", "r2"],
+            "tool_calls": pd.array([1234, None], dtype="Int64"),
+            "turns": pd.array([None, 7], dtype="Int64"),
+        }
+    )
+    out = io.StringIO()
+    write_frame(frame, "table", out=out)
+    lines = out.getvalue().splitlines()
+    assert "<NA>" not in out.getvalue()
+    assert lines[1].split() == ["r1", "1,234"] and lines[2].split() == ["r2", "7"]
+    out = io.StringIO()
+    write_frame(frame, "json", out=out)
+    assert json.loads(out.getvalue())[1]["tool_calls"] is None

@@ -325,6 +325,9 @@ def _for_reading(frame, float_format: str):
             shown[column] = series.map(lambda v: "" if _missing(v) else _cost_text(v))
         elif kind == "f":
             shown[column] = series.map(lambda v: "" if _missing(v) else float_format.format(v))
+        elif kind in "iu" and series.hasnans:  # a nullable count: missing is empty, not "<NA>"
+            pattern = "{:,}" if _is_count(column) or _is_tokens(column) else "{}"
+            shown[column] = series.map(lambda v, p=pattern: "" if _missing(v) else p.format(v)).astype(object)
         elif kind == "O":  # text: a missing value (no team, no quality flag) is empty, never "None"
             shown[column] = series.map(lambda v: "" if _missing(v) else v)
     return shown
