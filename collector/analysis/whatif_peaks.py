@@ -93,14 +93,15 @@ class Replays:
         self.budgets = list(budgets)
         params = {**f.params(), **budget_params(self.budgets, task_types)}
         self.totals = conn.execute(pq.TASK_TOTALS, used_params(pq.TASK_TOTALS, params)).df()
-        conn.execute(pq.CREATE_UNDER_TABLE, used_params(pq.CREATE_UNDER_TABLE, params))
+        table = pq.under_table()  # this walk's own: another render's on the connection stays apart
+        conn.execute(pq.on(pq.CREATE_UNDER_TABLE, table), used_params(pq.CREATE_UNDER_TABLE, params))
         try:
-            self.under, self.rows = _in_rowid_order(*fetch(conn, pq.READ_UNDER_TABLE, {}))
-            self._prepare(conn, task_types)
+            self.under, self.rows = _in_rowid_order(*fetch(conn, pq.on(pq.READ_UNDER_TABLE, table), {}))
+            self._prepare(conn, task_types, table)
         finally:
-            conn.execute(pq.DROP_UNDER_TABLE)
+            conn.execute(pq.on(pq.DROP_UNDER_TABLE, table))
 
-    def _prepare(self, conn, task_types: list) -> None:
+    def _prepare(self, conn, task_types: list, table: str) -> None:
         task_index = pc.index_in(
             self.rows.column("task_type"), value_set=pa.array(task_types), skip_nulls=False
         )
@@ -141,7 +142,7 @@ class Replays:
                 values = tables[:, t, j]
                 if (~np.isnan(values)).any():
                     self.limits[(t, key)] = np.unique(values[~np.isnan(values)])
-        self.walk = Walk(conn, self.under, self.task_index, self.limits)
+        self.walk = Walk(conn, table, self.under, self.task_index, self.limits)
         # budget-independent parts of every verdict
         self.has_calls = ~self.no_calls
         self.tool_count = self.under["run_tool_calls"]

@@ -97,16 +97,16 @@ class _Thresholds:
 
 
 class Walk:
-    """The walked runs (``under`` rows with ``walked``: ``peak_queries.UNDER_TABLE``'s rows, in its
-    ``rowid`` order, which the walk reads) and their calls: ``calls`` (per call in the replay's order: ui, k, time_s, tools_before,
+    """The walked runs (``under`` rows with ``walked``: the rows of ``table``, the walk's
+    ``peak_queries.UNDER_TABLE``, in its ``rowid`` order, which the walk reads) and their calls: ``calls`` (per call in the replay's order: ui, k, time_s, tools_before,
     cum_tok, cum_in, cum_out, cost_before, tok, cost), per walked run ``n_rows``, ``row_start``,
     ``spent_tok``, ``spent_cost``; thresholds for the ``limits`` ({(task index, key): distinct
     limits ascending}) over the runs' ``task_index``."""
 
-    def __init__(self, conn, under: dict, task_index: np.ndarray, limits: dict):
+    def __init__(self, conn, table: str, under: dict, task_index: np.ndarray, limits: dict):
         self.walked = under["walked"].astype(bool)
         self.walk_ui = np.flatnonzero(self.walked)
-        self.calls = self._read(conn, under)
+        self.calls = self._read(conn, table, under)
         n_walk = len(self.walk_ui)
         self.w_of_row = np.searchsorted(self.walk_ui, self.calls["ui"])
         self.n_rows = np.bincount(self.w_of_row, minlength=n_walk)
@@ -122,15 +122,16 @@ class Walk:
         self.avoided_cost = self.spent_cost[self.w_of_row] - self.calls["cost_before"]
         self.thresholds = self._thresholds(task_index, limits)
 
-    def _read(self, conn, under: dict) -> dict[str, np.ndarray]:
-        # the walked runs are those of ``pq.UNDER_TABLE`` (the caller's ``under``)
+    def _read(self, conn, table: str, under: dict) -> dict[str, np.ndarray]:
+        # the walked runs are those of the walk's ``pq.UNDER_TABLE`` named ``table`` (the caller's ``under``)
         params = {"all_long": False}
-        stream, _ = fetch(conn, pq.WALK_CALLS, params)
+        by_key, by_id = pq.on(pq.WALK_CALLS, table), pq.on(pq.WALK_CALLS_BY_ID, table)
+        stream, _ = fetch(conn, by_key, params)
         #: How the calls were read: "run_key", or "run_id" when some walked run's rows did not
         #: match its counts (a key two run ids share, rows written without a key).
         self.read_by = "run_key"
         if not self._complete(stream, under):
-            stream, _ = fetch(conn, pq.WALK_CALLS_BY_ID, params)
+            stream, _ = fetch(conn, by_id, params)
             self.read_by = "run_id"
         first, segment = _segments(stream["ui"])
         if (np.arange(segment.size) - first[segment] >= pq.SHORT_STREAM_ROWS)[
@@ -138,9 +139,7 @@ class Walk:
         ].any():
             # rows its counts did not announce: every run's running USD from the window
             params["all_long"] = True
-            stream, _ = fetch(
-                conn, pq.WALK_CALLS_BY_ID if self.read_by == "run_id" else pq.WALK_CALLS, params
-            )
+            stream, _ = fetch(conn, by_id if self.read_by == "run_id" else by_key, params)
             first, segment = _segments(stream["ui"])
         ui = stream["ui"].astype(np.int64)
         is_call = stream["is_call"].astype(np.int64)
