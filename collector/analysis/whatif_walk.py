@@ -88,8 +88,9 @@ def _cost_before(cost: np.ndarray, window: np.ndarray, first: np.ndarray, segmen
 @dataclass(frozen=True)
 class _Thresholds:
     """One check of one task type over its walked runs: the distinct limits (``limits``,
-    ascending) and, per limit and walked run (``runs``: walk indices), the offset of the first
-    call that fails it (``first``, limits x runs; ``NEVER`` when none does)."""
+    ascending) and, per limit and walked run that fails the smallest (``runs``: walk indices;
+    every other walked run of the task type fails none), the offset of the first call that
+    fails it (``first``, limits x runs; ``NEVER`` when none does)."""
 
     limits: np.ndarray
     runs: np.ndarray
@@ -181,15 +182,25 @@ class Walk:
                 if known is None:
                     continue
                 measure = self.calls[series][in_task].astype(float)
+                # only the runs some call of which fails the smallest limit (NULL fails none, as
+                # SQL's CASE): every other run passes every limit of this check (``NEVER``)
+                with np.errstate(invalid="ignore"):
+                    fails = measure >= known[0] if at_or_above else measure > known[0]
+                hit = np.bincount(local[fails], minlength=runs.size) > 0
+                rows = hit[local]
+                hit_runs = np.flatnonzero(hit)
+                measure = measure[rows]
                 passed = np.searchsorted(known, measure, side="right" if at_or_above else "left")
-                passed[np.isnan(measure)] = 0  # NULL fails no check (SQL's CASE)
+                passed[np.isnan(measure)] = 0
                 width = known.size + 1
-                offset = local * width
+                offset = np.searchsorted(hit_runs, local[rows]) * width
                 worst = np.maximum.accumulate(offset + passed) - offset  # running max within a run
-                counts = np.bincount(offset + worst, minlength=runs.size * width).reshape(runs.size, width)
+                counts = np.bincount(offset + worst, minlength=hit_runs.size * width).reshape(
+                    hit_runs.size, width
+                )
                 first = np.cumsum(counts, axis=1)[:, : known.size]
-                first = np.where(first < self.n_rows[runs][:, None], first, NEVER)
-                out[(int(t), key)] = _Thresholds(known, runs, np.ascontiguousarray(first.T))
+                first = np.where(first < self.n_rows[runs[hit_runs]][:, None], first, NEVER)
+                out[(int(t), key)] = _Thresholds(known, runs[hit_runs], np.ascontiguousarray(first.T))
         return out
 
     def first_failures(self, table: np.ndarray, key_column: dict[str, int]) -> dict[str, np.ndarray]:
