@@ -395,9 +395,67 @@ def test_the_kept_runs_are_put_in_rowid_order_and_their_table_is_dropped(varied_
     with read_connection(varied_store) as conn:
         whatif_peaks.replay_many(conn, Filters(), _budgets())
         kept = conn.execute(
-            "SELECT count(*) FROM duckdb_tables() WHERE table_name = $name", {"name": pq.UNDER_TABLE}
+            "SELECT count(*) FROM duckdb_tables() WHERE starts_with(table_name, $name)",
+            {"name": pq.UNDER_TABLE},
         ).fetchone()[0]
     assert kept == 0
+
+
+class _RenderInside:
+    """A connection on which, right after the first walk's table is created, a second render
+    (``replay_many`` of ``budgets``) runs to its end on the same connection: two renders sharing
+    one connection or one collector session, as a page re-run while the first still reads."""
+
+    def __init__(self, conn, budgets: list[whatif.Budget]):
+        self.conn, self.budgets, self.inner = conn, budgets, None
+
+    def execute(self, sql: str, params: Any = None):
+        result = self.conn.execute(sql, params)
+        if self.inner is None and sql.lstrip().startswith("CREATE") and " TEMP TABLE " in sql:
+            self.inner = whatif_peaks.replay_many(self.conn, Filters(), self.budgets)
+        return result
+
+
+class _Session:
+    """``execute`` through one collector session (``StoreHost.query``, as the read endpoint runs it)."""
+
+    def __init__(self, host, session: str):
+        self.host, self.session = host, session
+
+    def execute(self, sql: str, params: Any = None):
+        from budgetlens.store.readers import RemoteResult
+
+        return RemoteResult(self.host.query(sql, params, session=self.session))
+
+
+@pytest.mark.parametrize("through", ["connection", "collector-session"])
+def test_two_renders_on_one_connection_keep_their_own_runs(varied_store, tmp_path, through):
+    # each walk's temp table has a name of its own: the render started inside the other
+    # neither replaces nor drops the outer one's runs; both equal the full replay.
+    import shutil
+
+    from budgetlens.store.host import StoreHost
+
+    outer, other = _budgets()[:6], _budgets()[6:]
+    with read_connection(varied_store) as conn:
+        expected = [whatif.replay(conn, Filters(), b) for b in (*outer, *other)]
+    if through == "connection":
+        with read_connection(varied_store) as conn:
+            shared = _RenderInside(conn, other)
+            got = whatif_peaks.replay_many(shared, Filters(), outer)
+    else:
+        copy = tmp_path / "held.duckdb"
+        shutil.copy(varied_store, copy)
+        host = StoreHost(copy)
+        try:
+            shared = _RenderInside(_Session(host, host.open_session()), other)
+            got = whatif_peaks.replay_many(shared, Filters(), outer)
+        finally:
+            host.close()
+    assert shared.inner is not None  # the second render did run inside the first
+    for mine, full in zip([*got, *shared.inner], expected, strict=True):
+        _same(mine.summary, full.summary, summed=True)
+        _same(mine.runs, full.runs)
 
 
 def test_the_target_presets_are_each_task_types_evidence_presets_at_its_multiplier(varied_store):

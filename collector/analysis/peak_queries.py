@@ -9,6 +9,9 @@ the ``filtered`` CTE, text assembled once at import).
 
 from __future__ import annotations
 
+import re
+import uuid
+
 from budgetlens.analysis.queries import FILTERED
 from budgetlens.analysis.replay_queries import (
     BUDGET_CTE,
@@ -62,12 +65,31 @@ SHORT_STREAM_ROWS = 16
 #: memory, as the full replay's ``REPLAY_TABLE``; through a collector's endpoint, in its session):
 #: the walk reads the walked runs' keys, starts and lengths from it, so nothing per run goes
 #: back to SQL as a parameter and no run id is hashed in Python. Its ``rowid`` is a run's
-#: position (``ui``) in the caller's arrays.
+#: position (``ui``) in the caller's arrays. The statements on it name it ``UNDER_TABLE``; each
+#: walk gives its own table a name of its own (``under_table``) and runs them ``on`` it, so two
+#: renders on one connection (or one collector session) never read or drop each other's runs.
 UNDER_TABLE = "whatif_under"
-CREATE_UNDER_TABLE = f"CREATE OR REPLACE TEMP TABLE {UNDER_TABLE} AS {UNDER_RUNS}"
+CREATE_UNDER_TABLE = f"CREATE TEMP TABLE {UNDER_TABLE} AS {UNDER_RUNS}"
 #: The kept runs with their position ``ui`` (the caller orders by it: a scan's order is not relied on).
 READ_UNDER_TABLE = f"SELECT rowid AS ui, * FROM {UNDER_TABLE}"
 DROP_UNDER_TABLE = f"DROP TABLE IF EXISTS {UNDER_TABLE}"
+
+
+def under_table() -> str:
+    """A fresh name for one walk's ``UNDER_TABLE`` (``UNDER_TABLE`` and 32 hex digits)."""
+    return f"{UNDER_TABLE}_{uuid.uuid4().hex}"
+
+
+def on(statement: str, table: str) -> str:
+    """``statement`` (one of this module's on ``UNDER_TABLE``) on the table named ``table``
+    (``under_table``): the name is ours, never a user's value."""
+    if not _OWN_NAME.fullmatch(table):
+        raise ValueError(f"not a walk's table name: {table!r}")
+    return _NAMED.sub(table, statement)
+
+
+_OWN_NAME = re.compile(rf"{UNDER_TABLE}_[0-9a-f]{{32}}")
+_NAMED = re.compile(rf"\b{UNDER_TABLE}\b")
 
 
 def _walk_calls(key: str) -> str:

@@ -35,6 +35,7 @@ import pyarrow.compute as pc
 
 from budgetlens.analysis import peak_queries as pq
 from budgetlens.analysis import replay_queries as rq
+from budgetlens.analysis import whatif_frames
 from budgetlens.analysis.filters import Filters, used_params
 from budgetlens.analysis.replay import (
     RUN_COLUMNS,
@@ -42,7 +43,6 @@ from budgetlens.analysis.replay import (
     Budget,
     WhatIf,
     budget_params,
-    summarize,
     task_types_of,
 )
 from budgetlens.analysis.whatif_walk import NEVER, Walk, fetch
@@ -50,10 +50,8 @@ from budgetlens.limits import LIMIT_KEYS
 
 __all__ = ["Replays", "prepare", "replay_fast", "replay_many", "summaries"]
 
-#: The guard's checks before a call, first match wins (``replay_queries._FLAGGED``); code = 1 + index.
-_REASONS = ("budget_time", "budget_turns", "budget_tools", "budget_cost", "budget_tokens")
-_CODE = {reason: code for code, reason in enumerate(_REASONS, start=1)}
-_NAMES = np.array([None, *_REASONS], dtype=object)
+#: The guard's checks before a call, first match wins; code = 1 + index (``whatif_frames``).
+_REASONS, _CODE = whatif_frames.REASONS, whatif_frames.CODE
 
 
 def _gt(values: np.ndarray, limit: np.ndarray) -> np.ndarray:
@@ -93,14 +91,15 @@ class Replays:
         self.budgets = list(budgets)
         params = {**f.params(), **budget_params(self.budgets, task_types)}
         self.totals = conn.execute(pq.TASK_TOTALS, used_params(pq.TASK_TOTALS, params)).df()
-        conn.execute(pq.CREATE_UNDER_TABLE, used_params(pq.CREATE_UNDER_TABLE, params))
+        table = pq.under_table()  # this walk's own: another render's on the connection stays apart
+        conn.execute(pq.on(pq.CREATE_UNDER_TABLE, table), used_params(pq.CREATE_UNDER_TABLE, params))
         try:
-            self.under, self.rows = _in_rowid_order(*fetch(conn, pq.READ_UNDER_TABLE, {}))
-            self._prepare(conn, task_types)
+            self.under, self.rows = _in_rowid_order(*fetch(conn, pq.on(pq.READ_UNDER_TABLE, table), {}))
+            self._prepare(conn, task_types, table)
         finally:
-            conn.execute(pq.DROP_UNDER_TABLE)
+            conn.execute(pq.on(pq.DROP_UNDER_TABLE, table))
 
-    def _prepare(self, conn, task_types: list) -> None:
+    def _prepare(self, conn, task_types: list, table: str) -> None:
         task_index = pc.index_in(
             self.rows.column("task_type"), value_set=pa.array(task_types), skip_nulls=False
         )
@@ -141,7 +140,7 @@ class Replays:
                 values = tables[:, t, j]
                 if (~np.isnan(values)).any():
                     self.limits[(t, key)] = np.unique(values[~np.isnan(values)])
-        self.walk = Walk(conn, self.under, self.task_index, self.limits)
+        self.walk = Walk(conn, table, self.under, self.task_index, self.limits)
         # budget-independent parts of every verdict
         self.has_calls = ~self.no_calls
         self.tool_count = self.under["run_tool_calls"]
@@ -260,93 +259,15 @@ class Replays:
 
     def summaries(self, verdicts: Sequence[dict[str, np.ndarray]]) -> pd.DataFrame:
         """budget_id (the index in ``verdicts``), then ``SUMMARY_COLUMNS``: per verdict and task
-        type (the totals' order), the counts and sums of ``REPLAY_SUMMARY``, as one frame."""
-        n_tasks = len(self.task_types)
-        names = self.totals["task_type"].where(self.totals["task_type"].notna(), None)
-        order = [self.task_types.index(t) for t in names]
-        task, width, k = self.task_index, len(_NAMES), len(verdicts)
-        # a censored run is one the old budget stopped; avoided is 0 outside the walked runs
-        # (those the walk stops): the sums over those runs add the same values in the same order
-        old, walked = np.flatnonzero(self.old_stop), self.walk.walk_ui
-        old_task, walked_task = task[old], task[walked]
-        columns: dict[str, list] = {name: [] for name in ("stopped", "censored", *rq.STOP_COUNTS)}
-        columns.update(avoided_tokens=[], avoided_cost_usd=[])
-        for verdict in verdicts:
-            at = np.flatnonzero(verdict["stopped"])  # per task type and stop code of the stopped
-            by_code = np.bincount(
-                task[at] * width + verdict["stop_code"][at], minlength=n_tasks * width
-            ).reshape(n_tasks, width)
-            sums = {
-                "stopped": by_code.sum(axis=1),
-                "censored": np.bincount(old_task[verdict["censored"][old]], minlength=n_tasks),
-                **{name: by_code[:, _CODE[reason]] for name, reason in rq.STOP_COUNTS.items()},
-                **{
-                    name: np.bincount(walked_task, weights=verdict[name][walked], minlength=n_tasks)
-                    for name in ("avoided_tokens", "avoided_cost_usd")
-                },
-            }
-            for name, values in sums.items():
-                columns[name].append(values[order])
-        frame = pd.DataFrame(
-            {
-                "budget_id": np.repeat(np.arange(k), len(order)),
-                "task_type": list(self.totals["task_type"]) * k,
-                "runs": np.tile(self.totals["runs"].to_numpy(), k),
-                **{name: np.concatenate(parts) for name, parts in columns.items()},
-                **{
-                    name: np.tile(self.totals[name].to_numpy(), k)
-                    for name in ("runs_without_calls", "spent_tokens", "spent_cost_usd")
-                },
-            }
-        )
-        frame["avoided_tokens"] = frame["avoided_tokens"].astype(np.int64)
-        frame["avoided_cost_usd"] = frame["avoided_cost_usd"].astype(float)
-        frame["completed"] = frame["runs"] - frame["stopped"] - frame["censored"]
-        return summarize(frame)[["budget_id", *SUMMARY_COLUMNS]]
+        type (the totals' order), the counts and sums of ``REPLAY_SUMMARY``, as one frame
+        (``whatif_frames.summary_frame``)."""
+        return whatif_frames.summary_frame(self, verdicts)
 
     def runs(self, verdict: dict[str, np.ndarray], run_limit: int | None) -> tuple[pd.DataFrame, int]:
-        """The stopped and censored runs of one verdict (``RUN_COLUMNS``, ``replay``'s order:
-        task type, avoided tokens descending, run id), the first ``run_limit`` of them, and how
-        many there are in all. Only the rows returned are turned into Python values."""
-        picked = np.flatnonzero(verdict["stopped"] | verdict["censored"])
-        take = pa.array(picked, type=pa.int64())
-        positions = pc.sort_indices(
-            pa.table(
-                {
-                    "task_type": self.rows.column("task_type").take(take),
-                    "avoided": pa.array(verdict["avoided_tokens"][picked]),
-                    "run_id": self.rows.column("run_id").take(take),
-                }
-            ),
-            sort_keys=[("task_type", "ascending"), ("avoided", "descending"), ("run_id", "ascending")],
-        ).to_numpy()
-        if run_limit is not None:
-            positions = positions[:run_limit]
-        shown = picked[positions]
-        index = pa.array(shown, type=pa.int64())
-        u = self.under
-
-        def text(name: str) -> np.ndarray:
-            return self.rows.column(name).take(index).to_numpy(zero_copy_only=False)
-
-        frame = pd.DataFrame(
-            {
-                "run_id": text("run_id"),
-                "task_type": text("task_type"),
-                "start_utc": text("start_utc"),
-                "outcome": np.where(verdict["stopped"][shown], "stopped", "censored"),
-                "stop_reason": _NAMES[verdict["stop_code"][shown]],
-                "stop_turn": verdict["stop_turn"][shown],
-                "calls": np.nan_to_num(u["calls"][shown]).astype(np.int64),
-                "recorded_stop_reason": text("recorded_stop_reason"),
-                "spent_tokens": np.nan_to_num(u["run_total_tokens"][shown]).astype(np.int64),
-                "avoided_tokens": verdict["avoided_tokens"][shown],
-                "spent_cost_usd": np.nan_to_num(u["run_cost_usd"][shown]),
-                "avoided_cost_usd": verdict["avoided_cost_usd"][shown],
-            },
-            columns=list(RUN_COLUMNS),
-        )
-        return frame, len(picked)
+        """The stopped and censored runs of one verdict (``RUN_COLUMNS``, ``replay``'s order),
+        the first ``run_limit`` of them, and how many there are in all
+        (``whatif_frames.run_frame``)."""
+        return whatif_frames.run_frame(self, verdict, run_limit)
 
     def whatif(self, budget: Budget, run_limit: int | None = None) -> WhatIf:
         """The ``WhatIf`` of ``budget`` (``covers`` it): summary, run rows, run count."""

@@ -88,8 +88,9 @@ def _cost_before(cost: np.ndarray, window: np.ndarray, first: np.ndarray, segmen
 @dataclass(frozen=True)
 class _Thresholds:
     """One check of one task type over its walked runs: the distinct limits (``limits``,
-    ascending) and, per limit and walked run (``runs``: walk indices), the offset of the first
-    call that fails it (``first``, limits x runs; ``NEVER`` when none does)."""
+    ascending) and, per limit and walked run that fails the smallest (``runs``: walk indices;
+    every other walked run of the task type fails none), the offset of the first call that
+    fails it (``first``, limits x runs; ``NEVER`` when none does)."""
 
     limits: np.ndarray
     runs: np.ndarray
@@ -97,16 +98,16 @@ class _Thresholds:
 
 
 class Walk:
-    """The walked runs (``under`` rows with ``walked``: ``peak_queries.UNDER_TABLE``'s rows, in its
-    ``rowid`` order, which the walk reads) and their calls: ``calls`` (per call in the replay's order: ui, k, time_s, tools_before,
+    """The walked runs (``under`` rows with ``walked``: the rows of ``table``, the walk's
+    ``peak_queries.UNDER_TABLE``, in its ``rowid`` order, which the walk reads) and their calls: ``calls`` (per call in the replay's order: ui, k, time_s, tools_before,
     cum_tok, cum_in, cum_out, cost_before, tok, cost), per walked run ``n_rows``, ``row_start``,
     ``spent_tok``, ``spent_cost``; thresholds for the ``limits`` ({(task index, key): distinct
     limits ascending}) over the runs' ``task_index``."""
 
-    def __init__(self, conn, under: dict, task_index: np.ndarray, limits: dict):
+    def __init__(self, conn, table: str, under: dict, task_index: np.ndarray, limits: dict):
         self.walked = under["walked"].astype(bool)
         self.walk_ui = np.flatnonzero(self.walked)
-        self.calls = self._read(conn, under)
+        self.calls = self._read(conn, table, under)
         n_walk = len(self.walk_ui)
         self.w_of_row = np.searchsorted(self.walk_ui, self.calls["ui"])
         self.n_rows = np.bincount(self.w_of_row, minlength=n_walk)
@@ -122,15 +123,16 @@ class Walk:
         self.avoided_cost = self.spent_cost[self.w_of_row] - self.calls["cost_before"]
         self.thresholds = self._thresholds(task_index, limits)
 
-    def _read(self, conn, under: dict) -> dict[str, np.ndarray]:
-        # the walked runs are those of ``pq.UNDER_TABLE`` (the caller's ``under``)
+    def _read(self, conn, table: str, under: dict) -> dict[str, np.ndarray]:
+        # the walked runs are those of the walk's ``pq.UNDER_TABLE`` named ``table`` (the caller's ``under``)
         params = {"all_long": False}
-        stream, _ = fetch(conn, pq.WALK_CALLS, params)
+        by_key, by_id = pq.on(pq.WALK_CALLS, table), pq.on(pq.WALK_CALLS_BY_ID, table)
+        stream, _ = fetch(conn, by_key, params)
         #: How the calls were read: "run_key", or "run_id" when some walked run's rows did not
         #: match its counts (a key two run ids share, rows written without a key).
         self.read_by = "run_key"
         if not self._complete(stream, under):
-            stream, _ = fetch(conn, pq.WALK_CALLS_BY_ID, params)
+            stream, _ = fetch(conn, by_id, params)
             self.read_by = "run_id"
         first, segment = _segments(stream["ui"])
         if (np.arange(segment.size) - first[segment] >= pq.SHORT_STREAM_ROWS)[
@@ -138,9 +140,7 @@ class Walk:
         ].any():
             # rows its counts did not announce: every run's running USD from the window
             params["all_long"] = True
-            stream, _ = fetch(
-                conn, pq.WALK_CALLS_BY_ID if self.read_by == "run_id" else pq.WALK_CALLS, params
-            )
+            stream, _ = fetch(conn, by_id if self.read_by == "run_id" else by_key, params)
             first, segment = _segments(stream["ui"])
         ui = stream["ui"].astype(np.int64)
         is_call = stream["is_call"].astype(np.int64)
@@ -182,15 +182,25 @@ class Walk:
                 if known is None:
                     continue
                 measure = self.calls[series][in_task].astype(float)
+                # only the runs some call of which fails the smallest limit (NULL fails none, as
+                # SQL's CASE): every other run passes every limit of this check (``NEVER``)
+                with np.errstate(invalid="ignore"):
+                    fails = measure >= known[0] if at_or_above else measure > known[0]
+                hit = np.bincount(local[fails], minlength=runs.size) > 0
+                rows = hit[local]
+                hit_runs = np.flatnonzero(hit)
+                measure = measure[rows]
                 passed = np.searchsorted(known, measure, side="right" if at_or_above else "left")
-                passed[np.isnan(measure)] = 0  # NULL fails no check (SQL's CASE)
+                passed[np.isnan(measure)] = 0
                 width = known.size + 1
-                offset = local * width
+                offset = np.searchsorted(hit_runs, local[rows]) * width
                 worst = np.maximum.accumulate(offset + passed) - offset  # running max within a run
-                counts = np.bincount(offset + worst, minlength=runs.size * width).reshape(runs.size, width)
+                counts = np.bincount(offset + worst, minlength=hit_runs.size * width).reshape(
+                    hit_runs.size, width
+                )
                 first = np.cumsum(counts, axis=1)[:, : known.size]
-                first = np.where(first < self.n_rows[runs][:, None], first, NEVER)
-                out[(int(t), key)] = _Thresholds(known, runs, np.ascontiguousarray(first.T))
+                first = np.where(first < self.n_rows[runs[hit_runs]][:, None], first, NEVER)
+                out[(int(t), key)] = _Thresholds(known, runs[hit_runs], np.ascontiguousarray(first.T))
         return out
 
     def first_failures(self, table: np.ndarray, key_column: dict[str, int]) -> dict[str, np.ndarray]:
