@@ -72,6 +72,7 @@ from budgetlens.otlp.attributes import (
     read_attributes,
     text,
 )
+from budgetlens.otlp.call_fast import fast_call_row
 from budgetlens.otlp.identity import SpanIds, trace_shard
 from budgetlens.otlp.memory import Memory
 from budgetlens.otlp.rejected import Mark, mark_of, mark_runs, stub_context, stub_rows
@@ -81,7 +82,6 @@ from budgetlens.otlp.span_rows import (
     SpanContext,
     Times,
     apply_prices,
-    call_row,
     event_row,
     is_text,
     repaired_times,
@@ -257,7 +257,7 @@ class _Mapper:
         if not agentish and (
             op in sc.MODEL_CALL_OPERATIONS or kind == "LLM" or not USAGE_KEYS.isdisjoint(ctx.attrs)
         ):
-            row, flags = call_row(ctx, self.price, self.to_price)
+            row, flags = fast_call_row(ctx, self.price, self.to_price)
             return [("call", row, flags)]
         if op == sc.OPERATION_EXECUTE_TOOL or kind == "TOOL":
             tool = {
