@@ -60,7 +60,7 @@ SLOW_KEYS = frozenset(
 
 def _plain_count(value: object) -> bool:
     """True for a count ``token_counts`` / ``count`` would take as it is."""
-    return value is None or (type(value) is int and 0 <= value <= MAX_TOKENS)  # type: ignore[operator]
+    return value is None or (type(value) is int and 0 <= value <= MAX_TOKENS)
 
 
 def fast_call_row(
