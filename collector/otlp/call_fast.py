@@ -23,7 +23,6 @@ from budgetlens.otlp.span_rows import (
     SpanContext,
     _price_values,
     call_row,
-    is_text,
 )
 from budgetlens.pricing import PriceRequest, price_call
 from budgetlens.usage import Usage, normalize_counts
@@ -58,11 +57,6 @@ SLOW_KEYS = frozenset(
 )
 
 
-def _plain_count(value: object) -> bool:
-    """True for a count ``token_counts`` / ``count`` would take as it is."""
-    return value is None or (type(value) is int and 0 <= value <= MAX_TOKENS)
-
-
 def fast_call_row(
     ctx: SpanContext, price: bool, pending: list[tuple[Row, PriceRequest]] | None = None
 ) -> tuple[Row, list[str]]:
@@ -73,14 +67,9 @@ def fast_call_row(
     get = attrs.get
     inp, outp = get(_INPUT), get(_OUTPUT)
     cache_read, cache_write, reasoning = get(_CACHE_READ), get(_CACHE_WRITE), get(_REASONING)
-    if not (
-        _plain_count(inp)
-        and _plain_count(outp)
-        and _plain_count(cache_read)
-        and _plain_count(cache_write)
-        and _plain_count(reasoning)
-    ):
-        return call_row(ctx, price, pending)
+    for value in (inp, outp, cache_read, cache_write, reasoning):  # each as token_counts takes it
+        if value is not None and not (type(value) is int and 0 <= value <= MAX_TOKENS):
+            return call_row(ctx, price, pending)
     flags = []
     total = None
     if (
@@ -107,8 +96,8 @@ def fast_call_row(
     error_type = get(sc.ERROR_TYPE)
     task = get(sc.BUDGET_TASK_TYPE)
     op = get(sc.GEN_AI_OPERATION_NAME)
-    for value in (request_model, response_model, provider, error_type, task, op):
-        if value is not None and not is_text(value):
+    for value in (request_model, response_model, provider, error_type, task, op):  # is_text, inline
+        if value is not None and not (type(value) is str and 0 < len(value) <= 200):
             return call_row(ctx, price, pending)
     cost = get(sc.BUDGET_COST_USD)
     if cost is not None and not (type(cost) is float and 0 <= cost <= MAX_AMOUNT):
