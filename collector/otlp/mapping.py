@@ -64,7 +64,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from budgetlens import semconv as sc
-from budgetlens.limits import run_id_problem
+from budgetlens.limits import MAX_RUN_ID_CHARS, run_id_problem
 from budgetlens.otlp.attributes import (
     ALLOWED_ATTRIBUTES,
     USAGE_KEYS,
@@ -98,7 +98,7 @@ _STATUS_OK = 1  # opentelemetry.proto.trace.v1.Status.STATUS_CODE_OK
 _STATUS_ERROR = 2  # opentelemetry.proto.trace.v1.Status.STATUS_CODE_ERROR
 _AGENT_KINDS = ("AGENT", "CHAIN")
 _EVENT_NAMES = frozenset(sc.EVENT_NAMES)
-#: ``run_id_problem`` of a text run id, remembered (a run's spans name the same id).
+#: ``run_id_problem`` of a run id of at most ``MAX_RUN_ID_CHARS`` (a run's spans name the same id).
 _run_id_problem = functools.lru_cache(maxsize=4096)(run_id_problem)
 #: Clock skew allowed between an agent and the collector before a timestamp counts as future.
 FUTURE_SKEW_S = 300.0
@@ -214,9 +214,8 @@ class _Mapper:
         op = get(sc.GEN_AI_OPERATION_NAME)
         kind = get(sc.OPENINFERENCE_SPAN_KIND)
         budget_run = get(sc.BUDGET_RUN_ID)
-        if budget_run is not None and (
-            problem := (_run_id_problem if type(budget_run) is str else run_id_problem)(budget_run)
-        ):
+        kept = type(budget_run) is str and len(budget_run) <= MAX_RUN_ID_CHARS  # its check remembered
+        if budget_run is not None and (problem := (_run_id_problem if kept else run_id_problem)(budget_run)):
             raise SpanRejected(f"attribute {sc.BUDGET_RUN_ID} must be {problem}")
         run_id = budget_run or trace_hex
         agent = get(sc.GEN_AI_AGENT_NAME)
