@@ -365,3 +365,10 @@ def first_text(attrs: dict, *keys: str):
         if value is not None and value != "":
             return _scalar_text(key, value)
     return None
+
+
+def usage_problem(attrs: dict, error: ValueError) -> str:
+    """The rejection reason of a span whose row could not be built: ``error`` (the rule),
+    then the usage attributes it carried (name=value)."""
+    usage = ", ".join(f"{key}={attrs[key]!r}" for key in sorted(USAGE_KEYS.intersection(attrs)))
+    return f"{error} (usage attributes {usage})" if usage else str(error)

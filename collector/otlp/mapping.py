@@ -57,13 +57,14 @@ Runs as they really were (within one request, and across requests through a ``Sp
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Iterable
 from typing import Any
 
 from budgetlens import semconv as sc
-from budgetlens.limits import run_id_problem
+from budgetlens.limits import MAX_RUN_ID_CHARS, run_id_problem
 from budgetlens.otlp.attributes import (
     ALLOWED_ATTRIBUTES,
     USAGE_KEYS,
@@ -71,7 +72,9 @@ from budgetlens.otlp.attributes import (
     first_text,
     read_attributes,
     text,
+    usage_problem,
 )
+from budgetlens.otlp.call_fast import fast_call_row
 from budgetlens.otlp.identity import SpanIds, trace_shard
 from budgetlens.otlp.memory import Memory
 from budgetlens.otlp.rejected import Mark, mark_of, mark_runs, stub_context, stub_rows
@@ -81,7 +84,6 @@ from budgetlens.otlp.span_rows import (
     SpanContext,
     Times,
     apply_prices,
-    call_row,
     event_row,
     is_text,
     repaired_times,
@@ -96,10 +98,14 @@ _STATUS_OK = 1  # opentelemetry.proto.trace.v1.Status.STATUS_CODE_OK
 _STATUS_ERROR = 2  # opentelemetry.proto.trace.v1.Status.STATUS_CODE_ERROR
 _AGENT_KINDS = ("AGENT", "CHAIN")
 _EVENT_NAMES = frozenset(sc.EVENT_NAMES)
+#: ``run_id_problem`` of a run id of at most ``MAX_RUN_ID_CHARS`` (a run's spans name the same id).
+_run_id_problem = functools.lru_cache(maxsize=4096)(run_id_problem)
 #: Clock skew allowed between an agent and the collector before a timestamp counts as future.
 FUTURE_SKEW_S = 300.0
 
 
+#: A resource's attribution for the spans that name none: (its service name override, the rest).
+_Shared = tuple[str | None, dict]
 #: One row a span produces before it is appended: (table kind, row, its quality flags).
 _Pending = tuple[str, Row, list[str]]
 
@@ -137,8 +143,9 @@ class _Mapper:
                 if kv.key == sc.SERVICE_NAME:
                     service = kv.value.string_value or None
             resource = read_attributes(rs.resource.attributes)
-            try:  # the attribution of a span that names none (most)
-                shared: dict | None = attribution({}, resource)
+            try:  # the attribution of a span that names none (most): (service name, the rest)
+                who = attribution({}, resource)
+                shared: _Shared | None = (who.pop("service_name"), who)
             except SpanRejected:  # a bad resource value: each span reads it (and is rejected)
                 shared = None
             for scope_spans in rs.scope_spans:
@@ -159,7 +166,7 @@ class _Mapper:
         return repaired_times(span.start_time_unix_nano, span.end_time_unix_nano, self.now_ns, self.latest_ns)
 
     def span(
-        self, span: Any, service: str | None, resource: dict | None = None, shared: dict | None = None
+        self, span: Any, service: str | None, resource: dict | None = None, shared: _Shared | None = None
     ) -> None:
         try:
             ids = self.ids.of(span)
@@ -178,7 +185,7 @@ class _Mapper:
             raise
         except ValueError as error:  # usage normalisation, validation or pricing: this span alone
             self._mark_rejected(span, ids, attrs, service)
-            raise SpanRejected(_usage_problem(attrs, error)) from error
+            raise SpanRejected(usage_problem(attrs, error)) from error
 
     def _mark_rejected(self, span: Any, ids: tuple[str, str, str], attrs: dict, service: str | None) -> None:
         """Keep a rejected span's place with stub rows flagged ``rejected_span`` (its values
@@ -200,14 +207,15 @@ class _Mapper:
         attrs: dict,
         service: str | None,
         resource: dict | None,
-        shared: dict | None = None,
+        shared: _Shared | None = None,
     ) -> None:
         trace_hex, span_hex, parent_hex = ids
         get = attrs.get
         op = get(sc.GEN_AI_OPERATION_NAME)
         kind = get(sc.OPENINFERENCE_SPAN_KIND)
         budget_run = get(sc.BUDGET_RUN_ID)
-        if budget_run is not None and (problem := run_id_problem(budget_run)):
+        kept = type(budget_run) is str and len(budget_run) <= MAX_RUN_ID_CHARS  # its check remembered
+        if budget_run is not None and (problem := (_run_id_problem if kept else run_id_problem)(budget_run)):
             raise SpanRejected(f"attribute {sc.BUDGET_RUN_ID} must be {problem}")
         run_id = budget_run or trace_hex
         agent = get(sc.GEN_AI_AGENT_NAME)
@@ -215,12 +223,12 @@ class _Mapper:
             agent = text(attrs, sc.GEN_AI_AGENT_NAME)
         if agent and not budget_run:
             self.agent_by_trace.setdefault(trace_hex, agent)
-        who = (
-            dict(shared)
-            if shared is not None and not names_attribution(attrs)
-            else attribution(attrs, resource)
-        )
-        service = who.pop("service_name") or service
+        if shared is not None and not names_attribution(attrs):
+            service = shared[0] or service
+            who = shared[1]  # only read: its values go into each row
+        else:
+            who = attribution(attrs, resource)
+            service = who.pop("service_name") or service
         times, time_flags = self._times(span)
         code = span.status.code
         failed = code == _STATUS_ERROR
@@ -257,7 +265,7 @@ class _Mapper:
         if not agentish and (
             op in sc.MODEL_CALL_OPERATIONS or kind == "LLM" or not USAGE_KEYS.isdisjoint(ctx.attrs)
         ):
-            row, flags = call_row(ctx, self.price, self.to_price)
+            row, flags = fast_call_row(ctx, self.price, self.to_price)
             return [("call", row, flags)]
         if op == sc.OPERATION_EXECUTE_TOOL or kind == "TOOL":
             tool = {
@@ -348,13 +356,6 @@ class _Mapper:
                 rows[index]["quality"] = ",".join(sorted(flags))
                 for flag in flags:
                     counts[flag] = counts.get(flag, 0) + 1
-
-
-def _usage_problem(attrs: dict, error: ValueError) -> str:
-    """The rejection reason of a span whose row could not be built: ``error`` (the rule),
-    then the usage attributes it carried (name=value)."""
-    usage = ", ".join(f"{key}={attrs[key]!r}" for key in sorted(USAGE_KEYS.intersection(attrs)))
-    return f"{error} (usage attributes {usage})" if usage else str(error)
 
 
 def map_request(
