@@ -54,6 +54,7 @@ WITH base AS (
 )
 SELECT
     'bench-' || i AS run_id,
+    md5_number_upper(run_id) AS run_key,
     'bench' AS source,
     ['support-bot', 'ops-agent', 'analyst', 'coder', 'research-assistant'][k + 1] AS service_name,
     ['simple_qa', 'tool_use', 'complex_reasoning', 'code_generation', 'research'][k + 1]

@@ -29,11 +29,27 @@ RUN_TABLE_COLUMNS = (
 )
 _RUN_TABLE_SELECT = ", ".join(RUN_TABLE_COLUMNS)
 
-TOP_RUNS = f"""
+TOP_RUNS_REFERENCE = f"""
 WITH {FILTERED}
 SELECT {_RUN_TABLE_SELECT}
 FROM filtered
 WHERE cost_usd IS NOT NULL
+ORDER BY cost_usd DESC, run_id
+LIMIT $limit
+"""
+#: ``TOP_RUNS_REFERENCE``'s rows, read in two steps (issue 25: about a third less CPU at 1M runs):
+#: the ``$limit``-th highest cost from the cost column alone, then the run table's columns of the
+#: runs costing at least that (every run the reference can list, ties included), which the
+#: cost's zone maps keep to a few row groups.
+TOP_RUNS = f"""
+WITH {FILTERED},
+cut AS (
+    SELECT min(cost_usd) AS cost_usd
+    FROM (SELECT cost_usd FROM filtered WHERE cost_usd IS NOT NULL ORDER BY cost_usd DESC LIMIT $limit)
+)
+SELECT {_RUN_TABLE_SELECT}
+FROM filtered
+WHERE cost_usd >= (SELECT cost_usd FROM cut)
 ORDER BY cost_usd DESC, run_id
 LIMIT $limit
 """

@@ -199,7 +199,7 @@ ALTER TABLE run_totals ADD COLUMN r_parent_run_id VARCHAR; ALTER TABLE runs ADD 
 
 # issue 25: the per run x model rollup the pages read instead of model_calls (tokens, cost, calls,
 # latency sketch; budgetlens.store.rollups), back-filled from the stored calls.
-_V8_RUN_MODEL_ROLLUP = rollups.CREATE + ";\n" + rollups.INSERT_ALL
+_V8_RUN_MODEL_ROLLUP = rollups.CREATE + ";\n" + rollups.INSERT_ALL_V8
 
 # issue 23: the content fingerprint of a call's span (signed 64-bit BLAKE2b prefix, NULL when
 # not from OTLP), so the loader reports a resend with other content instead of dropping it.
@@ -220,6 +220,13 @@ _V11_RUN_PEAKS = ";\n".join(
     + [FILL_RUN_PEAKS]
 )
 
+# issue 25: the run's integer key (schema.RUN_KEY) on runs and on its rollup rows, so that the
+# cost per model joins a multi-model run's rollup rows by an integer instead of its run id.
+_V12_RUN_KEY_ON_RUNS = f"""ALTER TABLE runs ADD COLUMN run_key UBIGINT;
+UPDATE runs SET run_key = {RUN_KEY};
+ALTER TABLE {rollups.TABLE} ADD COLUMN run_key UBIGINT;
+UPDATE {rollups.TABLE} SET run_key = {RUN_KEY}"""
+
 #: Ordered migrations: (version, SQL script). Append only; never edit an applied one.
 MIGRATIONS: tuple[tuple[int, str], ...] = (
     (1, _V1),
@@ -233,6 +240,7 @@ MIGRATIONS: tuple[tuple[int, str], ...] = (
     (9, _V9_CONTENT_DIGEST),  # issue 23: a conflicting resend is reported, not lost to the key
     (10, _V10_RUN_KEY),  # issue 25: integer run key on calls and events
     (11, _V11_RUN_PEAKS),  # issue 25: a run's call peaks on runs (the what-if's candidate test)
+    (12, _V12_RUN_KEY_ON_RUNS),  # issue 25: integer run key on runs and the run x model rollup
 )
 
 SCHEMA_VERSION = MIGRATIONS[-1][0]

@@ -15,7 +15,8 @@ Approximate quantiles come from ``sketch_quantiles``.
 The writer maintains it in the transaction that writes ``model_calls`` (``MERGE`` over the
 ``new_calls`` it inserted: counts and sums add, min/max merge), recounts the runs whose calls it
 deletes (aggregates: ``DELETE_RECOUNT`` + ``INSERT_RECOUNT`` over ``recount``), and rebuilds it
-with ``runs`` (``DELETE_ALL`` + ``INSERT_ALL``). Schema version 8 creates and back-fills it.
+with ``runs`` (``DELETE_ALL`` + ``INSERT_ALL``). Schema version 8 creates and back-fills it;
+version 12 adds ``run_key`` (the run's integer key, as on ``runs``: the pages join the two by it).
 Column names in these statements come from the constants below, never from request data.
 """
 
@@ -27,7 +28,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from budgetlens.store.run_totals import call_sums
-from budgetlens.store.schema import CALL_SUMS
+from budgetlens.store.schema import CALL_SUMS, RUN_KEY
 
 TABLE = "run_model_rollup"
 #: Shortest duration with its own bucket (s); shorter ones share bucket 0.
@@ -41,7 +42,8 @@ LATENCY_BUCKETS = PER_DECADE * DECADES + 2
 LATENCY_COLUMNS: tuple[str, ...] = tuple(f"lat_{i:02d}" for i in range(LATENCY_BUCKETS))
 
 _SUMMED = ("calls", *CALL_SUMS, "timed_calls", *LATENCY_COLUMNS)
-#: Columns of ``run_model_rollup`` in table order.
+#: Columns of ``run_model_rollup`` in table order as schema version 8 creates it (version 12
+#: appends ``run_key``).
 ROLLUP_COLUMNS: tuple[str, ...] = (
     "run_id",
     "model",
@@ -71,8 +73,10 @@ def _bucket_sql(column: str) -> str:
     )
 
 
-def _aggregates(calls: str) -> str:
-    """SELECT of rollup rows aggregated from ``calls`` (a relation with model_calls columns)."""
+def _aggregates(calls: str, *, keyed: bool = True) -> str:
+    """SELECT of rollup rows aggregated from ``calls`` (a relation with model_calls columns),
+    with the run's ``run_key`` (``schema.RUN_KEY``) unless ``keyed`` is false (schema version 8's
+    back-fill, before the column existed)."""
     # the bucket is computed once a call (``_bucket``, NULL without a duration) and counted by
     # one ``histogram`` (a map bucket -> calls; NULLs are skipped, as the FILTERs did), read out
     # into the sketch columns after the grouping: 50 ``count(*) FILTER`` aggregates were about
@@ -81,9 +85,10 @@ def _aggregates(calls: str) -> str:
         f"CAST(coalesce(_sketch[{i}], 0) AS BIGINT) AS {c}" for i, c in enumerate(LATENCY_COLUMNS)
     )
     bucket = _bucket_sql("duration_s")
+    run_key = f",\n    {RUN_KEY} AS run_key" if keyed else ""
     return f"""
 SELECT * EXCLUDE (_sketch),
-    {sketch}
+    {sketch}{run_key}
 FROM (
 SELECT run_id, coalesce(response_model, request_model, 'unknown') AS model,
     count(*) AS calls,
@@ -105,8 +110,10 @@ def _merged(old: str, new: str) -> list[tuple[str, str]]:
     return merged
 
 
-#: Back-fill (schema version 8) and the full rebuild: every stored call.
+#: The full rebuild: every stored call.
 INSERT_ALL = f"INSERT INTO {TABLE} BY NAME " + _aggregates("model_calls")
+#: Schema version 8's back-fill: ``INSERT_ALL`` without ``run_key`` (added by version 12).
+INSERT_ALL_V8 = f"INSERT INTO {TABLE} BY NAME " + _aggregates("model_calls", keyed=False)
 DELETE_ALL = f"DELETE FROM {TABLE}"
 #: Merge the calls a batch inserted (``new_calls``) into the file store's rollup.
 MERGE = (
@@ -124,7 +131,7 @@ INSERT_RECOUNT = f"INSERT INTO {TABLE} BY NAME " + _aggregates(
 # DuckLake (no primary keys, no ON CONFLICT): the merged rows into ``rollup_touched``, then the
 # stored rows of those keys are replaced, inside the writer's transaction (fold token held).
 LAKE_MERGED = (
-    "SELECT n.run_id, n.model, "
+    "SELECT n.run_id, n.model, n.run_key, "
     + ", ".join(f"{e} AS {c}" for c, e in _merged("o", "n"))
     + " FROM ("
     + _aggregates("new_calls")

@@ -19,6 +19,7 @@ from budgetlens.attribution import ATTRIBUTION_COLUMNS
 from budgetlens.store.schema import (
     CALL_SUMS,
     EVENT_COUNTS,
+    RUN_KEY,
     RUN_PEAK_COLUMNS,
     RUN_RECORD_COLUMNS,
     TOKEN_COLUMNS,
@@ -196,7 +197,8 @@ SELECT
     {attribution},
     coalesce(e_tool_cost_usd, 0.0) AS tool_cost_usd,
     r_parent_run_id AS parent_run_id,
-    {peaks}
+    {peaks},
+    {run_key} AS run_key
 FROM (
     SELECT *, list_sort(list_distinct(flatten(list_transform(
         list_concat(coalesce(c_quality, []), [r_quality]), lambda x: coalesce(string_split(x, ','), []))))) AS flags
@@ -207,4 +209,6 @@ FROM (
 
 def runs_from(totals: str) -> str:
     """SELECT of the ``runs`` row of each ``run_totals`` row of the relation ``totals``."""
-    return _RUNS_FROM_TOTALS.format(totals=totals, attribution=_RUN_ATTRIBUTION, peaks=_RUN_PEAKS)
+    return _RUNS_FROM_TOTALS.format(
+        totals=totals, attribution=_RUN_ATTRIBUTION, peaks=_RUN_PEAKS, run_key=RUN_KEY
+    )

@@ -36,6 +36,10 @@ naive ``TIMESTAMP`` values in UTC):
   process, no lookup when a row is written), filled by every insert and back-filled by schema
   version 10. The what-if reads the calls of the runs it walks by it; a key two run ids share is
   caught there (a walked run's rows then outnumber its counts) and read by run id instead.
+  Schema version 12 adds it to ``runs`` and ``run_model_rollup`` (back-filled; written with
+  each row): the cost per model joins a multi-model run's rollup rows by it
+  (``budgetlens.analysis.rollup_queries.COST_BY_PERIOD_MODEL``, by run id where a key is shared
+  or missing).
 - The run's call peaks on ``runs`` (issue 25, ``RUN_PEAK_COLUMNS``): the ``run_totals`` aggregates
   of its calls and tool-call events that bound every running sum of a what-if replay (the end of
   its last call, its calls' cost and token sums and unknown-usage count, its
