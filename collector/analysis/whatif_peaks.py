@@ -42,6 +42,7 @@ from budgetlens.analysis.replay import (
     Budget,
     WhatIf,
     budget_params,
+    dropped_after,
     summarize,
     task_types_of,
 )
@@ -94,11 +95,9 @@ class Replays:
         params = {**f.params(), **budget_params(self.budgets, task_types)}
         self.totals = conn.execute(pq.TASK_TOTALS, used_params(pq.TASK_TOTALS, params)).df()
         conn.execute(pq.CREATE_UNDER_TABLE, used_params(pq.CREATE_UNDER_TABLE, params))
-        try:
+        with dropped_after(conn, pq.DROP_UNDER_TABLE):
             self.under, self.rows = _in_rowid_order(*fetch(conn, pq.READ_UNDER_TABLE, {}))
             self._prepare(conn, task_types)
-        finally:
-            conn.execute(pq.DROP_UNDER_TABLE)
 
     def _prepare(self, conn, task_types: list) -> None:
         task_index = pc.index_in(
