@@ -12,6 +12,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
     ExportTraceServiceResponse,
 )
+from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
 from budgetlens.otlp import wire_split
 from budgetlens.otlp.decode import OtlpError, decode_protobuf
@@ -120,3 +121,28 @@ def test_invalid_utf8_in_one_span_name_rejects_that_span_alone():
     decoded = decode_protobuf(body)
     assert decoded.rejected == 1 and len(decoded.request.resource_spans[0].scope_spans[0].spans) == 2
     assert decoded.errors[0].startswith(f"span {spans[0].span_id.hex()}: a field (its name")
+
+
+def test_an_attribute_just_past_the_requests_depth_but_within_its_spans_keeps_every_span():
+    """A request nests its spans three messages deep, so an attribute can be too deep for the
+    whole request's parse and still parse in its span alone (arrays 48 and 49 deep): its spans
+    are kept (they parse), never the whole request refused as malformed; deeper, the span alone
+    is rejected naming the attribute and the rule. At no depth are the good spans lost."""
+    for depth in range(40, 61):
+        request = _request("deep-run")
+        spans = [span.span_id.hex() for span in request.resource_spans[0].scope_spans[0].spans]
+        decoded = decode_protobuf(_nest(request, depth))
+        kept = [
+            span.span_id.hex()
+            for rs in decoded.request.resource_spans
+            for s in rs.scope_spans
+            for span in s.spans
+        ]
+        if decoded.rejected:
+            assert kept == spans[1:] and "'some.nested'" in decoded.errors[0], depth
+            assert "limit of 100" in decoded.errors[0]
+        else:
+            assert kept == spans, depth
+            assert decoded.request.resource_spans[0].scope_spans[0].spans[0] == Span.FromString(
+                request.resource_spans[0].scope_spans[0].spans[0].SerializeToString()
+            )

@@ -16,7 +16,7 @@ from starlette.testclient import TestClient
 
 from budgetlens.ingest.store_api import StoreApi
 from budgetlens.store import connect, write_batch
-from budgetlens.store.host import NotReadOnly, StoreHost, check_read_only
+from budgetlens.store.host import NotReadOnly, QueryTimeout, StoreHost, check_read_only
 from budgetlens.store.readers import RemoteResult, discover, publish, sidecar_paths, unpublish
 from budgetlens.store.wire import decode_params, encode_params
 
@@ -282,3 +282,44 @@ def test_a_published_collector_that_does_not_answer_falls_back_to_the_file(tmp_p
             assert conn.execute("SELECT count(*) FROM model_calls").fetchone() == (2,)
     finally:
         unpublish(db)
+
+
+@pytest.mark.system  # a statement kept running for 3 s (until the read timeout)
+def test_past_the_session_limit_the_least_recently_used_idle_session_is_closed(host):
+    """Past ``MAX_SESSIONS`` the session closed is the one least recently used, not the first
+    opened (a dashboard's what-if render keeps its temp table in a session it uses all along),
+    and never one whose statement is running."""
+    import threading
+
+    from budgetlens.store.host import MAX_SESSIONS
+
+    kept = host.open_session()
+    host.query("CREATE TEMP TABLE mine AS SELECT 42 AS x", session=kept)
+    others = [host.open_session() for _ in range(MAX_SESSIONS - 1)]
+    host.query("SELECT * FROM mine", session=kept)  # now the most recently used
+    extra = host.open_session()  # one past the limit: the least recently used goes
+    assert host.query("SELECT * FROM mine", session=kept).to_pylist() == [{"x": 42}]
+    with pytest.raises(KeyError, match="unknown or expired"):
+        host.query("SELECT 1", session=others[0])
+
+    busy = others[1]
+    host.query("CREATE TEMP TABLE slow AS SELECT 7 AS x", session=busy)
+    started, outcome = threading.Event(), []
+
+    def long_statement() -> None:  # runs until the read timeout stops it
+        started.set()
+        try:
+            host.query("SELECT count(*) FROM slow, range(1000000000000000)", session=busy, timeout_s=3.0)
+        except QueryTimeout as error:
+            outcome.append(error)
+
+    worker = threading.Thread(target=long_statement)
+    worker.start()
+    started.wait()
+    for session in [kept, extra, *others[2:]]:  # every other session used after the busy one started
+        host.query("SELECT 1", session=session)
+    assert worker.is_alive()  # its statement still runs
+    host.open_session()
+    worker.join()
+    assert len(outcome) == 1
+    assert host.query("SELECT x FROM slow", session=busy).to_pylist() == [{"x": 7}]

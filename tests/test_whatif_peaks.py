@@ -478,3 +478,68 @@ def test_the_target_presets_are_each_task_types_evidence_presets_at_its_multipli
                 _same(pd.DataFrame([row[table.columns]]), pd.DataFrame([expected]))
                 seen.add(row["multiplier"])
     assert len(seen) > 1  # task types at different multipliers
+
+
+def test_the_fast_path_reads_inside_one_transaction_as_in_autocommit(varied_store, tmp_path):
+    """A reader of a DuckLake and a reader in a collector's process (``StoreHost.snapshot_cursor``)
+    run every query in one transaction, where a new temp table's ``rowid``s start at DuckDB's
+    transaction-local base (2^55), not at 0: the kept runs' positions must not come from the
+    raw ``rowid`` (the walk failed there: INT32 cast out of range)."""
+    from budgetlens.store import open_hosts
+    from budgetlens.store.host import StoreHost
+
+    budgets = _budgets()
+    with read_connection(varied_store) as conn:
+        expected = whatif_peaks.replay_many(conn, Filters(), budgets)
+        conn.execute("BEGIN TRANSACTION READ ONLY")
+        in_transaction = [whatif_peaks.replay_many(conn, Filters(), budgets) for _ in range(2)]
+        conn.execute("ROLLBACK")
+    held = tmp_path / "held.duckdb"
+    with write_connection(held) as conn:
+        for seed in (1, 2):
+            write_batch(conn, *_varied_rows(seed, 150))
+    host = StoreHost(held)
+    try:
+        with host.write():
+            pass
+        open_hosts.register(held, host)
+        with read_connection(held) as conn:  # the collector's own cursor in one READ ONLY transaction
+            in_process = whatif_peaks.replay_many(conn, Filters(), budgets)
+    finally:
+        host.close()
+    for got in (*in_transaction, in_process):
+        for mine, theirs in zip(got, expected, strict=True):
+            _same(mine.summary, theirs.summary)
+            _same(mine.runs, theirs.runs)
+
+
+def test_a_failure_in_the_walk_raises_its_own_error_and_the_next_replay_works(varied_store, monkeypatch):
+    """A statement failing between the kept runs' table and its drop raises its own error, not
+    the drop's (inside a transaction, the failure aborts it and the drop cannot run), in
+    autocommit the table is dropped, and the next replay on the same connection gives the same
+    values."""
+    from budgetlens.analysis import peak_queries as pq
+    from budgetlens.analysis import whatif_walk
+
+    budgets = _budgets()
+
+    def failing_read(self, conn, *_):  # fails as it runs (a bind error leaves a transaction open)
+        conn.execute("SELECT CAST(run_id AS INTEGER) FROM runs")
+
+    kept = "SELECT count(*) FROM duckdb_tables() WHERE starts_with(table_name, $name)"  # any walk's
+    for transaction in (False, True):
+        with read_connection(varied_store) as conn:
+            expected = whatif_peaks.replay_many(conn, Filters(), budgets)
+            if transaction:
+                conn.execute("BEGIN TRANSACTION READ ONLY")
+            with monkeypatch.context() as patch:
+                patch.setattr(whatif_walk.Walk, "_read", failing_read)
+                with pytest.raises(Exception, match="Could not convert"):
+                    whatif_peaks.replay_many(conn, Filters(), budgets)
+            if transaction:
+                conn.execute("ROLLBACK")
+            assert conn.execute(kept, {"name": pq.UNDER_TABLE}).fetchone()[0] == 0
+            again = whatif_peaks.replay_many(conn, Filters(), budgets)
+        for mine, theirs in zip(again, expected, strict=True):
+            _same(mine.summary, theirs.summary)
+            _same(mine.runs, theirs.runs)

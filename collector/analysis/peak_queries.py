@@ -64,14 +64,18 @@ SHORT_STREAM_ROWS = 16
 #: ``UNDER_RUNS`` kept for the walk that follows (a temporary table of the read connection, in
 #: memory, as the full replay's ``REPLAY_TABLE``; through a collector's endpoint, in its session):
 #: the walk reads the walked runs' keys, starts and lengths from it, so nothing per run goes
-#: back to SQL as a parameter and no run id is hashed in Python. Its ``rowid`` is a run's
-#: position (``ui``) in the caller's arrays. The statements on it name it ``UNDER_TABLE``; each
-#: walk gives its own table a name of its own (``under_table``) and runs them ``on`` it, so two
-#: renders on one connection (or one collector session) never read or drop each other's runs.
+#: back to SQL as a parameter and no run id is hashed in Python. A run's position (``ui``) in
+#: the caller's arrays is its ``rowid`` less the table's first (``UNDER_UI``): a table created
+#: inside an open transaction (a DuckLake reader, a reader in the collector's process) numbers
+#: its rows from DuckDB's transaction-local base (2^55), not from 0. The statements on it name it
+#: ``UNDER_TABLE``; each walk gives its own table a name of its own (``under_table``) and runs
+#: them ``on`` it, so two renders on one connection (or one collector session) never read or
+#: drop each other's runs.
 UNDER_TABLE = "whatif_under"
 CREATE_UNDER_TABLE = f"CREATE TEMP TABLE {UNDER_TABLE} AS {UNDER_RUNS}"
+UNDER_UI = f"rowid - (SELECT min(rowid) FROM {UNDER_TABLE})"
 #: The kept runs with their position ``ui`` (the caller orders by it: a scan's order is not relied on).
-READ_UNDER_TABLE = f"SELECT rowid AS ui, * FROM {UNDER_TABLE}"
+READ_UNDER_TABLE = f"SELECT {UNDER_UI} AS ui, * FROM {UNDER_TABLE}"
 DROP_UNDER_TABLE = f"DROP TABLE IF EXISTS {UNDER_TABLE}"
 
 
@@ -101,7 +105,7 @@ def _walk_calls(key: str) -> str:
     candidate_key = RUN_KEY if key == "run_key" else "run_id"
     return f"""
 WITH candidates AS (
-    SELECT {candidate_key} AS run_key, CAST(rowid AS INTEGER) AS ui, start_utc AS run_start,
+    SELECT {candidate_key} AS run_key, CAST({UNDER_UI} AS INTEGER) AS ui, start_utc AS run_start,
            $all_long OR coalesce(calls, 0) + coalesce(tool_events, 0) > {SHORT_STREAM_ROWS} AS long
     FROM {UNDER_TABLE} WHERE walked
 ),

@@ -7,8 +7,9 @@ in ``budgetlens.analysis.whatif``, which re-exports every name here.
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import duckdb
@@ -159,6 +160,20 @@ class WhatIf:
     run_count: int | None = None
 
 
+@contextlib.contextmanager
+def dropped_after(conn, drop: str) -> Iterator[None]:
+    """Run ``drop`` (a temp table's ``DROP TABLE IF EXISTS``) when the block ends. After a
+    failure in the block its error is the one raised: the drop is tried and its own error
+    ignored (inside a transaction the failure aborted it, and the table goes with its rollback)."""
+    try:
+        yield
+    except BaseException:
+        with contextlib.suppress(Exception):
+            conn.execute(drop)
+        raise
+    conn.execute(drop)
+
+
 def replay(conn: duckdb.DuckDBPyConnection, f: Filters, budget: Budget) -> WhatIf:
     """Replay ``budget`` over the runs ``f`` keeps, call by call (see the module docstring).
 
@@ -169,11 +184,9 @@ def replay(conn: duckdb.DuckDBPyConnection, f: Filters, budget: Budget) -> WhatI
         return WhatIf(pd.DataFrame(columns=SUMMARY_COLUMNS), pd.DataFrame(columns=RUN_COLUMNS), budget)
     params = {**f.params(), **budget_params([budget], task_types)}
     run_query(conn, rq.CREATE_REPLAY_TABLE, params)
-    try:
+    with dropped_after(conn, rq.DROP_REPLAY_TABLE):
         summary = summarize(run_query(conn, rq.REPLAY_TABLE_SUMMARY, params))[list(SUMMARY_COLUMNS)]
         runs = run_query(conn, rq.REPLAY_TABLE_STOPPED, {})
-    finally:
-        conn.execute(rq.DROP_REPLAY_TABLE)
     runs = runs.sort_values(["task_type", "avoided_tokens", "run_id"], ascending=[True, False, True])
     runs = runs[list(RUN_COLUMNS)].reset_index(drop=True)
     return WhatIf(summary.reset_index(drop=True), runs, budget, len(runs))

@@ -43,6 +43,7 @@ from budgetlens.analysis.replay import (
     Budget,
     WhatIf,
     budget_params,
+    dropped_after,
     task_types_of,
 )
 from budgetlens.analysis.whatif_walk import NEVER, Walk, fetch
@@ -93,11 +94,9 @@ class Replays:
         self.totals = conn.execute(pq.TASK_TOTALS, used_params(pq.TASK_TOTALS, params)).df()
         table = pq.under_table()  # this walk's own: another render's on the connection stays apart
         conn.execute(pq.on(pq.CREATE_UNDER_TABLE, table), used_params(pq.CREATE_UNDER_TABLE, params))
-        try:
+        with dropped_after(conn, pq.on(pq.DROP_UNDER_TABLE, table)):
             self.under, self.rows = _in_rowid_order(*fetch(conn, pq.on(pq.READ_UNDER_TABLE, table), {}))
             self._prepare(conn, task_types, table)
-        finally:
-            conn.execute(pq.on(pq.DROP_UNDER_TABLE, table))
 
     def _prepare(self, conn, task_types: list, table: str) -> None:
         task_index = pc.index_in(

@@ -284,18 +284,21 @@ class StoreHost:
 
     def _session(self, session: str) -> tuple[duckdb.DuckDBPyConnection, threading.Lock, float]:
         with self._sessions_lock:
-            entry = self._sessions.get(session)
+            entry = self._sessions.pop(session, None)
             if entry is None:
                 raise KeyError(f"session {session!r} is unknown or expired")
             entry = (entry[0], entry[1], time.monotonic())
-            self._sessions[session] = entry
+            self._sessions[session] = entry  # last: the dict is in order of last use
             return entry
 
     def _expire_sessions(self) -> None:
-        """Drop sessions idle for ``SESSION_IDLE_S`` and the oldest past ``MAX_SESSIONS``.
-        Caller holds ``_sessions_lock``."""
+        """Drop sessions idle for ``SESSION_IDLE_S`` and, past ``MAX_SESSIONS``, the least
+        recently used; never one whose statement is running (its lock is held). Caller holds
+        ``_sessions_lock``."""
         now = time.monotonic()
-        for key, (cursor, _, used) in list(self._sessions.items()):
+        for key, (cursor, lock, used) in list(self._sessions.items()):  # least recently used first
+            if lock.locked():
+                continue
             if now - used > SESSION_IDLE_S or len(self._sessions) >= MAX_SESSIONS:
                 self._sessions.pop(key, None)
                 cursor.close()
