@@ -22,6 +22,7 @@ from budgetlens.otlp.span_rows import (
     MAX_AMOUNT,
     SpanContext,
     _price_values,
+    call_head,
     call_row,
 )
 from budgetlens.pricing import PriceRequest, price_call
@@ -102,29 +103,15 @@ def fast_call_row(
     cost = get(sc.BUDGET_COST_USD)
     if cost is not None and not (type(cost) is float and 0 <= cost <= MAX_AMOUNT):
         return call_row(ctx, price, pending)
-    start, end, duration = ctx.times
-    row: Row = {
-        "span_id": ctx.span_hex,
-        "run_id": ctx.run_id,
-        "trace_id": ctx.trace_hex,
-        "parent_span_id": ctx.parent_hex or None,
-        "source": ctx.source,
-        "service_name": ctx.service,
-        "task_type": task,
-        "operation_name": op,
-        "provider_name": provider,
-        "request_model": request_model,
-        "response_model": response_model,
-        "start_utc": start,
-        "end_utc": end,
-        "duration_s": duration,
-        "input_tokens": inp,
-        "output_tokens": outp,
-        "total_tokens": total,
-        "cache_read_tokens": cache_read,
-        "cache_write_tokens": cache_write,
-        "reasoning_tokens": reasoning,
-    }
+    row = call_head(
+        ctx,
+        task,
+        op,
+        provider,
+        request_model,
+        response_model,
+        (inp, outp, total, cache_read, cache_write, reasoning),
+    )
     for column, key, maximum in _CALL_COUNTS:
         value = get(key)
         if value is not None and not (type(value) is int and 0 <= value <= maximum):
@@ -137,7 +124,7 @@ def fast_call_row(
         usage = None  # a total alone cannot be priced
         if inp is not None and outp is not None:
             usage = Usage(inp, outp, cache_read or 0, cache_write or 0, reasoning or 0, service_tier=None)
-        request = PriceRequest(response_model or request_model, usage, provider, utc(start))
+        request = PriceRequest(response_model or request_model, usage, provider, utc(ctx.times[0]))
         if pending is None:
             priced = price_call(request.model, usage, provider, at=request.at)
             cost, version, unpriced = _price_values(request, priced)

@@ -237,29 +237,15 @@ def call_row(
     op = get(sc.GEN_AI_OPERATION_NAME)
     if op is not None and not is_text(op):
         op = text(attrs, sc.GEN_AI_OPERATION_NAME)
-    start, end, duration = ctx.times
-    row: Row = {
-        "span_id": ctx.span_hex,
-        "run_id": ctx.run_id,
-        "trace_id": ctx.trace_hex,
-        "parent_span_id": ctx.parent_hex or None,
-        "source": ctx.source,
-        "service_name": ctx.service,
-        "task_type": task,
-        "operation_name": op,
-        "provider_name": provider,
-        "request_model": request_model,
-        "response_model": response_model,
-        "start_utc": start,
-        "end_utc": end,
-        "duration_s": duration,
-        "input_tokens": inp,
-        "output_tokens": outp,
-        "total_tokens": total,
-        "cache_read_tokens": cache_read,
-        "cache_write_tokens": cache_write,
-        "reasoning_tokens": reasoning,
-    }
+    row = call_head(
+        ctx,
+        task,
+        op,
+        provider,
+        request_model,
+        response_model,
+        (inp, outp, total, cache_read, cache_write, reasoning),
+    )
     for column, key, maximum in _CALL_COUNTS:
         value = get(key)
         if value is not None and not (type(value) is int and 0 <= value <= maximum):
@@ -377,3 +363,33 @@ __all__ = [
     "run_record",
     "service_tier",
 ]
+
+
+def call_head(ctx, task, op, provider, request_model, response_model, tokens: tuple) -> Row:
+    """A call row's span, model and token columns (``tokens``: input, output, total, cache read,
+    cache write, reasoning), in the column order both mappings (``call_row`` and
+    :func:`budgetlens.otlp.call_fast.fast_call_row`) build the rest on."""
+    start, end, duration = ctx.times
+    inp, outp, total, cache_read, cache_write, reasoning = tokens
+    return {
+        "span_id": ctx.span_hex,
+        "run_id": ctx.run_id,
+        "trace_id": ctx.trace_hex,
+        "parent_span_id": ctx.parent_hex or None,
+        "source": ctx.source,
+        "service_name": ctx.service,
+        "task_type": task,
+        "operation_name": op,
+        "provider_name": provider,
+        "request_model": request_model,
+        "response_model": response_model,
+        "start_utc": start,
+        "end_utc": end,
+        "duration_s": duration,
+        "input_tokens": inp,
+        "output_tokens": outp,
+        "total_tokens": total,
+        "cache_read_tokens": cache_read,
+        "cache_write_tokens": cache_write,
+        "reasoning_tokens": reasoning,
+    }
