@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from starlette.requests import ClientDisconnect
 
 from budgetlens.ingest.body_reader import BodyReader, BodyTimeouts
 from budgetlens.ingest.budget import ByteBudget
@@ -18,16 +19,21 @@ MIB = 1024 * 1024
 class _Request:
     """What ``BodyReader`` reads of a Starlette request: headers and the body stream."""
 
-    def __init__(self, declared: int, pieces: list[bytes], then: asyncio.Event | None = None):
+    def __init__(
+        self, declared: int, pieces: list[bytes], then: asyncio.Event | None = None, gone: bool = False
+    ):
         self.headers = {"content-length": str(declared)}
         self.pieces = pieces
         self.then = then
+        self.gone = gone  # the client closes its connection after ``pieces``
         self.read_any = False
 
     async def stream(self):
         for piece in self.pieces:
             self.read_any = True
             yield piece
+        if self.gone:
+            raise ClientDisconnect()  # what Starlette raises when the client closed mid-body
         if self.then is not None:
             await self.then.wait()
 
@@ -67,5 +73,22 @@ def test_a_pause_longer_than_the_idle_timeout_is_408_naming_it():
         with pytest.raises(OtlpError) as refused:
             await reader.read(request, [0], "", 16 * MIB, "")
         assert refused.value.status == 408 and "(idle timeout)" in refused.value.reason
+
+    asyncio.run(scenario())
+
+
+def test_a_client_gone_mid_body_is_not_readable_and_its_bytes_are_counted_for_the_caller():
+    """Reading: Starlette's ClientDisconnect reaches the caller with the bytes charged so far in
+    ``held`` (the app gives them back); dropping a refused body: False, the connection is gone."""
+
+    async def scenario():
+        budget = ByteBudget(32 * MIB, 16 * MIB)
+        reader = BodyReader(budget, BodyTimeouts(30, 30, 0))
+        held = [0]
+        with pytest.raises(ClientDisconnect):
+            await reader.read(_Request(4 * MIB, [b"x" * MIB], gone=True), held, "10.0.0.1", 16 * MIB, "")
+        assert held == [MIB] and budget.used == MIB
+        assert await reader.discard(_Request(4 * MIB, [b"x" * MIB], gone=True), started=False) is False
+        assert await reader.discard(_Request(MIB, [b"x" * MIB]), started=False) is True
 
     asyncio.run(scenario())

@@ -57,7 +57,7 @@ import time
 from google.rpc.status_pb2 import Status
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.applications import Starlette
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
@@ -178,6 +178,12 @@ class _Receiver:
         except TooLate as error:
             received = await self.bodies.discard(request, started=False)
             return _retry_later(kind, f"collector busy: {error}", not received, error.retry_after_s)
+        except ClientDisconnect:
+            # the client closed its connection mid-body (its exporter's timeout, a dropped
+            # network): nobody is left to answer, and its bytes go back to the budget at once
+            self.budget.give(held[0], client)
+            log.debug("client %s disconnected after %d body bytes; nothing stored", client, held[0])
+            return Response(status_code=400)
         try:
             # a large body: admitted by the deadline rule now that its size is known, then
             # decoded and journaled in the one large-body slot (``budgetlens.ingest.admission``)

@@ -14,7 +14,7 @@ import asyncio
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 
 from budgetlens.ingest.budget import Busy, ByteBudget
 from budgetlens.otlp import OtlpError
@@ -118,13 +118,14 @@ class BodyReader:
     async def discard(self, request: Request, started: bool) -> bool:
         """Read and drop the body of a request refused for the byte cap (nothing is kept), so
         the connection stays usable for the client's retry. False when it cannot be: the body
-        was partly read already, or it was too slow (the caller closes the connection then)."""
+        was partly read already, it was too slow (the caller closes the connection then) or the
+        client closed its connection."""
         if started:
             return False
         try:
             async for _ in self.chunks(request):
                 pass
-        except OtlpError:
+        except (OtlpError, ClientDisconnect):
             return False
         return True
 

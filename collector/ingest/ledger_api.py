@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from starlette.concurrency import run_in_threadpool
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
@@ -126,7 +126,10 @@ def ledger_routes(ledger: Ledger, authorized: Callable[[Request], bool]) -> list
                     status_code=401,
                     headers={"WWW-Authenticate": "Bearer"},
                 )
-            raw = await request.body()
+            try:
+                raw = await request.body()
+            except ClientDisconnect:  # the client left mid-body: nothing to do, nobody to answer
+                return Response(status_code=400)
             try:
                 if len(raw) > _MAX_BODY:
                     raise BadRequest(f"body must be at most {_MAX_BODY} bytes")

@@ -33,7 +33,7 @@ from collections.abc import Callable
 from typing import Any
 
 import duckdb
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
@@ -93,7 +93,10 @@ class StoreApi:
         if refused is not None:
             return refused
         assert self.host is not None
-        body = await request.body()
+        try:
+            body = await request.body()
+        except ClientDisconnect:  # the client left before its query arrived: nobody to answer
+            return Response(status_code=400)
         if len(body) > MAX_QUERY_BYTES:
             return _refuse(413, f"request body over {MAX_QUERY_BYTES} bytes")
         try:
