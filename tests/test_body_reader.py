@@ -9,7 +9,7 @@ import asyncio
 import pytest
 from starlette.requests import ClientDisconnect
 
-from budgetlens.ingest.body_reader import BodyReader, BodyTimeouts
+from budgetlens.ingest.body_reader import BodyReader, BodyTimeouts, read_capped
 from budgetlens.ingest.budget import ByteBudget
 from budgetlens.otlp import OtlpError
 
@@ -90,5 +90,28 @@ def test_a_client_gone_mid_body_is_not_readable_and_its_bytes_are_counted_for_th
         assert held == [MIB] and budget.used == MIB
         assert await reader.discard(_Request(4 * MIB, [b"x" * MIB], gone=True), started=False) is False
         assert await reader.discard(_Request(MIB, [b"x" * MIB]), started=False) is True
+
+    asyncio.run(scenario())
+
+
+def test_a_small_requests_body_is_refused_once_past_its_limit_without_holding_the_rest():
+    """``read_capped`` (the read and ledger endpoints): a declared length over the limit is 413
+    before a byte is read; a body without one (chunked) is 413 as soon as what arrived passes
+    the limit, the pieces after it never read; a body within it is returned whole."""
+
+    async def scenario():
+        declared = _Request(2 * MIB, [b"x" * MIB])
+        with pytest.raises(OtlpError) as refused:
+            await read_capped(declared, MIB)
+        assert refused.value.status == 413 and "the limit is 1048576" in refused.value.reason
+        assert not declared.read_any
+        endless = _Request(0, [b"x" * 1024] * 10_000)
+        endless.headers = {}  # chunked: no Content-Length
+        pieces = endless.stream()
+        endless.stream = lambda: pieces
+        with pytest.raises(OtlpError, match="exceeds the limit of 4096 bytes"):
+            await read_capped(endless, 4096)
+        assert len([_ async for _ in pieces]) == 10_000 - 5  # the rest stayed unread
+        assert await read_capped(_Request(3, [b"a", b"bc"]), 3) == b"abc"
 
     asyncio.run(scenario())

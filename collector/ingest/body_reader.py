@@ -139,3 +139,19 @@ class BodyReader:
                 f"{budget.limit}, {budget.share} per client)"
             )
         held[0] += nbytes
+
+
+async def read_capped(request: Request, limit: int) -> bytes:
+    """The whole body of a small request (the read and ledger endpoints' JSON), refused once it
+    passes ``limit`` bytes: by a declared ``Content-Length`` before a byte is read, else as soon
+    as what arrived passes it, so an endless body is never held in memory. Raises OtlpError 413
+    naming the limit past it; Starlette's ClientDisconnect when the client closed first."""
+    declared = request.headers.get("content-length")
+    if declared and declared.isdigit() and int(declared) > limit:
+        raise OtlpError(413, f"request body is {declared} bytes; the limit is {limit}")
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > limit:
+            raise OtlpError(413, f"request body exceeds the limit of {limit} bytes")
+    return bytes(body)

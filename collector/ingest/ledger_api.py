@@ -32,6 +32,8 @@ from starlette.routing import Route
 
 from budgetlens.guard.ledgers.http import LEDGER_PATH
 from budgetlens.guard.ledgers.protocol import Ledger, LedgerUnavailable
+from budgetlens.ingest.body_reader import read_capped
+from budgetlens.otlp import OtlpError
 
 __all__ = ["ledger_path", "ledger_routes"]
 _MAX_KEYS = 64
@@ -127,12 +129,16 @@ def ledger_routes(ledger: Ledger, authorized: Callable[[Request], bool]) -> list
                     headers={"WWW-Authenticate": "Bearer"},
                 )
             try:
-                raw = await request.body()
+                raw = await read_capped(request, _MAX_BODY)
+            except OtlpError:
+                return JSONResponse(
+                    {"error": f"body must be at most {_MAX_BODY} bytes"},
+                    status_code=400,
+                    headers={"Connection": "close"},
+                )
             except ClientDisconnect:  # the client left mid-body: nothing to do, nobody to answer
                 return Response(status_code=400)
             try:
-                if len(raw) > _MAX_BODY:
-                    raise BadRequest(f"body must be at most {_MAX_BODY} bytes")
                 try:
                     body = json.loads(raw)
                 except ValueError as exc:

@@ -37,6 +37,8 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from budgetlens.ingest.body_reader import read_capped
+from budgetlens.otlp import OtlpError
 from budgetlens.store.host import NotReadOnly, QueryTimeout, StoreHost
 from budgetlens.store.wire import ARROW_STREAM, decode_params, to_ipc
 
@@ -94,11 +96,11 @@ class StoreApi:
             return refused
         assert self.host is not None
         try:
-            body = await request.body()
+            body = await read_capped(request, MAX_QUERY_BYTES)
+        except OtlpError as error:
+            return _refuse(error.status, error.reason, {"Connection": "close"})
         except ClientDisconnect:  # the client left before its query arrived: nobody to answer
             return Response(status_code=400)
-        if len(body) > MAX_QUERY_BYTES:
-            return _refuse(413, f"request body over {MAX_QUERY_BYTES} bytes")
         try:
             payload = json.loads(body)
             if not isinstance(payload, dict):
