@@ -4,7 +4,7 @@ limit of the ledger in ``BUDGETLENS_LEDGER`` and logs what happened, one JSON li
 
 ``python _ledger_worker.py LOG WORKER RUNS LIMIT_USD SEED [POOL_TOKENS]``: runs number ``done .. RUNS-1`` (a
 restarted worker goes on after the last run it started). Per run: ``start``; then ``refused``
-(with the refusal's numbers and the time) or ``paid`` (the provider "charged" ``actual`` USD
+(with the refusal's numbers, its detail and the time) or ``paid`` (the provider "charged" ``actual`` USD
 against the reservation's ``estimate``), then ``settled`` once the ledger has the charge (or
 ``pending`` while it waits in the outbox). A tenth of the settles are sent twice (a retry).
 With ``POOL_TOKENS`` the runs also draw from one shared token pool ``batch`` of that size.
@@ -53,7 +53,7 @@ def main(log_path: str, worker: int, runs: int, limit_usd: float, seed: int, poo
         try:
             res = run.reserve(INPUT_TOKENS + OUTPUT_TOKENS, model=MODEL, output_tokens=OUTPUT_TOKENS)
         except BudgetExceeded as refused:
-            log("refused", run=i, used=refused.used, requested=refused.requested)
+            log("refused", run=i, used=refused.used, requested=refused.requested, detail=refused.detail)
             run.finish()
             if refused.used + refused.requested <= limit_usd:
                 time.sleep(0.2)  # it fitted: the ledger was unreachable; back off as a queue would

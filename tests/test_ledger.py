@@ -282,6 +282,27 @@ def test_block_refuses_while_the_ledger_is_unreachable(ledger):
         pool.reserve(1, call_id="a")
 
 
+def test_a_run_refused_while_the_ledger_is_unreachable_says_so(ledger):
+    # before, RunBudget replaced every spend-window refusal's detail with "spend window": a block
+    # by the offline policy read as a window that was full
+    flaky = Flaky(ledger)
+    client = process(flaky)
+    tracker = SpendTracker({"daily": 1.0}, ledger=client, clock=Clock())
+    run = RunBudget(run_id="r1", spend=tracker, max_total_tokens=10**6)
+    run.reserve(200_000, model="gpt-4o-mini")  # the ledger answers: held (about $0.03)
+    flaky.down = True
+    with pytest.raises(BudgetExceeded) as refused:
+        RunBudget(run_id="r2", spend=tracker, max_total_tokens=10**6).reserve(200_000, model="gpt-4o-mini")
+    assert refused.value.reason == STOP_BUDGET_COST
+    assert refused.value.detail == "daily spend window: ledger unreachable (offline policy block)"
+    flaky.down = False
+    assert client.renew_now() == 1  # back: r1's hold is renewed
+    tracker.add(0.99)
+    with pytest.raises(BudgetExceeded) as refused:  # reachable and full: the window and its day
+        RunBudget(run_id="r3", spend=tracker, max_total_tokens=10**6).reserve(200_000, model="gpt-4o-mini")
+    assert refused.value.detail.startswith("daily spend window 2026-05-2")
+
+
 def test_residual_allows_a_bounded_share_offline_and_sends_the_charges_later(ledger):
     flaky = Flaky(ledger)
     client = process(flaky, offline="residual:0.25")

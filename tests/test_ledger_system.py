@@ -142,12 +142,15 @@ def test_a_fleet_stays_within_the_bound_through_kills_and_a_ledger_restart(tmp_p
     assert sum(e["actual"] for e in paid.values()) <= limit + bound + lost + 1e-9
     assert any(e["used"] + e["requested"] > limit for e in events if e["event"] == "refused")
 
-    # a refusal either did not fit, or came while the ledger's server was down
+    # a refusal either did not fit, or was the offline policy's block while the ledger's server was
+    # down: it names the unreachable ledger, and comes after the outage began and before the
+    # workers' reconnects (a connection the stop broke is seen as down one retry later, and a busy
+    # machine can take seconds to reconnect: the window is generous, the detail is the check)
     for e in (e for e in events if e["event"] == "refused"):
         if e["used"] + e["requested"] <= limit + 1e-9:
-            assert outage[0] - 0.5 <= e["t"] <= outage[1] + 2.0, f"refused with room: {e}" + _stderr(
-                logs[e["worker"]]
-            )
+            why = f"refused with room: {e}" + _stderr(logs[e["worker"]])
+            assert "ledger unreachable" in e["detail"], why
+            assert outage[0] - 0.5 <= e["t"] <= outage[1] + 15.0, why
 
 
 def test_a_worker_killed_while_holding_frees_the_window_within_its_lease(tmp_path):

@@ -57,7 +57,7 @@ def test_tool_fees_count_in_the_spend_windows():
     other = RunBudget(spend=tracker)
     with pytest.raises(BudgetExceeded) as refused:
         other.before_tool_call("paid_api", cost_usd=0.6)  # 0.6 + 0.6 > 1.0
-    assert refused.value.detail == "spend window"
+    assert refused.value.detail.startswith("daily spend window ")  # the window and its day
     assert tracker.spent("daily") == pytest.approx(0.6) and tracker.reserved("daily") == 0
 
 

@@ -23,19 +23,17 @@ from budgetlens.guard.spend import SpendTracker
 from budgetlens.guard.stops import Stop
 from budgetlens.usage import Usage
 
-__all__ = ["SPEND_WINDOW_DETAIL", "ParentSteps", "SharedSteps"]
-
-#: ``BudgetExceeded.detail`` of a refusal by a spend window.
-SPEND_WINDOW_DETAIL = "spend window"
+__all__ = ["ParentSteps", "SharedSteps"]
 
 
-def _refusal(step: Callable[[], object], detail: str | None = None) -> Stop | None:
-    """Run a pool or spend-window step; its ``BudgetExceeded`` as a Stop (``detail`` replaces the
-    exception's detail when given), None when it allowed the step."""
+def _refusal(step: Callable[[], object]) -> Stop | None:
+    """Run a pool or spend-window step; its ``BudgetExceeded`` as a Stop with the step's own
+    detail (the window and its period, or the pool; and an unreachable shared ledger's offline
+    policy when that is why), None when it allowed the step."""
     try:
         step()
     except BudgetExceeded as exc:
-        return Stop(exc.reason, exc.limit, exc.used, exc.requested, exc.detail if detail is None else detail)
+        return Stop(exc.reason, exc.limit, exc.used, exc.requested, exc.detail)
     return None
 
 
@@ -89,9 +87,10 @@ class SharedSteps:
         self.parent: ParentSteps | None = None
 
     def spend_stop(self) -> Stop | None:
-        """``budget_cost`` (detail ``spend window``) when a spend window has reached its limit."""
+        """``budget_cost`` (detail: the spend window, e.g. ``daily spend window 2026-05-28``) when a
+        spend window has reached its limit or its shared ledger is unreachable under ``block``."""
         spend = self.spend
-        return None if spend is None else _refusal(spend.check, SPEND_WINDOW_DETAIL)
+        return None if spend is None else _refusal(spend.check)
 
     def pool_stop(self) -> Stop | None:
         """``budget_tokens`` (detail: the pool) when the token pool is spent; else the parent run's
@@ -120,7 +119,7 @@ class SharedSteps:
             return None
         cid = call_id or f"{self.run_id}:{number}"
         if spend is not None:
-            stop = _refusal(lambda: spend.reserve(cost_usd, call_id=cid), SPEND_WINDOW_DETAIL)
+            stop = _refusal(lambda: spend.reserve(cost_usd, call_id=cid))
             if stop is not None:
                 return stop
         if pool is not None:
@@ -141,13 +140,13 @@ class SharedSteps:
 
     def charge_tool(self, fee_usd: float, name: str = "") -> Stop | None:
         """Add a paid tool call's ``fee_usd`` (USD; tool ``name``) to the spend windows and the parent
-        run, unless it does not fit (``budget_cost``, detail ``spend window`` or the parent run's:
+        run, unless it does not fit (``budget_cost``, detail: the spend window's or the parent run's;
         nothing is added)."""
         spend, parent = self.spend, self.parent
         if (spend is None and parent is None) or not fee_usd:
             return None
         if spend is not None:
-            stop = _refusal(lambda: spend.reserve(fee_usd), SPEND_WINDOW_DETAIL)
+            stop = _refusal(lambda: spend.reserve(fee_usd))
             if stop is not None:
                 return stop
         if parent is not None:

@@ -159,7 +159,8 @@ def _sidebar_labels(driver, key: str, *, open_list: bool) -> str:
     from selenium.webdriver.support.ui import WebDriverWait
 
     wait = WebDriverWait(driver, 30)
-    widget = driver.find_element(By.CSS_SELECTOR, f"[data-testid='stSidebar'] .st-key-{key}")
+    selector = f"[data-testid='stSidebar'] .st-key-{key}"  # drawn once the sidebar's run reaches it
+    widget = wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, selector))[0]
     field = wait.until(lambda d: widget.find_elements(By.TAG_NAME, "input"))[0]  # its code loaded
     text = widget.text
     if open_list:
