@@ -235,15 +235,25 @@ def live_collector(db_path, port, **kwargs):
 
 @contextlib.contextmanager
 def collector_process(python: str, db_path, port: int = 0, *extra: str):
-    """``budgetlens collector`` as a subprocess; yields (process, endpoint URL) once it listens."""
-    import subprocess
+    """``budgetlens collector`` as a subprocess; yields (process, endpoint URL) once it listens.
 
-    process = subprocess.Popen(
-        [python, "-m", "budgetlens.cli", "collector", "--db", str(db_path), "--port", str(port), *extra],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    Its stderr goes to an unlinked temporary file, and ``process.stderr`` reads that file from its
+    start: a pipe nobody reads while the collector runs fills at 64 KiB and then blocks the
+    collector's next log line (a flood of warnings froze a collector under test that way)."""
+    import os
+    import subprocess
+    import tempfile
+
+    fd, path = tempfile.mkstemp(prefix="collector-stderr-", suffix=".log")
+    with os.fdopen(fd, "w") as written:
+        process = subprocess.Popen(
+            [python, "-m", "budgetlens.cli", "collector", "--db", str(db_path), "--port", str(port), *extra],
+            stdout=subprocess.PIPE,
+            stderr=written,
+            text=True,
+        )
+    process.stderr = open(path, encoding="utf-8", errors="replace")  # read by the caller
+    os.unlink(path)  # both ends stay open; nothing is left behind
     try:
         line = process.stdout.readline()
         if "listening on" not in line:

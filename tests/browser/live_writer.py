@@ -175,8 +175,13 @@ def null_heavy_batches(start_utc: dt.datetime | None = None):
     - ``rare_task``: 4 runs, one stopped by its budget (25 %, but a low sample), with events
       whose reason / from_model are NULL;
     - ``tool_use``, ``research``, ``simple_qa``: 6 guarded runs each (seven task types in all).
+
+    ``start_utc`` defaults to 09:00 UTC three days before today, inside the dashboard's default
+    window (the last 14 days) on any day the tests run: a fixed date aged out of it (the app
+    tests that open a page without ``window`` found no rows from 5 December 2026 on).
     """
-    start = start_utc or dt.datetime(2026, 11, 20, 9, 0)
+    today = dt.datetime.now(dt.UTC).replace(tzinfo=None, hour=0, minute=0, second=0, microsecond=0)
+    start = start_utc or today - dt.timedelta(days=3) + dt.timedelta(hours=9)
     batches: list[tuple[list, list, list]] = []
     for index in range(25):
         calls, records, events = run_rows(
