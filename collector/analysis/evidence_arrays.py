@@ -14,8 +14,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TypeVar
 
+import duckdb
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 
 from budgetlens.analysis import evidence_queries as eq
 from budgetlens.analysis.filters import Filters, used_params
@@ -125,6 +127,39 @@ def in_parallel(work: Callable[[_T], _R], items: Iterable[_T]) -> list[_R]:
         return list(pool.map(work, items))
 
 
+def _side_by_side(conn) -> bool:
+    """Whether ``conn`` is a DuckDB connection to a file opened read-only: no writer can commit
+    while it is open (DuckDB locks the file), so two cursors of it read the same rows."""
+    if not isinstance(conn, duckdb.DuckDBPyConnection):
+        return False
+    row = conn.execute("SELECT current_setting('access_mode')").fetchone()
+    return row is not None and row[0] == "read_only"
+
+
+def _read_columns(conn, params: dict) -> dict[str, pa.ChunkedArray]:
+    """The columns of ``CENSORING_ARRAYS`` by name: on a read-only file its two halves side by
+    side, one on a second cursor (``CENSORING_ARRAYS_TEXT`` and ``_NUMBERS``: the same rows in the
+    same order), else the one statement."""
+
+    def read(cursor, statement: str) -> pa.Table:
+        return cursor.execute(statement, used_params(statement, params)).to_arrow_table()
+
+    if not _side_by_side(conn):
+        table = read(conn, eq.CENSORING_ARRAYS)
+        return {name: table.column(name) for name in table.column_names}
+    other = conn.cursor()
+    try:
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            numbers = pool.submit(read, other, eq.CENSORING_ARRAYS_NUMBERS)
+            text = read(conn, eq.CENSORING_ARRAYS_TEXT)
+            tables = (text, numbers.result())
+    finally:
+        other.close()
+    if tables[0].num_rows != tables[1].num_rows:  # (cannot happen on a read-only file)
+        raise RuntimeError("evidence read: the two halves differ in rows")
+    return {name: t.column(name) for t in tables for name in t.column_names}
+
+
 def read_arrays(conn, f: Filters) -> EvidenceArrays:
     """One read of the runs ``f`` keeps into numpy arrays (the task type as a small code from
     SQL: no text per row; issue 25: the text column was half of the read at 1M runs), grouped by
@@ -132,9 +167,9 @@ def read_arrays(conn, f: Filters) -> EvidenceArrays:
     metric of each task type sorted (``sort_flagged``)."""
     known = [r[0] for r in conn.execute(OPTION_TASK_TYPES).fetchall()]
     params = {**f.params(), "task_types_known": known}
-    table = conn.execute(eq.CENSORING_ARRAYS, used_params(eq.CENSORING_ARRAYS, params)).to_arrow_table()
-    codes = table.column("task_code").to_numpy()
-    flags = table.column("flags").to_numpy()
+    table = _read_columns(conn, params)
+    codes = table["task_code"].to_numpy()
+    flags = table["flags"].to_numpy()
     per_code = np.bincount(codes, minlength=len(known) + 1)
     order = None
     if np.any(codes[1:] < codes[:-1]):  # (a stable sort of 16-bit keys is a radix sort in numpy)
@@ -147,7 +182,7 @@ def read_arrays(conn, f: Filters) -> EvidenceArrays:
     censored = (flags & CENSORED_FLAG).astype(bool)
 
     def sort_metric(metric: str) -> list[tuple[tuple[int, str], SortedValues]]:
-        column = table.column(metric).to_numpy(zero_copy_only=False)
+        column = table[metric].to_numpy(zero_copy_only=False)
         if order is not None:
             column = column[order]
         return [
