@@ -130,9 +130,14 @@ def _curve(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(times, CDF, at risk) of the distinct values at ``starts`` with ``events`` there."""
     at_risk = ordered.size - starts
-    survival = np.cumprod(1.0 - events / at_risk)
+    # 1 - prod(1 - events / at_risk), each step in one array (the same operations in the same
+    # order as the expression, so the same doubles; issue 25: four fresh arrays before)
+    cdf = np.divide(events, at_risk)
+    np.subtract(1.0, cdf, out=cdf)
+    np.cumprod(cdf, out=cdf)
+    np.subtract(1.0, cdf, out=cdf)
     # (every value distinct: the times are the values themselves, no gather)
-    return ordered if starts.size == ordered.size else ordered[starts], 1.0 - survival, at_risk
+    return ordered if starts.size == ordered.size else ordered[starts], cdf, at_risk
 
 
 def km_percentile(values, censored, probability: float) -> Percentile:

@@ -84,18 +84,37 @@ def sort_flagged(values: np.ndarray, censored: np.ndarray) -> SortedValues:
     and a binary search per censored value before). Others (a negative value or -0.0) take a
     stable argsort. Ties keep no particular order of their flags (the Kaplan–Meier curve
     counts them per value)."""
-    values = np.ascontiguousarray(values, dtype=np.float64)
-    flags = np.asarray(censored, dtype=bool)
-    if np.signbit(values).any():
+    return _sort_flagged_into(np.array(values, dtype=np.float64), censored)
+
+
+def _sort_flagged_into(values: np.ndarray, censored) -> SortedValues:
+    """``sort_flagged`` that may overwrite ``values`` (float64, contiguous, this caller's own):
+    the keys are built, sorted and shifted back in its memory (issue 25: three fresh arrays per
+    metric and task type before, whose first touch cost more than the sort at 1M runs)."""
+    # (a sign bit set is a negative int64 view: one reduction, no array of booleans)
+    if values.size and int(values.view(np.int64).min()) < 0:
+        flags = np.asarray(censored, dtype=bool)
         order = np.argsort(values, kind="stable")  # NaN last
         kept = values.size - int(np.count_nonzero(np.isnan(values)))
         order = order[:kept]
         return SortedValues(values[order], flags[order])
-    keys = values.view(np.uint64) << _ONE
-    keys |= flags
+    keys = values.view(np.uint64)
+    keys <<= _ONE
+    keys |= _flag_bits(censored)
     keys.sort()
     keys = keys[: int(np.searchsorted(keys, _NAN_KEY))]
-    return SortedValues((keys >> _ONE).view(np.float64), (keys & _ONE).astype(bool))
+    flags_out = (keys & _ONE).astype(bool)
+    keys >>= _ONE
+    return SortedValues(keys.view(np.float64), flags_out)
+
+
+def _flag_bits(censored) -> np.ndarray:
+    """``censored`` as uint64 0 / 1 (the key's last bit); a uint64 array of 0 / 1 as it is (the
+    caller's one conversion for every metric of a read: ``read_arrays``)."""
+    flags = np.asarray(censored)
+    if flags.dtype == np.uint64:
+        return flags
+    return np.asarray(flags, dtype=bool).astype(np.uint64)
 
 
 @dataclass(frozen=True)
@@ -181,12 +200,14 @@ def read_arrays(conn, f: Filters) -> EvidenceArrays:
     present = [code for code in range(per_code.size) if per_code[code]]
     censored = (flags & CENSORED_FLAG).astype(bool)
 
+    bits = censored.astype(np.uint64)  # the keys' flag bits, once for every metric
+
     def sort_metric(metric: str) -> list[tuple[tuple[int, str], SortedValues]]:
         column = table[metric].to_numpy(zero_copy_only=False)
-        if order is not None:
-            column = column[order]
+        # this read's own copy (the gather, or a copy of Arrow's buffer), sorted in place
+        column = column[order] if order is not None else np.array(column, dtype=np.float64)
         return [
-            ((code, metric), sort_flagged(column[spans[code]], censored[spans[code]])) for code in present
+            ((code, metric), _sort_flagged_into(column[spans[code]], bits[spans[code]])) for code in present
         ]
 
     out = dict(pair for pairs in in_parallel(sort_metric, BASELINE_METRICS) for pair in pairs)
