@@ -184,3 +184,20 @@ def test_values_sorted_with_their_flags_give_the_curve_of_the_sorted_censored_va
     probabilities = (0.5, 0.9, 0.95)
     expected = km_percentiles_sorted(np.sort(values[kept]), np.sort(values[kept & censored]), probabilities)
     assert km_percentiles_flagged(got.ordered, got.censored, probabilities) == expected  # exactly
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_every_value_distinct_takes_the_curve_of_the_unique_implementation_exactly(seed):
+    """Issue 25: where every value is distinct (durations), the curve's events are 1 - the
+    censored flag and its times the values themselves; the percentiles (reached, at too few runs
+    at risk, never reached) equal the reference's exactly."""
+    from budgetlens.analysis.censoring import km_percentiles
+
+    rng = np.random.default_rng(1300 + seed)
+    n = int(rng.integers(1, 3_000))
+    values = rng.lognormal(3, 1.2, n)  # continuous: distinct
+    assert np.unique(values).size == n
+    censored = rng.random(n) < rng.choice([0.0, 0.05, 0.4, 0.95])
+    probabilities = (0.5, 0.9, 0.95, 0.99)
+    both = km_percentiles(values, censored, probabilities)
+    assert both == [_unique_percentile(values, censored, p) for p in probabilities]

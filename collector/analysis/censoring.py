@@ -105,6 +105,8 @@ def _kaplan_meier_flagged(
     is censored (``evidence_arrays.sort_flagged``): a time's censored values are its flags'
     count, a difference of one running sum (the same integers, so the same curve)."""
     starts, counts = _distinct(ordered)
+    if starts.size == ordered.size:  # every value distinct (a duration): its events are 1 - flag
+        return _curve(ordered, starts, 1 - flags.astype(np.int64))
     # (a running sum of bools into int32 costs a quarter of one into int64)
     running = np.zeros(ordered.size + 1, dtype=np.int32 if ordered.size < 2**31 else np.int64)
     np.cumsum(flags, out=running[1:])
@@ -128,8 +130,14 @@ def _curve(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(times, CDF, at risk) of the distinct values at ``starts`` with ``events`` there."""
     at_risk = ordered.size - starts
-    survival = np.cumprod(1.0 - events / at_risk)
-    return ordered[starts], 1.0 - survival, at_risk
+    # 1 - prod(1 - events / at_risk), each step in one array (the same operations in the same
+    # order as the expression, so the same doubles; issue 25: four fresh arrays before)
+    cdf = np.divide(events, at_risk)
+    np.subtract(1.0, cdf, out=cdf)
+    np.cumprod(cdf, out=cdf)
+    np.subtract(1.0, cdf, out=cdf)
+    # (every value distinct: the times are the values themselves, no gather)
+    return ordered if starts.size == ordered.size else ordered[starts], cdf, at_risk
 
 
 def km_percentile(values, censored, probability: float) -> Percentile:
@@ -197,18 +205,34 @@ def km_percentiles_flagged(ordered, flags, probabilities) -> list[Percentile]:
     return _read_curve(x, curve, bool(n_censored), probabilities)
 
 
+def _leading_at_least(falling: np.ndarray, limit: int) -> int:
+    """How many of the first values of ``falling`` (strictly decreasing) are >= ``limit``: a
+    binary search (the count of ``falling >= limit`` without a pass over it)."""
+    lo, hi = 0, falling.size
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if falling[mid] >= limit:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
 def _read_curve(x: np.ndarray, curve, any_censored: bool, probabilities) -> list[Percentile]:
     """The percentiles of ``km_percentile`` from the curve (times, CDF, at risk) of ``x`` (the
     finite values, sorted) with at least one uncensored value."""
     quantiles, cdf, at_risk = curve
-    supported = np.flatnonzero(at_risk >= MIN_AT_RISK)
+    # at_risk only falls and the CDF never does (a product of factors in [0, 1], rounded
+    # monotonically): the last time still at risk for MIN_AT_RISK and the first time the CDF
+    # reaches a probability are binary searches (issue 25: a pass over every time before)
+    supported = _leading_at_least(at_risk, MIN_AT_RISK)
     # Not reached, or reached on too few runs: at least the last value still seen by MIN_AT_RISK.
-    bound = float(quantiles[supported[-1]]) if supported.size else float(quantiles[0])
+    bound = float(quantiles[supported - 1]) if supported else float(quantiles[0])
     out = []
     for probability in probabilities:
-        reached = np.flatnonzero(cdf >= probability - 1e-12)
-        if reached.size and (not any_censored or at_risk[reached[0]] >= MIN_AT_RISK):
-            out.append(Percentile(float(quantiles[reached[0]])))
+        reached = int(np.searchsorted(cdf, probability - 1e-12, side="left"))
+        if reached < cdf.size and (not any_censored or at_risk[reached] >= MIN_AT_RISK):
+            out.append(Percentile(float(quantiles[reached])))
         else:  # the recorded values' own percentile is a lower bound too (a stopped run's real
             # size is at least what it recorded): never below the plain percentile
             plain = float(np.quantile(x, probability))

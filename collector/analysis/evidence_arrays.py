@@ -14,8 +14,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TypeVar
 
+import duckdb
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 
 from budgetlens.analysis import evidence_queries as eq
 from budgetlens.analysis.filters import Filters, used_params
@@ -82,18 +84,37 @@ def sort_flagged(values: np.ndarray, censored: np.ndarray) -> SortedValues:
     and a binary search per censored value before). Others (a negative value or -0.0) take a
     stable argsort. Ties keep no particular order of their flags (the Kaplan–Meier curve
     counts them per value)."""
-    values = np.ascontiguousarray(values, dtype=np.float64)
-    flags = np.asarray(censored, dtype=bool)
-    if np.signbit(values).any():
+    return _sort_flagged_into(np.array(values, dtype=np.float64), censored)
+
+
+def _sort_flagged_into(values: np.ndarray, censored) -> SortedValues:
+    """``sort_flagged`` that may overwrite ``values`` (float64, contiguous, this caller's own):
+    the keys are built, sorted and shifted back in its memory (issue 25: three fresh arrays per
+    metric and task type before, whose first touch cost more than the sort at 1M runs)."""
+    # (a sign bit set is a negative int64 view: one reduction, no array of booleans)
+    if values.size and int(values.view(np.int64).min()) < 0:
+        flags = np.asarray(censored, dtype=bool)
         order = np.argsort(values, kind="stable")  # NaN last
         kept = values.size - int(np.count_nonzero(np.isnan(values)))
         order = order[:kept]
         return SortedValues(values[order], flags[order])
-    keys = values.view(np.uint64) << _ONE
-    keys |= flags
+    keys = values.view(np.uint64)
+    keys <<= _ONE
+    keys |= _flag_bits(censored)
     keys.sort()
     keys = keys[: int(np.searchsorted(keys, _NAN_KEY))]
-    return SortedValues((keys >> _ONE).view(np.float64), (keys & _ONE).astype(bool))
+    flags_out = (keys & _ONE).astype(bool)
+    keys >>= _ONE
+    return SortedValues(keys.view(np.float64), flags_out)
+
+
+def _flag_bits(censored) -> np.ndarray:
+    """``censored`` as uint64 0 / 1 (the key's last bit); a uint64 array of 0 / 1 as it is (the
+    caller's one conversion for every metric of a read: ``read_arrays``)."""
+    flags = np.asarray(censored)
+    if flags.dtype == np.uint64:
+        return flags
+    return np.asarray(flags, dtype=bool).astype(np.uint64)
 
 
 @dataclass(frozen=True)
@@ -125,6 +146,39 @@ def in_parallel(work: Callable[[_T], _R], items: Iterable[_T]) -> list[_R]:
         return list(pool.map(work, items))
 
 
+def _side_by_side(conn) -> bool:
+    """Whether ``conn`` is a DuckDB connection to a file opened read-only: no writer can commit
+    while it is open (DuckDB locks the file), so two cursors of it read the same rows."""
+    if not isinstance(conn, duckdb.DuckDBPyConnection):
+        return False
+    row = conn.execute("SELECT current_setting('access_mode')").fetchone()
+    return row is not None and row[0] == "read_only"
+
+
+def _read_columns(conn, params: dict) -> dict[str, pa.ChunkedArray]:
+    """The columns of ``CENSORING_ARRAYS`` by name: on a read-only file its two halves side by
+    side, one on a second cursor (``CENSORING_ARRAYS_TEXT`` and ``_NUMBERS``: the same rows in the
+    same order), else the one statement."""
+
+    def read(cursor, statement: str) -> pa.Table:
+        return cursor.execute(statement, used_params(statement, params)).to_arrow_table()
+
+    if not _side_by_side(conn):
+        table = read(conn, eq.CENSORING_ARRAYS)
+        return {name: table.column(name) for name in table.column_names}
+    other = conn.cursor()
+    try:
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            numbers = pool.submit(read, other, eq.CENSORING_ARRAYS_NUMBERS)
+            text = read(conn, eq.CENSORING_ARRAYS_TEXT)
+            tables = (text, numbers.result())
+    finally:
+        other.close()
+    if tables[0].num_rows != tables[1].num_rows:  # (cannot happen on a read-only file)
+        raise RuntimeError("evidence read: the two halves differ in rows")
+    return {name: t.column(name) for t in tables for name in t.column_names}
+
+
 def read_arrays(conn, f: Filters) -> EvidenceArrays:
     """One read of the runs ``f`` keeps into numpy arrays (the task type as a small code from
     SQL: no text per row; issue 25: the text column was half of the read at 1M runs), grouped by
@@ -132,9 +186,9 @@ def read_arrays(conn, f: Filters) -> EvidenceArrays:
     metric of each task type sorted (``sort_flagged``)."""
     known = [r[0] for r in conn.execute(OPTION_TASK_TYPES).fetchall()]
     params = {**f.params(), "task_types_known": known}
-    table = conn.execute(eq.CENSORING_ARRAYS, used_params(eq.CENSORING_ARRAYS, params)).to_arrow_table()
-    codes = table.column("task_code").to_numpy()
-    flags = table.column("flags").to_numpy()
+    table = _read_columns(conn, params)
+    codes = table["task_code"].to_numpy()
+    flags = table["flags"].to_numpy()
     per_code = np.bincount(codes, minlength=len(known) + 1)
     order = None
     if np.any(codes[1:] < codes[:-1]):  # (a stable sort of 16-bit keys is a radix sort in numpy)
@@ -146,12 +200,14 @@ def read_arrays(conn, f: Filters) -> EvidenceArrays:
     present = [code for code in range(per_code.size) if per_code[code]]
     censored = (flags & CENSORED_FLAG).astype(bool)
 
+    bits = censored.astype(np.uint64)  # the keys' flag bits, once for every metric
+
     def sort_metric(metric: str) -> list[tuple[tuple[int, str], SortedValues]]:
-        column = table.column(metric).to_numpy(zero_copy_only=False)
-        if order is not None:
-            column = column[order]
+        column = table[metric].to_numpy(zero_copy_only=False)
+        # this read's own copy (the gather, or a copy of Arrow's buffer), sorted in place
+        column = column[order] if order is not None else np.array(column, dtype=np.float64)
         return [
-            ((code, metric), sort_flagged(column[spans[code]], censored[spans[code]])) for code in present
+            ((code, metric), _sort_flagged_into(column[spans[code]], bits[spans[code]])) for code in present
         ]
 
     out = dict(pair for pairs in in_parallel(sort_metric, BASELINE_METRICS) for pair in pairs)

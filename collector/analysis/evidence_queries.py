@@ -34,15 +34,46 @@ FROM filtered
 #: columns), the metrics as DOUBLE (NULL = NaN), cost NULL unless fully known (the runs the
 #: cost baselines use, as ``BASELINES_BY_TASK``). The caller groups the rows by the code. Columns:
 #: task_code, flags, then ``BASELINE_METRICS``.
-CENSORING_ARRAYS = f"""
-WITH {FILTERED}
-SELECT CAST(coalesce(list_position(CAST($task_types_known AS VARCHAR[]), task_type), 0) AS INTEGER)
-           AS task_code,
-       CAST(CASE WHEN coalesce({IS_BUDGET_STOP}, false) THEN 1 ELSE 0 END
-            + CASE WHEN coalesce({COST_KNOWN}, false) THEN 2 ELSE 0 END AS UTINYINT) AS flags,
-       {", ".join(f"CAST(CASE WHEN {COST_KNOWN} THEN {m} END AS DOUBLE) AS {m}" if m == "cost_usd" else f"CAST({m} AS DOUBLE) AS {m}" for m in BASELINE_METRICS)}
-FROM filtered
-"""
+#: The columns of ``CENSORING_ARRAYS``: (name, SQL) in order.
+_ARRAY_COLUMNS: tuple[tuple[str, str], ...] = (
+    (
+        "task_code",
+        "CAST(coalesce(list_position(CAST($task_types_known AS VARCHAR[]), task_type), 0) AS INTEGER)",
+    ),
+    (
+        "flags",
+        f"""CAST(CASE WHEN coalesce({IS_BUDGET_STOP}, false) THEN 1 ELSE 0 END
+            + CASE WHEN coalesce({COST_KNOWN}, false) THEN 2 ELSE 0 END AS UTINYINT)""",
+    ),
+    *(
+        (
+            m,
+            f"CAST(CASE WHEN {COST_KNOWN} THEN {m} END AS DOUBLE)"
+            if m == "cost_usd"
+            else f"CAST({m} AS DOUBLE)",
+        )
+        for m in BASELINE_METRICS
+    ),
+)
+
+
+def _arrays_of(names: tuple[str, ...]) -> str:
+    """``CENSORING_ARRAYS`` with only the columns ``names`` (in ``_ARRAY_COLUMNS``' order)."""
+    picked = ", ".join(f"{sql} AS {name}" for name, sql in _ARRAY_COLUMNS if name in names)
+    return f"WITH {FILTERED}\nSELECT {picked}\nFROM filtered\n"
+
+
+CENSORING_ARRAYS = _arrays_of(tuple(name for name, _ in _ARRAY_COLUMNS))
+
+#: ``CENSORING_ARRAYS`` in two statements that together give its columns, each half of the
+#: values, for a reader that runs them side by side on two cursors of one read-only file
+#: (``evidence_arrays.read_arrays``; issue 25: DuckDB turns one result into Arrow on one thread,
+#: two-thirds of the read at 1M runs). Both read the filtered runs in the table's order (no
+#: ORDER BY: DuckDB keeps the insertion order), so their rows are the same rows, row by row.
+#: The first holds every column that reads text (the task type, the stop reason, the usage
+#: status) and the cost; the second the other metrics.
+CENSORING_ARRAYS_TEXT = _arrays_of(("task_code", "flags", "total_tokens", "cost_usd"))
+CENSORING_ARRAYS_NUMBERS = _arrays_of(("input_tokens", "output_tokens", "turns", "tool_calls", "duration_s"))
 
 
 def _streaks_of(runs: str) -> str:
