@@ -96,12 +96,27 @@ _OWN_NAME = re.compile(rf"{UNDER_TABLE}_[0-9a-f]{{32}}")
 _NAMED = re.compile(rf"\b{UNDER_TABLE}\b")
 
 
+def _tagged_stream(key: str) -> str:
+    """``STREAM_CTES``' stream of the walked runs as ``tagged``: each call and tool-call event
+    joined once with its run's ``candidates`` row (ui, run_start, long) on ``key`` (one join,
+    not a semi join and a second join back)."""
+    stream = STREAM_CTES.split("),\ncum AS (")[0] + ")"
+    swaps = {
+        "stream AS (": "tagged AS (",
+        "SELECT c.run_id, c.start_utc AS ts": "SELECT k.ui, k.run_start, k.long, c.start_utc AS ts",
+        "SEMI JOIN candidates k ON c.run_id = k.run_id": f"JOIN candidates k ON c.{key} = k.run_key",
+        "SELECT e.run_id, e.ts_utc": "SELECT k.ui, k.run_start, k.long, e.ts_utc",
+        "SEMI JOIN candidates k ON e.run_id = k.run_id": f"JOIN candidates k ON e.{key} = k.run_key",
+    }
+    for old, replacement in swaps.items():
+        if stream.count(old) != 1:
+            raise AssertionError(f"STREAM_CTES changed: {old!r}")  # the import fails, not a query
+        stream = stream.replace(old, replacement)
+    return stream
+
+
 def _walk_calls(key: str) -> str:
     # ``key``: run_key (UBIGINT, computed here from the run id) or run_id (constants of this module)
-    stream = STREAM_CTES.replace("c.run_id", f"c.{key}").replace("e.run_id", f"e.{key}")
-    stream = stream.replace("k.run_id", "k.run_key")
-    stream = stream.split("),\ncum AS (")[0] + ")"
-    stream_key = key.replace("run_id", "run_id AS run_key") if key == "run_id" else key
     candidate_key = RUN_KEY if key == "run_key" else "run_id"
     return f"""
 WITH candidates AS (
@@ -109,12 +124,7 @@ WITH candidates AS (
            $all_long OR coalesce(calls, 0) + coalesce(tool_events, 0) > {SHORT_STREAM_ROWS} AS long
     FROM {UNDER_TABLE} WHERE walked
 ),
-{stream},
-tagged AS (
-    SELECT k.ui, k.run_start, k.long, s.ts, s.is_call, s.turn, s.tok, s.inp, s.outp, s.cost
-    FROM (SELECT {stream_key}, ts, is_call, turn, tok, inp, outp, cost FROM stream) s
-    JOIN candidates k ON k.run_key = s.run_key
-),
+{_tagged_stream(key)},
 cum AS (
     SELECT ui, run_start, ts, is_call, turn, tok, inp, outp, cost, sum(cost) OVER w - cost AS cost_before
     FROM tagged WHERE long
