@@ -86,3 +86,54 @@ def test_a_batch_with_a_response_id_still_skips_a_stored_response(db_path):
     with write_connection(db_path) as conn:
         write_batch(conn, calls.slice(0, 1), records, events)
         assert write_batch(conn, later.slice(0, 1)).calls == 0
+
+
+def _checked_runs(monkeypatch) -> list[int]:
+    """Count each batch that falls back from the optimistic insert to the checked one."""
+    checked = writer._insert_calls_checked
+    runs: list[int] = []
+
+    def counted(conn, calls):
+        runs.append(len(calls))
+        return checked(conn, calls)
+
+    monkeypatch.setattr(writer, "_insert_calls_checked", counted)
+    return runs
+
+
+@pytest.mark.system  # store writes: seconds
+def test_the_optimistic_insert_stores_and_counts_what_the_checked_insert_does(tmp_path, monkeypatch):
+    first, second, third = _batch("run-a"), _batch("run-b"), _batch("run-c")
+    stored_call = tuple(table.slice(0, 1) for table in first)
+    batches = [
+        first,  # fresh: the plain insert
+        _joined(second, stored_call),  # new calls beside a duplicate of a stored call
+        _joined(third, tuple(table.slice(0, 1) for table in third)),  # a call twice in one batch
+        first,  # an identical resend of a whole batch
+        _joined(_batch("run-d"), _with_call_ids_of(_batch("run-e", output_tokens=77), second)),
+    ]
+    fallbacks = _checked_runs(monkeypatch)
+    optimistic = _results(tmp_path / "optimistic.duckdb", batches)
+    # the fresh batches (the first, and the one with a duplicate inside it) took the plain insert
+    assert len(fallbacks) == 3
+    monkeypatch.setattr(writer, "_insert_calls", writer._insert_calls_checked)
+    checked = _results(tmp_path / "checked.duckdb", batches)
+    assert optimistic == checked
+    results = optimistic[0]
+    assert results[0][0] == len(first[0]) and results[2][0] == len(third[0])  # the in-batch copy once
+    assert results[1][0] == len(second[0])  # the stored call is not counted again
+    assert results[3][0] == 0 and results[4][4] is not None  # the resend with other content reported
+
+
+@pytest.mark.system  # store writes: seconds
+def test_a_fresh_batch_takes_the_plain_insert_a_stored_call_id_the_checked_one(db_path, monkeypatch):
+    first, second = _batch("run-a"), _batch("run-b")
+    fallbacks = _checked_runs(monkeypatch)
+    with write_connection(db_path) as conn:
+        assert write_batch(conn, *first).calls == len(first[0])
+        assert write_batch(conn, *second).calls == len(second[0])
+        assert fallbacks == []
+        again = write_batch(conn, *_joined(_batch("run-c"), tuple(t.slice(0, 1) for t in first)))
+        assert fallbacks == [len(first[0]) + 1]
+        assert again.calls == len(first[0])  # run-c's calls, not the stored one
+        assert conn.execute("SELECT count(*) FROM model_calls").fetchone()[0] == 3 * len(first[0])

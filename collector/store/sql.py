@@ -76,10 +76,11 @@ _DIGEST_DIFFERS = (
 )
 
 
-def _insert_calls(condition: str, on_conflict: str) -> str:
+def _insert_calls(condition: str, on_conflict: str | None) -> str:
+    conflict = "" if on_conflict is None else f" ON CONFLICT {on_conflict}"
     return (
         f"INSERT INTO model_calls BY NAME SELECT {WITH_RUN_KEY} FROM batch_calls b WHERE {condition}"
-        f" ON CONFLICT {on_conflict} RETURNING " + ", ".join(INSERTED_CALL_COLUMNS) + ", content_digest"
+        f"{conflict} RETURNING " + ", ".join(INSERTED_CALL_COLUMNS) + ", content_digest"
     )
 
 
@@ -94,6 +95,15 @@ INSERT_CALLS = _insert_calls(
 #: the writer finds and flags the stored calls re-sent with another digest by
 #: ``budgetlens.store.resends.flag_stored`` only when fewer rows came back than the batch held.
 INSERT_CALLS_WITHOUT_RESPONSE_IDS = _insert_calls("true", "DO NOTHING")
+#: The optimistic inserts the writer tries first (``budgetlens.store.writer``): the same rows
+#: without an ``ON CONFLICT`` clause, whose per-row conflict handling costs most of the insert's
+#: CPU at a big store. When no batch call id is stored they insert and return what the statements
+#: above do (no stored call to skip or flag); one stored call id raises DuckDB's
+#: ``ConstraintException``, and the writer rolls back and runs the statement above instead.
+PLAIN_INSERT_CALLS = {
+    INSERT_CALLS: _insert_calls(_NOT_A_STORED_RESPONSE, None),
+    INSERT_CALLS_WITHOUT_RESPONSE_IDS: _insert_calls("true", None),
+}
 
 
 def _upsert_records() -> str:

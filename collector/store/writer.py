@@ -8,7 +8,8 @@ one); the inserts return only the rows actually written, and only those are merg
 per-run state ``run_totals`` (sums add, min/max merge, model lists merge), from which the ``runs``
 rows of the changed runs are upserted, and the per run x model rollup ``run_model_rollup``
 (``budgetlens.store.rollups``) is merged from the same new calls. So a commit costs in proportion to the batch, not to the
-store. All in one transaction: after it returns, the batch is durable (DuckDB fsyncs its WAL on
+store. The calls insert is optimistic: a plain ``INSERT`` first, the ``ON CONFLICT`` one only when
+a batch call id is stored already (``_insert_calls``). All in one transaction: after it returns, the batch is durable (DuckDB fsyncs its WAL on
 commit). ``rebuild_runs`` recomputes both from scratch and gives the same ``runs``.
 
 On a DuckLake (no primary keys, no RETURNING) the same batch goes through
@@ -244,10 +245,29 @@ def write_batch(
 
 
 def _insert_calls(conn: duckdb.DuckDBPyConnection, calls: pa.Table) -> tuple[pa.Table, pa.Table]:
-    """Insert the registered ``batch_calls`` (``calls``): (the inserted rows, the resends of
-    stored calls with another digest, flagged), by ``resends.split_returned`` after
-    ``sql.INSERT_CALLS``, by ``resends.flag_stored`` after the ``DO NOTHING`` insert when a call
-    id was stored already."""
+    """Insert the registered ``batch_calls`` (``calls``, no call id twice: ``check_table``), the
+    first statement of the writer's open transaction: (the inserted rows, the resends of stored
+    calls with another digest, flagged).
+
+    Optimistic: ``sql.PLAIN_INSERT_CALLS`` first, without the ``ON CONFLICT`` check; when it
+    succeeds no batch call id was stored, so every selected row is new and none is a resend.
+    When a call id is stored (a resend, a replay) DuckDB raises ``ConstraintException`` and
+    aborts the transaction (it has no savepoints): it is rolled back, begun again (nothing else
+    was done in it yet) and the batch goes through ``_insert_calls_checked``. Same rows either way."""
+    statement = _insert_calls_for(calls)
+    try:
+        returned = _returned(conn, sql.PLAIN_INSERT_CALLS[statement])
+    except duckdb.ConstraintException:
+        conn.execute("ROLLBACK")
+        conn.execute("BEGIN TRANSACTION")
+        return _insert_calls_checked(conn, calls)
+    return returned.drop_columns(["content_digest"]), resends.RESENT_SCHEMA.empty_table()
+
+
+def _insert_calls_checked(conn: duckdb.DuckDBPyConnection, calls: pa.Table) -> tuple[pa.Table, pa.Table]:
+    """``_insert_calls`` with the primary-key check in the statement (``ON CONFLICT``): by
+    ``resends.split_returned`` after ``sql.INSERT_CALLS``, by ``resends.flag_stored`` after the
+    ``DO NOTHING`` insert when a call id was stored already."""
     statement = _insert_calls_for(calls)
     returned = _returned(conn, statement)
     if statement != sql.INSERT_CALLS_WITHOUT_RESPONSE_IDS:
