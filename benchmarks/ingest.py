@@ -392,8 +392,9 @@ def _markdown(args, r: dict) -> str:
         f"| map + rows to Arrow, the longer of 2 shards (both at once, one per worker) | "
         f"{r['shard_map_ms']:.1f} |",
         "",
-        "The commit cost does not grow with the store: a load inserts with primary-key checks "
-        "(`ON CONFLICT DO NOTHING RETURNING`) and merges only the new rows into the per-run "
+        "The commit cost does not grow with the store: a load inserts its calls with a plain "
+        "`INSERT ... RETURNING` (the `ON CONFLICT DO NOTHING` insert only when a call id is stored "
+        "already: a resend) and merges only the new rows into the per-run "
         "state `run_totals`, then upserts the touched `runs` rows; no statement scans "
         "`model_calls`.",
         "",
